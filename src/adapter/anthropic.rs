@@ -1,0 +1,694 @@
+//! Anthropic Messages API.
+//!
+//! `POST {base_url}/v1/messages` with `x-api-key` and `anthropic-version: 2023-06-01`. System
+//! messages go to the top-level `system`; tool calls and results become `tool_use` and
+//! `tool_result` content blocks; consecutive messages of one role are merged, as the API wants
+//! roles to alternate. A stream is complete only once `message_stop` has arrived.
+
+use std::collections::HashMap;
+
+use reqwest::header::HeaderMap;
+use serde_json::{json, Map, Value};
+
+use super::error::parse_retry_after;
+use super::http::{self, StreamParser};
+use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use crate::canonical::{ChatRequest, Event, FinishReason, Role, Usage};
+
+/// The API version this adapter speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` is required by Anthropic; used when the request has none.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+pub async fn send(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<EventStream, UpstreamError> {
+    let url = format!("{}/v1/messages", upstream.base_url.trim_end_matches('/'));
+    let mut builder = client
+        .post(url)
+        .header("anthropic-version", API_VERSION)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(request_body(req).to_string());
+    if let Some(key) = &upstream.api_key {
+        builder = builder.header("x-api-key", key);
+    }
+    if req.stream {
+        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+    }
+    let response = http::execute(builder, classify).await?;
+    Ok(if req.stream {
+        http::sse_events(response, AnthropicStream::default())
+    } else {
+        http::json_events(response, parse_response)
+    })
+}
+
+/// The Messages request body for `req`.
+pub(crate) fn request_body(req: &ChatRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
+    if let Some(system) = req.system_prompt() {
+        body.insert("system".into(), json!(system));
+    }
+    body.insert("messages".into(), Value::Array(messages(req)));
+    if let Some(temperature) = req.temperature {
+        // Anthropic accepts 0..=1 (OpenAI 0..=2).
+        body.insert("temperature".into(), json!(temperature.clamp(0.0, 1.0)));
+    }
+    if let Some(top_p) = req.top_p {
+        body.insert("top_p".into(), json!(top_p));
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Map::new();
+                tool.insert("name".into(), json!(t.name));
+                if let Some(description) = &t.description {
+                    tool.insert("description".into(), json!(description));
+                }
+                let schema = if t.parameters.is_object() {
+                    t.parameters.clone()
+                } else {
+                    json!({"type": "object", "properties": {}})
+                };
+                tool.insert("input_schema".into(), schema);
+                Value::Object(tool)
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = req.tool_choice.as_ref().and_then(tool_choice) {
+        body.insert("tool_choice".into(), choice);
+    }
+    body.insert("stream".into(), json!(req.stream));
+    Value::Object(body)
+}
+
+/// OpenAI's `tool_choice` in Anthropic's words.
+fn tool_choice(choice: &Value) -> Option<Value> {
+    match choice {
+        Value::String(s) => match s.as_str() {
+            "auto" => Some(json!({"type": "auto"})),
+            "required" => Some(json!({"type": "any"})),
+            "none" => Some(json!({"type": "none"})),
+            _ => None,
+        },
+        Value::Object(_) => choice
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .map(|name| json!({"type": "tool", "name": name})),
+        _ => None,
+    }
+}
+
+/// The conversation without system messages, as alternating user/assistant content blocks.
+fn messages(req: &ChatRequest) -> Vec<Value> {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in &req.messages {
+        let (role, blocks) = match m.role {
+            Role::System => continue,
+            Role::User => ("user", text_block(&m.content).into_iter().collect()),
+            Role::Tool => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
+                    "content": m.content,
+                })],
+            ),
+            Role::Assistant => {
+                let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
+                for call in &m.tool_calls {
+                    let input = serde_json::from_str::<Value>(&call.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    blocks.push(json!({
+                        "type": "tool_use", "id": call.id, "name": call.name, "input": input,
+                    }));
+                }
+                ("assistant", blocks)
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    out.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect()
+}
+
+/// Anthropic rejects empty text blocks.
+fn text_block(text: &str) -> Option<Value> {
+    (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+/// Classify a non-2xx answer: `{"type": "error", "error": {"type", "message"}}`.
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+    let retry_after = parse_retry_after(headers);
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let error = parsed.as_ref().and_then(|b| b.get("error")).filter(|e| e.is_object());
+    let class = error.map(|e| class_of(Some(status), e)).unwrap_or(ErrorClass::from_status(status));
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| http::excerpt(body));
+    UpstreamError::new(class, Some(status), message).with_retry_after(retry_after)
+}
+
+fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "overloaded_error" => ErrorClass::Overloaded,
+        "rate_limit_error" => ErrorClass::RateLimited,
+        // Out of credit: this backend cannot serve now, like an exhausted quota.
+        "billing_error" => ErrorClass::RateLimited,
+        "api_error" => ErrorClass::ServerError,
+        "timeout_error" => ErrorClass::Timeout,
+        "authentication_error" | "permission_error" => ErrorClass::Auth,
+        "invalid_request_error" | "request_too_large" => {
+            let message = error.get("message").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+            if message.contains("prompt is too long")
+                || message.contains("context limit")
+                || message.contains("context window")
+            {
+                ErrorClass::ContextLength
+            } else {
+                ErrorClass::InvalidRequest
+            }
+        }
+        "not_found_error" => ErrorClass::InvalidRequest,
+        _ => status.map(ErrorClass::from_status).unwrap_or(ErrorClass::ServerError),
+    }
+}
+
+fn in_band_error(error: &Value) -> UpstreamError {
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
+    UpstreamError::new(class_of(None, error), None, message)
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        // end_turn, stop_sequence, pause_turn and anything new.
+        _ => FinishReason::Stop,
+    }
+}
+
+/// Canonical usage from an Anthropic `usage` object: input counts every prompt token, cached
+/// ones (read from or written to the cache) included.
+fn usage(value: &Value) -> Usage {
+    let read = http::as_u32(value.get("cache_read_input_tokens"));
+    let created = http::as_u32(value.get("cache_creation_input_tokens"));
+    Usage {
+        input_tokens: http::as_u32(value.get("input_tokens")).saturating_add(read).saturating_add(created),
+        cached_input_tokens: read,
+        output_tokens: http::as_u32(value.get("output_tokens")),
+    }
+}
+
+/// Every event of a non-streamed `message` body.
+pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+    if body.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(in_band_error(&body["error"]));
+    }
+    let content = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| UpstreamError::new(ErrorClass::StreamBroken, None, "message has no content"))?;
+    let mut events = Vec::new();
+    let mut tool_index = 0;
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(text) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    events.push(Event::TextDelta(text.to_string()));
+                }
+            }
+            Some("tool_use") => {
+                events.push(Event::ToolCallDelta {
+                    index: tool_index,
+                    id: block.get("id").and_then(Value::as_str).map(str::to_string),
+                    name: block.get("name").and_then(Value::as_str).map(str::to_string),
+                    arguments: block.get("input").unwrap_or(&json!({})).to_string(),
+                });
+                tool_index += 1;
+            }
+            _ => {}
+        }
+    }
+    if let Some(u) = body.get("usage").filter(|u| u.is_object()) {
+        events.push(Event::Usage(usage(u)));
+    }
+    let reason = body.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn");
+    events.push(Event::Finish(finish_reason(reason)));
+    Ok(events)
+}
+
+/// Parser state of one streamed answer.
+#[derive(Debug, Default)]
+pub(crate) struct AnthropicStream {
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+    /// Content block index → canonical tool call index.
+    tool_blocks: HashMap<u64, u32>,
+    done: bool,
+}
+
+impl StreamParser for AnthropicStream {
+    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
+        let payload: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+        let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
+        let mut events = Vec::new();
+        match kind {
+            "message_start" => {
+                if let Some(u) = payload.pointer("/message/usage").filter(|u| u.is_object()) {
+                    self.usage = Some(usage(u));
+                }
+            }
+            "content_block_start" => {
+                let index = payload.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = &payload["content_block"];
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(text) =
+                            block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty())
+                        {
+                            events.push(Event::TextDelta(text.to_string()));
+                        }
+                    }
+                    Some("tool_use") => {
+                        let tool_index = self.tool_blocks.len() as u32;
+                        self.tool_blocks.insert(index, tool_index);
+                        events.push(Event::ToolCallDelta {
+                            index: tool_index,
+                            id: block.get("id").and_then(Value::as_str).map(str::to_string),
+                            name: block.get("name").and_then(Value::as_str).map(str::to_string),
+                            arguments: String::new(),
+                        });
+                    }
+                    // thinking, redacted_thinking, server tools: not part of the answer.
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = payload.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = &payload["delta"];
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        if let Some(text) =
+                            delta.get("text").and_then(Value::as_str).filter(|t| !t.is_empty())
+                        {
+                            events.push(Event::TextDelta(text.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let partial = delta.get("partial_json").and_then(Value::as_str).unwrap_or("");
+                        if let (Some(&tool_index), false) = (self.tool_blocks.get(&index), partial.is_empty())
+                        {
+                            events.push(Event::ToolCallDelta {
+                                index: tool_index,
+                                id: None,
+                                name: None,
+                                arguments: partial.to_string(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = payload.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.finish = Some(finish_reason(reason));
+                }
+                if let Some(u) = payload.get("usage").filter(|u| u.is_object()) {
+                    // Counts in message_delta are cumulative; input counts may be absent.
+                    let mut current = self.usage.unwrap_or_default();
+                    if u.get("output_tokens").is_some() {
+                        current.output_tokens = http::as_u32(u.get("output_tokens"));
+                    }
+                    if u.get("input_tokens").is_some() {
+                        let update = usage(u);
+                        current.input_tokens = update.input_tokens;
+                        current.cached_input_tokens = update.cached_input_tokens;
+                    }
+                    self.usage = Some(current);
+                }
+            }
+            "message_stop" => {
+                self.done = true;
+                if let Some(usage) = self.usage.take() {
+                    events.push(Event::Usage(usage));
+                }
+                events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
+            }
+            "error" => return Err(in_band_error(&payload["error"])),
+            // ping, content_block_stop, and event types added later.
+            _ => {}
+        }
+        Ok(events)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.done
+    }
+
+    fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError> {
+        if self.done {
+            Ok(Vec::new())
+        } else {
+            Err(http::truncated("message_stop"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::adapter::http::testing::{canned_server, run_sse};
+    use crate::canonical::{Message, Tool, ToolCall};
+
+    fn text(s: &str) -> Event {
+        Event::TextDelta(s.to_string())
+    }
+
+    fn sample_request(stream: bool) -> ChatRequest {
+        let mut assistant = Message::new(Role::Assistant, "Let me look.");
+        assistant.tool_calls.push(ToolCall {
+            id: "toolu_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"location":"Paris"}"#.into(),
+        });
+        assistant.tool_calls.push(ToolCall {
+            id: "toolu_2".into(),
+            name: "get_time".into(),
+            arguments: "not json".into(),
+        });
+        let mut result1 = Message::new(Role::Tool, "21C");
+        result1.tool_call_id = Some("toolu_1".into());
+        let mut result2 = Message::new(Role::Tool, "14:00");
+        result2.tool_call_id = Some("toolu_2".into());
+        ChatRequest {
+            model: "claude-sonnet-4-20250514".into(),
+            messages: vec![
+                Message::new(Role::System, "Be brief."),
+                Message::new(Role::User, "Weather in Paris?"),
+                Message::new(Role::User, "And the time?"),
+                assistant,
+                result1,
+                result2,
+                Message::new(Role::System, "Answer in French."),
+            ],
+            max_tokens: None,
+            temperature: Some(1.4),
+            top_p: None,
+            stop: vec!["END".into()],
+            tools: vec![Tool {
+                name: "get_weather".into(),
+                description: Some("Current weather".into()),
+                parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+            }],
+            tool_choice: Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+            seed: Some(1),
+            stream,
+        }
+    }
+
+    #[test]
+    fn request_body_follows_messages_api() {
+        assert_eq!(
+            request_body(&sample_request(true)),
+            json!({
+                "model": "claude-sonnet-4-20250514",
+                "max_tokens": 4096,
+                "system": "Be brief.\n\nAnswer in French.",
+                "messages": [
+                    {"role": "user", "content": [
+                        {"type": "text", "text": "Weather in Paris?"},
+                        {"type": "text", "text": "And the time?"},
+                    ]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                         "input": {"location": "Paris"}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21C"},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "14:00"},
+                    ]},
+                ],
+                "temperature": 1.0,
+                "stop_sequences": ["END"],
+                "tools": [{"name": "get_weather", "description": "Current weather",
+                           "input_schema": {"type":"object","properties":{"location":{"type":"string"}}}}],
+                "tool_choice": {"type": "tool", "name": "get_weather"},
+                "stream": true,
+            })
+        );
+        assert_eq!(tool_choice(&json!("required")), Some(json!({"type": "any"})));
+        assert_eq!(tool_choice(&json!("auto")), Some(json!({"type": "auto"})));
+    }
+
+    #[test]
+    fn parses_non_stream_responses() {
+        let body: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message.json")).unwrap();
+        assert_eq!(
+            parse_response(&body).unwrap(),
+            vec![
+                text("Hi! My name is Claude."),
+                Event::Usage(Usage { input_tokens: 3895, cached_input_tokens: 1800, output_tokens: 503 }),
+                Event::Finish(FinishReason::Stop),
+            ]
+        );
+        let body: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message_tool_use.json"))
+                .unwrap();
+        assert_eq!(
+            parse_response(&body).unwrap(),
+            vec![
+                text("I'll check the current weather in San Francisco for you."),
+                Event::ToolCallDelta {
+                    index: 0,
+                    id: Some("toolu_01A09q90qw90lq917835lq9".into()),
+                    name: Some("get_weather".into()),
+                    arguments: r#"{"location":"San Francisco, CA","unit":"celsius"}"#.into(),
+                },
+                Event::Usage(Usage { input_tokens: 572, cached_input_tokens: 0, output_tokens: 91 }),
+                Event::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parses_text_stream_in_any_chunking() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/anthropic/message_stream.sse"),
+            AnthropicStream::default,
+        )
+        .await;
+        assert_eq!(
+            events,
+            vec![
+                Ok(text("Hello")),
+                Ok(text("! Ça va?")),
+                Ok(Event::Usage(Usage { input_tokens: 1035, cached_input_tokens: 1000, output_tokens: 15 })),
+                Ok(Event::Finish(FinishReason::Stop)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parses_tool_use_stream() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
+            AnthropicStream::default,
+        )
+        .await;
+        assert_eq!(
+            events,
+            vec![
+                Ok(text("Okay, let's check the weather.")),
+                Ok(Event::ToolCallDelta {
+                    index: 0,
+                    id: Some("toolu_01T1x1fJ34qAmk2tNTrN7Up6".into()),
+                    name: Some("get_weather".into()),
+                    arguments: String::new(),
+                }),
+                Ok(Event::ToolCallDelta {
+                    index: 0,
+                    id: None,
+                    name: None,
+                    arguments: "{\"location\":".into()
+                }),
+                Ok(Event::ToolCallDelta {
+                    index: 0,
+                    id: None,
+                    name: None,
+                    arguments: " \"San Francisco, CA\"}".into(),
+                }),
+                Ok(Event::Usage(Usage { input_tokens: 472, cached_input_tokens: 0, output_tokens: 89 })),
+                Ok(Event::Finish(FinishReason::ToolCalls)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_stream_ends_with_stream_broken() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+            AnthropicStream::default,
+        )
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("Hello")));
+        assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn overloaded_error_event_is_classified_and_last() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/anthropic/message_stream_error.sse"),
+            AnthropicStream::default,
+        )
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("Once upon")));
+        let err = events[1].as_ref().unwrap_err();
+        assert_eq!(err.class, ErrorClass::Overloaded);
+        assert_eq!(err.message, "Overloaded");
+    }
+
+    #[test]
+    fn classifies_error_bodies() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "30".parse().unwrap());
+        let e = classify(429, &h, include_str!("../../tests/fixtures/anthropic/error_429_rate_limit.json"));
+        assert_eq!(e.class, ErrorClass::RateLimited);
+        assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
+        assert!(e.message.starts_with("This request would exceed the rate limit"));
+
+        let none = HeaderMap::new();
+        let cases = [
+            (
+                529,
+                include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+                ErrorClass::Overloaded,
+            ),
+            (
+                400,
+                include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+                ErrorClass::ContextLength,
+            ),
+            (
+                400,
+                include_str!("../../tests/fixtures/anthropic/error_400_invalid_request.json"),
+                ErrorClass::InvalidRequest,
+            ),
+            (
+                401,
+                include_str!("../../tests/fixtures/anthropic/error_401_authentication.json"),
+                ErrorClass::Auth,
+            ),
+            (
+                500,
+                include_str!("../../tests/fixtures/anthropic/error_500_api_error.json"),
+                ErrorClass::ServerError,
+            ),
+            (502, "upstream connect error", ErrorClass::ServerError),
+        ];
+        for (status, body, class) in cases {
+            let e = classify(status, &none, body);
+            assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
+        }
+        let e = classify(
+            400,
+            &none,
+            include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+        );
+        assert_eq!(e.message, "prompt is too long: 215064 tokens > 200000 maximum");
+    }
+
+    #[tokio::test]
+    async fn send_streams_over_http_with_anthropic_headers() {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/anthropic/message_stream.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()) };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.uri, "/v1/messages");
+        assert_eq!(seen.headers["x-api-key"], "sk-ant-test");
+        assert_eq!(seen.headers["anthropic-version"], "2023-06-01");
+        assert_eq!(seen.headers["content-type"], "application/json");
+        let body: Value = serde_json::from_str(&seen.body).unwrap();
+        assert_eq!(body["max_tokens"], json!(4096));
+    }
+
+    #[tokio::test]
+    async fn send_classifies_529() {
+        let (base, _) = canned_server(
+            529,
+            &[("content-type", "application/json")],
+            include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+        assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
+    }
+
+    #[tokio::test]
+    async fn send_reports_cut_stream_as_broken() {
+        let (base, _) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn send_non_stream_over_http() {
+        let (base, _) = canned_server(
+            200,
+            &[("content-type", "application/json")],
+            include_str!("../../tests/fixtures/anthropic/message_tool_use.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.len(), 4);
+        assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::ToolCalls))));
+    }
+}

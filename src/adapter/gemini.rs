@@ -1,0 +1,682 @@
+//! Gemini API (Google AI): `generateContent` and `streamGenerateContent?alt=sse`.
+//!
+//! `POST {base_url}/models/{model}:generateContent` (the base URL ends in `/v1beta`), key in
+//! `x-goog-api-key`. Every streamed event is a whole `GenerateContentResponse`; the stream is
+//! complete once a candidate has carried a `finishReason` (there is no `[DONE]`). Usage is taken
+//! from the last `usageMetadata`. Gemini has no tool call ids, so they are synthesised.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde_json::{json, Map, Value};
+
+use super::error::parse_retry_after;
+use super::http::{self, StreamParser};
+use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use crate::canonical::{ChatRequest, Event, FinishReason, Role, Usage};
+
+pub async fn send(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<EventStream, UpstreamError> {
+    let url = url(&upstream.base_url, &req.model, req.stream);
+    let mut builder = client.post(url).json(&request_body(req));
+    if let Some(key) = &upstream.api_key {
+        builder = builder.header("x-goog-api-key", key);
+    }
+    if req.stream {
+        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+    }
+    let response = http::execute(builder, classify).await?;
+    Ok(if req.stream {
+        http::sse_events(response, GeminiStream::new())
+    } else {
+        http::json_events(response, parse_response)
+    })
+}
+
+fn url(base_url: &str, model: &str, stream: bool) -> String {
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+    format!("{}/models/{model}:{method}", base_url.trim_end_matches('/'))
+}
+
+/// The `GenerateContentRequest` body for `req`.
+pub(crate) fn request_body(req: &ChatRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("contents".into(), Value::Array(contents(req)));
+    if let Some(system) = req.system_prompt() {
+        body.insert("systemInstruction".into(), json!({"parts": [{"text": system}]}));
+    }
+    let mut config = Map::new();
+    if let Some(max_tokens) = req.max_tokens {
+        config.insert("maxOutputTokens".into(), json!(max_tokens));
+    }
+    if let Some(temperature) = req.temperature {
+        config.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(top_p) = req.top_p {
+        config.insert("topP".into(), json!(top_p));
+    }
+    if !req.stop.is_empty() {
+        config.insert("stopSequences".into(), json!(req.stop));
+    }
+    if let Some(seed) = req.seed {
+        // Gemini's seed is an int32.
+        config.insert("seed".into(), json!(seed as i64 as i32));
+    }
+    if !config.is_empty() {
+        body.insert("generationConfig".into(), Value::Object(config));
+    }
+    if !req.tools.is_empty() {
+        let declarations: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut declaration = Map::new();
+                declaration.insert("name".into(), json!(t.name));
+                if let Some(description) = &t.description {
+                    declaration.insert("description".into(), json!(description));
+                }
+                if t.parameters.is_object() {
+                    declaration.insert("parameters".into(), schema(&t.parameters));
+                }
+                Value::Object(declaration)
+            })
+            .collect();
+        body.insert("tools".into(), json!([{"functionDeclarations": declarations}]));
+    }
+    if let Some(config) = req.tool_choice.as_ref().and_then(tool_config) {
+        body.insert("toolConfig".into(), config);
+    }
+    Value::Object(body)
+}
+
+/// A JSON schema without the keywords Gemini's OpenAPI-subset schema rejects.
+fn schema(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "$schema" | "additionalProperties" | "strict"))
+                .map(|(k, v)| (k.clone(), schema(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(schema).collect()),
+        other => other.clone(),
+    }
+}
+
+/// OpenAI's `tool_choice` as a Gemini `toolConfig`.
+fn tool_config(choice: &Value) -> Option<Value> {
+    let (mode, names) = match choice {
+        Value::String(s) => match s.as_str() {
+            "auto" => ("AUTO", None),
+            "none" => ("NONE", None),
+            "required" => ("ANY", None),
+            _ => return None,
+        },
+        Value::Object(_) => ("ANY", Some(choice.pointer("/function/name")?.as_str()?)),
+        _ => return None,
+    };
+    let mut config = json!({"mode": mode});
+    if let Some(name) = names {
+        config["allowedFunctionNames"] = json!([name]);
+    }
+    Some(json!({"functionCallingConfig": config}))
+}
+
+/// The conversation as `contents` with roles `user` and `model`; consecutive turns of one role
+/// are merged (parallel function responses must share one turn).
+fn contents(req: &ChatRequest) -> Vec<Value> {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in &req.messages {
+        let (role, parts) = match m.role {
+            Role::System => continue,
+            Role::User => ("user", text_part(&m.content).into_iter().collect::<Vec<_>>()),
+            Role::Assistant => {
+                let mut parts: Vec<Value> = text_part(&m.content).into_iter().collect();
+                for call in &m.tool_calls {
+                    let args = serde_json::from_str::<Value>(&call.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    parts.push(json!({"functionCall": {"name": call.name, "args": args}}));
+                }
+                ("model", parts)
+            }
+            Role::Tool => {
+                // Gemini matches responses by function name: find the call this answers.
+                let name = m
+                    .tool_call_id
+                    .as_deref()
+                    .and_then(|id| {
+                        req.messages
+                            .iter()
+                            .flat_map(|m| &m.tool_calls)
+                            .find(|c| c.id == id)
+                            .map(|c| c.name.clone())
+                    })
+                    .unwrap_or_default();
+                let response = serde_json::from_str::<Value>(&m.content)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({"result": m.content}));
+                ("user", vec![json!({"functionResponse": {"name": name, "response": response}})])
+            }
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last_role, last_parts)) if *last_role == role => last_parts.extend(parts),
+            _ => out.push((role, parts)),
+        }
+    }
+    out.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect()
+}
+
+fn text_part(text: &str) -> Option<Value> {
+    (!text.is_empty()).then(|| json!({"text": text}))
+}
+
+/// Classify a non-2xx answer: `{"error": {"code", "message", "status"}}` (possibly wrapped in
+/// a one-element array).
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let error =
+        parsed.as_ref().map(|b| b.get(0).unwrap_or(b)).and_then(|b| b.get("error")).filter(|e| e.is_object());
+    let class = error.map(|e| class_of(Some(status), e)).unwrap_or(ErrorClass::from_status(status));
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| http::excerpt(body));
+    let retry_after = parse_retry_after(headers).or_else(|| error.and_then(retry_delay));
+    UpstreamError::new(class, Some(status), message).with_retry_after(retry_after)
+}
+
+fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    match error.get("status").and_then(Value::as_str).unwrap_or("") {
+        "RESOURCE_EXHAUSTED" => ErrorClass::RateLimited,
+        "UNAVAILABLE" => ErrorClass::Overloaded,
+        "INTERNAL" | "UNKNOWN" => ErrorClass::ServerError,
+        "DEADLINE_EXCEEDED" => ErrorClass::Timeout,
+        "PERMISSION_DENIED" | "UNAUTHENTICATED" => ErrorClass::Auth,
+        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" => {
+            if message.contains("exceeds the maximum number of tokens")
+                || message.contains("input token count")
+                || message.contains("token limit")
+                || message.contains("too long")
+            {
+                ErrorClass::ContextLength
+            } else {
+                ErrorClass::InvalidRequest
+            }
+        }
+        "NOT_FOUND" => ErrorClass::InvalidRequest,
+        _ => status
+            .or_else(|| error.get("code").and_then(Value::as_u64).map(|c| c as u16))
+            .map(ErrorClass::from_status)
+            .unwrap_or(ErrorClass::ServerError),
+    }
+}
+
+/// `google.rpc.RetryInfo.retryDelay` ("17s", "0.5s") from an error's details.
+fn retry_delay(error: &Value) -> Option<Duration> {
+    error.get("details")?.as_array()?.iter().find_map(|detail| {
+        let delay = detail.get("retryDelay")?.as_str()?.strip_suffix('s')?;
+        delay.parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    })
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "MAX_TOKENS" => FinishReason::Length,
+        "SAFETY" | "RECITATION" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "IMAGE_SAFETY" => {
+            FinishReason::ContentFilter
+        }
+        // STOP, and anything else that ends the candidate.
+        _ => FinishReason::Stop,
+    }
+}
+
+fn usage(meta: &Value) -> Usage {
+    Usage {
+        input_tokens: http::as_u32(meta.get("promptTokenCount")),
+        cached_input_tokens: http::as_u32(meta.get("cachedContentTokenCount")),
+        output_tokens: http::as_u32(meta.get("candidatesTokenCount"))
+            .saturating_add(http::as_u32(meta.get("thoughtsTokenCount"))),
+    }
+}
+
+/// Every event of a non-streamed `GenerateContentResponse` body.
+pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+    let mut parser = GeminiStream::new();
+    let mut events = parser.on_chunk(body)?;
+    events.extend(parser.close()?);
+    Ok(events)
+}
+
+/// Parser state of one answer (streamed, or one whole body).
+#[derive(Debug)]
+pub(crate) struct GeminiStream {
+    /// Prefix of the synthesised tool call ids, unique per answer.
+    id_prefix: String,
+    tool_calls: u32,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+}
+
+impl GeminiStream {
+    pub(crate) fn new() -> Self {
+        Self::with_id_prefix(format!("call_{:012x}", rand::random::<u64>() >> 16))
+    }
+
+    pub(crate) fn with_id_prefix(id_prefix: impl Into<String>) -> Self {
+        GeminiStream { id_prefix: id_prefix.into(), tool_calls: 0, usage: None, finish: None }
+    }
+
+    /// One `GenerateContentResponse`.
+    fn on_chunk(&mut self, chunk: &Value) -> Result<Vec<Event>, UpstreamError> {
+        if let Some(error) = chunk.get("error").filter(|e| e.is_object()) {
+            let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
+            return Err(UpstreamError::new(class_of(None, error), None, message));
+        }
+        if let Some(meta) = chunk.get("usageMetadata").filter(|m| m.is_object()) {
+            self.usage = Some(usage(meta));
+        }
+        let candidate = chunk.pointer("/candidates/0");
+        if candidate.is_none() {
+            if let Some(reason) = chunk.pointer("/promptFeedback/blockReason").and_then(Value::as_str) {
+                return Err(UpstreamError::new(
+                    ErrorClass::ContentPolicy,
+                    None,
+                    format!("prompt blocked by the provider: {reason}"),
+                ));
+            }
+        }
+        let mut events = Vec::new();
+        let Some(candidate) = candidate else {
+            return Ok(events);
+        };
+        let parts = candidate.pointer("/content/parts").and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            if part.get("thought").and_then(Value::as_bool) == Some(true) {
+                continue;
+            }
+            if let Some(text) = part.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                events.push(Event::TextDelta(text.to_string()));
+            }
+            if let Some(call) = part.get("functionCall") {
+                let index = self.tool_calls;
+                self.tool_calls += 1;
+                let id = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{}_{index}", self.id_prefix));
+                events.push(Event::ToolCallDelta {
+                    index,
+                    id: Some(id),
+                    name: call.get("name").and_then(Value::as_str).map(str::to_string),
+                    arguments: call.get("args").cloned().unwrap_or_else(|| json!({})).to_string(),
+                });
+            }
+        }
+        if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
+            self.finish = Some(finish_reason(reason));
+        }
+        Ok(events)
+    }
+
+    /// The answer is over: its closing events, or `StreamBroken` if no candidate finished.
+    fn close(&mut self) -> Result<Vec<Event>, UpstreamError> {
+        let Some(mut finish) = self.finish.take() else {
+            return Err(http::truncated("a candidate with finishReason"));
+        };
+        // Gemini says STOP after function calls.
+        if finish == FinishReason::Stop && self.tool_calls > 0 {
+            finish = FinishReason::ToolCalls;
+        }
+        let mut events = Vec::new();
+        if let Some(usage) = self.usage.take() {
+            events.push(Event::Usage(usage));
+        }
+        events.push(Event::Finish(finish));
+        Ok(events)
+    }
+}
+
+impl StreamParser for GeminiStream {
+    fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
+        let chunk: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+        self.on_chunk(&chunk)
+    }
+
+    /// Gemini has no end marker after the finishing chunk: read to the end of the body, where
+    /// the last `usageMetadata` is known.
+    fn is_closed(&self) -> bool {
+        false
+    }
+
+    fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError> {
+        self.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::adapter::http::testing::{canned_server, run_sse};
+    use crate::canonical::{Message, Tool, ToolCall};
+
+    fn text(s: &str) -> Event {
+        Event::TextDelta(s.to_string())
+    }
+
+    fn sample_request(stream: bool) -> ChatRequest {
+        let mut assistant = Message::new(Role::Assistant, "");
+        assistant.tool_calls.push(ToolCall {
+            id: "call_a".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"location":"Paris"}"#.into(),
+        });
+        let mut result = Message::new(Role::Tool, "sunny");
+        result.tool_call_id = Some("call_a".into());
+        ChatRequest {
+            model: "gemini-2.5-flash".into(),
+            messages: vec![
+                Message::new(Role::System, "Be brief."),
+                Message::new(Role::User, "Weather in Paris?"),
+                assistant,
+                result,
+            ],
+            max_tokens: Some(100),
+            temperature: Some(0.5),
+            top_p: Some(0.95),
+            stop: vec!["END".into()],
+            tools: vec![Tool {
+                name: "get_weather".into(),
+                description: Some("Current weather".into()),
+                parameters: json!({"$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object", "additionalProperties": false,
+                    "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+            }],
+            tool_choice: Some(json!("required")),
+            seed: Some(42),
+            stream,
+        }
+    }
+
+    #[test]
+    fn request_body_follows_generate_content() {
+        assert_eq!(
+            request_body(&sample_request(true)),
+            json!({
+                "contents": [
+                    {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+                    {"role": "model", "parts": [
+                        {"functionCall": {"name": "get_weather", "args": {"location": "Paris"}}}]},
+                    {"role": "user", "parts": [
+                        {"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]},
+                ],
+                "systemInstruction": {"parts": [{"text": "Be brief."}]},
+                "generationConfig": {
+                    "maxOutputTokens": 100, "temperature": 0.5, "topP": 0.95,
+                    "stopSequences": ["END"], "seed": 42,
+                },
+                "tools": [{"functionDeclarations": [{
+                    "name": "get_weather", "description": "Current weather",
+                    "parameters": {"type": "object",
+                        "properties": {"location": {"type": "string"}}, "required": ["location"]},
+                }]}],
+                "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
+            })
+        );
+        assert_eq!(
+            url("https://generativelanguage.googleapis.com/v1beta", "models/gemini-2.5-flash", true),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(url("http://h/v1beta/", "g", false), "http://h/v1beta/models/g:generateContent");
+    }
+
+    #[test]
+    fn parses_non_stream_responses() {
+        let body: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/gemini/generate_content.json")).unwrap();
+        assert_eq!(
+            parse_response(&body).unwrap(),
+            vec![
+                text("AI learns patterns from data to make predictions or decisions."),
+                Event::Usage(Usage { input_tokens: 4120, cached_input_tokens: 4096, output_tokens: 62 }),
+                Event::Finish(FinishReason::Stop),
+            ]
+        );
+        let body: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/gemini/generate_content_function_call.json"
+        ))
+        .unwrap();
+        let mut parser = GeminiStream::with_id_prefix("t");
+        let mut events = parser.on_chunk(&body).unwrap();
+        events.extend(parser.close().unwrap());
+        assert_eq!(
+            events,
+            vec![
+                Event::ToolCallDelta {
+                    index: 0,
+                    id: Some("t_0".into()),
+                    name: Some("schedule_meeting".into()),
+                    arguments: r#"{"attendees":["Bob","Alice"],"date":"2025-03-27","time":"10:00","topic":"Q3 planning"}"#.into(),
+                },
+                Event::Usage(Usage { input_tokens: 111, cached_input_tokens: 0, output_tokens: 37 }),
+                Event::Finish(FinishReason::ToolCalls),
+            ]
+        );
+        // Synthesised ids differ between answers.
+        let a = parse_response(&body).unwrap();
+        let b = parse_response(&body).unwrap();
+        assert_ne!(a[0], b[0]);
+    }
+
+    #[test]
+    fn blocked_prompt_is_a_content_policy_error() {
+        let body: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/gemini/prompt_blocked.json")).unwrap();
+        let err = parse_response(&body).unwrap_err();
+        assert_eq!(err.class, ErrorClass::ContentPolicy);
+        assert!(err.message.contains("SAFETY"));
+    }
+
+    #[tokio::test]
+    async fn parses_crlf_text_stream_in_any_chunking() {
+        let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"), || {
+            GeminiStream::with_id_prefix("t")
+        })
+        .await;
+        assert_eq!(
+            events,
+            vec![
+                Ok(text("The")),
+                Ok(text(" sky appears blue because of Rayleigh scattering — été.")),
+                Ok(text("\n")),
+                Ok(Event::Usage(Usage { input_tokens: 9, cached_input_tokens: 0, output_tokens: 24 })),
+                Ok(Event::Finish(FinishReason::Stop)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parses_function_call_stream() {
+        let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_function_call.sse"), || {
+            GeminiStream::with_id_prefix("t")
+        })
+        .await;
+        let call = |index, id: &str, location: &str| {
+            Ok(Event::ToolCallDelta {
+                index,
+                id: Some(id.into()),
+                name: Some("get_weather".into()),
+                arguments: format!(r#"{{"location":"{location}"}}"#),
+            })
+        };
+        assert_eq!(
+            events,
+            vec![
+                Ok(text("Let me check both cities.")),
+                call(0, "t_0", "Paris"),
+                call(1, "t_1", "London"),
+                Ok(Event::Usage(Usage { input_tokens: 60, cached_input_tokens: 0, output_tokens: 20 })),
+                Ok(Event::Finish(FinishReason::ToolCalls)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_stream_ends_with_stream_broken() {
+        let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_truncated.sse"), || {
+            GeminiStream::with_id_prefix("t")
+        })
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("The")));
+        assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn error_inside_stream_is_classified_and_last() {
+        let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_error.sse"), || {
+            GeminiStream::with_id_prefix("t")
+        })
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("Once upon")));
+        assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::Overloaded);
+    }
+
+    #[test]
+    fn classifies_error_bodies() {
+        let none = HeaderMap::new();
+        let e = classify(
+            429,
+            &none,
+            include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"),
+        );
+        assert_eq!(e.class, ErrorClass::RateLimited);
+        assert_eq!(e.retry_after, Some(Duration::from_secs(17)));
+        assert!(e.message.starts_with("You exceeded your current quota"));
+
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "3".parse().unwrap());
+        let e =
+            classify(429, &h, include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
+
+        let cases = [
+            (
+                503,
+                include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
+                ErrorClass::Overloaded,
+            ),
+            (
+                400,
+                include_str!("../../tests/fixtures/gemini/error_400_token_limit.json"),
+                ErrorClass::ContextLength,
+            ),
+            (
+                400,
+                include_str!("../../tests/fixtures/gemini/error_400_invalid_argument.json"),
+                ErrorClass::InvalidRequest,
+            ),
+            (
+                403,
+                include_str!("../../tests/fixtures/gemini/error_403_permission_denied.json"),
+                ErrorClass::Auth,
+            ),
+            (
+                500,
+                r#"{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}"#,
+                ErrorClass::ServerError,
+            ),
+            (
+                504,
+                r#"{"error":{"code":504,"message":"Deadline expired before operation could complete.","status":"DEADLINE_EXCEEDED"}}"#,
+                ErrorClass::Timeout,
+            ),
+            (
+                401,
+                r#"[{"error":{"code":401,"message":"API key not valid.","status":"UNAUTHENTICATED"}}]"#,
+                ErrorClass::Auth,
+            ),
+            (502, "Bad Gateway", ErrorClass::ServerError),
+        ];
+        for (status, body, class) in cases {
+            let e = classify(status, &none, body);
+            assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn send_streams_over_http_with_gemini_url_and_key() {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: format!("{base}/v1beta"), api_key: Some("g-key".into()) };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.len(), 5);
+        assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.uri, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
+        assert_eq!(seen.headers["x-goog-api-key"], "g-key");
+    }
+
+    #[tokio::test]
+    async fn send_classifies_status() {
+        let (base, _) = canned_server(
+            503,
+            &[("content-type", "application/json")],
+            include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+        assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
+        assert_eq!(err.message, "The model is overloaded. Please try again later.");
+    }
+
+    #[tokio::test]
+    async fn send_reports_cut_stream_as_broken() {
+        let (base, _) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/gemini/stream_truncated.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn send_non_stream_over_http() {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "application/json")],
+            include_str!("../../tests/fixtures/gemini/generate_content.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.len(), 3);
+        assert_eq!(seen.lock().unwrap().uri, "/models/gemini-2.5-flash:generateContent");
+    }
+}

@@ -1,0 +1,273 @@
+//! Plumbing shared by the adapters: send the request, turn a non-2xx answer into a classified
+//! error, and drive a provider's stream parser over the SSE body (or its parse function over a
+//! JSON body). Everything provider-specific stays in the adapter modules.
+
+use std::collections::VecDeque;
+
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use super::{ErrorClass, EventStream, UpstreamError};
+use crate::canonical::Event;
+
+/// Turns an HTTP status, the response headers and the body text into a classified error.
+pub(crate) type Classify = fn(u16, &HeaderMap, &str) -> UpstreamError;
+
+/// Translates one provider's SSE events into canonical events. One value per answer.
+pub(crate) trait StreamParser: Send + 'static {
+    /// One SSE event (`event` is `"message"` when the provider sent no event name). `Err` ends
+    /// the stream with that error.
+    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<Event>, UpstreamError>;
+
+    /// Whether the provider's terminal marker has been seen: the driver stops reading then.
+    fn is_closed(&self) -> bool;
+
+    /// The body ended. The closing events if the answer is complete, otherwise the error
+    /// (`StreamBroken` when the terminal marker never came).
+    fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError>;
+}
+
+/// Send the request; resolve once the status line is in. Non-2xx: read the body and classify.
+pub(crate) async fn execute(
+    builder: reqwest::RequestBuilder,
+    classify: Classify,
+) -> Result<reqwest::Response, UpstreamError> {
+    let response = builder.send().await.map_err(|e| UpstreamError::from_reqwest(&e))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let headers = response.headers().clone();
+    let body = response.text().await.unwrap_or_default();
+    Err(classify(status.as_u16(), &headers, &body))
+}
+
+/// The events of a streamed (SSE) 2xx answer.
+pub(crate) fn sse_events<P: StreamParser>(response: reqwest::Response, parser: P) -> EventStream {
+    drive(response.bytes_stream(), parser, |e: reqwest::Error| UpstreamError::from_reqwest(&e))
+}
+
+/// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
+/// polled, and every event of the parsed JSON is yielded.
+pub(crate) fn json_events(
+    response: reqwest::Response,
+    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+) -> EventStream {
+    let read = async move {
+        let status = response.status().as_u16();
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(e) => return vec![Err(UpstreamError::from_reqwest(&e))],
+        };
+        let json: Value = match serde_json::from_slice(&body) {
+            Ok(json) => json,
+            Err(e) => {
+                return vec![Err(UpstreamError::new(
+                    ErrorClass::StreamBroken,
+                    Some(status),
+                    format!("malformed JSON body: {e}"),
+                ))]
+            }
+        };
+        match parse(&json) {
+            Ok(events) => events.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        }
+    };
+    Box::pin(futures::stream::once(read).flat_map(futures::stream::iter))
+}
+
+/// Parse `bytes` as SSE with `eventsource-stream` and feed every event through `parser`.
+/// Ends after the terminal marker, after the first error (the last item), or at the end of the
+/// body, where the parser decides whether the answer was complete.
+pub(crate) fn drive<S, B, E, P>(bytes: S, parser: P, transport_error: fn(E) -> UpstreamError) -> EventStream
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]>,
+    E: Send + 'static,
+    P: StreamParser,
+{
+    struct State<T, P> {
+        sse: std::pin::Pin<Box<T>>,
+        parser: P,
+        pending: VecDeque<Result<Event, UpstreamError>>,
+        finished: bool,
+    }
+    let state =
+        State { sse: Box::pin(bytes.eventsource()), parser, pending: VecDeque::new(), finished: false };
+    let stream = futures::stream::unfold(state, move |mut st| async move {
+        loop {
+            if let Some(item) = st.pending.pop_front() {
+                return Some((item, st));
+            }
+            if st.finished {
+                return None;
+            }
+            let outcome = match st.sse.next().await {
+                Some(Ok(event)) => {
+                    let outcome = st.parser.on_event(&event.event, &event.data);
+                    if st.parser.is_closed() {
+                        st.finished = true;
+                    }
+                    outcome
+                }
+                Some(Err(EventStreamError::Transport(e))) => Err(transport_error(e)),
+                Some(Err(EventStreamError::Utf8(e))) => Err(UpstreamError::new(
+                    ErrorClass::StreamBroken,
+                    None,
+                    format!("event stream is not UTF-8: {e}"),
+                )),
+                Some(Err(EventStreamError::Parser(e))) => Err(UpstreamError::new(
+                    ErrorClass::StreamBroken,
+                    None,
+                    format!("malformed event stream: {e}"),
+                )),
+                None => {
+                    st.finished = true;
+                    st.parser.on_end()
+                }
+            };
+            match outcome {
+                Ok(events) => st.pending.extend(events.into_iter().map(Ok)),
+                Err(e) => {
+                    st.pending.push_back(Err(e));
+                    st.finished = true;
+                }
+            }
+        }
+    });
+    Box::pin(stream)
+}
+
+/// The error a stream gets when it ends without the provider's terminal marker.
+pub(crate) fn truncated(what: &str) -> UpstreamError {
+    UpstreamError::new(
+        ErrorClass::StreamBroken,
+        None,
+        format!("upstream stream ended before {what}; the answer is incomplete"),
+    )
+}
+
+/// A malformed event payload: the stream cannot be trusted past it.
+pub(crate) fn malformed(data: &str, err: &serde_json::Error) -> UpstreamError {
+    UpstreamError::new(
+        ErrorClass::StreamBroken,
+        None,
+        format!("malformed stream event ({err}): {}", excerpt(data)),
+    )
+}
+
+/// At most 512 characters of a body, for error messages.
+pub(crate) fn excerpt(body: &str) -> String {
+    let body = body.trim();
+    match body.char_indices().nth(512) {
+        Some((cut, _)) => format!("{}…", &body[..cut]),
+        None => body.to_string(),
+    }
+}
+
+/// A JSON value as u32 (missing, null or out of range: 0).
+pub(crate) fn as_u32(value: Option<&Value>) -> u32 {
+    value.and_then(Value::as_u64).map(|v| v.min(u32::MAX as u64) as u32).unwrap_or(0)
+}
+
+/// Test helpers: run a parser over SSE text chopped into odd-sized chunks, and a tiny HTTP
+/// server that answers every request with one canned response.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    use axum::response::Response;
+
+    use super::*;
+
+    /// Run `parser` over `text`, delivered in chunks of the given sizes (cycled), as bytes.
+    pub(crate) async fn run_chopped<P: StreamParser>(
+        text: &str,
+        sizes: &[usize],
+        parser: P,
+    ) -> Vec<Result<Event, UpstreamError>> {
+        let bytes = text.as_bytes();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        let mut i = 0;
+        while at < bytes.len() {
+            let n = sizes[i % sizes.len()].max(1).min(bytes.len() - at);
+            chunks.push(Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(&bytes[at..at + n])));
+            at += n;
+            i += 1;
+        }
+        let stream = drive(futures::stream::iter(chunks), parser, |e: std::io::Error| {
+            UpstreamError::new(ErrorClass::StreamBroken, None, e.to_string())
+        });
+        stream.collect().await
+    }
+
+    /// Run `parser` over `text` with several chunkings, check they all agree, return the result.
+    pub(crate) async fn run_sse<P: StreamParser>(
+        text: &str,
+        make: impl Fn() -> P,
+    ) -> Vec<Result<Event, UpstreamError>> {
+        let whole = run_chopped(text, &[usize::MAX], make()).await;
+        for sizes in [&[1usize][..], &[7, 3, 13], &[64, 5], &[2, 1, 97]] {
+            let chopped = run_chopped(text, sizes, make()).await;
+            assert_eq!(chopped, whole, "chunking {sizes:?} changed the events");
+        }
+        whole
+    }
+
+    /// What the canned server saw of the last request.
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Seen {
+        pub uri: String,
+        pub headers: HeaderMap,
+        pub body: String,
+    }
+
+    /// Serve one canned response (status, headers, body) to every request on 127.0.0.1:0.
+    /// Returns `http://127.0.0.1:port` and what the server saw.
+    pub(crate) async fn canned_server(
+        status: u16,
+        headers: &[(&'static str, &'static str)],
+        body: &'static str,
+    ) -> (String, Arc<Mutex<Seen>>) {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let headers: Vec<(&'static str, &'static str)> = headers.to_vec();
+        let record = seen.clone();
+        let app = axum::Router::new().fallback(move |uri: Uri, req_headers: HeaderMap, req_body: String| {
+            let headers = headers.clone();
+            let record = record.clone();
+            async move {
+                *record.lock().unwrap() = Seen { uri: uri.to_string(), headers: req_headers, body: req_body };
+                let mut response = Response::builder().status(StatusCode::from_u16(status).unwrap());
+                for (name, value) in headers {
+                    response = response.header(name, value);
+                }
+                response.body(Body::from(body)).unwrap()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.ok();
+        });
+        (format!("http://{addr}"), seen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_cuts_long_bodies_on_char_boundaries() {
+        let long = "é".repeat(600);
+        let cut = excerpt(&long);
+        assert_eq!(cut.chars().count(), 513);
+        assert_eq!(excerpt("  short \n"), "short");
+    }
+}

@@ -1,0 +1,59 @@
+//! Adapters: the canonical request in, a stream of canonical events (or a classified error) out.
+//!
+//! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
+//! `openai_compat`; Anthropic Messages and Gemini have their own. Adapters never retry and
+//! never choose a backend: dispatch does that. They only translate and classify.
+
+pub mod anthropic;
+pub mod error;
+pub mod gemini;
+mod http;
+pub mod openai_compat;
+
+use std::pin::Pin;
+
+use futures::Stream;
+
+pub use error::{ErrorClass, UpstreamError};
+
+use crate::canonical::{ChatRequest, Event};
+
+/// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
+/// the stream broke (it is the last item).
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, UpstreamError>> + Send>>;
+
+/// The wire format a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WireFormat {
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+/// Where and as whom one call goes: resolved from config by dispatch for one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upstream {
+    /// Base URL without a trailing slash, e.g. `http://10.0.0.5:8000/v1` for OpenAI-compatible
+    /// servers, `https://api.anthropic.com` for Anthropic, and
+    /// `https://generativelanguage.googleapis.com/v1beta` for Gemini.
+    pub base_url: String,
+    /// The secret itself (already read from the environment), if the upstream needs one.
+    pub api_key: Option<String>,
+}
+
+/// Send `req` (with `req.model` already set to the backend's model) to `upstream` in `format`.
+/// Resolves once the upstream has answered with a status: `Ok` holds the event stream (for a
+/// non-streaming request it yields every event of the whole answer), `Err` the classified
+/// failure. Timeouts are the caller's business (dispatch wraps this in its deadlines).
+pub async fn send(
+    format: WireFormat,
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<EventStream, UpstreamError> {
+    match format {
+        WireFormat::OpenAi => openai_compat::send(client, upstream, req).await,
+        WireFormat::Anthropic => anthropic::send(client, upstream, req).await,
+        WireFormat::Gemini => gemini::send(client, upstream, req).await,
+    }
+}

@@ -1,0 +1,662 @@
+//! OpenAI Chat Completions, as spoken by vLLM, OpenAI and any OpenAI-compatible endpoint.
+//!
+//! `POST {base_url}/chat/completions` (the base URL already ends in `/v1`), `Authorization:
+//! Bearer` when the upstream has a key. Streams always ask for `stream_options.include_usage`
+//! so that usage arrives in a last chunk with empty `choices` before `data: [DONE]`.
+
+use reqwest::header::HeaderMap;
+use serde_json::{json, Map, Value};
+
+use super::error::parse_retry_after;
+use super::http::{self, StreamParser};
+use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use crate::canonical::{ChatRequest, Event, FinishReason, Message, Role, Usage};
+
+pub async fn send(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<EventStream, UpstreamError> {
+    let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
+    let mut builder = client.post(url).json(&request_body(req));
+    if let Some(key) = &upstream.api_key {
+        builder = builder.bearer_auth(key);
+    }
+    if req.stream {
+        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+    }
+    let response = http::execute(builder, classify).await?;
+    Ok(if req.stream {
+        http::sse_events(response, OpenAiStream::default())
+    } else {
+        http::json_events(response, parse_response)
+    })
+}
+
+/// The Chat Completions request body for `req`.
+pub(crate) fn request_body(req: &ChatRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("messages".into(), Value::Array(req.messages.iter().map(message).collect()));
+    body.insert("stream".into(), json!(req.stream));
+    if req.stream {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(max_tokens) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(max_tokens));
+    }
+    if let Some(temperature) = req.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    if let Some(top_p) = req.top_p {
+        body.insert("top_p".into(), json!(top_p));
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop".into(), json!(req.stop));
+    }
+    if let Some(seed) = req.seed {
+        body.insert("seed".into(), json!(seed));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut function = Map::new();
+                function.insert("name".into(), json!(t.name));
+                if let Some(description) = &t.description {
+                    function.insert("description".into(), json!(description));
+                }
+                if !t.parameters.is_null() {
+                    function.insert("parameters".into(), t.parameters.clone());
+                }
+                json!({"type": "function", "function": function})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(tool_choice) = &req.tool_choice {
+        body.insert("tool_choice".into(), tool_choice.clone());
+    }
+    Value::Object(body)
+}
+
+fn message(m: &Message) -> Value {
+    match m.role {
+        Role::System => json!({"role": "system", "content": m.content}),
+        Role::User => json!({"role": "user", "content": m.content}),
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
+            "content": m.content,
+        }),
+        Role::Assistant => {
+            let mut out = Map::new();
+            out.insert("role".into(), json!("assistant"));
+            if m.tool_calls.is_empty() || !m.content.is_empty() {
+                out.insert("content".into(), json!(m.content));
+            } else {
+                out.insert("content".into(), Value::Null);
+            }
+            if !m.tool_calls.is_empty() {
+                let calls: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        })
+                    })
+                    .collect();
+                out.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(out)
+        }
+    }
+}
+
+/// Classify a non-2xx answer: OpenAI's `{"error": {message, type, code}}` or vLLM's older
+/// top-level `{"object": "error", message, type, code}`.
+pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+    let retry_after = parse_retry_after(headers);
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let error = parsed.as_ref().map(error_object);
+    let class = error.map(|e| class_of(Some(status), e)).unwrap_or(ErrorClass::from_status(status));
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| http::excerpt(body));
+    UpstreamError::new(class, Some(status), message).with_retry_after(retry_after)
+}
+
+/// The error object of an error body, whichever of the two shapes it has.
+fn error_object(body: &Value) -> &Value {
+    match body.get("error") {
+        Some(e) if e.is_object() => e,
+        _ => body,
+    }
+}
+
+/// The class of an error object; `status` is the HTTP status when there was one (a mid-stream
+/// error has none: then a numeric `code` stands in for it).
+fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
+    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let status = status
+        .or_else(|| error.get("code").and_then(Value::as_u64).map(|c| c as u16))
+        .or_else(|| error.get("status").and_then(Value::as_u64).map(|c| c as u16));
+    if code == "context_length_exceeded"
+        || (status.is_none_or(|s| (400..500).contains(&s))
+            && (message.contains("maximum context length")
+                || message.contains("context length exceeded")
+                || message.contains("context window")))
+    {
+        return ErrorClass::ContextLength;
+    }
+    if matches!(code, "content_filter" | "content_policy_violation")
+        || matches!(kind, "content_filter" | "content_policy_violation")
+    {
+        return ErrorClass::ContentPolicy;
+    }
+    match status {
+        Some(status) => ErrorClass::from_status(status),
+        None => match (kind, code) {
+            ("insufficient_quota" | "rate_limit_error" | "tokens" | "requests", _)
+            | (_, "rate_limit_exceeded" | "insufficient_quota") => ErrorClass::RateLimited,
+            ("invalid_request_error" | "BadRequestError", _) => ErrorClass::InvalidRequest,
+            ("authentication_error" | "permission_error", _) => ErrorClass::Auth,
+            _ => ErrorClass::ServerError,
+        },
+    }
+}
+
+/// An error that arrived inside a 2xx stream or body.
+fn in_band_error(error: &Value) -> UpstreamError {
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
+    UpstreamError::new(class_of(None, error), None, message)
+}
+
+fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
+    Ok(match reason {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        // vLLM reports an engine-side abort as a finish reason: the answer is not complete.
+        "abort" | "error" => {
+            return Err(UpstreamError::new(
+                ErrorClass::StreamBroken,
+                None,
+                format!("upstream ended the answer with finish_reason {reason:?}"),
+            ))
+        }
+        _ => FinishReason::Stop,
+    })
+}
+
+fn usage(value: &Value) -> Option<Usage> {
+    if !value.is_object() {
+        return None;
+    }
+    Some(Usage {
+        input_tokens: http::as_u32(value.get("prompt_tokens")),
+        cached_input_tokens: http::as_u32(value.pointer("/prompt_tokens_details/cached_tokens")),
+        output_tokens: http::as_u32(value.get("completion_tokens")),
+    })
+}
+
+/// Every event of a non-streamed `chat.completion` body.
+pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+    if let Some(error) = body.get("error").filter(|e| e.is_object()) {
+        return Err(in_band_error(error));
+    }
+    let choice = body
+        .pointer("/choices/0")
+        .ok_or_else(|| UpstreamError::new(ErrorClass::StreamBroken, None, "response has no choices"))?;
+    let mut events = Vec::new();
+    let message = &choice["message"];
+    if let Some(text) = message.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        events.push(Event::TextDelta(text.to_string()));
+    }
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for (index, call) in calls.iter().enumerate() {
+            events.push(Event::ToolCallDelta {
+                index: index as u32,
+                id: call.get("id").and_then(Value::as_str).map(str::to_string),
+                name: call.pointer("/function/name").and_then(Value::as_str).map(str::to_string),
+                arguments: call
+                    .pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            });
+        }
+    }
+    if let Some(usage) = body.get("usage").and_then(usage) {
+        events.push(Event::Usage(usage));
+    }
+    let reason = choice.get("finish_reason").and_then(Value::as_str).unwrap_or("stop");
+    events.push(Event::Finish(finish_reason(reason)?));
+    Ok(events)
+}
+
+/// Parser state of one streamed answer.
+#[derive(Debug, Default)]
+pub(crate) struct OpenAiStream {
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+    done: bool,
+}
+
+impl StreamParser for OpenAiStream {
+    fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            let mut events = Vec::new();
+            if let Some(usage) = self.usage.take() {
+                events.push(Event::Usage(usage));
+            }
+            events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
+            return Ok(events);
+        }
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+        if let Some(error) = chunk.get("error").filter(|e| e.is_object()) {
+            return Err(in_band_error(error));
+        }
+        if let Some(usage) = chunk.get("usage").and_then(usage) {
+            self.usage = Some(usage);
+        }
+        let mut events = Vec::new();
+        // One answer per request (n = 1): only choice 0 is read.
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0))
+        else {
+            return Ok(events);
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            events.push(Event::TextDelta(text.to_string()));
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(position as u64);
+                let id = call.get("id").and_then(Value::as_str).map(str::to_string);
+                let name = call.pointer("/function/name").and_then(Value::as_str).map(str::to_string);
+                let arguments = call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("");
+                if id.is_none() && name.is_none() && arguments.is_empty() {
+                    continue;
+                }
+                events.push(Event::ToolCallDelta {
+                    index: index as u32,
+                    id,
+                    name,
+                    arguments: arguments.to_string(),
+                });
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(finish_reason(reason)?);
+        }
+        Ok(events)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.done
+    }
+
+    fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError> {
+        if self.done {
+            Ok(Vec::new())
+        } else {
+            Err(http::truncated("data: [DONE]"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::adapter::http::testing::{canned_server, run_sse};
+    use crate::canonical::{Tool, ToolCall};
+    use futures::StreamExt;
+
+    fn fixture_json(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn text(s: &str) -> Event {
+        Event::TextDelta(s.to_string())
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    fn sample_request(stream: bool) -> ChatRequest {
+        let mut assistant = Message::new(Role::Assistant, "");
+        assistant.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"location":"Paris"}"#.into(),
+        });
+        let mut tool = Message::new(Role::Tool, r#"{"temp_c":21}"#);
+        tool.tool_call_id = Some("call_1".into());
+        ChatRequest {
+            model: "gpt-4o-mini".into(),
+            messages: vec![
+                Message::new(Role::System, "Be brief."),
+                Message::new(Role::User, "Weather in Paris?"),
+                assistant,
+                tool,
+            ],
+            max_tokens: Some(256),
+            temperature: Some(0.2),
+            top_p: Some(0.9),
+            stop: vec!["\n\n".into()],
+            tools: vec![Tool {
+                name: "get_weather".into(),
+                description: Some("Current weather".into()),
+                parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+            }],
+            tool_choice: Some(json!("auto")),
+            seed: Some(7),
+            stream,
+        }
+    }
+
+    #[test]
+    fn request_body_carries_every_field() {
+        let body = request_body(&sample_request(true));
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-4o-mini",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\":21}"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "max_tokens": 256,
+                "temperature": 0.2,
+                "top_p": 0.9,
+                "stop": ["\n\n"],
+                "seed": 7,
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather", "description": "Current weather",
+                    "parameters": {"type":"object","properties":{"location":{"type":"string"}}}}}],
+                "tool_choice": "auto",
+            })
+        );
+        let plain = request_body(&ChatRequest {
+            model: "m".into(),
+            messages: vec![Message::new(Role::User, "hi")],
+            ..Default::default()
+        });
+        assert_eq!(
+            plain,
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
+        );
+    }
+
+    #[test]
+    fn parses_non_stream_response() {
+        let events =
+            parse_response(&fixture_json(include_str!("../../tests/fixtures/openai/chat_completion.json")))
+                .unwrap();
+        assert_eq!(
+            events,
+            vec![
+                text("Hello! How can I assist you today?"),
+                Event::Usage(Usage { input_tokens: 19, cached_input_tokens: 0, output_tokens: 10 }),
+                Event::Finish(FinishReason::Stop),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_non_stream_tool_calls() {
+        let events = parse_response(&fixture_json(include_str!(
+            "../../tests/fixtures/openai/chat_completion_tool_calls.json"
+        )))
+        .unwrap();
+        assert_eq!(
+            events,
+            vec![
+                Event::ToolCallDelta {
+                    index: 0,
+                    id: Some("call_abc123".into()),
+                    name: Some("get_current_weather".into()),
+                    arguments: "{\n\"location\": \"Boston, MA\"\n}".into(),
+                },
+                Event::Usage(Usage { input_tokens: 2082, cached_input_tokens: 1920, output_tokens: 17 }),
+                Event::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parses_text_stream_in_any_chunking() {
+        let events =
+            run_sse(include_str!("../../tests/fixtures/openai/chat_stream.sse"), OpenAiStream::default).await;
+        assert_eq!(
+            events,
+            vec![
+                Ok(text("Hello")),
+                Ok(text(" — café")),
+                Ok(text(" time!")),
+                Ok(Event::Usage(Usage { input_tokens: 1200, cached_input_tokens: 1024, output_tokens: 5 })),
+                Ok(Event::Finish(FinishReason::Stop)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn parses_tool_call_stream() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/openai/chat_stream_tool_calls.sse"),
+            OpenAiStream::default,
+        )
+        .await;
+        let delta = |index, id: Option<&str>, name: Option<&str>, arguments: &str| {
+            Ok(Event::ToolCallDelta {
+                index,
+                id: id.map(str::to_string),
+                name: name.map(str::to_string),
+                arguments: arguments.to_string(),
+            })
+        };
+        assert_eq!(
+            events,
+            vec![
+                delta(0, Some("call_DdmO9pD3xa9XTPNJ32zg2hcA"), Some("get_weather"), ""),
+                delta(0, None, None, "{\"lo"),
+                delta(0, None, None, "cation\": \"Paris\"}"),
+                delta(1, Some("call_q2nKxXyVXbZ7e4Rb1jT8hY5a"), Some("get_time"), ""),
+                delta(1, None, None, "{\"tz\": \"Europe/Paris\"}"),
+                Ok(Event::Usage(Usage { input_tokens: 85, cached_input_tokens: 0, output_tokens: 42 })),
+                Ok(Event::Finish(FinishReason::ToolCalls)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_stream_ends_with_stream_broken() {
+        let events = run_sse(
+            include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
+            OpenAiStream::default,
+        )
+        .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("Hello")));
+        assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn error_inside_stream_is_classified_and_last() {
+        let events =
+            run_sse(include_str!("../../tests/fixtures/openai/chat_stream_error.sse"), OpenAiStream::default)
+                .await;
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], Ok(text("The answer")));
+        let err = events[1].as_ref().unwrap_err();
+        assert_eq!(err.class, ErrorClass::ServerError);
+        assert!(err.message.contains("server had an error"));
+    }
+
+    #[test]
+    fn classifies_error_bodies() {
+        let h = headers(&[("retry-after", "2")]);
+        let e = classify(429, &h, include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"));
+        assert_eq!(e.class, ErrorClass::RateLimited);
+        assert_eq!(e.status, Some(429));
+        assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
+        assert!(e.message.starts_with("Rate limit reached for gpt-4o"));
+
+        let none = HeaderMap::new();
+        let e = classify(
+            429,
+            &none,
+            include_str!("../../tests/fixtures/openai/error_429_insufficient_quota.json"),
+        );
+        assert_eq!(e.class, ErrorClass::RateLimited);
+        assert_eq!(e.retry_after, None);
+
+        let e =
+            classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_context_length.json"));
+        assert_eq!(e.class, ErrorClass::ContextLength);
+        assert!(e.message.contains("maximum context length is 128000"));
+
+        let e =
+            classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_content_filter.json"));
+        assert_eq!(e.class, ErrorClass::ContentPolicy);
+
+        let e = classify(503, &none, include_str!("../../tests/fixtures/openai/error_503_overloaded.json"));
+        assert_eq!(e.class, ErrorClass::Overloaded);
+        assert_eq!(e.message, "The engine is currently overloaded, please try again later");
+
+        let e = classify(
+            400,
+            &none,
+            include_str!("../../tests/fixtures/openai/vllm_error_400_context_length.json"),
+        );
+        assert_eq!(e.class, ErrorClass::ContextLength);
+
+        let e = classify(502, &none, "<html>Bad Gateway</html>");
+        assert_eq!(e.class, ErrorClass::ServerError);
+        assert_eq!(e.message, "<html>Bad Gateway</html>");
+
+        let e = classify(
+            401,
+            &none,
+            r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        );
+        assert_eq!(e.class, ErrorClass::Auth);
+    }
+
+    #[test]
+    fn vllm_abort_is_not_a_complete_answer() {
+        let mut parser = OpenAiStream::default();
+        let err = parser
+            .on_event("message", r#"{"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}"#)
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn send_streams_over_http() {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/openai/chat_stream.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: format!("{base}/v1"), api_key: Some("sk-test".into()) };
+        let client = reqwest::Client::new();
+        let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.len(), 5);
+        assert_eq!(events[4], Ok(Event::Finish(FinishReason::Stop)));
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.uri, "/v1/chat/completions");
+        assert_eq!(seen.headers["authorization"], "Bearer sk-test");
+        let body: Value = serde_json::from_str(&seen.body).unwrap();
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[tokio::test]
+    async fn send_non_stream_over_http() {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "application/json")],
+            include_str!("../../tests/fixtures/openai/chat_completion.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+        assert!(seen.lock().unwrap().headers.get("authorization").is_none());
+    }
+
+    #[tokio::test]
+    async fn send_classifies_status_and_retry_after() {
+        let (base, _) = canned_server(
+            429,
+            &[("content-type", "application/json"), ("retry-after", "1.5")],
+            include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+        assert_eq!(err.class, ErrorClass::RateLimited);
+        assert_eq!(err.status, Some(429));
+        assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
+    }
+
+    #[tokio::test]
+    async fn send_reports_cut_stream_as_broken() {
+        let (base, _) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
+        )
+        .await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+        let events: Vec<_> = stream.collect().await;
+        assert_eq!(events[0], Ok(text("Hello")));
+        assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+    }
+
+    #[tokio::test]
+    async fn send_maps_refused_connection() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let upstream = Upstream { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None };
+        let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+        assert_eq!(err.class, ErrorClass::Connect);
+    }
+}

@@ -1,0 +1,301 @@
+//! `POST /v1/chat/completions`: decode, authorise, plan, dispatch, and answer as JSON or SSE.
+//!
+//! After dispatch commits, a streamed answer is forwarded event by event; an upstream failure
+//! from then on ends the stream with an in-band error event and no `[DONE]`, so no client
+//! mistakes a truncated answer for a whole one.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::wire::{self, chunk_json, completion_json};
+use super::{authenticate, AppState};
+use crate::adapter::ErrorClass;
+use crate::canonical::{Event, FinishReason, ToolCall, Usage};
+use crate::dispatch::{Committed, DispatchError};
+use crate::outcome::Skip;
+use crate::route::{self, RequestFacts};
+
+/// Priority classes a client may ask for with `x-spillway-priority`.
+pub const PRIORITIES: &[&str] = &["high", "normal", "low"];
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match handle(state, headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let key_name = authenticate(&state, &headers)?;
+    let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "Spillway is at its concurrency limit; retry shortly",
+        )
+        .code("router_overloaded")
+        .retry_after(1));
+    };
+    let bytes = axum::body::to_bytes(body, state.max_body_bytes).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is larger than {} bytes", state.max_body_bytes),
+        )
+        .code("request_too_large")
+    })?;
+    let request = wire::decode(&bytes)?;
+    let priority = header_str(&headers, "x-spillway-priority")?.unwrap_or("normal");
+    if !PRIORITIES.contains(&priority) {
+        return Err(ApiError::bad_request(format!(
+            "x-spillway-priority `{priority}` is not one of {}",
+            PRIORITIES.join(", ")
+        ))
+        .param("x-spillway-priority"));
+    }
+    let project = header_str(&headers, "x-spillway-project")?;
+
+    let snap = state.snapshot.load_full();
+    let task = snap.config.task(&request.model).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no task named `{}`", request.model),
+        )
+        .code("model_not_found")
+        .param("model")
+    })?;
+    if !super::key_may_use(key_name.as_deref(), task) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            format!("this key may not use task `{}`", task.name),
+        ));
+    }
+    let canonical = request.to_canonical(task.max_output_tokens)?;
+
+    // The affinity key (project, else client key) keeps a project on the same node, so its
+    // prompt cache stays warm; without one, requests spread at random.
+    let seed = match project.or(key_name.as_deref()) {
+        Some(key) => {
+            let mut h = DefaultHasher::new();
+            key.hash(&mut h);
+            h.finish()
+        }
+        None => rand::random(),
+    };
+    let facts = RequestFacts {
+        task,
+        prompt_tokens: canonical.estimated_prompt_tokens(),
+        max_output_tokens: canonical.max_tokens.unwrap_or(1024),
+        seed,
+    };
+    let plan = route::plan(&facts, &snap, Instant::now()).map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0).code("no_eligible_backend")
+    })?;
+    let committed =
+        state.dispatcher.dispatch(&snap, &plan, task, &canonical).await.map_err(dispatch_error)?;
+    let mut spillway_headers = HeaderMap::new();
+    add_spillway_headers(&mut spillway_headers, &committed);
+
+    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut response = if request.wants_stream() {
+        stream_response(
+            committed.events,
+            &committed.backend,
+            id,
+            task.name.clone(),
+            created,
+            request.include_usage(),
+            admission,
+        )
+    } else {
+        let mut events = committed.events;
+        let mut answer = Answer::default();
+        while let Some(item) = events.next().await {
+            match item {
+                Ok(event) => answer.add(event),
+                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
+            }
+        }
+        drop(admission);
+        axum::Json(answer.to_json(&id, &task.name, created)).into_response()
+    };
+    response.headers_mut().extend(spillway_headers);
+    Ok(response)
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str().map_err(|_| ApiError::bad_request(format!("header {name} is not text")).param(name))
+        })
+        .transpose()
+}
+
+fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
+    if let Ok(v) = HeaderValue::from_str(&c.backend) {
+        headers.insert("x-spillway-backend", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&c.model) {
+        headers.insert("x-spillway-model", v);
+    }
+    headers.insert("x-spillway-attempts", HeaderValue::from(c.attempts));
+    headers.insert("x-spillway-ttft-ms", HeaderValue::from(c.ttft.as_millis() as u64));
+}
+
+fn dispatch_error(e: DispatchError) -> ApiError {
+    match e {
+        DispatchError::Rejected { backend, error, .. } => ApiError::from_upstream(&backend, &error),
+        DispatchError::Exhausted { attempts } => {
+            let detail: Vec<String> = attempts.iter().map(|a| a.describe()).collect();
+            let called: Vec<_> = attempts.iter().filter(|a| a.skipped.is_none()).collect();
+            let all_rate_limited =
+                !called.is_empty() && called.iter().all(|a| a.error_class == Some(ErrorClass::RateLimited));
+            let budget = attempts.iter().any(|a| a.skipped == Some(Skip::RetryBudget));
+            let message = format!("no backend could serve the request: {}", detail.join("; "));
+            if all_rate_limited {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .code("upstream_rate_limited")
+                    .retry_after(1)
+            } else {
+                let code = if budget { "retry_budget_exhausted" } else { "all_backends_failed" };
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
+                    .code(code)
+                    .retry_after(1)
+            }
+        }
+    }
+}
+
+/// A non-streamed answer being assembled.
+#[derive(Default)]
+struct Answer {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    finish: Option<FinishReason>,
+    usage: Usage,
+}
+
+impl Answer {
+    fn add(&mut self, event: Event) {
+        match event {
+            Event::TextDelta(t) => self.text.push_str(&t),
+            Event::ToolCallDelta { index, id, name, arguments } => {
+                let i = index as usize;
+                while self.tool_calls.len() <= i {
+                    self.tool_calls.push(ToolCall {
+                        id: String::new(),
+                        name: String::new(),
+                        arguments: String::new(),
+                    });
+                }
+                let call = &mut self.tool_calls[i];
+                if let Some(id) = id {
+                    call.id = id;
+                }
+                if let Some(name) = name {
+                    call.name.push_str(&name);
+                }
+                call.arguments.push_str(&arguments);
+            }
+            Event::Usage(u) => self.usage = u,
+            Event::Finish(f) => self.finish = Some(f),
+        }
+    }
+
+    fn to_json(&self, id: &str, model: &str, created: u64) -> serde_json::Value {
+        completion_json(id, model, created, &self.text, &self.tool_calls, self.finish, &self.usage)
+    }
+}
+
+/// Canonical events → OpenAI chunks over SSE.
+fn stream_response(
+    events: crate::adapter::EventStream,
+    backend: &str,
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    admission: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
+    struct S {
+        events: crate::adapter::EventStream,
+        usage: Option<Usage>,
+        started: bool,
+        ended: bool,
+        _admission: tokio::sync::OwnedSemaphorePermit,
+    }
+    let chunk = move |choices: serde_json::Value, usage: Option<&Usage>| {
+        SseEvent::default().data(chunk_json(&id, &model, created, choices, usage).to_string())
+    };
+    let backend = backend.to_string();
+    let state = S { events, usage: None, started: false, ended: false, _admission: admission };
+    let stream = futures::stream::unfold(state, move |mut s| {
+        let chunk = chunk.clone();
+        let backend = backend.clone();
+        async move {
+            if s.ended {
+                return None;
+            }
+            let mut out = Vec::new();
+            if !s.started {
+                s.started = true;
+                out.push(chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None));
+            }
+            match s.events.next().await {
+                Some(Ok(Event::TextDelta(text))) => {
+                    out.push(chunk(json!([{"index": 0, "delta": {"content": text}, "finish_reason": null}]), None))
+                }
+                Some(Ok(Event::ToolCallDelta { index, id, name, arguments })) => {
+                    let mut call = json!({"index": index, "function": {"arguments": arguments}});
+                    if let Some(id) = id {
+                        call["id"] = json!(id);
+                        call["type"] = json!("function");
+                    }
+                    if let Some(name) = name {
+                        call["function"]["name"] = json!(name);
+                    }
+                    out.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]), None))
+                }
+                Some(Ok(Event::Finish(reason))) => {
+                    out.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": reason.as_str()}]), None))
+                }
+                Some(Ok(Event::Usage(u))) => s.usage = Some(u),
+                Some(Err(e)) => {
+                    s.ended = true;
+                    let error = ApiError::from_upstream(&backend, &e);
+                    out.push(SseEvent::default().data(error.body().to_string()));
+                }
+                None => {
+                    s.ended = true;
+                    if include_usage {
+                        out.push(chunk(json!([]), Some(&s.usage.unwrap_or_default())));
+                    }
+                    out.push(SseEvent::default().data("[DONE]"));
+                }
+            }
+            Some((futures::stream::iter(out.into_iter().map(Ok::<_, std::convert::Infallible>)), s))
+        }
+    })
+    .flatten();
+    Sse::new(stream).into_response()
+}

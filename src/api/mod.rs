@@ -1,0 +1,104 @@
+//! The HTTP face of Spillway: OpenAI-compatible routes, health and readiness.
+//!
+//! Handlers only decode, authorise and translate; planning and dispatch do the routing.
+//! Every error leaves as an OpenAI error envelope.
+
+mod chat;
+pub mod error;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::config::TaskConfig;
+use crate::dispatch::Dispatcher;
+use crate::route::Snapshot;
+pub use error::ApiError;
+
+/// What every handler shares.
+pub struct AppState {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub dispatcher: Arc<Dispatcher>,
+    /// Client key value → the name of the environment variable it came from. Empty: no auth.
+    pub client_keys: HashMap<String, String>,
+    /// Admission control: the global concurrency limit.
+    pub limiter: Arc<Semaphore>,
+    pub max_body_bytes: usize,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
+        })
+        .with_state(state)
+}
+
+/// The key name the request authenticated as (`None` when auth is off), or 401.
+pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    if state.client_keys.is_empty() {
+        return Ok(None);
+    }
+    let unauthorized =
+        |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", m).code("invalid_api_key");
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("missing API key: send Authorization: Bearer <key>"))?;
+    let key = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <key>`"))?;
+    state.client_keys.get(key.trim()).cloned().map(Some).ok_or_else(|| unauthorized("invalid API key"))
+}
+
+/// Whether a key (by env name) may use a task.
+pub fn key_may_use(key_name: Option<&str>, task: &TaskConfig) -> bool {
+    match (&task.allowed_keys, key_name) {
+        (None, _) | (_, None) => true,
+        (Some(allowed), Some(name)) => allowed.iter().any(|a| a == name),
+    }
+}
+
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let key = match authenticate(&state, &headers) {
+        Ok(key) => key,
+        Err(e) => return e.into_response(),
+    };
+    let snap = state.snapshot.load();
+    let data: Vec<_> = snap
+        .config
+        .tasks
+        .iter()
+        .filter(|t| key_may_use(key.as_deref(), t))
+        .map(|t| json!({"id": t.name, "object": "model", "created": 0, "owned_by": "spillway"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let snap = state.snapshot.load();
+    let nodes: usize = snap.backends.iter().map(|b| b.nodes.len()).sum();
+    let body = json!({"status": "ready", "snapshot_version": snap.version, "backends": snap.backends.len(), "nodes": nodes});
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+/// A running router: where it listens, and the task serving it.
+pub struct RouterHandle {
+    pub addr: SocketAddr,
+    pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}

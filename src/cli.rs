@@ -1,0 +1,141 @@
+//! The command line: `serve`, `check-config`, `demo` and `sim`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config;
+
+#[derive(Debug, Parser)]
+#[command(name = "spillway", version, about = "Serve LLM traffic on your vLLM fleet while it has headroom; spill the rest to hosted APIs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the router with a config file.
+    Serve {
+        /// The YAML config (see spillway.example.yaml).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Check a config file: print every problem with its key path, exit 1 if there are any.
+    CheckConfig {
+        /// The YAML config to check.
+        file: PathBuf,
+        /// Also check that every environment variable the config names is set.
+        #[arg(long)]
+        env: bool,
+    },
+    /// Start simulated vLLM nodes and hosted providers on loopback, and the router in front.
+    Demo(crate::demo::DemoArgs),
+    /// Run one simulated vLLM node or hosted provider (OpenAI, Anthropic, Gemini).
+    Sim(crate::sim::SimArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Command::CheckConfig { file, env } = &cli.command {
+        return check_config(file, *env);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { config } => serve(&config).await,
+            Command::Demo(args) => crate::demo::run(args).await,
+            Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
+            Command::CheckConfig { .. } => unreachable!("handled above"),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(file: &std::path::Path, check_env: bool) -> ExitCode {
+    let mut problems: Vec<String> = Vec::new();
+    match config::load_file(file) {
+        Ok(cfg) => {
+            if check_env {
+                if let Err(missing) = crate::server::read_secrets(&cfg, |n| std::env::var(n).ok()) {
+                    problems.extend(missing);
+                }
+            }
+            if problems.is_empty() {
+                println!(
+                    "{}: ok ({} backends, {} tasks)",
+                    file.display(),
+                    cfg.backends.len(),
+                    cfg.tasks.len()
+                );
+                return ExitCode::SUCCESS;
+            }
+        }
+        Err(found) => problems.extend(found.iter().map(|p| p.to_string())),
+    }
+    for p in &problems {
+        eprintln!("{}: {p}", file.display());
+    }
+    eprintln!("{} problem(s) found", problems.len());
+    ExitCode::FAILURE
+}
+
+async fn serve(path: &std::path::Path) -> Result<(), String> {
+    let cfg = config::load_file(path).map_err(|problems| {
+        let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+        format!("{} is not a valid config:\n{}", path.display(), lines.join("\n"))
+    })?;
+    let secrets = crate::server::read_secrets(&cfg, |n| std::env::var(n).ok())
+        .map_err(|missing| format!("missing secrets:\n  {}", missing.join("\n  ")))?;
+    let addr: SocketAddr = cfg.listen.parse().map_err(|e| format!("listen: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let handle = crate::server::start(cfg, secrets, listener, shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("spillway listening on http://{}", handle.addr);
+    handle.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+}
+
+/// Resolves on ctrl-c or SIGTERM (what Kubernetes sends), starting a graceful drain.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}

@@ -1,0 +1,203 @@
+//! Checks that types alone cannot make: names that must exist, ranges, URLs, addresses.
+//! Pure: reads the config only, never the environment or the network.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use super::{BackendKind, Config, Problem, Strategy};
+
+/// Data classes that exist without being listed under `policy.data_classes`.
+pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
+
+pub fn validate(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut p = |path: String, message: String| problems.push(Problem::new(path, message));
+
+    if config.listen.parse::<SocketAddr>().is_err() {
+        p("listen".into(), format!("`{}` is not an address like 127.0.0.1:8080", config.listen));
+    }
+    for (i, env) in config.client_keys_env.iter().enumerate() {
+        if !is_env_name(env) {
+            p(format!("client_keys_env[{i}]"), format!("`{env}` is not an environment variable name"));
+        }
+    }
+
+    let mut names = HashSet::new();
+    for (i, b) in config.backends.iter().enumerate() {
+        let at = |key: &str| format!("backends[{i}].{key}");
+        if b.name.is_empty() {
+            p(at("name"), "must not be empty".into());
+        } else if !names.insert(b.name.as_str()) {
+            p(at("name"), format!("`{}` is used by another backend", b.name));
+        }
+        if b.model.is_empty() {
+            p(at("model"), "must not be empty".into());
+        }
+        match b.kind {
+            BackendKind::Vllm if b.endpoints.is_empty() => {
+                p(at("endpoints"), "a vllm backend needs at least one node address".into())
+            }
+            BackendKind::OpenaiCompatible if b.endpoints.is_empty() && b.base_url.is_none() => {
+                p(at("base_url"), "an openai_compatible backend needs base_url or endpoints".into())
+            }
+            _ => {}
+        }
+        if b.kind == BackendKind::Vllm && b.base_url.is_some() {
+            p(at("base_url"), "a vllm backend lists its nodes under endpoints".into());
+        }
+        for (j, url) in b.endpoints.iter().enumerate() {
+            if let Some(why) = bad_url(url) {
+                p(format!("backends[{i}].endpoints[{j}]"), why);
+            }
+        }
+        if let Some(url) = &b.base_url {
+            if let Some(why) = bad_url(url) {
+                p(at("base_url"), why);
+            }
+        }
+        if let Some(env) = &b.api_key_env {
+            if !is_env_name(env) {
+                p(at("api_key_env"), format!("`{env}` is not an environment variable name"));
+            }
+        }
+        if let Some(price) = &b.price {
+            let parts = [
+                ("input_per_mtok", Some(price.input_per_mtok)),
+                ("cached_input_per_mtok", price.cached_input_per_mtok),
+                ("output_per_mtok", Some(price.output_per_mtok)),
+            ];
+            for (key, value) in parts {
+                if value.is_some_and(|v| v.is_sign_negative()) {
+                    p(at(&format!("price.{key}")), "must not be negative".into());
+                }
+            }
+        }
+        if b.max_inflight_per_node == Some(0) {
+            p(at("max_inflight_per_node"), "must be at least 1 (leave it out for no limit)".into());
+        }
+    }
+
+    let mut task_names = HashSet::new();
+    for (i, t) in config.tasks.iter().enumerate() {
+        let at = |key: &str| format!("tasks[{i}].{key}");
+        if t.name.is_empty() {
+            p(at("name"), "must not be empty".into());
+        } else if !task_names.insert(t.name.as_str()) {
+            p(at("name"), format!("`{}` is used by another task", t.name));
+        }
+        if t.backends.is_empty() {
+            p(at("backends"), "must name at least one backend".into());
+        }
+        let mut seen = HashSet::new();
+        for (j, name) in t.backends.iter().enumerate() {
+            if config.backend(name).is_none() {
+                p(format!("tasks[{i}].backends[{j}]"), format!("no backend is named `{name}`"));
+            } else if !seen.insert(name) {
+                p(format!("tasks[{i}].backends[{j}]"), format!("`{name}` is listed twice"));
+            }
+        }
+        for (name, weight) in &t.weights {
+            if !t.backends.contains(name) {
+                p(at(&format!("weights.{name}")), "is not one of this task's backends".into());
+            }
+            if !(weight.is_finite() && *weight >= 0.0) {
+                p(at(&format!("weights.{name}")), "must be a number ≥ 0".into());
+            }
+        }
+        if !t.weights.is_empty() && t.strategy != Strategy::Weighted {
+            p(at("weights"), "only used with strategy: weighted".into());
+        }
+        let known = BUILTIN_DATA_CLASSES.contains(&t.data_class.as_str())
+            || config.policy.data_classes.contains_key(&t.data_class);
+        if !known {
+            let mut all: Vec<&str> = BUILTIN_DATA_CLASSES.to_vec();
+            all.extend(config.policy.data_classes.keys().map(String::as_str));
+            p(at("data_class"), format!("unknown data class `{}`; known: {}", t.data_class, all.join(", ")));
+        }
+        if t.slo.ttft_ms == 0 {
+            p(at("slo.ttft_ms"), "must be above 0".into());
+        }
+        if t.max_output_tokens == Some(0) {
+            p(at("max_output_tokens"), "must be at least 1".into());
+        }
+        for (j, key) in t.allowed_keys.iter().flatten().enumerate() {
+            if !config.client_keys_env.contains(key) {
+                p(format!("tasks[{i}].allowed_keys[{j}]"), format!("`{key}` is not in client_keys_env"));
+            }
+        }
+    }
+
+    let d = &config.dispatch;
+    if d.ttft_deadline_factor.is_nan() || d.ttft_deadline_factor < 1.0 {
+        p("dispatch.ttft_deadline_factor".into(), "must be at least 1".into());
+    }
+    if d.max_attempts == 0 {
+        p("dispatch.max_attempts".into(), "must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&d.retry_budget_ratio) {
+        p("dispatch.retry_budget_ratio".into(), "must be between 0 and 1".into());
+    }
+    if !(0.0..=1.0).contains(&d.breaker.error_rate) || d.breaker.error_rate == 0.0 {
+        p("dispatch.breaker.error_rate".into(), "must be above 0 and at most 1".into());
+    }
+    if d.breaker.consecutive_failures == 0 {
+        p("dispatch.breaker.consecutive_failures".into(), "must be at least 1".into());
+    }
+    if d.backoff_base_ms > d.backoff_max_ms {
+        p("dispatch.backoff_base_ms".into(), "must not exceed backoff_max_ms".into());
+    }
+    if config.limits.max_concurrency == 0 {
+        p("limits.max_concurrency".into(), "must be at least 1".into());
+    }
+    if config.limits.max_body_bytes < 1024 {
+        p("limits.max_body_bytes".into(), "must be at least 1024".into());
+    }
+    problems
+}
+
+fn is_env_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn bad_url(url: &str) -> Option<String> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => None,
+        Ok(u) => Some(format!("`{url}`: scheme must be http or https, not {}", u.scheme())),
+        Err(e) => Some(format!("`{url}` is not a URL: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    #[test]
+    fn semantic_problems_are_all_reported() {
+        let text = r#"
+listen: not-an-address
+backends:
+  - {name: a, kind: vllm, model: m}
+  - {name: a, kind: openai, model: m, base_url: "ftp://x", price: {input_per_mtok: -1, output_per_mtok: 1}}
+tasks:
+  - {name: t, backends: [a, ghost], data_class: secret, slo: {ttft_ms: 0}}
+dispatch: {max_attempts: 0}
+"#;
+        let problems = parse(text).unwrap_err();
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        for expected in [
+            "listen: `not-an-address`",
+            "backends[0].endpoints: a vllm backend needs",
+            "backends[1].name: `a` is used by another backend",
+            "backends[1].base_url: `ftp://x`: scheme",
+            "backends[1].price.input_per_mtok: must not be negative",
+            "tasks[0].backends[1]: no backend is named `ghost`",
+            "tasks[0].data_class: unknown data class `secret`",
+            "tasks[0].slo.ttft_ms: must be above 0",
+            "dispatch.max_attempts: must be at least 1",
+        ] {
+            assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Circuit breakers, one per node key (backend, model and endpoint).
+//!
+//! Closed → open after `consecutive_failures` failures in a row, or when the failure share over
+//! the window reaches `error_rate` with at least `min_requests`; open → half-open after
+//! `open_secs`, letting exactly one probe through; the probe's success closes it, its failure
+//! opens it again. Time is always passed in, so tests run exactly under paused tokio time.
+//! Only failures that count against a backend (see `ErrorClass`) are recorded here.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::BreakerConfig;
+use crate::route::BreakerView;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { probing: bool },
+}
+
+/// One breaker's state machine.
+#[derive(Debug, Clone)]
+pub struct Breaker {
+    state: State,
+    consecutive_failures: u32,
+    /// Per-second buckets of (second, successes, failures) within the window.
+    window: VecDeque<(u64, u32, u32)>,
+    origin: Instant,
+}
+
+impl Breaker {
+    pub fn new(now: Instant) -> Self {
+        Breaker { state: State::Closed, consecutive_failures: 0, window: VecDeque::new(), origin: now }
+    }
+
+    pub fn view(&self, now: Instant) -> BreakerView {
+        match self.state {
+            State::Closed => BreakerView::Closed,
+            State::Open { until } if now >= until => BreakerView::HalfOpen,
+            State::Open { .. } => BreakerView::Open,
+            State::HalfOpen { .. } => BreakerView::HalfOpen,
+        }
+    }
+
+    /// May a request go through now? In half-open, only the first caller gets through.
+    pub fn try_acquire(&mut self, now: Instant) -> bool {
+        match self.state {
+            State::Closed => true,
+            State::Open { until } if now >= until => {
+                self.state = State::HalfOpen { probing: true };
+                true
+            }
+            State::Open { .. } => false,
+            State::HalfOpen { probing: false } => {
+                self.state = State::HalfOpen { probing: true };
+                true
+            }
+            State::HalfOpen { probing: true } => false,
+        }
+    }
+
+    /// A permit ended without a verdict (the client went away): free the probe slot.
+    pub fn release(&mut self) {
+        if self.state == (State::HalfOpen { probing: true }) {
+            self.state = State::HalfOpen { probing: false };
+        }
+    }
+
+    pub fn on_success(&mut self, now: Instant, cfg: &BreakerConfig) {
+        self.count(now, cfg, false);
+        self.consecutive_failures = 0;
+        if matches!(self.state, State::HalfOpen { .. }) {
+            self.state = State::Closed;
+            self.window.clear();
+        }
+    }
+
+    pub fn on_failure(&mut self, now: Instant, cfg: &BreakerConfig) {
+        self.count(now, cfg, true);
+        self.consecutive_failures += 1;
+        let open = match self.state {
+            State::HalfOpen { .. } => true,
+            State::Open { .. } => false,
+            State::Closed => {
+                let (ok, failed) =
+                    self.window.iter().fold((0u32, 0u32), |(s, f), (_, bs, bf)| (s + bs, f + bf));
+                let total = ok + failed;
+                self.consecutive_failures >= cfg.consecutive_failures
+                    || (total >= cfg.min_requests && f64::from(failed) / f64::from(total) >= cfg.error_rate)
+            }
+        };
+        if open {
+            self.state = State::Open { until: now + Duration::from_secs(cfg.open_secs) };
+            self.window.clear();
+        }
+    }
+
+    fn count(&mut self, now: Instant, cfg: &BreakerConfig, failed: bool) {
+        let second = now.duration_since(self.origin).as_secs();
+        while self.window.front().is_some_and(|(s, _, _)| s + cfg.window_secs <= second) {
+            self.window.pop_front();
+        }
+        match self.window.back_mut() {
+            Some((s, ok, bad)) if *s == second => {
+                if failed {
+                    *bad += 1
+                } else {
+                    *ok += 1
+                }
+            }
+            _ => self.window.push_back((second, u32::from(!failed), u32::from(failed))),
+        }
+    }
+}
+
+/// Every breaker, shared by dispatch (permits and verdicts) and the snapshot loop (views).
+#[derive(Debug)]
+pub struct BreakerBoard {
+    cfg: BreakerConfig,
+    breakers: Mutex<HashMap<String, Breaker>>,
+}
+
+impl BreakerBoard {
+    pub fn new(cfg: BreakerConfig) -> Arc<Self> {
+        Arc::new(BreakerBoard { cfg, breakers: Mutex::new(HashMap::new()) })
+    }
+
+    fn with<R>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Breaker) -> R) -> R {
+        let mut map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let breaker = map.entry(key.to_string()).or_insert_with(|| Breaker::new(now));
+        f(breaker)
+    }
+
+    /// A permit for one call to the node, or `None` while its breaker is open.
+    pub fn try_acquire(self: &Arc<Self>, key: &str, now: Instant) -> Option<BreakerPermit> {
+        self.with(key, now, |b| b.try_acquire(now)).then(|| BreakerPermit {
+            board: Arc::clone(self),
+            key: key.to_string(),
+            done: false,
+        })
+    }
+
+    pub fn view(&self, key: &str, now: Instant) -> BreakerView {
+        let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).map_or(BreakerView::Closed, |b| b.view(now))
+    }
+}
+
+/// The right to make one call; report how it went, or drop it to give the slot back.
+#[derive(Debug)]
+pub struct BreakerPermit {
+    board: Arc<BreakerBoard>,
+    key: String,
+    done: bool,
+}
+
+impl BreakerPermit {
+    pub fn success(mut self, now: Instant) {
+        self.done = true;
+        let cfg = self.board.cfg.clone();
+        self.board.with(&self.key, now, |b| b.on_success(now, &cfg));
+    }
+
+    pub fn failure(mut self, now: Instant) {
+        self.done = true;
+        let cfg = self.board.cfg.clone();
+        self.board.with(&self.key, now, |b| b.on_failure(now, &cfg));
+    }
+}
+
+impl Drop for BreakerPermit {
+    fn drop(&mut self) {
+        if !self.done {
+            self.board.with(&self.key, Instant::now(), |b| b.release());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> BreakerConfig {
+        BreakerConfig {
+            consecutive_failures: 3,
+            error_rate: 0.5,
+            min_requests: 10,
+            window_secs: 10,
+            open_secs: 5,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_then_probes_once_and_recovers() {
+        let board = BreakerBoard::new(cfg());
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            board.try_acquire("n", t0).unwrap().failure(t0);
+        }
+        assert_eq!(board.view("n", t0), BreakerView::Open);
+        assert!(board.try_acquire("n", t0 + Duration::from_millis(4999)).is_none());
+        let t5 = t0 + Duration::from_secs(5);
+        assert_eq!(board.view("n", t5), BreakerView::HalfOpen);
+        let probe = board.try_acquire("n", t5).expect("one probe");
+        assert!(board.try_acquire("n", t5).is_none(), "only one probe at a time");
+        probe.success(t5);
+        assert_eq!(board.view("n", t5), BreakerView::Closed);
+        assert!(board.try_acquire("n", t5).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_probe_reopens_and_dropped_probe_frees_the_slot() {
+        let board = BreakerBoard::new(cfg());
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            board.try_acquire("n", t0).unwrap().failure(t0);
+        }
+        let t5 = t0 + Duration::from_secs(5);
+        drop(board.try_acquire("n", t5).unwrap());
+        let probe = board.try_acquire("n", t5).expect("slot freed by drop");
+        probe.failure(t5);
+        assert_eq!(board.view("n", t5 + Duration::from_secs(4)), BreakerView::Open);
+        assert_eq!(board.view("n", t5 + Duration::from_secs(5)), BreakerView::HalfOpen);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_on_error_rate_without_a_streak() {
+        let board = BreakerBoard::new(cfg());
+        let t0 = Instant::now();
+        // ok, fail, ok, fail, ...: never 3 in a row, but half of 10 fail.
+        for i in 0..10 {
+            let p = board.try_acquire("n", t0).unwrap();
+            if i % 2 == 0 {
+                p.success(t0)
+            } else {
+                p.failure(t0)
+            }
+        }
+        assert_eq!(board.view("n", t0), BreakerView::Open);
+        // Old outcomes leave the window: the same pattern spread over time stays closed.
+        let other = BreakerBoard::new(cfg());
+        for i in 0..20u64 {
+            let t = t0 + Duration::from_secs(i * 2);
+            let p = other.try_acquire("m", t).unwrap();
+            if i % 2 == 0 {
+                p.success(t)
+            } else {
+                p.failure(t)
+            }
+        }
+        assert_eq!(other.view("m", t0 + Duration::from_secs(40)), BreakerView::Closed);
+    }
+}

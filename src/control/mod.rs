@@ -1,0 +1,8 @@
+//! Background state owners. Each owns one kind of state, takes time as an argument (or runs
+//! under tokio's clock, which tests pause), and publishes what planning needs into the next
+//! snapshot. Nothing here sits on the request path except the breaker permits and the retry
+//! budget that dispatch consults.
+
+pub mod breaker;
+pub mod retry_budget;
+pub mod snapshot_loop;

@@ -1,0 +1,164 @@
+//! A small open-loop traffic generator: streamed chat completions at a fixed rate, recording
+//! time to first token, duration and which backend served (`x-spillway-backend`). Used by the
+//! demo and by the load benchmark.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// Full chat-completions URL.
+    pub url: String,
+    pub model: String,
+    pub rps: f64,
+    /// Stop after this long (`None`: forever).
+    pub duration: Option<Duration>,
+    pub max_tokens: u32,
+    /// Print a summary line this often.
+    pub report_every: Option<Duration>,
+}
+
+/// What a run saw. Latencies are in microseconds.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub ok: u64,
+    pub errors: u64,
+    pub by_backend: BTreeMap<String, u64>,
+    pub ttft_us: Histogram<u64>,
+    pub total_us: Histogram<u64>,
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    fn new() -> Self {
+        LoadReport {
+            ok: 0,
+            errors: 0,
+            by_backend: BTreeMap::new(),
+            ttft_us: Histogram::new_with_bounds(1, 600_000_000, 3).expect("static bounds"),
+            total_us: Histogram::new_with_bounds(1, 600_000_000, 3).expect("static bounds"),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// One line: counts, backend shares, TTFT percentiles.
+    pub fn summary(&self) -> String {
+        let shares: Vec<String> = self.by_backend.iter().map(|(b, n)| format!("{b} {n}")).collect();
+        format!(
+            "{} ok, {} errors | {} | ttft p50 {:.1} ms p99 {:.1} ms",
+            self.ok,
+            self.errors,
+            shares.join(", "),
+            self.ttft_us.value_at_quantile(0.5) as f64 / 1000.0,
+            self.ttft_us.value_at_quantile(0.99) as f64 / 1000.0,
+        )
+    }
+}
+
+/// One streamed request: (backend, ttft, total) or an error description.
+pub async fn one_request(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    max_tokens: u32,
+    n: u64,
+) -> Result<(String, Duration, Duration), String> {
+    let started = Instant::now();
+    let body = json!({
+        "model": model,
+        "stream": true,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": format!("Ticket {n}: the printer on floor 3 jams on every job. Summarise.")}],
+    });
+    let resp = client.post(url).json(&body).send().await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let backend = resp
+        .headers()
+        .get("x-spillway-backend")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("direct")
+        .to_string();
+    if !status.is_success() {
+        return Err(format!("{status}: {}", resp.text().await.unwrap_or_default()));
+    }
+    let mut events = resp.bytes_stream().eventsource();
+    let mut ttft = None;
+    let mut done = false;
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| e.to_string())?;
+        if event.data == "[DONE]" {
+            done = true;
+            break;
+        }
+        if event.data.contains("\"error\"") {
+            return Err(event.data);
+        }
+        if ttft.is_none() && event.data.contains("\"content\":\"") && !event.data.contains("\"content\":\"\"") {
+            ttft = Some(started.elapsed());
+        }
+    }
+    if !done {
+        return Err("stream ended without [DONE]".into());
+    }
+    let total = started.elapsed();
+    Ok((backend, ttft.unwrap_or(total), total))
+}
+
+/// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.
+pub async fn run(spec: LoadSpec) -> LoadReport {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("static client settings");
+    let report = Arc::new(Mutex::new(LoadReport::new()));
+    let window = Arc::new(Mutex::new(LoadReport::new()));
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / spec.rps.max(0.001)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut next_report = spec.report_every.map(|p| started + p);
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut n = 0u64;
+    loop {
+        tick.tick().await;
+        if spec.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if let (Some(at), Some(period)) = (next_report, spec.report_every) {
+            if Instant::now() >= at {
+                let mut w = window.lock().unwrap_or_else(|e| e.into_inner());
+                println!("  last {}s: {}", period.as_secs(), w.summary());
+                *w = LoadReport::new();
+                next_report = Some(at + period);
+            }
+        }
+        n += 1;
+        let (client, spec, report, window) = (client.clone(), spec.clone(), report.clone(), window.clone());
+        in_flight.spawn(async move {
+            let result = one_request(&client, &spec.url, &spec.model, spec.max_tokens, n).await;
+            for r in [&report, &window] {
+                let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
+                match &result {
+                    Ok((backend, ttft, total)) => {
+                        r.ok += 1;
+                        *r.by_backend.entry(backend.clone()).or_default() += 1;
+                        let _ = r.ttft_us.record(ttft.as_micros().max(1) as u64);
+                        let _ = r.total_us.record(total.as_micros().max(1) as u64);
+                    }
+                    Err(e) => {
+                        r.errors += 1;
+                        tracing::debug!("load request failed: {e}");
+                    }
+                }
+            }
+        });
+        while in_flight.try_join_next().is_some() {}
+    }
+    while in_flight.join_next().await.is_some() {}
+    let mut final_report = report.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    final_report.elapsed = started.elapsed();
+    final_report
+}

@@ -1,0 +1,153 @@
+//! `spillway demo`: the whole system on loopback with nothing to configure.
+//!
+//! Starts two simulated vLLM nodes, simulated OpenAI, Anthropic and Gemini endpoints, and the
+//! router in front of them with an embedded config; optionally drives traffic so that local
+//! serving and spill to hosted show within seconds.
+
+pub mod loadgen;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::config;
+use crate::sim::{self, SimArgs, SimHandle, SimKind};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Where the router listens.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Also send this many requests per second through the router (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    pub load: f64,
+    /// Seed for the simulators' text and faults.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Stop after this many seconds (0: run until ctrl-c).
+    #[arg(long, default_value_t = 0)]
+    pub duration_secs: u64,
+}
+
+/// The simulated fleet and providers behind the demo router.
+pub struct DemoFleet {
+    pub sims: Vec<SimHandle>,
+    /// The router config, with the simulators' addresses filled in.
+    pub config_yaml: String,
+}
+
+async fn start_sim(kind: SimKind, model: &str, seed: u64, tune: impl FnOnce(&mut SimArgs)) -> std::io::Result<SimHandle> {
+    let mut args = SimArgs::for_kind(kind, model);
+    args.seed = seed;
+    tune(&mut args);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    sim::spawn(args, listener).await
+}
+
+/// Start the simulators and write the router config that points at them.
+pub async fn start_fleet(listen: SocketAddr, seed: u64) -> std::io::Result<DemoFleet> {
+    let llama = "meta-llama/Llama-3.1-8B-Instruct";
+    let node_a = start_sim(SimKind::Vllm, llama, seed, |_| {}).await?;
+    let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |_| {}).await?;
+    let openai = start_sim(SimKind::OpenAi, "gpt-5.6", seed + 2, |_| {}).await?;
+    let anthropic = start_sim(SimKind::Anthropic, "claude-sonnet-4-6", seed + 3, |_| {}).await?;
+    let gemini = start_sim(SimKind::Gemini, "gemini-3.5-pro", seed + 4, |_| {}).await?;
+    let config_yaml = format!(
+        r#"# Embedded demo config: every backend is a simulator on loopback.
+listen: {listen}
+backends:
+  - name: local-llama
+    kind: vllm
+    endpoints: [{a}, {b}]
+    model: {llama}
+    region: eu-west-1
+    max_inflight_per_node: 6
+  - name: openai
+    kind: openai
+    base_url: {openai}/v1
+    model: gpt-5.6
+    region: us
+    price: {{input_per_mtok: 5.0, cached_input_per_mtok: 0.5, output_per_mtok: 20.0}}
+  - name: anthropic
+    kind: anthropic
+    base_url: {anthropic}
+    model: claude-sonnet-4-6
+    region: us
+    price: {{input_per_mtok: 3.0, output_per_mtok: 15.0}}
+  - name: gemini
+    kind: gemini
+    base_url: {gemini}/v1beta
+    model: gemini-3.5-pro
+    region: us
+    price: {{input_per_mtok: 3.5, output_per_mtok: 10.5}}
+tasks:
+  - name: summarise-ticket
+    backends: [local-llama, anthropic, openai, gemini]
+    strategy: priority
+    data_class: internal
+    slo: {{ttft_ms: 800}}
+    max_output_tokens: 400
+  - name: cheap-chat
+    backends: [openai, anthropic, gemini]
+    strategy: cost
+    slo: {{ttft_ms: 1500}}
+  - name: restricted-notes
+    backends: [local-llama, openai]
+    data_class: restricted
+    slo: {{ttft_ms: 1500}}
+policy:
+  data_classes:
+    restricted: {{regions: [eu-west-1], allow_hosted: false}}
+"#,
+        a = node_a.base_url(),
+        b = node_b.base_url(),
+        openai = openai.base_url(),
+        anthropic = anthropic.base_url(),
+        gemini = gemini.base_url(),
+    );
+    Ok(DemoFleet { sims: vec![node_a, node_b, openai, anthropic, gemini], config_yaml })
+}
+
+pub async fn run(args: DemoArgs) -> Result<(), String> {
+    let fleet = start_fleet(args.listen, args.seed).await.map_err(|e| format!("cannot start the simulators: {e}"))?;
+    let cfg = config::parse(&fleet.config_yaml).map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
+    let secrets = crate::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
+    let router = crate::server::start(cfg, secrets, listener, crate::cli::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = format!("http://{}", router.addr);
+    println!("Spillway demo is up.");
+    println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
+    for (name, s) in ["vllm node a", "vllm node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims) {
+        println!("  {name:<16} {}", s.base_url());
+    }
+    println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
+    println!("  The x-spillway-backend response header (curl -i) says who served it.");
+    if args.load > 0.0 {
+        println!("\nSending {} requests/s to summarise-ticket; local nodes take 6 each, the rest spills:", args.load);
+        let generator = loadgen::LoadSpec {
+            url: format!("{url}/v1/chat/completions"),
+            model: "summarise-ticket".into(),
+            rps: args.load,
+            duration: (args.duration_secs > 0).then(|| Duration::from_secs(args.duration_secs)),
+            max_tokens: 48,
+            report_every: Some(Duration::from_secs(5)),
+        };
+        tokio::spawn(loadgen::run(generator));
+    } else {
+        println!("  (run with --load 20 to see local serving and spill to hosted under load)");
+    }
+    let stop = async {
+        if args.duration_secs > 0 {
+            tokio::time::sleep(Duration::from_secs(args.duration_secs)).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = router.task => served.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
+        _ = stop => Ok(()),
+    }
+}

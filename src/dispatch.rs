@@ -1,0 +1,357 @@
+//! Dispatch: the only place that retries and fails over.
+//!
+//! It walks a plan in order. For each target it takes a node slot and a breaker permit, calls
+//! the adapter, and waits for the first token under the task's deadline. A failure before the
+//! first token that may fail over moves on to the next target (never back to one that failed),
+//! within the retry budget and with jittered backoff between targets of the same class. The
+//! first token commits the request to that backend: what follows is streamed to the client as
+//! is, and an upstream failure after it is the client's error, never another model's text.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use rand::Rng;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::adapter::{self, ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
+use crate::canonical::{ChatRequest, Event};
+use crate::config::{BackendKind, DispatchConfig, TaskConfig};
+use crate::control::breaker::{BreakerBoard, BreakerPermit};
+use crate::control::retry_budget::RetryBudget;
+use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
+use crate::route::{BackendView, Plan, Snapshot};
+
+/// A request committed to one backend: its first events are in, the rest are streaming.
+pub struct Committed {
+    pub backend: String,
+    pub model: String,
+    /// Upstream calls made, this one included.
+    pub attempts: u32,
+    pub ttft: Duration,
+    /// Every event of the answer from the start; ends with an `Err` if the upstream broke.
+    pub events: EventStream,
+}
+
+/// Why no backend answered.
+#[derive(Debug)]
+pub enum DispatchError {
+    /// The upstream refused the request for a reason another backend would not fix.
+    Rejected { backend: String, error: UpstreamError, attempts: u32 },
+    /// Every target failed, was skipped, or the retry budget ran out.
+    Exhausted { attempts: Vec<AttemptRecord> },
+}
+
+/// Long-lived dispatch state shared by every request.
+pub struct Dispatcher {
+    client: reqwest::Client,
+    cfg: DispatchConfig,
+    breakers: Arc<BreakerBoard>,
+    budget: Mutex<RetryBudget>,
+    node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// API keys by backend name, read from the environment at start.
+    secrets: HashMap<String, String>,
+    records: mpsc::Sender<Record>,
+}
+
+fn wire_format(kind: BackendKind) -> WireFormat {
+    match kind {
+        BackendKind::Anthropic => WireFormat::Anthropic,
+        BackendKind::Gemini => WireFormat::Gemini,
+        BackendKind::Vllm | BackendKind::Openai | BackendKind::OpenaiCompatible => WireFormat::OpenAi,
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        cfg: DispatchConfig,
+        breakers: Arc<BreakerBoard>,
+        secrets: HashMap<String, String>,
+        records: mpsc::Sender<Record>,
+    ) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .build()
+            .expect("the HTTP client builds with static settings");
+        let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());
+        Dispatcher {
+            client,
+            cfg,
+            breakers,
+            budget: Mutex::new(budget),
+            node_slots: Mutex::new(HashMap::new()),
+            secrets,
+            records,
+        }
+    }
+
+    fn node_slot(&self, backend: &BackendView, key: &str) -> Result<Option<OwnedSemaphorePermit>, Skip> {
+        let Some(limit) = backend.max_inflight_per_node else { return Ok(None) };
+        let slots = {
+            let mut map = self.node_slots.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(Semaphore::new(limit as usize))))
+        };
+        slots.try_acquire_owned().map(Some).map_err(|_| Skip::NodeFull)
+    }
+
+    fn retry_allowed(&self, now: Instant) -> bool {
+        self.budget.lock().unwrap_or_else(|e| e.into_inner()).try_withdraw(now)
+    }
+
+    fn backoff(&self, retries_in_class: u32) -> Duration {
+        let exp = self.cfg.backoff_base_ms.saturating_mul(1 << retries_in_class.min(16));
+        let cap = exp.min(self.cfg.backoff_max_ms);
+        Duration::from_millis(rand::thread_rng().gen_range(0..=cap))
+    }
+
+    fn emit(&self, record: Record) {
+        // Never block a request on bookkeeping; a full channel drops the record and says so.
+        if self.records.try_send(record).is_err() {
+            tracing::warn!("outcome channel full: a record was dropped");
+        }
+    }
+
+    /// Walk `plan` until a backend produces its first token.
+    pub async fn dispatch(
+        &self,
+        snap: &Snapshot,
+        plan: &Plan,
+        task: &TaskConfig,
+        request: &ChatRequest,
+    ) -> Result<Committed, DispatchError> {
+        let started = Instant::now();
+        self.budget.lock().unwrap_or_else(|e| e.into_inner()).deposit(started);
+        let deadline =
+            Duration::from_secs_f64(task.slo.ttft_ms as f64 / 1000.0 * self.cfg.ttft_deadline_factor);
+        let mut attempts: Vec<AttemptRecord> = Vec::new();
+        let mut calls = 0u32;
+        let mut last_local: Option<bool> = None;
+        let mut retries_in_class = 0u32;
+
+        for target in &plan.targets {
+            let backend = &snap.backends[target.backend];
+            let node = &backend.nodes[target.node];
+            let skip = |why: Skip| AttemptRecord::skipped(&task.name, &backend.name, &node.key, why);
+            if calls >= self.cfg.max_attempts {
+                attempts.push(skip(Skip::MaxAttempts));
+                break;
+            }
+            let slot = match self.node_slot(backend, &node.key) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    attempts.push(skip(why));
+                    continue;
+                }
+            };
+            let Some(permit) = self.breakers.try_acquire(&node.key, Instant::now()) else {
+                attempts.push(skip(Skip::BreakerOpen));
+                continue;
+            };
+            if calls > 0 && !self.retry_allowed(Instant::now()) {
+                attempts.push(skip(Skip::RetryBudget));
+                break;
+            }
+            if last_local == Some(backend.is_local()) {
+                tokio::time::sleep(self.backoff(retries_in_class)).await;
+                retries_in_class += 1;
+            }
+            calls += 1;
+
+            let mut req = request.clone();
+            req.model = backend.model.clone();
+            req.stream = request.stream || backend.stream_upstream;
+            let upstream = Upstream {
+                base_url: node.base_url.clone(),
+                api_key: self.secrets.get(&backend.name).cloned(),
+            };
+            let call_started = Instant::now();
+            let format = wire_format(backend.kind);
+            let first =
+                tokio::time::timeout(deadline, first_output(format, &self.client, &upstream, &req)).await;
+            let first = first.unwrap_or_else(|_| {
+                Err(UpstreamError::new(
+                    ErrorClass::Timeout,
+                    None,
+                    format!("no first token within {} ms", deadline.as_millis()),
+                ))
+            });
+            match first {
+                Ok((buffered, rest)) => {
+                    let ttft = call_started.elapsed();
+                    let lease = Lease {
+                        permit: Some(permit),
+                        _slot: slot,
+                        outcome: RequestOutcome::started(
+                            &task.name,
+                            &backend.name,
+                            &node.key,
+                            calls,
+                            ttft,
+                            started,
+                        ),
+                        records: self.records.clone(),
+                        finished: false,
+                    };
+                    self.emit(Record::Attempt(AttemptRecord::served(
+                        &task.name,
+                        &backend.name,
+                        &node.key,
+                        ttft,
+                    )));
+                    return Ok(Committed {
+                        backend: backend.name.clone(),
+                        model: backend.model.clone(),
+                        attempts: calls,
+                        ttft,
+                        events: track(
+                            buffered,
+                            rest,
+                            lease,
+                            Duration::from_millis(self.cfg.stream_idle_timeout_ms),
+                        ),
+                    });
+                }
+                Err(error) => {
+                    if error.class.counts_against_backend() {
+                        permit.failure(Instant::now());
+                    } else {
+                        drop(permit);
+                    }
+                    let record = AttemptRecord::failed(
+                        &task.name,
+                        &backend.name,
+                        &node.key,
+                        &error,
+                        call_started.elapsed(),
+                    );
+                    self.emit(Record::Attempt(record.clone()));
+                    attempts.push(record);
+                    if !error.class.may_fail_over() {
+                        self.emit(Record::Request(RequestOutcome::failed(
+                            &task.name,
+                            &backend.name,
+                            calls,
+                            error.class,
+                            started,
+                        )));
+                        return Err(DispatchError::Rejected {
+                            backend: backend.name.clone(),
+                            error,
+                            attempts: calls,
+                        });
+                    }
+                    last_local = Some(backend.is_local());
+                }
+            }
+        }
+        let class = attempts.iter().rev().find_map(|a| a.error_class).unwrap_or(ErrorClass::Overloaded);
+        self.emit(Record::Request(RequestOutcome::failed(&task.name, "", calls, class, started)));
+        Err(DispatchError::Exhausted { attempts })
+    }
+}
+
+/// Call the upstream and read until its first output event. Returns the events read so far
+/// and the rest of the stream. A stream that ends with no output at all (an empty answer) is
+/// also a success.
+async fn first_output(
+    format: WireFormat,
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<(Vec<Event>, EventStream), UpstreamError> {
+    let mut stream = adapter::send(format, client, upstream, req).await?;
+    let mut buffered = Vec::new();
+    while let Some(item) = stream.next().await {
+        let event = item?;
+        let output = event.is_output();
+        buffered.push(event);
+        if output {
+            break;
+        }
+    }
+    Ok((buffered, stream))
+}
+
+/// What a committed request holds until its stream ends: the breaker permit and the node slot.
+/// Dropping it early (the client went away) frees both and records a cancellation.
+struct Lease {
+    permit: Option<BreakerPermit>,
+    _slot: Option<OwnedSemaphorePermit>,
+    outcome: RequestOutcome,
+    records: mpsc::Sender<Record>,
+    finished: bool,
+}
+
+impl Lease {
+    fn finish(&mut self, error: Option<&UpstreamError>) {
+        self.finished = true;
+        let now = Instant::now();
+        if let Some(permit) = self.permit.take() {
+            match error {
+                Some(e) if e.class.counts_against_backend() => permit.failure(now),
+                _ => permit.success(now),
+            }
+        }
+        self.outcome.finish(error.map(|e| e.class), now);
+        let _ = self.records.try_send(Record::Request(self.outcome.clone()));
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.outcome.cancel(Instant::now());
+            let _ = self.records.try_send(Record::Request(self.outcome.clone()));
+        }
+    }
+}
+
+/// The client-facing stream: the buffered first events, then the rest under an idle timeout,
+/// settling the lease when the upstream ends or breaks.
+fn track(buffered: Vec<Event>, rest: EventStream, lease: Lease, idle: Duration) -> EventStream {
+    struct State {
+        buffered: std::vec::IntoIter<Event>,
+        rest: EventStream,
+        lease: Lease,
+        done: bool,
+    }
+    let state = State { buffered: buffered.into_iter(), rest, lease, done: false };
+    Box::pin(futures::stream::unfold(state, move |mut s| async move {
+        if s.done {
+            return None;
+        }
+        if let Some(event) = s.buffered.next() {
+            s.lease.outcome.observe(&event);
+            return Some((Ok(event), s));
+        }
+        match tokio::time::timeout(idle, s.rest.next()).await {
+            Ok(Some(Ok(event))) => {
+                s.lease.outcome.observe(&event);
+                Some((Ok(event), s))
+            }
+            Ok(None) => {
+                s.lease.finish(None);
+                None
+            }
+            Ok(Some(Err(error))) => {
+                s.lease.finish(Some(&error));
+                s.done = true;
+                Some((Err(error), s))
+            }
+            Err(_) => {
+                let error = UpstreamError::new(
+                    ErrorClass::Timeout,
+                    None,
+                    format!("upstream sent nothing for {} ms", idle.as_millis()),
+                );
+                s.lease.finish(Some(&error));
+                s.done = true;
+                Some((Err(error), s))
+            }
+        }
+    }))
+}

@@ -1,0 +1,23 @@
+//! Spillway: serve LLM requests on the team's own vLLM fleet while it has headroom, and spill
+//! the overflow to hosted APIs before the latency target breaks.
+//!
+//! The modules follow one request: `api` decodes it, `policy` decides which backends it may
+//! use, `route` orders them into a plan, `dispatch` walks the plan through `adapter`s, and the
+//! `control` loops keep the snapshot that planning reads.
+
+pub mod adapter;
+pub mod canonical;
+
+pub mod api;
+pub mod config;
+pub mod control;
+pub mod dispatch;
+pub mod outcome;
+pub mod policy;
+pub mod route;
+pub mod server;
+/// The vLLM-compatible (and hosted-provider) simulator lives with the fleet side, in `vllm/`.
+#[path = "../vllm/sim/mod.rs"]
+pub mod sim;
+// pub mod cli; (waits for sim)
+// pub mod demo; (waits for sim)

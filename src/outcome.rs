@@ -1,0 +1,195 @@
+//! What happened to each attempt and each request, as records sent off the request path.
+//!
+//! Dispatch emits one [`Record::Attempt`] per upstream call (or skipped target) and one
+//! [`Record::Request`] per request; the ledger and metrics read them from a channel. Building a
+//! record never blocks and never does I/O.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::adapter::{ErrorClass, UpstreamError};
+use crate::canonical::{Event, Usage};
+
+/// Why a target of the plan was passed over without a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// The router already has `max_inflight_per_node` requests on it: spill.
+    NodeFull,
+    BreakerOpen,
+    RetryBudget,
+    MaxAttempts,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::NodeFull => "node_full",
+            Skip::BreakerOpen => "breaker_open",
+            Skip::RetryBudget => "retry_budget_exhausted",
+            Skip::MaxAttempts => "max_attempts",
+        }
+    }
+}
+
+/// One target of one request: called (served or failed) or skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    pub task: String,
+    pub backend: String,
+    pub node: String,
+    pub skipped: Option<Skip>,
+    pub error_class: Option<ErrorClass>,
+    pub status: Option<u16>,
+    pub message: Option<String>,
+    pub elapsed: Duration,
+}
+
+impl AttemptRecord {
+    fn base(task: &str, backend: &str, node: &str) -> Self {
+        AttemptRecord {
+            task: task.into(),
+            backend: backend.into(),
+            node: node.into(),
+            skipped: None,
+            error_class: None,
+            status: None,
+            message: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    pub fn skipped(task: &str, backend: &str, node: &str, why: Skip) -> Self {
+        AttemptRecord { skipped: Some(why), ..Self::base(task, backend, node) }
+    }
+
+    pub fn failed(task: &str, backend: &str, node: &str, e: &UpstreamError, elapsed: Duration) -> Self {
+        AttemptRecord {
+            error_class: Some(e.class),
+            status: e.status,
+            message: Some(e.message.clone()),
+            elapsed,
+            ..Self::base(task, backend, node)
+        }
+    }
+
+    pub fn served(task: &str, backend: &str, node: &str, ttft: Duration) -> Self {
+        AttemptRecord { elapsed: ttft, ..Self::base(task, backend, node) }
+    }
+
+    /// One line for logs and client error messages.
+    pub fn describe(&self) -> String {
+        match (self.skipped, self.error_class) {
+            (Some(skip), _) => format!("{}: skipped ({})", self.backend, skip.as_str()),
+            (None, Some(class)) => format!(
+                "{}: {}{} after {} ms",
+                self.backend,
+                class.as_str(),
+                self.status.map(|s| format!(" {s}")).unwrap_or_default(),
+                self.elapsed.as_millis()
+            ),
+            (None, None) => format!("{}: served", self.backend),
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    InFlight,
+    Completed,
+    /// Failed before the first token (no backend served) or broke after it.
+    Failed(ErrorClass),
+    /// The client went away before the end.
+    Cancelled,
+}
+
+/// One request, from arrival to its last event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestOutcome {
+    pub task: String,
+    /// Empty when no backend served.
+    pub backend: String,
+    pub node: String,
+    pub attempts: u32,
+    pub ttft: Option<Duration>,
+    pub duration: Duration,
+    pub usage: Usage,
+    pub ending: Ending,
+    started: Instant,
+}
+
+impl RequestOutcome {
+    pub fn started(
+        task: &str,
+        backend: &str,
+        node: &str,
+        attempts: u32,
+        ttft: Duration,
+        started: Instant,
+    ) -> Self {
+        RequestOutcome {
+            task: task.into(),
+            backend: backend.into(),
+            node: node.into(),
+            attempts,
+            ttft: Some(ttft),
+            duration: Duration::ZERO,
+            usage: Usage::default(),
+            ending: Ending::InFlight,
+            started,
+        }
+    }
+
+    pub fn failed(task: &str, backend: &str, attempts: u32, class: ErrorClass, started: Instant) -> Self {
+        RequestOutcome {
+            ttft: None,
+            ending: Ending::Failed(class),
+            duration: started.elapsed(),
+            ..Self::started(task, backend, "", attempts, Duration::ZERO, started)
+        }
+    }
+
+    pub fn observe(&mut self, event: &Event) {
+        if let Event::Usage(usage) = event {
+            self.usage = *usage;
+        }
+    }
+
+    pub fn finish(&mut self, error: Option<ErrorClass>, now: Instant) {
+        self.duration = now.saturating_duration_since(self.started);
+        self.ending = error.map_or(Ending::Completed, Ending::Failed);
+    }
+
+    pub fn cancel(&mut self, now: Instant) {
+        self.duration = now.saturating_duration_since(self.started);
+        self.ending = Ending::Cancelled;
+    }
+}
+
+/// What dispatch sends to the bookkeeping channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Attempt(AttemptRecord),
+    Request(RequestOutcome),
+}
+
+/// Until the ledger and metrics exist to read them, records are logged.
+pub async fn log_records(mut rx: tokio::sync::mpsc::Receiver<Record>) {
+    while let Some(record) = rx.recv().await {
+        match record {
+            Record::Attempt(a) => tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe()),
+            Record::Request(r) => tracing::info!(
+                task = %r.task,
+                backend = %r.backend,
+                attempts = r.attempts,
+                ttft_ms = r.ttft.map(|t| t.as_millis() as u64),
+                duration_ms = r.duration.as_millis() as u64,
+                input_tokens = r.usage.input_tokens,
+                output_tokens = r.usage.output_tokens,
+                ending = ?r.ending,
+                "request"
+            ),
+        }
+    }
+}

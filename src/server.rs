@@ -1,0 +1,89 @@
+//! Assembling a running router from a config: secrets from the environment, the snapshot and
+//! its loops, dispatch, the bookkeeping channel, and the HTTP listener.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::api::{self, AppState, RouterHandle};
+use crate::config::Config;
+use crate::control::{breaker::BreakerBoard, snapshot_loop};
+use crate::dispatch::Dispatcher;
+use crate::outcome::{self, Record};
+use crate::route::Snapshot;
+
+/// Secrets read from the environment: client keys (value → env name) and API keys by backend.
+pub struct Secrets {
+    pub client_keys: HashMap<String, String>,
+    pub backend_keys: HashMap<String, String>,
+}
+
+/// Read every environment variable the config names; each one missing is a problem.
+pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Secrets, Vec<String>> {
+    let mut missing = Vec::new();
+    let mut client_keys = HashMap::new();
+    for name in &config.client_keys_env {
+        match env(name).filter(|v| !v.trim().is_empty()) {
+            Some(value) => {
+                client_keys.insert(value.trim().to_string(), name.clone());
+            }
+            None => missing.push(format!("client_keys_env: environment variable {name} is not set")),
+        }
+    }
+    let mut backend_keys = HashMap::new();
+    for b in &config.backends {
+        if let Some(name) = &b.api_key_env {
+            match env(name).filter(|v| !v.trim().is_empty()) {
+                Some(value) => {
+                    backend_keys.insert(b.name.clone(), value.trim().to_string());
+                }
+                None => missing.push(format!("backend {}: environment variable {name} is not set", b.name)),
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(Secrets { client_keys, backend_keys })
+    } else {
+        Err(missing)
+    }
+}
+
+/// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
+/// task is aborted or `shutdown` resolves.
+pub async fn start(
+    config: Config,
+    secrets: Secrets,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<RouterHandle> {
+    let config = Arc::new(config);
+    let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config))));
+    let breakers = BreakerBoard::new(config.dispatch.breaker.clone());
+    let (records_tx, records_rx) = mpsc::channel::<Record>(65_536);
+    tokio::spawn(outcome::log_records(records_rx));
+    let loop_handle = tokio::spawn(snapshot_loop::run(
+        Arc::clone(&snapshot),
+        Arc::clone(&breakers),
+        Duration::from_millis(200),
+    ));
+    let dispatcher = Dispatcher::new(config.dispatch.clone(), breakers, secrets.backend_keys, records_tx);
+    let state = Arc::new(AppState {
+        snapshot,
+        dispatcher: Arc::new(dispatcher),
+        client_keys: secrets.client_keys,
+        limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
+        max_body_bytes: config.limits.max_body_bytes,
+    });
+    let addr = listener.local_addr()?;
+    let app = api::router(state);
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        loop_handle.abort();
+        served
+    });
+    Ok(RouterHandle { addr, task })
+}

@@ -1,0 +1,207 @@
+//! The Anthropic Messages wire format (`anthropic` kind).
+//!
+//! Decodes `POST /v1/messages` (`x-api-key`, `anthropic-version`, `system` as a string or
+//! blocks, messages with string or block content, required `max_tokens`) and answers with a
+//! Message object or the named-event SSE stream: message_start, content_block_start, ping,
+//! content_block_delta…, content_block_stop, message_delta, message_stop. Errors use
+//! `{"type":"error","error":{"type":…,"message":…}}`, also as a mid-stream `event: error`.
+
+use super::engine::FinishReason;
+use super::generate::{GenEvent, GenRequest, Usage};
+use super::server::{AppState, SimError};
+use super::sse;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+fn error_body(status: u16, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
+}
+
+/// Render an error in Anthropic's envelope.
+pub fn error_response(e: &SimError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, Json(error_body(e.status, &e.message))).into_response();
+    if let Some(s) = e.retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+fn blocks_text(c: &Value, cache_control: &mut bool) -> String {
+    match c {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| {
+                *cache_control |= b.get("cache_control").is_some();
+                b.get("text")?.as_str()
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+    let max_tokens = v
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| SimError::new(400, "max_tokens: Field required"))?;
+    let messages = v
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| SimError::new(400, "messages: Field required"))?;
+    let mut cache_control = false;
+    let mut prompt = String::new();
+    if let Some(system) = v.get("system") {
+        prompt.push_str(&format!("system: {}\n", blocks_text(system, &mut cache_control)));
+    }
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let content = m.get("content").map(|c| blocks_text(c, &mut cache_control)).unwrap_or_default();
+        prompt.push_str(&format!("{role}: {content}\n"));
+    }
+    let model = v.get("model").and_then(Value::as_str).map(str::to_string);
+    let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let max_tokens = Some(max_tokens.min(u32::MAX as u64) as u32);
+    Ok((GenRequest { prompt, max_tokens, cache_control }, model, stream))
+}
+
+fn stop_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Stop => "end_turn",
+        FinishReason::Length => "max_tokens",
+    }
+}
+
+fn usage_json(u: &Usage, output_tokens: u32) -> Value {
+    json!({
+        "input_tokens": u.prompt_tokens - u.cached_tokens - u.cache_write_tokens,
+        "cache_creation_input_tokens": u.cache_write_tokens,
+        "cache_read_input_tokens": u.cached_tokens,
+        "output_tokens": output_tokens,
+    })
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    match inner(&st, &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
+    st.check_key(headers.get("x-api-key").and_then(|v| v.to_str().ok()))?;
+    if !headers.contains_key("anthropic-version") {
+        return Err(SimError::new(400, "anthropic-version: header is required"));
+    }
+    let (req, model, stream) = decode(body)?;
+    let model = model.unwrap_or_else(|| st.model.clone());
+    let started = st.start(headers, &req)?;
+    let mut extra = HeaderMap::new();
+    extra.insert("request-id", HeaderValue::from_str(&format!("req_sim{:08x}", started.id)).expect("ascii"));
+    if let Some(r) = started.remaining {
+        for (what, left, limit) in
+            [("requests", r.requests, st.quota.rpm), ("tokens", r.tokens, st.quota.tpm)]
+        {
+            if let Some(left) = left {
+                let name = |k: &str| {
+                    HeaderName::from_bytes(format!("anthropic-ratelimit-{what}-{k}").as_bytes())
+                        .expect("name")
+                };
+                extra.insert(name("limit"), limit.into());
+                extra.insert(name("remaining"), left.into());
+            }
+        }
+    }
+    let id = format!("msg_sim{:016x}", started.id);
+    let mut gen = started.gen;
+    let start_usage = started.usage;
+    if !stream {
+        return Ok(match gen.collect().await {
+            Ok((text, usage, finish)) => {
+                let mut resp = Json(json!({
+                    "id": id, "type": "message", "role": "assistant", "model": model,
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": stop_reason(finish), "stop_sequence": null,
+                    "usage": usage_json(&usage, usage.completion_tokens),
+                }))
+                .into_response();
+                resp.headers_mut().extend(extra);
+                resp
+            }
+            Err(GenEvent::Fail) => error_response(&SimError::new(529, "Overloaded")),
+            Err(_) => sse::dropped_response(),
+        });
+    }
+    let (tx, resp) = sse::response(extra);
+    tokio::spawn(async move {
+        let mut emitted = 0u32;
+        loop {
+            let ev = gen.next().await;
+            if emitted == 0 {
+                if let Some(GenEvent::Token(_) | GenEvent::Final(..)) = ev {
+                    let usage = usage_json(&start_usage, 1);
+                    let start = json!({"type": "message_start", "message": {
+                        "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+                        "stop_reason": null, "stop_sequence": null, "usage": usage}});
+                    let block = json!({"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}});
+                    if !(tx.event("message_start", &start).await
+                        && tx.event("content_block_start", &block).await
+                        && tx.event("ping", &json!({"type": "ping"})).await)
+                    {
+                        return;
+                    }
+                }
+            }
+            let delta = |t: &str| json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}});
+            match ev {
+                Some(GenEvent::Token(t)) => {
+                    emitted += 1;
+                    if !tx.event("content_block_delta", &delta(&t)).await {
+                        return;
+                    }
+                }
+                Some(GenEvent::Final(t, usage, finish)) => {
+                    tx.event("content_block_delta", &delta(&t)).await;
+                    tx.event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})).await;
+                    let md = json!({"type": "message_delta",
+                        "delta": {"stop_reason": stop_reason(finish), "stop_sequence": null},
+                        "usage": {"output_tokens": usage.completion_tokens}});
+                    tx.event("message_delta", &md).await;
+                    tx.event("message_stop", &json!({"type": "message_stop"})).await;
+                    return;
+                }
+                Some(GenEvent::Fail) => {
+                    tx.event("error", &error_body(529, "Overloaded")).await;
+                    return;
+                }
+                Some(GenEvent::Drop) | None => return tx.abort().await,
+            }
+        }
+    });
+    Ok(resp)
+}

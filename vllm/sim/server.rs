@@ -1,0 +1,189 @@
+//! Shared request handling for every simulated provider: state, auth, quota, faults, start.
+//!
+//! The wire modules decode a request into a `GenRequest`, then call `AppState::start`, which
+//! applies the quota (hosted kinds), draws the fault plan, and starts the token producer (the
+//! vLLM engine or the hosted pacer). Errors come back as a `SimError` that each wire renders
+//! in its own provider's envelope; nothing here knows a wire format.
+
+use super::engine_loop::EngineHandle;
+use super::faults::{Faults, FAULT_HEADER};
+use super::generate::{output_len, GenRequest, Generation, HostedPacer, Usage};
+use super::metrics::SimMetrics;
+use super::quota::{Quota, Remaining};
+use super::text::{self, TextGen};
+use super::SimKind;
+use axum::http::HeaderMap;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+
+/// Hosted prompt caches work on 128-token blocks of prompts of at least 1024 tokens.
+const HOSTED_CACHE_BLOCK: usize = 128;
+const HOSTED_CACHE_MIN_TOKENS: u32 = 1024;
+
+/// An error to render in the provider's format.
+#[derive(Clone, Debug)]
+pub struct SimError {
+    pub status: u16,
+    pub message: String,
+    /// Seconds for `Retry-After`.
+    pub retry_after: Option<u64>,
+}
+
+impl SimError {
+    pub fn new(status: u16, message: impl Into<String>) -> SimError {
+        SimError { status, message: message.into(), retry_after: None }
+    }
+}
+
+/// A started request.
+pub struct Started {
+    pub gen: Generation,
+    pub remaining: Option<Remaining>,
+    pub id: u64,
+    /// Prompt-side usage as known at the start (cache figures are final for hosted kinds).
+    pub usage: Usage,
+}
+
+/// Everything a simulated server shares between requests.
+pub struct AppState {
+    pub kind: SimKind,
+    pub model: String,
+    pub seed: u64,
+    pub api_key: Option<String>,
+    pub output_tokens: u32,
+    pub faults: Faults,
+    pub quota: Quota,
+    pub engine: Option<EngineHandle>,
+    pub metrics: Option<Arc<SimMetrics>>,
+    pub pacer: HostedPacer,
+    pub hosted_cache: Mutex<HashSet<u64>>,
+    pub shutdown: watch::Receiver<bool>,
+    pub created: u64,
+    ids: AtomicU64,
+}
+
+impl AppState {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: SimKind,
+        model: String,
+        seed: u64,
+        api_key: Option<String>,
+        output_tokens: u32,
+        faults: Faults,
+        quota: Quota,
+        engine: Option<EngineHandle>,
+        metrics: Option<Arc<SimMetrics>>,
+        pacer: HostedPacer,
+        shutdown: watch::Receiver<bool>,
+    ) -> AppState {
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        AppState {
+            kind,
+            model,
+            seed,
+            api_key,
+            output_tokens,
+            faults,
+            quota,
+            engine,
+            metrics,
+            pacer,
+            hosted_cache: Mutex::new(HashSet::new()),
+            shutdown,
+            created,
+            ids: AtomicU64::new(1),
+        }
+    }
+
+    /// Check a presented API key against `--api-key` (401 when one is set and it differs).
+    pub fn check_key(&self, presented: Option<&str>) -> Result<(), SimError> {
+        match (&self.api_key, presented) {
+            (None, _) => Ok(()),
+            (Some(k), Some(p)) if k == p => Ok(()),
+            (Some(_), None) => Err(SimError::new(401, "missing API key")),
+            (Some(_), Some(_)) => Err(SimError::new(401, "invalid API key")),
+        }
+    }
+
+    /// Quota, faults, then start producing tokens for `req`.
+    pub fn start(&self, headers: &HeaderMap, req: &GenRequest) -> Result<Started, SimError> {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let prompt_tokens = text::prompt_tokens(&req.prompt);
+        let (n, limited) = output_len(self.output_tokens, req.max_tokens);
+        let remaining = if self.engine.is_none() {
+            let estimate = prompt_tokens as u64 + req.max_tokens.unwrap_or(n) as u64;
+            match self.quota.check(estimate, Instant::now()) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let what = if e.tokens { "tokens" } else { "requests" };
+                    return Err(SimError {
+                        status: 429,
+                        message: format!("Rate limit reached for {what} per minute (simulated)"),
+                        retry_after: Some(e.retry_after_secs),
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        let header = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok());
+        let plan = self.faults.plan(header).map_err(|m| SimError::new(400, m))?;
+        if let Some(status) = plan.status {
+            return Err(SimError {
+                status,
+                message: format!("simulated failure ({status})"),
+                retry_after: (status == 429).then_some(1),
+            });
+        }
+        let gen_text = TextGen::new(self.seed, &req.prompt);
+        let ttft = plan.ttft_ms.map(Duration::from_millis);
+        let mut start_usage = Usage { prompt_tokens, ..Usage::default() };
+        let (rx, first_delay) = if plan.hang {
+            let (_tx, rx) = mpsc::unbounded_channel();
+            (rx, Duration::ZERO)
+        } else if let Some(engine) = &self.engine {
+            if !engine.fits(prompt_tokens, n) {
+                return Err(SimError::new(
+                    400,
+                    format!(
+                        "This model's maximum context length is exceeded ({prompt_tokens} prompt tokens)."
+                    ),
+                ));
+            }
+            let cfg = engine.config();
+            let hashes =
+                if cfg.prefix_caching { text::block_hashes(&req.prompt, cfg.block_size) } else { Vec::new() };
+            (engine.submit(prompt_tokens, hashes, n, limited, gen_text), ttft.unwrap_or_default())
+        } else {
+            let usage = self.hosted_usage(prompt_tokens, req);
+            start_usage = usage;
+            (self.pacer.start(ttft, gen_text, n, limited, usage), Duration::ZERO)
+        };
+        let gen = Generation::new(prompt_tokens, rx, plan, first_delay, self.shutdown.clone());
+        Ok(Started { gen, remaining, id, usage: start_usage })
+    }
+
+    /// Prompt-cache accounting for hosted kinds (automatic caching of long prompts; for
+    /// Anthropic only when the request asks with `cache_control`).
+    fn hosted_usage(&self, prompt_tokens: u32, req: &GenRequest) -> Usage {
+        let mut usage = Usage { prompt_tokens, ..Usage::default() };
+        let eligible = prompt_tokens >= HOSTED_CACHE_MIN_TOKENS
+            && (self.kind != SimKind::Anthropic || req.cache_control);
+        if !eligible {
+            return usage;
+        }
+        let hashes = text::block_hashes(&req.prompt, HOSTED_CACHE_BLOCK);
+        let mut cache = self.hosted_cache.lock().expect("hosted cache");
+        let hits = hashes.iter().take_while(|h| cache.contains(h)).count();
+        cache.extend(hashes.iter().copied());
+        usage.cached_tokens = (hits * HOSTED_CACHE_BLOCK) as u32;
+        if self.kind == SimKind::Anthropic {
+            usage.cache_write_tokens = ((hashes.len() - hits) * HOSTED_CACHE_BLOCK) as u32;
+        }
+        usage
+    }
+}
