@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use crate::config;
 
 #[derive(Debug, Parser)]
-#[command(name = "spillway", version, about = "Serve LLM traffic on your vLLM fleet while it has headroom; spill the rest to hosted APIs")]
+#[command(
+    name = "spillway",
+    version,
+    about = "Serve LLM traffic on your vLLM fleet while it has headroom; spill the rest to hosted APIs"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -109,10 +113,10 @@ async fn serve(path: &std::path::Path) -> Result<(), String> {
     let secrets = crate::server::read_secrets(&cfg, |n| std::env::var(n).ok())
         .map_err(|missing| format!("missing secrets:\n  {}", missing.join("\n  ")))?;
     let addr: SocketAddr = cfg.listen.parse().map_err(|e| format!("listen: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let handle = crate::server::start(cfg, secrets, listener, shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let handle =
+        crate::server::start(cfg, secrets, listener, shutdown_signal()).await.map_err(|e| e.to_string())?;
     tracing::info!("spillway listening on http://{}", handle.addr);
     handle.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }

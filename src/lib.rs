@@ -9,8 +9,10 @@ pub mod adapter;
 pub mod canonical;
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod control;
+pub mod demo;
 pub mod dispatch;
 pub mod outcome;
 pub mod policy;
@@ -19,5 +21,3 @@ pub mod server;
 /// The vLLM-compatible (and hosted-provider) simulator lives with the fleet side, in `vllm/`.
 #[path = "../vllm/sim/mod.rs"]
 pub mod sim;
-// pub mod cli; (waits for sim)
-// pub mod demo; (waits for sim)

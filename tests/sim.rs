@@ -52,7 +52,15 @@ async fn openai_and_vllm_speak_chat_completions() {
         let s = start(fast(kind)).await;
         let c = reqwest::Client::new();
         let url = format!("{}/v1/chat/completions", s.base_url());
-        let r: Value = c.post(&url).json(&chat_body(&s.model, "hello", false)).send().await.unwrap().json().await.unwrap();
+        let r: Value = c
+            .post(&url)
+            .json(&chat_body(&s.model, "hello", false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(r["object"], "chat.completion");
         assert_eq!(r["choices"][0]["message"]["role"], "assistant");
         assert_eq!(r["choices"][0]["finish_reason"], "stop");
@@ -83,15 +91,22 @@ async fn openai_and_vllm_speak_chat_completions() {
         if kind == SimKind::Vllm {
             assert!(fin["delta"]["content"].is_string(), "vLLM puts finish_reason on the last content chunk");
         }
-        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        let text: String =
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
         assert_eq!(text.split_whitespace().count(), 8);
 
-        let models: Value = c.get(format!("{}/v1/models", s.base_url())).send().await.unwrap().json().await.unwrap();
+        let models: Value =
+            c.get(format!("{}/v1/models", s.base_url())).send().await.unwrap().json().await.unwrap();
         assert_eq!(models["data"][0]["id"], s.model.as_str());
     }
     let s = start(fast(SimKind::Vllm)).await;
     let c = reqwest::Client::new();
-    let r = c.post(format!("{}/v1/chat/completions", s.base_url())).json(&chat_body("other", "x", false)).send().await.unwrap();
+    let r = c
+        .post(format!("{}/v1/chat/completions", s.base_url()))
+        .json(&chat_body("other", "x", false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(c.get(format!("{}/health", s.base_url())).send().await.unwrap().status(), 200);
 }
@@ -112,8 +127,13 @@ async fn api_key_is_enforced_in_each_format() {
     let mut a = fast(SimKind::Anthropic);
     a.api_key = Some("k".into());
     let s = start(a).await;
-    let r = c.post(format!("{}/v1/messages", s.base_url())).header("anthropic-version", "2023-06-01")
-        .json(&json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})).send().await.unwrap();
+    let r = c
+        .post(format!("{}/v1/messages", s.base_url()))
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "authentication_error");
 }
@@ -123,11 +143,16 @@ async fn anthropic_speaks_messages() {
     let s = start(fast(SimKind::Anthropic)).await;
     let c = reqwest::Client::new();
     let url = format!("{}/v1/messages", s.base_url());
-    let post = |body: Value| c.post(&url).header("x-api-key", "any").header("anthropic-version", "2023-06-01").json(&body).send();
+    let post = |body: Value| {
+        c.post(&url).header("x-api-key", "any").header("anthropic-version", "2023-06-01").json(&body).send()
+    };
     let r = post(json!({"model": s.model, "messages": [{"role": "user", "content": "hi"}]})).await.unwrap();
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
-    assert_eq!((e["type"].as_str(), e["error"]["type"].as_str()), (Some("error"), Some("invalid_request_error")));
+    assert_eq!(
+        (e["type"].as_str(), e["error"]["type"].as_str()),
+        (Some("error"), Some("invalid_request_error"))
+    );
 
     let body = json!({"model": s.model, "max_tokens": 100, "system": [{"type": "text", "text": "be brief"}],
                       "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]});
@@ -170,13 +195,27 @@ async fn gemini_speaks_generate_content() {
     let r = c.post(format!("{base}:generateContent")).json(&body).send().await.unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["status"], "PERMISSION_DENIED");
-    let r: Value = c.post(format!("{base}:generateContent?key=g")).json(&body).send().await.unwrap().json().await.unwrap();
+    let r: Value = c
+        .post(format!("{base}:generateContent?key=g"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r["candidates"][0]["content"]["role"], "model");
     assert_eq!(r["candidates"][0]["finishReason"], "MAX_TOKENS");
     assert_eq!(r["usageMetadata"]["candidatesTokenCount"], 5);
     assert_eq!(r["modelVersion"], s.model.as_str());
 
-    let resp = c.post(format!("{base}:streamGenerateContent?alt=sse")).header("x-goog-api-key", "g").json(&body).send().await.unwrap();
+    let resp = c
+        .post(format!("{base}:streamGenerateContent?alt=sse"))
+        .header("x-goog-api-key", "g")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     let (events, failed) = read_sse(resp).await;
     assert!(!failed);
     assert_eq!(events.len(), 5);
@@ -185,19 +224,31 @@ async fn gemini_speaks_generate_content() {
     assert!(chunks[0]["candidates"][0]["content"]["parts"][0]["text"].is_string());
     let last = chunks.last().unwrap();
     assert_eq!(last["candidates"][0]["finishReason"], "MAX_TOKENS");
-    assert_eq!(last["usageMetadata"]["totalTokenCount"], last["usageMetadata"]["promptTokenCount"].as_u64().unwrap() + 5);
+    assert_eq!(
+        last["usageMetadata"]["totalTokenCount"],
+        last["usageMetadata"]["promptTokenCount"].as_u64().unwrap() + 5
+    );
 
-    let bad = c.post(format!("{base}:generateContent?key=g")).json(&json!({"contents": []})).send().await.unwrap();
+    let bad =
+        c.post(format!("{base}:generateContent?key=g")).json(&json!({"contents": []})).send().await.unwrap();
     assert_eq!(bad.status(), 400);
     assert_eq!(bad.json::<Value>().await.unwrap()["error"]["status"], "INVALID_ARGUMENT");
 }
 
 const NEW_SERIES: &[&str] = &[
-    "vllm:num_requests_running{", "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{",
-    "vllm:cache_config_info{", "vllm:time_to_first_token_seconds_bucket{",
-    "vllm:inter_token_latency_seconds_bucket{", "vllm:e2e_request_latency_seconds_bucket{",
-    "vllm:request_queue_time_seconds_bucket{", "vllm:prompt_tokens_total{", "vllm:generation_tokens_total{",
-    "vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{", "vllm:request_success_total{",
+    "vllm:num_requests_running{",
+    "vllm:num_requests_waiting{",
+    "vllm:kv_cache_usage_perc{",
+    "vllm:cache_config_info{",
+    "vllm:time_to_first_token_seconds_bucket{",
+    "vllm:inter_token_latency_seconds_bucket{",
+    "vllm:e2e_request_latency_seconds_bucket{",
+    "vllm:request_queue_time_seconds_bucket{",
+    "vllm:prompt_tokens_total{",
+    "vllm:generation_tokens_total{",
+    "vllm:prefix_cache_queries_total{",
+    "vllm:prefix_cache_hits_total{",
+    "vllm:request_success_total{",
     "vllm:num_preemptions_total{",
 ];
 
@@ -216,13 +267,21 @@ fn gauge(text: &str, name: &str) -> f64 {
 async fn metrics_use_both_vllm_name_generations() {
     let c = reqwest::Client::new();
     let s = start(fast(SimKind::Vllm)).await;
-    c.post(format!("{}/v1/chat/completions", s.base_url())).json(&chat_body(&s.model, "hi", false)).send().await.unwrap();
+    c.post(format!("{}/v1/chat/completions", s.base_url()))
+        .json(&chat_body(&s.model, "hi", false))
+        .send()
+        .await
+        .unwrap();
     let m = metrics(&c, &s).await;
     for name in NEW_SERIES {
         assert!(m.contains(name), "{name} missing from\n{m}");
     }
     assert!(m.contains(r#"engine="0""#) && m.contains(r#"model_name="meta-llama/Llama-3.1-8B-Instruct""#));
-    assert!(m.contains(r#"cache_dtype="auto""#) && m.contains(r#"num_gpu_blocks="4096""#) && m.contains(r#"block_size="16""#));
+    assert!(
+        m.contains(r#"cache_dtype="auto""#)
+            && m.contains(r#"num_gpu_blocks="4096""#)
+            && m.contains(r#"block_size="16""#)
+    );
     assert!(m.contains(r#"vllm:request_success_total{engine="0",finished_reason="stop""#));
     assert_eq!(gauge(&m, "vllm:generation_tokens_total"), 8.0);
 
@@ -230,7 +289,9 @@ async fn metrics_use_both_vllm_name_generations() {
     a.legacy_metrics = true;
     let s = start(a).await;
     let m = metrics(&c, &s).await;
-    assert!(m.contains("vllm:gpu_cache_usage_perc{") && m.contains("vllm:time_per_output_token_seconds_bucket{"));
+    assert!(
+        m.contains("vllm:gpu_cache_usage_perc{") && m.contains("vllm:time_per_output_token_seconds_bucket{")
+    );
     assert!(!m.contains("vllm:kv_cache_usage_perc") && !m.contains("vllm:inter_token_latency_seconds"));
     assert!(!m.contains(r#"engine="0""#));
 }
@@ -246,7 +307,11 @@ async fn queue_and_kv_move_under_load_and_drain() {
     let url = format!("{}/v1/chat/completions", s.base_url());
     let reqs: Vec<_> = (0..6)
         .map(|i| {
-            let (c, url, body) = (c.clone(), url.clone(), chat_body(&s.model, &format!("request {i} {}", "x".repeat(200)), false));
+            let (c, url, body) = (
+                c.clone(),
+                url.clone(),
+                chat_body(&s.model, &format!("request {i} {}", "x".repeat(200)), false),
+            );
             tokio::spawn(async move { c.post(url).json(&body).send().await.unwrap().status() })
         })
         .collect();
@@ -291,7 +356,15 @@ async fn prefix_cache_hits_shorten_ttft() {
     assert!(warm * 3 < cold, "cold {cold:?} warm {warm:?}");
     let m = metrics(&c, &s).await;
     assert!(gauge(&m, "vllm:prefix_cache_hits_total") > 1000.0);
-    let r: Value = c.post(&url).json(&chat_body(&s.model, &"lorem ipsum ".repeat(400), false)).send().await.unwrap().json().await.unwrap();
+    let r: Value = c
+        .post(&url)
+        .json(&chat_body(&s.model, &"lorem ipsum ".repeat(400), false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 1000);
 }
 
@@ -300,7 +373,9 @@ async fn faults_by_header() {
     let c = reqwest::Client::new();
     let s = start(fast(SimKind::OpenAi)).await;
     let url = format!("{}/v1/chat/completions", s.base_url());
-    let send = |fault: &str, stream: bool| c.post(&url).header(sim::FAULT_HEADER, fault).json(&chat_body(&s.model, "hi", stream)).send();
+    let send = |fault: &str, stream: bool| {
+        c.post(&url).header(sim::FAULT_HEADER, fault).json(&chat_body(&s.model, "hi", stream)).send()
+    };
 
     let r = send("status=503", false).await.unwrap();
     assert_eq!(r.status(), 503);
@@ -308,14 +383,27 @@ async fn faults_by_header() {
     let r = send("status=429", false).await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["retry-after"].to_str().unwrap()), (429, "1"));
 
-    let hung = c.post(&url).header(sim::FAULT_HEADER, "hang").timeout(Duration::from_millis(300))
-        .json(&chat_body(&s.model, "hi", false)).send().await;
+    let hung = c
+        .post(&url)
+        .header(sim::FAULT_HEADER, "hang")
+        .timeout(Duration::from_millis(300))
+        .json(&chat_body(&s.model, "hi", false))
+        .send()
+        .await;
     assert!(hung.unwrap_err().is_timeout());
 
     let (events, failed) = read_sse(send("drop_after=2", true).await.unwrap()).await;
     assert!(failed, "stream must end abruptly");
     assert!(events.iter().all(|(_, d)| d != "[DONE]"));
-    assert_eq!(events.iter().filter(|(_, d)| json_of(d)["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty())).count(), 2);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(_, d)| json_of(d)["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()))
+            .count(),
+        2
+    );
 
     let (events, _) = read_sse(send("error_event", true).await.unwrap()).await;
     assert!(events.iter().any(|(_, d)| d.starts_with('{') && json_of(d)["error"]["message"].is_string()));
@@ -326,9 +414,14 @@ async fn faults_by_header() {
     assert!(t0.elapsed() >= Duration::from_millis(190));
 
     let s = start(fast(SimKind::Anthropic)).await;
-    let resp = c.post(format!("{}/v1/messages", s.base_url())).header("anthropic-version", "2023-06-01")
+    let resp = c
+        .post(format!("{}/v1/messages", s.base_url()))
+        .header("anthropic-version", "2023-06-01")
         .header(sim::FAULT_HEADER, "error_event")
-        .json(&json!({"max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+        .json(&json!({"max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
     let (events, _) = read_sse(resp).await;
     let (name, data) = events.last().unwrap();
     assert_eq!(name, "error");
@@ -340,11 +433,14 @@ async fn faults_by_header() {
 async fn fault_rates_by_flag() {
     let mut a = fast(SimKind::Gemini);
     a.error_rate = 1.0;
-    a.error_status = Some(429);
+    a.error_status = 429;
     let s = start(a).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1beta/models/{}:generateContent", s.base_url(), s.model))
-        .json(&json!({"contents": [{"parts": [{"text": "hi"}]}]})).send().await.unwrap();
+        .json(&json!({"contents": [{"parts": [{"text": "hi"}]}]}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["status"], "RESOURCE_EXHAUSTED");
@@ -369,8 +465,13 @@ async fn quotas_answer_429_with_retry_after() {
     let mut a = fast(SimKind::Anthropic);
     a.tpm = 50;
     let s = start(a).await;
-    let r = c.post(format!("{}/v1/messages", s.base_url())).header("anthropic-version", "2023-06-01")
-        .json(&json!({"max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+    let r = c
+        .post(format!("{}/v1/messages", s.base_url()))
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "rate_limit_error");
@@ -384,10 +485,30 @@ async fn same_seed_same_text() {
         let mut a = fast(SimKind::Vllm);
         a.seed = seed;
         let s = start(a).await;
-        let r: Value = c.post(format!("{}/v1/chat/completions", s.base_url())).json(&chat_body(&s.model, "tell me", false))
-            .send().await.unwrap().json().await.unwrap();
+        let r: Value = c
+            .post(format!("{}/v1/chat/completions", s.base_url()))
+            .json(&chat_body(&s.model, "tell me", false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         texts.push(r["choices"][0]["message"]["content"].as_str().unwrap().to_string());
     }
     assert_eq!(texts[0], texts[1]);
     assert_ne!(texts[0], texts[2]);
+}
+
+#[tokio::test]
+#[ignore]
+async fn print_metrics() {
+    let s = start(fast(SimKind::Vllm)).await;
+    let c = reqwest::Client::new();
+    c.post(format!("{}/v1/chat/completions", s.base_url()))
+        .json(&chat_body(&s.model, "hi", false))
+        .send()
+        .await
+        .unwrap();
+    println!("{}", metrics(&c, &s).await);
 }

@@ -100,7 +100,8 @@ pub async fn one_request(
         if event.data.contains("\"error\"") {
             return Err(event.data);
         }
-        if ttft.is_none() && event.data.contains("\"content\":\"") && !event.data.contains("\"content\":\"\"") {
+        if ttft.is_none() && event.data.contains("\"content\":\"") && !event.data.contains("\"content\":\"\"")
+        {
             ttft = Some(started.elapsed());
         }
     }
@@ -113,7 +114,8 @@ pub async fn one_request(
 
 /// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.
 pub async fn run(spec: LoadSpec) -> LoadReport {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("static client settings");
+    let client =
+        reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("static client settings");
     let report = Arc::new(Mutex::new(LoadReport::new()));
     let window = Arc::new(Mutex::new(LoadReport::new()));
     let started = Instant::now();

@@ -35,7 +35,12 @@ pub struct DemoFleet {
     pub config_yaml: String,
 }
 
-async fn start_sim(kind: SimKind, model: &str, seed: u64, tune: impl FnOnce(&mut SimArgs)) -> std::io::Result<SimHandle> {
+async fn start_sim(
+    kind: SimKind,
+    model: &str,
+    seed: u64,
+    tune: impl FnOnce(&mut SimArgs),
+) -> std::io::Result<SimHandle> {
     let mut args = SimArgs::for_kind(kind, model);
     args.seed = seed;
     tune(&mut args);
@@ -108,25 +113,33 @@ policy:
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let fleet = start_fleet(args.listen, args.seed).await.map_err(|e| format!("cannot start the simulators: {e}"))?;
-    let cfg = config::parse(&fleet.config_yaml).map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
+    let fleet =
+        start_fleet(args.listen, args.seed).await.map_err(|e| format!("cannot start the simulators: {e}"))?;
+    let cfg =
+        config::parse(&fleet.config_yaml).map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
-    let secrets = crate::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
+    let secrets =
+        crate::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
     let router = crate::server::start(cfg, secrets, listener, crate::cli::shutdown_signal())
         .await
         .map_err(|e| e.to_string())?;
     let url = format!("http://{}", router.addr);
     println!("Spillway demo is up.");
     println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
-    for (name, s) in ["vllm node a", "vllm node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims) {
+    for (name, s) in
+        ["vllm node a", "vllm node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims)
+    {
         println!("  {name:<16} {}", s.base_url());
     }
     println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
     if args.load > 0.0 {
-        println!("\nSending {} requests/s to summarise-ticket; local nodes take 6 each, the rest spills:", args.load);
+        println!(
+            "\nSending {} requests/s to summarise-ticket; local nodes take 6 each, the rest spills:",
+            args.load
+        );
         let generator = loadgen::LoadSpec {
             url: format!("{url}/v1/chat/completions"),
             model: "summarise-ticket".into(),

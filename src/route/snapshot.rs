@@ -4,6 +4,7 @@
 //! the current one. It holds the config, every backend with its nodes (one node per endpoint),
 //! and each node's breaker state as last published.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, BackendKind, Config, Price};
@@ -91,17 +92,20 @@ pub struct Snapshot {
     pub config: Arc<Config>,
     /// In config order; a task refers to them by name.
     pub backends: Vec<BackendView>,
+    /// Backend name → index into `backends`.
+    by_name: HashMap<String, usize>,
 }
 
 impl Snapshot {
     /// A first snapshot straight from config: every breaker closed.
     pub fn from_config(config: Arc<Config>) -> Snapshot {
-        let backends = config.backends.iter().map(BackendView::from_config).collect();
-        Snapshot { version: 1, config, backends }
+        let backends: Vec<BackendView> = config.backends.iter().map(BackendView::from_config).collect();
+        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        Snapshot { version: 1, config, backends, by_name }
     }
 
     pub fn backend_index(&self, name: &str) -> Option<usize> {
-        self.backends.iter().position(|b| b.name == name)
+        self.by_name.get(name).copied()
     }
 
     /// A copy with the breaker states given by `state_of(node key)`, one version later.

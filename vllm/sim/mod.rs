@@ -130,9 +130,10 @@ pub struct SimArgs {
     /// Share of requests that fail with --error-status.
     #[arg(long, default_value_t = 0.0)]
     pub error_rate: f64,
-    /// Status for --error-rate failures (default 529 for anthropic, 503 otherwise).
-    #[arg(long)]
-    pub error_status: Option<u16>,
+    /// Status for --error-rate failures; 0 = the provider's overload status (529 for
+    /// anthropic, 503 otherwise).
+    #[arg(long, default_value_t = 0)]
+    pub error_status: u16,
     /// Share of requests accepted and never answered.
     #[arg(long, default_value_t = 0.0)]
     pub hang_rate: f64,
@@ -232,7 +233,11 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     let model = args.model_name();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    let error_status = args.error_status.unwrap_or(if args.kind == SimKind::Anthropic { 529 } else { 503 });
+    let error_status = match (args.error_status, args.kind) {
+        (0, SimKind::Anthropic) => 529,
+        (0, _) => 503,
+        (s, _) => s,
+    };
     let faults = faults::Faults::new(
         args.seed,
         args.error_rate,

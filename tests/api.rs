@@ -1,0 +1,237 @@
+//! The OpenAI-compatible surface: formats, headers, auth, and a 4xx for each kind of bad input.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use spillway::sim::SimKind;
+
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+fn config(node: &str, extra: &str) -> String {
+    format!(
+        r#"
+client_keys_env: [KEY_SUPPORT, KEY_BILLING]
+backends:
+  - {{name: local, kind: vllm, endpoints: [{node}], model: {LLAMA}}}
+tasks:
+  - {{name: summarise, backends: [local], slo: {{ttft_ms: 2000}}, max_output_tokens: 5}}
+  - {{name: billing-only, backends: [local], slo: {{ttft_ms: 2000}}, allowed_keys: [KEY_BILLING]}}
+{extra}
+"#
+    )
+}
+
+const KEYS: &[(&str, &str)] = &[("KEY_SUPPORT", "sk-support"), ("KEY_BILLING", "sk-billing")];
+
+async fn setup(extra: &str) -> (spillway::sim::SimHandle, Router) {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let router = router(&config(&node.base_url(), extra), KEYS).await;
+    (node, router)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn call(router: &Router, key: Option<&str>, body: &[u8]) -> (u16, serde_json::Value) {
+    let mut req = client()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+fn assert_envelope(json: &serde_json::Value) {
+    let e = &json["error"];
+    assert!(e["message"].is_string() && e["type"].is_string(), "not an OpenAI error envelope: {json}");
+    assert!(e.get("code").is_some(), "{json}");
+}
+
+#[tokio::test]
+async fn non_streamed_completion_has_the_openai_shape_and_spillway_headers() {
+    let (_node, router) = setup("").await;
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .bearer_auth("sk-support")
+        .header("x-spillway-project", "ticket-bot")
+        .header("x-spillway-priority", "high")
+        .json(
+            &json!({"model": "summarise", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-spillway-backend"], "local");
+    assert_eq!(resp.headers()["x-spillway-attempts"], "1");
+    let json: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(json["object"], "chat.completion");
+    assert_eq!(json["model"], "summarise");
+    assert_eq!(json["choices"][0]["message"]["role"], "assistant");
+    // The task caps output at 5 tokens even though the client asked for 50.
+    assert_eq!(json["usage"]["completion_tokens"], 5, "{json}");
+    assert_eq!(json["choices"][0]["finish_reason"], "length");
+    assert!(json["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn streamed_completion_sends_chunks_usage_and_done() {
+    let (_node, router) = setup("").await;
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .bearer_auth("sk-support")
+        .json(&json!({"model": "summarise", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let text = resp.text().await.unwrap();
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(*data.last().unwrap(), "[DONE]");
+    let chunks: Vec<serde_json::Value> =
+        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 5);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+}
+
+#[tokio::test]
+async fn models_lists_the_tasks_a_key_may_use() {
+    let (_node, router) = setup("").await;
+    let ids = |json: serde_json::Value| -> Vec<String> {
+        json["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect()
+    };
+    let support =
+        client().get(format!("{}/v1/models", router.url)).bearer_auth("sk-support").send().await.unwrap();
+    assert_eq!(ids(support.json().await.unwrap()), ["summarise"]);
+    let billing =
+        client().get(format!("{}/v1/models", router.url)).bearer_auth("sk-billing").send().await.unwrap();
+    assert_eq!(ids(billing.json().await.unwrap()), ["summarise", "billing-only"]);
+    let anonymous = client().get(format!("{}/v1/models", router.url)).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let (_node, router) = setup("").await;
+    let health = client().get(format!("{}/healthz", router.url)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready: serde_json::Value =
+        client().get(format!("{}/readyz", router.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["nodes"], 1);
+}
+
+#[tokio::test]
+async fn each_bad_input_gets_its_own_4xx_in_an_openai_envelope() {
+    let (_node, router) = setup("limits: {max_body_bytes: 2048}").await;
+    let hi = br#"{"model":"summarise","messages":[{"role":"user","content":"hi"}]}"#;
+
+    let (status, json) = call(&router, None, hi).await;
+    assert_eq!((status, json["error"]["type"].as_str()), (401, Some("authentication_error")));
+    let (status, json) = call(&router, Some("sk-wrong"), hi).await;
+    assert_eq!(status, 401);
+    assert_envelope(&json);
+
+    let (status, json) = call(&router, Some("sk-support"), b"{\"model\": ").await;
+    assert_eq!(status, 400);
+    assert_eq!(json["error"]["code"], "invalid_json");
+
+    let (status, json) = call(
+        &router,
+        Some("sk-support"),
+        br#"{"model":"summarise","messages":[{"role":"user","content":7}]}"#,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(json["error"]["param"], "messages[0].content", "{json}");
+
+    let (status, json) =
+        call(&router, Some("sk-support"), br#"{"model":"summarise","max_tokens":-3,"messages":[]}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(json["error"]["param"], "max_tokens", "{json}");
+
+    let (status, json) = call(&router, Some("sk-support"), br#"{"model":"summarise","messages":[]}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(json["error"]["param"], "messages");
+
+    let (status, json) = call(
+        &router,
+        Some("sk-support"),
+        br#"{"model":"no-such-task","messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(json["error"]["code"], "model_not_found");
+
+    let (status, json) = call(
+        &router,
+        Some("sk-support"),
+        br#"{"model":"billing-only","messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_envelope(&json);
+
+    let big =
+        format!(r#"{{"model":"summarise","messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(4096));
+    let (status, json) = call(&router, Some("sk-support"), big.as_bytes()).await;
+    assert_eq!(status, 413);
+    assert_eq!(json["error"]["code"], "request_too_large");
+
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .bearer_auth("sk-support")
+        .header("x-spillway-priority", "urgent!!")
+        .body(hi.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+
+    let resp = client().get(format!("{}/v1/nothing", router.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_envelope(&resp.json().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_full_router_answers_429_with_retry_after() {
+    let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 100).await;
+    let router = router(&config(&node.base_url(), "limits: {max_concurrency: 1}"), KEYS).await;
+    let url = router.url.clone();
+    let slow = tokio::spawn(async move {
+        client()
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("sk-support")
+            .json(&json!({"model": "summarise", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .bearer_auth("sk-support")
+        .json(&json!({"model": "summarise", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert!(slow.await.unwrap().contains("[DONE]"));
+}

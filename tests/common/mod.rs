@@ -1,0 +1,132 @@
+//! Shared test harness: simulators and a router on loopback ports, and small client helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use spillway::sim::{self, SimArgs, SimHandle, SimKind};
+
+/// Start a simulator of `kind`, adjusted by `tune`.
+pub async fn sim(kind: SimKind, model: &str, tune: impl FnOnce(&mut SimArgs)) -> SimHandle {
+    let mut args = SimArgs::for_kind(kind, model);
+    tune(&mut args);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    sim::spawn(args, listener).await.unwrap()
+}
+
+/// Start a simulator on a given address (to bring a node back on the same port).
+pub async fn sim_at(
+    addr: SocketAddr,
+    kind: SimKind,
+    model: &str,
+    tune: impl FnOnce(&mut SimArgs),
+) -> SimHandle {
+    let mut args = SimArgs::for_kind(kind, model);
+    tune(&mut args);
+    let mut tries = 0;
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                let _ = e;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("cannot rebind {addr}: {e}"),
+        }
+    };
+    sim::spawn(args, listener).await.unwrap()
+}
+
+/// A running router and its base URL.
+pub struct Router {
+    pub url: String,
+    pub handle: spillway::api::RouterHandle,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.handle.task.abort();
+    }
+}
+
+/// Start a router from YAML (`listen` is ignored: it binds a free port).
+pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
+    let config = spillway::config::parse(yaml).unwrap_or_else(|p| panic!("test config invalid: {p:#?}"));
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let secrets = spillway::server::read_secrets(&config, |name| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let handle = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
+    Router { url: format!("http://{}", handle.addr), handle }
+}
+
+pub fn body(model: &str, stream: bool) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "stream": stream,
+        "max_tokens": 12,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}],
+    })
+}
+
+/// A streamed response read to its end: the data lines in order.
+pub struct Streamed {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub data: Vec<String>,
+}
+
+impl Streamed {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The text of every content delta, joined.
+    pub fn text(&self) -> String {
+        self.chunks()
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    pub fn chunks(&self) -> Vec<serde_json::Value> {
+        self.data.iter().filter(|d| *d != "[DONE]").filter_map(|d| serde_json::from_str(d).ok()).collect()
+    }
+
+    pub fn done(&self) -> bool {
+        self.data.last().is_some_and(|d| d == "[DONE]")
+    }
+}
+
+pub async fn post_stream(url: &str, body: &serde_json::Value) -> Streamed {
+    let resp =
+        reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut data = Vec::new();
+    if status == 200 {
+        let mut events = resp.bytes_stream().eventsource();
+        while let Some(Ok(event)) = events.next().await {
+            data.push(event.data);
+        }
+    } else {
+        data.push(resp.text().await.unwrap());
+    }
+    Streamed { status, headers, data }
+}
+
+pub async fn post_json(
+    url: &str,
+    body: &serde_json::Value,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let resp =
+        reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let json = resp.json().await.unwrap_or(serde_json::Value::Null);
+    (status, headers, json)
+}

@@ -1,0 +1,117 @@
+//! The official `openai` Python package against `spillway serve`, each a real process.
+//!
+//! Needs a Python with `openai` installed: `SPILLWAY_PYTHON`, else `.venv/bin/python` (what
+//! `.ci/run` creates). The test fails, rather than skips, when neither works.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_spillway");
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Wait until something accepts connections on `addr` (a bound listener is a serving one).
+fn wait_for(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{addr} did not come up");
+}
+
+fn sim(args: &[&str]) -> (Killed, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN)
+        .args(["sim", "--listen", &listen])
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn spillway sim");
+    wait_for(&listen);
+    (Killed(child), format!("http://{listen}"))
+}
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("SPILLWAY_PYTHON") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+}
+
+#[test]
+fn the_official_openai_python_sdk_works_against_spillway_serve() {
+    let model = "meta-llama/Llama-3.1-8B-Instruct";
+    let (_good, good_url) = sim(&["--kind", "vllm", "--model", model]);
+    let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", model, "--drop-after", "3"]);
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("spillway-sdk-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("spillway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen: 127.0.0.1:{port}
+client_keys_env: [SDK_TEST_KEY]
+backends:
+  - {{name: local, kind: vllm, endpoints: [{good_url}], model: {model}}}
+  - {{name: flaky, kind: vllm, endpoints: [{bad_url}], model: {model}}}
+tasks:
+  - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
+  - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
+"#
+        ),
+    )
+    .unwrap();
+    let check = Command::new(BIN)
+        .args(["check-config", "--env"])
+        .arg(&config)
+        .env("SDK_TEST_KEY", "sk-sdk")
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+
+    let mut server = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("SDK_TEST_KEY", "sk-sdk")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn spillway serve");
+    let stderr = server.stderr.take().unwrap();
+    let _server = Killed(server);
+    std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+    wait_for(&format!("127.0.0.1:{port}"));
+    let url = format!("http://127.0.0.1:{port}");
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_sdk_check.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .args([&url, "sk-sdk"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {:?} (run .ci/run to create the venv): {e}", python()));
+    assert!(
+        out.status.success(),
+        "SDK check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
