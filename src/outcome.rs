@@ -179,7 +179,7 @@ pub async fn log_records(mut rx: tokio::sync::mpsc::Receiver<Record>) {
     while let Some(record) = rx.recv().await {
         match record {
             Record::Attempt(a) => tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe()),
-            Record::Request(r) => tracing::info!(
+            Record::Request(r) => tracing::debug!(
                 task = %r.task,
                 backend = %r.backend,
                 attempts = r.attempts,

@@ -499,16 +499,3 @@ async fn same_seed_same_text() {
     assert_eq!(texts[0], texts[1]);
     assert_ne!(texts[0], texts[2]);
 }
-
-#[tokio::test]
-#[ignore]
-async fn print_metrics() {
-    let s = start(fast(SimKind::Vllm)).await;
-    let c = reqwest::Client::new();
-    c.post(format!("{}/v1/chat/completions", s.base_url()))
-        .json(&chat_body(&s.model, "hi", false))
-        .send()
-        .await
-        .unwrap();
-    println!("{}", metrics(&c, &s).await);
-}

@@ -176,6 +176,8 @@ fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
         "rate_limit_error" => ErrorClass::RateLimited,
         // Out of credit: this backend cannot serve now, like an exhausted quota.
         "billing_error" => ErrorClass::RateLimited,
+        // An unavailable service (503) is overload whatever the body calls it.
+        "api_error" if status == Some(503) => ErrorClass::Overloaded,
         "api_error" => ErrorClass::ServerError,
         "timeout_error" => ErrorClass::Timeout,
         "authentication_error" | "permission_error" => ErrorClass::Auth,
