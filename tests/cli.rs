@@ -1,0 +1,80 @@
+//! The command line as a user meets it: help text, and check-config's report and exit code.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spillway");
+
+#[test]
+fn every_command_has_help() {
+    for cmd in [
+        vec!["--help"],
+        vec!["serve", "--help"],
+        vec!["check-config", "--help"],
+        vec!["demo", "--help"],
+        vec!["sim", "--help"],
+    ] {
+        let out = Command::new(BIN).args(&cmd).output().unwrap();
+        assert!(out.status.success(), "{cmd:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage:"), "{cmd:?}: {text}");
+    }
+    let sim = Command::new(BIN).args(["sim", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&sim.stdout);
+    for flag in ["--kind", "--max-num-seqs", "--error-rate", "--drop-after", "--legacy-metrics", "--rpm"] {
+        assert!(text.contains(flag), "sim --help lacks {flag}");
+    }
+}
+
+#[test]
+fn check_config_accepts_the_example() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/spillway.example.yaml");
+    let out = Command::new(BIN).args(["check-config", example]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (3 backends, 2 tasks)"));
+    // With --env, the unset secrets are problems.
+    let out = Command::new(BIN)
+        .args(["check-config", "--env", example])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("SPILLWAY_KEY_SUPPORT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("OPENAI_API_KEY is not set"), "{err}");
+}
+
+#[test]
+fn check_config_prints_every_problem_with_its_path_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "listen: 127.0.0.1:1\nbackends:\n  - {name: a, kind: vllm, model: m, endpoints: [http://x:1], weight: 3}\n  - {name: b, kind: openai, model: m, price: {input_per_mtok: free, output_per_mtok: 1}}\ntasks:\n  - {name: t, backends: [a], slo: {ttft_ms: 100}, strategy: fastest}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["check-config"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backends[0].weight: unknown field `weight`"), "{err}");
+    assert!(err.contains("backends[1].price.input_per_mtok:"), "{err}");
+    assert!(err.contains("tasks[0].strategy: unknown variant `fastest`"), "{err}");
+    assert!(err.contains("3 problem(s) found"), "{err}");
+    let missing = Command::new(BIN).args(["check-config", "/nonexistent.yaml"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+}
+
+#[test]
+fn serve_refuses_an_invalid_config_with_the_problems() {
+    let dir = std::env::temp_dir().join(format!("spillway-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, "backends: []\ntasks:\n  - {name: t, backends: [ghost], slo: {ttft_ms: 100}}\n")
+        .unwrap();
+    let out = Command::new(BIN).args(["serve", "--config"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tasks[0].backends[0]: no backend is named `ghost`"), "{err}");
+}
