@@ -14,7 +14,7 @@ fn config(n: usize) -> String {
     let mut yaml = String::from("backends:\n");
     for i in 0..n {
         if i % 4 == 0 {
-            writeln!(yaml, "  - {{name: b{i}, kind: vllm, endpoints: [http://10.0.{i}.1:8000, http://10.0.{i}.2:8000], model: m, region: eu}}").unwrap();
+            writeln!(yaml, "  - {{name: b{i}, kind: vllm, endpoints: [http://10.{}.{}.1:8000, http://10.{}.{}.2:8000], model: m, region: eu}}", i / 256, i % 256, i / 256, i % 256).unwrap();
         } else {
             writeln!(yaml, "  - {{name: b{i}, kind: openai, base_url: https://h{i}.example/v1, model: m, region: us, price: {{input_per_mtok: {}.5, output_per_mtok: {}}}}}", i % 7, 10 + i % 13).unwrap();
         }

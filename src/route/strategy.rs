@@ -21,9 +21,11 @@ pub fn order(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> V
 }
 
 /// Sample without replacement in proportion to weight; zero weights follow in preference order.
+/// An exponential race: each backend draws `-ln(u) / weight` and the smallest goes first, which
+/// is exactly a weighted draw without replacement, in O(n log n).
 fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Vec<(usize, Reason)> {
+    let weights = &facts.task.weights;
     let weight_of = |b: usize| {
-        let weights = &facts.task.weights;
         if weights.is_empty() {
             1.0
         } else {
@@ -31,27 +33,23 @@ fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Ve
         }
     };
     let mut rng = SmallRng::seed_from_u64(facts.seed);
-    let mut pool: Vec<(usize, f64)> = eligible.iter().map(|&b| (b, weight_of(b))).collect();
-    let mut out = Vec::with_capacity(pool.len());
-    loop {
-        let total: f64 = pool.iter().map(|(_, w)| w).sum();
-        if total <= 0.0 {
-            break;
+    let mut drawn: Vec<(f64, usize, f64)> = Vec::with_capacity(eligible.len());
+    let mut zero = Vec::new();
+    for &b in eligible {
+        let w = weight_of(b);
+        if w > 0.0 {
+            let u: f64 = 1.0 - rng.gen::<f64>(); // in (0, 1]
+            drawn.push((-u.ln() / w, b, w));
+        } else {
+            zero.push(b);
         }
-        let mut x = rng.gen::<f64>() * total;
-        let mut pick = pool.iter().rposition(|(_, w)| *w > 0.0).unwrap_or(0);
-        for (i, (_, w)) in pool.iter().enumerate() {
-            if *w > 0.0 && x < *w {
-                pick = i;
-                break;
-            }
-            x -= w;
-        }
-        let (b, w) = pool.remove(pick);
-        out.push((b, Reason::Weighted { weight: w }));
     }
-    out.extend(pool.into_iter().map(|(b, w)| (b, Reason::Weighted { weight: w })));
-    out
+    drawn.sort_by(|a, b| a.0.total_cmp(&b.0));
+    drawn
+        .into_iter()
+        .map(|(_, b, w)| (b, Reason::Weighted { weight: w }))
+        .chain(zero.into_iter().map(|b| (b, Reason::Weighted { weight: 0.0 })))
+        .collect()
 }
 
 /// Estimated dollars for this request on each backend; a backend without a price (a local

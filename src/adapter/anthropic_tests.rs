@@ -1,0 +1,298 @@
+//! Tests of the anthropic adapter against the recorded fixtures in tests/fixtures/.
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::*;
+use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::canonical::{Message, Tool, ToolCall};
+
+fn text(s: &str) -> Event {
+    Event::TextDelta(s.to_string())
+}
+
+fn sample_request(stream: bool) -> ChatRequest {
+    let mut assistant = Message::new(Role::Assistant, "Let me look.");
+    assistant.tool_calls.push(ToolCall {
+        id: "toolu_1".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"location":"Paris"}"#.into(),
+    });
+    assistant.tool_calls.push(ToolCall {
+        id: "toolu_2".into(),
+        name: "get_time".into(),
+        arguments: "not json".into(),
+    });
+    let mut result1 = Message::new(Role::Tool, "21C");
+    result1.tool_call_id = Some("toolu_1".into());
+    let mut result2 = Message::new(Role::Tool, "14:00");
+    result2.tool_call_id = Some("toolu_2".into());
+    ChatRequest {
+        model: "claude-sonnet-4-20250514".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "Weather in Paris?"),
+            Message::new(Role::User, "And the time?"),
+            assistant,
+            result1,
+            result2,
+            Message::new(Role::System, "Answer in French."),
+        ],
+        max_tokens: None,
+        temperature: Some(1.4),
+        top_p: None,
+        stop: vec!["END".into()],
+        tools: vec![Tool {
+            name: "get_weather".into(),
+            description: Some("Current weather".into()),
+            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+        }],
+        tool_choice: Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+        seed: Some(1),
+        stream,
+    }
+}
+
+#[test]
+fn request_body_follows_messages_api() {
+    assert_eq!(
+        request_body(&sample_request(true)),
+        json!({
+            "model": "claude-sonnet-4-20250514",
+            "max_tokens": 4096,
+            "system": "Be brief.\n\nAnswer in French.",
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Weather in Paris?"},
+                    {"type": "text", "text": "And the time?"},
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Let me look."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                     "input": {"location": "Paris"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21C"},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "14:00"},
+                ]},
+            ],
+            "temperature": 1.0,
+            "stop_sequences": ["END"],
+            "tools": [{"name": "get_weather", "description": "Current weather",
+                       "input_schema": {"type":"object","properties":{"location":{"type":"string"}}}}],
+            "tool_choice": {"type": "tool", "name": "get_weather"},
+            "stream": true,
+        })
+    );
+    assert_eq!(tool_choice(&json!("required")), Some(json!({"type": "any"})));
+    assert_eq!(tool_choice(&json!("auto")), Some(json!({"type": "auto"})));
+}
+
+#[test]
+fn parses_non_stream_responses() {
+    let body: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message.json")).unwrap();
+    assert_eq!(
+        parse_response(&body).unwrap(),
+        vec![
+            text("Hi! My name is Claude."),
+            Event::Usage(Usage { input_tokens: 3895, cached_input_tokens: 1800, output_tokens: 503 }),
+            Event::Finish(FinishReason::Stop),
+        ]
+    );
+    let body: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message_tool_use.json")).unwrap();
+    assert_eq!(
+        parse_response(&body).unwrap(),
+        vec![
+            text("I'll check the current weather in San Francisco for you."),
+            Event::ToolCallDelta {
+                index: 0,
+                id: Some("toolu_01A09q90qw90lq917835lq9".into()),
+                name: Some("get_weather".into()),
+                arguments: r#"{"location":"San Francisco, CA","unit":"celsius"}"#.into(),
+            },
+            Event::Usage(Usage { input_tokens: 572, cached_input_tokens: 0, output_tokens: 91 }),
+            Event::Finish(FinishReason::ToolCalls),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn parses_text_stream_in_any_chunking() {
+    let events =
+        run_sse(include_str!("../../tests/fixtures/anthropic/message_stream.sse"), AnthropicStream::default)
+            .await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("Hello")),
+            Ok(text("! Ça va?")),
+            Ok(Event::Usage(Usage { input_tokens: 1035, cached_input_tokens: 1000, output_tokens: 15 })),
+            Ok(Event::Finish(FinishReason::Stop)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn parses_tool_use_stream() {
+    let events = run_sse(
+        include_str!("../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
+        AnthropicStream::default,
+    )
+    .await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("Okay, let's check the weather.")),
+            Ok(Event::ToolCallDelta {
+                index: 0,
+                id: Some("toolu_01T1x1fJ34qAmk2tNTrN7Up6".into()),
+                name: Some("get_weather".into()),
+                arguments: String::new(),
+            }),
+            Ok(Event::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"location\":".into() }),
+            Ok(Event::ToolCallDelta {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: " \"San Francisco, CA\"}".into(),
+            }),
+            Ok(Event::Usage(Usage { input_tokens: 472, cached_input_tokens: 0, output_tokens: 89 })),
+            Ok(Event::Finish(FinishReason::ToolCalls)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn truncated_stream_ends_with_stream_broken() {
+    let events = run_sse(
+        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        AnthropicStream::default,
+    )
+    .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("Hello")));
+    assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn overloaded_error_event_is_classified_and_last() {
+    let events = run_sse(
+        include_str!("../../tests/fixtures/anthropic/message_stream_error.sse"),
+        AnthropicStream::default,
+    )
+    .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("Once upon")));
+    let err = events[1].as_ref().unwrap_err();
+    assert_eq!(err.class, ErrorClass::Overloaded);
+    assert_eq!(err.message, "Overloaded");
+}
+
+#[test]
+fn classifies_error_bodies() {
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", "30".parse().unwrap());
+    let e = classify(429, &h, include_str!("../../tests/fixtures/anthropic/error_429_rate_limit.json"));
+    assert_eq!(e.class, ErrorClass::RateLimited);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
+    assert!(e.message.starts_with("This request would exceed the rate limit"));
+
+    let none = HeaderMap::new();
+    let cases = [
+        (
+            529,
+            include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+            ErrorClass::Overloaded,
+        ),
+        (
+            400,
+            include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+            ErrorClass::ContextLength,
+        ),
+        (
+            400,
+            include_str!("../../tests/fixtures/anthropic/error_400_invalid_request.json"),
+            ErrorClass::InvalidRequest,
+        ),
+        (401, include_str!("../../tests/fixtures/anthropic/error_401_authentication.json"), ErrorClass::Auth),
+        (
+            500,
+            include_str!("../../tests/fixtures/anthropic/error_500_api_error.json"),
+            ErrorClass::ServerError,
+        ),
+        (502, "upstream connect error", ErrorClass::ServerError),
+    ];
+    for (status, body, class) in cases {
+        let e = classify(status, &none, body);
+        assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
+    }
+    let e =
+        classify(400, &none, include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"));
+    assert_eq!(e.message, "prompt is too long: 215064 tokens > 200000 maximum");
+}
+
+#[tokio::test]
+async fn send_streams_over_http_with_anthropic_headers() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/anthropic/message_stream.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()) };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1/messages");
+    assert_eq!(seen.headers["x-api-key"], "sk-ant-test");
+    assert_eq!(seen.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(seen.headers["content-type"], "application/json");
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!(body["max_tokens"], json!(4096));
+}
+
+#[tokio::test]
+async fn send_classifies_529() {
+    let (base, _) = canned_server(
+        529,
+        &[("content-type", "application/json")],
+        include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+    assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
+}
+
+#[tokio::test]
+async fn send_reports_cut_stream_as_broken() {
+    let (base, _) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn send_non_stream_over_http() {
+    let (base, _) = canned_server(
+        200,
+        &[("content-type", "application/json")],
+        include_str!("../../tests/fixtures/anthropic/message_tool_use.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.len(), 4);
+    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::ToolCalls))));
+}

@@ -1,0 +1,299 @@
+//! Tests of the gemini adapter against the recorded fixtures in tests/fixtures/.
+use futures::StreamExt;
+
+use super::*;
+use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::canonical::{Message, Tool, ToolCall};
+
+fn text(s: &str) -> Event {
+    Event::TextDelta(s.to_string())
+}
+
+fn sample_request(stream: bool) -> ChatRequest {
+    let mut assistant = Message::new(Role::Assistant, "");
+    assistant.tool_calls.push(ToolCall {
+        id: "call_a".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"location":"Paris"}"#.into(),
+    });
+    let mut result = Message::new(Role::Tool, "sunny");
+    result.tool_call_id = Some("call_a".into());
+    ChatRequest {
+        model: "gemini-2.5-flash".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "Weather in Paris?"),
+            assistant,
+            result,
+        ],
+        max_tokens: Some(100),
+        temperature: Some(0.5),
+        top_p: Some(0.95),
+        stop: vec!["END".into()],
+        tools: vec![Tool {
+            name: "get_weather".into(),
+            description: Some("Current weather".into()),
+            parameters: json!({"$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object", "additionalProperties": false,
+                "properties": {"location": {"type": "string"}}, "required": ["location"]}),
+        }],
+        tool_choice: Some(json!("required")),
+        seed: Some(42),
+        stream,
+    }
+}
+
+#[test]
+fn request_body_follows_generate_content() {
+    assert_eq!(
+        request_body(&sample_request(true)),
+        json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+                {"role": "model", "parts": [
+                    {"functionCall": {"name": "get_weather", "args": {"location": "Paris"}}}]},
+                {"role": "user", "parts": [
+                    {"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]},
+            ],
+            "systemInstruction": {"parts": [{"text": "Be brief."}]},
+            "generationConfig": {
+                "maxOutputTokens": 100, "temperature": 0.5, "topP": 0.95,
+                "stopSequences": ["END"], "seed": 42,
+            },
+            "tools": [{"functionDeclarations": [{
+                "name": "get_weather", "description": "Current weather",
+                "parameters": {"type": "object",
+                    "properties": {"location": {"type": "string"}}, "required": ["location"]},
+            }]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
+        })
+    );
+    assert_eq!(
+        url("https://generativelanguage.googleapis.com/v1beta", "models/gemini-2.5-flash", true),
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(url("http://h/v1beta/", "g", false), "http://h/v1beta/models/g:generateContent");
+}
+
+#[test]
+fn parses_non_stream_responses() {
+    let body: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/gemini/generate_content.json")).unwrap();
+    assert_eq!(
+        parse_response(&body).unwrap(),
+        vec![
+            text("AI learns patterns from data to make predictions or decisions."),
+            Event::Usage(Usage { input_tokens: 4120, cached_input_tokens: 4096, output_tokens: 62 }),
+            Event::Finish(FinishReason::Stop),
+        ]
+    );
+    let body: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/gemini/generate_content_function_call.json"))
+            .unwrap();
+    let mut parser = GeminiStream::with_id_prefix("t");
+    let mut events = parser.on_chunk(&body).unwrap();
+    events.extend(parser.close().unwrap());
+    assert_eq!(
+        events,
+        vec![
+            Event::ToolCallDelta {
+                index: 0,
+                id: Some("t_0".into()),
+                name: Some("schedule_meeting".into()),
+                arguments: r#"{"attendees":["Bob","Alice"],"date":"2025-03-27","time":"10:00","topic":"Q3 planning"}"#.into(),
+            },
+            Event::Usage(Usage { input_tokens: 111, cached_input_tokens: 0, output_tokens: 37 }),
+            Event::Finish(FinishReason::ToolCalls),
+        ]
+    );
+    // Synthesised ids differ between answers.
+    let a = parse_response(&body).unwrap();
+    let b = parse_response(&body).unwrap();
+    assert_ne!(a[0], b[0]);
+}
+
+#[test]
+fn blocked_prompt_is_a_content_policy_error() {
+    let body: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/gemini/prompt_blocked.json")).unwrap();
+    let err = parse_response(&body).unwrap_err();
+    assert_eq!(err.class, ErrorClass::ContentPolicy);
+    assert!(err.message.contains("SAFETY"));
+}
+
+#[tokio::test]
+async fn parses_crlf_text_stream_in_any_chunking() {
+    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"), || {
+        GeminiStream::with_id_prefix("t")
+    })
+    .await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("The")),
+            Ok(text(" sky appears blue because of Rayleigh scattering — été.")),
+            Ok(text("\n")),
+            Ok(Event::Usage(Usage { input_tokens: 9, cached_input_tokens: 0, output_tokens: 24 })),
+            Ok(Event::Finish(FinishReason::Stop)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn parses_function_call_stream() {
+    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_function_call.sse"), || {
+        GeminiStream::with_id_prefix("t")
+    })
+    .await;
+    let call = |index, id: &str, location: &str| {
+        Ok(Event::ToolCallDelta {
+            index,
+            id: Some(id.into()),
+            name: Some("get_weather".into()),
+            arguments: format!(r#"{{"location":"{location}"}}"#),
+        })
+    };
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("Let me check both cities.")),
+            call(0, "t_0", "Paris"),
+            call(1, "t_1", "London"),
+            Ok(Event::Usage(Usage { input_tokens: 60, cached_input_tokens: 0, output_tokens: 20 })),
+            Ok(Event::Finish(FinishReason::ToolCalls)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn truncated_stream_ends_with_stream_broken() {
+    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_truncated.sse"), || {
+        GeminiStream::with_id_prefix("t")
+    })
+    .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("The")));
+    assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn error_inside_stream_is_classified_and_last() {
+    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_error.sse"), || {
+        GeminiStream::with_id_prefix("t")
+    })
+    .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("Once upon")));
+    assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::Overloaded);
+}
+
+#[test]
+fn classifies_error_bodies() {
+    let none = HeaderMap::new();
+    let e =
+        classify(429, &none, include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"));
+    assert_eq!(e.class, ErrorClass::RateLimited);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(17)));
+    assert!(e.message.starts_with("You exceeded your current quota"));
+
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", "3".parse().unwrap());
+    let e = classify(429, &h, include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"));
+    assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
+
+    let cases = [
+        (503, include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"), ErrorClass::Overloaded),
+        (
+            400,
+            include_str!("../../tests/fixtures/gemini/error_400_token_limit.json"),
+            ErrorClass::ContextLength,
+        ),
+        (
+            400,
+            include_str!("../../tests/fixtures/gemini/error_400_invalid_argument.json"),
+            ErrorClass::InvalidRequest,
+        ),
+        (403, include_str!("../../tests/fixtures/gemini/error_403_permission_denied.json"), ErrorClass::Auth),
+        (
+            500,
+            r#"{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}"#,
+            ErrorClass::ServerError,
+        ),
+        (
+            504,
+            r#"{"error":{"code":504,"message":"Deadline expired before operation could complete.","status":"DEADLINE_EXCEEDED"}}"#,
+            ErrorClass::Timeout,
+        ),
+        (
+            401,
+            r#"[{"error":{"code":401,"message":"API key not valid.","status":"UNAUTHENTICATED"}}]"#,
+            ErrorClass::Auth,
+        ),
+        (502, "Bad Gateway", ErrorClass::ServerError),
+    ];
+    for (status, body, class) in cases {
+        let e = classify(status, &none, body);
+        assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn send_streams_over_http_with_gemini_url_and_key() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: format!("{base}/v1beta"), api_key: Some("g-key".into()) };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.len(), 5);
+    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
+    assert_eq!(seen.headers["x-goog-api-key"], "g-key");
+}
+
+#[tokio::test]
+async fn send_classifies_status() {
+    let (base, _) = canned_server(
+        503,
+        &[("content-type", "application/json")],
+        include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+    assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
+    assert_eq!(err.message, "The model is overloaded. Please try again later.");
+}
+
+#[tokio::test]
+async fn send_reports_cut_stream_as_broken() {
+    let (base, _) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/gemini/stream_truncated.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn send_non_stream_over_http() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "application/json")],
+        include_str!("../../tests/fixtures/gemini/generate_content.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.len(), 3);
+    assert_eq!(seen.lock().unwrap().uri, "/models/gemini-2.5-flash:generateContent");
+}

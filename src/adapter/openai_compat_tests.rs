@@ -1,0 +1,325 @@
+//! Tests of the openai_compat adapter against the recorded fixtures in tests/fixtures/.
+use std::time::Duration;
+
+use super::*;
+use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::canonical::{Tool, ToolCall};
+use futures::StreamExt;
+
+fn fixture_json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+fn text(s: &str) -> Event {
+    Event::TextDelta(s.to_string())
+}
+
+fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, value.parse().unwrap());
+    }
+    map
+}
+
+fn sample_request(stream: bool) -> ChatRequest {
+    let mut assistant = Message::new(Role::Assistant, "");
+    assistant.tool_calls.push(ToolCall {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"location":"Paris"}"#.into(),
+    });
+    let mut tool = Message::new(Role::Tool, r#"{"temp_c":21}"#);
+    tool.tool_call_id = Some("call_1".into());
+    ChatRequest {
+        model: "gpt-4o-mini".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "Weather in Paris?"),
+            assistant,
+            tool,
+        ],
+        max_tokens: Some(256),
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        stop: vec!["\n\n".into()],
+        tools: vec![Tool {
+            name: "get_weather".into(),
+            description: Some("Current weather".into()),
+            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+        }],
+        tool_choice: Some(json!("auto")),
+        seed: Some(7),
+        stream,
+    }
+}
+
+#[test]
+fn request_body_carries_every_field() {
+    let body = request_body(&sample_request(true));
+    assert_eq!(
+        body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\":21}"},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": 256,
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "stop": ["\n\n"],
+            "seed": 7,
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather", "description": "Current weather",
+                "parameters": {"type":"object","properties":{"location":{"type":"string"}}}}}],
+            "tool_choice": "auto",
+        })
+    );
+    let plain = request_body(&ChatRequest {
+        model: "m".into(),
+        messages: vec![Message::new(Role::User, "hi")],
+        ..Default::default()
+    });
+    assert_eq!(
+        plain,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
+    );
+}
+
+#[test]
+fn parses_non_stream_response() {
+    let events =
+        parse_response(&fixture_json(include_str!("../../tests/fixtures/openai/chat_completion.json")))
+            .unwrap();
+    assert_eq!(
+        events,
+        vec![
+            text("Hello! How can I assist you today?"),
+            Event::Usage(Usage { input_tokens: 19, cached_input_tokens: 0, output_tokens: 10 }),
+            Event::Finish(FinishReason::Stop),
+        ]
+    );
+}
+
+#[test]
+fn parses_non_stream_tool_calls() {
+    let events = parse_response(&fixture_json(include_str!(
+        "../../tests/fixtures/openai/chat_completion_tool_calls.json"
+    )))
+    .unwrap();
+    assert_eq!(
+        events,
+        vec![
+            Event::ToolCallDelta {
+                index: 0,
+                id: Some("call_abc123".into()),
+                name: Some("get_current_weather".into()),
+                arguments: "{\n\"location\": \"Boston, MA\"\n}".into(),
+            },
+            Event::Usage(Usage { input_tokens: 2082, cached_input_tokens: 1920, output_tokens: 17 }),
+            Event::Finish(FinishReason::ToolCalls),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn parses_text_stream_in_any_chunking() {
+    let events =
+        run_sse(include_str!("../../tests/fixtures/openai/chat_stream.sse"), OpenAiStream::default).await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("Hello")),
+            Ok(text(" — café")),
+            Ok(text(" time!")),
+            Ok(Event::Usage(Usage { input_tokens: 1200, cached_input_tokens: 1024, output_tokens: 5 })),
+            Ok(Event::Finish(FinishReason::Stop)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn parses_tool_call_stream() {
+    let events = run_sse(
+        include_str!("../../tests/fixtures/openai/chat_stream_tool_calls.sse"),
+        OpenAiStream::default,
+    )
+    .await;
+    let delta = |index, id: Option<&str>, name: Option<&str>, arguments: &str| {
+        Ok(Event::ToolCallDelta {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: arguments.to_string(),
+        })
+    };
+    assert_eq!(
+        events,
+        vec![
+            delta(0, Some("call_DdmO9pD3xa9XTPNJ32zg2hcA"), Some("get_weather"), ""),
+            delta(0, None, None, "{\"lo"),
+            delta(0, None, None, "cation\": \"Paris\"}"),
+            delta(1, Some("call_q2nKxXyVXbZ7e4Rb1jT8hY5a"), Some("get_time"), ""),
+            delta(1, None, None, "{\"tz\": \"Europe/Paris\"}"),
+            Ok(Event::Usage(Usage { input_tokens: 85, cached_input_tokens: 0, output_tokens: 42 })),
+            Ok(Event::Finish(FinishReason::ToolCalls)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn truncated_stream_ends_with_stream_broken() {
+    let events =
+        run_sse(include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"), OpenAiStream::default)
+            .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("Hello")));
+    assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn error_inside_stream_is_classified_and_last() {
+    let events =
+        run_sse(include_str!("../../tests/fixtures/openai/chat_stream_error.sse"), OpenAiStream::default)
+            .await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0], Ok(text("The answer")));
+    let err = events[1].as_ref().unwrap_err();
+    assert_eq!(err.class, ErrorClass::ServerError);
+    assert!(err.message.contains("server had an error"));
+}
+
+#[test]
+fn classifies_error_bodies() {
+    let h = headers(&[("retry-after", "2")]);
+    let e = classify(429, &h, include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"));
+    assert_eq!(e.class, ErrorClass::RateLimited);
+    assert_eq!(e.status, Some(429));
+    assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
+    assert!(e.message.starts_with("Rate limit reached for gpt-4o"));
+
+    let none = HeaderMap::new();
+    let e =
+        classify(429, &none, include_str!("../../tests/fixtures/openai/error_429_insufficient_quota.json"));
+    assert_eq!(e.class, ErrorClass::RateLimited);
+    assert_eq!(e.retry_after, None);
+
+    let e = classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_context_length.json"));
+    assert_eq!(e.class, ErrorClass::ContextLength);
+    assert!(e.message.contains("maximum context length is 128000"));
+
+    let e = classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_content_filter.json"));
+    assert_eq!(e.class, ErrorClass::ContentPolicy);
+
+    let e = classify(503, &none, include_str!("../../tests/fixtures/openai/error_503_overloaded.json"));
+    assert_eq!(e.class, ErrorClass::Overloaded);
+    assert_eq!(e.message, "The engine is currently overloaded, please try again later");
+
+    let e =
+        classify(400, &none, include_str!("../../tests/fixtures/openai/vllm_error_400_context_length.json"));
+    assert_eq!(e.class, ErrorClass::ContextLength);
+
+    let e = classify(502, &none, "<html>Bad Gateway</html>");
+    assert_eq!(e.class, ErrorClass::ServerError);
+    assert_eq!(e.message, "<html>Bad Gateway</html>");
+
+    let e = classify(
+        401,
+        &none,
+        r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+    );
+    assert_eq!(e.class, ErrorClass::Auth);
+}
+
+#[test]
+fn vllm_abort_is_not_a_complete_answer() {
+    let mut parser = OpenAiStream::default();
+    let err = parser
+        .on_event("message", r#"{"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}"#)
+        .unwrap_err();
+    assert_eq!(err.class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn send_streams_over_http() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/openai/chat_stream.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: format!("{base}/v1"), api_key: Some("sk-test".into()) };
+    let client = reqwest::Client::new();
+    let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.len(), 5);
+    assert_eq!(events[4], Ok(Event::Finish(FinishReason::Stop)));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1/chat/completions");
+    assert_eq!(seen.headers["authorization"], "Bearer sk-test");
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+}
+
+#[tokio::test]
+async fn send_non_stream_over_http() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "application/json")],
+        include_str!("../../tests/fixtures/openai/chat_completion.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+    assert!(seen.lock().unwrap().headers.get("authorization").is_none());
+}
+
+#[tokio::test]
+async fn send_classifies_status_and_retry_after() {
+    let (base, _) = canned_server(
+        429,
+        &[("content-type", "application/json"), ("retry-after", "1.5")],
+        include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+    assert_eq!(err.class, ErrorClass::RateLimited);
+    assert_eq!(err.status, Some(429));
+    assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
+}
+
+#[tokio::test]
+async fn send_reports_cut_stream_as_broken() {
+    let (base, _) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let events: Vec<_> = stream.collect().await;
+    assert_eq!(events[0], Ok(text("Hello")));
+    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
+}
+
+#[tokio::test]
+async fn send_maps_refused_connection() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let upstream = Upstream { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None };
+    let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+    assert_eq!(err.class, ErrorClass::Connect);
+}
