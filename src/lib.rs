@@ -14,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod dispatch;
+pub mod fleet;
 pub mod outcome;
 pub mod policy;
 pub mod route;

@@ -35,7 +35,8 @@ impl fmt::Display for Problem {
     }
 }
 
-const TOP_KEYS: &[&str] = &["listen", "client_keys_env", "backends", "tasks", "policy", "dispatch", "limits"];
+const TOP_KEYS: &[&str] =
+    &["listen", "client_keys_env", "backends", "tasks", "policy", "dispatch", "limits", "telemetry", "state"];
 
 /// Read and check a config file.
 pub fn load_file(path: &Path) -> Result<Config, Vec<Problem>> {
@@ -70,7 +71,9 @@ pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
             "client_keys_env" => check::<Vec<String>>(name, &value, &mut problems),
             "policy" => check::<super::PolicyConfig>(name, &value, &mut problems),
             "dispatch" => check::<super::DispatchConfig>(name, &value, &mut problems),
-            _ => check::<super::LimitsConfig>(name, &value, &mut problems),
+            "limits" => check::<super::LimitsConfig>(name, &value, &mut problems),
+            "telemetry" => check::<super::TelemetryConfig>(name, &value, &mut problems),
+            _ => check::<super::StateConfig>(name, &value, &mut problems),
         };
         if ok {
             clean.insert(Value::String(name.to_string()), value);

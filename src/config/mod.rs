@@ -32,6 +32,10 @@ pub struct Config {
     pub dispatch: DispatchConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    #[serde(default)]
+    pub state: StateConfig,
 }
 
 fn default_listen() -> String {
@@ -117,6 +121,113 @@ pub struct BackendConfig {
     /// that the first-token deadline and failover work the same for both.
     #[serde(default = "yes")]
     pub stream_upstream: bool,
+    /// vLLM pools: port of the NVML agent beside each node (`spillway agent`), if one runs.
+    #[serde(default)]
+    pub agent_port: Option<u16>,
+    /// vLLM pools: share of capacity kept free in normal operation, released when a hosted
+    /// backend fails so its traffic can come home.
+    #[serde(default = "default_reserve")]
+    pub reserve: f64,
+    /// vLLM pools: sequences one node runs at once (vLLM's `--max-num-seqs`), its capacity.
+    #[serde(default = "default_max_running")]
+    pub max_running: u32,
+    /// vLLM pools: what every node must report; a node that differs is quarantined.
+    #[serde(default)]
+    pub pin: Option<Pin>,
+    /// vLLM pools: find nodes in Kubernetes instead of (or besides) `endpoints`.
+    #[serde(default)]
+    pub discovery: Option<Discovery>,
+    /// Hosted backends: per-minute limits, counted with this backend's tokenizer.
+    #[serde(default)]
+    pub quota: Option<Quota>,
+    /// How this backend's tokens are counted (quotas, capacity plan).
+    #[serde(default)]
+    pub tokenizer: Option<Tokenizer>,
+}
+
+fn default_reserve() -> f64 {
+    0.2
+}
+
+fn default_max_running() -> u32 {
+    256
+}
+
+/// Pinned metadata of a vLLM pool. Unset fields are not checked.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    /// Weights digest (`spillway.dev/weights-digest`), e.g. `sha256:…`.
+    #[serde(default)]
+    pub weights: Option<String>,
+    /// Quantisation (`spillway.dev/quantization`, or the KV `cache_dtype`), e.g. `fp8`.
+    #[serde(default)]
+    pub quantization: Option<String>,
+    /// Serving engine version (`spillway.dev/engine-version`, or vLLM's `/version`).
+    #[serde(default)]
+    pub engine: Option<String>,
+}
+
+/// Where a pool's nodes come from besides `endpoints`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Discovery {
+    pub kubernetes: KubernetesDiscovery,
+}
+
+/// Ready pods matching a label selector in a namespace.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesDiscovery {
+    pub namespace: String,
+    /// Label selector, e.g. `app=vllm,pool=llama-8b`.
+    pub selector: String,
+    /// Port of vLLM's HTTP server on each pod.
+    #[serde(default = "default_vllm_port")]
+    pub port: u16,
+    /// Watch `pods` (default) or `endpointslices`.
+    #[serde(default)]
+    pub resource: KubeResource,
+}
+
+fn default_vllm_port() -> u16 {
+    8000
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeResource {
+    #[default]
+    Pods,
+    Endpointslices,
+}
+
+/// Per-minute limits of a hosted backend.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens (input + output cap) per minute, in this backend's tokens.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+}
+
+/// A backend's token counter.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later), exact.
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5), exact.
+    Cl100kBase,
+    /// Claude models: calibrated estimate (no public tokenizer).
+    ClaudeEstimate,
+    /// Gemini models: calibrated estimate.
+    GeminiEstimate,
+    /// Llama 3 family (vLLM pools): calibrated estimate.
+    LlamaEstimate,
 }
 
 fn yes() -> bool {
@@ -268,6 +379,46 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig { max_body_bytes: 1 << 20, max_concurrency: 1024 }
     }
+}
+
+/// How the fleet's telemetry is scraped.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Scrape period per node.
+    pub interval_ms: u64,
+    /// Each period is stretched or shrunk by up to this share, at random, so scrapes spread out.
+    pub jitter: f64,
+    /// Per-scrape timeout.
+    pub timeout_ms: u64,
+    /// A node whose last good scrape is older than this is treated as full.
+    pub stale_after_ms: u64,
+    /// Longest wait between scrapes of a failing node (doubling from `interval_ms`).
+    pub backoff_max_ms: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            interval_ms: 1000,
+            jitter: 0.1,
+            timeout_ms: 800,
+            stale_after_ms: 5000,
+            backoff_max_ms: 10_000,
+        }
+    }
+}
+
+/// State shared between router replicas.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Redis URL for shared quota counters, e.g. `redis://127.0.0.1:6379`. Unset: local counters.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// Or the name of an environment variable that holds it (when it carries a password).
+    #[serde(default)]
+    pub redis_url_env: Option<String>,
 }
 
 impl Config {

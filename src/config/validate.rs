@@ -34,8 +34,8 @@ pub fn validate(config: &Config) -> Vec<Problem> {
             p(at("model"), "must not be empty".into());
         }
         match b.kind {
-            BackendKind::Vllm if b.endpoints.is_empty() => {
-                p(at("endpoints"), "a vllm backend needs at least one node address".into())
+            BackendKind::Vllm if b.endpoints.is_empty() && b.discovery.is_none() => {
+                p(at("endpoints"), "a vllm backend needs at least one node address (or discovery)".into())
             }
             BackendKind::OpenaiCompatible if b.endpoints.is_empty() && b.base_url.is_none() => {
                 p(at("base_url"), "an openai_compatible backend needs base_url or endpoints".into())
@@ -70,6 +70,39 @@ pub fn validate(config: &Config) -> Vec<Problem> {
                 if value.is_some_and(|v| v.is_sign_negative()) {
                     p(at(&format!("price.{key}")), "must not be negative".into());
                 }
+            }
+        }
+        if !(0.0..1.0).contains(&b.reserve) {
+            p(at("reserve"), "must be at least 0 and below 1".into());
+        }
+        if b.max_running == 0 {
+            p(at("max_running"), "must be at least 1".into());
+        }
+        if !b.kind.is_local() {
+            for (key, set) in [
+                ("agent_port", b.agent_port.is_some()),
+                ("pin", b.pin.is_some()),
+                ("discovery", b.discovery.is_some()),
+            ] {
+                if set {
+                    p(at(key), "only a vllm pool has this".into());
+                }
+            }
+        }
+        if let Some(k) = b.discovery.as_ref().map(|d| &d.kubernetes) {
+            if k.namespace.is_empty() {
+                p(at("discovery.kubernetes.namespace"), "must not be empty".into());
+            }
+            if k.selector.is_empty() {
+                p(
+                    at("discovery.kubernetes.selector"),
+                    "must not be empty (it would select every pod)".into(),
+                );
+            }
+        }
+        if let Some(q) = &b.quota {
+            if q.rpm == Some(0) || q.tpm == Some(0) {
+                p(at("quota"), "a limit of 0 would refuse everything; leave it out for no limit".into());
             }
         }
         if b.max_inflight_per_node == Some(0) {
@@ -145,6 +178,24 @@ pub fn validate(config: &Config) -> Vec<Problem> {
     }
     if d.backoff_base_ms > d.backoff_max_ms {
         p("dispatch.backoff_base_ms".into(), "must not exceed backoff_max_ms".into());
+    }
+    let t = &config.telemetry;
+    if t.interval_ms < 50 {
+        p("telemetry.interval_ms".into(), "must be at least 50".into());
+    }
+    if !(0.0..=0.5).contains(&t.jitter) {
+        p("telemetry.jitter".into(), "must be between 0 and 0.5".into());
+    }
+    if t.stale_after_ms <= t.interval_ms {
+        p("telemetry.stale_after_ms".into(), "must be longer than interval_ms".into());
+    }
+    if config.state.redis_url.is_some() && config.state.redis_url_env.is_some() {
+        p("state.redis_url_env".into(), "give redis_url or redis_url_env, not both".into());
+    }
+    if let Some(url) = &config.state.redis_url {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            p("state.redis_url".into(), format!("`{url}` must start with redis:// or rediss://"));
+        }
     }
     if config.limits.max_concurrency == 0 {
         p("limits.max_concurrency".into(), "must be at least 1".into());

@@ -28,6 +28,8 @@ pub struct NodeView {
     pub key: String,
     /// Base URL as the adapter wants it (OpenAI-compatible URLs end in `/v1`).
     pub base_url: String,
+    /// The node's root address (`http://10.0.0.5:8000`): `/metrics`, `/health`, `/version`.
+    pub origin: String,
     pub breaker: BreakerView,
 }
 
@@ -54,9 +56,10 @@ impl BackendView {
     fn from_config(b: &BackendConfig) -> Self {
         let nodes = node_urls(b)
             .into_iter()
-            .map(|base_url| NodeView {
+            .map(|(origin, base_url)| NodeView {
                 key: format!("{}/{}@{}", b.name, b.model, base_url),
                 base_url,
+                origin,
                 breaker: BreakerView::Closed,
             })
             .collect();
@@ -73,14 +76,20 @@ impl BackendView {
     }
 }
 
-/// The adapter base URLs of a backend's nodes.
-fn node_urls(b: &BackendConfig) -> Vec<String> {
+/// (origin, adapter base URL) of each of a backend's configured nodes.
+fn node_urls(b: &BackendConfig) -> Vec<(String, String)> {
     let trim = |u: &str| u.trim_end_matches('/').to_string();
     match b.kind {
         // vLLM nodes are listed as bare addresses; their OpenAI API lives under /v1.
-        BackendKind::Vllm => b.endpoints.iter().map(|e| format!("{}/v1", trim(e))).collect(),
-        _ if !b.endpoints.is_empty() => b.endpoints.iter().map(|e| trim(e)).collect(),
-        _ => b.base_url.as_deref().or(b.kind.default_base_url()).map(trim).into_iter().collect(),
+        BackendKind::Vllm => b.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect(),
+        _ if !b.endpoints.is_empty() => b.endpoints.iter().map(|e| (trim(e), trim(e))).collect(),
+        _ => b
+            .base_url
+            .as_deref()
+            .or(b.kind.default_base_url())
+            .map(|u| (trim(u), trim(u)))
+            .into_iter()
+            .collect(),
     }
 }
 
