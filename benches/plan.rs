@@ -5,6 +5,8 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use spillway::config::Priority;
+use spillway::fleet::load::LoadView;
 use spillway::route::{plan, RequestFacts, Snapshot};
 use tokio::time::Instant;
 
@@ -40,7 +42,15 @@ fn bench(c: &mut Criterion) {
             group.bench_with_input(BenchmarkId::new(strategy, n), &n, |b, _| {
                 b.iter(|| {
                     seed = seed.wrapping_add(1);
-                    let facts = RequestFacts { task, prompt_tokens: 900, max_output_tokens: 300, seed };
+                    let facts = RequestFacts {
+                        task,
+                        prompt_tokens: 900,
+                        max_output_tokens: 300,
+                        seed,
+                        affinity: Some(seed % 7),
+                        priority: Priority::Standard,
+                        load: &|_| LoadView::default(),
+                    };
                     black_box(plan(&facts, &snap, Instant::now()).unwrap())
                 })
             });

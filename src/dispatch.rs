@@ -18,9 +18,10 @@ use tokio::time::Instant;
 
 use crate::adapter::{self, ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
 use crate::canonical::{ChatRequest, Event};
-use crate::config::{BackendKind, DispatchConfig, TaskConfig};
+use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::control::breaker::{BreakerBoard, BreakerPermit};
 use crate::control::retry_budget::RetryBudget;
+use crate::fleet::load::{InFlight, NodeLoad};
 use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
 use crate::route::{BackendView, Plan, Snapshot};
 
@@ -42,6 +43,9 @@ pub enum DispatchError {
     Rejected { backend: String, error: UpstreamError, attempts: u32 },
     /// Every target failed, was skipped, or the retry budget ran out.
     Exhausted { attempts: Vec<AttemptRecord> },
+    /// Nothing could take the request without breaking its SLO or a quota, and its priority
+    /// does not allow waiting: shed (the client should retry later).
+    Shed { why: String },
 }
 
 /// Long-lived dispatch state shared by every request.
@@ -54,6 +58,7 @@ pub struct Dispatcher {
     /// API keys by backend name, read from the environment at start.
     secrets: HashMap<String, String>,
     records: mpsc::Sender<Record>,
+    load: Arc<NodeLoad>,
 }
 
 fn wire_format(kind: BackendKind) -> WireFormat {
@@ -70,6 +75,7 @@ impl Dispatcher {
         breakers: Arc<BreakerBoard>,
         secrets: HashMap<String, String>,
         records: mpsc::Sender<Record>,
+        load: Arc<NodeLoad>,
     ) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
@@ -86,6 +92,7 @@ impl Dispatcher {
             node_slots: Mutex::new(HashMap::new()),
             secrets,
             records,
+            load,
         }
     }
 
@@ -122,6 +129,7 @@ impl Dispatcher {
         plan: &Plan,
         task: &TaskConfig,
         request: &ChatRequest,
+        priority: Priority,
     ) -> Result<Committed, DispatchError> {
         let started = Instant::now();
         self.budget.lock().unwrap_or_else(|e| e.into_inner()).deposit(started);
@@ -132,6 +140,22 @@ impl Dispatcher {
         let mut last_local: Option<bool> = None;
         let mut retries_in_class = 0u32;
 
+        if plan.targets.is_empty() && !plan.spills.is_empty() {
+            let spilled: Vec<String> = plan
+                .spills
+                .iter()
+                .map(|s| format!("{}: {}", snap.backends[s.backend].nodes[s.node].origin, s.reason.as_str()))
+                .collect();
+            self.emit(Record::Request(RequestOutcome::shed(&task.name, started)));
+            return Err(DispatchError::Shed {
+                why: format!(
+                    "no capacity for a {} request to task `{}`: {}",
+                    priority.as_str(),
+                    task.name,
+                    spilled.join("; ")
+                ),
+            });
+        }
         for target in &plan.targets {
             let backend = &snap.backends[target.backend];
             let node = &backend.nodes[target.node];
@@ -160,6 +184,7 @@ impl Dispatcher {
                 retries_in_class += 1;
             }
             calls += 1;
+            let in_flight = self.load.start(&node.key);
 
             let mut req = request.clone();
             req.model = backend.model.clone();
@@ -185,6 +210,7 @@ impl Dispatcher {
                     let lease = Lease {
                         permit: Some(permit),
                         _slot: slot,
+                        _in_flight: in_flight,
                         outcome: RequestOutcome::started(
                             &task.name,
                             &backend.name,
@@ -281,6 +307,7 @@ async fn first_output(
 struct Lease {
     permit: Option<BreakerPermit>,
     _slot: Option<OwnedSemaphorePermit>,
+    _in_flight: InFlight,
     outcome: RequestOutcome,
     records: mpsc::Sender<Record>,
     finished: bool,

@@ -8,7 +8,9 @@
 pub mod adapter;
 pub mod canonical;
 
+pub mod agent;
 pub mod api;
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -22,3 +24,4 @@ pub mod server;
 /// The vLLM-compatible (and hosted-provider) simulator lives with the fleet side, in `vllm/`.
 #[path = "../vllm/sim/mod.rs"]
 pub mod sim;
+pub mod tokens;

@@ -102,6 +102,8 @@ pub enum Ending {
     Failed(ErrorClass),
     /// The client went away before the end.
     Cancelled,
+    /// Refused for lack of capacity (429), by priority.
+    Shed,
 }
 
 /// One request, from arrival to its last event.
@@ -147,6 +149,14 @@ impl RequestOutcome {
             ending: Ending::Failed(class),
             duration: started.elapsed(),
             ..Self::started(task, backend, "", attempts, Duration::ZERO, started)
+        }
+    }
+
+    pub fn shed(task: &str, started: Instant) -> Self {
+        RequestOutcome {
+            ttft: None,
+            ending: Ending::Shed,
+            ..Self::started(task, "", "", 0, Duration::ZERO, started)
         }
     }
 

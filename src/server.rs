@@ -7,12 +7,16 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
-use crate::control::{breaker::BreakerBoard, snapshot_loop};
+use crate::control::discovery::{self, DiscoveredNodes};
+use crate::control::pins::PinBoard;
+use crate::control::{breaker::BreakerBoard, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
+use crate::fleet::load::NodeLoad;
+use crate::fleet::telemetry::TelemetryBoard;
 use crate::outcome::{self, Record};
 use crate::route::Snapshot;
 
@@ -63,17 +67,57 @@ pub async fn start(
     let config = Arc::new(config);
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config))));
     let breakers = BreakerBoard::new(config.dispatch.breaker.clone());
+    let telemetry = TelemetryBoard::new();
+    let load = NodeLoad::new();
+    let pins = Arc::new(PinBoard::default());
     let (records_tx, records_rx) = mpsc::channel::<Record>(65_536);
-    tokio::spawn(outcome::log_records(records_rx));
-    let loop_handle = tokio::spawn(snapshot_loop::run(
+    let mut loops = tokio::task::JoinSet::new();
+    loops.spawn(outcome::log_records(records_rx));
+
+    let (discovered_tx, discovered_rx) = watch::channel(DiscoveredNodes::new());
+    let kube_backends: Vec<_> = config
+        .backends
+        .iter()
+        .filter_map(|b| b.discovery.as_ref().map(|d| (b.name.clone(), d.kubernetes.clone())))
+        .collect();
+    if !kube_backends.is_empty() {
+        let client = discovery::client_from_env().await.map_err(std::io::Error::other)?;
+        for (backend, cfg) in kube_backends {
+            loops.spawn(discovery::run(backend, cfg, client.clone(), discovered_tx.clone()));
+        }
+    }
+    let sources = snapshot_loop::Sources {
+        config: Arc::clone(&config),
+        breakers: Arc::clone(&breakers),
+        telemetry: Arc::clone(&telemetry),
+        discovered: discovered_rx,
+        pins,
+        over_quota: Box::new(|_| false),
+    };
+    loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
+    let scrape_client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(config.telemetry.timeout_ms))
+        .build()
+        .map_err(std::io::Error::other)?;
+    loops.spawn(scrape::run(
         Arc::clone(&snapshot),
-        Arc::clone(&breakers),
-        Duration::from_millis(200),
+        telemetry,
+        Arc::clone(&load),
+        config.telemetry.clone(),
+        scrape_client,
     ));
-    let dispatcher = Dispatcher::new(config.dispatch.clone(), breakers, secrets.backend_keys, records_tx);
+
+    let dispatcher = Dispatcher::new(
+        config.dispatch.clone(),
+        breakers,
+        secrets.backend_keys,
+        records_tx,
+        Arc::clone(&load),
+    );
     let state = Arc::new(AppState {
         snapshot,
         dispatcher: Arc::new(dispatcher),
+        load,
         client_keys: secrets.client_keys,
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,
@@ -82,7 +126,7 @@ pub async fn start(
     let app = api::router(state);
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
-        loop_handle.abort();
+        loops.abort_all();
         served
     });
     Ok(RouterHandle { addr, task })

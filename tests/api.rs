@@ -60,7 +60,7 @@ async fn non_streamed_completion_has_the_openai_shape_and_spillway_headers() {
         .post(format!("{}/v1/chat/completions", router.url))
         .bearer_auth("sk-support")
         .header("x-spillway-project", "ticket-bot")
-        .header("x-spillway-priority", "high")
+        .header("x-spillway-priority", "interactive")
         .json(
             &json!({"model": "summarise", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}),
         )

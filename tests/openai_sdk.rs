@@ -49,6 +49,22 @@ fn sim(args: &[&str]) -> (Killed, String) {
     (Killed(child), format!("http://{listen}"))
 }
 
+/// Local nodes serve only once the router has their telemetry: wait for it (up to 10 s).
+fn wait_until_nodes_are_fresh(url: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for _ in 0..200 {
+            let ready: serde_json::Value =
+                reqwest::get(format!("{url}/readyz")).await.unwrap().json().await.unwrap();
+            if ready["fresh_local_nodes"] == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the router never saw its nodes' telemetry");
+    });
+}
+
 fn python() -> PathBuf {
     if let Ok(p) = std::env::var("SPILLWAY_PYTHON") {
         return PathBuf::from(p);
@@ -76,6 +92,7 @@ backends:
 tasks:
   - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
   - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
+telemetry: {{interval_ms: 200}}
 "#
         ),
     )
@@ -100,6 +117,7 @@ tasks:
     std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
     wait_for(&format!("127.0.0.1:{port}"));
     let url = format!("http://127.0.0.1:{port}");
+    wait_until_nodes_are_fresh(&url);
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_sdk_check.py");
     let out = Command::new(python())

@@ -23,12 +23,10 @@ use super::wire::{self, chunk_json, completion_json};
 use super::{authenticate, AppState};
 use crate::adapter::ErrorClass;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
+use crate::config::Priority;
 use crate::dispatch::{Committed, DispatchError};
 use crate::outcome::Skip;
 use crate::route::{self, RequestFacts};
-
-/// Priority classes a client may ask for with `x-spillway-priority`.
-pub const PRIORITIES: &[&str] = &["high", "normal", "low"];
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -61,14 +59,15 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
         .code("request_too_large")
     })?;
     let request = wire::decode(&bytes)?;
-    let priority = header_str(&headers, "x-spillway-priority")?.unwrap_or("normal");
-    if !PRIORITIES.contains(&priority) {
-        return Err(ApiError::bad_request(format!(
-            "x-spillway-priority `{priority}` is not one of {}",
-            PRIORITIES.join(", ")
-        ))
-        .param("x-spillway-priority"));
-    }
+    let priority = header_str(&headers, "x-spillway-priority")?
+        .map(|p| {
+            Priority::parse(p).ok_or_else(|| {
+                let all: Vec<&str> = Priority::ALL.iter().map(|p| p.as_str()).collect();
+                ApiError::bad_request(format!("x-spillway-priority `{p}` is not one of {}", all.join(", ")))
+                    .param("x-spillway-priority")
+            })
+        })
+        .transpose()?;
     let project = header_str(&headers, "x-spillway-project")?;
 
     let snap = state.snapshot.load_full();
@@ -90,27 +89,34 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
     }
     let canonical = request.to_canonical(task.max_output_tokens)?;
 
-    // The affinity key (project, else client key) keeps a project on the same node, so its
-    // prompt cache stays warm; without one, requests spread at random.
-    let seed = match project.or(key_name.as_deref()) {
-        Some(key) => {
-            let mut h = DefaultHasher::new();
-            key.hash(&mut h);
-            h.finish()
-        }
-        None => rand::random(),
-    };
-    let facts = RequestFacts {
-        task,
-        prompt_tokens: canonical.estimated_prompt_tokens(),
-        max_output_tokens: canonical.max_tokens.unwrap_or(1024),
-        seed,
-    };
-    let plan = route::plan(&facts, &snap, Instant::now()).map_err(|e| {
+    let priority = priority.unwrap_or(task.priority);
+
+    // The affinity key (project, else client key) keeps a project on the node that holds its
+    // prefix cache; without one, requests spread at random.
+    let affinity = project.or(key_name.as_deref()).map(|key| {
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        h.finish()
+    });
+    let load = |node: &str| state.load.view(node);
+    let plan = route::plan(
+        &RequestFacts {
+            task,
+            prompt_tokens: canonical.estimated_prompt_tokens(),
+            max_output_tokens: canonical.max_tokens.unwrap_or(1024),
+            seed: affinity.unwrap_or_else(rand::random),
+            affinity,
+            priority,
+            load: &load,
+        },
+        &snap,
+        Instant::now(),
+    )
+    .map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0).code("no_eligible_backend")
     })?;
     let committed =
-        state.dispatcher.dispatch(&snap, &plan, task, &canonical).await.map_err(dispatch_error)?;
+        state.dispatcher.dispatch(&snap, &plan, task, &canonical, priority).await.map_err(dispatch_error)?;
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
 
@@ -165,6 +171,9 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
 fn dispatch_error(e: DispatchError) -> ApiError {
     match e {
         DispatchError::Rejected { backend, error, .. } => ApiError::from_upstream(&backend, &error),
+        DispatchError::Shed { why } => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", why).code("shed").retry_after(1)
+        }
         DispatchError::Exhausted { attempts } => {
             let detail: Vec<String> = attempts.iter().map(|a| a.describe()).collect();
             let called: Vec<_> = attempts.iter().filter(|a| a.skipped.is_none()).collect();

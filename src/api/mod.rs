@@ -29,6 +29,8 @@ pub use error::ApiError;
 pub struct AppState {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub dispatcher: Arc<Dispatcher>,
+    /// The router's own in-flight and unseen counts per node (shared with dispatch).
+    pub load: Arc<crate::fleet::load::NodeLoad>,
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
     pub client_keys: HashMap<String, String>,
     /// Admission control: the global concurrency limit.
@@ -90,10 +92,37 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
+/// Ready once the config is loaded and the snapshot published. The body says how much of the
+/// fleet the router can see: local nodes, how many have fresh telemetry, which are quarantined.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let snap = state.snapshot.load();
+    let now = tokio::time::Instant::now();
     let nodes: usize = snap.backends.iter().map(|b| b.nodes.len()).sum();
-    let body = json!({"status": "ready", "snapshot_version": snap.version, "backends": snap.backends.len(), "nodes": nodes});
+    let local: Vec<_> = snap
+        .backends
+        .iter()
+        .filter(|b| b.is_local())
+        .flat_map(|b| b.nodes.iter().map(move |n| (b, n)))
+        .collect();
+    let fresh = local
+        .iter()
+        .filter(|(b, n)| {
+            n.signals.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= b.limits.stale_after)
+        })
+        .count();
+    let quarantined: Vec<_> = local
+        .iter()
+        .filter_map(|(_, n)| n.quarantine.as_ref().map(|q| json!({"node": n.key, "why": q})))
+        .collect();
+    let body = json!({
+        "status": "ready",
+        "snapshot_version": snap.version,
+        "backends": snap.backends.len(),
+        "nodes": nodes,
+        "local_nodes": local.len(),
+        "fresh_local_nodes": fresh,
+        "quarantined": quarantined,
+    });
     (StatusCode::OK, Json(body)).into_response()
 }
 

@@ -147,6 +147,9 @@ pub fn validate(config: &Config) -> Vec<Problem> {
             all.extend(config.policy.data_classes.keys().map(String::as_str));
             p(at("data_class"), format!("unknown data class `{}`; known: {}", t.data_class, all.join(", ")));
         }
+        if !(0.0..1.0).contains(&t.slo.margin) {
+            p(at("slo.margin"), "must be at least 0 and below 1".into());
+        }
         if t.slo.ttft_ms == 0 {
             p(at("slo.ttft_ms"), "must be above 0".into());
         }

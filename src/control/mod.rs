@@ -4,5 +4,9 @@
 //! budget that dispatch consults.
 
 pub mod breaker;
+pub mod discovery;
+pub mod pins;
+pub mod quota;
 pub mod retry_budget;
+pub mod scrape;
 pub mod snapshot_loop;

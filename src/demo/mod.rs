@@ -65,7 +65,8 @@ backends:
     endpoints: [{a}, {b}]
     model: {llama}
     region: eu-west-1
-    max_inflight_per_node: 6
+    max_running: 16          # the simulators' --max-num-seqs
+    reserve: 0.2
   - name: openai
     kind: openai
     base_url: {openai}/v1

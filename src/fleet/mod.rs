@@ -1,4 +1,7 @@
 //! The self-hosted fleet as the router sees it: what each vLLM node reports, what the router
 //! itself has sent it, and (pure) whether it has headroom for a request.
 
+pub mod headroom;
 pub mod load;
+pub mod metrics;
+pub mod telemetry;

@@ -7,22 +7,30 @@
 pub mod snapshot;
 mod strategy;
 
+use std::hash::{Hash, Hasher};
+
 use tokio::time::Instant;
 
-use crate::config::TaskConfig;
+use crate::config::{Priority, TaskConfig};
+use crate::fleet::headroom::{self, PoolLimits, SpillReason};
+use crate::fleet::load::LoadView;
 use crate::policy::{self, NoEligibleBackend};
-pub use snapshot::{BackendView, BreakerView, NodeView, Snapshot};
+pub use snapshot::{BackendView, BreakerView, NodeView, Snapshot, SnapshotInputs};
 
 /// What planning needs to know about one request.
-#[derive(Debug, Clone)]
 pub struct RequestFacts<'a> {
     pub task: &'a TaskConfig,
-    /// Estimated prompt size, for cost ordering.
+    /// Estimated prompt size, for cost ordering and TTFT prediction.
     pub prompt_tokens: u32,
     /// Output tokens the request may produce (after the task's cap).
     pub max_output_tokens: u32,
     /// Drives every random choice of this plan: same seed, same plan.
     pub seed: u64,
+    /// Hash of the affinity key (project, else client key): its prefix cache lives on one node.
+    pub affinity: Option<u64>,
+    pub priority: Priority,
+    /// The router's own load on each node (by node key), read just before planning.
+    pub load: &'a dyn Fn(&str) -> LoadView,
 }
 
 /// Why a target is where it is in the plan.
@@ -34,6 +42,10 @@ pub enum Reason {
     Weighted { weight: f64 },
     /// Ordered by estimated cost of this request, in US dollars.
     Cheapest { estimated_usd: f64 },
+    /// A local node with headroom for the SLO; `affinity` when it holds the key's prefix cache.
+    Headroom { predicted_ttft_ms: u32, affinity: bool },
+    /// A local node without headroom, tried only after everything else (interactive requests).
+    LastResort { why: SpillReason },
     /// Its breaker is open: last resort, after every healthy target.
     BreakerOpen,
 }
@@ -48,103 +60,303 @@ pub struct Target {
     pub reason: Reason,
 }
 
-/// The ordered targets for one request.
+/// A local node that did not take the request, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spill {
+    pub backend: usize,
+    pub node: usize,
+    pub reason: SpillReason,
+}
+
+/// The ordered targets for one request, and the local nodes it spilled past.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub targets: Vec<Target>,
+    pub spills: Vec<Spill>,
+}
+
+impl Plan {
+    /// The first reason the request left the fleet, if it did.
+    pub fn spill_reason(&self) -> Option<SpillReason> {
+        self.spills.iter().map(|s| s.reason).min()
+    }
+}
+
+/// The node an affinity key prefers: highest rendezvous score of (key, node), so the choice
+/// is stable as nodes come and go, and the same on every router replica.
+fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
+    nodes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, n)| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (key, &n.key).hash(&mut h);
+            h.finish()
+        })
+        .map(|(i, _)| i)
 }
 
 /// Order the backends a request may use.
-pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, _now: Instant) -> Result<Plan, NoEligibleBackend> {
+pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<Plan, NoEligibleBackend> {
     let eligible = policy::eligible(facts.task, snap)?;
     let ordered = strategy::order(facts, snap, &eligible);
-    let mut healthy = Vec::new();
-    let mut open = Vec::new();
+    let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin);
+    let mut targets = Vec::new();
+    let mut last = Vec::new();
+    let mut last_resort: Vec<(f64, Target)> = Vec::new();
+    let mut spills = Vec::new();
     for (backend, reason) in ordered {
-        let nodes = &snap.backends[backend].nodes;
-        // Spread a pool's requests over its nodes: start at a node chosen by the seed.
-        let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
-        for offset in 0..nodes.len() {
-            let node = (start + offset) % nodes.len();
-            match nodes[node].breaker {
-                BreakerView::Open => open.push(Target { backend, node, reason: Reason::BreakerOpen }),
-                _ => healthy.push(Target { backend, node, reason }),
+        let view = &snap.backends[backend];
+        if view.is_local() {
+            let limits =
+                PoolLimits { reserve: facts.priority.local_reserve(view.limits.reserve), ..view.limits };
+            let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
+            let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
+            for (i, node) in view.nodes.iter().enumerate() {
+                let load = (facts.load)(&node.key);
+                let verdict = if node.breaker == BreakerView::Open || node.quarantine.is_some() {
+                    Err(SpillReason::Down)
+                } else {
+                    headroom::admit(&node.signals, load, &limits, facts.prompt_tokens, slo_s, now)
+                };
+                match verdict {
+                    Ok(ttft) => admitted.push((preferred != Some(i), ttft, i)),
+                    Err(why) => {
+                        spills.push(Spill { backend, node: i, reason: why });
+                        if facts.priority == Priority::Interactive && why > SpillReason::Stale {
+                            let ttft =
+                                headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens);
+                            last_resort.push((
+                                ttft,
+                                Target { backend, node: i, reason: Reason::LastResort { why } },
+                            ));
+                        }
+                    }
+                }
+            }
+            // The affinity node first while it has headroom, then the soonest first token.
+            admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            targets.extend(admitted.into_iter().map(|(other, ttft, node)| Target {
+                backend,
+                node,
+                reason: Reason::Headroom {
+                    predicted_ttft_ms: (ttft * 1000.0).round() as u32,
+                    affinity: !other,
+                },
+            }));
+        } else {
+            let nodes = &view.nodes;
+            let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
+            for offset in 0..nodes.len() {
+                let node = (start + offset) % nodes.len();
+                match nodes[node].breaker {
+                    BreakerView::Open => last.push(Target { backend, node, reason: Reason::BreakerOpen }),
+                    _ => targets.push(Target { backend, node, reason }),
+                }
             }
         }
     }
-    healthy.extend(open);
-    Ok(Plan { targets: healthy })
+    last_resort.sort_by(|a, b| a.0.total_cmp(&b.0));
+    targets.extend(last_resort.into_iter().map(|(_, t)| t));
+    targets.extend(last);
+    Ok(Plan { targets, spills })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Strategy;
+    use crate::fleet::headroom::NodeSignals;
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    fn snap() -> Snapshot {
-        let config = crate::config::parse(include_str!("../../spillway.example.yaml")).unwrap();
-        Snapshot::from_config(Arc::new(config))
+    fn config() -> Arc<crate::config::Config> {
+        Arc::new(crate::config::parse(include_str!("../../spillway.example.yaml")).unwrap())
+    }
+
+    /// Every local node reported just now: idle, or as `tweak` says.
+    fn snap_with(
+        now: Instant,
+        tweak: impl Fn(&str) -> NodeSignals,
+        breaker: impl Fn(&str) -> BreakerView,
+    ) -> Snapshot {
+        let none = BTreeMap::new();
+        let signals = |key: &str| Some(NodeSignals { scraped_at: Some(now), ..tweak(key) });
+        let inputs = SnapshotInputs {
+            discovered: &none,
+            breaker: &breaker,
+            signals: &signals,
+            quarantine: &|_| None,
+            over_quota: &|_| false,
+        };
+        Snapshot::build(config(), &inputs, 2)
+    }
+
+    fn idle(_: &str) -> NodeSignals {
+        NodeSignals { running: Some(0.0), waiting: Some(0.0), ..NodeSignals::default() }
+    }
+
+    fn closed(_: &str) -> BreakerView {
+        BreakerView::Closed
     }
 
     fn names(snap: &Snapshot, plan: &Plan) -> Vec<String> {
         plan.targets.iter().map(|t| format!("{}#{}", snap.backends[t.backend].name, t.node)).collect()
     }
 
+    fn no_load(_: &str) -> LoadView {
+        LoadView::default()
+    }
+
     fn facts(task: &TaskConfig, seed: u64) -> RequestFacts<'_> {
-        RequestFacts { task, prompt_tokens: 1000, max_output_tokens: 400, seed }
+        RequestFacts {
+            task,
+            prompt_tokens: 1000,
+            max_output_tokens: 400,
+            seed,
+            affinity: None,
+            priority: Priority::Standard,
+            load: &no_load,
+        }
     }
 
-    #[test]
-    fn priority_keeps_preference_and_spreads_over_nodes() {
-        let snap = snap();
+    #[tokio::test(start_paused = true)]
+    async fn local_nodes_with_headroom_come_first_then_the_hosted_chain() {
+        let now = Instant::now();
+        let snap = snap_with(now, idle, closed);
         let task = snap.config.task("summarise-ticket").unwrap();
-        let p0 = plan(&facts(task, 0), &snap, Instant::now()).unwrap();
-        let p1 = plan(&facts(task, 1), &snap, Instant::now()).unwrap();
-        assert_eq!(names(&snap, &p0), ["local-llama#0", "local-llama#1", "anthropic#0", "openai#0"]);
-        assert_eq!(names(&snap, &p1), ["local-llama#1", "local-llama#0", "anthropic#0", "openai#0"]);
-        assert_eq!(p0.targets[2].reason, Reason::Preferred { rank: 1 });
+        let p = plan(&facts(task, 0), &snap, now).unwrap();
+        assert_eq!(names(&snap, &p), ["local-llama#0", "local-llama#1", "anthropic#0", "openai#0"]);
+        assert!(matches!(p.targets[0].reason, Reason::Headroom { affinity: false, .. }));
+        assert_eq!(p.targets[2].reason, Reason::Preferred { rank: 1 });
+        assert!(p.spills.is_empty());
     }
 
-    #[test]
-    fn open_breakers_go_last() {
-        let snap = snap().with_breakers(|key| {
-            if key.starts_with("anthropic/") || key.ends_with("10.0.0.5:8000/v1") {
+    #[tokio::test(start_paused = true)]
+    async fn affinity_wins_while_its_node_has_headroom() {
+        let now = Instant::now();
+        let snap = snap_with(now, idle, closed);
+        let task = snap.config.task("summarise-ticket").unwrap();
+        let prefers = |node: usize| {
+            (0..100u64).find(|k| affinity_node(&snap.backends[0].nodes, *k) == Some(node)).unwrap()
+        };
+        // Both nodes idle: the key's node goes first.
+        let f = RequestFacts { affinity: Some(prefers(1)), ..facts(task, 0) };
+        let p = plan(&f, &snap, now).unwrap();
+        assert_eq!(names(&snap, &p)[..2], ["local-llama#1", "local-llama#0"]);
+        assert_eq!(p.targets[0].reason, Reason::Headroom { predicted_ttft_ms: 120, affinity: true });
+        // The router has just sent node 1 so much that it is full: the other node serves.
+        let heavy =
+            |key: &str| LoadView { in_flight: 0, unseen: if key.contains("10.0.0.6") { 300 } else { 0 } };
+        let f = RequestFacts { affinity: Some(prefers(1)), load: &heavy, ..facts(task, 0) };
+        let p = plan(&f, &snap, now).unwrap();
+        assert_eq!(names(&snap, &p)[0], "local-llama#0");
+        assert_eq!(p.spills, vec![Spill { backend: 0, node: 1, reason: SpillReason::Reserve }]);
+        // The same key maps to the same node in every replica (pure function of key and nodes).
+        assert_eq!(affinity_node(&snap.backends[0].nodes, prefers(1)), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_and_full_nodes_spill_with_their_reasons() {
+        let now = Instant::now();
+        let snap = snap_with(now, idle, closed);
+        let task = snap.config.task("summarise-ticket").unwrap();
+        let later = now + std::time::Duration::from_secs(6);
+        let p = plan(&facts(task, 0), &snap, later).unwrap();
+        assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"]);
+        assert_eq!(p.spill_reason(), Some(SpillReason::Stale));
+        assert_eq!(p.spills.len(), 2);
+        // Full to the reserve (256 × 0.8 = 204.8 → 204 + this one fits, 205 does not).
+        let full =
+            |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
+        let snap = snap_with(now, full, closed);
+        let p = plan(&facts(task, 0), &snap, now).unwrap();
+        assert_eq!(p.spill_reason(), Some(SpillReason::Reserve));
+        assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interactive_requests_keep_full_nodes_as_a_last_resort_and_batch_spills_sooner() {
+        let now = Instant::now();
+        let full =
+            |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
+        let snap = snap_with(now, full, closed);
+        let task = snap.config.task("summarise-ticket").unwrap();
+        let f = RequestFacts { priority: Priority::Interactive, ..facts(task, 0) };
+        let p = plan(&f, &snap, now).unwrap();
+        assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0", "local-llama#0", "local-llama#1"]);
+        assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
+        // Batch may fill a pool only to (1 − 0.2) × 0.8 = 64 %: 164 running is too many.
+        let busy =
+            |_: &str| NodeSignals { running: Some(164.0), waiting: Some(0.0), ..NodeSignals::default() };
+        let snap = snap_with(now, busy, closed);
+        let standard = plan(&facts(task, 0), &snap, now).unwrap();
+        assert_eq!(names(&snap, &standard)[0], "local-llama#0");
+        let batch = plan(&RequestFacts { priority: Priority::Batch, ..facts(task, 0) }, &snap, now).unwrap();
+        assert_eq!(names(&snap, &batch), ["anthropic#0", "openai#0"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn open_breakers_go_last_and_a_down_hosted_backend_releases_the_reserve() {
+        let now = Instant::now();
+        let anthropic_open = |key: &str| {
+            if key.starts_with("anthropic/") {
                 BreakerView::Open
             } else {
                 BreakerView::Closed
             }
-        });
+        };
+        let full =
+            |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
+        let snap = snap_with(now, full, anthropic_open);
+        assert!(snap.backends[0].reserve_released);
+        assert_eq!(snap.backends[0].limits.reserve, 0.0);
         let task = snap.config.task("summarise-ticket").unwrap();
-        let p = plan(&facts(task, 0), &snap, Instant::now()).unwrap();
-        assert_eq!(names(&snap, &p), ["local-llama#1", "openai#0", "local-llama#0", "anthropic#0"]);
+        let p = plan(&facts(task, 0), &snap, now).unwrap();
+        // The pool now fills to capacity, so the local nodes take the traffic again.
+        assert_eq!(names(&snap, &p), ["local-llama#0", "local-llama#1", "openai#0", "anthropic#0"]);
         assert_eq!(p.targets[3].reason, Reason::BreakerOpen);
+        // A local node whose breaker is open is down, not tried.
+        let local_open = |key: &str| {
+            if key.contains("10.0.0.5") {
+                BreakerView::Open
+            } else {
+                BreakerView::Closed
+            }
+        };
+        let snap = snap_with(now, idle, local_open);
+        assert!(!snap.backends[0].reserve_released);
+        let p = plan(&facts(task, 0), &snap, now).unwrap();
+        assert_eq!(names(&snap, &p), ["local-llama#1", "anthropic#0", "openai#0"]);
+        assert_eq!(p.spills, vec![Spill { backend: 0, node: 0, reason: SpillReason::Down }]);
     }
 
-    #[test]
-    fn cost_strategy_puts_the_cheapest_estimate_first() {
-        let snap = snap();
+    #[tokio::test(start_paused = true)]
+    async fn cost_strategy_puts_the_cheapest_estimate_first() {
+        let now = Instant::now();
+        let snap = snap_with(now, idle, closed);
         let mut task = snap.config.task("summarise-ticket").unwrap().clone();
         task.strategy = Strategy::Cost;
         task.backends = vec!["openai".into(), "anthropic".into()];
-        let p = plan(&facts(&task, 0), &snap, Instant::now()).unwrap();
+        let p = plan(&facts(&task, 0), &snap, now).unwrap();
         // anthropic: 1000×3 + 400×15 = 9000 µ$; openai: 1000×5 + 400×20 = 13000 µ$.
         assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"]);
         assert_eq!(p.targets[0].reason, Reason::Cheapest { estimated_usd: 0.009 });
         assert_eq!(p.targets[1].reason, Reason::Cheapest { estimated_usd: 0.013 });
     }
 
-    #[test]
-    fn weighted_draw_follows_weights_and_is_repeatable() {
-        let snap = snap();
+    #[tokio::test(start_paused = true)]
+    async fn weighted_draw_follows_weights_and_is_repeatable() {
+        let now = Instant::now();
+        let snap = snap_with(now, idle, closed);
         let mut task = snap.config.task("summarise-ticket").unwrap().clone();
         task.strategy = Strategy::Weighted;
         task.backends = vec!["openai".into(), "anthropic".into()];
         task.weights = [("openai".to_string(), 3.0), ("anthropic".to_string(), 1.0)].into();
         let mut openai_first = 0;
         for seed in 0..4000 {
-            let p = plan(&facts(&task, seed), &snap, Instant::now()).unwrap();
-            assert_eq!(p, plan(&facts(&task, seed), &snap, Instant::now()).unwrap());
+            let p = plan(&facts(&task, seed), &snap, now).unwrap();
+            assert_eq!(p, plan(&facts(&task, seed), &snap, now).unwrap());
             assert_eq!(p.targets.len(), 2);
             if snap.backends[p.targets[0].backend].name == "openai" {
                 openai_first += 1;
@@ -154,18 +366,21 @@ mod tests {
         assert!((share - 0.75).abs() < 0.03, "openai first in {share}");
     }
 
-    #[test]
-    fn policy_applies_before_ordering_even_when_local_nodes_are_down() {
-        let snap = snap().with_breakers(|key| {
+    #[tokio::test(start_paused = true)]
+    async fn policy_applies_before_ordering_even_when_local_nodes_are_down() {
+        let now = Instant::now();
+        let local_open = |key: &str| {
             if key.starts_with("local-llama/") {
                 BreakerView::Open
             } else {
                 BreakerView::Closed
             }
-        });
+        };
+        let snap = snap_with(now, idle, local_open);
         let task = snap.config.task("triage-restricted").unwrap();
-        let p = plan(&facts(task, 0), &snap, Instant::now()).unwrap();
-        assert!(p.targets.iter().all(|t| snap.backends[t.backend].name == "local-llama"));
-        assert!(p.targets.iter().all(|t| t.reason == Reason::BreakerOpen));
+        let f = RequestFacts { priority: Priority::Interactive, ..facts(task, 0) };
+        let p = plan(&f, &snap, now).unwrap();
+        assert!(p.targets.is_empty(), "nothing hosted, nothing down: {:?}", p.targets);
+        assert_eq!(p.spills.len(), 2);
     }
 }

@@ -1,13 +1,16 @@
 //! The immutable view of the world that planning reads.
 //!
 //! Control loops build a new [`Snapshot`] and swap it in whole; the request path only loads
-//! the current one. It holds the config, every backend with its nodes (one node per endpoint),
-//! and each node's breaker state as last published.
+//! the current one. It holds the config, every backend with its nodes (configured endpoints
+//! plus discovered pods), each node's breaker state, telemetry signals and quarantine, and
+//! each pool's limits with its failover reserve (released while a hosted partner is down).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::{BackendConfig, BackendKind, Config, Price};
+use crate::fleet::headroom::{NodeSignals, PoolLimits};
 
 /// A breaker's state as planning sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,17 +23,21 @@ pub enum BreakerView {
     HalfOpen,
 }
 
-/// One place a request can be sent: a vLLM node, or a hosted backend's single endpoint.
+/// One place a request can be sent: a vLLM node, or a hosted backend's endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
-    /// Stable identity across snapshots: `backend/model@endpoint`. Breakers and per-node
-    /// limits are keyed by it.
+    /// Stable identity across snapshots: `backend/model@base_url`. Breakers, telemetry and
+    /// per-node limits are keyed by it.
     pub key: String,
     /// Base URL as the adapter wants it (OpenAI-compatible URLs end in `/v1`).
     pub base_url: String,
     /// The node's root address (`http://10.0.0.5:8000`): `/metrics`, `/health`, `/version`.
     pub origin: String,
     pub breaker: BreakerView,
+    /// What the node last reported (vLLM pools; default for hosted backends).
+    pub signals: NodeSignals,
+    /// Why the node is out of every pool (it differs from the pin), if it is.
+    pub quarantine: Option<String>,
 }
 
 /// A backend and its nodes.
@@ -45,6 +52,10 @@ pub struct BackendView {
     pub stream_upstream: bool,
     /// Most requests in flight per node, if limited.
     pub max_inflight_per_node: Option<u32>,
+    /// vLLM pools: capacity, the reserve in force now, staleness bound.
+    pub limits: PoolLimits,
+    /// vLLM pools: the reserve is released because a hosted backend sharing a task is down.
+    pub reserve_released: bool,
     pub nodes: Vec<NodeView>,
 }
 
@@ -52,33 +63,14 @@ impl BackendView {
     pub fn is_local(&self) -> bool {
         self.kind.is_local()
     }
+}
 
-    fn from_config(b: &BackendConfig) -> Self {
-        let nodes = node_urls(b)
-            .into_iter()
-            .map(|(origin, base_url)| NodeView {
-                key: format!("{}/{}@{}", b.name, b.model, base_url),
-                base_url,
-                origin,
-                breaker: BreakerView::Closed,
-            })
-            .collect();
-        BackendView {
-            name: b.name.clone(),
-            kind: b.kind,
-            model: b.model.clone(),
-            region: b.region.clone(),
-            price: b.price.clone(),
-            stream_upstream: b.stream_upstream,
-            max_inflight_per_node: b.max_inflight_per_node,
-            nodes,
-        }
-    }
+fn trim(u: &str) -> String {
+    u.trim_end_matches('/').to_string()
 }
 
 /// (origin, adapter base URL) of each of a backend's configured nodes.
-fn node_urls(b: &BackendConfig) -> Vec<(String, String)> {
-    let trim = |u: &str| u.trim_end_matches('/').to_string();
+fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
     match b.kind {
         // vLLM nodes are listed as bare addresses; their OpenAI API lives under /v1.
         BackendKind::Vllm => b.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect(),
@@ -91,6 +83,17 @@ fn node_urls(b: &BackendConfig) -> Vec<(String, String)> {
             .into_iter()
             .collect(),
     }
+}
+
+/// What the control loops know, as lookups the builder calls per backend and node.
+pub struct SnapshotInputs<'a> {
+    /// Node origins found by discovery, by backend name (added to configured endpoints).
+    pub discovered: &'a BTreeMap<String, Vec<String>>,
+    pub breaker: &'a dyn Fn(&str) -> BreakerView,
+    pub signals: &'a dyn Fn(&str) -> Option<NodeSignals>,
+    pub quarantine: &'a dyn Fn(&str) -> Option<String>,
+    /// A hosted backend that cannot take traffic now (its quota is gone).
+    pub over_quota: &'a dyn Fn(&str) -> bool,
 }
 
 /// Everything planning may read, frozen.
@@ -106,11 +109,88 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A first snapshot straight from config: every breaker closed.
+    /// A first snapshot straight from config: configured nodes only, breakers closed, no
+    /// telemetry yet.
     pub fn from_config(config: Arc<Config>) -> Snapshot {
-        let backends: Vec<BackendView> = config.backends.iter().map(BackendView::from_config).collect();
+        let none = BTreeMap::new();
+        let inputs = SnapshotInputs {
+            discovered: &none,
+            breaker: &|_| BreakerView::Closed,
+            signals: &|_| None,
+            quarantine: &|_| None,
+            over_quota: &|_| false,
+        };
+        Snapshot::build(config, &inputs, 1)
+    }
+
+    /// Build a snapshot from config and what the control loops know.
+    pub fn build(config: Arc<Config>, inputs: &SnapshotInputs<'_>, version: u64) -> Snapshot {
+        let stale_after = Duration::from_millis(config.telemetry.stale_after_ms);
+        let mut backends: Vec<BackendView> = config
+            .backends
+            .iter()
+            .map(|b| {
+                let mut origins = configured_nodes(b);
+                if b.kind == BackendKind::Vllm {
+                    for origin in inputs.discovered.get(&b.name).into_iter().flatten() {
+                        let origin = trim(origin);
+                        if !origins.iter().any(|(o, _)| *o == origin) {
+                            origins.push((origin.clone(), format!("{origin}/v1")));
+                        }
+                    }
+                }
+                let nodes = origins
+                    .into_iter()
+                    .map(|(origin, base_url)| {
+                        let key = format!("{}/{}@{}", b.name, b.model, base_url);
+                        NodeView {
+                            breaker: (inputs.breaker)(&key),
+                            signals: (inputs.signals)(&key).unwrap_or_default(),
+                            quarantine: (inputs.quarantine)(&key),
+                            key,
+                            base_url,
+                            origin,
+                        }
+                    })
+                    .collect();
+                BackendView {
+                    name: b.name.clone(),
+                    kind: b.kind,
+                    model: b.model.clone(),
+                    region: b.region.clone(),
+                    price: b.price.clone(),
+                    stream_upstream: b.stream_upstream,
+                    max_inflight_per_node: b.max_inflight_per_node,
+                    limits: PoolLimits { max_running: b.max_running, reserve: b.reserve, stale_after },
+                    reserve_released: false,
+                    nodes,
+                }
+            })
+            .collect();
+        // A hosted backend is down when every node's breaker is open or its quota is gone;
+        // then each pool that shares a task with it releases its reserve for the traffic
+        // coming home.
+        let down: Vec<&str> = backends
+            .iter()
+            .filter(|b| !b.is_local())
+            .filter(|b| {
+                (!b.nodes.is_empty() && b.nodes.iter().all(|n| n.breaker == BreakerView::Open))
+                    || (inputs.over_quota)(&b.name)
+            })
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>();
+        let released: Vec<String> = config
+            .tasks
+            .iter()
+            .filter(|t| t.backends.iter().any(|n| down.contains(&n.as_str())))
+            .flat_map(|t| t.backends.iter().cloned())
+            .collect();
+        for b in backends.iter_mut().filter(|b| b.is_local() && released.contains(&b.name)) {
+            b.reserve_released = true;
+            b.limits.reserve = 0.0;
+        }
         let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
-        Snapshot { version: 1, config, backends, by_name }
+        Snapshot { version, config, backends, by_name }
     }
 
     pub fn backend_index(&self, name: &str) -> Option<usize> {

@@ -51,9 +51,15 @@ impl Drop for Router {
     }
 }
 
-/// Start a router from YAML (`listen` is ignored: it binds a free port).
+/// Telemetry settings for tests: scrape often, go stale fast, back off little.
+pub const FAST_TELEMETRY: &str = "telemetry: {interval_ms: 100, stale_after_ms: 1500, backoff_max_ms: 300}\n";
+
+/// Start a router from YAML (`listen` is ignored: it binds a free port), with fast telemetry
+/// unless the YAML sets its own, and wait until every local node has been scraped.
 pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
-    let config = spillway::config::parse(yaml).unwrap_or_else(|p| panic!("test config invalid: {p:#?}"));
+    let yaml =
+        if yaml.contains("telemetry:") { yaml.to_string() } else { format!("{yaml}\n{FAST_TELEMETRY}") };
+    let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("test config invalid: {p:#?}"));
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let secrets = spillway::server::read_secrets(&config, |name| {
         env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
@@ -61,7 +67,25 @@ pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let handle = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
-    Router { url: format!("http://{}", handle.addr), handle }
+    let router = Router { url: format!("http://{}", handle.addr), handle };
+    router.wait_fresh().await;
+    router
+}
+
+impl Router {
+    /// Wait (up to 5 s) until every local node has fresh telemetry.
+    pub async fn wait_fresh(&self) {
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            let ready: serde_json::Value =
+                client.get(format!("{}/readyz", self.url)).send().await.unwrap().json().await.unwrap();
+            if ready["fresh_local_nodes"] == ready["local_nodes"] {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("local nodes never became fresh");
+    }
 }
 
 pub fn body(model: &str, stream: bool) -> serde_json::Value {

@@ -1,0 +1,258 @@
+//! The telemetry loop: scrape every vLLM node's `/metrics` (and its NVML agent's, where one
+//! runs) and keep the [`TelemetryBoard`] current.
+//!
+//! Each node gets its own task and schedule: a scrape every `interval_ms`, stretched or
+//! shrunk at random by up to `jitter` so a hundred nodes do not fire together, and doubling
+//! (up to `backoff_max_ms`) while the node keeps failing. A slow or dead node therefore never
+//! delays another's schedule; a semaphore bounds how many scrapes run at once. The node set is
+//! re-read from the snapshot every interval (discovery adds and removes nodes); nodes that
+//! left are forgotten. Parsing happens here, in the background, never on the request path.
+//! This loop writes only the board and the router's "seen by a scrape" marks; it does not
+//! publish snapshots.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Semaphore;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::config::{BackendKind, TelemetryConfig};
+use crate::fleet::load::NodeLoad;
+use crate::fleet::metrics::{parse_agent, parse_vllm};
+use crate::fleet::telemetry::TelemetryBoard;
+use crate::route::Snapshot;
+
+/// Most scrapes in flight at once, over all nodes.
+pub const MAX_CONCURRENT_SCRAPES: usize = 32;
+
+/// Largest `/metrics` body accepted (a vLLM page is tens of KiB).
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+
+/// Where one node is scraped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `origin + "/metrics"`.
+    pub metrics_url: String,
+    /// `http://<node host>:<agent_port>/metrics`, when the backend has an agent.
+    pub agent_url: Option<String>,
+}
+
+/// Every vLLM node in `snap`, by node key.
+pub fn targets(snap: &Snapshot) -> HashMap<String, Target> {
+    let mut out = HashMap::new();
+    for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Vllm) {
+        let agent_port = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.agent_port);
+        for n in &b.nodes {
+            let origin = n.origin.trim_end_matches('/');
+            let target = Target {
+                metrics_url: format!("{origin}/metrics"),
+                agent_url: agent_port.and_then(|p| agent_url(origin, p)),
+            };
+            out.insert(n.key.clone(), target);
+        }
+    }
+    out
+}
+
+/// The agent's `/metrics` on the node's host (plain HTTP).
+fn agent_url(origin: &str, port: u16) -> Option<String> {
+    let mut u = reqwest::Url::parse(origin).ok()?;
+    u.set_scheme("http").ok()?;
+    u.set_port(Some(port)).ok()?;
+    u.set_path("/metrics");
+    u.set_query(None);
+    Some(u.to_string())
+}
+
+/// Wait before a node's next scrape: `interval` while it answers; after `failures`
+/// consecutive failures, `interval × 2^(failures−1)` up to `backoff_max`. Either is scaled by
+/// `1 + jitter × (2r − 1)`, with `r` uniform in [0, 1), and never exceeds `backoff_max` when
+/// backing off.
+pub fn next_delay(interval: Duration, jitter: f64, backoff_max: Duration, failures: u32, r: f64) -> Duration {
+    let base = if failures == 0 {
+        interval
+    } else {
+        let factor = 1u32 << (failures - 1).min(20);
+        interval.saturating_mul(factor).min(backoff_max.max(interval))
+    };
+    let scale = 1.0 + jitter.clamp(0.0, 1.0) * (2.0 * r.clamp(0.0, 1.0) - 1.0);
+    let d = base.mul_f64(scale);
+    if failures > 0 {
+        d.min(backoff_max.max(interval))
+    } else {
+        d
+    }
+}
+
+/// Scrape every vLLM node of the current snapshot until the task is aborted (aborting it
+/// stops every node's task too).
+pub async fn run(
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    board: Arc<TelemetryBoard>,
+    load: Arc<NodeLoad>,
+    cfg: TelemetryConfig,
+    client: reqwest::Client,
+) {
+    let interval = Duration::from_millis(cfg.interval_ms.max(1));
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
+    let mut tasks = JoinSet::new();
+    let mut nodes: HashMap<String, (Target, AbortHandle)> = HashMap::new();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let wanted = targets(&snapshot.load());
+        nodes.retain(|key, (target, task)| {
+            let keep = wanted.get(key) == Some(target);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (key, target) in wanted {
+            if nodes.contains_key(&key) {
+                continue;
+            }
+            let node = NodeScraper {
+                key: key.clone(),
+                target: target.clone(),
+                board: board.clone(),
+                load: load.clone(),
+                client: client.clone(),
+                permits: permits.clone(),
+                cfg: cfg.clone(),
+            };
+            let task = tasks.spawn(node.run());
+            nodes.insert(key, (target, task));
+        }
+        board.retain(|k| nodes.contains_key(k));
+        while tasks.try_join_next().is_some() {}
+    }
+}
+
+/// One node's scrape schedule.
+struct NodeScraper {
+    key: String,
+    target: Target,
+    board: Arc<TelemetryBoard>,
+    load: Arc<NodeLoad>,
+    client: reqwest::Client,
+    permits: Arc<Semaphore>,
+    cfg: TelemetryConfig,
+}
+
+impl NodeScraper {
+    async fn run(self) {
+        let interval = Duration::from_millis(self.cfg.interval_ms.max(1));
+        let backoff_max = Duration::from_millis(self.cfg.backoff_max_ms);
+        // The first scrape lands anywhere in the first interval, so nodes spread out.
+        let mut due = Instant::now() + interval.mul_f64(rand::random::<f64>());
+        let mut failures = 0u32;
+        loop {
+            tokio::time::sleep_until(due).await;
+            let started = Instant::now();
+            let ok = {
+                let Ok(_permit) = self.permits.acquire().await else { return };
+                self.scrape_once().await
+            };
+            failures = if ok { 0 } else { failures.saturating_add(1) };
+            let wait = next_delay(interval, self.cfg.jitter, backoff_max, failures, rand::random::<f64>());
+            due = (started + wait).max(Instant::now());
+        }
+    }
+
+    /// Scrape vLLM (and the agent, at the same time); record the outcome. Returns whether
+    /// the vLLM scrape succeeded (the agent does not count).
+    async fn scrape_once(&self) -> bool {
+        let timeout = Duration::from_millis(self.cfg.timeout_ms.max(1));
+        let agent = async {
+            match &self.target.agent_url {
+                Some(url) => Some(fetch(&self.client, url, timeout).await),
+                None => None,
+            }
+        };
+        let (vllm, agent) = tokio::join!(fetch(&self.client, &self.target.metrics_url, timeout), agent);
+        let now = Instant::now();
+        let ok = match vllm.and_then(|body| parse_vllm(&body)) {
+            Ok(sample) => {
+                self.board.on_scrape(&self.key, sample, now);
+                self.load.mark_scraped(&self.key);
+                true
+            }
+            Err(e) => {
+                let n = self.board.on_failure(&self.key, e.clone(), now);
+                tracing::debug!(node = %self.key, failures = n, error = %e, "vLLM scrape failed");
+                false
+            }
+        };
+        match agent.map(|r| r.and_then(|body| parse_agent(&body))) {
+            None => {}
+            Some(Ok(a)) => self.board.on_agent(&self.key, a),
+            Some(Err(e)) => self.board.on_agent_failure(&self.key, e),
+        }
+        ok
+    }
+}
+
+/// GET `url` within `timeout`; the body as text, or why not.
+async fn fetch(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<String, String> {
+    let describe = |e: reqwest::Error| {
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            src = s.source();
+        }
+        msg
+    };
+    let mut resp = client.get(url).timeout(timeout).send().await.map_err(describe)?;
+    if !resp.status().is_success() {
+        return Err(format!("{url}: HTTP {}", resp.status()));
+    }
+    let mut body =
+        Vec::with_capacity(resp.content_length().unwrap_or(16 << 10).min(MAX_BODY_BYTES as u64) as usize);
+    while let Some(chunk) = resp.chunk().await.map_err(describe)? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(format!("{url}: body larger than {MAX_BODY_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| format!("{url}: body is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backs_off_by_doubling_up_to_the_cap() {
+        let i = Duration::from_millis(100);
+        let max = Duration::from_millis(1000);
+        let d = |f| next_delay(i, 0.0, max, f, 0.5);
+        assert_eq!(d(0), i);
+        assert_eq!(d(1), i);
+        assert_eq!(d(2), Duration::from_millis(200));
+        assert_eq!(d(3), Duration::from_millis(400));
+        assert_eq!(d(4), Duration::from_millis(800));
+        assert_eq!(d(5), max);
+        assert_eq!(d(60), max);
+        // Jitter: ±10 % at the extremes of r, capped while backing off.
+        assert_eq!(next_delay(i, 0.1, max, 0, 0.0), Duration::from_millis(90));
+        assert_eq!(next_delay(i, 0.1, max, 0, 1.0), Duration::from_millis(110));
+        assert_eq!(next_delay(i, 0.1, max, 9, 1.0), max);
+    }
+
+    #[test]
+    fn agent_url_uses_the_node_host() {
+        assert_eq!(agent_url("http://10.0.0.5:8000", 9400).as_deref(), Some("http://10.0.0.5:9400/metrics"));
+        assert_eq!(
+            agent_url("https://node-a.local:8443", 9400).as_deref(),
+            Some("http://node-a.local:9400/metrics")
+        );
+        assert_eq!(agent_url("http://[::1]:8000", 9400).as_deref(), Some("http://[::1]:9400/metrics"));
+    }
+}

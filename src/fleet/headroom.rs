@@ -1,0 +1,237 @@
+//! Headroom: may this node take this request now, and how soon would its first token come?
+//!
+//! Pure arithmetic over what the node last reported (queue, running, KV use, recent TTFT and
+//! prefill rate), what the router sent since (its own credit), and the pool's capacity and
+//! reserve. The predictor is simple on purpose: a request waits for a free sequence slot
+//! (slots turn over every mean service time), then for its prefill (uncached prompt tokens at
+//! the node's recent prefill rate), then for one engine step. A missing signal is unknown: the
+//! prediction falls back to what is known, and a node with no fresh scrape is not admitted.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::load::LoadView;
+
+/// What planning knows about one node from its telemetry (copied into each snapshot).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeSignals {
+    /// When the last good scrape landed; `None`: never.
+    pub scraped_at: Option<Instant>,
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    /// KV-cache use, 0–1.
+    pub kv_usage: Option<f64>,
+    pub kv_blocks: Option<u64>,
+    pub block_size: Option<u64>,
+    /// Recent mean time to first token, seconds.
+    pub ttft_s: Option<f64>,
+    /// Recent mean time spent queued, seconds.
+    pub queue_s: Option<f64>,
+    /// Recent prefill rate, prompt tokens per second.
+    pub prefill_tps: Option<f64>,
+    /// Recent mean inter-token latency (one engine step), seconds.
+    pub itl_s: Option<f64>,
+    /// Recent mean time a request holds a slot (end to end minus queue), seconds.
+    pub service_s: Option<f64>,
+    /// Recent share of prompt tokens served from the prefix cache.
+    pub prefix_hit_rate: Option<f64>,
+}
+
+/// The pool-wide numbers a node is judged against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolLimits {
+    /// Sequences one node runs at once.
+    pub max_running: u32,
+    /// Share of capacity kept free now (0 when the reserve is released).
+    pub reserve: f64,
+    /// A scrape older than this makes the node count as full.
+    pub stale_after: Duration,
+}
+
+/// Why a node did not take a request (the spill reasons SREs see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SpillReason {
+    /// Breaker open, quarantined, or not ready.
+    Down,
+    /// No good scrape within the staleness bound.
+    Stale,
+    /// Taking it would eat into the failover reserve.
+    Reserve,
+    /// It would wait in the node's queue.
+    Queue,
+    /// Its prompt would not fit the free KV cache.
+    Kv,
+    /// Its predicted time to first token breaks the task's SLO.
+    Ttft,
+}
+
+impl SpillReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpillReason::Down => "down",
+            SpillReason::Stale => "stale",
+            SpillReason::Reserve => "reserve",
+            SpillReason::Queue => "queue",
+            SpillReason::Kv => "kv",
+            SpillReason::Ttft => "ttft",
+        }
+    }
+}
+
+/// Fallbacks when a signal has not been seen yet.
+const DEFAULT_STEP_S: f64 = 0.02;
+const DEFAULT_PREFILL_TPS: f64 = 10_000.0;
+const DEFAULT_SERVICE_S: f64 = 2.0;
+
+/// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node.
+pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prompt_tokens: u32) -> f64 {
+    let at_node = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + load.unseen as f64;
+    let slots = f64::from(limits.max_running.max(1));
+    // Requests ahead of this one in the queue once every slot is busy.
+    let ahead = (at_node + 1.0 - slots).max(0.0);
+    let service = sig.service_s.unwrap_or(DEFAULT_SERVICE_S);
+    let queue_wait = ahead * service / slots;
+    let uncached = f64::from(prompt_tokens) * (1.0 - sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0));
+    let prefill = match sig.prefill_tps {
+        Some(tps) if tps > 0.0 => uncached / tps,
+        // No rate yet: what the node measured lately, less its queueing, is the best guess.
+        _ => match (sig.ttft_s, sig.queue_s) {
+            (Some(t), q) => (t - q.unwrap_or(0.0)).max(0.0),
+            (None, _) => uncached / DEFAULT_PREFILL_TPS,
+        },
+    };
+    queue_wait + prefill + sig.itl_s.unwrap_or(DEFAULT_STEP_S)
+}
+
+/// Why the node may not take the request, or `None` with the predicted TTFT if it may.
+/// `slo_s` already includes the safety margin.
+pub fn admit(
+    sig: &NodeSignals,
+    load: LoadView,
+    limits: &PoolLimits,
+    prompt_tokens: u32,
+    slo_s: f64,
+    now: Instant,
+) -> Result<f64, SpillReason> {
+    let fresh = sig.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= limits.stale_after);
+    if !fresh {
+        return Err(SpillReason::Stale);
+    }
+    let slots = f64::from(limits.max_running.max(1));
+    let seen = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0);
+    // The router's own in-flight count is a floor on what the node holds, whatever it reported.
+    let at_node = (seen + load.unseen as f64).max(load.in_flight as f64);
+    let ceiling = slots * (1.0 - limits.reserve);
+    if at_node + 1.0 > ceiling.max(1.0) && limits.reserve > 0.0 {
+        return Err(SpillReason::Reserve);
+    }
+    if sig.waiting.unwrap_or(0.0) > 0.0 || at_node + 1.0 > slots {
+        return Err(SpillReason::Queue);
+    }
+    if let (Some(kv), Some(blocks), Some(size)) = (sig.kv_usage, sig.kv_blocks, sig.block_size) {
+        if blocks > 0 && size > 0 {
+            let need = f64::from(prompt_tokens).div_euclid(size as f64) + 1.0;
+            // Requests sent since the scrape hold blocks too: count each like this one.
+            let after = kv + need * (1.0 + load.unseen as f64) / blocks as f64;
+            if after > (1.0 - limits.reserve).min(0.95) {
+                return Err(SpillReason::Kv);
+            }
+        }
+    }
+    let predicted = predict_ttft(sig, load, limits, prompt_tokens);
+    if predicted > slo_s {
+        return Err(SpillReason::Ttft);
+    }
+    Ok(predicted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> PoolLimits {
+        PoolLimits { max_running: 10, reserve: 0.2, stale_after: Duration::from_secs(5) }
+    }
+
+    fn sig(now: Instant) -> NodeSignals {
+        NodeSignals {
+            scraped_at: Some(now),
+            running: Some(2.0),
+            waiting: Some(0.0),
+            kv_usage: Some(0.1),
+            kv_blocks: Some(1000),
+            block_size: Some(16),
+            ttft_s: Some(0.05),
+            queue_s: Some(0.0),
+            prefill_tps: Some(5000.0),
+            itl_s: Some(0.02),
+            service_s: Some(1.0),
+            prefix_hit_rate: Some(0.0),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_node_predicts_prefill_plus_one_step() {
+        let now = Instant::now();
+        // 1000 tokens at 5000 tok/s = 0.2 s, plus a 0.02 s step, no queue.
+        let t = admit(&sig(now), LoadView::default(), &limits(), 1000, 1.0, now).unwrap();
+        assert!((t - 0.22).abs() < 1e-9, "{t}");
+        // Half the prompt cached halves the prefill.
+        let cached = NodeSignals { prefix_hit_rate: Some(0.5), ..sig(now) };
+        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000) - 0.12).abs() < 1e-9);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queueing_adds_slot_turnover() {
+        let now = Instant::now();
+        let busy = NodeSignals { running: Some(10.0), waiting: Some(4.0), ..sig(now) };
+        // 14 at the node, 10 slots: 5 ahead (this one included) × 1 s / 10 slots = 0.5 s.
+        let t = predict_ttft(&busy, LoadView::default(), &limits(), 1000);
+        assert!((t - 0.72).abs() < 1e-9, "{t}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_spill_reason_in_turn() {
+        let now = Instant::now();
+        let l = limits();
+        let old = NodeSignals { scraped_at: Some(now), ..sig(now) };
+        let later = now + Duration::from_secs(6);
+        assert_eq!(admit(&old, LoadView::default(), &l, 10, 1.0, later), Err(SpillReason::Stale));
+        let never = NodeSignals { scraped_at: None, ..sig(now) };
+        assert_eq!(admit(&never, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Stale));
+        // 8 slots usable of 10 with a 0.2 reserve: 7 at the node + this one fits, 8 does not.
+        let seven = NodeSignals { running: Some(7.0), ..sig(now) };
+        assert!(admit(&seven, LoadView::default(), &l, 10, 1.0, now).is_ok());
+        let eight = NodeSignals { running: Some(8.0), ..sig(now) };
+        assert_eq!(admit(&eight, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Reserve));
+        // The router's unseen sends count before the node reports them.
+        let credit = LoadView { in_flight: 6, unseen: 6 };
+        assert_eq!(admit(&sig(now), credit, &l, 10, 1.0, now), Err(SpillReason::Reserve));
+        // Reserve released: fills to capacity, then queue.
+        let open = PoolLimits { reserve: 0.0, ..l };
+        let nine = NodeSignals { running: Some(9.0), ..sig(now) };
+        assert!(admit(&nine, LoadView::default(), &open, 10, 1.0, now).is_ok());
+        let ten = NodeSignals { running: Some(10.0), ..sig(now) };
+        assert_eq!(admit(&ten, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        let waiting = NodeSignals { waiting: Some(1.0), ..sig(now) };
+        assert_eq!(admit(&waiting, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        // KV: 0.75 used + a 2000-token prompt (126 blocks of 1000) > 0.8.
+        let full_kv = NodeSignals { kv_usage: Some(0.75), ..sig(now) };
+        assert_eq!(admit(&full_kv, LoadView::default(), &l, 2000, 9.0, now), Err(SpillReason::Kv));
+        assert!(admit(&full_kv, LoadView::default(), &l, 100, 9.0, now).is_ok());
+        // TTFT: 4000 tokens at 5000 tok/s = 0.8 s + step > a 0.5 s target.
+        assert_eq!(admit(&sig(now), LoadView::default(), &l, 4000, 0.5, now), Err(SpillReason::Ttft));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_signals_fall_back_without_panicking() {
+        let now = Instant::now();
+        let bare = NodeSignals { scraped_at: Some(now), ..NodeSignals::default() };
+        let t = admit(&bare, LoadView::default(), &limits(), 1000, 5.0, now).unwrap();
+        // 1000 tokens at the default 10k tok/s + the default step.
+        assert!((t - 0.12).abs() < 1e-9, "{t}");
+        let measured = NodeSignals { ttft_s: Some(0.3), queue_s: Some(0.1), ..bare };
+        assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000) - 0.22).abs() < 1e-9);
+    }
+}

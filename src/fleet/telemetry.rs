@@ -1,0 +1,485 @@
+//! Each vLLM node's telemetry as planning uses it: the latest scrape, how old it is, how often
+//! scraping has failed, the NVML agent's view, and *recent* latency and throughput figures
+//! derived from the change between consecutive scrapes.
+//!
+//! Pure: time comes in as an argument, nothing here does I/O. The scrape loop
+//! (`control::scrape`) is the only writer of the [`TelemetryBoard`]; the snapshot loop copies
+//! it into each snapshot. Recent figures are EWMA-smoothed over a few scrapes so one quiet
+//! interval does not erase them; a counter that went backwards (the node restarted) resets the
+//! baseline instead of producing negative rates. What is not known stays `None`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::headroom::NodeSignals;
+use super::metrics::{AgentSample, HistogramSample, VllmSample};
+
+/// Weight of the newest interval in the recent figures: a figure is mostly forgotten after
+/// about three intervals that have something to say about it.
+pub const EWMA_ALPHA: f64 = 0.5;
+
+/// Recent figures, each smoothed over the last few scrape intervals that observed it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RecentStats {
+    /// Mean time to first token, seconds.
+    pub ttft_s: Option<f64>,
+    /// Mean time waiting in the queue, seconds.
+    pub queue_s: Option<f64>,
+    /// Mean prefill time, seconds: the prefill histogram if the node has it, else TTFT − queue.
+    pub prefill_s: Option<f64>,
+    /// Prompt tokens per request over mean prefill time: one request's prefill speed, tokens/s.
+    pub prefill_tokens_per_s: Option<f64>,
+    /// Mean inter-token latency, seconds.
+    pub itl_s: Option<f64>,
+    /// Mean end-to-end latency, seconds.
+    pub e2e_s: Option<f64>,
+    /// Requests completed per second.
+    pub completions_per_s: Option<f64>,
+    /// Prompt tokens per completed request.
+    pub prompt_tokens_per_request: Option<f64>,
+    /// Share of queried prompt tokens served from the prefix cache (0–1).
+    pub prefix_cache_hit_rate: Option<f64>,
+}
+
+/// What one interval between two good scrapes showed; `None` where it showed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Interval {
+    ttft_s: Option<f64>,
+    queue_s: Option<f64>,
+    prefill_s: Option<f64>,
+    itl_s: Option<f64>,
+    e2e_s: Option<f64>,
+    completions_per_s: Option<f64>,
+    prompt_tokens_per_request: Option<f64>,
+    prefix_cache_hit_rate: Option<f64>,
+}
+
+fn delta(prev: Option<f64>, cur: Option<f64>) -> Option<f64> {
+    Some(cur? - prev?)
+}
+
+/// Mean of the observations made between two histogram readings.
+fn interval_mean(prev: &Option<HistogramSample>, cur: &Option<HistogramSample>) -> Option<f64> {
+    let (p, c) = (prev.as_ref()?, cur.as_ref()?);
+    let n = delta(p.count, c.count)?;
+    (n > 0.0).then_some(delta(p.sum, c.sum)? / n)
+}
+
+fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
+    let den = den?;
+    (den > 0.0).then_some(num? / den)
+}
+
+/// Did any cumulative series go backwards between `prev` and `cur`?
+fn went_backwards(prev: &VllmSample, cur: &VllmSample) -> bool {
+    let counters = |s: &VllmSample| {
+        let mut v = vec![
+            s.prompt_tokens,
+            s.generation_tokens,
+            s.prefix_cache_queries,
+            s.prefix_cache_hits,
+            s.request_success,
+            s.preemptions,
+        ];
+        for h in [&s.ttft, &s.itl, &s.e2e, &s.queue_time, &s.prefill_time] {
+            v.push(h.as_ref().and_then(|h| h.count));
+            v.push(h.as_ref().and_then(|h| h.sum));
+        }
+        v
+    };
+    counters(prev).into_iter().zip(counters(cur)).any(|(p, c)| matches!((p, c), (Some(p), Some(c)) if c < p))
+}
+
+fn interval(prev: &VllmSample, cur: &VllmSample, dt: f64) -> Interval {
+    let ttft_s = interval_mean(&prev.ttft, &cur.ttft);
+    let queue_s = interval_mean(&prev.queue_time, &cur.queue_time);
+    let prefill_s = if cur.prefill_time.is_some() {
+        interval_mean(&prev.prefill_time, &cur.prefill_time)
+    } else {
+        ttft_s.zip(queue_s).map(|(t, q)| (t - q).max(0.0))
+    };
+    let completions = delta(prev.request_success, cur.request_success)
+        .or_else(|| delta(prev.e2e.as_ref()?.count, cur.e2e.as_ref()?.count));
+    Interval {
+        ttft_s,
+        queue_s,
+        prefill_s,
+        itl_s: interval_mean(&prev.itl, &cur.itl),
+        e2e_s: interval_mean(&prev.e2e, &cur.e2e),
+        completions_per_s: completions.filter(|_| dt > 0.0).map(|n| n / dt),
+        prompt_tokens_per_request: ratio(delta(prev.prompt_tokens, cur.prompt_tokens), completions),
+        prefix_cache_hit_rate: ratio(
+            delta(prev.prefix_cache_hits, cur.prefix_cache_hits),
+            delta(prev.prefix_cache_queries, cur.prefix_cache_queries),
+        ),
+    }
+}
+
+fn ewma(old: Option<f64>, new: Option<f64>) -> Option<f64> {
+    match (old, new) {
+        (old, None) => old,
+        (None, Some(x)) => Some(x),
+        (Some(o), Some(x)) => Some(o + EWMA_ALPHA * (x - o)),
+    }
+}
+
+impl RecentStats {
+    fn absorb(&mut self, i: Interval) {
+        self.ttft_s = ewma(self.ttft_s, i.ttft_s);
+        self.queue_s = ewma(self.queue_s, i.queue_s);
+        self.prefill_s = ewma(self.prefill_s, i.prefill_s);
+        self.itl_s = ewma(self.itl_s, i.itl_s);
+        self.e2e_s = ewma(self.e2e_s, i.e2e_s);
+        self.completions_per_s = ewma(self.completions_per_s, i.completions_per_s);
+        self.prompt_tokens_per_request = ewma(self.prompt_tokens_per_request, i.prompt_tokens_per_request);
+        self.prefix_cache_hit_rate = ewma(self.prefix_cache_hit_rate, i.prefix_cache_hit_rate);
+        self.prefill_tokens_per_s = ratio(self.prompt_tokens_per_request, self.prefill_s);
+    }
+}
+
+/// One node's telemetry.
+#[derive(Debug, Clone, Default)]
+pub struct NodeTelemetry {
+    /// The latest good scrape (shared: copying telemetry into a snapshot is cheap).
+    pub sample: Option<Arc<VllmSample>>,
+    /// When the latest good scrape landed.
+    pub last_ok: Option<Instant>,
+    /// When the latest scrape, good or bad, ended.
+    pub last_attempt: Option<Instant>,
+    /// Failed scrapes since the last good one.
+    pub consecutive_failures: u32,
+    /// Why the latest failed scrape failed (kept after a success, for diagnosis).
+    pub last_error: Option<String>,
+    /// Good scrapes in all.
+    pub scrapes: u64,
+    /// Times a counter went backwards (the node restarted) and the baseline was reset.
+    pub restarts: u32,
+    /// Figures from the change between consecutive good scrapes.
+    pub recent: RecentStats,
+    /// The NVML agent's latest answer; `None` when there is no agent or it did not answer.
+    pub agent: Option<AgentSample>,
+    /// Why the agent did not answer, if it did not.
+    pub agent_error: Option<String>,
+}
+
+impl NodeTelemetry {
+    pub fn new() -> NodeTelemetry {
+        NodeTelemetry::default()
+    }
+
+    /// A good scrape landed at `now`.
+    pub fn on_scrape(&mut self, sample: VllmSample, now: Instant) {
+        if let (Some(prev), Some(at)) = (&self.sample, self.last_ok) {
+            if went_backwards(prev, &sample) {
+                self.restarts += 1;
+            } else {
+                let dt = now.saturating_duration_since(at).as_secs_f64();
+                self.recent.absorb(interval(prev, &sample, dt));
+            }
+        }
+        self.sample = Some(Arc::new(sample));
+        self.last_ok = Some(now);
+        self.last_attempt = Some(now);
+        self.consecutive_failures = 0;
+        self.scrapes += 1;
+    }
+
+    /// A scrape failed at `now`. The latest good sample stays, ageing.
+    pub fn on_failure(&mut self, error: String, now: Instant) {
+        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        self.last_error = Some(error);
+        self.last_attempt = Some(now);
+    }
+
+    /// The NVML agent answered (possibly with `up == false`); vLLM telemetry is untouched.
+    pub fn on_agent(&mut self, agent: AgentSample) {
+        self.agent = Some(agent);
+        self.agent_error = None;
+    }
+
+    /// The NVML agent did not answer; its GPU figures are no longer known.
+    pub fn on_agent_failure(&mut self, error: String) {
+        self.agent = None;
+        self.agent_error = Some(error);
+    }
+
+    /// Time since the latest good scrape; `None` if there never was one.
+    pub fn age(&self, now: Instant) -> Option<Duration> {
+        self.last_ok.map(|t| now.saturating_duration_since(t))
+    }
+
+    /// Older than `stale_after`, or never scraped: planning treats the node as full.
+    pub fn is_stale(&self, now: Instant, stale_after: Duration) -> bool {
+        self.age(now).is_none_or(|a| a > stale_after)
+    }
+
+    /// What planning reads of this node (see [`NodeSignals`]).
+    pub fn signals(&self) -> NodeSignals {
+        let s = self.sample.as_deref();
+        let cache = s.and_then(|s| s.cache.as_ref());
+        let r = &self.recent;
+        NodeSignals {
+            scraped_at: self.last_ok,
+            running: s.and_then(|s| s.running),
+            waiting: s.and_then(|s| s.waiting),
+            kv_usage: s.and_then(|s| s.kv_cache_usage),
+            kv_blocks: cache.and_then(|c| c.num_gpu_blocks),
+            block_size: cache.and_then(|c| c.block_size),
+            ttft_s: r.ttft_s,
+            queue_s: r.queue_s,
+            prefill_tps: r.prefill_tokens_per_s,
+            itl_s: r.itl_s,
+            // A request holds a slot from leaving the queue to its end.
+            service_s: r.e2e_s.map(|e| r.queue_s.map_or(e, |q| (e - q).max(0.0))),
+            prefix_hit_rate: r.prefix_cache_hit_rate,
+        }
+    }
+}
+
+/// Every vLLM node's telemetry, by node key. Written by the scrape loop, read (copied) by
+/// the snapshot loop.
+#[derive(Debug, Default)]
+pub struct TelemetryBoard {
+    nodes: Mutex<HashMap<String, NodeTelemetry>>,
+}
+
+impl TelemetryBoard {
+    pub fn new() -> Arc<Self> {
+        Arc::new(TelemetryBoard::default())
+    }
+
+    fn with<R>(&self, key: &str, f: impl FnOnce(&mut NodeTelemetry) -> R) -> R {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        match nodes.get_mut(key) {
+            Some(n) => f(n),
+            None => f(nodes.entry(key.to_string()).or_default()),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<NodeTelemetry> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    pub fn all(&self) -> HashMap<String, NodeTelemetry> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// See [`NodeTelemetry::on_scrape`].
+    pub fn on_scrape(&self, key: &str, sample: VllmSample, now: Instant) {
+        self.with(key, |n| n.on_scrape(sample, now));
+    }
+
+    /// See [`NodeTelemetry::on_failure`]; returns the node's consecutive failures.
+    pub fn on_failure(&self, key: &str, error: String, now: Instant) -> u32 {
+        self.with(key, |n| {
+            n.on_failure(error, now);
+            n.consecutive_failures
+        })
+    }
+
+    /// See [`NodeTelemetry::on_agent`].
+    pub fn on_agent(&self, key: &str, agent: AgentSample) {
+        self.with(key, |n| n.on_agent(agent));
+    }
+
+    /// See [`NodeTelemetry::on_agent_failure`].
+    pub fn on_agent_failure(&self, key: &str, error: String) {
+        self.with(key, |n| n.on_agent_failure(error));
+    }
+
+    /// [`NodeTelemetry::signals`] of one node, without copying the rest.
+    pub fn signals(&self, key: &str) -> Option<NodeSignals> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).map(NodeTelemetry::signals)
+    }
+
+    /// Drop a node that left the fleet.
+    pub fn forget(&self, key: &str) {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+
+    /// Keep only the nodes for which `keep(key)` holds.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(sum: f64, count: f64) -> Option<HistogramSample> {
+        Some(HistogramSample { buckets: vec![(f64::INFINITY, count)], sum: Some(sum), count: Some(count) })
+    }
+
+    /// A node that has completed `done` requests, each with the given per-request figures
+    /// (seconds, tokens), and served `hits` of `queries` prompt tokens from cache.
+    fn node(done: f64, ttft: f64, queue: f64, prompt: f64, hits: f64, queries: f64) -> VllmSample {
+        VllmSample {
+            running: Some(1.0),
+            waiting: Some(0.0),
+            ttft: hist(ttft * done, done),
+            queue_time: hist(queue * done, done),
+            itl: hist(0.03125 * done * 10.0, done * 10.0),
+            e2e: hist(1.5 * done, done),
+            prompt_tokens: Some(prompt * done),
+            prefix_cache_hits: Some(hits),
+            prefix_cache_queries: Some(queries),
+            request_success: Some(done),
+            ..VllmSample::default()
+        }
+    }
+
+    /// Sample whose counters are `base` plus one interval of `n` requests with the given means.
+    fn plus(base: &VllmSample, n: f64, ttft: f64, queue: f64, prompt: f64) -> VllmSample {
+        let add = |h: &Option<HistogramSample>, mean: f64, k: f64| {
+            h.as_ref().map(|h| HistogramSample {
+                buckets: vec![],
+                sum: Some(h.sum.unwrap() + mean * n * k),
+                count: Some(h.count.unwrap() + n * k),
+            })
+        };
+        VllmSample {
+            ttft: add(&base.ttft, ttft, 1.0),
+            queue_time: add(&base.queue_time, queue, 1.0),
+            itl: add(&base.itl, 0.0625, 10.0),
+            e2e: add(&base.e2e, 2.0, 1.0),
+            prompt_tokens: Some(base.prompt_tokens.unwrap() + prompt * n),
+            request_success: Some(base.request_success.unwrap() + n),
+            prefix_cache_hits: Some(base.prefix_cache_hits.unwrap() + 25.0 * n),
+            prefix_cache_queries: Some(base.prefix_cache_queries.unwrap() + 100.0 * n),
+            ..base.clone()
+        }
+    }
+
+    #[test]
+    fn derives_interval_figures_exactly() {
+        let t0 = Instant::now();
+        let mut n = NodeTelemetry::new();
+        let s0 = node(10.0, 0.5, 0.25, 1000.0, 0.0, 0.0);
+        n.on_scrape(s0.clone(), t0);
+        // One sample: nothing recent known yet.
+        assert_eq!(n.recent, RecentStats::default());
+
+        // 4 requests in 2 s: TTFT 0.75, queue 0.25 → prefill 0.5; 2000 prompt tokens each.
+        let s1 = plus(&s0, 4.0, 0.75, 0.25, 2000.0);
+        n.on_scrape(s1.clone(), t0 + Duration::from_secs(2));
+        assert_eq!(
+            n.recent,
+            RecentStats {
+                ttft_s: Some(0.75),
+                queue_s: Some(0.25),
+                prefill_s: Some(0.5),
+                prefill_tokens_per_s: Some(4000.0),
+                itl_s: Some(0.0625),
+                e2e_s: Some(2.0),
+                completions_per_s: Some(2.0),
+                prompt_tokens_per_request: Some(2000.0),
+                prefix_cache_hit_rate: Some(0.25),
+            }
+        );
+
+        // Next 1 s: 2 requests, TTFT 0.25, queue 0.25 → prefill 0; 1000 prompt tokens each.
+        // EWMA with alpha 1/2 halves the way to each new value.
+        let s2 = plus(&s1, 2.0, 0.25, 0.25, 1000.0);
+        n.on_scrape(s2.clone(), t0 + Duration::from_secs(3));
+        let r = n.recent;
+        assert_eq!(r.ttft_s, Some(0.5));
+        assert_eq!(r.queue_s, Some(0.25));
+        assert_eq!(r.prefill_s, Some(0.25));
+        assert_eq!(r.completions_per_s, Some(2.0));
+        assert_eq!(r.prompt_tokens_per_request, Some(1500.0));
+        assert_eq!(r.prefill_tokens_per_s, Some(6000.0));
+
+        // A quiet second: latencies kept, throughput halves towards 0.
+        n.on_scrape(s2.clone(), t0 + Duration::from_secs(4));
+        assert_eq!(n.recent.ttft_s, Some(0.5));
+        assert_eq!(n.recent.prompt_tokens_per_request, Some(1500.0));
+        assert_eq!(n.recent.completions_per_s, Some(1.0));
+        assert_eq!(n.scrapes, 4);
+    }
+
+    #[test]
+    fn prefers_the_prefill_histogram() {
+        let t0 = Instant::now();
+        let mut n = NodeTelemetry::new();
+        let mut s0 = node(1.0, 0.5, 0.25, 100.0, 0.0, 0.0);
+        s0.prefill_time = hist(0.125, 1.0);
+        n.on_scrape(s0.clone(), t0);
+        let mut s1 = plus(&s0, 1.0, 0.5, 0.25, 100.0);
+        s1.prefill_time = hist(0.125 + 0.0625, 2.0);
+        n.on_scrape(s1, t0 + Duration::from_secs(1));
+        assert_eq!(n.recent.prefill_s, Some(0.0625));
+        assert_eq!(n.recent.prefill_tokens_per_s, Some(1600.0));
+    }
+
+    #[test]
+    fn a_restart_resets_the_baseline() {
+        let t0 = Instant::now();
+        let mut n = NodeTelemetry::new();
+        let s0 = node(100.0, 0.5, 0.25, 1000.0, 0.0, 0.0);
+        n.on_scrape(s0.clone(), t0);
+        let s1 = plus(&s0, 2.0, 0.5, 0.25, 1000.0);
+        n.on_scrape(s1, t0 + Duration::from_secs(1));
+        let before = n.recent;
+        assert_eq!(before.completions_per_s, Some(2.0));
+        // The node restarted: its counters start again from a few requests.
+        let fresh = node(1.0, 0.25, 0.0, 10.0, 0.0, 0.0);
+        n.on_scrape(fresh.clone(), t0 + Duration::from_secs(2));
+        assert_eq!(n.restarts, 1);
+        assert_eq!(n.recent, before, "no negative rates from a restart");
+        // The next interval is measured from the new baseline.
+        n.on_scrape(plus(&fresh, 3.0, 0.5, 0.25, 10.0), t0 + Duration::from_secs(3));
+        assert_eq!(n.recent.completions_per_s, Some(2.5));
+        assert!(n.recent.ttft_s.unwrap() > 0.0);
+    }
+
+    #[test]
+    fn missing_series_stay_unknown() {
+        let t0 = Instant::now();
+        let mut n = NodeTelemetry::new();
+        let bare = VllmSample { running: Some(2.0), ..VllmSample::default() };
+        n.on_scrape(bare.clone(), t0);
+        n.on_scrape(bare, t0 + Duration::from_secs(1));
+        assert_eq!(n.recent, RecentStats::default());
+    }
+
+    #[test]
+    fn failures_age_and_staleness() {
+        let t0 = Instant::now();
+        let stale = Duration::from_millis(500);
+        let mut n = NodeTelemetry::new();
+        assert!(n.is_stale(t0, stale), "never scraped is stale");
+        assert_eq!(n.age(t0), None);
+        n.on_scrape(VllmSample::default(), t0);
+        assert!(!n.is_stale(t0 + stale, stale));
+        assert!(n.is_stale(t0 + stale + Duration::from_millis(1), stale));
+        n.on_failure("refused".into(), t0 + Duration::from_secs(1));
+        n.on_failure("refused".into(), t0 + Duration::from_secs(2));
+        assert_eq!(n.consecutive_failures, 2);
+        assert_eq!(n.age(t0 + Duration::from_secs(2)), Some(Duration::from_secs(2)));
+        assert!(n.sample.is_some(), "the last good sample stays");
+        n.on_scrape(VllmSample::default(), t0 + Duration::from_secs(3));
+        assert_eq!(n.consecutive_failures, 0);
+        assert_eq!(n.last_error.as_deref(), Some("refused"));
+    }
+
+    #[test]
+    fn agent_down_leaves_vllm_telemetry() {
+        let board = TelemetryBoard::new();
+        let t0 = Instant::now();
+        board.on_scrape("n", VllmSample { running: Some(3.0), ..VllmSample::default() }, t0);
+        board.on_agent("n", AgentSample { up: false, reason: Some("no driver".into()), gpus: vec![] });
+        board.on_agent_failure("n", "refused".into());
+        let n = board.get("n").unwrap();
+        assert_eq!(n.sample.unwrap().running, Some(3.0));
+        assert_eq!(n.last_ok, Some(t0));
+        assert_eq!(n.agent, None);
+        assert_eq!(board.on_failure("n", "x".into(), t0), 1);
+        board.retain(|k| k != "n");
+        assert!(board.get("n").is_none());
+        assert!(board.all().is_empty());
+    }
+}

@@ -1,0 +1,322 @@
+//! Token counting with each backend's own counter.
+//!
+//! Quotas, output caps and the capacity plan are all measured in the tokens of the backend
+//! that serves a request, and tokenizers differ: the same prompt may be 3,000 tokens on one
+//! backend and 3,300 on another. This module counts a canonical request the way its target
+//! would, exactly where a public tokenizer exists (OpenAI's `o200k_base` and `cl100k_base`,
+//! through `tiktoken-rs`) and as a documented, calibrated estimate elsewhere (Claude, Gemini,
+//! Llama 3), scaled from the exact `o200k_base` count. It is pure: no I/O, no clock. The BPE
+//! tables are built once per process, lazily, on first use (call [`warm_up`] at start to pay
+//! that cost before the first request does).
+
+use serde_json::json;
+use tiktoken_rs::CoreBPE;
+
+use crate::canonical::{ChatRequest, Role};
+use crate::config::{BackendConfig, BackendKind, Tokenizer};
+
+/// Framing tokens per message (`<|start|>{role}<|message|>…<|end|>`), as OpenAI's cookbook
+/// ("How to count tokens with tiktoken") documents for current chat models.
+pub const TOKENS_PER_MESSAGE: u32 = 3;
+/// Tokens that prime the assistant's reply, once per request (same source).
+pub const REPLY_PRIMING: u32 = 3;
+/// Extra tokens per tool call an earlier assistant turn made (tiktoken-rs's heuristic).
+pub const TOKENS_PER_TOOL_CALL: u32 = 1;
+
+/// Calibrated ratios: tokens of an estimated tokenizer per `o200k_base` token, on English prose.
+/// They are assumptions drawn from public statements, not measurements of this deployment;
+/// code, non-English text and numbers can differ by much more. Keep them in this one table.
+///
+/// | counter | ratio | basis |
+/// |---|---|---|
+/// | Claude | 1.20 | Anthropic publishes no tokenizer; third-party comparisons of Claude 3.5 Sonnet and GPT-4o on fixed prompts report 20–30 % more tokens on Claude (more on code), others 5–15 % on plain English. 1.20 leans high, so quotas are protected rather than overrun. |
+/// | Gemini | 1.00 | Google's docs: "a token is equivalent to about 4 characters; 100 tokens ≈ 60–80 English words", OpenAI's own rule of thumb for its tokenizers. |
+/// | Llama 3 | 1.05 | Meta: Llama 3's 128 K vocabulary is tiktoken's 100 K (cl100k) plus 28 K non-English tokens, ≈ 4 characters per token on English; cl100k runs a few percent above o200k on English. |
+/// | cl100k_base | 1.00 | exact counts come from the real table; this ratio is only used to convert *reference* loads in the capacity plan (within a few percent of o200k on English). |
+pub const RATIOS: [(Tokenizer, f64); 5] = [
+    (Tokenizer::O200kBase, 1.0),
+    (Tokenizer::Cl100kBase, 1.0),
+    (Tokenizer::ClaudeEstimate, 1.20),
+    (Tokenizer::GeminiEstimate, 1.00),
+    (Tokenizer::LlamaEstimate, 1.05),
+];
+
+/// How one backend's tokens are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCounter {
+    /// OpenAI's `o200k_base` (GPT-4o and later): exact, from the real BPE table.
+    O200kBase,
+    /// OpenAI's `cl100k_base` (GPT-4, GPT-3.5): exact, from the real BPE table.
+    Cl100kBase,
+    /// Claude: an ESTIMATE, the `o200k_base` count × the Claude ratio in [`RATIOS`] (rounded
+    /// up). Anthropic's own count is only available from its API.
+    ClaudeEstimate,
+    /// Gemini: an ESTIMATE, the `o200k_base` count × the Gemini ratio in [`RATIOS`] (rounded
+    /// up). Google's exact count is only available from its `countTokens` API.
+    GeminiEstimate,
+    /// Llama 3 family (vLLM pools): an ESTIMATE, the `o200k_base` count × the Llama ratio in
+    /// [`RATIOS`] (rounded up). The pool itself reports exact usage after the fact.
+    LlamaEstimate,
+}
+
+/// The counter a backend uses: its explicit `tokenizer` key, else the default for its kind.
+pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
+    if let Some(tokenizer) = backend.tokenizer {
+        return TokenCounter::from(tokenizer);
+    }
+    match backend.kind {
+        BackendKind::Openai | BackendKind::OpenaiCompatible => TokenCounter::O200kBase,
+        BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
+        BackendKind::Gemini => TokenCounter::GeminiEstimate,
+        BackendKind::Vllm => TokenCounter::LlamaEstimate,
+    }
+}
+
+/// Build the shared BPE tables now (they take a noticeable moment, once per process).
+/// Optional: counting builds them on first use otherwise.
+pub fn warm_up() {
+    let _ = o200k();
+    let _ = cl100k();
+}
+
+fn o200k() -> &'static CoreBPE {
+    tiktoken_rs::o200k_base_singleton()
+}
+
+fn cl100k() -> &'static CoreBPE {
+    tiktoken_rs::cl100k_base_singleton()
+}
+
+impl From<Tokenizer> for TokenCounter {
+    fn from(tokenizer: Tokenizer) -> Self {
+        match tokenizer {
+            Tokenizer::O200kBase => TokenCounter::O200kBase,
+            Tokenizer::Cl100kBase => TokenCounter::Cl100kBase,
+            Tokenizer::ClaudeEstimate => TokenCounter::ClaudeEstimate,
+            Tokenizer::GeminiEstimate => TokenCounter::GeminiEstimate,
+            Tokenizer::LlamaEstimate => TokenCounter::LlamaEstimate,
+        }
+    }
+}
+
+impl TokenCounter {
+    /// The config name of this counter.
+    pub fn tokenizer(self) -> Tokenizer {
+        match self {
+            TokenCounter::O200kBase => Tokenizer::O200kBase,
+            TokenCounter::Cl100kBase => Tokenizer::Cl100kBase,
+            TokenCounter::ClaudeEstimate => Tokenizer::ClaudeEstimate,
+            TokenCounter::GeminiEstimate => Tokenizer::GeminiEstimate,
+            TokenCounter::LlamaEstimate => Tokenizer::LlamaEstimate,
+        }
+    }
+
+    /// The name used in the config and in reports, e.g. `claude_estimate`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenCounter::O200kBase => "o200k_base",
+            TokenCounter::Cl100kBase => "cl100k_base",
+            TokenCounter::ClaudeEstimate => "claude_estimate",
+            TokenCounter::GeminiEstimate => "gemini_estimate",
+            TokenCounter::LlamaEstimate => "llama_estimate",
+        }
+    }
+
+    /// Whether counts are exact (a real tokenizer) rather than an estimate.
+    pub fn is_exact(self) -> bool {
+        matches!(self, TokenCounter::O200kBase | TokenCounter::Cl100kBase)
+    }
+
+    /// This counter's tokens per `o200k_base` token on English prose (see [`RATIOS`]); the
+    /// capacity plan converts reference (o200k) loads into each backend's tokens with it.
+    pub fn reference_ratio(self) -> f64 {
+        let tokenizer = self.tokenizer();
+        RATIOS.iter().find(|(t, _)| *t == tokenizer).map(|(_, r)| *r).unwrap_or(1.0)
+    }
+
+    /// Tokens in a piece of text. Special-token markers in the text (`<|endoftext|>`) count as
+    /// ordinary text, as providers treat user content.
+    pub fn count_text(self, text: &str) -> u32 {
+        match self {
+            TokenCounter::Cl100kBase => saturate(cl100k().count_ordinary(text)),
+            _ => self.scale(saturate(o200k().count_ordinary(text))),
+        }
+    }
+
+    /// Tokens of a whole request as the provider bills its input: every message's role,
+    /// content, tool calls and tool-call id, plus [`TOKENS_PER_MESSAGE`] per message and
+    /// [`REPLY_PRIMING`] once (OpenAI's documented framing), plus the tool definitions as
+    /// OpenAI-style JSON (providers render tools in their own formats; JSON is a close,
+    /// slightly high approximation). Estimated counters scale the whole `o200k_base` figure.
+    /// The output (`max_tokens`) is not included: add it where a quota counts the output cap.
+    pub fn count_request(self, req: &ChatRequest) -> u32 {
+        let bpe = match self {
+            TokenCounter::Cl100kBase => cl100k(),
+            _ => o200k(),
+        };
+        let count = |text: &str| saturate(bpe.count_ordinary(text));
+        let mut total = REPLY_PRIMING;
+        for message in &req.messages {
+            total = total
+                .saturating_add(TOKENS_PER_MESSAGE)
+                .saturating_add(count(role_name(message.role)))
+                .saturating_add(count(&message.content));
+            for call in &message.tool_calls {
+                total = total
+                    .saturating_add(count(&call.name))
+                    .saturating_add(count(&call.arguments))
+                    .saturating_add(TOKENS_PER_TOOL_CALL);
+            }
+            if let Some(id) = &message.tool_call_id {
+                total = total.saturating_add(count(id));
+            }
+        }
+        if !req.tools.is_empty() {
+            let tools: Vec<_> = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters,
+                    }})
+                })
+                .collect();
+            total = total.saturating_add(count(&serde_json::Value::Array(tools).to_string()));
+        }
+        match self {
+            TokenCounter::O200kBase | TokenCounter::Cl100kBase => total,
+            _ => self.scale(total),
+        }
+    }
+
+    fn scale(self, o200k_tokens: u32) -> u32 {
+        let ratio = self.reference_ratio();
+        if ratio == 1.0 {
+            return o200k_tokens;
+        }
+        // Round up: an estimate should err towards protecting the quota.
+        let scaled = (o200k_tokens as f64 * ratio).ceil();
+        if scaled >= u32::MAX as f64 {
+            u32::MAX
+        } else {
+            scaled as u32
+        }
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::{Message, Tool, ToolCall};
+
+    fn backend(kind: &str, tokenizer: Option<&str>) -> BackendConfig {
+        let mut yaml = format!("name: b\nkind: {kind}\nmodel: m\n");
+        if let Some(t) = tokenizer {
+            yaml.push_str(&format!("tokenizer: {t}\n"));
+        }
+        serde_yaml_ng::from_str(&yaml).unwrap()
+    }
+
+    #[test]
+    fn known_tiktoken_counts() {
+        // Reference values from OpenAI's tiktoken (Python) for the same strings.
+        assert_eq!(TokenCounter::O200kBase.count_text("hello world"), 2);
+        assert_eq!(TokenCounter::Cl100kBase.count_text("hello world"), 2);
+        assert_eq!(TokenCounter::O200kBase.count_text(""), 0);
+        // "tiktoken is great!" is 6 tokens under cl100k_base (OpenAI's cookbook example).
+        assert_eq!(TokenCounter::Cl100kBase.count_text("tiktoken is great!"), 6);
+        // Special-token markers are counted as text, never as one special token.
+        assert!(TokenCounter::O200kBase.count_text("<|endoftext|>") > 1);
+    }
+
+    #[test]
+    fn the_kind_picks_the_counter_and_an_explicit_tokenizer_wins() {
+        assert_eq!(counter_for(&backend("openai", None)), TokenCounter::O200kBase);
+        assert_eq!(counter_for(&backend("openai_compatible", None)), TokenCounter::O200kBase);
+        assert_eq!(counter_for(&backend("anthropic", None)), TokenCounter::ClaudeEstimate);
+        assert_eq!(counter_for(&backend("gemini", None)), TokenCounter::GeminiEstimate);
+        assert_eq!(counter_for(&backend("vllm", None)), TokenCounter::LlamaEstimate);
+        assert_eq!(counter_for(&backend("vllm", Some("cl100k_base"))), TokenCounter::Cl100kBase);
+        assert_eq!(counter_for(&backend("anthropic", Some("o200k_base"))), TokenCounter::O200kBase);
+    }
+
+    #[test]
+    fn estimates_scale_the_o200k_count_as_documented_and_say_they_are_estimates() {
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(100);
+        let reference = TokenCounter::O200kBase.count_text(&text);
+        assert!(reference > 900, "{reference}");
+        for counter in
+            [TokenCounter::ClaudeEstimate, TokenCounter::GeminiEstimate, TokenCounter::LlamaEstimate]
+        {
+            let expected = (reference as f64 * counter.reference_ratio()).ceil() as u32;
+            assert_eq!(counter.count_text(&text), expected, "{counter:?}");
+            assert!(!counter.is_exact());
+        }
+        assert_eq!(TokenCounter::ClaudeEstimate.reference_ratio(), 1.2);
+        assert_eq!(TokenCounter::GeminiEstimate.reference_ratio(), 1.0);
+        assert_eq!(TokenCounter::LlamaEstimate.reference_ratio(), 1.05);
+        assert!(TokenCounter::O200kBase.is_exact() && TokenCounter::Cl100kBase.is_exact());
+        assert_eq!(TokenCounter::O200kBase.reference_ratio(), 1.0);
+    }
+
+    #[test]
+    fn a_request_counts_messages_with_their_framing_and_tools() {
+        let c = TokenCounter::O200kBase;
+        let mut req = ChatRequest {
+            messages: vec![
+                Message::new(Role::System, "You are terse."),
+                Message::new(Role::User, "hello world"),
+            ],
+            ..Default::default()
+        };
+        let expected = REPLY_PRIMING
+            + 2 * TOKENS_PER_MESSAGE
+            + c.count_text("system")
+            + c.count_text("You are terse.")
+            + c.count_text("user")
+            + c.count_text("hello world");
+        assert_eq!(c.count_request(&req), expected);
+
+        let mut answer = Message::new(Role::Assistant, "");
+        answer.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: r#"{"id": 42}"#.into(),
+        });
+        req.messages.push(answer);
+        let with_call = c.count_request(&req);
+        assert_eq!(
+            with_call,
+            expected
+                + TOKENS_PER_MESSAGE
+                + c.count_text("assistant")
+                + c.count_text("lookup")
+                + c.count_text(r#"{"id": 42}"#)
+                + TOKENS_PER_TOOL_CALL
+        );
+
+        req.tools.push(Tool {
+            name: "lookup".into(),
+            description: Some("Find a ticket by id".into()),
+            parameters: json!({"type": "object", "properties": {"id": {"type": "integer"}}}),
+        });
+        let with_tools = c.count_request(&req);
+        assert!(with_tools > with_call + 10, "{with_tools} vs {with_call}");
+
+        let claude = TokenCounter::ClaudeEstimate.count_request(&req);
+        assert_eq!(claude, (with_tools as f64 * 1.2).ceil() as u32);
+    }
+}
