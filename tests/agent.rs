@@ -250,3 +250,49 @@ async fn the_real_nvml_source_reports_down_with_a_reason_or_reads_real_gpus() {
     let reason = NvmlGpus::open(Some(&missing)).err().unwrap();
     assert!(reason.starts_with("NVML library not found: "), "{reason}");
 }
+
+/// The contract with the router: its parser reads exactly what the agent serves.
+#[tokio::test]
+async fn the_router_side_parser_reads_the_agent_page() {
+    use spillway::fleet::metrics::{parse_agent, GpuStats};
+
+    let fake = FakeGpus::new(two_gpus());
+    let handle = start(Box::new(fake.clone())).await;
+    let (_, _, text) = get(&handle, "/metrics").await;
+    let sample = parse_agent(&text).unwrap();
+    assert!(sample.up);
+    assert_eq!(sample.reason, None);
+    assert_eq!(
+        sample.gpus,
+        vec![
+            GpuStats {
+                index: 0,
+                uuid: "GPU-aaaa".into(),
+                utilization: Some(0.45),
+                memory_used_bytes: Some(30_000_000_000.0),
+                memory_total_bytes: Some(150_323_855_360.0),
+                power_watts: Some(412.25),
+                temperature_celsius: Some(58.0),
+            },
+            GpuStats {
+                index: 1,
+                uuid: "GPU-bbbb".into(),
+                utilization: Some(1.0),
+                memory_used_bytes: Some(149_000_000_000.0),
+                memory_total_bytes: Some(150_323_855_360.0),
+                power_watts: Some(700.0),
+                temperature_celsius: Some(77.0),
+            },
+        ]
+    );
+
+    fake.fail("NVML library not found: libnvidia-ml.so.1: cannot open shared object file");
+    let text = metrics_until(&handle, "nvml down", |t| has_line(t, "spillway_nvml_up 0")).await;
+    let sample = parse_agent(&text).unwrap();
+    assert!(!sample.up);
+    assert_eq!(
+        sample.reason.as_deref(),
+        Some("NVML library not found: libnvidia-ml.so.1: cannot open shared object file")
+    );
+    assert!(sample.gpus.is_empty());
+}

@@ -291,6 +291,12 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     assert!(nc.agent.is_none());
     assert!(nc.agent_error.is_some());
 
+    // Every vllm: series of the simulator's live page is read too (both generations).
+    for url in [a.url(), b.url()] {
+        let page = client.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+        assert_eq!(parsed_vllm_series(&page), raw_vllm_series(&page), "{url}");
+    }
+
     // The router's own sends are credited until a scrape has seen them.
     let held: Vec<_> = (0..3).map(|_| load.start(&ka)).collect();
     assert_eq!(load.view(&ka).unseen, 3);

@@ -62,18 +62,30 @@ impl LoadReport {
     }
 }
 
-/// One streamed request: (backend, ttft, total) or an error description.
+/// What one streamed request saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// `x-spillway-backend`, or `direct` when the server is not Spillway.
+    pub backend: String,
+    pub ttft: Duration,
+    pub total: Duration,
+    /// Input plus output tokens, from the usage chunk.
+    pub tokens: u64,
+}
+
+/// One streamed request, or an error description.
 pub async fn one_request(
     client: &reqwest::Client,
     url: &str,
     model: &str,
     max_tokens: u32,
     n: u64,
-) -> Result<(String, Duration, Duration), String> {
+) -> Result<Served, String> {
     let started = Instant::now();
     let body = json!({
         "model": model,
         "stream": true,
+        "stream_options": {"include_usage": true},
         "max_tokens": max_tokens,
         "messages": [{"role": "user", "content": format!("Ticket {n}: the printer on floor 3 jams on every job. Summarise.")}],
     });
@@ -91,6 +103,7 @@ pub async fn one_request(
     let mut events = resp.bytes_stream().eventsource();
     let mut ttft = None;
     let mut done = false;
+    let mut tokens = 0;
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| e.to_string())?;
         if event.data == "[DONE]" {
@@ -104,12 +117,16 @@ pub async fn one_request(
         {
             ttft = Some(started.elapsed());
         }
+        if event.data.contains("\"usage\"") {
+            let chunk: serde_json::Value = serde_json::from_str(&event.data).map_err(|e| e.to_string())?;
+            tokens = chunk["usage"]["total_tokens"].as_u64().unwrap_or(0);
+        }
     }
     if !done {
         return Err("stream ended without [DONE]".into());
     }
     let total = started.elapsed();
-    Ok((backend, ttft.unwrap_or(total), total))
+    Ok(Served { backend, ttft: ttft.unwrap_or(total), total, tokens })
 }
 
 /// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.
@@ -144,11 +161,11 @@ pub async fn run(spec: LoadSpec) -> LoadReport {
             for r in [&report, &window] {
                 let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
                 match &result {
-                    Ok((backend, ttft, total)) => {
+                    Ok(served) => {
                         r.ok += 1;
-                        *r.by_backend.entry(backend.clone()).or_default() += 1;
-                        let _ = r.ttft_us.record(ttft.as_micros().max(1) as u64);
-                        let _ = r.total_us.record(total.as_micros().max(1) as u64);
+                        *r.by_backend.entry(served.backend.clone()).or_default() += 1;
+                        let _ = r.ttft_us.record(served.ttft.as_micros().max(1) as u64);
+                        let _ = r.total_us.record(served.total.as_micros().max(1) as u64);
                     }
                     Err(e) => {
                         r.errors += 1;

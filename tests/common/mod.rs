@@ -1,6 +1,8 @@
 //! Shared test harness: simulators and a router on loopback ports, and small client helpers.
 #![allow(dead_code)]
 
+pub mod scenario;
+
 use std::net::SocketAddr;
 
 use eventsource_stream::Eventsource;
