@@ -39,6 +39,8 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run one simulated vLLM node or hosted provider (OpenAI, Anthropic, Gemini).
     Sim(crate::sim::SimArgs),
+    /// Serve this machine's NVIDIA GPU readings (NVML) as Prometheus text, beside vLLM.
+    Agent(crate::agent::AgentArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -65,6 +67,7 @@ pub fn main() -> ExitCode {
             Command::Serve { config } => serve(&config).await,
             Command::Demo(args) => crate::demo::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
+            Command::Agent(args) => crate::agent::run(args).await,
             Command::CheckConfig { .. } => unreachable!("handled above"),
         }
     });

@@ -23,7 +23,7 @@ use crate::control::breaker::{BreakerBoard, BreakerPermit};
 use crate::control::retry_budget::RetryBudget;
 use crate::fleet::load::{InFlight, NodeLoad};
 use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
-use crate::route::{BackendView, Plan, Snapshot};
+use crate::route::{BackendView, Plan, Reason, Snapshot};
 
 /// A request committed to one backend: its first events are in, the rest are streaming.
 pub struct Committed {
@@ -32,6 +32,8 @@ pub struct Committed {
     /// Upstream calls made, this one included.
     pub attempts: u32,
     pub ttft: Duration,
+    /// What planning predicted for this node's first token, when it was chosen for headroom.
+    pub predicted_ttft_ms: Option<u32>,
     /// Every event of the answer from the start; ends with an `Err` if the upstream broke.
     pub events: EventStream,
 }
@@ -233,6 +235,10 @@ impl Dispatcher {
                         model: backend.model.clone(),
                         attempts: calls,
                         ttft,
+                        predicted_ttft_ms: match target.reason {
+                            Reason::Headroom { predicted_ttft_ms, .. } => Some(predicted_ttft_ms),
+                            _ => None,
+                        },
                         events: track(
                             buffered,
                             rest,

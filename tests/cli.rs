@@ -78,3 +78,32 @@ fn serve_refuses_an_invalid_config_with_the_problems() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tasks[0].backends[0]: no backend is named `ghost`"), "{err}");
 }
+
+#[test]
+fn the_agent_starts_without_a_gpu_driver_and_says_why() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut agent = Command::new(BIN)
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--interval-ms", "100"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut body = String::new();
+    for _ in 0..100 {
+        if let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            conn.read_to_string(&mut body).unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    if body.contains("spillway_nvml_up 1") {
+        // A machine with a GPU driver: then it must report GPUs.
+        assert!(body.contains("spillway_gpu_memory_total_bytes{"), "{body}");
+    } else {
+        assert!(body.contains("spillway_nvml_up 0"), "{body}");
+        assert!(body.contains("spillway_nvml_info{reason="), "{body}");
+    }
+}

@@ -166,6 +166,9 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
     }
     headers.insert("x-spillway-attempts", HeaderValue::from(c.attempts));
     headers.insert("x-spillway-ttft-ms", HeaderValue::from(c.ttft.as_millis() as u64));
+    if let Some(predicted) = c.predicted_ttft_ms {
+        headers.insert("x-spillway-predicted-ttft-ms", HeaderValue::from(predicted));
+    }
 }
 
 fn dispatch_error(e: DispatchError) -> ApiError {

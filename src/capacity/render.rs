@@ -94,18 +94,19 @@ fn scenario_text(s: &ScenarioResult) -> String {
         out.push_str("  falls short: nothing\n");
     }
     for b in short {
-        out.push_str(&format!(
-            "  falls short: {} must carry {}",
-            b.backend,
-            load(b.load.unwrap_or(f64::INFINITY))
-        ));
+        let factor = b.load.map_or_else(|| "more than".into(), |f| format!("{f:.2}×"));
+        let mut over = Vec::new();
         if b.short_tokens > 0.0 {
-            out.push_str(&format!(" — {} tok/min over its limit", num(b.short_tokens)));
+            over.push(format!("{} tok/min", num(b.short_tokens)));
         }
         if b.short_requests > 0.0 {
-            out.push_str(&format!(" — {} req/min over its limit", num(b.short_requests)));
+            over.push(format!("{} req/min", num(b.short_requests)));
         }
-        out.push('\n');
+        out.push_str(&format!(
+            "  falls short: {} must carry {factor} its limit ({} over)\n",
+            b.backend,
+            over.join(", ")
+        ));
     }
     if s.shed.is_empty() {
         out.push_str("  shed: nothing\n");
@@ -154,7 +155,7 @@ fn num(v: f64) -> String {
     let digits = rounded.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

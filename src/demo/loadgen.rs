@@ -71,6 +71,9 @@ pub struct Served {
     pub total: Duration,
     /// Input plus output tokens, from the usage chunk.
     pub tokens: u64,
+    /// Spillway's prediction of the serving node's TTFT and what it measured upstream, ms.
+    pub predicted_ttft_ms: Option<f64>,
+    pub upstream_ttft_ms: Option<f64>,
 }
 
 /// One streamed request, or an error description.
@@ -91,12 +94,10 @@ pub async fn one_request(
     });
     let resp = client.post(url).json(&body).send().await.map_err(|e| e.to_string())?;
     let status = resp.status();
-    let backend = resp
-        .headers()
-        .get("x-spillway-backend")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("direct")
-        .to_string();
+    let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let backend = header("x-spillway-backend").unwrap_or_else(|| "direct".into());
+    let predicted_ttft_ms = header("x-spillway-predicted-ttft-ms").and_then(|v| v.parse().ok());
+    let upstream_ttft_ms = header("x-spillway-ttft-ms").and_then(|v| v.parse().ok());
     if !status.is_success() {
         return Err(format!("{status}: {}", resp.text().await.unwrap_or_default()));
     }
@@ -126,7 +127,7 @@ pub async fn one_request(
         return Err("stream ended without [DONE]".into());
     }
     let total = started.elapsed();
-    Ok(Served { backend, ttft: ttft.unwrap_or(total), total, tokens })
+    Ok(Served { backend, ttft: ttft.unwrap_or(total), total, tokens, predicted_ttft_ms, upstream_ttft_ms })
 }
 
 /// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.

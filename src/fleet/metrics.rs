@@ -145,6 +145,10 @@ pub fn normalise_line(line: &str) -> String {
     out
 }
 
+fn is_help(line: &str) -> bool {
+    line.trim_start().strip_prefix('#').is_some_and(|r| r.trim_start().starts_with("HELP"))
+}
+
 /// The original metric name of a normalised one.
 fn restore(name: &str) -> String {
     name.replace(COLON, ":")
@@ -154,7 +158,8 @@ fn restore(name: &str) -> String {
 /// `:`. Histogram samples carry their family name (no `_bucket`); `_sum` and `_count` come as
 /// separate untyped samples.
 pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
-    let lines = text.lines().map(|l| Ok::<_, io::Error>(normalise_line(l)));
+    // `# HELP` text is never used: skip it (a third of a vLLM page's lines).
+    let lines = text.lines().filter(|l| !is_help(l)).map(|l| Ok::<_, io::Error>(normalise_line(l)));
     let scrape = Scrape::parse(lines).map_err(|e| format!("cannot read exposition: {e}"))?;
     Ok(scrape
         .samples

@@ -152,6 +152,9 @@ pub struct Report {
     pub local_share: f64,
     /// Input + output tokens sent to hosted backends.
     pub hosted_tokens: u64,
+    /// Median absolute percentage error of the router's TTFT prediction for the node that
+    /// served, against the TTFT it measured (local requests only).
+    pub predictor_mape: Option<f64>,
 }
 
 /// Summarise the requests that started within `from..to`.
@@ -163,7 +166,16 @@ pub fn report(logs: &[Logged], from: Duration, to: Duration) -> Report {
     let p95 = ttfts.get(((ttfts.len() as f64 * 0.95) as usize).min(ttfts.len().saturating_sub(1))).copied().unwrap_or(0.0);
     let within = ttfts.iter().filter(|t| **t <= SLO_MS as f64).count();
     let local = served.iter().filter(|s| s.backend == "local").count();
+    let mut errors: Vec<f64> = served
+        .iter()
+        .filter_map(|s| match (s.predicted_ttft_ms, s.upstream_ttft_ms) {
+            (Some(p), Some(a)) if a > 0.0 => Some((p - a).abs() / a),
+            _ => None,
+        })
+        .collect();
+    errors.sort_by(f64::total_cmp);
     Report {
+        predictor_mape: errors.get(errors.len() / 2).copied(),
         requests: window.len(),
         errors: window.len() - served.len(),
         slo_attainment: within as f64 / window.len().max(1) as f64,
