@@ -54,7 +54,7 @@ fn main() {
             upstream.base_url()
         );
         let config = spillway::config::parse(&yaml).unwrap();
-        let secrets = spillway::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
+        let secrets = spillway::server::Secrets::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let router = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
 

@@ -41,6 +41,8 @@ pub enum Command {
     Sim(crate::sim::SimArgs),
     /// Serve this machine's NVIDIA GPU readings (NVML) as Prometheus text, beside vLLM.
     Agent(crate::agent::AgentArgs),
+    /// Capacity plan: the load each backend carries normally and with any one backend lost.
+    Plan(crate::capacity::PlanArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -55,6 +57,18 @@ pub fn main() -> ExitCode {
     if let Command::CheckConfig { file, env } = &cli.command {
         return check_config(file, *env);
     }
+    if let Command::Plan(args) = &cli.command {
+        return match crate::capacity::run(args) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -68,7 +82,7 @@ pub fn main() -> ExitCode {
             Command::Demo(args) => crate::demo::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
-            Command::CheckConfig { .. } => unreachable!("handled above"),
+            Command::CheckConfig { .. } | Command::Plan(_) => unreachable!("handled above"),
         }
     });
     match result {

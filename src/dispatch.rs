@@ -20,10 +20,13 @@ use crate::adapter::{self, ErrorClass, EventStream, Upstream, UpstreamError, Wir
 use crate::canonical::{ChatRequest, Event};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::control::breaker::{BreakerBoard, BreakerPermit};
+use crate::control::quota::{QuotaBoard, QuotaDecision};
 use crate::control::retry_budget::RetryBudget;
+use crate::fleet::headroom::SpillReason;
 use crate::fleet::load::{InFlight, NodeLoad};
 use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
 use crate::route::{BackendView, Plan, Reason, Snapshot};
+use crate::tokens;
 
 /// A request committed to one backend: its first events are in, the rest are streaming.
 pub struct Committed {
@@ -34,6 +37,8 @@ pub struct Committed {
     pub ttft: Duration,
     /// What planning predicted for this node's first token, when it was chosen for headroom.
     pub predicted_ttft_ms: Option<u32>,
+    /// Why the fleet did not serve it, when a hosted backend did.
+    pub spill: Option<SpillReason>,
     /// Every event of the answer from the start; ends with an `Err` if the upstream broke.
     pub events: EventStream,
 }
@@ -61,6 +66,7 @@ pub struct Dispatcher {
     secrets: HashMap<String, String>,
     records: mpsc::Sender<Record>,
     load: Arc<NodeLoad>,
+    quota: Arc<QuotaBoard>,
 }
 
 fn wire_format(kind: BackendKind) -> WireFormat {
@@ -78,6 +84,7 @@ impl Dispatcher {
         secrets: HashMap<String, String>,
         records: mpsc::Sender<Record>,
         load: Arc<NodeLoad>,
+        quota: Arc<QuotaBoard>,
     ) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
@@ -95,6 +102,7 @@ impl Dispatcher {
             secrets,
             records,
             load,
+            quota,
         }
     }
 
@@ -105,6 +113,30 @@ impl Dispatcher {
             Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(Semaphore::new(limit as usize))))
         };
         slots.try_acquire_owned().map(Some).map_err(|_| Skip::NodeFull)
+    }
+
+    /// Charge the request to the backend's per-minute quota, counted with its own tokenizer.
+    /// `Err(Skip::OverQuota)` when this priority may not take more of it this minute.
+    async fn take_quota(
+        &self,
+        snap: &Snapshot,
+        backend: usize,
+        request: &ChatRequest,
+        priority: Priority,
+    ) -> Result<Option<Charge>, Skip> {
+        let name = &snap.backends[backend].name;
+        if self.quota.limits(name).is_none() {
+            return Ok(None);
+        }
+        let counter = tokens::counter_for(&snap.config.backends[backend]);
+        let estimate =
+            u64::from(counter.count_request(request)) + u64::from(request.max_tokens.unwrap_or(1024));
+        match self.quota.try_take(name, estimate, priority.quota_ceiling()).await {
+            QuotaDecision::Granted => {
+                Ok(Some(Charge { board: Arc::clone(&self.quota), backend: name.clone(), estimate }))
+            }
+            QuotaDecision::OverQuota { .. } => Err(Skip::OverQuota),
+        }
     }
 
     fn retry_allowed(&self, now: Instant) -> bool {
@@ -181,6 +213,13 @@ impl Dispatcher {
                 attempts.push(skip(Skip::RetryBudget));
                 break;
             }
+            let charge = match self.take_quota(snap, target.backend, request, priority).await {
+                Ok(charge) => charge,
+                Err(why) => {
+                    attempts.push(skip(why));
+                    continue;
+                }
+            };
             if last_local == Some(backend.is_local()) {
                 tokio::time::sleep(self.backoff(retries_in_class)).await;
                 retries_in_class += 1;
@@ -209,10 +248,12 @@ impl Dispatcher {
             match first {
                 Ok((buffered, rest)) => {
                     let ttft = call_started.elapsed();
-                    let lease = Lease {
+                    let spill = if backend.is_local() { None } else { plan.spill_reason() };
+                    let mut lease = Lease {
                         permit: Some(permit),
                         _slot: slot,
                         _in_flight: in_flight,
+                        charge,
                         outcome: RequestOutcome::started(
                             &task.name,
                             &backend.name,
@@ -224,6 +265,7 @@ impl Dispatcher {
                         records: self.records.clone(),
                         finished: false,
                     };
+                    lease.outcome.spill = spill;
                     self.emit(Record::Attempt(AttemptRecord::served(
                         &task.name,
                         &backend.name,
@@ -235,6 +277,7 @@ impl Dispatcher {
                         model: backend.model.clone(),
                         attempts: calls,
                         ttft,
+                        spill,
                         predicted_ttft_ms: match target.reason {
                             Reason::Headroom { predicted_ttft_ms, .. } => Some(predicted_ttft_ms),
                             _ => None,
@@ -310,10 +353,18 @@ async fn first_output(
 
 /// What a committed request holds until its stream ends: the breaker permit and the node slot.
 /// Dropping it early (the client went away) frees both and records a cancellation.
+/// What a request was charged against a hosted quota; corrected to the real usage at the end.
+struct Charge {
+    board: Arc<QuotaBoard>,
+    backend: String,
+    estimate: u64,
+}
+
 struct Lease {
     permit: Option<BreakerPermit>,
     _slot: Option<OwnedSemaphorePermit>,
     _in_flight: InFlight,
+    charge: Option<Charge>,
     outcome: RequestOutcome,
     records: mpsc::Sender<Record>,
     finished: bool,
@@ -330,6 +381,10 @@ impl Lease {
             }
         }
         self.outcome.finish(error.map(|e| e.class), now);
+        let used = u64::from(self.outcome.usage.input_tokens) + u64::from(self.outcome.usage.output_tokens);
+        if let Some(c) = self.charge.take().filter(|_| used > 0) {
+            c.board.refund(&c.backend, c.estimate, used);
+        }
         let _ = self.records.try_send(Record::Request(self.outcome.clone()));
     }
 }

@@ -10,12 +10,15 @@ use tokio::time::Instant;
 
 use crate::adapter::{ErrorClass, UpstreamError};
 use crate::canonical::{Event, Usage};
+use crate::fleet::headroom::SpillReason;
 
 /// Why a target of the plan was passed over without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Skip {
     /// The router already has `max_inflight_per_node` requests on it: spill.
     NodeFull,
+    /// The backend's per-minute quota (for this priority) is used up.
+    OverQuota,
     BreakerOpen,
     RetryBudget,
     MaxAttempts,
@@ -25,6 +28,7 @@ impl Skip {
     pub fn as_str(self) -> &'static str {
         match self {
             Skip::NodeFull => "node_full",
+            Skip::OverQuota => "over_quota",
             Skip::BreakerOpen => "breaker_open",
             Skip::RetryBudget => "retry_budget_exhausted",
             Skip::MaxAttempts => "max_attempts",
@@ -118,6 +122,9 @@ pub struct RequestOutcome {
     pub duration: Duration,
     pub usage: Usage,
     pub ending: Ending,
+    /// Why the fleet did not serve it, when local nodes were in its plan and a hosted backend
+    /// served instead.
+    pub spill: Option<SpillReason>,
     started: Instant,
 }
 
@@ -139,6 +146,7 @@ impl RequestOutcome {
             duration: Duration::ZERO,
             usage: Usage::default(),
             ending: Ending::InFlight,
+            spill: None,
             started,
         }
     }
@@ -184,22 +192,57 @@ pub enum Record {
     Request(RequestOutcome),
 }
 
-/// Until the ledger and metrics exist to read them, records are logged.
-pub async fn log_records(mut rx: tokio::sync::mpsc::Receiver<Record>) {
+/// Running totals of the records, for `GET /stats` until the metrics exposition exists.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Tally {
+    /// Requests by `backend/ending` (backend empty when none served).
+    pub requests: std::collections::BTreeMap<String, u64>,
+    /// Requests that left the fleet, by spill reason.
+    pub spills: std::collections::BTreeMap<&'static str, u64>,
+    /// Upstream calls that failed, by `backend/class`.
+    pub failed_attempts: std::collections::BTreeMap<String, u64>,
+}
+
+/// Read records until the channel closes: log them and keep the tally.
+pub async fn consume(
+    mut rx: tokio::sync::mpsc::Receiver<Record>,
+    tally: std::sync::Arc<std::sync::Mutex<Tally>>,
+) {
     while let Some(record) = rx.recv().await {
+        let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
         match record {
-            Record::Attempt(a) => tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe()),
-            Record::Request(r) => tracing::debug!(
-                task = %r.task,
-                backend = %r.backend,
-                attempts = r.attempts,
-                ttft_ms = r.ttft.map(|t| t.as_millis() as u64),
-                duration_ms = r.duration.as_millis() as u64,
-                input_tokens = r.usage.input_tokens,
-                output_tokens = r.usage.output_tokens,
-                ending = ?r.ending,
-                "request"
-            ),
+            Record::Attempt(a) => {
+                tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe());
+                if let Some(class) = a.error_class {
+                    *t.failed_attempts.entry(format!("{}/{}", a.backend, class.as_str())).or_default() += 1;
+                }
+            }
+            Record::Request(r) if r.ending == Ending::InFlight => {}
+            Record::Request(r) => {
+                tracing::debug!(
+                    task = %r.task,
+                    backend = %r.backend,
+                    attempts = r.attempts,
+                    ttft_ms = r.ttft.map(|t| t.as_millis() as u64),
+                    duration_ms = r.duration.as_millis() as u64,
+                    input_tokens = r.usage.input_tokens,
+                    output_tokens = r.usage.output_tokens,
+                    ending = ?r.ending,
+                    spill = r.spill.map(|s| s.as_str()),
+                    "request"
+                );
+                let ending = match r.ending {
+                    Ending::Completed => "completed",
+                    Ending::Failed(_) => "failed",
+                    Ending::Cancelled => "cancelled",
+                    Ending::Shed => "shed",
+                    Ending::InFlight => "in_flight",
+                };
+                *t.requests.entry(format!("{}/{ending}", r.backend)).or_default() += 1;
+                if let Some(reason) = r.spill {
+                    *t.spills.entry(reason.as_str()).or_default() += 1;
+                }
+            }
         }
     }
 }

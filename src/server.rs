@@ -13,6 +13,7 @@ use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
 use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::pins::PinBoard;
+use crate::control::quota::QuotaBoard;
 use crate::control::{breaker::BreakerBoard, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
@@ -21,9 +22,12 @@ use crate::outcome::{self, Record};
 use crate::route::Snapshot;
 
 /// Secrets read from the environment: client keys (value → env name) and API keys by backend.
+#[derive(Default)]
 pub struct Secrets {
     pub client_keys: HashMap<String, String>,
     pub backend_keys: HashMap<String, String>,
+    /// `state.redis_url`, or the value of `state.redis_url_env`.
+    pub redis_url: Option<String>,
 }
 
 /// Read every environment variable the config names; each one missing is a problem.
@@ -49,8 +53,19 @@ pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Re
             }
         }
     }
+    let redis_url = match (&config.state.redis_url, &config.state.redis_url_env) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(name)) => match env(name).filter(|v| !v.trim().is_empty()) {
+            Some(url) => Some(url.trim().to_string()),
+            None => {
+                missing.push(format!("state.redis_url_env: environment variable {name} is not set"));
+                None
+            }
+        },
+        (None, None) => None,
+    };
     if missing.is_empty() {
-        Ok(Secrets { client_keys, backend_keys })
+        Ok(Secrets { client_keys, backend_keys, redis_url })
     } else {
         Err(missing)
     }
@@ -72,7 +87,8 @@ pub async fn start(
     let pins = Arc::new(PinBoard::default());
     let (records_tx, records_rx) = mpsc::channel::<Record>(65_536);
     let mut loops = tokio::task::JoinSet::new();
-    loops.spawn(outcome::log_records(records_rx));
+    let tally = Arc::new(std::sync::Mutex::new(outcome::Tally::default()));
+    loops.spawn(outcome::consume(records_rx, Arc::clone(&tally)));
 
     let (discovered_tx, discovered_rx) = watch::channel(DiscoveredNodes::new());
     let kube_backends: Vec<_> = config
@@ -86,13 +102,19 @@ pub async fn start(
             loops.spawn(discovery::run(backend, cfg, client.clone(), discovered_tx.clone()));
         }
     }
+    let quota = QuotaBoard::new(&config, secrets.redis_url.clone());
+    if secrets.redis_url.is_some() && !quota.wait_shared(Duration::from_secs(2)).await {
+        tracing::warn!("Redis is not reachable: quotas are counted per replica until it is");
+    }
+    tokio::task::spawn_blocking(crate::tokens::warm_up);
+    let over_quota = Arc::clone(&quota);
     let sources = snapshot_loop::Sources {
         config: Arc::clone(&config),
         breakers: Arc::clone(&breakers),
         telemetry: Arc::clone(&telemetry),
         discovered: discovered_rx,
         pins,
-        over_quota: Box::new(|_| false),
+        over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
     };
     loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
     let scrape_client = reqwest::Client::builder()
@@ -113,11 +135,13 @@ pub async fn start(
         secrets.backend_keys,
         records_tx,
         Arc::clone(&load),
+        quota,
     );
     let state = Arc::new(AppState {
         snapshot,
         dispatcher: Arc::new(dispatcher),
         load,
+        tally,
         client_keys: secrets.client_keys,
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,

@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::scenario::*;
 
 /// Scenarios measure latency: run one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -18,7 +17,7 @@ fn secs(s: f64) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_load_at_60_percent_stays_local() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let fleet = start_fleet(2).await;
     let rps = fleet_capacity_rps(2) * 0.6;
     let logs = drive(&fleet.url, &[(rps, 4.0)], None).await;
@@ -30,7 +29,7 @@ async fn steady_load_at_60_percent_stays_local() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ramp_to_150_percent_spills_and_keeps_ttft_inside_the_slo() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let fleet = start_fleet(2).await;
     let cap = fleet_capacity_rps(2);
     let logs = drive(&fleet.url, &[(cap * 0.6, 2.0), (cap * 1.5, 4.0)], None).await;
@@ -39,11 +38,18 @@ async fn a_ramp_to_150_percent_spills_and_keeps_ttft_inside_the_slo() {
     assert!(peak.ttft_p95_ms <= SLO_MS as f64, "{peak:?}");
     assert!(peak.local_share < 0.8 && peak.local_share > 0.3, "spilled, but the fleet stayed busy: {peak:?}");
     assert!(peak.hosted_tokens > 0);
+    // Every spill was counted with its reason: here the reserve (or the queue it protects).
+    let stats: serde_json::Value =
+        reqwest::get(format!("{}/stats", fleet.url)).await.unwrap().json().await.unwrap();
+    let spills = &stats["spills"];
+    let counted: u64 = spills.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert!(counted > 0 && spills["reserve"].as_u64().unwrap_or(0) > 0, "{stats}");
+    assert_eq!(stats["requests"]["hosted/completed"].as_u64().unwrap(), counted, "{stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_load_costs_no_errors_for_requests_not_yet_started() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut fleet = start_fleet(2).await;
     let victim = fleet.nodes[1].take().unwrap();
     let kill: Box<dyn FnOnce() + Send> = Box::new(move || victim.shutdown());
@@ -58,7 +64,7 @@ async fn a_node_killed_mid_load_costs_no_errors_for_requests_not_yet_started() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hosted_outage_brings_its_traffic_home_into_the_reserve() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let mut fleet = start_fleet(2).await;
     let hosted = fleet.hosted.take().unwrap();
     let outage: Box<dyn FnOnce() + Send> = Box::new(move || hosted.shutdown());

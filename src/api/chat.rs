@@ -166,6 +166,9 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
     }
     headers.insert("x-spillway-attempts", HeaderValue::from(c.attempts));
     headers.insert("x-spillway-ttft-ms", HeaderValue::from(c.ttft.as_millis() as u64));
+    if let Some(spill) = c.spill {
+        headers.insert("x-spillway-spill", HeaderValue::from_static(spill.as_str()));
+    }
     if let Some(predicted) = c.predicted_ttft_ms {
         headers.insert("x-spillway-predicted-ttft-ms", HeaderValue::from(predicted));
     }
@@ -184,7 +187,13 @@ fn dispatch_error(e: DispatchError) -> ApiError {
                 !called.is_empty() && called.iter().all(|a| a.error_class == Some(ErrorClass::RateLimited));
             let budget = attempts.iter().any(|a| a.skipped == Some(Skip::RetryBudget));
             let message = format!("no backend could serve the request: {}", detail.join("; "));
-            if all_rate_limited {
+            let no_room = called.is_empty()
+                && attempts.iter().any(|a| matches!(a.skipped, Some(Skip::NodeFull | Skip::OverQuota)));
+            if no_room {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .code("shed")
+                    .retry_after(1)
+            } else if all_rate_limited {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
                     .code("upstream_rate_limited")
                     .retry_after(1)

@@ -33,6 +33,8 @@ pub struct AppState {
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
     pub client_keys: HashMap<String, String>,
+    /// Running totals of requests, spills and failed attempts.
+    pub tally: Arc<std::sync::Mutex<crate::outcome::Tally>>,
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
     pub max_body_bytes: usize,
@@ -44,6 +46,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/stats", get(stats))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
         })
@@ -124,6 +127,12 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         "quarantined": quarantined,
     });
     (StatusCode::OK, Json(body)).into_response()
+}
+
+/// Requests by backend and ending, spills by reason, failed attempts by backend and class.
+async fn stats(State(state): State<Arc<AppState>>) -> Response {
+    let tally = state.tally.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Json(tally).into_response()
 }
 
 /// A running router: where it listens, and the task serving it.

@@ -121,8 +121,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
-    let secrets =
-        crate::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
+    let secrets = crate::server::Secrets::default();
     let router = crate::server::start(cfg, secrets, listener, crate::cli::shutdown_signal())
         .await
         .map_err(|e| e.to_string())?;

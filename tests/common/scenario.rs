@@ -77,7 +77,7 @@ limits: {{max_concurrency: 100000}}
         hosted.base_url()
     );
     let config = spillway::config::parse(&yaml).unwrap();
-    let secrets = spillway::server::Secrets { client_keys: Default::default(), backend_keys: Default::default() };
+    let secrets = spillway::server::Secrets::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let router = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
     let url = format!("http://{}", router.addr);
@@ -102,7 +102,11 @@ pub struct Logged {
 
 /// Send `rps` requests per second for `secs`, for each phase in turn; wait for all to end.
 /// `at` runs once, `at.0` into the scenario (to kill a node, say).
-pub async fn drive(url: &str, phases: &[(f64, f64)], at: Option<(Duration, Box<dyn FnOnce() + Send>)>) -> Vec<Logged> {
+pub async fn drive(
+    url: &str,
+    phases: &[(f64, f64)],
+    at: Option<(Duration, Box<dyn FnOnce() + Send>)>,
+) -> Vec<Logged> {
     let client = reqwest::Client::builder().pool_max_idle_per_host(4096).build().unwrap();
     let chat = format!("{url}/v1/chat/completions");
     let begin = Instant::now();
@@ -163,7 +167,10 @@ pub fn report(logs: &[Logged], from: Duration, to: Duration) -> Report {
     let served: Vec<&Served> = window.iter().filter_map(|l| l.result.as_ref().ok()).collect();
     let mut ttfts: Vec<f64> = served.iter().map(|s| s.ttft.as_secs_f64() * 1000.0).collect();
     ttfts.sort_by(f64::total_cmp);
-    let p95 = ttfts.get(((ttfts.len() as f64 * 0.95) as usize).min(ttfts.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    let p95 = ttfts
+        .get(((ttfts.len() as f64 * 0.95) as usize).min(ttfts.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0);
     let within = ttfts.iter().filter(|t| **t <= SLO_MS as f64).count();
     let local = served.iter().filter(|s| s.backend == "local").count();
     let mut errors: Vec<f64> = served

@@ -1,0 +1,109 @@
+//! Hosted quotas in the request path: a backend over its per-minute quota is skipped (not
+//! failed), batch requests stop earlier than interactive ones, and router replicas sharing
+//! Redis hold one quota between them.
+
+mod common;
+
+use common::*;
+use spillway::sim::SimKind;
+
+fn config(a: &str, b: &str, quota: &str, extra: &str) -> String {
+    format!(
+        r#"
+backends:
+  - {{name: a, kind: openai, base_url: "{a}/v1", model: gpt-5.6, quota: {quota}}}
+  - {{name: b, kind: openai, base_url: "{b}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: t, backends: [a, b], slo: {{ttft_ms: 2000}}}}
+  - {{name: only-a, backends: [a], slo: {{ttft_ms: 2000}}}}
+{extra}
+"#
+    )
+}
+
+/// Quotas are counted per wall-clock minute: keep a test inside one.
+async fn avoid_minute_edge() {
+    let into_minute =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 60;
+    if into_minute >= 52 {
+        tokio::time::sleep(std::time::Duration::from_secs(61 - into_minute)).await;
+    }
+}
+
+async fn backend_of(url: &str, task: &str, priority: &str) -> (u16, String) {
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("x-spillway-priority", priority)
+        .json(&body(task, false))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let backend = resp.headers().get("x-spillway-backend").map(|v| v.to_str().unwrap().to_string());
+    let json: serde_json::Value = resp.json().await.unwrap();
+    (status, backend.unwrap_or_else(|| json["error"]["code"].as_str().unwrap_or("").to_string()))
+}
+
+#[tokio::test]
+async fn a_backend_over_quota_is_skipped_not_failed() {
+    let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&a.base_url(), &b.base_url(), "{rpm: 2}", ""), &[]).await;
+    avoid_minute_edge().await;
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        served.push(backend_of(&router.url, "t", "interactive").await);
+    }
+    assert_eq!(served, [(200, "a".into()), (200, "a".into()), (200, "b".into()), (200, "b".into())]);
+    // With nowhere else to go, the request is shed with 429, not failed.
+    assert_eq!(backend_of(&router.url, "only-a", "interactive").await, (429, "shed".into()));
+    let stats: serde_json::Value =
+        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
+    assert!(stats["failed_attempts"].as_object().unwrap().is_empty(), "skips are not failures: {stats}");
+}
+
+#[tokio::test]
+async fn batch_stops_at_70_percent_of_a_quota_and_interactive_uses_all_of_it() {
+    let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&a.base_url(), &b.base_url(), "{rpm: 10}", ""), &[]).await;
+    avoid_minute_edge().await;
+    let mut batch_ok = 0;
+    while backend_of(&router.url, "only-a", "batch").await.0 == 200 {
+        batch_ok += 1;
+        assert!(batch_ok <= 10);
+    }
+    assert_eq!(batch_ok, 7);
+    let mut interactive_ok = 0;
+    while backend_of(&router.url, "only-a", "interactive").await.0 == 200 {
+        interactive_ok += 1;
+        assert!(interactive_ok <= 10);
+    }
+    assert_eq!(interactive_ok, 3, "interactive takes the last 30 %");
+}
+
+#[tokio::test]
+async fn replicas_sharing_redis_hold_one_quota() {
+    let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    // A backend name of its own per run, so earlier runs' counters in Redis do not count.
+    let name = format!("a{}x{}", std::process::id(), rand::random::<u32>());
+    let yaml =
+        config(&a.base_url(), &b.base_url(), "{rpm: 4}", "state: {redis_url: \"redis://127.0.0.1:6379\"}")
+            .replace("{name: a,", &format!("{{name: {name},"))
+            .replace("[a, b]", &format!("[{name}, b]"))
+            .replace("[a]", &format!("[{name}]"));
+    let one = router(&yaml, &[]).await;
+    let two = router(&yaml, &[]).await;
+    avoid_minute_edge().await;
+    let mut on_a = 0;
+    for i in 0..8 {
+        let url = if i % 2 == 0 { &one.url } else { &two.url };
+        let (status, backend) = backend_of(url, "t", "interactive").await;
+        assert_eq!(status, 200);
+        if backend == name {
+            on_a += 1;
+        }
+    }
+    assert_eq!(on_a, 4, "two replicas, one quota of 4 a minute");
+}
