@@ -93,3 +93,99 @@ pub async fn run(current: Arc<ArcSwap<Snapshot>>, sources: Sources, period: Dura
         current.store(Arc::new(rebuild(&sources, version, Instant::now())));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::discovery::{metadata::NodeMetadata, DiscoveredNode};
+    use crate::route::BreakerView;
+
+    const CONFIG: &str = r#"
+backends:
+  - name: pool
+    kind: vllm
+    endpoints: [http://10.0.0.1:8000]
+    discovery: {kubernetes: {namespace: llm, selector: app=vllm}}
+    model: m
+    pin: {weights: "sha256:aaa", quantization: fp8}
+  - {name: hosted, kind: openai, model: gpt, quota: {rpm: 10}}
+tasks:
+  - {name: t, backends: [pool, hosted], slo: {ttft_ms: 800}}
+"#;
+
+    fn pod(name: &str, ip: &str, weights: &str) -> DiscoveredNode {
+        DiscoveredNode {
+            name: name.into(),
+            origin: format!("http://{ip}:8000"),
+            metadata: NodeMetadata { weights_digest: Some(weights.into()), ..NodeMetadata::default() },
+        }
+    }
+
+    fn sources(discovered: DiscoveredNodes, over_quota: bool) -> (Sources, watch::Sender<DiscoveredNodes>) {
+        let config = Arc::new(crate::config::parse(CONFIG).unwrap());
+        let (tx, rx) = watch::channel(discovered);
+        let sources = Sources {
+            breakers: BreakerBoard::new(config.dispatch.breaker.clone()),
+            telemetry: TelemetryBoard::new(),
+            discovered: rx,
+            pins: Arc::new(PinBoard::default()),
+            over_quota: Box::new(move |b| over_quota && b == "hosted"),
+            config,
+        };
+        (sources, tx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn discovered_pods_join_the_pool_and_a_pod_that_differs_from_the_pin_is_quarantined() {
+        let pods = [("pool".to_string(), vec![pod("a", "10.1.0.1", "sha256:aaa"), pod("b", "10.1.0.2", "sha256:bbb")])];
+        let (sources, tx) = sources(pods.into_iter().collect(), false);
+        let mut events = sources.pins.subscribe();
+        let snap = rebuild(&sources, 2, Instant::now());
+        let nodes: Vec<(&str, Option<&str>)> =
+            snap.backends[0].nodes.iter().map(|n| (n.origin.as_str(), n.quarantine.as_deref())).collect();
+        assert_eq!(
+            nodes,
+            [
+                ("http://10.0.0.1:8000", None),
+                ("http://10.1.0.1:8000", None),
+                ("http://10.1.0.2:8000", Some("weights: pinned sha256:aaa, reported sha256:bbb")),
+            ]
+        );
+        let event = events.try_recv().unwrap();
+        assert_eq!(event.node, "pool/m@http://10.1.0.2:8000/v1");
+        assert_eq!(event.reported.weights.as_deref(), Some("sha256:bbb"));
+        // The pod is replaced by one with the pinned weights: it leaves quarantine; a pod
+        // that leaves the cluster leaves the pool.
+        tx.send_replace([("pool".to_string(), vec![pod("b", "10.1.0.2", "sha256:aaa")])].into_iter().collect());
+        let snap = rebuild(&sources, 3, Instant::now());
+        assert_eq!(snap.backends[0].nodes.len(), 2);
+        assert!(snap.backends[0].nodes.iter().all(|n| n.quarantine.is_none()));
+        assert!(events.try_recv().unwrap().differences.is_empty());
+        assert!(sources.pins.all().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_kv_cache_dtype_stands_in_for_an_unannotated_quantisation() {
+        let (sources, _tx) = sources(DiscoveredNodes::new(), false);
+        let key = "pool/m@http://10.0.0.1:8000/v1";
+        let text = "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"int8\",num_gpu_blocks=\"100\"} 1\n\
+                    vllm:num_requests_running{model_name=\"m\"} 0\n";
+        sources.telemetry.on_scrape(key, crate::fleet::metrics::parse_vllm(text).unwrap(), Instant::now());
+        let snap = rebuild(&sources, 2, Instant::now());
+        assert_eq!(snap.backends[0].nodes[0].quarantine.as_deref(), Some("quantization: pinned fp8, reported int8"));
+        assert_eq!(snap.backends[0].nodes[0].signals.kv_blocks, Some(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hosted_backend_out_of_quota_releases_the_pools_reserve() {
+        let (sources, _tx) = sources(DiscoveredNodes::new(), true);
+        let snap = rebuild(&sources, 2, Instant::now());
+        assert!(snap.backends[0].reserve_released);
+        assert_eq!(snap.backends[0].limits.reserve, 0.0);
+        let (sources, _tx) = self::sources(DiscoveredNodes::new(), false);
+        let snap = rebuild(&sources, 2, Instant::now());
+        assert!(!snap.backends[0].reserve_released);
+        assert_eq!(snap.backends[0].limits.reserve, 0.2);
+        assert_eq!(snap.backends[1].nodes[0].breaker, BreakerView::Closed);
+    }
+}
