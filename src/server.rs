@@ -135,13 +135,14 @@ pub async fn start(
         secrets.backend_keys,
         records_tx,
         Arc::clone(&load),
-        quota,
+        Arc::clone(&quota),
     );
     let state = Arc::new(AppState {
         snapshot,
         dispatcher: Arc::new(dispatcher),
         load,
         tally,
+        quota,
         client_keys: secrets.client_keys,
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,

@@ -60,6 +60,7 @@ async fn a_backend_over_quota_is_skipped_not_failed() {
     let stats: serde_json::Value =
         reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
     assert!(stats["failed_attempts"].as_object().unwrap().is_empty(), "skips are not failures: {stats}");
+    assert_eq!(stats["quota_shared_state_ok"], serde_json::Value::Null, "no Redis configured");
 }
 
 #[tokio::test]
@@ -106,4 +107,7 @@ async fn replicas_sharing_redis_hold_one_quota() {
         }
     }
     assert_eq!(on_a, 4, "two replicas, one quota of 4 a minute");
+    let stats: serde_json::Value =
+        reqwest::get(format!("{}/stats", one.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(stats["quota_shared_state_ok"], true);
 }

@@ -33,6 +33,8 @@ pub struct AppState {
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
     pub client_keys: HashMap<String, String>,
+    /// Hosted quota counters (for `/stats`: whether the shared Redis state is reachable).
+    pub quota: Arc<crate::control::quota::QuotaBoard>,
     /// Running totals of requests, spills and failed attempts.
     pub tally: Arc<std::sync::Mutex<crate::outcome::Tally>>,
     /// Admission control: the global concurrency limit.
@@ -132,7 +134,10 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 /// Requests by backend and ending, spills by reason, failed attempts by backend and class.
 async fn stats(State(state): State<Arc<AppState>>) -> Response {
     let tally = state.tally.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Json(tally).into_response()
+    let mut body = serde_json::to_value(tally).unwrap_or_default();
+    body["quota_shared_state_ok"] =
+        if state.quota.is_shared() { json!(state.quota.shared_state_ok()) } else { serde_json::Value::Null };
+    Json(body).into_response()
 }
 
 /// A running router: where it listens, and the task serving it.

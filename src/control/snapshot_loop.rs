@@ -137,7 +137,10 @@ tasks:
 
     #[tokio::test(start_paused = true)]
     async fn discovered_pods_join_the_pool_and_a_pod_that_differs_from_the_pin_is_quarantined() {
-        let pods = [("pool".to_string(), vec![pod("a", "10.1.0.1", "sha256:aaa"), pod("b", "10.1.0.2", "sha256:bbb")])];
+        let pods = [(
+            "pool".to_string(),
+            vec![pod("a", "10.1.0.1", "sha256:aaa"), pod("b", "10.1.0.2", "sha256:bbb")],
+        )];
         let (sources, tx) = sources(pods.into_iter().collect(), false);
         let mut events = sources.pins.subscribe();
         let snap = rebuild(&sources, 2, Instant::now());
@@ -156,7 +159,9 @@ tasks:
         assert_eq!(event.reported.weights.as_deref(), Some("sha256:bbb"));
         // The pod is replaced by one with the pinned weights: it leaves quarantine; a pod
         // that leaves the cluster leaves the pool.
-        tx.send_replace([("pool".to_string(), vec![pod("b", "10.1.0.2", "sha256:aaa")])].into_iter().collect());
+        tx.send_replace(
+            [("pool".to_string(), vec![pod("b", "10.1.0.2", "sha256:aaa")])].into_iter().collect(),
+        );
         let snap = rebuild(&sources, 3, Instant::now());
         assert_eq!(snap.backends[0].nodes.len(), 2);
         assert!(snap.backends[0].nodes.iter().all(|n| n.quarantine.is_none()));
@@ -168,11 +173,15 @@ tasks:
     async fn the_kv_cache_dtype_stands_in_for_an_unannotated_quantisation() {
         let (sources, _tx) = sources(DiscoveredNodes::new(), false);
         let key = "pool/m@http://10.0.0.1:8000/v1";
-        let text = "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"int8\",num_gpu_blocks=\"100\"} 1\n\
+        let text =
+            "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"int8\",num_gpu_blocks=\"100\"} 1\n\
                     vllm:num_requests_running{model_name=\"m\"} 0\n";
         sources.telemetry.on_scrape(key, crate::fleet::metrics::parse_vllm(text).unwrap(), Instant::now());
         let snap = rebuild(&sources, 2, Instant::now());
-        assert_eq!(snap.backends[0].nodes[0].quarantine.as_deref(), Some("quantization: pinned fp8, reported int8"));
+        assert_eq!(
+            snap.backends[0].nodes[0].quarantine.as_deref(),
+            Some("quantization: pinned fp8, reported int8")
+        );
         assert_eq!(snap.backends[0].nodes[0].signals.kv_blocks, Some(100));
     }
 
