@@ -10,9 +10,14 @@
 //! over a snapshot listing the 100 nodes, warms up, then reports its own CPU time
 //! (getrusage RUSAGE_SELF, user + sys, all threads) over the window as % of one core.
 //!
-//! `cargo bench --bench scrape` (env: SCRAPE_NODES, SCRAPE_SECS, SCRAPE_INTERVAL_MS).
+//! It measures twice: an idle fleet (pages do not change, so the loop's skip-unchanged path is
+//! what runs), then a busy one (the child sends each node a request every SCRAPE_LOAD_MS, so
+//! every scrape parses a new page): the busy figure is the one to quote.
+//!
+//! `cargo bench --bench scrape` (env: SCRAPE_NODES, SCRAPE_SECS, SCRAPE_IDLE_SECS,
+//! SCRAPE_INTERVAL_MS, SCRAPE_LOAD_MS).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,8 +36,10 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Child: serve `n` simulators, print their ports on one line, run until killed.
-fn child(n: usize) {
+/// Child: serve `n` simulators, print their ports on one line; when a line arrives on stdin,
+/// send each simulator a short request every `load_ms` (so every page changes between
+/// scrapes); run until killed.
+fn child(n: usize, load_ms: u64) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(async {
         let mut handles = Vec::new();
@@ -42,6 +49,23 @@ fn child(n: usize) {
         }
         let ports: Vec<String> = handles.iter().map(|h| h.addr.port().to_string()).collect();
         println!("{}", ports.join(" "));
+        let mut go = String::new();
+        tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut go)).await.unwrap().unwrap();
+        let client = reqwest::Client::new();
+        for (i, h) in handles.iter().enumerate() {
+            let (client, url) = (client.clone(), format!("{}/v1/chat/completions", h.base_url()));
+            tokio::spawn(async move {
+                let body = serde_json::json!({
+                    "model": MODEL, "max_tokens": 2,
+                    "messages": [{"role": "user", "content": format!("node {i}")}],
+                });
+                let mut tick = tokio::time::interval(Duration::from_millis(load_ms.max(1)));
+                loop {
+                    tick.tick().await;
+                    let _ = client.post(&url).json(&body).send().await.map(|r| r.bytes());
+                }
+            });
+        }
         std::future::pending::<()>().await;
     });
 }
@@ -58,16 +82,19 @@ fn cpu_time() -> Duration {
 
 fn main() {
     let nodes: usize = env_or("SCRAPE_NODES", 100);
+    let load_ms: u64 = env_or("SCRAPE_LOAD_MS", 250);
     if std::env::var_os(CHILD_ENV).is_some() {
-        return child(nodes);
+        return child(nodes, load_ms);
     }
     let secs: u64 = env_or("SCRAPE_SECS", 30);
+    let idle_secs: u64 = env_or("SCRAPE_IDLE_SECS", 10);
     let interval_ms: u64 = env_or("SCRAPE_INTERVAL_MS", 1000);
 
     let mut kid = Command::new(std::env::current_exe().unwrap())
         .env(CHILD_ENV, "1")
         .env("SCRAPE_NODES", nodes.to_string())
         .stdout(Stdio::piped())
+        .stdin(Stdio::piped())
         .spawn()
         .expect("start the simulator child");
     let mut line = String::new();
@@ -93,33 +120,64 @@ fn main() {
         let body = reqwest::get(format!("{}/metrics", endpoints[0])).await.unwrap().text().await.unwrap();
         body.len()
     });
-    let task =
-        rt.spawn(scrape::run(snapshot, board.clone(), NodeLoad::new(), telemetry, reqwest::Client::new()));
-    let count = |b: &TelemetryBoard| -> (u64, u64) {
+    // SCRAPE_RUNTIME=multi: the loop as a task on a 2-worker runtime; default: its own thread.
+    let (task, thread) = if std::env::var("SCRAPE_RUNTIME").as_deref() == Ok("multi") {
+        let t = rt.spawn(scrape::run(
+            snapshot,
+            board.clone(),
+            NodeLoad::new(),
+            telemetry,
+            reqwest::Client::new(),
+        ));
+        (Some(t), None)
+    } else {
+        let t =
+            scrape::spawn_thread(snapshot, board.clone(), NodeLoad::new(), telemetry, reqwest::Client::new());
+        (None, Some(t.unwrap()))
+    };
+    // (good scrapes, failing nodes, requests completed) over the whole board.
+    let count = |b: &TelemetryBoard| -> (u64, u64, f64) {
         let all = b.all();
-        (all.values().map(|n| n.scrapes).sum(), all.values().map(|n| n.consecutive_failures as u64).sum())
+        (
+            all.values().map(|n| n.scrapes).sum(),
+            all.values().filter(|n| n.consecutive_failures > 0).count() as u64,
+            all.values().filter_map(|n| n.sample.as_ref()?.request_success).sum(),
+        )
+    };
+    let measure = |label: &str, secs: u64| {
+        let (scrapes0, _, done0) = count(&board);
+        let (cpu0, wall0) = (cpu_time(), Instant::now());
+        std::thread::sleep(Duration::from_secs(secs));
+        let (cpu1, wall1) = (cpu_time(), Instant::now());
+        let (scrapes1, failing, done1) = count(&board);
+        let wall = (wall1 - wall0).as_secs_f64();
+        let cpu = (cpu1 - cpu0).as_secs_f64();
+        let n = scrapes1 - scrapes0;
+        println!(
+            "scrape ({label}): {nodes} nodes every {interval_ms} ms, {page_bytes} B/page, {:.1} node requests/s: \
+             {n} scrapes in {wall:.1} s ({:.1}/s, {failing} failing), CPU {cpu:.3} s = {:.2} % of one core \
+             ({:.0} µs/scrape)",
+            (done1 - done0) / wall / nodes as f64,
+            n as f64 / wall,
+            100.0 * cpu / wall,
+            1e6 * cpu / n.max(1) as f64,
+        );
     };
 
     // Warm up: every node scraped at least once, connections open.
     std::thread::sleep(Duration::from_millis(interval_ms * 3));
-    let (scrapes0, _) = count(&board);
-    let (cpu0, wall0) = (cpu_time(), Instant::now());
-    std::thread::sleep(Duration::from_secs(secs));
-    let (cpu1, wall1) = (cpu_time(), Instant::now());
-    let (scrapes1, failing) = count(&board);
-    task.abort();
+    if idle_secs > 0 {
+        measure("idle fleet, pages unchanged", idle_secs);
+    }
+    // Busy: every node serves a request every SCRAPE_LOAD_MS, so every page differs from the last.
+    writeln!(kid.stdin.as_mut().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(interval_ms * 2));
+    measure("busy fleet, every page new", secs);
+    if let Some(t) = task {
+        t.abort();
+    }
+    drop(thread);
     drop(rt);
     let _ = kid.kill();
     let _ = kid.wait();
-
-    let wall = (wall1 - wall0).as_secs_f64();
-    let cpu = (cpu1 - cpu0).as_secs_f64();
-    let done = scrapes1 - scrapes0;
-    println!(
-        "scrape: {nodes} nodes every {interval_ms} ms, {page_bytes} B/page: {done} scrapes in {wall:.1} s \
-         ({:.1}/s, {failing} failing), CPU {cpu:.3} s = {:.2} % of one core ({:.0} µs/scrape)",
-        done as f64 / wall,
-        100.0 * cpu / wall,
-        1e6 * cpu / done.max(1) as f64,
-    );
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use spillway::control::scrape;
 use spillway::fleet::load::NodeLoad;
-use spillway::fleet::metrics::{parse_exposition, parse_vllm};
+use spillway::fleet::metrics::{parse_exposition, parse_vllm, vllm_from_samples};
 use spillway::fleet::telemetry::{NodeTelemetry, TelemetryBoard};
 use spillway::route::Snapshot;
 use spillway::sim::{self, SimArgs, SimKind};
@@ -63,6 +63,9 @@ fn every_vllm_series_in_the_recorded_pages_is_read() {
         let raw = raw_vllm_series(text);
         assert!(raw.0 > 10, "{file}: scan found {} lines", raw.0);
         assert_eq!(parsed_vllm_series(text), raw, "{file}: every vllm: series is read");
+        // parse_vllm parses only the families it reads; that must not change what it reads.
+        let unfiltered = vllm_from_samples(&parse_exposition(text).unwrap()).unwrap();
+        assert_eq!(parse_vllm(text).unwrap(), unfiltered, "{file}");
         // The trap this guards against: the crate alone reads none of them.
         let naive = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
         assert!(naive.samples.iter().all(|s| !s.metric.contains("vllm")), "{file}: crate behaviour changed");
@@ -295,6 +298,7 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     for url in [a.url(), b.url()] {
         let page = client.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
         assert_eq!(parsed_vllm_series(&page), raw_vllm_series(&page), "{url}");
+        assert_eq!(parse_vllm(&page).unwrap(), vllm_from_samples(&parse_exposition(&page).unwrap()).unwrap());
     }
 
     // The router's own sends are credited until a scrape has seen them.
@@ -346,8 +350,9 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
     let current = Arc::new(ArcSwap::new(snap));
     let (board, load) = (TelemetryBoard::new(), NodeLoad::new());
     let (kl, kd, kh) = (key("pl", &live.url()), key("pd", &dying.url()), key("pd", &hang_url));
-    let loop_task =
-        tokio::spawn(scrape::run(current.clone(), board.clone(), load, cfg, reqwest::Client::new()));
+    // This one runs the loop on its own thread, as the router does.
+    let loop_thread =
+        scrape::spawn_thread(current.clone(), board.clone(), load, cfg, reqwest::Client::new()).unwrap();
 
     wait_until("both sims are scraped", Duration::from_secs(3), || {
         scraped(&board, &kl) && scraped(&board, &kd)
@@ -399,6 +404,9 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
         all.len() == 1 && all.contains_key(&kl)
     })
     .await;
-    loop_task.abort();
+    drop(loop_thread);
+    let after = board.get(&kl).unwrap().scrapes;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(board.get(&kl).unwrap().scrapes, after, "dropping the handle stops the loop");
     drop(hang);
 }

@@ -6,7 +6,8 @@
 //! (up to `backoff_max_ms`) while the node keeps failing. A slow or dead node therefore never
 //! delays another's schedule; a semaphore bounds how many scrapes run at once. The node set is
 //! re-read from the snapshot every interval (discovery adds and removes nodes); nodes that
-//! left are forgotten. Parsing happens here, in the background, never on the request path.
+//! left are forgotten. Parsing happens here, in the background, never on the request path;
+//! a page identical to the node's previous one (an idle node) is not parsed again.
 //! This loop writes only the board and the router's "seen by a scrape" marks; it does not
 //! publish snapshots.
 
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::{BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
-use crate::fleet::metrics::{parse_agent, parse_vllm};
+use crate::fleet::metrics::{parse_agent, parse_vllm, VllmSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::route::Snapshot;
 
@@ -124,12 +125,57 @@ pub async fn run(
                 client: client.clone(),
                 permits: permits.clone(),
                 cfg: cfg.clone(),
+                last_page: None,
             };
             let task = tasks.spawn(node.run());
             nodes.insert(key, (target, task));
         }
         board.retain(|k| nodes.contains_key(k));
         while tasks.try_join_next().is_some() {}
+    }
+}
+
+/// [`run`] on a thread of its own, with a single-threaded tokio runtime; dropping the handle
+/// stops it. The preferred way to start the loop: scrapes are spread over the interval, so on
+/// a multi-threaded runtime nearly every one wakes a parked worker (a futex and a context
+/// switch or two), which costs more CPU than the HTTP itself; one thread that sleeps in
+/// `epoll_wait` between scrapes does not, and parsing stays off the request-serving workers.
+/// `client` should serve only this loop (its connections live on this thread's runtime).
+pub fn spawn_thread(
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    board: Arc<TelemetryBoard>,
+    load: Arc<NodeLoad>,
+    cfg: TelemetryConfig,
+    client: reqwest::Client,
+) -> std::io::Result<ScrapeThread> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new().name("spillway-scrape".into()).spawn(move || {
+        rt.block_on(async move {
+            tokio::select! {
+                _ = run(snapshot, board, load, cfg, client) => {}
+                _ = stopped => {}
+            }
+        });
+    })?;
+    Ok(ScrapeThread { stop: Some(stop), thread: Some(thread) })
+}
+
+/// The scrape loop's thread; dropping it stops the loop and waits for the thread.
+#[derive(Debug)]
+pub struct ScrapeThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ScrapeThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -142,10 +188,13 @@ struct NodeScraper {
     client: reqwest::Client,
     permits: Arc<Semaphore>,
     cfg: TelemetryConfig,
+    /// The last page and what it parsed to: an idle node's page does not change between
+    /// scrapes, and parsing is most of a scrape's cost.
+    last_page: Option<(String, VllmSample)>,
 }
 
 impl NodeScraper {
-    async fn run(self) {
+    async fn run(mut self) {
         let interval = Duration::from_millis(self.cfg.interval_ms.max(1));
         let backoff_max = Duration::from_millis(self.cfg.backoff_max_ms);
         // The first scrape lands anywhere in the first interval, so nodes spread out.
@@ -155,7 +204,8 @@ impl NodeScraper {
             tokio::time::sleep_until(due).await;
             let started = Instant::now();
             let ok = {
-                let Ok(_permit) = self.permits.acquire().await else { return };
+                let permits = Arc::clone(&self.permits);
+                let Ok(_permit) = permits.acquire().await else { return };
                 self.scrape_once().await
             };
             failures = if ok { 0 } else { failures.saturating_add(1) };
@@ -166,7 +216,7 @@ impl NodeScraper {
 
     /// Scrape vLLM (and the agent, at the same time); record the outcome. Returns whether
     /// the vLLM scrape succeeded (the agent does not count).
-    async fn scrape_once(&self) -> bool {
+    async fn scrape_once(&mut self) -> bool {
         let timeout = Duration::from_millis(self.cfg.timeout_ms.max(1));
         let agent = async {
             match &self.target.agent_url {
@@ -176,7 +226,15 @@ impl NodeScraper {
         };
         let (vllm, agent) = tokio::join!(fetch(&self.client, &self.target.metrics_url, timeout), agent);
         let now = Instant::now();
-        let ok = match vllm.and_then(|body| parse_vllm(&body)) {
+        let parsed = vllm.and_then(|body| match &self.last_page {
+            Some((page, sample)) if *page == body => Ok(sample.clone()),
+            _ => {
+                let sample = parse_vllm(&body)?;
+                self.last_page = Some((body, sample.clone()));
+                Ok(sample)
+            }
+        });
+        let ok = match parsed {
             Ok(sample) => {
                 self.board.on_scrape(&self.key, sample, now);
                 self.load.mark_scraped(&self.key);

@@ -114,39 +114,56 @@ pub struct AgentSample {
     pub gpus: Vec<GpuStats>,
 }
 
-/// Rewrite `:` in the metric name of a `# HELP`, `# TYPE` or sample line; other lines as is.
-pub fn normalise_line(line: &str) -> String {
+/// What kind of line this is, for the rewriting and filtering done before parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineKind {
+    Help,
+    Type,
+    Sample,
+    Other,
+}
+
+/// Split a line into (text before the metric name, the name, the rest) and its kind.
+fn split_line(line: &str) -> (LineKind, &str, &str, &str) {
     let trimmed = line.trim_start();
-    let (head, rest) = if let Some(r) = trimmed.strip_prefix('#') {
+    let (kind, head, rest) = if let Some(r) = trimmed.strip_prefix('#') {
         let r2 = r.trim_start();
-        let kw = if r2.starts_with("HELP") {
-            "HELP"
+        let (kind, kw) = if r2.starts_with("HELP") {
+            (LineKind::Help, "HELP")
         } else if r2.starts_with("TYPE") {
-            "TYPE"
+            (LineKind::Type, "TYPE")
         } else {
-            return line.to_string();
+            return (LineKind::Other, "", "", line);
         };
         let after_kw = &r2[kw.len()..];
         let name_start = after_kw.len() - after_kw.trim_start().len();
         let prefix_len = trimmed.len() - after_kw.len() + name_start;
-        (&trimmed[..prefix_len], &trimmed[prefix_len..])
+        (kind, &trimmed[..prefix_len], &trimmed[prefix_len..])
+    } else if trimmed.is_empty() {
+        return (LineKind::Other, "", "", line);
     } else {
-        ("", trimmed)
+        (LineKind::Sample, "", trimmed)
     };
     let name_end = rest.find(|c: char| c == '{' || c.is_whitespace()).unwrap_or(rest.len());
-    let name = &rest[..name_end];
-    if !name.contains(':') {
+    (kind, head, &rest[..name_end], &rest[name_end..])
+}
+
+/// Rewrite `:` in the metric name of a `# HELP`, `# TYPE` or sample line; other lines as is.
+pub fn normalise_line(line: &str) -> String {
+    let (kind, head, name, rest) = split_line(line);
+    if kind == LineKind::Other || !name.contains(':') {
         return line.to_string();
     }
     let mut out = String::with_capacity(line.len() + 16);
     out.push_str(head);
-    out.push_str(&name.replace(':', COLON));
-    out.push_str(&rest[name_end..]);
+    for (i, part) in name.split(':').enumerate() {
+        if i > 0 {
+            out.push_str(COLON);
+        }
+        out.push_str(part);
+    }
+    out.push_str(rest);
     out
-}
-
-fn is_help(line: &str) -> bool {
-    line.trim_start().strip_prefix('#').is_some_and(|r| r.trim_start().starts_with("HELP"))
 }
 
 /// The original metric name of a normalised one.
@@ -158,8 +175,20 @@ fn restore(name: &str) -> String {
 /// `:`. Histogram samples carry their family name (no `_bucket`); `_sum` and `_count` come as
 /// separate untyped samples.
 pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
-    // `# HELP` text is never used: skip it (a third of a vLLM page's lines).
-    let lines = text.lines().filter(|l| !is_help(l)).map(|l| Ok::<_, io::Error>(normalise_line(l)));
+    parse_exposition_where(text, |_| true)
+}
+
+/// [`parse_exposition`] of the `# TYPE` and sample lines whose metric name passes `keep`
+/// (`# HELP` text is never used, so it is skipped). Parsing costs about 2 µs a line, so
+/// leaving out families nobody reads is the cheapest speed-up there is.
+pub fn parse_exposition_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, String> {
+    let lines = text
+        .lines()
+        .filter(|l| match split_line(l) {
+            (LineKind::Help | LineKind::Other, ..) => false,
+            (_, _, name, _) => keep(name),
+        })
+        .map(|l| Ok::<_, io::Error>(normalise_line(l)));
     let scrape = Scrape::parse(lines).map_err(|e| format!("cannot read exposition: {e}"))?;
     Ok(scrape
         .samples
@@ -171,6 +200,32 @@ pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
             s
         })
         .collect())
+}
+
+/// Families [`parse_vllm`] reads, without `_total`; a line is parsed when its metric name
+/// starts with one of them (so `_bucket`, `_sum`, `_count`, `_total` all pass).
+pub const VLLM_FAMILIES: &[&str] = &[
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:cache_config_info",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:request_success",
+    "vllm:num_preemptions",
+];
+
+fn is_read_by_parse_vllm(name: &str) -> bool {
+    name.starts_with("vllm:") && VLLM_FAMILIES.iter().any(|f| name.starts_with(f))
 }
 
 fn scalar(v: &Value) -> Option<f64> {
@@ -223,7 +278,11 @@ fn histogram(samples: &[Sample], name: &str) -> Option<HistogramSample> {
 /// Read a vLLM `/metrics` page. Fails only when the text holds no `vllm:` series at all (not
 /// a vLLM page); anything missing from a vLLM page is `None`.
 pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
-    let samples = parse_exposition(text)?;
+    vllm_from_samples(&parse_exposition_where(text, is_read_by_parse_vllm)?)
+}
+
+/// [`parse_vllm`] over already parsed samples (any superset of [`VLLM_FAMILIES`]).
+pub fn vllm_from_samples(samples: &[Sample]) -> Result<VllmSample, String> {
     if !samples.iter().any(|s| s.metric.starts_with("vllm:")) {
         return Err("no vllm: series in the page".to_string());
     }
@@ -237,10 +296,10 @@ pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
             engines.insert(e.to_string());
         }
     }
-    let new_kv = mean_of(&samples, "vllm:kv_cache_usage_perc");
-    let new_itl = histogram(&samples, "vllm:inter_token_latency_seconds");
-    let old_kv = mean_of(&samples, "vllm:gpu_cache_usage_perc");
-    let old_itl = histogram(&samples, "vllm:time_per_output_token_seconds");
+    let new_kv = mean_of(samples, "vllm:kv_cache_usage_perc");
+    let new_itl = histogram(samples, "vllm:inter_token_latency_seconds");
+    let old_kv = mean_of(samples, "vllm:gpu_cache_usage_perc");
+    let old_itl = histogram(samples, "vllm:time_per_output_token_seconds");
     let legacy_names = (new_kv.is_none() && old_kv.is_some()) || (new_itl.is_none() && old_itl.is_some());
     let cache = samples.iter().find(|s| s.metric == "vllm:cache_config_info").map(|s| CacheConfig {
         num_gpu_blocks: s.labels.get("num_gpu_blocks").and_then(|v| v.parse().ok()),
@@ -251,21 +310,21 @@ pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
         model_names: models.into_iter().collect(),
         engines: engines.len(),
         legacy_names,
-        running: sum_of(&samples, "vllm:num_requests_running"),
-        waiting: sum_of(&samples, "vllm:num_requests_waiting"),
+        running: sum_of(samples, "vllm:num_requests_running"),
+        waiting: sum_of(samples, "vllm:num_requests_waiting"),
         kv_cache_usage: new_kv.or(old_kv),
         cache,
-        ttft: histogram(&samples, "vllm:time_to_first_token_seconds"),
+        ttft: histogram(samples, "vllm:time_to_first_token_seconds"),
         itl: new_itl.or(old_itl),
-        e2e: histogram(&samples, "vllm:e2e_request_latency_seconds"),
-        queue_time: histogram(&samples, "vllm:request_queue_time_seconds"),
-        prefill_time: histogram(&samples, "vllm:request_prefill_time_seconds"),
-        prompt_tokens: sum_of(&samples, "vllm:prompt_tokens_total"),
-        generation_tokens: sum_of(&samples, "vllm:generation_tokens_total"),
-        prefix_cache_queries: sum_of(&samples, "vllm:prefix_cache_queries_total"),
-        prefix_cache_hits: sum_of(&samples, "vllm:prefix_cache_hits_total"),
-        request_success: sum_of(&samples, "vllm:request_success_total"),
-        preemptions: sum_of(&samples, "vllm:num_preemptions_total"),
+        e2e: histogram(samples, "vllm:e2e_request_latency_seconds"),
+        queue_time: histogram(samples, "vllm:request_queue_time_seconds"),
+        prefill_time: histogram(samples, "vllm:request_prefill_time_seconds"),
+        prompt_tokens: sum_of(samples, "vllm:prompt_tokens_total"),
+        generation_tokens: sum_of(samples, "vllm:generation_tokens_total"),
+        prefix_cache_queries: sum_of(samples, "vllm:prefix_cache_queries_total"),
+        prefix_cache_hits: sum_of(samples, "vllm:prefix_cache_hits_total"),
+        request_success: sum_of(samples, "vllm:request_success_total"),
+        preemptions: sum_of(samples, "vllm:num_preemptions_total"),
     })
 }
 
@@ -327,6 +386,18 @@ mod tests {
         assert_eq!(normalise_line("vllm:x 1"), "vllm__COLON__x 1");
         assert_eq!(normalise_line(r#"plain{a="b:c"} 1"#), r#"plain{a="b:c"} 1"#);
         assert_eq!(normalise_line("# SOURCE: a:b"), "# SOURCE: a:b");
+        assert_eq!(normalise_line("a:b:c 1"), "a__COLON__b__COLON__c 1");
+        assert_eq!(normalise_line(""), "");
+    }
+
+    #[test]
+    fn the_family_filter_changes_nothing_parse_vllm_reads() {
+        let all = vllm_from_samples(&parse_exposition(TWO_ENGINES).unwrap()).unwrap();
+        assert_eq!(parse_vllm(TWO_ENGINES).unwrap(), all);
+        let extra = format!("{TWO_ENGINES}# TYPE vllm:other gauge\nvllm:other{{engine=\"0\"}} 9\n");
+        let kept = parse_exposition_where(&extra, is_read_by_parse_vllm).unwrap();
+        assert!(kept.iter().all(|s| s.metric != "vllm:other"));
+        assert_eq!(parse_vllm(&extra).unwrap(), all);
     }
 
     const TWO_ENGINES: &str = r#"# HELP vllm:num_requests_running Running.

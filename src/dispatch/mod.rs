@@ -7,11 +7,14 @@
 //! first token commits the request to that backend: what follows is streamed to the client as
 //! is, and an upstream failure after it is the client's error, never another model's text.
 
+mod lease;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use lease::{track, Charge, Lease};
 use rand::Rng;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -19,11 +22,11 @@ use tokio::time::Instant;
 use crate::adapter::{self, ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
 use crate::canonical::{ChatRequest, Event};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
-use crate::control::breaker::{BreakerBoard, BreakerPermit};
+use crate::control::breaker::BreakerBoard;
 use crate::control::quota::{QuotaBoard, QuotaDecision};
 use crate::control::retry_budget::RetryBudget;
 use crate::fleet::headroom::SpillReason;
-use crate::fleet::load::{InFlight, NodeLoad};
+use crate::fleet::load::NodeLoad;
 use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
 use crate::route::{BackendView, Plan, Reason, Snapshot};
 use crate::tokens;
@@ -249,23 +252,10 @@ impl Dispatcher {
                 Ok((buffered, rest)) => {
                     let ttft = call_started.elapsed();
                     let spill = if backend.is_local() { None } else { plan.spill_reason() };
-                    let mut lease = Lease {
-                        permit: Some(permit),
-                        _slot: slot,
-                        _in_flight: in_flight,
-                        charge,
-                        outcome: RequestOutcome::started(
-                            &task.name,
-                            &backend.name,
-                            &node.key,
-                            calls,
-                            ttft,
-                            started,
-                        ),
-                        records: self.records.clone(),
-                        finished: false,
-                    };
-                    lease.outcome.spill = spill;
+                    let mut outcome =
+                        RequestOutcome::started(&task.name, &backend.name, &node.key, calls, ttft, started);
+                    outcome.spill = spill;
+                    let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
                     self.emit(Record::Attempt(AttemptRecord::served(
                         &task.name,
                         &backend.name,
@@ -349,97 +339,4 @@ async fn first_output(
         }
     }
     Ok((buffered, stream))
-}
-
-/// What a committed request holds until its stream ends: the breaker permit and the node slot.
-/// Dropping it early (the client went away) frees both and records a cancellation.
-/// What a request was charged against a hosted quota; corrected to the real usage at the end.
-struct Charge {
-    board: Arc<QuotaBoard>,
-    backend: String,
-    estimate: u64,
-}
-
-struct Lease {
-    permit: Option<BreakerPermit>,
-    _slot: Option<OwnedSemaphorePermit>,
-    _in_flight: InFlight,
-    charge: Option<Charge>,
-    outcome: RequestOutcome,
-    records: mpsc::Sender<Record>,
-    finished: bool,
-}
-
-impl Lease {
-    fn finish(&mut self, error: Option<&UpstreamError>) {
-        self.finished = true;
-        let now = Instant::now();
-        if let Some(permit) = self.permit.take() {
-            match error {
-                Some(e) if e.class.counts_against_backend() => permit.failure(now),
-                _ => permit.success(now),
-            }
-        }
-        self.outcome.finish(error.map(|e| e.class), now);
-        let used = u64::from(self.outcome.usage.input_tokens) + u64::from(self.outcome.usage.output_tokens);
-        if let Some(c) = self.charge.take().filter(|_| used > 0) {
-            c.board.refund(&c.backend, c.estimate, used);
-        }
-        let _ = self.records.try_send(Record::Request(self.outcome.clone()));
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.outcome.cancel(Instant::now());
-            let _ = self.records.try_send(Record::Request(self.outcome.clone()));
-        }
-    }
-}
-
-/// The client-facing stream: the buffered first events, then the rest under an idle timeout,
-/// settling the lease when the upstream ends or breaks.
-fn track(buffered: Vec<Event>, rest: EventStream, lease: Lease, idle: Duration) -> EventStream {
-    struct State {
-        buffered: std::vec::IntoIter<Event>,
-        rest: EventStream,
-        lease: Lease,
-        done: bool,
-    }
-    let state = State { buffered: buffered.into_iter(), rest, lease, done: false };
-    Box::pin(futures::stream::unfold(state, move |mut s| async move {
-        if s.done {
-            return None;
-        }
-        if let Some(event) = s.buffered.next() {
-            s.lease.outcome.observe(&event);
-            return Some((Ok(event), s));
-        }
-        match tokio::time::timeout(idle, s.rest.next()).await {
-            Ok(Some(Ok(event))) => {
-                s.lease.outcome.observe(&event);
-                Some((Ok(event), s))
-            }
-            Ok(None) => {
-                s.lease.finish(None);
-                None
-            }
-            Ok(Some(Err(error))) => {
-                s.lease.finish(Some(&error));
-                s.done = true;
-                Some((Err(error), s))
-            }
-            Err(_) => {
-                let error = UpstreamError::new(
-                    ErrorClass::Timeout,
-                    None,
-                    format!("upstream sent nothing for {} ms", idle.as_millis()),
-                );
-                s.lease.finish(Some(&error));
-                s.done = true;
-                Some((Err(error), s))
-            }
-        }
-    }))
 }

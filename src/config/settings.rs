@@ -1,0 +1,147 @@
+//! Router-wide settings: policy per data class, dispatch and breakers, limits, telemetry and
+//! shared state. Types and defaults only.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::yes;
+
+/// Hard rules per data class.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    #[serde(default)]
+    pub data_classes: BTreeMap<String, DataClassPolicy>,
+}
+
+/// What a data class allows. `public` and `internal` exist without being listed and allow
+/// everything unless listed otherwise.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DataClassPolicy {
+    /// Regions a backend must be in; unset: any region.
+    #[serde(default)]
+    pub regions: Option<Vec<String>>,
+    /// May hosted (non-vLLM) backends see this data?
+    #[serde(default = "yes")]
+    pub allow_hosted: bool,
+}
+
+/// Circuit breaker settings (one breaker per backend, model and node).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Open after this many failures in a row.
+    pub consecutive_failures: u32,
+    /// Or open when the failure share over `window_secs` reaches this (with `min_requests`).
+    pub error_rate: f64,
+    pub min_requests: u32,
+    pub window_secs: u64,
+    /// How long an open breaker waits before letting one probe through.
+    pub open_secs: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            consecutive_failures: 5,
+            error_rate: 0.5,
+            min_requests: 20,
+            window_secs: 30,
+            open_secs: 10,
+        }
+    }
+}
+
+/// How dispatch walks a plan.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatchConfig {
+    /// First-token deadline = task TTFT SLO × this factor.
+    pub ttft_deadline_factor: f64,
+    /// Most targets tried for one request.
+    pub max_attempts: u32,
+    /// Retries may be at most this share of requests (plus `retry_budget_min_per_sec`).
+    pub retry_budget_ratio: f64,
+    pub retry_budget_min_per_sec: f64,
+    /// Full-jitter exponential backoff between targets of the same class.
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// An upstream stream silent for this long after its first token is broken.
+    pub stream_idle_timeout_ms: u64,
+    pub breaker: BreakerConfig,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            ttft_deadline_factor: 2.0,
+            max_attempts: 4,
+            retry_budget_ratio: 0.2,
+            retry_budget_min_per_sec: 10.0,
+            backoff_base_ms: 10,
+            backoff_max_ms: 200,
+            connect_timeout_ms: 2000,
+            stream_idle_timeout_ms: 30_000,
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+/// Protection of the router itself.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest request body accepted (bytes); larger gets 413.
+    pub max_body_bytes: usize,
+    /// Most requests in flight at once; beyond it clients get 429 with `Retry-After`.
+    pub max_concurrency: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { max_body_bytes: 1 << 20, max_concurrency: 1024 }
+    }
+}
+
+/// How the fleet's telemetry is scraped.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Scrape period per node.
+    pub interval_ms: u64,
+    /// Each period is stretched or shrunk by up to this share, at random, so scrapes spread out.
+    pub jitter: f64,
+    /// Per-scrape timeout.
+    pub timeout_ms: u64,
+    /// A node whose last good scrape is older than this is treated as full.
+    pub stale_after_ms: u64,
+    /// Longest wait between scrapes of a failing node (doubling from `interval_ms`).
+    pub backoff_max_ms: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            interval_ms: 1000,
+            jitter: 0.1,
+            timeout_ms: 800,
+            stale_after_ms: 5000,
+            backoff_max_ms: 10_000,
+        }
+    }
+}
+
+/// State shared between router replicas.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Redis URL for shared quota counters, e.g. `redis://127.0.0.1:6379`. Unset: local counters.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// Or the name of an environment variable that holds it (when it carries a password).
+    #[serde(default)]
+    pub redis_url_env: Option<String>,
+}

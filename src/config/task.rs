@@ -1,0 +1,112 @@
+//! What a task is: the name clients send as `model`, its backends in preference order, how
+//! they are ordered, its SLO, data class and default priority. Types only.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// How a task orders its backends.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Configured preference order; backends whose breaker is open go last.
+    #[default]
+    Priority,
+    /// Weighted random order (weights from `weights`, equal when unset).
+    Weighted,
+    /// Cheapest first, by the request's estimated cost.
+    Cost,
+}
+
+/// The latency target of a task.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// Time to first token, milliseconds.
+    pub ttft_ms: u64,
+    /// A local node takes a request only if its predicted TTFT stays under
+    /// `ttft_ms × (1 − margin)`.
+    #[serde(default = "default_margin")]
+    pub margin: f64,
+}
+
+fn default_margin() -> f64 {
+    0.2
+}
+
+/// How much a request matters when there is not room for everything.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// A person is waiting: may queue on a full fleet as a last resort, uses all of a quota.
+    Interactive,
+    /// The default.
+    #[default]
+    Standard,
+    /// Shed first: fills the fleet less and stops earlier on hosted quotas.
+    Batch,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Standard, Priority::Batch];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Standard => "standard",
+            Priority::Batch => "batch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Priority> {
+        Priority::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// The share of a pool kept free for this class, given the pool's reserve now: batch
+    /// leaves another fifth of what remains, so it spills (and is shed) before the others.
+    pub fn local_reserve(self, reserve: f64) -> f64 {
+        match self {
+            Priority::Batch => 1.0 - (1.0 - reserve) * 0.8,
+            _ => reserve,
+        }
+    }
+
+    /// The share of a hosted backend's per-minute quota this class may use.
+    pub fn quota_ceiling(self) -> f64 {
+        match self {
+            Priority::Interactive => 1.0,
+            Priority::Standard => 0.9,
+            Priority::Batch => 0.7,
+        }
+    }
+}
+
+/// A task: what clients name in `model`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    pub name: String,
+    /// Backends in preference order.
+    pub backends: Vec<String>,
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Relative weights for `strategy: weighted`, by backend name.
+    #[serde(default)]
+    pub weights: BTreeMap<String, f64>,
+    #[serde(default = "default_data_class")]
+    pub data_class: String,
+    pub slo: Slo,
+    /// Cap on output tokens; a client asking for more is capped to it.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Client key env names allowed to use this task; unset: every key.
+    #[serde(default)]
+    pub allowed_keys: Option<Vec<String>>,
+    /// Priority of requests that do not send `x-spillway-priority`.
+    #[serde(default)]
+    pub priority: Priority,
+}
+
+fn default_data_class() -> String {
+    "internal".to_string()
+}
