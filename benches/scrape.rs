@@ -14,8 +14,11 @@
 //! what runs), then a busy one (the child sends each node a request every SCRAPE_LOAD_MS, so
 //! every scrape parses a new page): the busy figure is the one to quote.
 //!
+//! The loop runs as the router runs it, on its own thread (`scrape::spawn_thread`);
+//! SCRAPE_RUNTIME=multi runs it as a task on a 2-worker runtime instead.
+//!
 //! `cargo bench --bench scrape` (env: SCRAPE_NODES, SCRAPE_SECS, SCRAPE_IDLE_SECS,
-//! SCRAPE_INTERVAL_MS, SCRAPE_LOAD_MS).
+//! SCRAPE_INTERVAL_MS, SCRAPE_LOAD_MS, SCRAPE_RUNTIME).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

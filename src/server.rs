@@ -121,13 +121,14 @@ pub async fn start(
         .timeout(Duration::from_millis(config.telemetry.timeout_ms))
         .build()
         .map_err(std::io::Error::other)?;
-    loops.spawn(scrape::run(
+    // Scraping and parsing run on a thread of their own, away from the request path.
+    let scrape_thread = scrape::spawn_thread(
         Arc::clone(&snapshot),
         telemetry,
         Arc::clone(&load),
         config.telemetry.clone(),
         scrape_client,
-    ));
+    )?;
 
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),
@@ -152,6 +153,7 @@ pub async fn start(
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         loops.abort_all();
+        drop(scrape_thread);
         served
     });
     Ok(RouterHandle { addr, task })

@@ -4,8 +4,6 @@
 //! from then on ends the stream with an in-band error event and no `[DONE]`, so no client
 //! mistakes a truncated answer for a whole one.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -93,11 +91,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
 
     // The affinity key (project, else client key) keeps a project on the node that holds its
     // prefix cache; without one, requests spread at random.
-    let affinity = project.or(key_name.as_deref()).map(|key| {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        h.finish()
-    });
+    let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
     let load = |node: &str| state.load.view(node);
     let plan = route::plan(
         &RequestFacts {

@@ -136,7 +136,7 @@ impl Pid {
     /// (or a NaN score) changes nothing and returns the current availability.
     pub fn step(&mut self, score: f64, dt: f64, cfg: &PidConfig) -> f64 {
         let interval = cfg.interval.as_secs_f64();
-        if !(dt > 0.0) || !(interval > 0.0) || score.is_nan() {
+        if dt.is_nan() || dt <= 0.0 || interval <= 0.0 || score.is_nan() {
             return self.output;
         }
         let tau = dt / interval;
@@ -275,9 +275,10 @@ mod tests {
         assert_eq!(score(1000, 0, 200.0), 1001.0);
         assert_eq!(score(19, 1, 200.0), -180.0);
         assert_eq!(score(995, 5, 200.0), -4.0);
-        assert_eq!(normalised_score(0, 0, &cfg), 0.25); // idle: the bias over the prior
-        assert_eq!(normalised_score(19, 1, &cfg), -7.5); // 5 %: −180 / 24
-        assert_eq!(normalised_score(96, 0, &cfg), 0.97); // 97 / 100
+        // Idle: the bias over the prior. 5 %: −180 / 24. Healthy: 97 / 100.
+        assert_eq!(normalised_score(0, 0, &cfg), 0.25);
+        assert_eq!(normalised_score(19, 1, &cfg), -7.5);
+        assert_eq!(normalised_score(96, 0, &cfg), 0.97);
         // The same error rate gives about the same signal at any volume.
         let low = normalised_score(190, 10, &cfg);
         let high = normalised_score(19_000, 1_000, &cfg);

@@ -3,6 +3,7 @@
 //! snapshot. Nothing here sits on the request path except the breaker permits and the retry
 //! budget that dispatch consults.
 
+pub mod availability;
 pub mod breaker;
 pub mod discovery;
 pub mod pins;

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::{BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
-use crate::fleet::metrics::{parse_agent, parse_vllm, VllmSample};
+use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::route::Snapshot;
 
@@ -229,7 +229,7 @@ impl NodeScraper {
         let parsed = vllm.and_then(|body| match &self.last_page {
             Some((page, sample)) if *page == body => Ok(sample.clone()),
             _ => {
-                let sample = parse_vllm(&body)?;
+                let sample = parse_vllm_means(&body)?;
                 self.last_page = Some((body, sample.clone()));
                 Ok(sample)
             }

@@ -281,6 +281,38 @@ pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
     vllm_from_samples(&parse_exposition_where(text, is_read_by_parse_vllm)?)
 }
 
+/// [`parse_vllm`] without histogram buckets, for the scrape loop: routing reads only each
+/// histogram's sum and count (recent means), and buckets are most of a vLLM page, so skipping
+/// them cuts the parse cost several times over. The `# TYPE` line of a histogram is dropped
+/// with them, so its `_sum` and `_count` are read as plain samples.
+pub fn parse_vllm_means(text: &str) -> Result<VllmSample, String> {
+    let histograms: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# TYPE ") && l.ends_with(" histogram"))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let lines = text
+        .lines()
+        .filter(|l| match split_line(l) {
+            (LineKind::Help | LineKind::Other, ..) => false,
+            (LineKind::Type, _, name, _) => is_read_by_parse_vllm(name) && !histograms.contains(&name),
+            (_, _, name, _) => is_read_by_parse_vllm(name) && !name.ends_with("_bucket"),
+        })
+        .map(|l| Ok::<_, io::Error>(normalise_line(l)));
+    let scrape = Scrape::parse(lines).map_err(|e| format!("cannot read exposition: {e}"))?;
+    let samples: Vec<Sample> = scrape
+        .samples
+        .into_iter()
+        .map(|mut s| {
+            if s.metric.contains(COLON) {
+                s.metric = restore(&s.metric);
+            }
+            s
+        })
+        .collect();
+    vllm_from_samples(&samples)
+}
+
 /// [`parse_vllm`] over already parsed samples (any superset of [`VLLM_FAMILIES`]).
 pub fn vllm_from_samples(samples: &[Sample]) -> Result<VllmSample, String> {
     if !samples.iter().any(|s| s.metric.starts_with("vllm:")) {
@@ -491,5 +523,41 @@ spillway_gpu_temperature_celsius{gpu="0",uuid="GPU-a"} 61
         assert!(!down.up);
         assert_eq!(down.reason.as_deref(), Some("NVML: driver not loaded"));
         assert!(down.gpus.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod means_tests {
+    use super::*;
+
+    /// The scrape loop's bucket-free parse reads the same values routing uses.
+    #[test]
+    fn means_only_parse_agrees_with_the_full_parse_on_both_fixtures() {
+        for page in [
+            include_str!("../../tests/fixtures/vllm/v0-engine.prom"),
+            include_str!("../../tests/fixtures/vllm/v1-engine-excerpt.prom"),
+        ] {
+            let full = parse_vllm(page).unwrap();
+            let means = parse_vllm_means(page).unwrap();
+            assert_eq!(
+                (means.running, means.waiting, means.kv_cache_usage),
+                (full.running, full.waiting, full.kv_cache_usage)
+            );
+            assert_eq!(means.cache, full.cache);
+            assert_eq!(
+                (means.prompt_tokens, means.generation_tokens),
+                (full.prompt_tokens, full.generation_tokens)
+            );
+            assert_eq!(means.request_success, full.request_success);
+            for (m, f) in [
+                (&means.ttft, &full.ttft),
+                (&means.itl, &full.itl),
+                (&means.e2e, &full.e2e),
+                (&means.queue_time, &full.queue_time),
+            ] {
+                assert_eq!(m.as_ref().map(|h| (h.sum, h.count)), f.as_ref().map(|h| (h.sum, h.count)));
+                assert!(m.as_ref().is_none_or(|h| h.buckets.is_empty()));
+            }
+        }
     }
 }

@@ -4,10 +4,10 @@
 //! the request facts). The server, the tests and benchmarks all call [`plan`]. Dispatch walks
 //! the result; it never reorders it.
 
+pub mod chain;
 pub mod snapshot;
 mod strategy;
-
-use std::hash::{Hash, Hasher};
+pub mod weights;
 
 use tokio::time::Instant;
 
@@ -88,11 +88,7 @@ fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
     nodes
         .iter()
         .enumerate()
-        .max_by_key(|(_, n)| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (key, &n.key).hash(&mut h);
-            h.finish()
-        })
+        .max_by_key(|(_, n)| xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_bytes(), key))
         .map(|(i, _)| i)
 }
 
