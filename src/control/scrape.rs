@@ -39,7 +39,12 @@ pub struct Target {
     pub metrics_url: String,
     /// `http://<node host>:<agent_port>/metrics`, when the backend has an agent.
     pub agent_url: Option<String>,
+    /// `origin + "/version"`: vLLM's engine version, checked against the pool's pin.
+    pub version_url: String,
 }
+
+/// The engine version is asked for on the first good scrape and then every this many.
+const VERSION_EVERY: u32 = 60;
 
 /// Every vLLM node in `snap`, by node key.
 pub fn targets(snap: &Snapshot) -> HashMap<String, Target> {
@@ -50,6 +55,7 @@ pub fn targets(snap: &Snapshot) -> HashMap<String, Target> {
             let origin = n.origin.trim_end_matches('/');
             let target = Target {
                 metrics_url: format!("{origin}/metrics"),
+                version_url: format!("{origin}/version"),
                 agent_url: agent_port.and_then(|p| agent_url(origin, p)),
             };
             out.insert(n.key.clone(), target);
@@ -126,6 +132,7 @@ pub async fn run(
                 permits: permits.clone(),
                 cfg: cfg.clone(),
                 last_page: None,
+                version_in: 0,
             };
             let task = tasks.spawn(node.run());
             nodes.insert(key, (target, task));
@@ -191,6 +198,8 @@ struct NodeScraper {
     /// The last page and what it parsed to: an idle node's page does not change between
     /// scrapes, and parsing is most of a scrape's cost.
     last_page: Option<(String, VllmSample)>,
+    /// Good scrapes until the engine version is asked for again (0: at the next one).
+    version_in: u32,
 }
 
 impl NodeScraper {
@@ -238,6 +247,17 @@ impl NodeScraper {
             Ok(sample) => {
                 self.board.on_scrape(&self.key, sample, now);
                 self.load.mark_scraped(&self.key);
+                if self.version_in == 0 {
+                    let version =
+                        fetch(&self.client, &self.target.version_url, timeout).await.ok().and_then(|body| {
+                            serde_json::from_str::<serde_json::Value>(&body).ok()?["version"]
+                                .as_str()
+                                .map(str::to_string)
+                        });
+                    self.board.on_engine_version(&self.key, version);
+                    self.version_in = VERSION_EVERY;
+                }
+                self.version_in -= 1;
                 true
             }
             Err(e) => {

@@ -29,7 +29,7 @@ pub struct Sources {
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
-/// cache dtype stands in for quantisation when it is not `auto`).
+/// cache dtype stands in for quantisation when it is not `auto`; `/version` for the engine).
 fn reported(
     sources: &Sources,
     discovered: &DiscoveredNodes,
@@ -38,16 +38,18 @@ fn reported(
     key: &str,
 ) -> Reported {
     let meta = discovered.get(backend).and_then(|nodes| nodes.iter().find(|n| n.origin == origin));
-    let dtype = sources
-        .telemetry
-        .get(key)
-        .and_then(|t| t.sample)
+    let telemetry = sources.telemetry.get(key);
+    let dtype = telemetry
+        .as_ref()
+        .and_then(|t| t.sample.as_ref())
         .and_then(|s| s.cache.as_ref().and_then(|c| c.cache_dtype.clone()))
         .filter(|d| d != "auto");
     Reported {
         weights: meta.and_then(|m| m.metadata.weights_digest.clone()),
         quantization: meta.and_then(|m| m.metadata.quantization.clone()).or(dtype),
-        engine: meta.and_then(|m| m.metadata.engine_version.clone()),
+        engine: meta
+            .and_then(|m| m.metadata.engine_version.clone())
+            .or_else(|| telemetry.and_then(|t| t.engine_version)),
     }
 }
 

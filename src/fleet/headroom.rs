@@ -3,9 +3,12 @@
 //! Pure arithmetic over what the node last reported (queue, running, KV use, recent TTFT and
 //! prefill rate), what the router sent since (its own credit), and the pool's capacity and
 //! reserve. The predictor is simple on purpose: a request waits for a free sequence slot
-//! (slots turn over every mean service time), then for its prefill (uncached prompt tokens at
-//! the node's recent prefill rate), then for one engine step. A missing signal is unknown: the
-//! prediction falls back to what is known, and a node with no fresh scrape is not admitted.
+//! (slots turn over every mean service time), then as long as the node's recent requests took
+//! from leaving the queue to their first token (TTFT minus queue time: prefill of an average
+//! prompt plus engine steps), corrected for how much longer or shorter this request's uncached
+//! prompt is than the average, at the node's prefill rate. Before the node has measured
+//! anything: prefill at the prefill rate (or a default) plus one step. A missing signal is
+//! unknown, and a node with no fresh scrape is not admitted.
 
 use std::time::Duration;
 
@@ -36,6 +39,8 @@ pub struct NodeSignals {
     pub service_s: Option<f64>,
     /// Recent share of prompt tokens served from the prefix cache.
     pub prefix_hit_rate: Option<f64>,
+    /// Recent mean prompt size, tokens.
+    pub prompt_tokens_mean: Option<f64>,
 }
 
 /// The pool-wide numbers a node is judged against.
@@ -90,18 +95,20 @@ pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prom
     let slots = f64::from(limits.max_running.max(1));
     // Requests ahead of this one in the queue once every slot is busy.
     let ahead = (at_node + 1.0 - slots).max(0.0);
-    let service = sig.service_s.unwrap_or(DEFAULT_SERVICE_S);
-    let queue_wait = ahead * service / slots;
-    let uncached = f64::from(prompt_tokens) * (1.0 - sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0));
-    let prefill = match sig.prefill_tps {
-        Some(tps) if tps > 0.0 => uncached / tps,
-        // No rate yet: what the node measured lately, less its queueing, is the best guess.
-        _ => match (sig.ttft_s, sig.queue_s) {
-            (Some(t), q) => (t - q.unwrap_or(0.0)).max(0.0),
-            (None, _) => uncached / DEFAULT_PREFILL_TPS,
-        },
+    let queue_wait = ahead * sig.service_s.unwrap_or(DEFAULT_SERVICE_S) / slots;
+    let cached = sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0);
+    let uncached = f64::from(prompt_tokens) * (1.0 - cached);
+    let tps = sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS);
+    let step = sig.itl_s.unwrap_or(DEFAULT_STEP_S);
+    let to_first_token = match sig.ttft_s {
+        Some(ttft) => {
+            let measured = (ttft - sig.queue_s.unwrap_or(0.0)).max(0.0);
+            let usual = sig.prompt_tokens_mean.unwrap_or(f64::from(prompt_tokens)) * (1.0 - cached);
+            (measured + (uncached - usual) / tps).max(step)
+        }
+        None => uncached / tps + step,
     };
-    queue_wait + prefill + sig.itl_s.unwrap_or(DEFAULT_STEP_S)
+    queue_wait + to_first_token
 }
 
 /// Why the node may not take the request, or `None` with the predicted TTFT if it may.
@@ -168,18 +175,25 @@ mod tests {
             itl_s: Some(0.02),
             service_s: Some(1.0),
             prefix_hit_rate: Some(0.0),
+            prompt_tokens_mean: Some(500.0),
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_idle_node_predicts_prefill_plus_one_step() {
+    async fn an_idle_node_predicts_its_recent_ttft_corrected_for_prompt_size() {
         let now = Instant::now();
-        // 1000 tokens at 5000 tok/s = 0.2 s, plus a 0.02 s step, no queue.
+        // Recent TTFT 0.05 s for 500-token prompts; 1000 tokens is 500 more at 5000 tok/s.
         let t = admit(&sig(now), LoadView::default(), &limits(), 1000, 1.0, now).unwrap();
-        assert!((t - 0.22).abs() < 1e-9, "{t}");
-        // Half the prompt cached halves the prefill.
+        assert!((t - 0.15).abs() < 1e-9, "{t}");
+        // An average prompt: exactly the recent TTFT. A tiny one: never less than one step.
+        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 500) - 0.05).abs() < 1e-9);
+        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 1) - 0.02).abs() < 1e-9);
+        // Half of every prompt cached: the 500 extra tokens cost half as much.
         let cached = NodeSignals { prefix_hit_rate: Some(0.5), ..sig(now) };
-        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000) - 0.12).abs() < 1e-9);
+        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000) - 0.10).abs() < 1e-9);
+        // Before anything is measured: prefill at the rate plus one step.
+        let fresh = NodeSignals { ttft_s: None, ..sig(now) };
+        assert!((predict_ttft(&fresh, LoadView::default(), &limits(), 1000) - 0.22).abs() < 1e-9);
     }
 
     #[tokio::test(start_paused = true)]
@@ -188,7 +202,7 @@ mod tests {
         let busy = NodeSignals { running: Some(10.0), waiting: Some(4.0), ..sig(now) };
         // 14 at the node, 10 slots: 5 ahead (this one included) × 1 s / 10 slots = 0.5 s.
         let t = predict_ttft(&busy, LoadView::default(), &limits(), 1000);
-        assert!((t - 0.72).abs() < 1e-9, "{t}");
+        assert!((t - 0.65).abs() < 1e-9, "{t}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -220,7 +234,7 @@ mod tests {
         let full_kv = NodeSignals { kv_usage: Some(0.75), ..sig(now) };
         assert_eq!(admit(&full_kv, LoadView::default(), &l, 2000, 9.0, now), Err(SpillReason::Kv));
         assert!(admit(&full_kv, LoadView::default(), &l, 100, 9.0, now).is_ok());
-        // TTFT: 4000 tokens at 5000 tok/s = 0.8 s + step > a 0.5 s target.
+        // TTFT: 3500 tokens more than usual at 5000 tok/s = 0.7 s more > a 0.5 s target.
         assert_eq!(admit(&sig(now), LoadView::default(), &l, 4000, 0.5, now), Err(SpillReason::Ttft));
     }
 
@@ -231,7 +245,8 @@ mod tests {
         let t = admit(&bare, LoadView::default(), &limits(), 1000, 5.0, now).unwrap();
         // 1000 tokens at the default 10k tok/s + the default step.
         assert!((t - 0.12).abs() < 1e-9, "{t}");
+        // Measured 0.3 s TTFT of which 0.1 s queued; no prompt mean: this prompt counts as usual.
         let measured = NodeSignals { ttft_s: Some(0.3), queue_s: Some(0.1), ..bare };
-        assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000) - 0.22).abs() < 1e-9);
+        assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000) - 0.2).abs() < 1e-9);
     }
 }

@@ -163,6 +163,8 @@ pub struct NodeTelemetry {
     pub agent: Option<AgentSample>,
     /// Why the agent did not answer, if it did not.
     pub agent_error: Option<String>,
+    /// What the node's `/version` said (vLLM's engine version), if it answered.
+    pub engine_version: Option<String>,
 }
 
 impl NodeTelemetry {
@@ -235,6 +237,7 @@ impl NodeTelemetry {
             // A request holds a slot from leaving the queue to its end.
             service_s: r.e2e_s.map(|e| r.queue_s.map_or(e, |q| (e - q).max(0.0))),
             prefix_hit_rate: r.prefix_cache_hit_rate,
+            prompt_tokens_mean: r.prompt_tokens_per_request,
         }
     }
 }
@@ -288,6 +291,11 @@ impl TelemetryBoard {
     /// See [`NodeTelemetry::on_agent_failure`].
     pub fn on_agent_failure(&self, key: &str, error: String) {
         self.with(key, |n| n.on_agent_failure(error));
+    }
+
+    /// Record what the node's `/version` said (`None`: it did not answer or had no version).
+    pub fn on_engine_version(&self, key: &str, version: Option<String>) {
+        self.with(key, |n| n.engine_version = version);
     }
 
     /// [`NodeTelemetry::signals`] of one node, without copying the rest.
