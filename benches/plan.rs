@@ -48,6 +48,7 @@ fn bench(c: &mut Criterion) {
                         max_output_tokens: 300,
                         seed,
                         affinity: Some(seed % 7),
+                        window: 0,
                         priority: Priority::Standard,
                         load: &|_| LoadView::default(),
                     };

@@ -207,12 +207,16 @@ pub struct Tally {
 pub async fn consume(
     mut rx: tokio::sync::mpsc::Receiver<Record>,
     tally: std::sync::Arc<std::sync::Mutex<Tally>>,
+    availability: std::sync::Arc<crate::control::balancing::AvailabilityBoard>,
 ) {
     while let Some(record) = rx.recv().await {
         let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
         match record {
             Record::Attempt(a) => {
                 tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe());
+                if a.skipped.is_none() {
+                    availability.record(&a.backend, a.error_class);
+                }
                 if let Some(class) = a.error_class {
                     *t.failed_attempts.entry(format!("{}/{}", a.backend, class.as_str())).or_default() += 1;
                 }

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
+use crate::control::balancing::{self, AvailabilityBoard};
 use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::pins::PinBoard;
 use crate::control::quota::QuotaBoard;
@@ -88,7 +89,12 @@ pub async fn start(
     let (records_tx, records_rx) = mpsc::channel::<Record>(65_536);
     let mut loops = tokio::task::JoinSet::new();
     let tally = Arc::new(std::sync::Mutex::new(outcome::Tally::default()));
-    loops.spawn(outcome::consume(records_rx, Arc::clone(&tally)));
+    let availability = AvailabilityBoard::new(&config);
+    loops.spawn(outcome::consume(records_rx, Arc::clone(&tally), Arc::clone(&availability)));
+    loops.spawn(balancing::run(
+        Arc::clone(&availability),
+        Duration::from_secs(config.balancing.interval_secs),
+    ));
 
     let (discovered_tx, discovered_rx) = watch::channel(DiscoveredNodes::new());
     let kube_backends: Vec<_> = config
@@ -115,6 +121,7 @@ pub async fn start(
         discovered: discovered_rx,
         pins,
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
+        availability: Arc::clone(&availability),
     };
     loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
     let scrape_client = reqwest::Client::builder()

@@ -178,3 +178,40 @@ async fn everything_failing_is_a_503_that_lists_each_attempt() {
     assert!(message.contains("local: server_error 500"), "{message}");
     assert!(message.contains("hosted: overloaded 503"), "{message}");
 }
+
+#[tokio::test]
+async fn adaptive_weights_move_traffic_off_a_failing_provider() {
+    let a = sim(SimKind::OpenAi, "gpt-5.6", failing(503)).await;
+    let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: a, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+  - {{name: b, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: t, backends: [a, b], slo: {{ttft_ms: 1000}}}}
+dispatch: {{breaker: {{consecutive_failures: 1000, error_rate: 1.0, min_requests: 1000}}}}
+balancing: {{interval_secs: 1}}
+"#,
+        a.base_url(),
+        b.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    // While a's availability is still 1 it is first in every chain: each request fails over.
+    let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
+    assert_eq!(
+        (&headers["x-spillway-backend"], &headers["x-spillway-attempts"]),
+        (&"b".parse().unwrap(), &"2".parse().unwrap())
+    );
+    // One interval later the PID has cut a's availability: b comes first, no failed call.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let stats: serde_json::Value =
+        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(stats["availability"]["a"], 0.0, "{stats}");
+    assert_eq!(stats["weights"]["t"]["b"], 1.0, "{stats}");
+    for _ in 0..5 {
+        let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
+        assert_eq!(headers["x-spillway-attempts"], "1");
+        assert_eq!(headers["x-spillway-backend"], "b");
+    }
+}

@@ -92,6 +92,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
     // The affinity key (project, else client key) keeps a project on the node that holds its
     // prefix cache; without one, requests spread at random.
     let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let load = |node: &str| state.load.view(node);
     let plan = route::plan(
         &RequestFacts {
@@ -100,6 +101,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
             max_output_tokens: canonical.max_tokens.unwrap_or(1024),
             seed: affinity.unwrap_or_else(rand::random),
             affinity,
+            window: route::chain::window_index(created, snap.config.balancing.affinity_window_secs),
             priority,
             load: &load,
         },
@@ -115,7 +117,6 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
     add_spillway_headers(&mut spillway_headers, &committed);
 
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut response = if request.wants_stream() {
         stream_response(
             committed.events,

@@ -137,6 +137,31 @@ async fn stats(State(state): State<Arc<AppState>>) -> Response {
     let mut body = serde_json::to_value(tally).unwrap_or_default();
     body["quota_shared_state_ok"] =
         if state.quota.is_shared() { json!(state.quota.shared_state_ok()) } else { serde_json::Value::Null };
+    let snap = state.snapshot.load();
+    body["availability"] = snap
+        .backends
+        .iter()
+        .filter(|b| !b.is_local())
+        .map(|b| (b.name.clone(), json!(b.availability)))
+        .collect();
+    // Each adaptive task's weights now, with every local pool counted as having headroom.
+    body["weights"] = snap
+        .config
+        .tasks
+        .iter()
+        .filter(|t| t.strategy == crate::config::Strategy::Adaptive)
+        .map(|t| {
+            let names: Vec<&String> = t.backends.iter().filter(|n| snap.backend_index(n).is_some()).collect();
+            let avail: Vec<f64> = names
+                .iter()
+                .filter_map(|n| snap.backend_index(n))
+                .map(|i| snap.backends[i].availability)
+                .collect();
+            let w = crate::route::weights::weights(&avail);
+            (t.name.clone(), names.iter().zip(w).map(|(n, w)| ((*n).clone(), json!(w))).collect())
+        })
+        .collect::<serde_json::Map<String, serde_json::Value>>()
+        .into();
     Json(body).into_response()
 }
 

@@ -35,8 +35,18 @@ impl fmt::Display for Problem {
     }
 }
 
-const TOP_KEYS: &[&str] =
-    &["listen", "client_keys_env", "backends", "tasks", "policy", "dispatch", "limits", "telemetry", "state"];
+const TOP_KEYS: &[&str] = &[
+    "listen",
+    "client_keys_env",
+    "backends",
+    "tasks",
+    "policy",
+    "dispatch",
+    "limits",
+    "telemetry",
+    "state",
+    "balancing",
+];
 
 /// Read and check a config file.
 pub fn load_file(path: &Path) -> Result<Config, Vec<Problem>> {
@@ -73,7 +83,8 @@ pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
             "dispatch" => check::<super::DispatchConfig>(name, &value, &mut problems),
             "limits" => check::<super::LimitsConfig>(name, &value, &mut problems),
             "telemetry" => check::<super::TelemetryConfig>(name, &value, &mut problems),
-            _ => check::<super::StateConfig>(name, &value, &mut problems),
+            "state" => check::<super::StateConfig>(name, &value, &mut problems),
+            _ => check::<super::BalancingConfig>(name, &value, &mut problems),
         };
         if ok {
             clean.insert(Value::String(name.to_string()), value);

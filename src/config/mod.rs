@@ -39,6 +39,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     #[serde(default)]
     pub state: StateConfig,
+    #[serde(default)]
+    pub balancing: BalancingConfig,
 }
 
 fn default_listen() -> String {

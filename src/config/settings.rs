@@ -2,6 +2,7 @@
 //! shared state. Types and defaults only.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -130,6 +131,47 @@ impl Default for TelemetryConfig {
             timeout_ms: 800,
             stale_after_ms: 5000,
             backoff_max_ms: 10_000,
+        }
+    }
+}
+
+/// Adaptive balancing: PID availability per hosted backend, and affinity windows.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalancingConfig {
+    /// How often availability is recomputed from the interval's outcomes.
+    pub interval_secs: u64,
+    /// `E` in `score = successes − E × errors + 1`: 200 targets about 0.5 % errors.
+    pub error_weight: f64,
+    pub kp: f64,
+    pub ki: f64,
+    pub kd: f64,
+    /// A project keeps its fallback chain for this long (prompt caches stay warm).
+    pub affinity_window_secs: u64,
+}
+
+impl Default for BalancingConfig {
+    fn default() -> Self {
+        BalancingConfig {
+            interval_secs: 30,
+            error_weight: 200.0,
+            kp: 0.02,
+            ki: 0.05,
+            kd: 0.0,
+            affinity_window_secs: 300,
+        }
+    }
+}
+
+impl BalancingConfig {
+    /// The PID settings these keys describe (anti-windup and normalisation at their defaults).
+    pub fn pid(&self) -> crate::control::availability::PidConfig {
+        use crate::control::availability::{PidConfig, PidGains};
+        PidConfig {
+            gains: PidGains { kp: self.kp, ki: self.ki, kd: self.kd },
+            error_weight: self.error_weight,
+            interval: Duration::from_secs(self.interval_secs),
+            ..PidConfig::default()
         }
     }
 }

@@ -9,8 +9,12 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
-    /// Configured preference order; backends whose breaker is open go last.
+    /// Live weights: each hosted backend's PID availability (a local pool: 1 while a node has
+    /// headroom, else 0) filled in preference order, then a sticky weighted chain per
+    /// affinity key and window. With everything healthy it is the preference order.
     #[default]
+    Adaptive,
+    /// Configured preference order; backends whose breaker is open go last.
     Priority,
     /// Weighted random order (weights from `weights`, equal when unset).
     Weighted,

@@ -200,6 +200,21 @@ pub fn validate(config: &Config) -> Vec<Problem> {
             p("state.redis_url".into(), format!("`{url}` must start with redis:// or rediss://"));
         }
     }
+    let b = &config.balancing;
+    if b.interval_secs == 0 {
+        p("balancing.interval_secs".into(), "must be at least 1".into());
+    }
+    if b.affinity_window_secs == 0 {
+        p("balancing.affinity_window_secs".into(), "must be at least 1".into());
+    }
+    if !(b.error_weight.is_finite() && b.error_weight > 0.0) {
+        p("balancing.error_weight".into(), "must be above 0".into());
+    }
+    for (key, gain) in [("kp", b.kp), ("ki", b.ki), ("kd", b.kd)] {
+        if !(gain.is_finite() && gain >= 0.0) {
+            p(format!("balancing.{key}"), "must be a number ≥ 0".into());
+        }
+    }
     if config.limits.max_concurrency == 0 {
         p("limits.max_concurrency".into(), "must be at least 1".into());
     }

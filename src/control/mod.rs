@@ -4,6 +4,7 @@
 //! budget that dispatch consults.
 
 pub mod availability;
+pub mod balancing;
 pub mod breaker;
 pub mod discovery;
 pub mod pins;

@@ -26,6 +26,8 @@ pub struct Sources {
     pub pins: Arc<PinBoard>,
     /// Whether a hosted backend's quota is gone for now (no I/O: a local view).
     pub over_quota: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Hosted backends' PID availability.
+    pub availability: Arc<super::balancing::AvailabilityBoard>,
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
@@ -68,6 +70,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         signals: &signals,
         quarantine: &|_| None,
         over_quota: &*sources.over_quota,
+        availability: &|b| sources.availability.get(b),
     };
     let mut snap = Snapshot::build(Arc::clone(&sources.config), &inputs, version);
     for (b, view) in snap.backends.iter_mut().enumerate() {
@@ -132,6 +135,7 @@ tasks:
             discovered: rx,
             pins: Arc::new(PinBoard::default()),
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
+            availability: super::super::balancing::AvailabilityBoard::new(&config),
             config,
         };
         (sources, tx)

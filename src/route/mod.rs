@@ -9,6 +9,8 @@ pub mod snapshot;
 mod strategy;
 pub mod weights;
 
+use std::collections::HashMap;
+
 use tokio::time::Instant;
 
 use crate::config::{Priority, TaskConfig};
@@ -26,8 +28,12 @@ pub struct RequestFacts<'a> {
     pub max_output_tokens: u32,
     /// Drives every random choice of this plan: same seed, same plan.
     pub seed: u64,
-    /// Hash of the affinity key (project, else client key): its prefix cache lives on one node.
+    /// Hash of the affinity key (project, else client key): its prefix cache lives on one node
+    /// and, with `strategy: adaptive`, it keeps one fallback chain per window.
     pub affinity: Option<u64>,
+    /// The affinity window this request falls in (`route::chain::window_index` of the wall
+    /// clock), so a project's chain is redrawn every window.
+    pub window: u64,
     pub priority: Priority,
     /// The router's own load on each node (by node key), read just before planning.
     pub load: &'a dyn Fn(&str) -> LoadView,
@@ -42,6 +48,8 @@ pub enum Reason {
     Weighted { weight: f64 },
     /// Ordered by estimated cost of this request, in US dollars.
     Cheapest { estimated_usd: f64 },
+    /// Drawn into the affinity key's chain with this weight (from live availability).
+    Chain { weight: f64 },
     /// A local node with headroom for the SLO; `affinity` when it holds the key's prefix cache.
     Headroom { predicted_ttft_ms: u32, affinity: bool },
     /// A local node without headroom, tried only after everything else (interactive requests).
@@ -95,60 +103,30 @@ fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
 /// Order the backends a request may use.
 pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<Plan, NoEligibleBackend> {
     let eligible = policy::eligible(facts.task, snap)?;
-    let ordered = strategy::order(facts, snap, &eligible);
     let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin);
-    let mut targets = Vec::new();
-    let mut last = Vec::new();
+    let mut local: HashMap<usize, Vec<Target>> = HashMap::new();
     let mut last_resort: Vec<(f64, Target)> = Vec::new();
     let mut spills = Vec::new();
+    for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
+        let targets = pool_targets(facts, snap, backend, slo_s, now, &mut spills, &mut last_resort);
+        local.insert(backend, targets);
+    }
+    let has_headroom = |b: usize| local.get(&b).is_some_and(|t| !t.is_empty());
+    let ordered = strategy::order(facts, snap, &eligible, &has_headroom);
+    let mut targets = Vec::new();
+    let mut last = Vec::new();
     for (backend, reason) in ordered {
-        let view = &snap.backends[backend];
-        if view.is_local() {
-            let limits =
-                PoolLimits { reserve: facts.priority.local_reserve(view.limits.reserve), ..view.limits };
-            let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
-            let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
-            for (i, node) in view.nodes.iter().enumerate() {
-                let load = (facts.load)(&node.key);
-                let verdict = if node.breaker == BreakerView::Open || node.quarantine.is_some() {
-                    Err(SpillReason::Down)
-                } else {
-                    headroom::admit(&node.signals, load, &limits, facts.prompt_tokens, slo_s, now)
-                };
-                match verdict {
-                    Ok(ttft) => admitted.push((preferred != Some(i), ttft, i)),
-                    Err(why) => {
-                        spills.push(Spill { backend, node: i, reason: why });
-                        if facts.priority == Priority::Interactive && why > SpillReason::Stale {
-                            let ttft =
-                                headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens);
-                            last_resort.push((
-                                ttft,
-                                Target { backend, node: i, reason: Reason::LastResort { why } },
-                            ));
-                        }
-                    }
-                }
-            }
-            // The affinity node first while it has headroom, then the soonest first token.
-            admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-            targets.extend(admitted.into_iter().map(|(other, ttft, node)| Target {
-                backend,
-                node,
-                reason: Reason::Headroom {
-                    predicted_ttft_ms: (ttft * 1000.0).round() as u32,
-                    affinity: !other,
-                },
-            }));
-        } else {
-            let nodes = &view.nodes;
-            let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
-            for offset in 0..nodes.len() {
-                let node = (start + offset) % nodes.len();
-                match nodes[node].breaker {
-                    BreakerView::Open => last.push(Target { backend, node, reason: Reason::BreakerOpen }),
-                    _ => targets.push(Target { backend, node, reason }),
-                }
+        if let Some(pool) = local.remove(&backend) {
+            targets.extend(pool);
+            continue;
+        }
+        let nodes = &snap.backends[backend].nodes;
+        let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
+        for offset in 0..nodes.len() {
+            let node = (start + offset) % nodes.len();
+            match nodes[node].breaker {
+                BreakerView::Open => last.push(Target { backend, node, reason: Reason::BreakerOpen }),
+                _ => targets.push(Target { backend, node, reason }),
             }
         }
     }
@@ -156,6 +134,51 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
     targets.extend(last_resort.into_iter().map(|(_, t)| t));
     targets.extend(last);
     Ok(Plan { targets, spills })
+}
+
+/// The nodes of one local pool that may take the request, affinity node first while it has
+/// headroom, then the soonest predicted first token. The others are recorded as spills, and
+/// (for interactive requests) as last resorts.
+fn pool_targets(
+    facts: &RequestFacts<'_>,
+    snap: &Snapshot,
+    backend: usize,
+    slo_s: f64,
+    now: Instant,
+    spills: &mut Vec<Spill>,
+    last_resort: &mut Vec<(f64, Target)>,
+) -> Vec<Target> {
+    let view = &snap.backends[backend];
+    let limits = PoolLimits { reserve: facts.priority.local_reserve(view.limits.reserve), ..view.limits };
+    let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
+    let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
+    for (i, node) in view.nodes.iter().enumerate() {
+        let load = (facts.load)(&node.key);
+        let verdict = if node.breaker == BreakerView::Open || node.quarantine.is_some() {
+            Err(SpillReason::Down)
+        } else {
+            headroom::admit(&node.signals, load, &limits, facts.prompt_tokens, slo_s, now)
+        };
+        match verdict {
+            Ok(ttft) => admitted.push((preferred != Some(i), ttft, i)),
+            Err(why) => {
+                spills.push(Spill { backend, node: i, reason: why });
+                if facts.priority == Priority::Interactive && why > SpillReason::Stale {
+                    let ttft = headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens);
+                    last_resort.push((ttft, Target { backend, node: i, reason: Reason::LastResort { why } }));
+                }
+            }
+        }
+    }
+    admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    admitted
+        .into_iter()
+        .map(|(other, ttft, node)| Target {
+            backend,
+            node,
+            reason: Reason::Headroom { predicted_ttft_ms: (ttft * 1000.0).round() as u32, affinity: !other },
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -184,6 +207,7 @@ mod tests {
             signals: &signals,
             quarantine: &|_| None,
             over_quota: &|_| false,
+            availability: &|_| 1.0,
         };
         Snapshot::build(config(), &inputs, 2)
     }
@@ -211,6 +235,7 @@ mod tests {
             max_output_tokens: 400,
             seed,
             affinity: None,
+            window: 0,
             priority: Priority::Standard,
             load: &no_load,
         }
@@ -378,5 +403,42 @@ mod tests {
         let p = plan(&f, &snap, now).unwrap();
         assert!(p.targets.is_empty(), "nothing hosted, nothing down: {:?}", p.targets);
         assert_eq!(p.spills.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adaptive_chains_follow_availability_and_stick_to_the_key_within_a_window() {
+        let now = Instant::now();
+        let none = BTreeMap::new();
+        let availability = |b: &str| if b == "anthropic" { 0.3 } else { 1.0 };
+        let inputs = SnapshotInputs {
+            discovered: &none,
+            breaker: &closed,
+            signals: &|_| None, // the pool is stale: no headroom, availability 0
+            quarantine: &|_| None,
+            over_quota: &|_| false,
+            availability: &availability,
+        };
+        let snap = Snapshot::build(config(), &inputs, 2);
+        let mut task = snap.config.task("summarise-ticket").unwrap().clone();
+        task.strategy = Strategy::Adaptive;
+        // Preference [local 0, anthropic 0.3, openai 1.0] → weights [0, 0.3, 0.7].
+        let mut anthropic_first = 0;
+        for key in 0..2000u64 {
+            let f = RequestFacts { affinity: Some(key), window: 7, ..facts(&task, key) };
+            let p = plan(&f, &snap, now).unwrap();
+            let again = plan(&RequestFacts { seed: key + 99, ..f }, &snap, now).unwrap();
+            assert_eq!(p.targets, again.targets, "the key, not the request, picks the chain");
+            let first = &snap.backends[p.targets[0].backend].name;
+            if first == "anthropic" {
+                anthropic_first += 1;
+                assert_eq!(p.targets[0].reason, Reason::Chain { weight: 0.3 });
+            }
+        }
+        let share = anthropic_first as f64 / 2000.0;
+        assert!((share - 0.3).abs() < 0.04, "{share}");
+        // With every availability at 1 and headroom, the chain is the preference order.
+        let snap = snap_with(now, idle, closed);
+        let p = plan(&RequestFacts { affinity: Some(5), ..facts(&task, 5) }, &snap, now).unwrap();
+        assert_eq!(names(&snap, &p), ["local-llama#0", "local-llama#1", "anthropic#0", "openai#0"]);
     }
 }

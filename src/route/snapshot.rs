@@ -56,6 +56,8 @@ pub struct BackendView {
     pub limits: PoolLimits,
     /// vLLM pools: the reserve is released because a hosted backend sharing a task is down.
     pub reserve_released: bool,
+    /// Hosted backends: PID availability in [0, 1] from recent outcomes (1 until measured).
+    pub availability: f64,
     pub nodes: Vec<NodeView>,
 }
 
@@ -94,6 +96,8 @@ pub struct SnapshotInputs<'a> {
     pub quarantine: &'a dyn Fn(&str) -> Option<String>,
     /// A hosted backend that cannot take traffic now (its quota is gone).
     pub over_quota: &'a dyn Fn(&str) -> bool,
+    /// A hosted backend's PID availability.
+    pub availability: &'a dyn Fn(&str) -> f64,
 }
 
 /// Everything planning may read, frozen.
@@ -119,6 +123,7 @@ impl Snapshot {
             signals: &|_| None,
             quarantine: &|_| None,
             over_quota: &|_| false,
+            availability: &|_| 1.0,
         };
         Snapshot::build(config, &inputs, 1)
     }
@@ -163,6 +168,7 @@ impl Snapshot {
                     max_inflight_per_node: b.max_inflight_per_node,
                     limits: PoolLimits { max_running: b.max_running, reserve: b.reserve, stale_after },
                     reserve_released: false,
+                    availability: if b.kind.is_local() { 1.0 } else { (inputs.availability)(&b.name) },
                     nodes,
                 }
             })

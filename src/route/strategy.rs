@@ -6,18 +6,53 @@ use rand::{Rng, SeedableRng};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use super::{Reason, RequestFacts, Snapshot};
+use super::{chain, weights, Reason, RequestFacts, Snapshot};
 use crate::config::Strategy;
 
 /// Order the eligible backends (indices into `snap.backends`, in preference order).
-pub fn order(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Vec<(usize, Reason)> {
+/// `has_headroom(b)` says whether local pool `b` has a node that may take this request.
+pub fn order(
+    facts: &RequestFacts<'_>,
+    snap: &Snapshot,
+    eligible: &[usize],
+    has_headroom: &dyn Fn(usize) -> bool,
+) -> Vec<(usize, Reason)> {
     match facts.task.strategy {
+        Strategy::Adaptive => adaptive(facts, snap, eligible, has_headroom),
         Strategy::Priority => {
             eligible.iter().enumerate().map(|(rank, &b)| (b, Reason::Preferred { rank })).collect()
         }
         Strategy::Weighted => weighted(facts, snap, eligible),
         Strategy::Cost => cheapest_first(facts, snap, eligible),
     }
+}
+
+/// Live weights (availability filled in preference order) drawn into the affinity key's
+/// sticky chain for this window. A local pool's availability is 1 while it has headroom for
+/// this request and 0 otherwise: "the fleet first, hosted as it fills" and "hosted as failover"
+/// are the same mechanism.
+fn adaptive(
+    facts: &RequestFacts<'_>,
+    snap: &Snapshot,
+    eligible: &[usize],
+    has_headroom: &dyn Fn(usize) -> bool,
+) -> Vec<(usize, Reason)> {
+    let availability: Vec<f64> = eligible
+        .iter()
+        .map(|&b| match snap.backends[b].is_local() {
+            true if has_headroom(b) => 1.0,
+            true => 0.0,
+            false => snap.backends[b].availability,
+        })
+        .collect();
+    let w = weights::weights(&availability);
+    let named: Vec<(&str, f64)> =
+        eligible.iter().zip(&w).map(|(&b, &w)| (snap.backends[b].name.as_str(), w)).collect();
+    let key = format!("{:016x}", facts.affinity.unwrap_or(facts.seed));
+    chain::chain(&key, facts.window, &named)
+        .into_iter()
+        .map(|i| (eligible[i], Reason::Chain { weight: w[i] }))
+        .collect()
 }
 
 /// Sample without replacement in proportion to weight; zero weights follow in preference order.

@@ -1,0 +1,98 @@
+//! The availability loop: hosted backends' outcomes feed a PID controller per backend, which
+//! every interval publishes an availability in [0, 1]; the snapshot loop copies it into each
+//! snapshot, and `strategy: adaptive` turns it into weights and chains.
+//!
+//! Only hosted backends are tracked (a local pool's availability is its live headroom). Only
+//! failures that count against a backend (rate limits, overload, server errors, timeouts)
+//! lower it; client errors do not.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::availability::Availability;
+use crate::adapter::ErrorClass;
+use crate::config::Config;
+
+/// The shared PID state.
+pub struct AvailabilityBoard {
+    inner: Mutex<Availability>,
+    hosted: Vec<String>,
+}
+
+impl AvailabilityBoard {
+    pub fn new(config: &Config) -> Arc<Self> {
+        let mut availability = Availability::new(config.balancing.pid());
+        let hosted: Vec<String> =
+            config.backends.iter().filter(|b| !b.kind.is_local()).map(|b| b.name.clone()).collect();
+        for name in &hosted {
+            availability.track(name);
+        }
+        Arc::new(AvailabilityBoard { inner: Mutex::new(availability), hosted })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Availability> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An upstream call to `backend` reached its first token (`None`) or failed.
+    pub fn record(&self, backend: &str, failure: Option<ErrorClass>) {
+        if !self.hosted.iter().any(|h| h == backend) {
+            return;
+        }
+        match failure {
+            None => self.lock().record(backend, true),
+            Some(class) => self.lock().record_failure(backend, class),
+        }
+    }
+
+    /// Close an interval of `dt`.
+    pub fn tick(&self, dt: Duration) {
+        let published = self.lock().tick(dt);
+        tracing::debug!(?published, "availability");
+    }
+
+    /// A backend's availability now (1 for anything untracked).
+    pub fn get(&self, backend: &str) -> f64 {
+        self.lock().get(backend)
+    }
+
+    pub fn all(&self) -> std::collections::BTreeMap<String, f64> {
+        self.lock().all()
+    }
+}
+
+/// Tick the board every `interval`, passing the real elapsed time, until aborted.
+pub async fn run(board: Arc<AvailabilityBoard>, interval: Duration) {
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = Instant::now();
+    loop {
+        let now = tick.tick().await;
+        board.tick(now.saturating_duration_since(last));
+        last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn hosted_overload_lowers_availability_and_client_errors_do_not() {
+        let config = crate::config::parse(include_str!("../../spillway.example.yaml")).unwrap();
+        let board = AvailabilityBoard::new(&config);
+        for _ in 0..20 {
+            board.record("openai", Some(ErrorClass::InvalidRequest));
+            board.record("anthropic", Some(ErrorClass::Overloaded));
+            board.record("local-llama", Some(ErrorClass::Overloaded));
+        }
+        let handle = tokio::spawn(run(Arc::clone(&board), Duration::from_secs(30)));
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert_eq!(board.get("openai"), 1.0, "client errors do not count");
+        assert_eq!(board.get("anthropic"), 0.0, "20 overloads in an interval: down at once");
+        assert_eq!(board.get("local-llama"), 1.0, "local pools are not tracked");
+        handle.abort();
+    }
+}

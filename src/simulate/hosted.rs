@@ -1,0 +1,125 @@
+//! A modelled hosted provider: a log-normal time to first token that grows with the uncached
+//! prompt, a fixed output speed, its own per-minute request and token limits (429 beyond them,
+//! counting uncached input plus output, as providers mostly do), a background error rate,
+//! outage windows (503), and a prompt cache per project that is warm when the project's
+//! previous request here came within the cache window.
+//!
+//! It decides each call's fate the moment the call is made; the engine turns the answer into
+//! events. It must not know about the router's quotas or breakers: those are the router's
+//! business, and a provider that the router over-drives answers 429 like a real one.
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::clock::{from_ms, from_secs, Micros};
+use super::scenario::ProviderModel;
+use super::workload::normal;
+use crate::adapter::ErrorClass;
+
+/// What a call comes to, relative to when it was made.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Answer {
+    /// The first token after `ttft`; the stream ends after `done`.
+    Served { ttft: Micros, done: Micros, cached: u32 },
+    Failed { class: ErrorClass, after: Micros },
+}
+
+/// One call's request as the provider sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub prompt: u32,
+    pub prefix: u32,
+    pub output: u32,
+    pub project: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    model: ProviderModel,
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+    pub error_rate: f64,
+    /// Outages in force (they may overlap).
+    pub outages: u32,
+    minute: u64,
+    requests: u64,
+    tokens: u64,
+    cache: HashMap<usize, Micros>,
+}
+
+impl Provider {
+    pub fn new(model: &ProviderModel) -> Provider {
+        Provider {
+            model: model.clone(),
+            rpm: model.rpm,
+            tpm: model.tpm,
+            error_rate: model.error_rate,
+            outages: 0,
+            minute: 0,
+            requests: 0,
+            tokens: 0,
+            cache: HashMap::new(),
+        }
+    }
+
+    pub fn model(&self) -> &ProviderModel {
+        &self.model
+    }
+
+    /// Make a call at `now` (in wall-clock minute `minute`).
+    pub fn call(&mut self, call: Call, now: Micros, minute: u64, rng: &mut StdRng) -> Answer {
+        let error_after = from_ms(self.model.error_ms);
+        if self.outages > 0 {
+            return Answer::Failed { class: ErrorClass::Overloaded, after: error_after };
+        }
+        if minute != self.minute {
+            (self.minute, self.requests, self.tokens) = (minute, 0, 0);
+        }
+        let warm = self
+            .cache
+            .get(&call.project)
+            .is_some_and(|last| now.saturating_sub(*last) <= from_secs(self.model.prompt_cache.0));
+        let cached = if warm { call.prefix.min(call.prompt) } else { 0 };
+        let tokens = u64::from(call.prompt - cached) + u64::from(call.output);
+        let over = self.rpm.is_some_and(|rpm| self.requests + 1 > rpm)
+            || self.tpm.is_some_and(|tpm| self.tokens + tokens > tpm);
+        if over {
+            return Answer::Failed { class: ErrorClass::RateLimited, after: error_after / 3 };
+        }
+        self.requests += 1;
+        self.tokens += tokens;
+        if rng.gen::<f64>() < self.error_rate {
+            return Answer::Failed { class: ErrorClass::ServerError, after: error_after };
+        }
+        self.cache.insert(call.project, now);
+        let base = self.model.ttft_ms * (self.model.ttft_jitter * normal(rng)).exp();
+        let ttft = from_ms(base + self.model.per_1k_prompt_ms * f64::from(call.prompt - cached) / 1000.0);
+        let done = ttft + from_secs(f64::from(call.output) / self.model.tokens_per_sec);
+        Answer::Served { ttft, done, cached }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn quota_outage_and_cache() {
+        let model = ProviderModel { rpm: Some(2), error_rate: 0.0, ttft_jitter: 0.0, ..ProviderModel::default() };
+        let mut p = Provider::new(&model);
+        let mut rng = StdRng::seed_from_u64(1);
+        let call = Call { prompt: 1000, prefix: 600, output: 80, project: 3 };
+        let Answer::Served { cached, .. } = p.call(call, 0, 0, &mut rng) else { panic!() };
+        assert_eq!(cached, 0);
+        let Answer::Served { cached, ttft, .. } = p.call(call, 1_000_000, 0, &mut rng) else { panic!() };
+        assert_eq!(cached, 600);
+        assert_eq!(ttft, from_ms(450.0 + 40.0 * 0.4));
+        assert!(matches!(p.call(call, 2_000_000, 0, &mut rng), Answer::Failed { class: ErrorClass::RateLimited, .. }));
+        assert!(matches!(p.call(call, 61_000_000, 1, &mut rng), Answer::Served { .. }), "a new minute");
+        p.outages = 1;
+        assert!(matches!(p.call(call, 62_000_000, 1, &mut rng), Answer::Failed { class: ErrorClass::Overloaded, .. }));
+    }
+}

@@ -1,0 +1,253 @@
+//! A modelled vLLM node: `max_num_seqs` sequence slots, a FIFO queue in front of them, prefill
+//! at a fixed speed for the prompt tokens its prefix cache does not hold, and engine steps that
+//! slow down as the batch grows. It keeps the cumulative counters and histograms vLLM exports,
+//! so the simulated router reads it through the real telemetry code (`NodeTelemetry`), lag
+//! and smoothing included.
+//!
+//! The arithmetic is deliberately coarse: a sequence's step time is fixed when it enters a slot
+//! (from the batch size then), prefill does not slow other sequences, and KV use is the running
+//! sequences' full length. It must not know about the router: it sees jobs, not plans.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::clock::{from_ms, from_secs, secs, Micros};
+use super::scenario::NodeModel;
+use crate::fleet::metrics::{CacheConfig, HistogramSample, VllmSample};
+
+/// One request sent to the node by one dispatch attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub req: usize,
+    pub attempt: u32,
+    pub enqueued: Micros,
+    pub prompt: u32,
+    pub output: u32,
+    pub project: usize,
+    pub prefix: u32,
+}
+
+/// A job entered a slot: when its first token and its end will come.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Started {
+    pub req: usize,
+    pub attempt: u32,
+    pub first_token: Micros,
+    pub done: Micros,
+    /// Prompt tokens served from the prefix cache.
+    pub cached: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Running {
+    job: Job,
+    started: Started,
+    begun: Micros,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Hist {
+    sum: f64,
+    count: f64,
+}
+
+impl Hist {
+    fn observe(&mut self, v: f64, n: f64) {
+        self.sum += v * n;
+        self.count += n;
+    }
+    fn sample(self) -> Option<HistogramSample> {
+        Some(HistogramSample { buckets: Vec::new(), sum: Some(self.sum), count: Some(self.count) })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    ttft: Hist,
+    queue: Hist,
+    prefill: Hist,
+    e2e: Hist,
+    itl: Hist,
+    prompt_tokens: f64,
+    generation_tokens: f64,
+    cache_queries: f64,
+    cache_hits: f64,
+    success: f64,
+}
+
+/// Block size reported in `cache_config_info`.
+const BLOCK: u64 = 16;
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub alive: bool,
+    model: NodeModel,
+    slots: usize,
+    queue: VecDeque<Job>,
+    running: Vec<Running>,
+    /// Project → when its prefix was last used on this node.
+    prefix: HashMap<usize, Micros>,
+    counters: Counters,
+}
+
+impl Node {
+    pub fn new(model: &NodeModel, pool_max_running: u32) -> Node {
+        let slots = if model.max_num_seqs == 0 { pool_max_running } else { model.max_num_seqs };
+        Node {
+            alive: true,
+            model: model.clone(),
+            slots: slots.max(1) as usize,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            prefix: HashMap::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Queue a job; returns the jobs that entered a slot (this one, if a slot was free).
+    pub fn submit(&mut self, job: Job, now: Micros) -> Vec<Started> {
+        self.queue.push_back(job);
+        self.fill(now)
+    }
+
+    fn fill(&mut self, now: Micros) -> Vec<Started> {
+        let mut started = Vec::new();
+        while self.running.len() < self.slots {
+            let Some(job) = self.queue.pop_front() else { break };
+            let batch = self.running.len() + 1;
+            let step_ms = self.model.step_ms + self.model.step_per_seq_ms * batch as f64;
+            let warm = self
+                .prefix
+                .get(&job.project)
+                .is_some_and(|last| now.saturating_sub(*last) <= from_secs(self.model.prefix_cache.0));
+            self.prefix.insert(job.project, now);
+            let cached = if warm { job.prefix.min(job.prompt) } else { 0 };
+            let prefill_s = f64::from(job.prompt - cached) / self.model.prefill_tps;
+            let first_token = now + from_secs(prefill_s) + from_ms(step_ms);
+            let done = first_token + from_ms(step_ms * f64::from(job.output.saturating_sub(1)));
+            let s = Started { req: job.req, attempt: job.attempt, first_token, done, cached };
+            self.counters.queue.observe(secs(now - job.enqueued), 1.0);
+            self.counters.cache_queries += f64::from(job.prompt);
+            self.counters.cache_hits += f64::from(cached);
+            self.running.push(Running { job, started: s, begun: now });
+            started.push(s);
+        }
+        started
+    }
+
+    fn position(&self, req: usize, attempt: u32) -> Option<usize> {
+        self.running.iter().position(|r| r.job.req == req && r.job.attempt == attempt)
+    }
+
+    /// The job's first token came out.
+    pub fn first_token(&mut self, req: usize, attempt: u32, now: Micros) {
+        if let Some(r) = self.position(req, attempt).map(|i| &self.running[i]) {
+            let (ttft, prefill) = (secs(now - r.job.enqueued), secs(now - r.begun));
+            self.counters.ttft.observe(ttft, 1.0);
+            self.counters.prefill.observe(prefill, 1.0);
+        }
+    }
+
+    /// The job finished; returns the jobs that took its slot.
+    pub fn finish(&mut self, req: usize, attempt: u32, now: Micros) -> Vec<Started> {
+        if let Some(i) = self.position(req, attempt) {
+            let r = self.running.swap_remove(i);
+            let c = &mut self.counters;
+            c.e2e.observe(secs(now - r.job.enqueued), 1.0);
+            let tokens = f64::from(r.job.output.saturating_sub(1));
+            if tokens > 0.0 {
+                c.itl.observe(secs(r.started.done - r.started.first_token) / tokens, tokens);
+            }
+            c.prompt_tokens += f64::from(r.job.prompt);
+            c.generation_tokens += f64::from(r.job.output);
+            c.success += 1.0;
+        }
+        self.fill(now)
+    }
+
+    /// The router gave up on the job (first-token deadline): it leaves the queue or its slot.
+    pub fn cancel(&mut self, req: usize, attempt: u32, now: Micros) -> Vec<Started> {
+        self.queue.retain(|j| !(j.req == req && j.attempt == attempt));
+        if let Some(i) = self.position(req, attempt) {
+            self.running.swap_remove(i);
+        }
+        self.fill(now)
+    }
+
+    /// The node is gone: every job it held, with whether its first token had come out. Its
+    /// counters and prefix cache are lost (it comes back as a fresh process).
+    pub fn fail(&mut self, now: Micros) -> Vec<(usize, u32, bool)> {
+        self.alive = false;
+        let mut lost: Vec<(usize, u32, bool)> =
+            self.running.drain(..).map(|r| (r.job.req, r.job.attempt, r.started.first_token <= now)).collect();
+        lost.extend(self.queue.drain(..).map(|j| (j.req, j.attempt, false)));
+        lost.sort_unstable();
+        self.prefix.clear();
+        self.counters = Counters::default();
+        lost
+    }
+
+    pub fn recover(&mut self) {
+        self.alive = true;
+    }
+
+    /// What `/metrics` would say now.
+    pub fn sample(&self) -> VllmSample {
+        let c = &self.counters;
+        let kv: u64 = self.running.iter().map(|r| u64::from(r.job.prompt + r.job.output)).sum();
+        let kv_tokens = self.model.kv_tokens.max(BLOCK);
+        VllmSample {
+            running: Some(self.running.len() as f64),
+            waiting: Some(self.queue.len() as f64),
+            kv_cache_usage: Some((kv as f64 / kv_tokens as f64).min(1.0)),
+            cache: Some(CacheConfig {
+                num_gpu_blocks: Some(kv_tokens / BLOCK),
+                block_size: Some(BLOCK),
+                cache_dtype: None,
+            }),
+            ttft: c.ttft.sample(),
+            itl: c.itl.sample(),
+            e2e: c.e2e.sample(),
+            queue_time: c.queue.sample(),
+            prefill_time: c.prefill.sample(),
+            prompt_tokens: Some(c.prompt_tokens),
+            generation_tokens: Some(c.generation_tokens),
+            prefix_cache_queries: Some(c.cache_queries),
+            prefix_cache_hits: Some(c.cache_hits),
+            request_success: Some(c.success),
+            ..VllmSample::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(req: usize, project: usize) -> Job {
+        Job { req, attempt: 1, enqueued: 0, prompt: 1000, output: 11, project, prefix: 500 }
+    }
+
+    #[test]
+    fn slots_queue_and_prefix_cache() {
+        let model = NodeModel { max_num_seqs: 1, prefill_tps: 1000.0, step_ms: 10.0, step_per_seq_ms: 0.0, ..NodeModel::default() };
+        let mut n = Node::new(&model, 256);
+        let s = n.submit(job(0, 7), 0);
+        // 1000 tokens at 1000 tok/s + one 10 ms step; then 10 more steps.
+        assert_eq!(s, vec![Started { req: 0, attempt: 1, first_token: 1_010_000, done: 1_110_000, cached: 0 }]);
+        assert!(n.submit(job(1, 7), 0).is_empty(), "the only slot is busy");
+        assert_eq!(n.waiting(), 1);
+        let next = n.finish(0, 1, 1_110_000);
+        // Same project within the cache window: half the prompt is cached.
+        assert_eq!(next[0].cached, 500);
+        assert_eq!(next[0].first_token, 1_110_000 + 510_000);
+        assert_eq!(n.fail(1_200_000), vec![(1, 1, false)]);
+    }
+}
