@@ -51,8 +51,8 @@ async fn start_sim(
 /// Start the simulators and write the router config that points at them.
 pub async fn start_fleet(listen: SocketAddr, seed: u64) -> std::io::Result<DemoFleet> {
     let llama = "meta-llama/Llama-3.1-8B-Instruct";
-    let node_a = start_sim(SimKind::Vllm, llama, seed, |_| {}).await?;
-    let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |_| {}).await?;
+    let node_a = start_sim(SimKind::Vllm, llama, seed, |a| a.max_num_seqs = 16).await?;
+    let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |a| a.max_num_seqs = 16).await?;
     let openai = start_sim(SimKind::OpenAi, "gpt-5.6", seed + 2, |_| {}).await?;
     let anthropic = start_sim(SimKind::Anthropic, "claude-sonnet-4-6", seed + 3, |_| {}).await?;
     let gemini = start_sim(SimKind::Gemini, "gemini-3.5-pro", seed + 4, |_| {}).await?;
@@ -137,7 +137,8 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
     if args.load > 0.0 {
         println!(
-            "\nSending {} requests/s to summarise-ticket; local nodes take 6 each, the rest spills:",
+            "\nSending {} requests/s to summarise-ticket: each local node takes what its headroom allows \
+             (16 slots, 20 % kept in reserve); the rest spills to hosted:",
             args.load
         );
         let generator = loadgen::LoadSpec {
