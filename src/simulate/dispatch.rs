@@ -1,0 +1,362 @@
+//! The dispatch model: what `dispatch::Dispatcher` does with a plan, replayed on virtual time.
+//! A request is planned once on arrival (`route::plan`), then its targets are walked in order:
+//! per-node in-flight limit, breaker permit (the pure `Breaker`, explicit `now`), the retry
+//! budget for every call after the first, the router's per-minute quota, jittered backoff
+//! between targets of the same kind, and a first-token deadline of SLO × factor. A retryable
+//! failure before the first token moves on to the next target; a client mistake ends the
+//! request; after the first token the request is committed, and a node lost mid-stream is a
+//! client-visible error. Outcomes feed breakers and (for tracked backends) PID availability.
+//!
+//! It must stay a model of the real dispatch, not a second router: it never reorders or adds
+//! targets.
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::clock::{from_ms, Micros};
+use super::engine::{Engine, Ev};
+use super::hosted::{Answer, Call};
+use super::node::Job;
+use super::scenario::StrategyName;
+use super::stats::ServedRequest;
+use super::strategies;
+use crate::adapter::ErrorClass;
+use crate::config::TaskConfig;
+use crate::fleet::load::{InFlight, LoadView};
+use crate::route::{self, chain, RequestFacts, Target};
+
+/// One client request's progress through its plan.
+#[derive(Debug)]
+pub struct Req {
+    pub arrival: usize,
+    pub targets: Vec<Target>,
+    pub next: usize,
+    pub calls: u32,
+    pub last_local: Option<bool>,
+    pub retries_in_class: u32,
+    /// Number of the current attempt (1-based); events of earlier attempts are stale.
+    pub attempt: u32,
+    /// Flat node index of the attempt in flight.
+    pub current: Option<usize>,
+    pub committed: bool,
+    pub within_slo: bool,
+    pub finished: bool,
+    pub in_flight: Option<InFlight>,
+    /// Output tokens after the task's cap.
+    pub output: u32,
+}
+
+impl Engine<'_> {
+    fn at(&self, t: Micros) -> Instant {
+        self.clock.instant(t)
+    }
+
+    fn deadline(&self, task: usize) -> Micros {
+        let t = &self.s.config.tasks[task];
+        from_ms(t.slo.ttft_ms as f64 * self.s.config.dispatch.ttft_deadline_factor)
+    }
+
+    fn pending(&self, r: usize, attempt: u32) -> bool {
+        let q = &self.reqs[r];
+        !q.finished && !q.committed && q.attempt == attempt && q.current.is_some()
+    }
+
+    /// A request arrives: plan it on the current snapshot and start walking the plan.
+    pub(super) fn arrive(&mut self, i: usize, now: Micros) {
+        let a = &self.arrivals[i];
+        self.stats.arrived(self.bucket_of(a.at_us));
+        let at = self.at(now);
+        self.budget.deposit(at);
+        let hash = xxhash_rust::xxh3::xxh3_64(a.project.as_bytes());
+        let window =
+            chain::window_index(self.clock.unix_secs(now), self.s.config.balancing.affinity_window_secs);
+        let seed = if self.strategy.random_seed() { self.rng.gen() } else { hash };
+        let base = &self.tasks[a.task];
+        let reordered;
+        let task: &TaskConfig = if self.strategy == StrategyName::PidChains {
+            let key = format!("{hash:016x}");
+            let backends = strategies::pid_chain(base, &self.snap, &self.availability, &key, window);
+            reordered = TaskConfig { backends, ..base.clone() };
+            &reordered
+        } else {
+            base
+        };
+        let output = a.output_tokens.min(task.max_output_tokens.unwrap_or(u32::MAX));
+        let headroom = self.strategy.uses_headroom();
+        let load = &self.load;
+        let view = |key: &str| if headroom { load.view(key) } else { LoadView::default() };
+        let facts = RequestFacts {
+            task,
+            prompt_tokens: a.prompt_tokens,
+            max_output_tokens: output,
+            seed,
+            affinity: Some(hash),
+            window,
+            priority: a.priority,
+            load: &view,
+        };
+        let planned = route::plan(&facts, &self.snap, at);
+        let r = self.reqs.len();
+        self.reqs.push(Req {
+            arrival: i,
+            targets: Vec::new(),
+            next: 0,
+            calls: 0,
+            last_local: None,
+            retries_in_class: 0,
+            attempt: 0,
+            current: None,
+            committed: false,
+            within_slo: false,
+            finished: false,
+            in_flight: None,
+            output,
+        });
+        match planned {
+            Err(_) => self.fail(r, "no_backend"),
+            Ok(p) if p.targets.is_empty() => self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" }),
+            Ok(p) => {
+                self.reqs[r].targets = p.targets;
+                self.walk(r, now);
+            }
+        }
+    }
+
+    fn fail(&mut self, r: usize, kind: &str) {
+        let q = &mut self.reqs[r];
+        q.finished = true;
+        q.current = None;
+        q.in_flight = None;
+        let bucket = self.bucket_of(self.arrivals[q.arrival].at_us);
+        self.stats.error(bucket, kind, false);
+    }
+
+    /// Move on to the next target that may be called, as `Dispatcher::dispatch` does.
+    fn walk(&mut self, r: usize, now: Micros) {
+        let at = self.at(now);
+        let cfg = &self.s.config.dispatch;
+        loop {
+            let q = &self.reqs[r];
+            let Some(t) = q.targets.get(q.next).cloned() else { return self.fail(r, "exhausted") };
+            self.reqs[r].next += 1;
+            if self.reqs[r].calls >= cfg.max_attempts {
+                return self.fail(r, "exhausted");
+            }
+            let flat = self.node_base[t.backend] + t.node;
+            let backend = &self.snap.backends[t.backend];
+            if backend.max_inflight_per_node.is_some_and(|limit| self.router_in_flight[flat] >= limit) {
+                continue;
+            }
+            if !self.breakers[flat].try_acquire(at) {
+                continue;
+            }
+            if self.reqs[r].calls > 0 && !self.budget.try_withdraw(at) {
+                self.breakers[flat].release();
+                return self.fail(r, "retry_budget");
+            }
+            let a = &self.arrivals[self.reqs[r].arrival];
+            let estimate = u64::from(a.prompt_tokens) + u64::from(self.reqs[r].output);
+            let minute = self.clock.unix_ms(now) / 60_000;
+            let ceiling = a.priority.quota_ceiling();
+            if let (Some(limits), window) = &mut self.quota[t.backend] {
+                if !window.try_take(minute, limits, estimate, ceiling) {
+                    self.breakers[flat].release();
+                    continue;
+                }
+            }
+            let local = backend.is_local();
+            let q = &mut self.reqs[r];
+            let mut delay = 0;
+            if q.last_local == Some(local) {
+                let cap = cfg.backoff_base_ms.saturating_mul(1 << q.retries_in_class.min(16)).min(cfg.backoff_max_ms);
+                delay = from_ms(self.rng.gen_range(0..=cap) as f64);
+                q.retries_in_class += 1;
+            }
+            q.calls += 1;
+            q.attempt += 1;
+            q.current = Some(flat);
+            let attempt = q.attempt;
+            if delay > 0 {
+                self.q.push(now + delay, Ev::Begin { req: r, attempt });
+            } else {
+                self.begin(r, attempt, now);
+            }
+            return;
+        }
+    }
+
+    /// Send the current attempt.
+    pub(super) fn begin(&mut self, r: usize, attempt: u32, now: Micros) {
+        if !self.pending(r, attempt) {
+            return;
+        }
+        let flat = self.reqs[r].current.expect("pending");
+        let (b, _, key) = &self.flat[flat];
+        let b = *b;
+        self.router_in_flight[flat] += 1;
+        self.reqs[r].in_flight = Some(self.load.start(key));
+        self.stats.attempts += 1;
+        let a = &self.arrivals[self.reqs[r].arrival];
+        let deadline = self.deadline(a.task);
+        if a.client_error {
+            return self.q.push(now + from_ms(30.0), Ev::Failed { req: r, attempt, class: ErrorClass::InvalidRequest });
+        }
+        let output = self.reqs[r].output;
+        if let Some(node) = self.nodes[flat].as_mut() {
+            if !node.alive {
+                let connect = from_ms(self.s.config.dispatch.connect_timeout_ms as f64).min(deadline);
+                return self.q.push(now + connect, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
+            }
+            self.q.push(now + deadline, Ev::Deadline { req: r, attempt });
+            let job = Job {
+                req: r,
+                attempt,
+                enqueued: now,
+                prompt: a.prompt_tokens,
+                output,
+                project: a.project_id,
+                prefix: a.prefix_tokens,
+            };
+            let started = node.submit(job, now);
+            return self.schedule(started);
+        }
+        let minute = self.clock.unix_ms(now) / 60_000;
+        let call = Call { prompt: a.prompt_tokens, prefix: a.prefix_tokens, output, project: a.project_id };
+        let provider = self.providers[b].as_mut().expect("a hosted backend has a provider model");
+        match provider.call(call, now, minute, &mut self.rng) {
+            Answer::Served { ttft, .. } if ttft > deadline => {
+                self.q.push(now + deadline, Ev::Failed { req: r, attempt, class: ErrorClass::Timeout })
+            }
+            Answer::Served { ttft, done, cached } => {
+                self.q.push(now + ttft, Ev::FirstToken { req: r, attempt, cached });
+                self.q.push(now + done, Ev::Done { req: r, attempt });
+            }
+            Answer::Failed { after, .. } if after > deadline => {
+                self.q.push(now + deadline, Ev::Failed { req: r, attempt, class: ErrorClass::Timeout })
+            }
+            Answer::Failed { class, after } => self.q.push(now + after, Ev::Failed { req: r, attempt, class }),
+        }
+    }
+
+    fn tracked_record(&mut self, backend: usize, failure: Option<ErrorClass>) {
+        let name = &self.s.config.backends[backend].name;
+        if self.availability.pid(name).is_none() {
+            return;
+        }
+        match failure {
+            None => self.availability.record(name, true),
+            Some(class) => self.availability.record_failure(name, class),
+        }
+    }
+
+    /// The attempt in flight ended in `class`: release what it held and tell the breaker and PID.
+    fn end_failed_attempt(&mut self, r: usize, class: ErrorClass, now: Micros) {
+        let at = self.at(now);
+        let q = &mut self.reqs[r];
+        let flat = q.current.take().expect("pending");
+        q.in_flight = None;
+        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        if class.counts_against_backend() {
+            self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
+        } else {
+            self.breakers[flat].release();
+        }
+        self.tracked_record(self.flat[flat].0, Some(class));
+    }
+
+    pub(super) fn first_token(&mut self, r: usize, attempt: u32, cached: u32, now: Micros) {
+        if !self.pending(r, attempt) {
+            return;
+        }
+        let flat = self.reqs[r].current.expect("pending");
+        let backend = self.flat[flat].0;
+        if let Some(node) = self.nodes[flat].as_mut() {
+            node.first_token(r, attempt, now);
+        }
+        self.breakers[flat].on_success(self.at(now), &self.s.config.dispatch.breaker);
+        self.tracked_record(backend, None);
+        let a = &self.arrivals[self.reqs[r].arrival];
+        let ttft_ms = (now - a.at_us) as f64 / 1000.0;
+        let within = ttft_ms <= self.s.config.tasks[a.task].slo.ttft_ms as f64;
+        let q = &mut self.reqs[r];
+        q.committed = true;
+        q.within_slo = within;
+        let view = &self.snap.backends[backend];
+        let served = ServedRequest {
+            bucket: self.bucket_of(a.at_us),
+            project: a.project_id,
+            backend,
+            backend_name: &view.name,
+            local: view.is_local(),
+            price: view.price.as_ref(),
+            ttft_ms,
+            within_slo: within,
+            prompt: a.prompt_tokens,
+            cached,
+            output: q.output,
+        };
+        self.stats.served(served);
+    }
+
+    pub(super) fn done(&mut self, r: usize, attempt: u32, now: Micros) {
+        let q = &mut self.reqs[r];
+        if !(q.committed && !q.finished && q.attempt == attempt) {
+            return;
+        }
+        q.finished = true;
+        q.in_flight = None;
+        let flat = q.current.take().expect("committed");
+        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        if let Some(node) = self.nodes[flat].as_mut() {
+            let started = node.finish(r, attempt, now);
+            self.schedule(started);
+        }
+    }
+
+    pub(super) fn failed(&mut self, r: usize, attempt: u32, class: ErrorClass, now: Micros) {
+        if !self.pending(r, attempt) {
+            return;
+        }
+        let flat = self.reqs[r].current.expect("pending");
+        if let Some(node) = self.nodes[flat].as_mut() {
+            let started = node.cancel(r, attempt, now);
+            self.schedule(started);
+        }
+        self.end_failed_attempt(r, class, now);
+        if !class.may_fail_over() {
+            return self.fail(r, "client");
+        }
+        self.reqs[r].last_local = Some(self.snap.backends[self.flat[flat].0].is_local());
+        self.walk(r, now);
+    }
+
+    pub(super) fn deadline(&mut self, r: usize, attempt: u32, now: Micros) {
+        self.failed(r, attempt, ErrorClass::Timeout, now);
+    }
+
+    /// A node went away holding these jobs: those before their first token fail over (the
+    /// connection broke); those already streaming are client-visible errors.
+    pub(super) fn node_lost(&mut self, lost: Vec<(usize, u32, bool)>, now: Micros) {
+        for (r, attempt, _) in lost {
+            let q = &self.reqs[r];
+            if q.attempt != attempt || q.finished {
+                continue;
+            }
+            if !q.committed {
+                self.q.push(now, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
+                continue;
+            }
+            let within = q.within_slo;
+            let flat = q.current.expect("committed");
+            self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+            self.breakers[flat].on_failure(self.at(now), &self.s.config.dispatch.breaker);
+            self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken));
+            let q = &mut self.reqs[r];
+            q.finished = true;
+            q.current = None;
+            q.in_flight = None;
+            let bucket = self.bucket_of(self.arrivals[q.arrival].at_us);
+            self.stats.error(bucket, "stream_broken", within);
+        }
+    }
+}

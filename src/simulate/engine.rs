@@ -1,0 +1,347 @@
+//! The discrete-event loop of one strategy's run: the router's state (snapshot, telemetry,
+//! breakers, in-flight credit, PID availability, retry budget, quota windows), the modelled
+//! nodes and providers, and the events that move them: arrivals, scrape ticks that rebuild
+//! the snapshot with `Snapshot::build` exactly as the snapshot loop does, PID ticks, chart
+//! samples, and timeline events. Dispatch (walking a plan) lives in `dispatch.rs`.
+//!
+//! Time is virtual (`clock.rs`); the run never sleeps and never reads a clock. It must not
+//! plan by itself: every ordering decision is `route::plan` on the snapshot it built.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::clock::{from_ms, from_secs, Clock, Micros, Queue};
+use super::dispatch::Req;
+use super::hosted::Provider;
+use super::node::{Node, Started};
+use super::scenario::{Scenario, StrategyName};
+use super::stats::Stats;
+use super::strategies::{self, Tracked};
+use super::workload::Arrival;
+use crate::adapter::ErrorClass;
+use crate::config::TaskConfig;
+use crate::control::availability::Availability;
+use crate::control::breaker::Breaker;
+use crate::control::quota::{Limits, MinuteWindow};
+use crate::control::retry_budget::RetryBudget;
+use crate::fleet::load::NodeLoad;
+use crate::fleet::telemetry::NodeTelemetry;
+use crate::route::{Snapshot, SnapshotInputs};
+
+/// Something that happens at a virtual instant.
+#[derive(Debug, Clone, Copy)]
+pub enum Ev {
+    Arrival(usize),
+    Scrape,
+    Pid,
+    Sample,
+    /// Timeline event `.0` starts (`true`) or ends.
+    Timeline(usize, bool),
+    /// An attempt whose backoff is over is sent.
+    Begin { req: usize, attempt: u32 },
+    FirstToken { req: usize, attempt: u32, cached: u32 },
+    Done { req: usize, attempt: u32 },
+    Failed { req: usize, attempt: u32, class: ErrorClass },
+    /// The first-token deadline of an attempt.
+    Deadline { req: usize, attempt: u32 },
+}
+
+/// One strategy's run.
+pub struct Engine<'a> {
+    pub(super) s: &'a Scenario,
+    pub(super) strategy: StrategyName,
+    pub(super) clock: Clock,
+    pub(super) q: Queue<Ev>,
+    pub(super) rng: StdRng,
+    pub(super) arrivals: &'a [Arrival],
+    /// The config's tasks as this strategy configures them.
+    pub(super) tasks: Vec<TaskConfig>,
+    pub(super) snap: Snapshot,
+    version: u64,
+    /// Flat node index of each backend's first node.
+    pub(super) node_base: Vec<usize>,
+    /// (backend, node) of each flat node; its key.
+    pub(super) flat: Vec<(usize, usize, String)>,
+    key_to_flat: HashMap<String, usize>,
+    pub(super) load: Arc<NodeLoad>,
+    telemetry: Vec<NodeTelemetry>,
+    pub(super) breakers: Vec<Breaker>,
+    pub(super) router_in_flight: Vec<u32>,
+    pub(super) availability: Availability,
+    tracked: Vec<String>,
+    pub(super) budget: RetryBudget,
+    pub(super) quota: Vec<(Option<Limits>, MinuteWindow)>,
+    /// vLLM models by flat node index (`None` for hosted endpoints).
+    pub(super) nodes: Vec<Option<Node>>,
+    /// Provider models by backend index (`None` for pools).
+    pub(super) providers: Vec<Option<Provider>>,
+    pub(super) reqs: Vec<Req>,
+    pub(super) stats: Stats,
+    end: Micros,
+    last_pid: Micros,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(s: &'a Scenario, strategy: StrategyName, arrivals: &'a [Arrival]) -> Engine<'a> {
+        let clock = Clock::new();
+        let config = Arc::clone(&s.config);
+        let snap = Snapshot::from_config(Arc::clone(&config));
+        let mut node_base = Vec::new();
+        let mut flat = Vec::new();
+        let mut nodes = Vec::new();
+        let mut providers = Vec::new();
+        for (b, view) in snap.backends.iter().enumerate() {
+            node_base.push(flat.len());
+            for (n, node) in view.nodes.iter().enumerate() {
+                flat.push((b, n, node.key.clone()));
+                nodes.push(view.is_local().then(|| Node::new(&s.nodes[&view.name], view.limits.max_running)));
+            }
+            providers.push(s.providers.get(&view.name).filter(|_| !view.is_local()).map(Provider::new));
+        }
+        let key_to_flat = flat.iter().enumerate().map(|(i, (_, _, k))| (k.clone(), i)).collect();
+        let tracked: Vec<String> = config
+            .backends
+            .iter()
+            .filter(|b| match strategy.tracked() {
+                Tracked::None => false,
+                Tracked::Hosted => !b.kind.is_local(),
+                Tracked::All => true,
+            })
+            .map(|b| b.name.clone())
+            .collect();
+        let mut availability = Availability::new(config.balancing.pid());
+        tracked.iter().for_each(|b| availability.track(b));
+        let dispatch = &config.dispatch;
+        let quota = config
+            .backends
+            .iter()
+            .map(|b| (b.quota.as_ref().map(|q| Limits { rpm: q.rpm, tpm: q.tpm }), MinuteWindow::default()))
+            .collect();
+        let projects = s.workload.iter().map(|w| w.projects as usize).sum();
+        let buckets = (s.duration.as_secs_f64() / s.sample.as_secs_f64()).ceil() as usize;
+        let base = clock.instant(0);
+        Engine {
+            s,
+            strategy,
+            clock,
+            q: Queue::new(),
+            rng: StdRng::seed_from_u64(s.seed.wrapping_add(0x5eed)),
+            arrivals,
+            tasks: config.tasks.iter().map(|t| strategy.task(t, &s.weights)).collect(),
+            snap,
+            version: 1,
+            node_base,
+            breakers: flat.iter().map(|_| Breaker::new(base)).collect(),
+            router_in_flight: vec![0; flat.len()],
+            telemetry: flat.iter().map(|_| NodeTelemetry::new()).collect(),
+            flat,
+            key_to_flat,
+            load: NodeLoad::new(),
+            availability,
+            tracked,
+            budget: RetryBudget::new(dispatch.retry_budget_ratio, dispatch.retry_budget_min_per_sec, base),
+            quota,
+            nodes,
+            providers,
+            reqs: Vec::with_capacity(arrivals.len()),
+            stats: Stats::new(strategy, s.duration.as_secs_f64() / 3600.0, projects, buckets),
+            end: from_secs(s.duration.as_secs_f64()),
+            last_pid: 0,
+        }
+    }
+
+    pub(super) fn bucket_of(&self, t: Micros) -> usize {
+        (t / from_secs(self.s.sample.as_secs_f64()).max(1)) as usize
+    }
+
+    /// Run to the end (and until every request has ended); `progress` gets the share done.
+    pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> Stats {
+        for (i, a) in self.arrivals.iter().enumerate() {
+            self.q.push(a.at_us, Ev::Arrival(i));
+        }
+        for (i, e) in self.s.timeline.iter().enumerate() {
+            self.q.push(from_secs(e.at.0), Ev::Timeline(i, true));
+            if let Some(until) = e.until {
+                self.q.push(from_secs(until.0), Ev::Timeline(i, false));
+            }
+        }
+        self.q.push(0, Ev::Scrape);
+        self.q.push(from_secs(self.pid_interval()), Ev::Pid);
+        self.q.push(from_secs(self.s.sample.as_secs_f64()), Ev::Sample);
+        let hard_stop = self.end + from_secs(600.0);
+        let mut reported = 0;
+        while let Some((now, ev)) = self.q.pop() {
+            if now > hard_stop {
+                break;
+            }
+            let pct = (now.min(self.end) * 100 / self.end.max(1)) as u32;
+            if pct > reported {
+                reported = pct;
+                progress(f64::from(pct) / 100.0);
+            }
+            self.handle(now, ev);
+        }
+        self.stats
+    }
+
+    fn pid_interval(&self) -> f64 {
+        self.s.config.balancing.interval_secs as f64
+    }
+
+    fn handle(&mut self, now: Micros, ev: Ev) {
+        let ticking = now < self.end;
+        match ev {
+            Ev::Arrival(i) => self.arrive(i, now),
+            Ev::Scrape => {
+                self.scrape(now);
+                if ticking {
+                    self.q.push(now + from_ms(self.s.config.telemetry.interval_ms as f64), Ev::Scrape);
+                }
+            }
+            Ev::Pid => {
+                let dt = std::time::Duration::from_micros(now - self.last_pid);
+                self.last_pid = now;
+                self.availability.tick(dt);
+                self.rebuild(now);
+                if ticking {
+                    self.q.push(now + from_secs(self.pid_interval()), Ev::Pid);
+                }
+            }
+            Ev::Sample => {
+                self.sample(now);
+                if ticking {
+                    self.q.push(now + from_secs(self.s.sample.as_secs_f64()), Ev::Sample);
+                }
+            }
+            Ev::Timeline(i, start) => self.timeline(i, start, now),
+            Ev::Begin { req, attempt } => self.begin(req, attempt, now),
+            Ev::FirstToken { req, attempt, cached } => self.first_token(req, attempt, cached, now),
+            Ev::Done { req, attempt } => self.done(req, attempt, now),
+            Ev::Failed { req, attempt, class } => self.failed(req, attempt, class, now),
+            Ev::Deadline { req, attempt } => self.deadline(req, attempt, now),
+        }
+    }
+
+    /// Every live node is scraped (the router's credit since then is cleared); dead nodes fail
+    /// their scrape. Then the snapshot is rebuilt, as the snapshot loop does.
+    fn scrape(&mut self, now: Micros) {
+        let at = self.clock.instant(now);
+        for (i, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            if node.alive {
+                self.telemetry[i].on_scrape(node.sample(), at);
+                self.load.mark_scraped(&self.flat[i].2);
+            } else {
+                self.telemetry[i].on_failure("connection refused".into(), at);
+            }
+        }
+        self.rebuild(now);
+    }
+
+    pub(super) fn rebuild(&mut self, now: Micros) {
+        let at = self.clock.instant(now);
+        let minute = self.clock.unix_ms(now) / 60_000;
+        let headroom = self.strategy.uses_headroom();
+        let flat_of = |key: &str| self.key_to_flat.get(key).copied();
+        let signals = |key: &str| {
+            let i = flat_of(key)?;
+            if headroom {
+                let t = &self.telemetry[i];
+                (t.scrapes > 0).then(|| t.signals())
+            } else {
+                Some(strategies::idle_signals(at))
+            }
+        };
+        let breaker = |key: &str| flat_of(key).map(|i| self.breakers[i].view(at)).unwrap_or_default();
+        let over_quota = |name: &str| {
+            match &self.quota[self.backend_index(name)] {
+                (Some(limits), window) => window.exhausted(minute, limits),
+                _ => false,
+            }
+        };
+        let availability = |name: &str| self.availability.get(name);
+        let none = BTreeMap::new();
+        let inputs = SnapshotInputs {
+            discovered: &none,
+            breaker: &breaker,
+            signals: &signals,
+            quarantine: &|_| None,
+            over_quota: &over_quota,
+            availability: &availability,
+        };
+        self.version += 1;
+        self.snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version);
+    }
+
+    fn sample(&mut self, now: Micros) {
+        let bucket = self.bucket_of(now.saturating_sub(1));
+        let avail: BTreeMap<String, f64> =
+            self.tracked.iter().map(|b| (b.clone(), self.availability.get(b))).collect();
+        let weights = match (self.strategy.tracked(), self.s.workload.first()) {
+            (Tracked::None, _) | (_, None) => BTreeMap::new(),
+            (_, Some(w)) => {
+                let task = self.s.config.task(&w.task).expect("validated");
+                let tracked = &self.tracked;
+                let a = |b: &str| if tracked.iter().any(|t| t == b) { self.availability.get(b) } else { 1.0 };
+                strategies::current_weights(task, &a).into_iter().collect()
+            }
+        };
+        let b = self.stats.bucket(bucket);
+        b.availability = avail;
+        b.weights = weights;
+    }
+
+    fn timeline(&mut self, i: usize, start: bool, now: Micros) {
+        let e = &self.s.timeline[i];
+        let provider = |name: &str, engine: &Engine<'_>| engine.backend_index(name);
+        if let Some(name) = &e.outage {
+            let b = provider(name, self);
+            let p = self.providers[b].as_mut().expect("validated: hosted");
+            if start {
+                p.outages += 1;
+            } else {
+                p.outages = p.outages.saturating_sub(1);
+            }
+        }
+        if let Some(change) = &e.quota {
+            let b = provider(&change.backend, self);
+            let p = self.providers[b].as_mut().expect("validated: hosted");
+            if start {
+                (p.rpm, p.tpm) = (change.rpm.or(p.rpm), change.tpm.or(p.tpm));
+            } else {
+                (p.rpm, p.tpm) = (p.model().rpm, p.model().tpm);
+            }
+        }
+        if let Some(change) = &e.errors {
+            let b = provider(&change.backend, self);
+            let p = self.providers[b].as_mut().expect("validated: hosted");
+            p.error_rate = if start { change.rate } else { p.model().error_rate };
+        }
+        if let Some(reference) = &e.node_down {
+            let (b, n) = self.s.node_ref(reference).expect("validated");
+            let flat = self.node_base[b] + n;
+            let node = self.nodes[flat].as_mut().expect("validated: vllm");
+            if start {
+                let lost = node.fail(now);
+                self.node_lost(lost, now);
+            } else {
+                node.recover();
+            }
+        }
+    }
+
+    pub(super) fn backend_index(&self, name: &str) -> usize {
+        self.s.config.backends.iter().position(|b| b.name == name).expect("validated backend name")
+    }
+
+    /// Schedule the first tokens and ends of jobs that just entered a node's slots.
+    pub(super) fn schedule(&mut self, started: Vec<Started>) {
+        for s in started {
+            self.q.push(s.first_token, Ev::FirstToken { req: s.req, attempt: s.attempt, cached: s.cached });
+            self.q.push(s.done, Ev::Done { req: s.req, attempt: s.attempt });
+        }
+    }
+}
