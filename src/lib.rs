@@ -24,4 +24,5 @@ pub mod server;
 /// The vLLM-compatible (and hosted-provider) simulator lives with the fleet side, in `vllm/`.
 #[path = "../vllm/sim/mod.rs"]
 pub mod sim;
+pub mod simulate;
 pub mod tokens;

@@ -243,6 +243,12 @@ impl NodeScraper {
                 Ok(sample)
             }
         });
+        // The agent's reading lands first, so whoever sees this scrape sees both.
+        match agent.map(|r| r.and_then(|body| parse_agent(&body))) {
+            None => {}
+            Some(Ok(a)) => self.board.on_agent(&self.key, a),
+            Some(Err(e)) => self.board.on_agent_failure(&self.key, e),
+        }
         let ok = match parsed {
             Ok(sample) => {
                 self.board.on_scrape(&self.key, sample, now);
@@ -266,11 +272,6 @@ impl NodeScraper {
                 false
             }
         };
-        match agent.map(|r| r.and_then(|body| parse_agent(&body))) {
-            None => {}
-            Some(Ok(a)) => self.board.on_agent(&self.key, a),
-            Some(Err(e)) => self.board.on_agent_failure(&self.key, e),
-        }
         ok
     }
 }

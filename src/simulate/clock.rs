@@ -104,14 +104,6 @@ impl<E> Queue<E> {
     pub fn pop(&mut self) -> Option<(Micros, E)> {
         self.heap.pop().map(|Reverse((at, _, Slot(e)))| (at, e))
     }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
 }
 
 impl<E> Default for Queue<E> {

@@ -51,7 +51,7 @@ impl Engine<'_> {
         self.clock.instant(t)
     }
 
-    fn deadline(&self, task: usize) -> Micros {
+    fn first_token_deadline(&self, task: usize) -> Micros {
         let t = &self.s.config.tasks[task];
         from_ms(t.slo.ttft_ms as f64 * self.s.config.dispatch.ttft_deadline_factor)
     }
@@ -114,7 +114,9 @@ impl Engine<'_> {
         });
         match planned {
             Err(_) => self.fail(r, "no_backend"),
-            Ok(p) if p.targets.is_empty() => self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" }),
+            Ok(p) if p.targets.is_empty() => {
+                self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" })
+            }
             Ok(p) => {
                 self.reqs[r].targets = p.targets;
                 self.walk(r, now);
@@ -123,11 +125,11 @@ impl Engine<'_> {
     }
 
     fn fail(&mut self, r: usize, kind: &str) {
+        let bucket = self.bucket_of(self.arrivals[self.reqs[r].arrival].at_us);
         let q = &mut self.reqs[r];
         q.finished = true;
         q.current = None;
         q.in_flight = None;
-        let bucket = self.bucket_of(self.arrivals[q.arrival].at_us);
         self.stats.error(bucket, kind, false);
     }
 
@@ -168,7 +170,10 @@ impl Engine<'_> {
             let q = &mut self.reqs[r];
             let mut delay = 0;
             if q.last_local == Some(local) {
-                let cap = cfg.backoff_base_ms.saturating_mul(1 << q.retries_in_class.min(16)).min(cfg.backoff_max_ms);
+                let cap = cfg
+                    .backoff_base_ms
+                    .saturating_mul(1 << q.retries_in_class.min(16))
+                    .min(cfg.backoff_max_ms);
                 delay = from_ms(self.rng.gen_range(0..=cap) as f64);
                 q.retries_in_class += 1;
             }
@@ -197,15 +202,20 @@ impl Engine<'_> {
         self.reqs[r].in_flight = Some(self.load.start(key));
         self.stats.attempts += 1;
         let a = &self.arrivals[self.reqs[r].arrival];
-        let deadline = self.deadline(a.task);
+        let deadline = self.first_token_deadline(a.task);
         if a.client_error {
-            return self.q.push(now + from_ms(30.0), Ev::Failed { req: r, attempt, class: ErrorClass::InvalidRequest });
+            return self.q.push(
+                now + from_ms(30.0),
+                Ev::Failed { req: r, attempt, class: ErrorClass::InvalidRequest },
+            );
         }
         let output = self.reqs[r].output;
         if let Some(node) = self.nodes[flat].as_mut() {
             if !node.alive {
                 let connect = from_ms(self.s.config.dispatch.connect_timeout_ms as f64).min(deadline);
-                return self.q.push(now + connect, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
+                return self
+                    .q
+                    .push(now + connect, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
             }
             self.q.push(now + deadline, Ev::Deadline { req: r, attempt });
             let job = Job {
@@ -234,7 +244,9 @@ impl Engine<'_> {
             Answer::Failed { after, .. } if after > deadline => {
                 self.q.push(now + deadline, Ev::Failed { req: r, attempt, class: ErrorClass::Timeout })
             }
-            Answer::Failed { class, after } => self.q.push(now + after, Ev::Failed { req: r, attempt, class }),
+            Answer::Failed { class, after } => {
+                self.q.push(now + after, Ev::Failed { req: r, attempt, class })
+            }
         }
     }
 
@@ -273,17 +285,19 @@ impl Engine<'_> {
         if let Some(node) = self.nodes[flat].as_mut() {
             node.first_token(r, attempt, now);
         }
-        self.breakers[flat].on_success(self.at(now), &self.s.config.dispatch.breaker);
+        let at = self.at(now);
+        self.breakers[flat].on_success(at, &self.s.config.dispatch.breaker);
         self.tracked_record(backend, None);
         let a = &self.arrivals[self.reqs[r].arrival];
         let ttft_ms = (now - a.at_us) as f64 / 1000.0;
         let within = ttft_ms <= self.s.config.tasks[a.task].slo.ttft_ms as f64;
+        let bucket = self.bucket_of(a.at_us);
         let q = &mut self.reqs[r];
         q.committed = true;
         q.within_slo = within;
         let view = &self.snap.backends[backend];
         let served = ServedRequest {
-            bucket: self.bucket_of(a.at_us),
+            bucket,
             project: a.project_id,
             backend,
             backend_name: &view.name,
@@ -349,13 +363,14 @@ impl Engine<'_> {
             let within = q.within_slo;
             let flat = q.current.expect("committed");
             self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
-            self.breakers[flat].on_failure(self.at(now), &self.s.config.dispatch.breaker);
+            let at = self.at(now);
+            self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
             self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken));
+            let bucket = self.bucket_of(self.arrivals[self.reqs[r].arrival].at_us);
             let q = &mut self.reqs[r];
             q.finished = true;
             q.current = None;
             q.in_flight = None;
-            let bucket = self.bucket_of(self.arrivals[q.arrival].at_us);
             self.stats.error(bucket, "stream_broken", within);
         }
     }

@@ -41,12 +41,29 @@ pub enum Ev {
     /// Timeline event `.0` starts (`true`) or ends.
     Timeline(usize, bool),
     /// An attempt whose backoff is over is sent.
-    Begin { req: usize, attempt: u32 },
-    FirstToken { req: usize, attempt: u32, cached: u32 },
-    Done { req: usize, attempt: u32 },
-    Failed { req: usize, attempt: u32, class: ErrorClass },
+    Begin {
+        req: usize,
+        attempt: u32,
+    },
+    FirstToken {
+        req: usize,
+        attempt: u32,
+        cached: u32,
+    },
+    Done {
+        req: usize,
+        attempt: u32,
+    },
+    Failed {
+        req: usize,
+        attempt: u32,
+        class: ErrorClass,
+    },
     /// The first-token deadline of an attempt.
-    Deadline { req: usize, attempt: u32 },
+    Deadline {
+        req: usize,
+        attempt: u32,
+    },
 }
 
 /// One strategy's run.
@@ -256,11 +273,9 @@ impl<'a> Engine<'a> {
             }
         };
         let breaker = |key: &str| flat_of(key).map(|i| self.breakers[i].view(at)).unwrap_or_default();
-        let over_quota = |name: &str| {
-            match &self.quota[self.backend_index(name)] {
-                (Some(limits), window) => window.exhausted(minute, limits),
-                _ => false,
-            }
+        let over_quota = |name: &str| match &self.quota[self.backend_index(name)] {
+            (Some(limits), window) => window.exhausted(minute, limits),
+            _ => false,
         };
         let availability = |name: &str| self.availability.get(name);
         let none = BTreeMap::new();
@@ -272,8 +287,9 @@ impl<'a> Engine<'a> {
             over_quota: &over_quota,
             availability: &availability,
         };
+        let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
         self.version += 1;
-        self.snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version);
+        self.snap = snap;
     }
 
     fn sample(&mut self, now: Micros) {
@@ -283,10 +299,11 @@ impl<'a> Engine<'a> {
         let weights = match (self.strategy.tracked(), self.s.workload.first()) {
             (Tracked::None, _) | (_, None) => BTreeMap::new(),
             (_, Some(w)) => {
-                let task = self.s.config.task(&w.task).expect("validated");
-                let tracked = &self.tracked;
-                let a = |b: &str| if tracked.iter().any(|t| t == b) { self.availability.get(b) } else { 1.0 };
-                strategies::current_weights(task, &a).into_iter().collect()
+                // The backends whose availability is tracked, in the task's preference order (for
+                // spillway: the hosted chain used when the fleet has no headroom).
+                let mut task = self.s.config.task(&w.task).expect("validated").clone();
+                task.backends.retain(|b| self.tracked.contains(b));
+                strategies::current_weights(&task, &|b: &str| self.availability.get(b)).into_iter().collect()
             }
         };
         let b = self.stats.bucket(bucket);

@@ -22,8 +22,15 @@ use crate::adapter::ErrorClass;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Answer {
     /// The first token after `ttft`; the stream ends after `done`.
-    Served { ttft: Micros, done: Micros, cached: u32 },
-    Failed { class: ErrorClass, after: Micros },
+    Served {
+        ttft: Micros,
+        done: Micros,
+        cached: u32,
+    },
+    Failed {
+        class: ErrorClass,
+        after: Micros,
+    },
 }
 
 /// One call's request as the provider sees it.
@@ -108,7 +115,8 @@ mod tests {
 
     #[test]
     fn quota_outage_and_cache() {
-        let model = ProviderModel { rpm: Some(2), error_rate: 0.0, ttft_jitter: 0.0, ..ProviderModel::default() };
+        let model =
+            ProviderModel { rpm: Some(2), error_rate: 0.0, ttft_jitter: 0.0, ..ProviderModel::default() };
         let mut p = Provider::new(&model);
         let mut rng = StdRng::seed_from_u64(1);
         let call = Call { prompt: 1000, prefix: 600, output: 80, project: 3 };
@@ -117,9 +125,15 @@ mod tests {
         let Answer::Served { cached, ttft, .. } = p.call(call, 1_000_000, 0, &mut rng) else { panic!() };
         assert_eq!(cached, 600);
         assert_eq!(ttft, from_ms(450.0 + 40.0 * 0.4));
-        assert!(matches!(p.call(call, 2_000_000, 0, &mut rng), Answer::Failed { class: ErrorClass::RateLimited, .. }));
+        assert!(matches!(
+            p.call(call, 2_000_000, 0, &mut rng),
+            Answer::Failed { class: ErrorClass::RateLimited, .. }
+        ));
         assert!(matches!(p.call(call, 61_000_000, 1, &mut rng), Answer::Served { .. }), "a new minute");
         p.outages = 1;
-        assert!(matches!(p.call(call, 62_000_000, 1, &mut rng), Answer::Failed { class: ErrorClass::Overloaded, .. }));
+        assert!(matches!(
+            p.call(call, 62_000_000, 1, &mut rng),
+            Answer::Failed { class: ErrorClass::Overloaded, .. }
+        ));
     }
 }

@@ -103,11 +103,8 @@ impl Node {
         }
     }
 
-    pub fn running(&self) -> usize {
-        self.running.len()
-    }
-
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.queue.len()
     }
 
@@ -185,8 +182,11 @@ impl Node {
     /// counters and prefix cache are lost (it comes back as a fresh process).
     pub fn fail(&mut self, now: Micros) -> Vec<(usize, u32, bool)> {
         self.alive = false;
-        let mut lost: Vec<(usize, u32, bool)> =
-            self.running.drain(..).map(|r| (r.job.req, r.job.attempt, r.started.first_token <= now)).collect();
+        let mut lost: Vec<(usize, u32, bool)> = self
+            .running
+            .drain(..)
+            .map(|r| (r.job.req, r.job.attempt, r.started.first_token <= now))
+            .collect();
         lost.extend(self.queue.drain(..).map(|j| (j.req, j.attempt, false)));
         lost.sort_unstable();
         self.prefix.clear();
@@ -237,11 +237,20 @@ mod tests {
 
     #[test]
     fn slots_queue_and_prefix_cache() {
-        let model = NodeModel { max_num_seqs: 1, prefill_tps: 1000.0, step_ms: 10.0, step_per_seq_ms: 0.0, ..NodeModel::default() };
+        let model = NodeModel {
+            max_num_seqs: 1,
+            prefill_tps: 1000.0,
+            step_ms: 10.0,
+            step_per_seq_ms: 0.0,
+            ..NodeModel::default()
+        };
         let mut n = Node::new(&model, 256);
         let s = n.submit(job(0, 7), 0);
         // 1000 tokens at 1000 tok/s + one 10 ms step; then 10 more steps.
-        assert_eq!(s, vec![Started { req: 0, attempt: 1, first_token: 1_010_000, done: 1_110_000, cached: 0 }]);
+        assert_eq!(
+            s,
+            vec![Started { req: 0, attempt: 1, first_token: 1_010_000, done: 1_110_000, cached: 0 }]
+        );
         assert!(n.submit(job(1, 7), 0).is_empty(), "the only slot is busy");
         assert_eq!(n.waiting(), 1);
         let next = n.finish(0, 1, 1_110_000);

@@ -68,7 +68,9 @@ impl<'de> Deserialize<'de> for Secs {
                 Ok(Secs(v))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Secs, E> {
-                parse_secs(v).map(Secs).ok_or_else(|| E::custom(format!("`{v}` is not a duration like 90s, 40m, 1h")))
+                parse_secs(v)
+                    .map(Secs)
+                    .ok_or_else(|| E::custom(format!("`{v}` is not a duration like 90s, 40m, 1h")))
             }
         }
         d.deserialize_any(V)
@@ -372,7 +374,10 @@ pub fn parse(name: &str, text: &str) -> Result<Scenario, Vec<Problem>> {
     let router_text = serde_yaml_ng::to_string(&file.router)
         .map_err(|e| vec![Problem::new("router", format!("cannot read: {e}"))])?;
     let config = config::parse(&router_text).map_err(|problems| {
-        problems.into_iter().map(|p| Problem::new(format!("router.{}", p.path), p.message)).collect::<Vec<_>>()
+        problems
+            .into_iter()
+            .map(|p| Problem::new(format!("router.{}", p.path), p.message))
+            .collect::<Vec<_>>()
     })?;
     let sample = file.sample.map(Secs::duration).unwrap_or_else(|| {
         Duration::from_secs_f64((file.duration.0 / 120.0).max(10.0).min(file.duration.0.max(1.0)))

@@ -70,8 +70,11 @@ impl StrategyName {
             }
             StrategyName::Weighted => {
                 task.strategy = Strategy::Weighted;
-                task.weights =
-                    weights.iter().filter(|(b, _)| task.backends.contains(b)).map(|(b, w)| (b.clone(), *w)).collect();
+                task.weights = weights
+                    .iter()
+                    .filter(|(b, _)| task.backends.contains(b))
+                    .map(|(b, w)| (b.clone(), *w))
+                    .collect();
             }
             StrategyName::Spillway => {
                 task.strategy = Strategy::Adaptive;
@@ -98,7 +101,13 @@ pub fn idle_signals(scraped_at: tokio::time::Instant) -> NodeSignals {
 /// `pid-chains`: the task's backends reordered into `key`'s chain for `window`, from the
 /// availabilities of the backends policy allows (in preference order). Backends policy refuses
 /// keep their place at the end; planning drops them anyway.
-pub fn pid_chain(task: &TaskConfig, snap: &Snapshot, availability: &Availability, key: &str, window: u64) -> Vec<String> {
+pub fn pid_chain(
+    task: &TaskConfig,
+    snap: &Snapshot,
+    availability: &Availability,
+    key: &str,
+    window: u64,
+) -> Vec<String> {
     let Ok(allowed) = crate::policy::eligible(task, snap) else { return task.backends.clone() };
     let eligible: Vec<&String> = allowed.iter().map(|&i| &snap.backends[i].name).collect();
     let avail: Vec<f64> = eligible.iter().map(|b| availability.get(b)).collect();
@@ -106,7 +115,8 @@ pub fn pid_chain(task: &TaskConfig, snap: &Snapshot, availability: &Availability
     let named: Vec<(&str, f64)> = eligible.iter().zip(&w).map(|(b, w)| (b.as_str(), *w)).collect();
     let mut order: Vec<String> =
         chain::chain(key, window, &named).into_iter().map(|i| eligible[i].clone()).collect();
-    order.extend(task.backends.iter().filter(|b| !order.contains(b)).cloned());
+    let rest: Vec<String> = task.backends.iter().filter(|b| !order.contains(b)).cloned().collect();
+    order.extend(rest);
     order
 }
 

@@ -4,7 +4,7 @@
 //! so that the engine never has to guess. It must not touch the router config, which
 //! `config::parse` has already checked.
 
-use super::scenario::{Dist, NodeModel, ProviderModel, Rate, Scenario};
+use super::scenario::{Dist, Rate, Scenario};
 use crate::config::{BackendKind, Problem};
 
 fn dist(path: &str, d: &Dist, problems: &mut Vec<Problem>) {
@@ -58,7 +58,9 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     }
     for (name, m) in &s.providers {
         match kind_of(name) {
-            Some(BackendKind::Vllm) => p(format!("providers.{name}"), "is a vLLM pool: describe it under nodes".into()),
+            Some(BackendKind::Vllm) => {
+                p(format!("providers.{name}"), "is a vLLM pool: describe it under nodes".into())
+            }
             Some(_) => {}
             None => p(format!("providers.{name}"), "not a backend of the router config".into()),
         }
@@ -104,7 +106,10 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         let at = |k: &str| format!("timeline[{i}].{k}");
         let set = [e.outage.is_some(), e.node_down.is_some(), e.quota.is_some(), e.errors.is_some()];
         if set.iter().filter(|x| **x).count() != 1 {
-            problems.push(Problem::new(format!("timeline[{i}]"), "set exactly one of outage, node_down, quota, errors"));
+            problems.push(Problem::new(
+                format!("timeline[{i}]"),
+                "set exactly one of outage, node_down, quota, errors",
+            ));
         }
         if e.until.is_some_and(|u| u <= e.at) {
             problems.push(Problem::new(at("until"), "must be after `at`"));
@@ -121,7 +126,10 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
             }
         }
         if let Some(r) = e.node_down.as_deref().filter(|r| s.node_ref(r).is_none()) {
-            problems.push(Problem::new(at("node_down"), format!("`{r}` is not a node like local#0 of a vllm backend")));
+            problems.push(Problem::new(
+                at("node_down"),
+                format!("`{r}` is not a node like local#0 of a vllm backend"),
+            ));
         }
         if let Some(rate) = e.errors.as_ref().map(|e| e.rate) {
             share(at("errors.rate"), rate, &mut problems);
@@ -129,9 +137,9 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     }
     for b in &config.backends {
         if b.kind == BackendKind::Vllm {
-            s.nodes.entry(b.name.clone()).or_insert_with(NodeModel::default);
+            s.nodes.entry(b.name.clone()).or_default();
         } else {
-            s.providers.entry(b.name.clone()).or_insert_with(ProviderModel::default);
+            s.providers.entry(b.name.clone()).or_default();
         }
     }
     problems

@@ -96,7 +96,11 @@ pub fn generate(s: &Scenario) -> Vec<Arrival> {
         }
         let peak = max_rate(&stream.rps);
         let mut t = 0.0;
-        while peak > 0.0 {
+        if peak <= 0.0 {
+            project_base += stream.projects as usize;
+            continue;
+        }
+        loop {
             t += -(1.0 - rng.gen::<f64>()).ln() / peak;
             if t >= end {
                 break;

@@ -1,0 +1,115 @@
+//! The comparison as text: one table per scenario with a row per strategy, or the same
+//! figures as JSON. Pure formatting of `Summary` values; it computes nothing new and must stay
+//! deterministic (no times, no paths that differ between runs).
+
+use serde::Serialize;
+
+use super::stats::{Stats, Summary};
+
+/// One scenario's runs.
+#[derive(Debug, Clone)]
+pub struct ScenarioReport {
+    pub scenario: String,
+    pub description: String,
+    pub seed: u64,
+    pub duration_secs: f64,
+    /// The SLO of the first workload stream's task, ms (the line on the TTFT chart).
+    pub slo_ms: u64,
+    pub runs: Vec<Stats>,
+}
+
+#[derive(Serialize)]
+struct Json<'a> {
+    scenario: &'a str,
+    description: &'a str,
+    seed: u64,
+    duration_secs: f64,
+    results: Vec<Summary>,
+}
+
+/// Every scenario as a JSON array.
+pub fn json(reports: &[ScenarioReport]) -> String {
+    let all: Vec<Json<'_>> = reports
+        .iter()
+        .map(|r| Json {
+            scenario: &r.scenario,
+            description: &r.description,
+            seed: r.seed,
+            duration_secs: r.duration_secs,
+            results: r.runs.iter().map(Stats::summary).collect(),
+        })
+        .collect();
+    serde_json::to_string_pretty(&all).expect("summaries serialise")
+}
+
+fn human_tokens(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
+        n if n >= 1000 => format!("{:.1}k", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn human_duration(secs: f64) -> String {
+    if secs >= 3600.0 && secs % 3600.0 == 0.0 {
+        format!("{}h", secs / 3600.0)
+    } else if secs >= 60.0 && secs % 60.0 == 0.0 {
+        format!("{}m", secs / 60.0)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// Every scenario as a table.
+pub fn table(reports: &[ScenarioReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        let requests = r.runs.first().map_or(0, |s| s.requests);
+        out.push_str(&format!(
+            "{} ({}, seed {}, {} requests, TTFT SLO {} ms)\n",
+            r.scenario,
+            human_duration(r.duration_secs),
+            r.seed,
+            requests,
+            r.slo_ms
+        ));
+        if !r.description.is_empty() {
+            out.push_str(&format!("  {}\n", r.description.trim()));
+        }
+        out.push_str(&format!(
+            "  {:<11} {:>7} {:>9} {:>7} {:>6} {:>10} {:>9} {:>6} {:>9} {:>6}\n",
+            "strategy",
+            "SLO",
+            "p95 TTFT",
+            "errors",
+            "local",
+            "hosted tok",
+            "hosted $",
+            "cache",
+            "switch/ph",
+            "calls"
+        ));
+        for s in r.runs.iter().map(Stats::summary) {
+            out.push_str(&format!(
+                "  {:<11} {:>6.1}% {:>6.0} ms {:>7} {:>5.1}% {:>10} {:>9.2} {:>5.1}% {:>9.2} {:>6.2}\n",
+                s.strategy,
+                s.slo_attainment * 100.0,
+                s.ttft_p95_ms,
+                s.errors,
+                s.local_share * 100.0,
+                human_tokens(s.hosted_tokens),
+                s.hosted_cost_usd,
+                s.cache_hit_rate * 100.0,
+                s.switches_per_project_hour,
+                s.attempts_per_request,
+            ));
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "SLO: share of requests with a first token within the SLO and no error; errors: client-visible;\n\
+         local: share served by the fleet; cache: prompt tokens served from a prefix/prompt cache;\n\
+         switch/ph: backend changes per project per hour; calls: upstream calls per request.\n",
+    );
+    out
+}

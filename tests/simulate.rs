@@ -1,0 +1,189 @@
+//! `spillway simulate`: the shipped scenarios load and run, runs are deterministic, and the
+//! comparisons the simulator exists to show actually hold (each of these could fail).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use spillway::simulate::{self, Scenario, ScenarioReport, SimulateArgs, Stats, StrategyName};
+
+const SHIPPED: [&str; 5] =
+    ["steady", "ramp-150", "hosted-outage-40m", "primary-rate-limited", "fleet-node-loss"];
+
+fn path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/scenarios/{name}.yaml"))
+}
+
+fn load(name: &str) -> Scenario {
+    simulate::load_file(&path(name)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run(s: &Scenario) -> ScenarioReport {
+    simulate::simulate(s, &mut |_, _| {})
+}
+
+fn stats(r: &ScenarioReport, strategy: StrategyName) -> &Stats {
+    r.runs.iter().find(|s| s.strategy == strategy).expect("strategy ran")
+}
+
+/// SLO attainment and errors of requests that arrived within `[from, to)` minutes.
+fn window(r: &ScenarioReport, s: &Stats, from: f64, to: f64) -> (f64, u64, f64) {
+    let width = r.duration_secs / 60.0 / s.buckets.len() as f64;
+    let (mut requests, mut errors, mut within, mut local, mut served) = (0u64, 0u64, 0usize, 0u64, 0u64);
+    for (i, b) in s.buckets.iter().enumerate() {
+        let start = i as f64 * width;
+        if start >= from && start + width <= to {
+            requests += b.requests;
+            errors += b.errors;
+            within += b.ttft_ms.iter().filter(|t| **t <= r.slo_ms as f64).count();
+            local += b.served.get("local").copied().unwrap_or(0);
+            served += b.served.values().sum::<u64>();
+        }
+    }
+    let slo = within.saturating_sub(errors as usize) as f64 / requests.max(1) as f64;
+    (slo, errors, local as f64 / served.max(1) as f64)
+}
+
+#[test]
+fn every_shipped_scenario_loads_and_runs_short() {
+    for name in SHIPPED {
+        let s = simulate::shortened(load(name), Duration::from_secs(240));
+        let r = run(&s);
+        assert_eq!(r.runs.len(), s.strategies.len(), "{name}");
+        for st in &r.runs {
+            assert!(st.requests > 100, "{name}/{}: {} requests", st.strategy.as_str(), st.requests);
+            assert!(st.served > 0, "{name}/{}", st.strategy.as_str());
+        }
+        let html = simulate::html_page(&[r]);
+        assert!(html.contains("<svg") && !html.contains("http://cdn") && !html.contains("<script"));
+    }
+}
+
+#[test]
+fn same_seed_same_report_different_seed_different() {
+    let s = simulate::shortened(load("primary-rate-limited"), Duration::from_secs(300));
+    let a = simulate::json(&[run(&s)]);
+    let b = simulate::json(&[run(&s)]);
+    assert_eq!(a, b);
+    let mut other = s.clone();
+    other.seed += 1;
+    assert_ne!(a, simulate::json(&[run(&other)]));
+    // Every strategy saw the same arrivals.
+    let r = run(&s);
+    assert!(r.runs.windows(2).all(|w| w[0].requests == w[1].requests));
+}
+
+#[test]
+fn an_hour_of_traffic_runs_in_seconds() {
+    let s = load("steady");
+    assert_eq!(s.duration, Duration::from_secs(3600));
+    let started = Instant::now();
+    let r = simulate::simulate(&s, &mut |_, _| {});
+    let took = started.elapsed();
+    let requests = r.runs[0].requests;
+    assert!(requests > 30_000, "{requests}");
+    // Loose, for a debug build on a shared machine: four strategies × an hour at 10 rps.
+    assert!(took < Duration::from_secs(90), "took {took:?}");
+    eprintln!("{}", simulate::table(&[r]));
+}
+
+#[test]
+fn ramp_spillway_keeps_the_slo_that_priority_without_spill_loses() {
+    let r = run(&load("ramp-150"));
+    let priority = stats(&r, StrategyName::Priority).summary();
+    let spillway = stats(&r, StrategyName::Spillway).summary();
+    assert!(
+        spillway.slo_attainment > priority.slo_attainment + 0.1,
+        "spillway {:.3} vs priority {:.3}",
+        spillway.slo_attainment,
+        priority.slo_attainment
+    );
+    assert!(spillway.slo_attainment > 0.9, "{spillway:?}");
+}
+
+#[test]
+fn hosted_outage_priority_suffers_while_spillway_serves_from_the_reserve() {
+    let s = load("hosted-outage-40m");
+    let r = run(&s);
+    let (p_slo, p_err, _) = window(&r, stats(&r, StrategyName::Priority), 15.0, 45.0);
+    let (s_slo, s_err, s_local) = window(&r, stats(&r, StrategyName::Spillway), 15.0, 45.0);
+    let (_, _, s_local_before) = window(&r, stats(&r, StrategyName::Spillway), 0.0, 10.0);
+    eprintln!("outage window: priority slo {p_slo:.3} errors {p_err}; spillway slo {s_slo:.3} errors {s_err} local {s_local_before:.3} -> {s_local:.3}");
+    assert!(p_err > 0 || p_slo < 0.9, "priority during the outage: slo {p_slo:.3}, {p_err} errors");
+    assert!(s_slo > p_slo + 0.05, "spillway {s_slo:.3} vs priority {p_slo:.3}");
+    assert!(s_err <= p_err, "spillway {s_err} errors vs priority {p_err}");
+    assert!(
+        s_local > s_local_before + 0.02,
+        "the reserve takes traffic home: local share {s_local_before:.3} before, {s_local:.3} during"
+    );
+}
+
+#[test]
+fn pid_chains_switch_providers_less_than_weighted() {
+    for name in ["primary-rate-limited", "steady"] {
+        let s = simulate::shortened(load(name), Duration::from_secs(1200));
+        let r = run(&s);
+        let weighted = stats(&r, StrategyName::Weighted).summary();
+        let chains = stats(&r, StrategyName::PidChains).summary();
+        assert!(
+            chains.switches_per_project_hour < weighted.switches_per_project_hour * 0.5,
+            "{name}: pid-chains {:.2} vs weighted {:.2}",
+            chains.switches_per_project_hour,
+            weighted.switches_per_project_hour
+        );
+    }
+}
+
+#[test]
+fn scenario_problems_name_their_key_paths() {
+    let text = std::fs::read_to_string(path("steady")).unwrap();
+    let bad = text
+        .replace("ttft_ms: 450", "ttft_msec: 450")
+        .replace("kind: anthropic", "kind: martian")
+        .replace("rps: 10", "rps: fast");
+    let problems = simulate::parse("bad", &bad).unwrap_err();
+    let all: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    // serde stops at the first structural problem; the router's own are reported in full.
+    assert!(
+        all.iter().any(|p| p.starts_with("providers.anthropic") || p.starts_with("workload[0].rps")),
+        "{all:?}"
+    );
+    let bad = text.replace("kind: anthropic", "kind: martian");
+    let problems = simulate::parse("bad", &bad).unwrap_err();
+    assert!(problems.iter().any(|p| p.path == "router.backends[1].kind"), "{problems:?}");
+    let bad = text
+        .replace("task: chat", "task: nope")
+        .replace("seed: 7", "seed: 7\ntimeline: [{at: 5m, outage: local}]");
+    let problems = simulate::parse("bad", &bad).unwrap_err();
+    let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+    assert!(paths.contains(&"workload[0].task") && paths.contains(&"timeline[0].outage"), "{paths:?}");
+}
+
+#[test]
+fn run_writes_the_html_report_and_json() {
+    let out = std::env::temp_dir().join(format!("spillway-simulate-{}.html", std::process::id()));
+    let args = SimulateArgs {
+        scenario: vec![path("fleet-node-loss")],
+        seed: Some(3),
+        duration: Some("5m".into()),
+        out: Some(out.clone()),
+        format: simulate::Format::Json,
+        quiet: true,
+    };
+    let json: serde_json::Value = serde_json::from_str(&simulate::run(&args).unwrap()).unwrap();
+    assert_eq!(json[0]["seed"], 3);
+    assert_eq!(json[0]["results"].as_array().unwrap().len(), 4);
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("TTFT p95") && html.contains("fleet-node-loss"));
+    std::fs::remove_file(out).ok();
+}
+
+/// `cargo test --test simulate -- --ignored --nocapture`: every shipped scenario at full length.
+#[test]
+#[ignore]
+fn full_length_tables() {
+    let reports: Vec<ScenarioReport> = SHIPPED.iter().map(|n| run(&load(n))).collect();
+    println!("{}", simulate::table(&reports));
+    if let Ok(out) = std::env::var("SIMULATE_HTML") {
+        std::fs::write(out, simulate::html_page(&reports)).unwrap();
+    }
+}
