@@ -43,6 +43,8 @@ pub enum Command {
     Agent(crate::agent::AgentArgs),
     /// Capacity plan: the load each backend carries normally and with any one backend lost.
     Plan(crate::capacity::PlanArgs),
+    /// Compare routing strategies on simulated traffic (virtual clock, same planning code).
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -57,8 +59,13 @@ pub fn main() -> ExitCode {
     if let Command::CheckConfig { file, env } = &cli.command {
         return check_config(file, *env);
     }
-    if let Command::Plan(args) = &cli.command {
-        return match crate::capacity::run(args) {
+    let offline = match &cli.command {
+        Command::Plan(args) => Some(crate::capacity::run(args)),
+        Command::Simulate(args) => Some(crate::simulate::run(args)),
+        _ => None,
+    };
+    if let Some(result) = offline {
+        return match result {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -82,7 +89,9 @@ pub fn main() -> ExitCode {
             Command::Demo(args) => crate::demo::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
-            Command::CheckConfig { .. } | Command::Plan(_) => unreachable!("handled above"),
+            Command::CheckConfig { .. } | Command::Plan(_) | Command::Simulate(_) => {
+                unreachable!("handled above")
+            }
         }
     });
     match result {

@@ -12,6 +12,9 @@ fn every_command_has_help() {
         vec!["check-config", "--help"],
         vec!["demo", "--help"],
         vec!["sim", "--help"],
+        vec!["agent", "--help"],
+        vec!["plan", "--help"],
+        vec!["simulate", "--help"],
     ] {
         let out = Command::new(BIN).args(&cmd).output().unwrap();
         assert!(out.status.success(), "{cmd:?}");
