@@ -188,6 +188,11 @@ impl RequestOutcome {
 /// What dispatch sends to the bookkeeping channel.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
+    /// A plan was made: the first backend of its chain.
+    Planned {
+        task: String,
+        first: String,
+    },
     Attempt(AttemptRecord),
     Request(RequestOutcome),
 }
@@ -201,6 +206,8 @@ pub struct Tally {
     pub spills: std::collections::BTreeMap<&'static str, u64>,
     /// Upstream calls that failed, by `backend/class`.
     pub failed_attempts: std::collections::BTreeMap<String, u64>,
+    /// Chain choice: how often each backend came first in a task's plan, by `task/backend`.
+    pub first_choice: std::collections::BTreeMap<String, u64>,
 }
 
 /// Read records until the channel closes: log them and keep the tally.
@@ -212,6 +219,9 @@ pub async fn consume(
     while let Some(record) = rx.recv().await {
         let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
         match record {
+            Record::Planned { task, first } => {
+                *t.first_choice.entry(format!("{task}/{first}")).or_default() += 1;
+            }
             Record::Attempt(a) => {
                 tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe());
                 if a.skipped.is_none() {

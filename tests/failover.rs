@@ -209,9 +209,13 @@ balancing: {{interval_secs: 1}}
         reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
     assert_eq!(stats["availability"]["a"], 0.0, "{stats}");
     assert_eq!(stats["weights"]["t"]["b"], 1.0, "{stats}");
+    assert_eq!(stats["first_choice"]["t/a"], 1, "chain choice is counted: {stats}");
     for _ in 0..5 {
         let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
         assert_eq!(headers["x-spillway-attempts"], "1");
         assert_eq!(headers["x-spillway-backend"], "b");
     }
+    let stats: serde_json::Value =
+        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(stats["first_choice"]["t/b"], 5, "{stats}");
 }

@@ -177,6 +177,10 @@ impl Dispatcher {
         let mut last_local: Option<bool> = None;
         let mut retries_in_class = 0u32;
 
+        if let Some(first) = plan.targets.first() {
+            let first = snap.backends[first.backend].name.clone();
+            self.emit(Record::Planned { task: task.name.clone(), first });
+        }
         if plan.targets.is_empty() && !plan.spills.is_empty() {
             let spilled: Vec<String> = plan
                 .spills

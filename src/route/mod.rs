@@ -441,4 +441,23 @@ mod tests {
         let p = plan(&RequestFacts { affinity: Some(5), ..facts(&task, 5) }, &snap, now).unwrap();
         assert_eq!(names(&snap, &p), ["local-llama#0", "local-llama#1", "anthropic#0", "openai#0"]);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hosted_backend_the_pid_has_written_off_releases_the_reserve() {
+        let none = BTreeMap::new();
+        let build = |anthropic: f64| {
+            let availability = move |b: &str| if b == "anthropic" { anthropic } else { 1.0 };
+            let inputs = SnapshotInputs {
+                discovered: &none,
+                breaker: &closed,
+                signals: &|_| None,
+                quarantine: &|_| None,
+                over_quota: &|_| false,
+                availability: &availability,
+            };
+            Snapshot::build(config(), &inputs, 2)
+        };
+        assert!(build(0.05).backends[0].reserve_released, "availability below 0.1: down");
+        assert!(!build(0.5).backends[0].reserve_released);
+    }
 }

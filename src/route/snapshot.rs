@@ -87,6 +87,9 @@ fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
     }
 }
 
+/// A hosted backend whose availability is below this counts as down for the reserve.
+pub const DOWN_BELOW: f64 = 0.1;
+
 /// What the control loops know, as lookups the builder calls per backend and node.
 pub struct SnapshotInputs<'a> {
     /// Node origins found by discovery, by backend name (added to configured endpoints).
@@ -173,15 +176,17 @@ impl Snapshot {
                 }
             })
             .collect();
-        // A hosted backend is down when every node's breaker is open or its quota is gone;
-        // then each pool that shares a task with it releases its reserve for the traffic
-        // coming home.
+        // A hosted backend is down when every node's breaker is open, its quota is gone, or its
+        // PID availability is near zero (a breaker that went half-open sees few probes once the
+        // backend's weight is 0, so breakers alone would flap); then each pool that shares a
+        // task with it releases its reserve for the traffic coming home.
         let down: Vec<&str> = backends
             .iter()
             .filter(|b| !b.is_local())
             .filter(|b| {
                 (!b.nodes.is_empty() && b.nodes.iter().all(|n| n.breaker == BreakerView::Open))
                     || (inputs.over_quota)(&b.name)
+                    || b.availability < DOWN_BELOW
             })
             .map(|b| b.name.as_str())
             .collect::<Vec<_>>();
