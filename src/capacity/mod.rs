@@ -21,7 +21,7 @@ use crate::tokens::counter_for;
 pub use arith::{plan, scenario, BackendCap, BackendLoad, ScenarioResult, ShedClass, TaskLoad, TaskOutcome};
 pub use profile::{load_profile, parse_profile, PoolProfile, Profile, TaskProfile};
 
-/// Output format of the plan.
+/// Output format of a report (`spillway plan`, `spillway simulate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Format {
     /// A readable table.

@@ -37,13 +37,8 @@ pub use scenario::{load_file, parse, Scenario, StrategyName};
 pub use stats::{Stats, Summary};
 pub use workload::{generate, Arrival};
 
-/// Output format of the comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Format {
-    #[default]
-    Table,
-    Json,
-}
+/// Output format of the comparison: a table or JSON, as for `spillway plan`.
+pub use crate::capacity::Format;
 
 /// `spillway simulate`.
 #[derive(Debug, Clone, clap::Args)]
