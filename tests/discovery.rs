@@ -414,7 +414,7 @@ async fn https_client_builds_with_one_crypto_provider_and_fails_cleanly() {
 }
 
 #[tokio::test]
-async fn client_from_env_reads_the_kubeconfig() {
+async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
     let (fake, url) = start_fake().await;
     fake.set_list(
         "/api/v1/namespaces/llm/pods",
@@ -439,5 +439,65 @@ async fn client_from_env_reads_the_kubeconfig() {
     let list = pods.list(&Default::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
     assert_eq!(fake.requests()[0].split('?').next(), Some("/api/v1/namespaces/llm/pods"));
+
+    // The router itself, started with `discovery.kubernetes`, finds the pod through the same
+    // kubeconfig, serves from it, and stops when the pod is deleted: no restart.
+    let mut node = spillway::sim::SimArgs::for_kind(spillway::sim::SimKind::Vllm, "m");
+    node.model = Some("m".into());
+    let node = spillway::sim::spawn(node, tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
+        .await
+        .unwrap();
+    let hosted = spillway::sim::spawn(
+        spillway::sim::SimArgs::for_kind(spillway::sim::SimKind::OpenAi, "gpt"),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let the_pod = pod("vllm-a", "127.0.0.1", true, 2, json!({}));
+    fake.set_list("/api/v1/namespaces/llm/pods", pod_list(3, vec![the_pod.clone()]));
+    let watch_events = fake.queue_watch();
+    let yaml = format!(
+        "backends:\n  - {{name: pool, kind: vllm, model: m, discovery: {{kubernetes: {{namespace: llm, selector: app=vllm, port: {}}}}}}}\n\
+         \x20 - {{name: hosted, kind: openai, base_url: \"{}/v1\", model: gpt}}\n\
+         tasks:\n  - {{name: t, backends: [pool, hosted], slo: {{ttft_ms: 2000}}}}\n\
+         telemetry: {{interval_ms: 100, stale_after_ms: 1000}}\n",
+        node.addr.port(),
+        hosted.base_url()
+    );
+    let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("{p:?}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let router =
+        spillway::server::start(config, Default::default(), listener, std::future::pending()).await.unwrap();
+    let url = format!("http://{}", router.addr);
+    let served_by = |url: String| async move {
+        let resp = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&json!({"model": "t", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        resp.headers()["x-spillway-backend"].to_str().unwrap().to_string()
+    };
+    let mut backend = String::new();
+    for _ in 0..60 {
+        backend = served_by(url.clone()).await;
+        if backend == "pool" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(backend, "pool", "the discovered pod serves");
+    watch_events.send(event("DELETED", pod("vllm-a", "127.0.0.1", true, 4, json!({})))).unwrap();
+    for _ in 0..60 {
+        backend = served_by(url.clone()).await;
+        if backend == "hosted" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(backend, "hosted", "a deleted pod leaves the pool");
+    let ready: Value = reqwest::get(format!("{url}/readyz")).await.unwrap().json().await.unwrap();
+    assert_eq!(ready["local_nodes"], 0);
+    router.task.abort();
     std::fs::remove_dir_all(&dir).ok();
 }
