@@ -17,6 +17,7 @@ pub mod control;
 pub mod demo;
 pub mod dispatch;
 pub mod fleet;
+pub mod ledger;
 pub mod outcome;
 pub mod policy;
 pub mod route;

@@ -1,0 +1,203 @@
+//! The ledger row and how it is built from what dispatch reports.
+//!
+//! Every field is portable across SQLite and PostgreSQL: time is unix milliseconds (UTC),
+//! counts are `i64`, and money is a [`Decimal`] (stored as text), never `f64`. The affinity
+//! key is stored only as a SHA-256 hex digest so that the ledger never holds a raw project key.
+//! Building a record does no I/O and never blocks.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::outcome::{Ending, RequestOutcome};
+
+/// How a request ended, as stored in the `outcome` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Failed,
+    Cancelled,
+    Shed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Shed => "shed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Some(match s {
+            "completed" => Outcome::Completed,
+            "failed" => Outcome::Failed,
+            "cancelled" => Outcome::Cancelled,
+            "shed" => Outcome::Shed,
+            _ => return None,
+        })
+    }
+}
+
+/// One row per finished request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    /// Unique per request (32 hex digits); makes a retried insert a no-op.
+    pub id: String,
+    /// When the request arrived, unix milliseconds UTC.
+    pub at_ms: i64,
+    pub task: String,
+    /// The *name* of the client key (its env var), never the key itself.
+    pub client_key: Option<String>,
+    /// [`hash_affinity_key`] of the affinity key.
+    pub affinity_hash: Option<String>,
+    /// Empty when no backend served.
+    pub backend: String,
+    /// Empty when no backend served.
+    pub model: String,
+    /// Empty for hosted backends and when no backend served.
+    pub node: String,
+    pub attempts: i64,
+    pub outcome: Outcome,
+    /// [`crate::adapter::ErrorClass::as_str`] when the request failed.
+    pub error_class: Option<String>,
+    pub input_tokens: i64,
+    /// A subset of `input_tokens`.
+    pub cached_input_tokens: i64,
+    pub output_tokens: i64,
+    pub ttft_ms: Option<i64>,
+    pub duration_ms: i64,
+    /// `None` when unpriced.
+    pub cost_usd: Option<Decimal>,
+}
+
+/// What a [`RequestOutcome`] does not carry yet; dispatch supplies it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestContext<'a> {
+    /// Wall-clock arrival time (the outcome only has a monotonic `Instant`).
+    pub started_at: SystemTime,
+    /// The concrete model the serving backend ran (empty when none served).
+    pub model: &'a str,
+    /// The name of the client key the request authenticated with.
+    pub client_key: Option<&'a str>,
+    /// The raw affinity key; it is hashed here and never stored.
+    pub affinity_key: Option<&'a str>,
+    /// Priced elsewhere; `None` when unpriced.
+    pub cost_usd: Option<Decimal>,
+}
+
+impl LedgerRecord {
+    /// The ledger row for a finished request; `None` while it is still in flight.
+    pub fn from_outcome(o: &RequestOutcome, ctx: RequestContext<'_>) -> Option<LedgerRecord> {
+        let (outcome, error_class) = match o.ending {
+            Ending::InFlight => return None,
+            Ending::Completed => (Outcome::Completed, None),
+            Ending::Failed(class) => (Outcome::Failed, Some(class.as_str().to_string())),
+            Ending::Cancelled => (Outcome::Cancelled, None),
+            Ending::Shed => (Outcome::Shed, None),
+        };
+        Some(LedgerRecord {
+            id: new_record_id(),
+            at_ms: unix_millis(ctx.started_at),
+            task: o.task.clone(),
+            client_key: ctx.client_key.map(str::to_string),
+            affinity_hash: ctx.affinity_key.map(hash_affinity_key),
+            backend: o.backend.clone(),
+            model: ctx.model.to_string(),
+            node: o.node.clone(),
+            attempts: i64::from(o.attempts),
+            outcome,
+            error_class,
+            input_tokens: i64::from(o.usage.input_tokens),
+            cached_input_tokens: i64::from(o.usage.cached_input_tokens),
+            output_tokens: i64::from(o.usage.output_tokens),
+            ttft_ms: o.ttft.map(|t| millis_i64(t.as_millis())),
+            duration_ms: millis_i64(o.duration.as_millis()),
+            cost_usd: ctx.cost_usd,
+        })
+    }
+}
+
+fn millis_i64(ms: u128) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds since the Unix epoch (negative before it).
+pub fn unix_millis(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => millis_i64(d.as_millis()),
+        Err(e) => -millis_i64(e.duration().as_millis()),
+    }
+}
+
+/// A fresh random record id: 32 lowercase hex digits.
+pub fn new_record_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// SHA-256 of the affinity key, as 64 lowercase hex digits.
+pub fn hash_affinity_key(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::adapter::ErrorClass;
+
+    fn ctx(cost: Option<Decimal>) -> RequestContext<'static> {
+        RequestContext {
+            started_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            model: "llama-3.1-8b",
+            client_key: Some("TEAM_A_KEY"),
+            affinity_key: Some("project-42"),
+            cost_usd: cost,
+        }
+    }
+
+    #[test]
+    fn completed_outcome_becomes_a_row() {
+        let start = tokio::time::Instant::now();
+        let mut o =
+            RequestOutcome::started("summarise", "fleet", "node-1", 2, Duration::from_millis(87), start);
+        o.usage.input_tokens = 1200;
+        o.usage.cached_input_tokens = 1000;
+        o.usage.output_tokens = 40;
+        o.finish(None, start + Duration::from_millis(950));
+        let r = LedgerRecord::from_outcome(&o, ctx(Some("0.0012".parse().unwrap()))).unwrap();
+        assert_eq!(r.at_ms, 1_700_000_000_123);
+        assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Completed, None));
+        assert_eq!((r.attempts, r.ttft_ms, r.duration_ms), (2, Some(87), 950));
+        assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
+        assert_eq!(r.affinity_hash.as_deref(), Some(hash_affinity_key("project-42").as_str()));
+        assert!(!r.affinity_hash.unwrap().contains("project"));
+        assert_eq!(r.id.len(), 32);
+    }
+
+    #[test]
+    fn failed_and_in_flight_outcomes() {
+        let start = tokio::time::Instant::now();
+        let o = RequestOutcome::failed("summarise", "openai", 3, ErrorClass::Overloaded, start);
+        let r = LedgerRecord::from_outcome(&o, ctx(None)).unwrap();
+        assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Failed, Some("overloaded")));
+        assert_eq!((r.ttft_ms, r.cost_usd), (None, None));
+        let in_flight = RequestOutcome::started("t", "b", "n", 1, Duration::ZERO, start);
+        assert!(LedgerRecord::from_outcome(&in_flight, ctx(None)).is_none());
+    }
+
+    #[test]
+    fn hash_is_sha256_hex() {
+        assert_eq!(
+            hash_affinity_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

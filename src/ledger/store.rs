@@ -1,0 +1,250 @@
+//! Where ledger rows live: SQLite (`sqlite://path`, the default, created if missing, WAL mode)
+//! or PostgreSQL (`postgres://…`, one table shared by many router replicas).
+//!
+//! Both go through sqlx's `Any` driver with one set of portable SQL statements and one set of
+//! migrations, run when the store opens. Inserts are idempotent on the record id, so a batch
+//! retried after an ambiguous failure (commit sent, answer lost) is never counted twice. This
+//! module must not retry, buffer or price anything: the writer owns retries.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, AssertSqlSafe, Row};
+
+use super::record::{LedgerRecord, Outcome};
+
+/// Columns in insert order; `row_to_record` reads them by name.
+const COLUMNS: [&str; 17] = [
+    "id",
+    "at_ms",
+    "task",
+    "client_key",
+    "affinity_hash",
+    "backend",
+    "model",
+    "node",
+    "attempts",
+    "outcome",
+    "error_class",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "ttft_ms",
+    "duration_ms",
+    "cost_usd",
+];
+
+/// Rows per `INSERT` statement: 17 × 50 = 850 bind parameters, far below both databases' limits.
+const ROWS_PER_STATEMENT: usize = 50;
+
+/// Per SQLite connection: wait up to 2 s for another writer's lock before a write fails, and
+/// sync at checkpoints only (safe with WAL).
+const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 2000; PRAGMA synchronous = NORMAL;";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection pool to the ledger table. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    kind: StoreKind,
+}
+
+impl Store {
+    /// Connect to `sqlite://path` or `postgres://…` (also `postgresql://`), create the SQLite
+    /// file if it is missing, and run the migrations.
+    pub async fn open(url: &str) -> Result<Store, String> {
+        sqlx::any::install_default_drivers();
+        let (kind, url) = if url.starts_with("sqlite:") {
+            (StoreKind::Sqlite, sqlite_url(url))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (StoreKind::Postgres, url.to_string())
+        } else {
+            return Err(format!(
+                "ledger url must start with sqlite:// or postgres://, got {:?}",
+                redact(url)
+            ));
+        };
+        let options = AnyPoolOptions::new()
+            .max_connections(if kind == StoreKind::Sqlite { 2 } else { 4 })
+            .acquire_timeout(Duration::from_secs(5));
+        let options = if kind == StoreKind::Sqlite {
+            options.after_connect(|conn, _| {
+                Box::pin(async move { sqlx::raw_sql(SQLITE_PRAGMAS).execute(conn).await.map(|_| ()) })
+            })
+        } else {
+            options
+        };
+        let pool =
+            options.connect(&url).await.map_err(|e| format!("ledger: cannot open {}: {e}", redact(&url)))?;
+        if kind == StoreKind::Sqlite {
+            // Persistent in the file: readers (reports) never block the writer.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await
+                .map_err(|e| format!("ledger: cannot switch SQLite to WAL: {e}"))?;
+        }
+        sqlx::migrate!("src/ledger/migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| format!("ledger: migrations failed on {}: {e}", redact(&url)))?;
+        Ok(Store { pool, kind })
+    }
+
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    /// Insert every record in one transaction: all of them or none. Records whose id is
+    /// already stored are skipped, so retrying a batch is safe.
+    pub async fn insert_batch(&self, records: &[LedgerRecord]) -> Result<(), String> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await.map_err(|e| format!("ledger: begin: {e}"))?;
+        for chunk in records.chunks(ROWS_PER_STATEMENT) {
+            let sql = insert_sql(chunk.len());
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for r in chunk {
+                q = q
+                    .bind(r.id.clone())
+                    .bind(r.at_ms)
+                    .bind(r.task.clone())
+                    .bind(r.client_key.clone())
+                    .bind(r.affinity_hash.clone())
+                    .bind(r.backend.clone())
+                    .bind(r.model.clone())
+                    .bind(r.node.clone())
+                    .bind(r.attempts)
+                    .bind(r.outcome.as_str())
+                    .bind(r.error_class.clone())
+                    .bind(r.input_tokens)
+                    .bind(r.cached_input_tokens)
+                    .bind(r.output_tokens)
+                    .bind(r.ttft_ms)
+                    .bind(r.duration_ms)
+                    .bind(r.cost_usd.map(|c| c.to_string()));
+            }
+            q.execute(&mut *tx).await.map_err(|e| format!("ledger: insert: {e}"))?;
+        }
+        tx.commit().await.map_err(|e| format!("ledger: commit: {e}"))
+    }
+
+    /// Records that arrived in `[from_ms, to_ms)` (unix milliseconds), oldest first.
+    pub async fn query(&self, from_ms: i64, to_ms: i64) -> Result<Vec<LedgerRecord>, String> {
+        let sql = format!(
+            "SELECT {} FROM ledger_records WHERE at_ms >= $1 AND at_ms < $2 ORDER BY at_ms, id",
+            COLUMNS.join(", ")
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| format!("ledger: query: {e}"))?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    /// Close the pool, waiting for connections in use to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// `sqlite://path` with `mode=rwc` (create if missing) unless a mode is given.
+fn sqlite_url(url: &str) -> String {
+    if url.contains("mode=") || url.contains(":memory:") {
+        url.to_string()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn insert_sql(rows: usize) -> String {
+    let n = COLUMNS.len();
+    let values: Vec<String> = (0..rows)
+        .map(|r| {
+            let params: Vec<String> = (1..=n).map(|c| format!("${}", r * n + c)).collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO ledger_records ({}) VALUES {} ON CONFLICT (id) DO NOTHING",
+        COLUMNS.join(", "),
+        values.join(", ")
+    )
+}
+
+fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, String> {
+    let bad = |col: &str, e: sqlx::Error| format!("ledger: column {col}: {e}");
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
+    let opt_text = |col: &str| row.try_get::<Option<String>, _>(col).map_err(|e| bad(col, e));
+    let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
+    let outcome = text("outcome")?;
+    let cost_usd = match opt_text("cost_usd")? {
+        Some(s) => Some(Decimal::from_str(&s).map_err(|e| format!("ledger: cost_usd {s:?}: {e}"))?),
+        None => None,
+    };
+    Ok(LedgerRecord {
+        id: text("id")?,
+        at_ms: int("at_ms")?,
+        task: text("task")?,
+        client_key: opt_text("client_key")?,
+        affinity_hash: opt_text("affinity_hash")?,
+        backend: text("backend")?,
+        model: text("model")?,
+        node: text("node")?,
+        attempts: int("attempts")?,
+        outcome: Outcome::parse(&outcome).ok_or_else(|| format!("ledger: unknown outcome {outcome:?}"))?,
+        error_class: opt_text("error_class")?,
+        input_tokens: int("input_tokens")?,
+        cached_input_tokens: int("cached_input_tokens")?,
+        output_tokens: int("output_tokens")?,
+        ttft_ms: row.try_get::<Option<i64>, _>("ttft_ms").map_err(|e| bad("ttft_ms", e))?,
+        duration_ms: int("duration_ms")?,
+        cost_usd,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(sqlite_url("sqlite://spillway.db"), "sqlite://spillway.db?mode=rwc");
+        assert_eq!(sqlite_url("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[test]
+    fn insert_sql_numbers_parameters_per_row() {
+        let sql = insert_sql(2);
+        assert!(sql.contains("($1, $2,"));
+        assert!(sql.contains("($18, $19,"));
+        assert!(sql.ends_with("$34) ON CONFLICT (id) DO NOTHING"));
+    }
+}

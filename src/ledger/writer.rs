@@ -1,0 +1,310 @@
+//! The background writer: takes ledger records off the request path and writes them to the
+//! [`Store`] in batches, and never drops one.
+//!
+//! The request path calls [`LedgerSender::send`], which never waits: it tries a bounded
+//! channel, and when that is full it appends the record to an overflow queue behind a mutex
+//! held only for a `push_back` (no await, no I/O). The writer drains both, writes up to
+//! `max_batch` records per transaction (or whatever has arrived after `flush_interval`), and
+//! when the store fails it keeps the batch and retries with exponential backoff. Memory, not
+//! the request path, absorbs an outage; [`LedgerSender::buffered`] says how much, exactly.
+//! This module must not decide prices or retry anything but ledger writes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, sleep_until, Instant};
+
+use super::record::LedgerRecord;
+use super::store::Store;
+
+/// How the writer batches and retries.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Bounded channel size; past it records go to the overflow queue.
+    pub capacity: usize,
+    /// Most records per transaction.
+    pub max_batch: usize,
+    /// A partial batch is written this long after its first record arrived.
+    pub flush_interval: Duration,
+    /// First retry delay after a failed write; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// How long `shutdown` keeps retrying a failing store before handing records back.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            capacity: 8_192,
+            max_batch: 500,
+            flush_interval: Duration::from_millis(500),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Overflow {
+    records: VecDeque<LedgerRecord>,
+    /// Set by the writer once it has drained for the last time; later sends are refused.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    overflow: Mutex<Overflow>,
+    wake: Notify,
+    /// Accepted by `send` and not yet committed.
+    buffered: AtomicU64,
+    /// Records that went through the overflow queue (the channel was full).
+    overflowed: AtomicU64,
+    /// Failed write attempts.
+    failed_writes: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Overflow> {
+        self.overflow.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The request path's handle. Cheap to clone; `send` never blocks.
+#[derive(Clone)]
+pub struct LedgerSender {
+    tx: mpsc::Sender<LedgerRecord>,
+    shared: Arc<Shared>,
+}
+
+impl LedgerSender {
+    /// Hand a record to the writer without waiting. `Err` gives the record back only when the
+    /// writer has shut down; otherwise it is accepted and will be written.
+    pub fn send(&self, record: LedgerRecord) -> Result<(), Box<LedgerRecord>> {
+        self.shared.buffered.fetch_add(1, Ordering::SeqCst);
+        let refused = match self.tx.try_send(record) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(record)) => {
+                let mut overflow = self.shared.lock();
+                if overflow.closed {
+                    record
+                } else {
+                    overflow.records.push_back(record);
+                    drop(overflow);
+                    self.shared.overflowed.fetch_add(1, Ordering::Relaxed);
+                    self.shared.wake.notify_one();
+                    return Ok(());
+                }
+            }
+            Err(TrySendError::Closed(record)) => record,
+        };
+        self.shared.buffered.fetch_sub(1, Ordering::SeqCst);
+        Err(Box::new(refused))
+    }
+
+    /// Records accepted and not yet committed to the store.
+    pub fn buffered(&self) -> u64 {
+        self.shared.buffered.load(Ordering::SeqCst)
+    }
+}
+
+/// Owns the writer task.
+pub struct WriterHandle {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Vec<LedgerRecord>>,
+    shared: Arc<Shared>,
+}
+
+impl WriterHandle {
+    /// Records accepted and not yet committed to the store.
+    pub fn buffered(&self) -> u64 {
+        self.shared.buffered.load(Ordering::SeqCst)
+    }
+
+    /// Records that found the channel full and went through the overflow queue.
+    pub fn overflowed(&self) -> u64 {
+        self.shared.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Write attempts that failed (and were retried).
+    pub fn failed_writes(&self) -> u64 {
+        self.shared.failed_writes.load(Ordering::Relaxed)
+    }
+
+    /// Refuse new records, write everything accepted so far, and stop. When the store keeps
+    /// failing past `shutdown_grace`, the records not written come back in `Err`.
+    pub async fn shutdown(self) -> Result<(), Vec<LedgerRecord>> {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(unwritten) if unwritten.is_empty() => Ok(()),
+            Ok(unwritten) => Err(unwritten),
+            Err(e) => {
+                tracing::error!("ledger writer task failed: {e}");
+                Err(Vec::new())
+            }
+        }
+    }
+}
+
+/// Start a writer with default batching and a channel of `capacity` records.
+pub fn spawn(store: Store, capacity: usize) -> (LedgerSender, WriterHandle) {
+    spawn_with(store, WriterConfig { capacity, ..WriterConfig::default() })
+}
+
+/// Start a writer with explicit settings. Needs a Tokio runtime.
+pub fn spawn_with(store: Store, config: WriterConfig) -> (LedgerSender, WriterHandle) {
+    let (tx, rx) = mpsc::channel(config.capacity.max(1));
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let shared = Arc::new(Shared::default());
+    let writer = Writer {
+        store,
+        config,
+        rx,
+        shared: Arc::clone(&shared),
+        stop: stop_rx,
+        listening: true,
+        stopping: false,
+    };
+    let task = tokio::spawn(writer.run());
+    (LedgerSender { tx, shared: Arc::clone(&shared) }, WriterHandle { stop: stop_tx, task, shared })
+}
+
+struct Writer {
+    store: Store,
+    config: WriterConfig,
+    rx: mpsc::Receiver<LedgerRecord>,
+    shared: Arc<Shared>,
+    stop: oneshot::Receiver<()>,
+    /// False once the handle is dropped without `shutdown` (the receiver must not be polled).
+    listening: bool,
+    stopping: bool,
+}
+
+impl Writer {
+    /// Returns the records it could not write before giving up at shutdown.
+    async fn run(mut self) -> Vec<LedgerRecord> {
+        let max_batch = self.config.max_batch.max(1);
+        let mut batch: Vec<LedgerRecord> = Vec::new();
+        let mut backoff = self.config.backoff_min;
+        let mut give_up_at: Option<Instant> = None;
+        loop {
+            if self.stopping {
+                self.drain_all(&mut batch);
+            } else {
+                self.fill(&mut batch, max_batch).await;
+            }
+            // Write full batches (and, when the timer fired or we are stopping, the rest).
+            while !batch.is_empty() {
+                let n = batch.len().min(max_batch);
+                match self.store.insert_batch(&batch[..n]).await {
+                    Ok(()) => {
+                        batch.drain(..n);
+                        self.shared.buffered.fetch_sub(n as u64, Ordering::SeqCst);
+                        backoff = self.config.backoff_min;
+                    }
+                    Err(e) => {
+                        self.shared.failed_writes.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            buffered = self.shared.buffered.load(Ordering::SeqCst),
+                            "ledger write failed, retrying in {backoff:?}: {e}"
+                        );
+                        if self.stopping {
+                            give_up_at.get_or_insert_with(|| Instant::now() + self.config.shutdown_grace);
+                        }
+                        if give_up_at.is_some_and(|t| Instant::now() + backoff > t) {
+                            self.drain_all(&mut batch);
+                            return batch;
+                        }
+                        self.pause(backoff).await;
+                        backoff = (backoff * 2).min(self.config.backoff_max);
+                    }
+                }
+                if !self.stopping && batch.len() < max_batch {
+                    break;
+                }
+            }
+            if self.stopping && batch.is_empty() && self.drained() {
+                return batch;
+            }
+        }
+    }
+
+    /// Gather records until the batch is full, `flush_interval` has passed since the first
+    /// one, or shutdown is asked for.
+    async fn fill(&mut self, batch: &mut Vec<LedgerRecord>, max_batch: usize) {
+        let mut deadline = (!batch.is_empty()).then(|| Instant::now() + self.config.flush_interval);
+        loop {
+            self.take_overflow(batch, max_batch);
+            if batch.len() >= max_batch || self.stopping {
+                return;
+            }
+            if deadline.is_none() && !batch.is_empty() {
+                deadline = Some(Instant::now() + self.config.flush_interval);
+            }
+            let room = max_batch - batch.len();
+            tokio::select! {
+                biased;
+                stop = &mut self.stop, if self.listening => self.on_stop(stop),
+                n = self.rx.recv_many(batch, room) => {
+                    if n == 0 {
+                        // Every sender is gone: nothing more can arrive.
+                        self.stopping = true;
+                    }
+                }
+                () = self.shared.wake.notified() => {}
+                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => return,
+            }
+        }
+    }
+
+    /// Sleep between retries, waking early (but not retrying early) only for shutdown.
+    async fn pause(&mut self, wait: Duration) {
+        if self.stopping || !self.listening {
+            sleep(wait).await;
+            return;
+        }
+        tokio::select! {
+            stop = &mut self.stop => {
+                self.on_stop(stop);
+                sleep(wait).await;
+            }
+            () = sleep(wait) => {}
+        }
+    }
+
+    fn on_stop(&mut self, stop: Result<(), oneshot::error::RecvError>) {
+        match stop {
+            Ok(()) => self.stopping = true,
+            // The handle was dropped without `shutdown`: keep writing until every sender is
+            // gone, and never poll the finished receiver again.
+            Err(_) => self.listening = false,
+        }
+    }
+
+    fn take_overflow(&self, batch: &mut Vec<LedgerRecord>, max_batch: usize) {
+        let mut overflow = self.shared.lock();
+        let n = overflow.records.len().min(max_batch.saturating_sub(batch.len()));
+        batch.extend(overflow.records.drain(..n));
+    }
+
+    /// Close the channel and the overflow queue and take everything left in them.
+    fn drain_all(&mut self, batch: &mut Vec<LedgerRecord>) {
+        self.rx.close();
+        while let Ok(record) = self.rx.try_recv() {
+            batch.push(record);
+        }
+        let mut overflow = self.shared.lock();
+        overflow.closed = true;
+        batch.extend(overflow.records.drain(..));
+    }
+
+    fn drained(&self) -> bool {
+        self.rx.is_empty() && self.shared.lock().records.is_empty()
+    }
+}
