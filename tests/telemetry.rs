@@ -235,6 +235,9 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     let a = ThreadSim::start(|a| {
         a.max_num_seqs = 2;
         a.token_delay_ms = 30;
+        // Slow engine steps too, so the queue lasts long enough for a scrape to see it even
+        // on a loaded machine.
+        a.itl_base_ms = 40.0;
     });
     let b = ThreadSim::start(|a| a.legacy_metrics = true);
     let c = ThreadSim::start(|_| {});
@@ -310,7 +313,7 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     // Load beyond max_num_seqs: running fills, the queue grows, then TTFT becomes known.
     assert_eq!(na.recent.ttft_s, None, "an idle node has no recent TTFT");
     let requests: Vec<_> = (0..8).map(|_| tokio::spawn(chat_stream(client.clone(), a.url()))).collect();
-    wait_until("the node reports running 2 and some waiting", Duration::from_secs(3), || {
+    wait_until("the node reports running 2 and some waiting", Duration::from_secs(5), || {
         board
             .get(&ka)
             .and_then(|n| n.sample.clone())
@@ -376,7 +379,7 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
     let now = Instant::now();
     let d: NodeTelemetry = board.get(&kd).unwrap();
     // Without backoff that would be ~22 attempts; doubling from 100 ms gives ~100, 200, 400, 800 ms gaps.
-    assert!((3..=7).contains(&d.consecutive_failures), "failures {} (backoff?)", d.consecutive_failures);
+    assert!((2..=7).contains(&d.consecutive_failures), "failures {} (backoff?)", d.consecutive_failures);
     assert!(d.is_stale(now, Duration::from_millis(400)));
     assert!(d.sample.is_some(), "the last good sample stays, ageing");
     assert!(d.last_error.is_some());
@@ -394,7 +397,9 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
     // The hanging node times out (1 s each) without holding the others up.
     let h = board.get(&kh).unwrap();
     assert!(h.sample.is_none() && h.consecutive_failures >= 1 && h.is_stale(now, Duration::from_millis(400)));
-    assert!(worst_live_age < Duration::from_millis(600), "live node aged {worst_live_age:?}");
+    // Blocked behind the hanging node's 1 s timeouts it would age past a second; a loaded
+    // machine may delay a scrape or two.
+    assert!(worst_live_age < Duration::from_millis(950), "live node aged {worst_live_age:?}");
     assert!(!board.get(&kl).unwrap().is_stale(now, Duration::from_millis(400)));
 
     // Discovery drops the dead pool: its nodes are forgotten.
