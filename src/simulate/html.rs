@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use super::report::ScenarioReport;
-use super::stats::Stats;
+use super::stats::{Bucket, Stats};
 
 const PALETTE: [&str; 8] =
     ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -121,6 +121,11 @@ fn minutes(r: &ScenarioReport, stats: &Stats, i: usize) -> f64 {
     (i as f64 + 1.0) * width / 60.0
 }
 
+/// One chart line's points over a run: `(minute, f(bucket))` for each bucket where `f` has a value.
+fn points(r: &ScenarioReport, s: &Stats, f: impl Fn(&Bucket) -> Option<f64>) -> Vec<(f64, f64)> {
+    s.buckets.iter().enumerate().filter_map(|(i, b)| Some((minutes(r, s, i), f(b)?))).collect()
+}
+
 fn scenario_section(r: &ScenarioReport, out: &mut String) {
     let x_max = r.duration_secs / 60.0;
     let _ = write!(out, "<h2>{}</h2><p>{}</p>", esc(&r.scenario), esc(&r.description));
@@ -137,12 +142,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
         .enumerate()
         .map(|(c, s)| Series {
             name: s.strategy.as_str().to_string(),
-            points: s
-                .buckets
-                .iter()
-                .enumerate()
-                .filter_map(|(i, b)| Some((minutes(r, s, i), b.ttft_p95()?)))
-                .collect(),
+            points: points(r, s, |b| b.ttft_p95()),
             dashed: false,
             colour: c,
         })
@@ -155,12 +155,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
         .enumerate()
         .map(|(c, s)| Series {
             name: s.strategy.as_str().to_string(),
-            points: s
-                .buckets
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (minutes(r, s, i), b.errors as f64 / bucket_secs(s)))
-                .collect(),
+            points: points(r, s, |b| Some(b.errors as f64 / bucket_secs(s))),
             dashed: false,
             colour: c,
         })
@@ -173,14 +168,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
             .enumerate()
             .map(|(c, name)| Series {
                 name: (*name).clone(),
-                points: s
-                    .buckets
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| {
-                        (minutes(r, s, i), *b.served.get(*name).unwrap_or(&0) as f64 / bucket_secs(s))
-                    })
-                    .collect(),
+                points: points(r, s, |b| Some(*b.served.get(*name).unwrap_or(&0) as f64 / bucket_secs(s))),
                 dashed: false,
                 colour: c,
             })
@@ -194,11 +182,8 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
         }
         let mut lines = Vec::new();
         for (c, name) in tracked.iter().enumerate() {
-            let pick = |f: &dyn Fn(&super::stats::Bucket) -> Option<f64>| -> Vec<(f64, f64)> {
-                s.buckets.iter().enumerate().filter_map(|(i, b)| Some((minutes(r, s, i), f(b)?))).collect()
-            };
-            let weight = pick(&|b| b.weights.get(*name).copied());
-            let avail = pick(&|b| b.availability.get(*name).copied());
+            let weight = points(r, s, |b| b.weights.get(*name).copied());
+            let avail = points(r, s, |b| b.availability.get(*name).copied());
             lines.push(Series { name: format!("weight {name}"), points: weight, dashed: false, colour: c });
             lines.push(Series {
                 name: format!("availability {name}"),
