@@ -45,6 +45,8 @@ pub enum Command {
     Plan(crate::capacity::PlanArgs),
     /// Compare routing strategies on simulated traffic (virtual clock, same planning code).
     Simulate(crate::simulate::SimulateArgs),
+    /// Cost per task from the ledger: hosted spend, GPU hours busy and idle, break-even.
+    Report(crate::report::ReportArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -89,6 +91,7 @@ pub fn main() -> ExitCode {
             Command::Demo(args) => crate::demo::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
+            Command::Report(args) => crate::report::run(args).await.map(|out| print!("{out}")),
             Command::CheckConfig { .. } | Command::Plan(_) | Command::Simulate(_) => {
                 unreachable!("handled above")
             }

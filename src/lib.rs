@@ -20,6 +20,7 @@ pub mod fleet;
 pub mod ledger;
 pub mod outcome;
 pub mod policy;
+pub mod report;
 pub mod route;
 pub mod server;
 /// The vLLM-compatible (and hosted-provider) simulator lives with the fleet side, in `vllm/`.

@@ -4,7 +4,7 @@
 //! [`Record::Request`] per request; the ledger and metrics read them from a channel. Building a
 //! record never blocks and never does I/O.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -110,12 +110,32 @@ pub enum Ending {
     Shed,
 }
 
+/// What the API knows about a request and dispatch does not: when and from whom it came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestMeta {
+    /// Wall-clock arrival time.
+    pub arrived_at: SystemTime,
+    /// The name of the client key the request authenticated with (never the key).
+    pub client_key: Option<String>,
+    /// The affinity key (`x-spillway-project`, else the client key name). The ledger stores
+    /// only its hash.
+    pub affinity_key: Option<String>,
+}
+
+impl Default for RequestMeta {
+    fn default() -> Self {
+        RequestMeta { arrived_at: SystemTime::now(), client_key: None, affinity_key: None }
+    }
+}
+
 /// One request, from arrival to its last event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestOutcome {
     pub task: String,
     /// Empty when no backend served.
     pub backend: String,
+    /// The model the serving backend ran; empty when none served.
+    pub model: String,
     pub node: String,
     pub attempts: u32,
     pub ttft: Option<Duration>,
@@ -125,6 +145,7 @@ pub struct RequestOutcome {
     /// Why the fleet did not serve it, when local nodes were in its plan and a hosted backend
     /// served instead.
     pub spill: Option<SpillReason>,
+    pub meta: RequestMeta,
     started: Instant,
 }
 
@@ -140,6 +161,7 @@ impl RequestOutcome {
         RequestOutcome {
             task: task.into(),
             backend: backend.into(),
+            model: String::new(),
             node: node.into(),
             attempts,
             ttft: Some(ttft),
@@ -147,8 +169,14 @@ impl RequestOutcome {
             usage: Usage::default(),
             ending: Ending::InFlight,
             spill: None,
+            meta: RequestMeta::default(),
             started,
         }
+    }
+
+    /// The same outcome, for the request `meta` describes.
+    pub fn with_meta(self, meta: &RequestMeta) -> Self {
+        RequestOutcome { meta: meta.clone(), ..self }
     }
 
     pub fn failed(task: &str, backend: &str, attempts: u32, class: ErrorClass, started: Instant) -> Self {
@@ -210,13 +238,36 @@ pub struct Tally {
     pub first_choice: std::collections::BTreeMap<String, u64>,
 }
 
-/// Read records until the channel closes: log them and keep the tally.
+/// Where the bookkeeping loop puts what it reads.
+pub struct Books {
+    pub tally: std::sync::Arc<std::sync::Mutex<Tally>>,
+    pub availability: std::sync::Arc<crate::control::balancing::AvailabilityBoard>,
+    /// `None` when the ledger is off.
+    pub ledger: Option<crate::ledger::LedgerBook>,
+}
+
+/// Read records until the channel closes or `stop` fires (then read what is already queued):
+/// log them, keep the tally and write the ledger.
 pub async fn consume(
-    mut rx: tokio::sync::mpsc::Receiver<Record>,
-    tally: std::sync::Arc<std::sync::Mutex<Tally>>,
-    availability: std::sync::Arc<crate::control::balancing::AvailabilityBoard>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
+    books: Books,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    while let Some(record) = rx.recv().await {
+    let Books { tally, availability, ledger } = books;
+    let mut stopping = false;
+    loop {
+        let record = tokio::select! {
+            biased;
+            record = rx.recv() => match record {
+                Some(record) => record,
+                None => break,
+            },
+            _ = &mut stop, if !stopping => {
+                stopping = true;
+                rx.close();
+                continue;
+            }
+        };
         let mut t = tally.lock().unwrap_or_else(|e| e.into_inner());
         match record {
             Record::Planned { task, first } => {
@@ -255,6 +306,10 @@ pub async fn consume(
                 *t.requests.entry(format!("{}/{ending}", r.backend)).or_default() += 1;
                 if let Some(reason) = r.spill {
                     *t.spills.entry(reason.as_str()).or_default() += 1;
+                }
+                drop(t);
+                if let Some(ledger) = &ledger {
+                    ledger.record(&r);
                 }
             }
         }

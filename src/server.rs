@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
@@ -15,10 +15,11 @@ use crate::control::balancing::{self, AvailabilityBoard};
 use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::pins::PinBoard;
 use crate::control::quota::QuotaBoard;
-use crate::control::{breaker::BreakerBoard, scrape, snapshot_loop};
+use crate::control::{breaker::BreakerBoard, gpu_time, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::TelemetryBoard;
+use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
 use crate::outcome::{self, Record};
 use crate::route::Snapshot;
 
@@ -29,6 +30,10 @@ pub struct Secrets {
     pub backend_keys: HashMap<String, String>,
     /// `state.redis_url`, or the value of `state.redis_url_env`.
     pub redis_url: Option<String>,
+    /// Where the cost ledger goes; `None`: no ledger.
+    pub ledger_url: Option<String>,
+    /// The admin API's bearer token; `None`: no admin API.
+    pub admin_token: Option<String>,
 }
 
 /// Read every environment variable the config names; each one missing is a problem.
@@ -54,19 +59,28 @@ pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Re
             }
         }
     }
+    let mut from_env = |key: &str, name: &str| {
+        let value = env(name).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
+        if value.is_none() {
+            missing.push(format!("{key}: environment variable {name} is not set"));
+        }
+        value
+    };
     let redis_url = match (&config.state.redis_url, &config.state.redis_url_env) {
         (Some(url), _) => Some(url.clone()),
-        (None, Some(name)) => match env(name).filter(|v| !v.trim().is_empty()) {
-            Some(url) => Some(url.trim().to_string()),
-            None => {
-                missing.push(format!("state.redis_url_env: environment variable {name} is not set"));
-                None
-            }
-        },
+        (None, Some(name)) => from_env("state.redis_url_env", name),
         (None, None) => None,
     };
+    let ledger = &config.ledger;
+    let ledger_url = match (ledger.enabled, &ledger.url, &ledger.url_env) {
+        (false, _, _) => None,
+        (true, Some(url), _) => Some(url.clone()),
+        (true, None, Some(name)) => from_env("ledger.url_env", name),
+        (true, None, None) => Some(crate::config::LedgerConfig::DEFAULT_URL.to_string()),
+    };
+    let admin_token = config.admin_token_env.as_deref().and_then(|name| from_env("admin_token_env", name));
     if missing.is_empty() {
-        Ok(Secrets { client_keys, backend_keys, redis_url })
+        Ok(Secrets { client_keys, backend_keys, redis_url, ledger_url, admin_token })
     } else {
         Err(missing)
     }
@@ -86,11 +100,21 @@ pub async fn start(
     let telemetry = TelemetryBoard::new();
     let load = NodeLoad::new();
     let pins = Arc::new(PinBoard::default());
-    let (records_tx, records_rx) = mpsc::channel::<Record>(65_536);
+    let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     let mut loops = tokio::task::JoinSet::new();
     let tally = Arc::new(std::sync::Mutex::new(outcome::Tally::default()));
     let availability = AvailabilityBoard::new(&config);
-    loops.spawn(outcome::consume(records_rx, Arc::clone(&tally), Arc::clone(&availability)));
+    let ledger = match &secrets.ledger_url {
+        Some(url) => Some(Ledger::open(url).await?),
+        None => None,
+    };
+    let (consume_stop, stop_rx) = oneshot::channel();
+    let books = outcome::Books {
+        tally: Arc::clone(&tally),
+        availability: Arc::clone(&availability),
+        ledger: ledger.as_ref().map(|l| LedgerBook::new(&config, l.sender.clone())),
+    };
+    let bookkeeping = tokio::spawn(outcome::consume(records_rx, books, stop_rx));
     loops.spawn(balancing::run(
         Arc::clone(&availability),
         Duration::from_secs(config.balancing.interval_secs),
@@ -124,6 +148,16 @@ pub async fn start(
         availability: Arc::clone(&availability),
     };
     loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
+    let gpu_time = ledger.as_ref().map(|l| {
+        let sources = gpu_time::Sources {
+            snapshot: Arc::clone(&snapshot),
+            telemetry: Arc::clone(&telemetry),
+            load: Arc::clone(&load),
+            discovered: discovered_tx.subscribe(),
+        };
+        let (stop, stop_rx) = oneshot::channel();
+        (stop, tokio::spawn(gpu_time::run(sources, l.sender.clone(), Duration::from_secs(1), stop_rx)))
+    });
     let scrape_client = reqwest::Client::builder()
         .timeout(Duration::from_millis(config.telemetry.timeout_ms))
         .build()
@@ -154,6 +188,8 @@ pub async fn start(
         client_keys: secrets.client_keys,
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,
+        ledger: ledger.as_ref().map(|l| (l.store.clone(), l.sender.clone())),
+        admin_token: secrets.admin_token,
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);
@@ -161,7 +197,41 @@ pub async fn start(
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         loops.abort_all();
         drop(scrape_thread);
+        // Flush the books: the open GPU minute, the queued outcomes, then the ledger writer.
+        if let Some((stop, task)) = gpu_time {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+        let _ = consume_stop.send(());
+        let _ = bookkeeping.await;
+        if let Some(ledger) = ledger {
+            ledger.close().await;
+        }
         served
     });
     Ok(RouterHandle { addr, task })
+}
+
+/// The ledger's store and writer while the router runs.
+struct Ledger {
+    store: Store,
+    sender: LedgerSender,
+    writer: WriterHandle,
+}
+
+impl Ledger {
+    async fn open(url: &str) -> std::io::Result<Ledger> {
+        let store = Store::open(url).await.map_err(std::io::Error::other)?;
+        let (sender, writer) = crate::ledger::spawn(store.clone(), 8_192);
+        Ok(Ledger { store, sender, writer })
+    }
+
+    /// Write everything accepted, then close the store.
+    async fn close(self) {
+        drop(self.sender);
+        if let Err(unwritten) = self.writer.shutdown().await {
+            tracing::error!(rows = unwritten.len(), "the ledger store kept failing: rows were not written");
+        }
+        self.store.close().await;
+    }
 }

@@ -23,7 +23,7 @@ use crate::adapter::ErrorClass;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 use crate::config::Priority;
 use crate::dispatch::{Committed, DispatchError};
-use crate::outcome::Skip;
+use crate::outcome::{RequestMeta, Skip};
 use crate::route::{self, RequestFacts};
 
 pub async fn chat_completions(
@@ -38,6 +38,7 @@ pub async fn chat_completions(
 }
 
 async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let arrived_at = SystemTime::now();
     let key_name = authenticate(&state, &headers)?;
     let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
@@ -92,7 +93,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
     // The affinity key (project, else client key) keeps a project on the node that holds its
     // prefix cache; without one, requests spread at random.
     let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let load = |node: &str| state.load.view(node);
     let plan = route::plan(
         &RequestFacts {
@@ -111,8 +112,16 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
     .map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0).code("no_eligible_backend")
     })?;
-    let committed =
-        state.dispatcher.dispatch(&snap, &plan, task, &canonical, priority).await.map_err(dispatch_error)?;
+    let meta = RequestMeta {
+        arrived_at,
+        affinity_key: project.or(key_name.as_deref()).map(str::to_string),
+        client_key: key_name,
+    };
+    let committed = state
+        .dispatcher
+        .dispatch(&snap, &plan, task, &canonical, priority, &meta)
+        .await
+        .map_err(dispatch_error)?;
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
 

@@ -3,6 +3,7 @@
 //! Handlers only decode, authorise and translate; planning and dispatch do the routing.
 //! Every error leaves as an OpenAI error envelope.
 
+mod admin;
 mod chat;
 pub mod error;
 pub mod wire;
@@ -40,6 +41,10 @@ pub struct AppState {
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
     pub max_body_bytes: usize,
+    /// The cost ledger (`None` when it is off): its store for reports, its writer's buffer.
+    pub ledger: Option<(crate::ledger::Store, crate::ledger::LedgerSender)>,
+    /// Bearer token of the admin API; `None`: the admin API is off.
+    pub admin_token: Option<String>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -49,6 +54,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/stats", get(stats))
+        .route("/admin/reports/cost", get(admin::cost_report))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
         })
@@ -135,6 +141,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 async fn stats(State(state): State<Arc<AppState>>) -> Response {
     let tally = state.tally.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut body = serde_json::to_value(tally).unwrap_or_default();
+    body["ledger_buffered"] =
+        state.ledger.as_ref().map_or(serde_json::Value::Null, |(_, s)| json!(s.buffered()));
     body["quota_shared_state_ok"] =
         if state.quota.is_shared() { json!(state.quota.shared_state_ok()) } else { serde_json::Value::Null };
     let snap = state.snapshot.load();

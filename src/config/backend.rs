@@ -107,6 +107,17 @@ pub struct BackendConfig {
     /// How this backend's tokens are counted (quotas, capacity plan).
     #[serde(default)]
     pub tokenizer: Option<Tokenizer>,
+    /// vLLM pools: GPUs per node, for GPU-hour costing (default 1).
+    #[serde(default = "default_gpu_count")]
+    pub gpu_count: u32,
+    /// vLLM pools: price of one GPU hour in US dollars. A pod's `spillway.dev/gpu-hourly-usd`
+    /// annotation overrides it for that node. Unset and unannotated: the node is unpriced.
+    #[serde(default)]
+    pub gpu_hourly_usd: Option<Decimal>,
+}
+
+fn default_gpu_count() -> u32 {
+    1
 }
 
 fn default_reserve() -> f64 {

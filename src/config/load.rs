@@ -46,6 +46,8 @@ const TOP_KEYS: &[&str] = &[
     "telemetry",
     "state",
     "balancing",
+    "ledger",
+    "admin_token_env",
 ];
 
 /// Read and check a config file.
@@ -84,6 +86,8 @@ pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
             "limits" => check::<super::LimitsConfig>(name, &value, &mut problems),
             "telemetry" => check::<super::TelemetryConfig>(name, &value, &mut problems),
             "state" => check::<super::StateConfig>(name, &value, &mut problems),
+            "ledger" => check::<super::LedgerConfig>(name, &value, &mut problems),
+            "admin_token_env" => check::<Option<String>>(name, &value, &mut problems),
             _ => check::<super::BalancingConfig>(name, &value, &mut problems),
         };
         if ok {

@@ -41,6 +41,12 @@ pub struct Config {
     pub state: StateConfig,
     #[serde(default)]
     pub balancing: BalancingConfig,
+    #[serde(default)]
+    pub ledger: LedgerConfig,
+    /// Environment variable holding the bearer token of the admin API (`/admin/...`). Unset:
+    /// the admin API is off.
+    #[serde(default)]
+    pub admin_token_env: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -69,6 +75,15 @@ impl Config {
         for (i, b) in self.backends.iter().enumerate() {
             if let Some(env) = &b.api_key_env {
                 refs.push((format!("backends[{i}].api_key_env"), env.clone()));
+            }
+        }
+        for (key, env) in [
+            ("state.redis_url_env", &self.state.redis_url_env),
+            ("ledger.url_env", &self.ledger.url_env),
+            ("admin_token_env", &self.admin_token_env),
+        ] {
+            if let Some(env) = env {
+                refs.push((key.to_string(), env.clone()));
             }
         }
         refs

@@ -176,6 +176,31 @@ impl BalancingConfig {
     }
 }
 
+/// Where the cost ledger is kept.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// Write one row per request and per node-minute (default true).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// `sqlite://path` (default `sqlite://spillway.db`) or `postgres://…` for many replicas.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Or the name of an environment variable that holds the URL (when it carries a password).
+    #[serde(default)]
+    pub url_env: Option<String>,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig { enabled: true, url: None, url_env: None }
+    }
+}
+
+impl LedgerConfig {
+    pub const DEFAULT_URL: &'static str = "sqlite://spillway.db";
+}
+
 /// State shared between router replicas.
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]

@@ -75,6 +75,12 @@ pub fn validate(config: &Config) -> Vec<Problem> {
         if !(0.0..1.0).contains(&b.reserve) {
             p(at("reserve"), "must be at least 0 and below 1".into());
         }
+        if b.gpu_count == 0 {
+            p(at("gpu_count"), "must be at least 1".into());
+        }
+        if b.gpu_hourly_usd.is_some_and(|v| v.is_sign_negative()) {
+            p(at("gpu_hourly_usd"), "must not be negative".into());
+        }
         if b.max_running == 0 {
             p(at("max_running"), "must be at least 1".into());
         }
@@ -83,6 +89,8 @@ pub fn validate(config: &Config) -> Vec<Problem> {
                 ("agent_port", b.agent_port.is_some()),
                 ("pin", b.pin.is_some()),
                 ("discovery", b.discovery.is_some()),
+                ("gpu_hourly_usd", b.gpu_hourly_usd.is_some()),
+                ("gpu_count", b.gpu_count != 1),
             ] {
                 if set {
                     p(at(key), "only a vllm pool has this".into());
@@ -213,6 +221,21 @@ pub fn validate(config: &Config) -> Vec<Problem> {
     for (key, gain) in [("kp", b.kp), ("ki", b.ki), ("kd", b.kd)] {
         if !(gain.is_finite() && gain >= 0.0) {
             p(format!("balancing.{key}"), "must be a number ≥ 0".into());
+        }
+    }
+    let l = &config.ledger;
+    if l.url.is_some() && l.url_env.is_some() {
+        p("ledger.url_env".into(), "give url or url_env, not both".into());
+    }
+    if let Some(url) = &l.url {
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        {
+            p("ledger.url".into(), format!("`{url}` must start with sqlite:// or postgres://"));
+        }
+    }
+    for (key, env) in [("ledger.url_env", &l.url_env), ("admin_token_env", &config.admin_token_env)] {
+        if let Some(env) = env.as_deref().filter(|e| !is_env_name(e)) {
+            p(key.into(), format!("`{env}` is not an environment variable name"));
         }
     }
     if config.limits.max_concurrency == 0 {

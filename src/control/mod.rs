@@ -7,6 +7,7 @@ pub mod availability;
 pub mod balancing;
 pub mod breaker;
 pub mod discovery;
+pub mod gpu_time;
 pub mod pins;
 pub mod quota;
 pub mod retry_budget;

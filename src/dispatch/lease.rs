@@ -32,7 +32,7 @@ pub(super) struct Lease {
     _in_flight: InFlight,
     charge: Option<Charge>,
     outcome: RequestOutcome,
-    records: mpsc::Sender<Record>,
+    records: mpsc::UnboundedSender<Record>,
     finished: bool,
 }
 
@@ -43,7 +43,7 @@ impl Lease {
         in_flight: InFlight,
         charge: Option<Charge>,
         outcome: RequestOutcome,
-        records: mpsc::Sender<Record>,
+        records: mpsc::UnboundedSender<Record>,
     ) -> Lease {
         Lease {
             permit: Some(permit),
@@ -70,7 +70,7 @@ impl Lease {
         if let Some(c) = self.charge.take().filter(|_| used > 0) {
             c.board.refund(&c.backend, c.estimate, used);
         }
-        let _ = self.records.try_send(Record::Request(self.outcome.clone()));
+        let _ = self.records.send(Record::Request(self.outcome.clone()));
     }
 }
 
@@ -78,7 +78,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.finished {
             self.outcome.cancel(Instant::now());
-            let _ = self.records.try_send(Record::Request(self.outcome.clone()));
+            let _ = self.records.send(Record::Request(self.outcome.clone()));
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::control::quota::{QuotaBoard, QuotaDecision};
 use crate::control::retry_budget::RetryBudget;
 use crate::fleet::headroom::SpillReason;
 use crate::fleet::load::NodeLoad;
-use crate::outcome::{AttemptRecord, Record, RequestOutcome, Skip};
+use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome, Skip};
 use crate::route::{BackendView, Plan, Reason, Snapshot};
 use crate::tokens;
 
@@ -67,7 +67,7 @@ pub struct Dispatcher {
     node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// API keys by backend name, read from the environment at start.
     secrets: HashMap<String, String>,
-    records: mpsc::Sender<Record>,
+    records: mpsc::UnboundedSender<Record>,
     load: Arc<NodeLoad>,
     quota: Arc<QuotaBoard>,
 }
@@ -85,7 +85,7 @@ impl Dispatcher {
         cfg: DispatchConfig,
         breakers: Arc<BreakerBoard>,
         secrets: HashMap<String, String>,
-        records: mpsc::Sender<Record>,
+        records: mpsc::UnboundedSender<Record>,
         load: Arc<NodeLoad>,
         quota: Arc<QuotaBoard>,
     ) -> Self {
@@ -153,10 +153,9 @@ impl Dispatcher {
     }
 
     fn emit(&self, record: Record) {
-        // Never block a request on bookkeeping; a full channel drops the record and says so.
-        if self.records.try_send(record).is_err() {
-            tracing::warn!("outcome channel full: a record was dropped");
-        }
+        // Unbounded: bookkeeping never blocks a request and never loses a record; the reader
+        // does no I/O, so the queue stays short. It fails only once the reader is gone.
+        let _ = self.records.send(record);
     }
 
     /// Walk `plan` until a backend produces its first token.
@@ -167,6 +166,7 @@ impl Dispatcher {
         task: &TaskConfig,
         request: &ChatRequest,
         priority: Priority,
+        meta: &RequestMeta,
     ) -> Result<Committed, DispatchError> {
         let started = Instant::now();
         self.budget.lock().unwrap_or_else(|e| e.into_inner()).deposit(started);
@@ -187,7 +187,7 @@ impl Dispatcher {
                 .iter()
                 .map(|s| format!("{}: {}", snap.backends[s.backend].nodes[s.node].origin, s.reason.as_str()))
                 .collect();
-            self.emit(Record::Request(RequestOutcome::shed(&task.name, started)));
+            self.emit(Record::Request(RequestOutcome::shed(&task.name, started).with_meta(meta)));
             return Err(DispatchError::Shed {
                 why: format!(
                     "no capacity for a {} request to task `{}`: {}",
@@ -257,8 +257,10 @@ impl Dispatcher {
                     let ttft = call_started.elapsed();
                     let spill = if backend.is_local() { None } else { plan.spill_reason() };
                     let mut outcome =
-                        RequestOutcome::started(&task.name, &backend.name, &node.key, calls, ttft, started);
+                        RequestOutcome::started(&task.name, &backend.name, &node.key, calls, ttft, started)
+                            .with_meta(meta);
                     outcome.spill = spill;
+                    outcome.model = backend.model.clone();
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
                     self.emit(Record::Attempt(AttemptRecord::served(
                         &task.name,
@@ -300,13 +302,9 @@ impl Dispatcher {
                     self.emit(Record::Attempt(record.clone()));
                     attempts.push(record);
                     if !error.class.may_fail_over() {
-                        self.emit(Record::Request(RequestOutcome::failed(
-                            &task.name,
-                            &backend.name,
-                            calls,
-                            error.class,
-                            started,
-                        )));
+                        let outcome =
+                            RequestOutcome::failed(&task.name, &backend.name, calls, error.class, started);
+                        self.emit(Record::Request(outcome.with_meta(meta)));
                         return Err(DispatchError::Rejected {
                             backend: backend.name.clone(),
                             error,
@@ -318,7 +316,8 @@ impl Dispatcher {
             }
         }
         let class = attempts.iter().rev().find_map(|a| a.error_class).unwrap_or(ErrorClass::Overloaded);
-        self.emit(Record::Request(RequestOutcome::failed(&task.name, "", calls, class, started)));
+        let outcome = RequestOutcome::failed(&task.name, "", calls, class, started);
+        self.emit(Record::Request(outcome.with_meta(meta)));
         Err(DispatchError::Exhausted { attempts })
     }
 }

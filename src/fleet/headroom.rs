@@ -220,7 +220,7 @@ mod tests {
         let eight = NodeSignals { running: Some(8.0), ..sig(now) };
         assert_eq!(admit(&eight, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Reserve));
         // The router's unseen sends count before the node reports them.
-        let credit = LoadView { in_flight: 6, unseen: 6 };
+        let credit = LoadView { in_flight: 6, unseen: 6, sent: 6 };
         assert_eq!(admit(&sig(now), credit, &l, 10, 1.0, now), Err(SpillReason::Reserve));
         // Reserve released: fills to capacity, then queue.
         let open = PoolLimits { reserve: 0.0, ..l };

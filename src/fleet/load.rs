@@ -28,6 +28,8 @@ pub struct LoadView {
     pub in_flight: u64,
     /// Requests sent since the last good scrape: not yet in the node's own gauges.
     pub unseen: u64,
+    /// Requests ever sent to the node by this router.
+    pub sent: u64,
 }
 
 /// Held while a request is in flight on a node; dropping it ends the request.
@@ -71,6 +73,7 @@ impl NodeLoad {
             LoadView {
                 in_flight: c.in_flight.load(Ordering::Relaxed),
                 unseen: sent.saturating_sub(c.sent_at_scrape.load(Ordering::Relaxed)),
+                sent,
             }
         })
     }
@@ -85,12 +88,12 @@ mod tests {
         let load = NodeLoad::new();
         let a = load.start("n");
         let b = load.start("n");
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 2 });
+        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 2, sent: 2 });
         load.mark_scraped("n");
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 0 });
+        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 0, sent: 2 });
         drop(a);
         let _c = load.start("n");
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 1 });
+        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 1, sent: 3 });
         drop(b);
         assert_eq!(load.view("n").in_flight, 1);
         assert_eq!(load.view("other"), LoadView::default());

@@ -5,12 +5,18 @@
 //! in SQLite (the default, nothing to install) or PostgreSQL (shared by many replicas) through
 //! one code path, and `writer` batches rows in the background and never drops one. The ledger
 //! must not block or fail a request: the request path only calls [`LedgerSender::send`], which
-//! never waits. It prices nothing itself; cost arrives already computed (or `None`).
+//! never waits. `book` prices hosted requests at list price and `usage` records GPU time per
+//! node-minute; sharing GPU time among tasks is the reports' job.
 
+mod book;
+mod price;
 mod record;
 mod store;
+pub mod usage;
 mod writer;
 
-pub use record::{hash_affinity_key, new_record_id, unix_millis, LedgerRecord, Outcome, RequestContext};
+pub use book::LedgerBook;
+pub use price::hosted_cost;
+pub use record::{hash_affinity_key, new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use store::{Store, StoreKind};
 pub use writer::{spawn, spawn_with, LedgerSender, WriterConfig, WriterHandle};

@@ -76,24 +76,29 @@ pub struct LedgerRecord {
     pub cost_usd: Option<Decimal>,
 }
 
-/// What a [`RequestOutcome`] does not carry yet; dispatch supplies it.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestContext<'a> {
-    /// Wall-clock arrival time (the outcome only has a monotonic `Instant`).
-    pub started_at: SystemTime,
-    /// The concrete model the serving backend ran (empty when none served).
-    pub model: &'a str,
-    /// The name of the client key the request authenticated with.
-    pub client_key: Option<&'a str>,
-    /// The raw affinity key; it is hashed here and never stored.
-    pub affinity_key: Option<&'a str>,
-    /// Priced elsewhere; `None` when unpriced.
-    pub cost_usd: Option<Decimal>,
+/// What the writer stores: a request, or a node's minute of GPU time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerRow {
+    Request(LedgerRecord),
+    NodeMinute(super::usage::NodeMinute),
+}
+
+impl From<LedgerRecord> for LedgerRow {
+    fn from(r: LedgerRecord) -> Self {
+        LedgerRow::Request(r)
+    }
+}
+
+impl From<super::usage::NodeMinute> for LedgerRow {
+    fn from(m: super::usage::NodeMinute) -> Self {
+        LedgerRow::NodeMinute(m)
+    }
 }
 
 impl LedgerRecord {
-    /// The ledger row for a finished request; `None` while it is still in flight.
-    pub fn from_outcome(o: &RequestOutcome, ctx: RequestContext<'_>) -> Option<LedgerRecord> {
+    /// The ledger row for a finished request, priced elsewhere (`None`: unpriced); `None`
+    /// while it is still in flight.
+    pub fn from_outcome(o: &RequestOutcome, cost_usd: Option<Decimal>) -> Option<LedgerRecord> {
         let (outcome, error_class) = match o.ending {
             Ending::InFlight => return None,
             Ending::Completed => (Outcome::Completed, None),
@@ -103,12 +108,12 @@ impl LedgerRecord {
         };
         Some(LedgerRecord {
             id: new_record_id(),
-            at_ms: unix_millis(ctx.started_at),
+            at_ms: unix_millis(o.meta.arrived_at),
             task: o.task.clone(),
-            client_key: ctx.client_key.map(str::to_string),
-            affinity_hash: ctx.affinity_key.map(hash_affinity_key),
+            client_key: o.meta.client_key.clone(),
+            affinity_hash: o.meta.affinity_key.as_deref().map(hash_affinity_key),
             backend: o.backend.clone(),
-            model: ctx.model.to_string(),
+            model: o.model.clone(),
             node: o.node.clone(),
             attempts: i64::from(o.attempts),
             outcome,
@@ -118,7 +123,7 @@ impl LedgerRecord {
             output_tokens: i64::from(o.usage.output_tokens),
             ttft_ms: o.ttft.map(|t| millis_i64(t.as_millis())),
             duration_ms: millis_i64(o.duration.as_millis()),
-            cost_usd: ctx.cost_usd,
+            cost_usd,
         })
     }
 }
@@ -152,14 +157,13 @@ mod tests {
 
     use super::*;
     use crate::adapter::ErrorClass;
+    use crate::outcome::RequestMeta;
 
-    fn ctx(cost: Option<Decimal>) -> RequestContext<'static> {
-        RequestContext {
-            started_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-            model: "llama-3.1-8b",
-            client_key: Some("TEAM_A_KEY"),
-            affinity_key: Some("project-42"),
-            cost_usd: cost,
+    fn meta() -> RequestMeta {
+        RequestMeta {
+            arrived_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            client_key: Some("TEAM_A_KEY".into()),
+            affinity_key: Some("project-42".into()),
         }
     }
 
@@ -167,13 +171,16 @@ mod tests {
     fn completed_outcome_becomes_a_row() {
         let start = tokio::time::Instant::now();
         let mut o =
-            RequestOutcome::started("summarise", "fleet", "node-1", 2, Duration::from_millis(87), start);
+            RequestOutcome::started("summarise", "fleet", "node-1", 2, Duration::from_millis(87), start)
+                .with_meta(&meta());
+        o.model = "llama-3.1-8b".into();
         o.usage.input_tokens = 1200;
         o.usage.cached_input_tokens = 1000;
         o.usage.output_tokens = 40;
         o.finish(None, start + Duration::from_millis(950));
-        let r = LedgerRecord::from_outcome(&o, ctx(Some("0.0012".parse().unwrap()))).unwrap();
-        assert_eq!(r.at_ms, 1_700_000_000_123);
+        let r = LedgerRecord::from_outcome(&o, Some("0.0012".parse().unwrap())).unwrap();
+        assert_eq!((r.at_ms, r.model.as_str()), (1_700_000_000_123, "llama-3.1-8b"));
+        assert_eq!(r.client_key.as_deref(), Some("TEAM_A_KEY"));
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Completed, None));
         assert_eq!((r.attempts, r.ttft_ms, r.duration_ms), (2, Some(87), 950));
         assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
@@ -186,11 +193,11 @@ mod tests {
     fn failed_and_in_flight_outcomes() {
         let start = tokio::time::Instant::now();
         let o = RequestOutcome::failed("summarise", "openai", 3, ErrorClass::Overloaded, start);
-        let r = LedgerRecord::from_outcome(&o, ctx(None)).unwrap();
+        let r = LedgerRecord::from_outcome(&o, None).unwrap();
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Failed, Some("overloaded")));
         assert_eq!((r.ttft_ms, r.cost_usd), (None, None));
         let in_flight = RequestOutcome::started("t", "b", "n", 1, Duration::ZERO, start);
-        assert!(LedgerRecord::from_outcome(&in_flight, ctx(None)).is_none());
+        assert!(LedgerRecord::from_outcome(&in_flight, None).is_none());
     }
 
     #[test]

@@ -13,7 +13,8 @@ use rust_decimal::Decimal;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
-use super::record::{LedgerRecord, Outcome};
+use super::record::{LedgerRecord, LedgerRow, Outcome};
+use super::usage::NodeMinute;
 
 /// Columns in insert order; `row_to_record` reads them by name.
 const COLUMNS: [&str; 17] = [
@@ -104,10 +105,44 @@ impl Store {
     /// Insert every record in one transaction: all of them or none. Records whose id is
     /// already stored are skipped, so retrying a batch is safe.
     pub async fn insert_batch(&self, records: &[LedgerRecord]) -> Result<(), String> {
-        if records.is_empty() {
+        self.insert(records.iter().collect(), Vec::new()).await
+    }
+
+    /// Insert requests and node-minutes in one transaction: all of them or none. Retrying a
+    /// batch is safe: request ids are skipped when stored, node-minutes merge (busy is ORed).
+    pub async fn insert_rows(&self, rows: &[LedgerRow]) -> Result<(), String> {
+        let mut records = Vec::new();
+        let mut minutes = Vec::new();
+        for row in rows {
+            match row {
+                LedgerRow::Request(r) => records.push(r),
+                LedgerRow::NodeMinute(m) => minutes.push(m),
+            }
+        }
+        self.insert(records, minutes).await
+    }
+
+    async fn insert(&self, records: Vec<&LedgerRecord>, minutes: Vec<&NodeMinute>) -> Result<(), String> {
+        if records.is_empty() && minutes.is_empty() {
             return Ok(());
         }
         let mut tx = self.pool.begin().await.map_err(|e| format!("ledger: begin: {e}"))?;
+        for m in minutes {
+            sqlx::query(
+                "INSERT INTO node_minutes (node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (node, minute_ms) DO UPDATE SET \
+                 busy = CASE WHEN excluded.busy > node_minutes.busy THEN excluded.busy ELSE node_minutes.busy END",
+            )
+            .bind(m.node.clone())
+            .bind(m.minute_ms)
+            .bind(m.backend.clone())
+            .bind(m.gpu_count)
+            .bind(m.gpu_hourly_usd.map(|p| p.to_string()))
+            .bind(i64::from(m.busy))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| format!("ledger: insert node minute: {e}"))?;
+        }
         for chunk in records.chunks(ROWS_PER_STATEMENT) {
             let sql = insert_sql(chunk.len());
             let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -149,6 +184,20 @@ impl Store {
             .await
             .map_err(|e| format!("ledger: query: {e}"))?;
         rows.iter().map(row_to_record).collect()
+    }
+
+    /// Node-minutes that start in `[from_ms, to_ms)`, oldest first.
+    pub async fn query_minutes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<NodeMinute>, String> {
+        let rows = sqlx::query(
+            "SELECT node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy FROM node_minutes \
+             WHERE minute_ms >= $1 AND minute_ms < $2 ORDER BY minute_ms, node",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| format!("ledger: query node minutes: {e}"))?;
+        rows.iter().map(row_to_minute).collect()
     }
 
     /// Close the pool, waiting for connections in use to come back.
@@ -197,16 +246,32 @@ fn insert_sql(rows: usize) -> String {
     )
 }
 
+fn decimal(col: &str, value: Option<String>) -> Result<Option<Decimal>, String> {
+    value.map(|s| Decimal::from_str(&s).map_err(|e| format!("ledger: {col} {s:?}: {e}"))).transpose()
+}
+
+fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, String> {
+    let bad = |col: &str, e: sqlx::Error| format!("ledger: column {col}: {e}");
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
+    let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
+    let price = row.try_get::<Option<String>, _>("gpu_hourly_usd").map_err(|e| bad("gpu_hourly_usd", e))?;
+    Ok(NodeMinute {
+        minute_ms: int("minute_ms")?,
+        backend: text("backend")?,
+        node: text("node")?,
+        gpu_count: int("gpu_count")?,
+        gpu_hourly_usd: decimal("gpu_hourly_usd", price)?,
+        busy: int("busy")? != 0,
+    })
+}
+
 fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, String> {
     let bad = |col: &str, e: sqlx::Error| format!("ledger: column {col}: {e}");
     let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
     let opt_text = |col: &str| row.try_get::<Option<String>, _>(col).map_err(|e| bad(col, e));
     let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
     let outcome = text("outcome")?;
-    let cost_usd = match opt_text("cost_usd")? {
-        Some(s) => Some(Decimal::from_str(&s).map_err(|e| format!("ledger: cost_usd {s:?}: {e}"))?),
-        None => None,
-    };
+    let cost_usd = decimal("cost_usd", opt_text("cost_usd")?)?;
     Ok(LedgerRecord {
         id: text("id")?,
         at_ms: int("at_ms")?,

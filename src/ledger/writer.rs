@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 
-use super::record::LedgerRecord;
+use super::record::LedgerRow;
 use super::store::Store;
 
 /// How the writer batches and retries.
@@ -53,7 +53,7 @@ impl Default for WriterConfig {
 
 #[derive(Default)]
 struct Overflow {
-    records: VecDeque<LedgerRecord>,
+    records: VecDeque<LedgerRow>,
     /// Set by the writer once it has drained for the last time; later sends are refused.
     closed: bool,
 }
@@ -79,16 +79,16 @@ impl Shared {
 /// The request path's handle. Cheap to clone; `send` never blocks.
 #[derive(Clone)]
 pub struct LedgerSender {
-    tx: mpsc::Sender<LedgerRecord>,
+    tx: mpsc::Sender<LedgerRow>,
     shared: Arc<Shared>,
 }
 
 impl LedgerSender {
     /// Hand a record to the writer without waiting. `Err` gives the record back only when the
     /// writer has shut down; otherwise it is accepted and will be written.
-    pub fn send(&self, record: LedgerRecord) -> Result<(), Box<LedgerRecord>> {
+    pub fn send(&self, row: impl Into<LedgerRow>) -> Result<(), Box<LedgerRow>> {
         self.shared.buffered.fetch_add(1, Ordering::SeqCst);
-        let refused = match self.tx.try_send(record) {
+        let refused = match self.tx.try_send(row.into()) {
             Ok(()) => return Ok(()),
             Err(TrySendError::Full(record)) => {
                 let mut overflow = self.shared.lock();
@@ -117,7 +117,7 @@ impl LedgerSender {
 /// Owns the writer task.
 pub struct WriterHandle {
     stop: oneshot::Sender<()>,
-    task: JoinHandle<Vec<LedgerRecord>>,
+    task: JoinHandle<Vec<LedgerRow>>,
     shared: Arc<Shared>,
 }
 
@@ -139,7 +139,7 @@ impl WriterHandle {
 
     /// Refuse new records, write everything accepted so far, and stop. When the store keeps
     /// failing past `shutdown_grace`, the records not written come back in `Err`.
-    pub async fn shutdown(self) -> Result<(), Vec<LedgerRecord>> {
+    pub async fn shutdown(self) -> Result<(), Vec<LedgerRow>> {
         let _ = self.stop.send(());
         match self.task.await {
             Ok(unwritten) if unwritten.is_empty() => Ok(()),
@@ -178,7 +178,7 @@ pub fn spawn_with(store: Store, config: WriterConfig) -> (LedgerSender, WriterHa
 struct Writer {
     store: Store,
     config: WriterConfig,
-    rx: mpsc::Receiver<LedgerRecord>,
+    rx: mpsc::Receiver<LedgerRow>,
     shared: Arc<Shared>,
     stop: oneshot::Receiver<()>,
     /// False once the handle is dropped without `shutdown` (the receiver must not be polled).
@@ -188,9 +188,9 @@ struct Writer {
 
 impl Writer {
     /// Returns the records it could not write before giving up at shutdown.
-    async fn run(mut self) -> Vec<LedgerRecord> {
+    async fn run(mut self) -> Vec<LedgerRow> {
         let max_batch = self.config.max_batch.max(1);
-        let mut batch: Vec<LedgerRecord> = Vec::new();
+        let mut batch: Vec<LedgerRow> = Vec::new();
         let mut backoff = self.config.backoff_min;
         let mut give_up_at: Option<Instant> = None;
         loop {
@@ -202,7 +202,7 @@ impl Writer {
             // Write full batches (and, when the timer fired or we are stopping, the rest).
             while !batch.is_empty() {
                 let n = batch.len().min(max_batch);
-                match self.store.insert_batch(&batch[..n]).await {
+                match self.store.insert_rows(&batch[..n]).await {
                     Ok(()) => {
                         batch.drain(..n);
                         self.shared.buffered.fetch_sub(n as u64, Ordering::SeqCst);
@@ -237,7 +237,7 @@ impl Writer {
 
     /// Gather records until the batch is full, `flush_interval` has passed since the first
     /// one, or shutdown is asked for.
-    async fn fill(&mut self, batch: &mut Vec<LedgerRecord>, max_batch: usize) {
+    async fn fill(&mut self, batch: &mut Vec<LedgerRow>, max_batch: usize) {
         let mut deadline = (!batch.is_empty()).then(|| Instant::now() + self.config.flush_interval);
         loop {
             self.take_overflow(batch, max_batch);
@@ -287,14 +287,14 @@ impl Writer {
         }
     }
 
-    fn take_overflow(&self, batch: &mut Vec<LedgerRecord>, max_batch: usize) {
+    fn take_overflow(&self, batch: &mut Vec<LedgerRow>, max_batch: usize) {
         let mut overflow = self.shared.lock();
         let n = overflow.records.len().min(max_batch.saturating_sub(batch.len()));
         batch.extend(overflow.records.drain(..n));
     }
 
     /// Close the channel and the overflow queue and take everything left in them.
-    fn drain_all(&mut self, batch: &mut Vec<LedgerRecord>) {
+    fn drain_all(&mut self, batch: &mut Vec<LedgerRow>) {
         self.rx.close();
         while let Ok(record) = self.rx.try_recv() {
             batch.push(record);

@@ -267,8 +267,10 @@ mod tests {
         assert_eq!(names(&snap, &p)[..2], ["local-llama#1", "local-llama#0"]);
         assert_eq!(p.targets[0].reason, Reason::Headroom { predicted_ttft_ms: 120, affinity: true });
         // The router has just sent node 1 so much that it is full: the other node serves.
-        let heavy =
-            |key: &str| LoadView { in_flight: 0, unseen: if key.contains("10.0.0.6") { 300 } else { 0 } };
+        let heavy = |key: &str| LoadView {
+            unseen: if key.contains("10.0.0.6") { 300 } else { 0 },
+            ..LoadView::default()
+        };
         let f = RequestFacts { affinity: Some(prefers(1)), load: &heavy, ..facts(task, 0) };
         let p = plan(&f, &snap, now).unwrap();
         assert_eq!(names(&snap, &p)[0], "local-llama#0");

@@ -56,11 +56,20 @@ impl Drop for Router {
 /// Telemetry settings for tests: scrape often, go stale fast, back off little.
 pub const FAST_TELEMETRY: &str = "telemetry: {interval_ms: 100, stale_after_ms: 1500, backoff_max_ms: 300}\n";
 
+/// A fresh SQLite ledger in the temporary directory.
+pub fn temp_ledger_url() -> String {
+    let path = std::env::temp_dir().join(format!("spillway-test-{:016x}.db", rand::random::<u64>()));
+    format!("sqlite://{}", path.display())
+}
+
 /// Start a router from YAML (`listen` is ignored: it binds a free port), with fast telemetry
 /// unless the YAML sets its own, and wait until every local node has been scraped.
 pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
-    let yaml =
+    let mut yaml =
         if yaml.contains("telemetry:") { yaml.to_string() } else { format!("{yaml}\n{FAST_TELEMETRY}") };
+    if !yaml.contains("ledger:") {
+        yaml.push_str(&format!("\nledger: {{url: \"{}\"}}\n", temp_ledger_url()));
+    }
     let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("test config invalid: {p:#?}"));
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let secrets = spillway::server::read_secrets(&config, |name| {

@@ -1,0 +1,99 @@
+//! The admin API: operator routes behind their own bearer token (`admin_token_env`), never a
+//! client key. Off (404) when no admin token is configured.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::{ApiError, AppState};
+use crate::report::{self, ReportFormat, ReportQuery};
+
+/// Check the admin bearer token; the admin API does not exist without one configured.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = &state.admin_token else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "the admin API is off (set admin_token_env)",
+        )
+        .code("not_found"));
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    // Compare digests so that the time taken says nothing about the token.
+    use sha2::{Digest, Sha256};
+    match sent {
+        Some(token) if Sha256::digest(token) == Sha256::digest(expected) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "this route needs the admin token",
+        )
+        .code("invalid_admin_token")),
+    }
+}
+
+/// `GET /admin/reports/cost?from=&to=&group_by=&format=`: the same report as `spillway report`.
+pub async fn cost_report(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    match cost_report_inner(&state, &headers, &params).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn cost_report_inner(
+    state: &AppState,
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    authorize(state, headers)?;
+    if let Some(unknown) = params.keys().find(|k| !["from", "to", "group_by", "format"].contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown parameter `{unknown}`; expected from, to, group_by, format"
+        ))
+        .param(unknown));
+    }
+    let format = match params.get("format") {
+        Some(f) => ReportFormat::parse(f).map_err(|e| ApiError::bad_request(e).param("format"))?,
+        None => ReportFormat::Json,
+    };
+    let query = ReportQuery::parse(
+        params.get("from").map(String::as_str),
+        params.get("to").map(String::as_str),
+        params.get("group_by").map(String::as_str),
+        format,
+        jiff::Timestamp::now(),
+    )
+    .map_err(ApiError::bad_request)?;
+    let Some((store, _)) = &state.ledger else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "the ledger is off (ledger.enabled: false)",
+        )
+        .code("ledger_off"));
+    };
+    let config = state.snapshot.load().config.clone();
+    let body = report::generate(store, Some(&config), &query).await.map_err(|e| {
+        tracing::error!("cost report failed: {e}");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "the ledger could not be read; see the router's log",
+        )
+        .code("ledger_unavailable")
+    })?;
+    tracing::info!(who = "admin", from = %query.from_ms, to = %query.to_ms, "admin: cost report");
+    Ok(([(header::CONTENT_TYPE, query.format.content_type())], body).into_response())
+}

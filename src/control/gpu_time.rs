@@ -1,0 +1,118 @@
+//! The sampler behind the ledger's GPU-time rows: once a second it looks at every node of every
+//! vLLM pool (quarantined ones too: their GPUs are paid for all the same) and says whether it
+//! is serving and what its GPUs cost; `ledger::usage` folds the samples into node-minutes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use tokio::sync::{oneshot, watch};
+
+use super::discovery::DiscoveredNodes;
+use crate::fleet::load::NodeLoad;
+use crate::fleet::metrics::AgentSample;
+use crate::fleet::telemetry::TelemetryBoard;
+use crate::ledger::usage::{MinuteTracker, NodeSample};
+use crate::ledger::{unix_millis, LedgerSender};
+use crate::route::Snapshot;
+
+/// Where the samples come from.
+pub struct Sources {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub telemetry: Arc<TelemetryBoard>,
+    pub load: Arc<NodeLoad>,
+    pub discovered: watch::Receiver<DiscoveredNodes>,
+}
+
+/// Whether a node is serving: vLLM runs a sequence, a GPU shows utilisation, or this router
+/// has a request on it now or sent one since the last sample.
+pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64, sent_since: u64) -> bool {
+    let gpu_busy =
+        agent.is_some_and(|a| a.up && a.gpus.iter().any(|g| g.utilization.is_some_and(|u| u > 0.0)));
+    running.is_some_and(|r| r > 0.0) || gpu_busy || in_flight > 0 || sent_since > 0
+}
+
+/// One sample of every local node. `last_sent` carries each node's send counter between calls.
+fn sample(sources: &Sources, last_sent: &mut HashMap<String, u64>) -> Vec<NodeSample> {
+    let snap = sources.snapshot.load();
+    let discovered = sources.discovered.borrow();
+    let mut samples = Vec::new();
+    for (view, config) in snap.backends.iter().zip(&snap.config.backends) {
+        if !view.is_local() {
+            continue;
+        }
+        for node in &view.nodes {
+            let annotated = discovered
+                .get(&view.name)
+                .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
+                .and_then(|n| n.metadata.gpu_hourly_usd);
+            let load = sources.load.view(&node.key);
+            let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(load.sent);
+            let agent = sources.telemetry.get(&node.key).and_then(|t| t.agent);
+            samples.push(NodeSample {
+                backend: view.name.clone(),
+                node: node.key.clone(),
+                gpu_count: i64::from(config.gpu_count),
+                gpu_hourly_usd: annotated.or(config.gpu_hourly_usd),
+                busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),
+            });
+        }
+    }
+    samples
+}
+
+/// Sample every `period` and hand each finished node-minute to the ledger; on `stop`, hand
+/// over the minute in progress and return.
+pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, mut stop: oneshot::Receiver<()>) {
+    let mut tracker = MinuteTracker::default();
+    let mut last_sent = HashMap::new();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let now = unix_millis(SystemTime::now());
+        for minute in tracker.observe(now, sample(&sources, &mut last_sent)) {
+            let _ = ledger.send(minute);
+        }
+    }
+    for minute in tracker.finish() {
+        let _ = ledger.send(minute);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::metrics::GpuStats;
+
+    fn agent(util: Option<f64>, up: bool) -> AgentSample {
+        AgentSample {
+            up,
+            reason: None,
+            gpus: vec![GpuStats {
+                index: 0,
+                uuid: String::new(),
+                utilization: util,
+                memory_used_bytes: None,
+                memory_total_bytes: None,
+                power_watts: None,
+                temperature_celsius: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn busy_when_any_source_sees_work() {
+        assert!(!is_busy(None, None, 0, 0));
+        assert!(!is_busy(Some(0.0), Some(&agent(Some(0.0), true)), 0, 0));
+        assert!(is_busy(Some(1.0), None, 0, 0));
+        assert!(is_busy(Some(0.0), Some(&agent(Some(0.35), true)), 0, 0));
+        assert!(!is_busy(None, Some(&agent(Some(0.35), false)), 0, 0), "a down agent says nothing");
+        assert!(is_busy(None, None, 1, 0));
+        assert!(is_busy(None, None, 0, 1), "a request that came and went between samples");
+    }
+}

@@ -1,0 +1,472 @@
+//! The cost report as data: lines per group, each task's economics (self-hosted marginal and
+//! fully loaded cost, break-even utilisation), each pool's GPU hours, and cost over time. Pure:
+//! built from ledger rows and the config, no I/O; the renderers only format it.
+//!
+//! Break-even rule: a pool's throughput is taken as proportional to its busy time, so at
+//! utilisation `u` a task's fully loaded GPU cost per token is `now × u_now ÷ u`. The
+//! break-even utilisation is the `u` at which that equals what the task's own token mix
+//! (input, cached input, output) would cost on its cheapest eligible hosted backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use super::allocate::{allocate, Work};
+use super::query::{GroupKey, ReportQuery};
+use crate::config::Config;
+use crate::ledger::usage::NodeMinute;
+use crate::ledger::{hosted_cost, LedgerRecord, Outcome};
+
+/// Money in reports is kept to a millionth of a dollar.
+const MONEY_DP: u32 = 6;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub cached_input: u64,
+    pub output: u64,
+}
+
+impl Tokens {
+    fn add(&mut self, r: &LedgerRecord) {
+        self.input += r.input_tokens.max(0) as u64;
+        self.cached_input += r.cached_input_tokens.max(0) as u64;
+        self.output += r.output_tokens.max(0) as u64;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.input + self.output
+    }
+}
+
+/// One group's requests and cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Line {
+    /// The group's value for each `group_by` key, in order (`-` for no client key).
+    pub group: Vec<String>,
+    pub requests: u64,
+    pub failed: u64,
+    pub tokens: Tokens,
+    pub hosted_usd: Decimal,
+    /// Self-hosted marginal cost: the busy GPU minutes this group used.
+    pub gpu_busy_usd: Decimal,
+    /// Its share of idle GPU minutes.
+    pub gpu_idle_usd: Decimal,
+    /// Hosted + busy + idle: fully loaded.
+    pub total_usd: Decimal,
+    pub per_request_usd: Option<Decimal>,
+    pub per_mtok_output_usd: Option<Decimal>,
+}
+
+/// One task on one backend.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendShare {
+    pub backend: String,
+    pub local: bool,
+    pub requests: u64,
+    pub tokens: Tokens,
+    pub cost_usd: Decimal,
+}
+
+/// A task's use of one self-hosted pool, against hosting it elsewhere.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SelfHosted {
+    pub pool: String,
+    pub tokens: Tokens,
+    pub marginal_usd: Decimal,
+    pub loaded_usd: Decimal,
+    /// Per million tokens (input + output).
+    pub marginal_per_mtok: Option<Decimal>,
+    pub loaded_per_mtok: Option<Decimal>,
+    /// The pool's busy share of its node-minutes in the period.
+    pub utilisation: f64,
+    /// The cheapest priced hosted backend the task may use, for this token mix.
+    pub cheapest_hosted: Option<String>,
+    pub hosted_per_mtok: Option<Decimal>,
+    /// Utilisation at which `loaded_per_mtok` would equal `hosted_per_mtok` (above 1: never).
+    pub break_even_utilisation: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskEconomics {
+    pub task: String,
+    pub by_backend: Vec<BackendShare>,
+    pub self_hosted: Vec<SelfHosted>,
+}
+
+/// One vLLM pool's GPU time in the period.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PoolUsage {
+    pub pool: String,
+    pub nodes: usize,
+    pub gpu_hours_busy: Decimal,
+    pub gpu_hours_idle: Decimal,
+    pub busy_usd: Decimal,
+    pub idle_usd: Decimal,
+    /// Cost of nodes that served none of the period's requests (in no line).
+    pub unallocated_usd: Decimal,
+    pub utilisation: f64,
+    pub unpriced_node_minutes: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub requests: u64,
+    pub hosted_usd: Decimal,
+    pub gpu_busy_usd: Decimal,
+    pub gpu_idle_usd: Decimal,
+    pub gpu_unallocated_usd: Decimal,
+    /// Every GPU hour paid for: busy + idle + unallocated.
+    pub gpu_usd: Decimal,
+    /// Hosted + every GPU hour: what the lines plus the unallocated line add up to.
+    pub total_usd: Decimal,
+}
+
+/// Cost per task over time (hosted by arrival, GPU by node-minute).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CostSeries {
+    pub bucket_ms: i64,
+    /// Start of each bucket, unix milliseconds.
+    pub buckets: Vec<i64>,
+    pub by_task: BTreeMap<String, Vec<Decimal>>,
+    pub unallocated: Vec<Decimal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub from: String,
+    pub to: String,
+    pub group_by: Vec<GroupKey>,
+    pub lines: Vec<Line>,
+    pub tasks: Vec<TaskEconomics>,
+    pub pools: Vec<PoolUsage>,
+    pub totals: Totals,
+    pub series: CostSeries,
+}
+
+fn money(d: Decimal) -> Decimal {
+    d.round_dp(MONEY_DP).normalize()
+}
+
+fn per(amount: Decimal, count: u64, scale: u64) -> Option<Decimal> {
+    (count > 0).then(|| money(amount * Decimal::from(scale) / Decimal::from(count)))
+}
+
+fn ratio(a: Decimal, b: Decimal) -> f64 {
+    if b.is_zero() {
+        0.0
+    } else {
+        (a / b).to_f64().unwrap_or(0.0)
+    }
+}
+
+fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| ms.to_string())
+}
+
+/// A bucket size that gives at most about 60 points over `span_ms`.
+fn bucket_for(span_ms: i64) -> i64 {
+    const MIN: i64 = 60_000;
+    [MIN, 5 * MIN, 15 * MIN, 60 * MIN, 360 * MIN, 1_440 * MIN, 10_080 * MIN]
+        .into_iter()
+        .find(|b| span_ms / b <= 60)
+        .unwrap_or(10_080 * MIN)
+}
+
+/// Whether a backend is a self-hosted pool: a `vllm` backend of the config, or one that has
+/// node-minutes in the ledger (a pool since removed from the config).
+fn local_pools(config: Option<&Config>, minutes: &[NodeMinute]) -> BTreeSet<String> {
+    let mut pools: BTreeSet<String> = minutes.iter().map(|m| m.backend.clone()).collect();
+    if let Some(c) = config {
+        pools.extend(c.backends.iter().filter(|b| b.kind.is_local()).map(|b| b.name.clone()));
+    }
+    pools
+}
+
+/// Build the report of `records` and `minutes` (already limited to the query's period).
+/// `config` supplies hosted prices for break-even; without it those fields are empty.
+pub fn build(
+    query: &ReportQuery,
+    records: &[LedgerRecord],
+    minutes: &[NodeMinute],
+    config: Option<&Config>,
+) -> Report {
+    let pools = local_pools(config, minutes);
+    // Fine groups (task, backend, key): every line, share and series is a sum of these.
+    let mut fine: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    let key_of = |r: &LedgerRecord| {
+        (r.task.clone(), r.backend.clone(), r.client_key.clone().unwrap_or_else(|| "-".into()))
+    };
+    for r in records {
+        let next = fine.len();
+        fine.entry(key_of(r)).or_insert(next);
+    }
+    let work: Vec<Work<'_>> = records
+        .iter()
+        .filter(|r| pools.contains(&r.backend))
+        .map(|r| Work {
+            group: fine[&key_of(r)],
+            node: &r.node,
+            at_ms: r.at_ms,
+            tokens: (r.input_tokens.max(0) + r.output_tokens.max(0)) as u64,
+        })
+        .collect();
+    let bucket_ms = bucket_for(query.to_ms - query.from_ms);
+    let alloc = allocate(fine.len(), &work, minutes, bucket_ms);
+
+    // Per fine group: the line before grouping.
+    let mut fine_lines = vec![Line::default(); fine.len()];
+    for r in records {
+        let l = &mut fine_lines[fine[&key_of(r)]];
+        l.requests += 1;
+        l.failed += u64::from(r.outcome == Outcome::Failed);
+        l.tokens.add(r);
+        if !pools.contains(&r.backend) {
+            l.hosted_usd += r.cost_usd.unwrap_or_default();
+        }
+    }
+    for (i, l) in fine_lines.iter_mut().enumerate() {
+        l.gpu_busy_usd = alloc.busy[i];
+        l.gpu_idle_usd = alloc.idle[i];
+    }
+
+    // Lines at the asked grouping.
+    let mut grouped: BTreeMap<Vec<String>, Line> = BTreeMap::new();
+    for ((task, backend, key), &i) in &fine {
+        let group: Vec<String> = query
+            .group_by
+            .iter()
+            .map(|g| match g {
+                GroupKey::Task => task.clone(),
+                GroupKey::Backend => backend.clone(),
+                GroupKey::Key => key.clone(),
+            })
+            .collect();
+        grouped
+            .entry(group.clone())
+            .or_insert_with(|| Line { group, ..Line::default() })
+            .absorb(&fine_lines[i]);
+    }
+    let lines: Vec<Line> = grouped.into_values().map(finish_line).collect();
+
+    // Pools.
+    let mut pool_usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
+    let mut pool_nodes: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for m in minutes {
+        let p = pool_usage.entry(m.backend.clone()).or_default();
+        pool_nodes.entry(m.backend.clone()).or_default().insert(&m.node);
+        let gpu_hours = Decimal::from(m.gpu_count) / Decimal::from(60);
+        if m.busy {
+            p.gpu_hours_busy += gpu_hours;
+        } else {
+            p.gpu_hours_idle += gpu_hours;
+        }
+        p.unpriced_node_minutes += u64::from(m.gpu_hourly_usd.is_none());
+    }
+    for ((_, backend, _), &i) in &fine {
+        if let Some(p) = pool_usage.get_mut(backend) {
+            p.busy_usd += alloc.busy[i];
+            p.idle_usd += alloc.idle[i];
+        }
+    }
+    for (pool, p) in pool_usage.iter_mut() {
+        p.pool = pool.clone();
+        p.nodes = pool_nodes.get(pool).map_or(0, BTreeSet::len);
+        p.unallocated_usd = money(
+            alloc.unallocated_busy.get(pool).copied().unwrap_or_default()
+                + alloc.unallocated_idle.get(pool).copied().unwrap_or_default(),
+        );
+        p.utilisation = ratio(p.gpu_hours_busy, p.gpu_hours_busy + p.gpu_hours_idle);
+        p.busy_usd = money(p.busy_usd);
+        p.idle_usd = money(p.idle_usd);
+        p.gpu_hours_busy = money(p.gpu_hours_busy);
+        p.gpu_hours_idle = money(p.gpu_hours_idle);
+    }
+
+    let tasks = economics(&fine, &fine_lines, &pools, &pool_usage, config);
+    let unallocated: Decimal =
+        alloc.unallocated_busy.values().chain(alloc.unallocated_idle.values()).copied().sum();
+    let hosted: Decimal = fine_lines.iter().map(|l| l.hosted_usd).sum();
+    let busy: Decimal = alloc.busy.iter().copied().sum();
+    let idle: Decimal = alloc.idle.iter().copied().sum();
+    let totals = Totals {
+        requests: records.len() as u64,
+        hosted_usd: money(hosted),
+        gpu_busy_usd: money(busy),
+        gpu_idle_usd: money(idle),
+        gpu_unallocated_usd: money(unallocated),
+        gpu_usd: money(busy + idle + unallocated),
+        total_usd: money(hosted + busy + idle + unallocated),
+    };
+    let series = series(query, bucket_ms, records, &fine, &alloc.by_bucket, &pools);
+    Report {
+        from: rfc3339(query.from_ms),
+        to: rfc3339(query.to_ms),
+        group_by: query.group_by.clone(),
+        lines,
+        tasks,
+        pools: pool_usage.into_values().collect(),
+        totals,
+        series,
+    }
+}
+
+impl Line {
+    /// Add another line's counts and costs to this one.
+    fn absorb(&mut self, other: &Line) {
+        self.requests += other.requests;
+        self.failed += other.failed;
+        self.tokens.input += other.tokens.input;
+        self.tokens.cached_input += other.tokens.cached_input;
+        self.tokens.output += other.tokens.output;
+        self.hosted_usd += other.hosted_usd;
+        self.gpu_busy_usd += other.gpu_busy_usd;
+        self.gpu_idle_usd += other.gpu_idle_usd;
+    }
+}
+
+fn finish_line(mut l: Line) -> Line {
+    let total = l.hosted_usd + l.gpu_busy_usd + l.gpu_idle_usd;
+    l.per_request_usd = per(total, l.requests, 1);
+    l.per_mtok_output_usd = per(total, l.tokens.output, 1_000_000);
+    l.total_usd = money(total);
+    l.hosted_usd = money(l.hosted_usd);
+    l.gpu_busy_usd = money(l.gpu_busy_usd);
+    l.gpu_idle_usd = money(l.gpu_idle_usd);
+    l
+}
+
+/// Per task: the split by backend, and for each pool it used, marginal and fully loaded cost
+/// against its cheapest hosted alternative.
+fn economics(
+    fine: &BTreeMap<(String, String, String), usize>,
+    lines: &[Line],
+    pools: &BTreeSet<String>,
+    pool_usage: &BTreeMap<String, PoolUsage>,
+    config: Option<&Config>,
+) -> Vec<TaskEconomics> {
+    let mut by_task: BTreeMap<&str, BTreeMap<&str, Line>> = BTreeMap::new();
+    for ((task, backend, _), &i) in fine {
+        by_task.entry(task).or_default().entry(backend).or_default().absorb(&lines[i]);
+    }
+    let mut out = Vec::new();
+    for (task, backends) in by_task {
+        let mut economics =
+            TaskEconomics { task: task.to_string(), by_backend: Vec::new(), self_hosted: Vec::new() };
+        for (backend, l) in backends {
+            let local = pools.contains(backend);
+            let (busy, rest) = (l.gpu_busy_usd, l.hosted_usd + l.gpu_idle_usd);
+            let (requests, tokens) = (l.requests, l.tokens);
+            economics.by_backend.push(BackendShare {
+                backend: backend.to_string(),
+                local,
+                requests,
+                tokens: tokens.clone(),
+                cost_usd: money(busy + rest),
+            });
+            if local && !backend.is_empty() {
+                let utilisation = pool_usage.get(backend).map_or(0.0, |p| p.utilisation);
+                economics.self_hosted.push(self_hosted(
+                    task,
+                    backend,
+                    tokens,
+                    busy,
+                    busy + rest,
+                    utilisation,
+                    config,
+                ));
+            }
+        }
+        out.push(economics);
+    }
+    out
+}
+
+fn self_hosted(
+    task: &str,
+    pool: &str,
+    tokens: Tokens,
+    marginal: Decimal,
+    loaded: Decimal,
+    utilisation: f64,
+    config: Option<&Config>,
+) -> SelfHosted {
+    let cheapest = config
+        .and_then(|c| c.task(task).map(|t| (c, t)))
+        .into_iter()
+        .flat_map(|(c, t)| t.backends.iter().filter_map(|name| c.backend(name)))
+        .filter(|b| !b.kind.is_local())
+        .filter_map(|b| {
+            b.price
+                .as_ref()
+                .map(|p| (b.name.clone(), hosted_cost(p, tokens.input, tokens.cached_input, tokens.output)))
+        })
+        .min_by(|a, b| a.1.cmp(&b.1));
+    let n = tokens.total();
+    let loaded_per_mtok = per(loaded, n, 1_000_000);
+    let hosted_per_mtok = cheapest.as_ref().and_then(|(_, cost)| per(*cost, n, 1_000_000));
+    let break_even_utilisation = match &cheapest {
+        Some((_, hosted)) if !hosted.is_zero() && n > 0 && utilisation > 0.0 => {
+            Some(utilisation * ratio(loaded, *hosted))
+        }
+        _ => None,
+    };
+    SelfHosted {
+        pool: pool.to_string(),
+        marginal_per_mtok: per(marginal, n, 1_000_000),
+        loaded_per_mtok,
+        marginal_usd: money(marginal),
+        loaded_usd: money(loaded),
+        tokens,
+        utilisation,
+        cheapest_hosted: cheapest.map(|(name, _)| name),
+        hosted_per_mtok,
+        break_even_utilisation,
+    }
+}
+
+fn series(
+    query: &ReportQuery,
+    bucket_ms: i64,
+    records: &[LedgerRecord],
+    fine: &BTreeMap<(String, String, String), usize>,
+    gpu: &BTreeMap<(i64, Option<usize>), Decimal>,
+    pools: &BTreeSet<String>,
+) -> CostSeries {
+    let first = query.from_ms.div_euclid(bucket_ms) * bucket_ms;
+    let buckets: Vec<i64> = (0..).map(|i| first + i * bucket_ms).take_while(|b| *b < query.to_ms).collect();
+    let index = |at: i64| ((at.div_euclid(bucket_ms) * bucket_ms - first) / bucket_ms) as usize;
+    let task_of: Vec<&str> = {
+        let mut v = vec![""; fine.len()];
+        for ((task, _, _), &i) in fine {
+            v[i] = task;
+        }
+        v
+    };
+    let mut s = CostSeries { bucket_ms, buckets: buckets.clone(), ..Default::default() };
+    let zeros = vec![Decimal::ZERO; buckets.len()];
+    s.unallocated = zeros.clone();
+    for r in records {
+        let row = s.by_task.entry(r.task.clone()).or_insert_with(|| zeros.clone());
+        if !pools.contains(&r.backend) {
+            if let Some(slot) = row.get_mut(index(r.at_ms)) {
+                *slot += r.cost_usd.unwrap_or_default();
+            }
+        }
+    }
+    for (&(bucket, group), &cost) in gpu {
+        let row = match group {
+            Some(g) => s.by_task.entry(task_of[g].to_string()).or_insert_with(|| zeros.clone()),
+            None => &mut s.unallocated,
+        };
+        if let Some(slot) = row.get_mut(index(bucket)) {
+            *slot += cost;
+        }
+    }
+    for v in s.by_task.values_mut().chain(std::iter::once(&mut s.unallocated)) {
+        v.iter_mut().for_each(|c| *c = money(*c));
+    }
+    s
+}

@@ -1,0 +1,101 @@
+//! `spillway report` and `/admin/reports/cost`: what each task cost, per request and per
+//! million tokens, on our GPUs (busy and idle hours shared out) and on each hosted API, and at
+//! what utilisation self-hosting breaks even.
+//!
+//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build` makes the
+//! report's figures (pure), `render` and `html` format them. This module only fetches rows.
+
+pub mod allocate;
+pub mod build;
+mod html;
+pub mod query;
+mod render;
+
+use std::path::PathBuf;
+
+pub use build::{build, Report};
+pub use query::{GroupKey, ReportFormat, ReportQuery};
+
+use crate::config::{Config, LedgerConfig};
+use crate::ledger::Store;
+
+/// `spillway report`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// The router config: where the ledger is (`ledger.url`) and the hosted prices that
+    /// break-even is measured against.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The ledger to read, overriding the config's (`sqlite://spillway.db`, `postgres://…`).
+    #[arg(long)]
+    pub ledger: Option<String>,
+    /// Start: now, today, 2026-11-29, 2026-11-29T10:00:00Z or an age like -24h (default: 24
+    /// hours before --to).
+    #[arg(long, allow_hyphen_values = true)]
+    pub from: Option<String>,
+    /// End (exclusive), same forms (default: now).
+    #[arg(long, allow_hyphen_values = true)]
+    pub to: Option<String>,
+    /// task, optionally with backend and/or key: `task,backend,key`.
+    #[arg(long, default_value = "task")]
+    pub group_by: String,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+}
+
+/// Fetch the period's rows and render the report.
+pub async fn generate(store: &Store, config: Option<&Config>, query: &ReportQuery) -> Result<String, String> {
+    let records = store.query(query.from_ms, query.to_ms).await?;
+    let minutes = store.query_minutes(query.from_ms, query.to_ms).await?;
+    let report = build(query, &records, &minutes, config);
+    render(&report, query.format)
+}
+
+/// Format a built report.
+pub fn render(report: &Report, format: ReportFormat) -> Result<String, String> {
+    match format {
+        ReportFormat::Table => Ok(render::table(report)),
+        ReportFormat::Csv => render::csv(report),
+        ReportFormat::Json => serde_json::to_string_pretty(report).map_err(|e| e.to_string()),
+        ReportFormat::Html => Ok(html::page(report)),
+    }
+}
+
+/// The CLI command: parse, open the ledger, print the report.
+pub async fn run(args: ReportArgs) -> Result<String, String> {
+    let query = ReportQuery::parse(
+        args.from.as_deref(),
+        args.to.as_deref(),
+        Some(&args.group_by),
+        args.format,
+        jiff::Timestamp::now(),
+    )?;
+    let config = match &args.config {
+        Some(path) => Some(crate::config::load_file(path).map_err(|problems| {
+            let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+            format!("{} is not a valid config:\n{}", path.display(), lines.join("\n"))
+        })?),
+        None => None,
+    };
+    let url = match (&args.ledger, &config) {
+        (Some(url), _) => url.clone(),
+        (None, Some(c)) => ledger_url(&c.ledger)?,
+        (None, None) => return Err("give --config (the router's config) or --ledger URL".into()),
+    };
+    let store = Store::open(&url).await?;
+    let out = generate(&store, config.as_ref(), &query).await;
+    store.close().await;
+    out
+}
+
+/// The URL a config's ledger is at, reading `url_env` from the environment.
+fn ledger_url(ledger: &LedgerConfig) -> Result<String, String> {
+    match (&ledger.url, &ledger.url_env) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, Some(name)) => std::env::var(name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| format!("ledger.url_env: environment variable {name} is not set")),
+        (None, None) => Ok(LedgerConfig::DEFAULT_URL.to_string()),
+    }
+}

@@ -1,0 +1,195 @@
+//! What a report is asked for: the period, the grouping and the format, parsed the same way
+//! from the command line and from `/admin/reports/cost` so that both give the same messages.
+
+use jiff::{SignedDuration, Timestamp, ToSpan};
+use serde::Serialize;
+
+/// What a report line is keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKey {
+    Task,
+    Backend,
+    /// The client key's name.
+    Key,
+}
+
+impl GroupKey {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupKey::Task => "task",
+            GroupKey::Backend => "backend",
+            GroupKey::Key => "key",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    #[default]
+    Table,
+    Csv,
+    Json,
+    /// A self-contained page with charts.
+    Html,
+}
+
+impl ReportFormat {
+    pub fn parse(s: &str) -> Result<ReportFormat, String> {
+        match s {
+            "table" => Ok(ReportFormat::Table),
+            "csv" => Ok(ReportFormat::Csv),
+            "json" => Ok(ReportFormat::Json),
+            "html" => Ok(ReportFormat::Html),
+            other => Err(format!("format `{other}` is not one of table, csv, json, html")),
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            ReportFormat::Table => "text/plain; charset=utf-8",
+            ReportFormat::Csv => "text/csv; charset=utf-8",
+            ReportFormat::Json => "application/json",
+            ReportFormat::Html => "text/html; charset=utf-8",
+        }
+    }
+}
+
+/// A parsed request for a report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportQuery {
+    /// Start, inclusive, unix milliseconds (a whole minute).
+    pub from_ms: i64,
+    /// End, exclusive, unix milliseconds (a whole minute).
+    pub to_ms: i64,
+    /// Always starts with `task`; no repeats.
+    pub group_by: Vec<GroupKey>,
+    pub format: ReportFormat,
+}
+
+/// Parse `--group-by`: `task`, optionally followed by `backend` and/or `key`, comma-separated.
+pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, String> {
+    let mut keys = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let key = match part {
+            "task" => GroupKey::Task,
+            "backend" => GroupKey::Backend,
+            "key" => GroupKey::Key,
+            other => return Err(format!("group-by `{other}` is not one of task, backend, key")),
+        };
+        if keys.contains(&key) {
+            return Err(format!("group-by names `{part}` twice"));
+        }
+        keys.push(key);
+    }
+    if keys.first() != Some(&GroupKey::Task) {
+        return Err("group-by must start with `task` (e.g. task or task,backend,key)".into());
+    }
+    Ok(keys)
+}
+
+/// Parse a point in time: `now`, `today` (UTC midnight), a date (`2026-11-29`, UTC midnight),
+/// an RFC 3339 timestamp (`2026-11-29T10:00:00Z`), or an age such as `-90m`, `-24h`, `-7d`.
+pub fn parse_time(what: &str, s: &str, now: Timestamp) -> Result<Timestamp, String> {
+    let s = s.trim();
+    let bad = |why: String| format!("{what} `{s}`: {why}");
+    if s == "now" {
+        return Ok(now);
+    }
+    if s == "today" {
+        let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|e| bad(e.to_string()));
+    }
+    if let Some(age) = s.strip_prefix('-') {
+        let split = age.find(|c: char| !c.is_ascii_digit()).unwrap_or(age.len());
+        let (n, unit) = age.split_at(split);
+        let n: i64 = n.parse().map_err(|_| bad("an age is a number and a unit, e.g. -24h".into()))?;
+        let secs = match unit {
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            _ => return Err(bad("an age's unit is m, h or d".into())),
+        };
+        return now
+            .checked_sub(SignedDuration::from_secs(n.saturating_mul(secs)))
+            .map_err(|e| bad(e.to_string()));
+    }
+    if let Ok(t) = s.parse::<Timestamp>() {
+        return Ok(t);
+    }
+    if let Ok(date) = s.parse::<jiff::civil::Date>() {
+        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|e| bad(e.to_string()));
+    }
+    Err(bad(
+        "expected now, today, a date (2026-11-29), an RFC 3339 time (2026-11-29T10:00:00Z) or an age (-24h)"
+            .into(),
+    ))
+}
+
+impl ReportQuery {
+    /// Build a query from its text parts; `from` defaults to 24 hours before `to`, `to` to now.
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        group_by: Option<&str>,
+        format: ReportFormat,
+        now: Timestamp,
+    ) -> Result<ReportQuery, String> {
+        let to = match to {
+            Some(s) => parse_time("to", s, now)?,
+            None => now,
+        };
+        let from = match from {
+            Some(s) => parse_time("from", s, now)?,
+            None => to.checked_sub(24.hours()).map_err(|e| format!("from: {e}"))?,
+        };
+        if from >= to {
+            return Err(format!("from ({from}) must be before to ({to})"));
+        }
+        // Whole minutes: GPU time is recorded per node-minute.
+        let minute = crate::ledger::usage::MINUTE_MS;
+        Ok(ReportQuery {
+            from_ms: crate::ledger::usage::minute_of(from.as_millisecond()),
+            to_ms: crate::ledger::usage::minute_of(to.as_millisecond() + minute - 1),
+            group_by: parse_group_by(group_by.unwrap_or("task"))?,
+            format,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        "2026-11-29T18:30:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn times() {
+        let t = |s| parse_time("from", s, now()).map(|t| t.to_string());
+        assert_eq!(t("now").unwrap(), "2026-11-29T18:30:00Z");
+        assert_eq!(t("today").unwrap(), "2026-11-29T00:00:00Z");
+        assert_eq!(t("2026-11-01").unwrap(), "2026-11-01T00:00:00Z");
+        assert_eq!(t("2026-11-29T10:00:00+01:00").unwrap(), "2026-11-29T09:00:00Z");
+        assert_eq!(t("-90m").unwrap(), "2026-11-29T17:00:00Z");
+        assert_eq!(t("-7d").unwrap(), "2026-11-22T18:30:00Z");
+        assert!(t("yesterday").unwrap_err().starts_with("from `yesterday`: expected"));
+        assert!(t("-3w").unwrap_err().contains("unit is m, h or d"));
+    }
+
+    #[test]
+    fn queries() {
+        let q = ReportQuery::parse(None, None, None, ReportFormat::Csv, now()).unwrap();
+        assert_eq!(q.to_ms - q.from_ms, 86_400_000);
+        assert_eq!(q.group_by, vec![GroupKey::Task]);
+        let q = ReportQuery::parse(Some("today"), Some("now"), Some("task,key"), ReportFormat::Json, now());
+        assert_eq!(q.unwrap().group_by, vec![GroupKey::Task, GroupKey::Key]);
+        let err = |f, t, g| ReportQuery::parse(f, t, g, ReportFormat::Table, now()).unwrap_err();
+        assert!(err(Some("now"), Some("-1h"), None).contains("must be before"));
+        assert!(err(None, None, Some("backend")).contains("must start with `task`"));
+        assert!(err(None, None, Some("task,node")).contains("`node` is not one of"));
+        assert!(err(None, None, Some("task,key,key")).contains("twice"));
+        assert!(ReportFormat::parse("pdf").unwrap_err().contains("table, csv, json, html"));
+    }
+}
