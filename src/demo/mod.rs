@@ -26,7 +26,16 @@ pub struct DemoArgs {
     /// Stop after this many seconds (0: run until ctrl-c).
     #[arg(long, default_value_t = 0)]
     pub duration_secs: u64,
+    /// The cost ledger the demo writes (`spillway report --config spillway-demo.yaml` reads it).
+    #[arg(long, default_value = "sqlite://spillway-demo.db")]
+    pub ledger: String,
+    /// Where the demo writes its router config, for `spillway report` and `check-config`.
+    #[arg(long, default_value = "spillway-demo.yaml")]
+    pub write_config: std::path::PathBuf,
 }
+
+/// The admin token the demo uses when `SPILLWAY_ADMIN_TOKEN` is not set.
+const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 
 /// The simulated fleet and providers behind the demo router.
 pub struct DemoFleet {
@@ -49,7 +58,7 @@ async fn start_sim(
 }
 
 /// Start the simulators and write the router config that points at them.
-pub async fn start_fleet(listen: SocketAddr, seed: u64) -> std::io::Result<DemoFleet> {
+pub async fn start_fleet(listen: SocketAddr, seed: u64, ledger: &str) -> std::io::Result<DemoFleet> {
     let llama = "meta-llama/Llama-3.1-8B-Instruct";
     let node_a = start_sim(SimKind::Vllm, llama, seed, |a| a.max_num_seqs = 16).await?;
     let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |a| a.max_num_seqs = 16).await?;
@@ -59,6 +68,8 @@ pub async fn start_fleet(listen: SocketAddr, seed: u64) -> std::io::Result<DemoF
     let config_yaml = format!(
         r#"# Embedded demo config: every backend is a simulator on loopback.
 listen: {listen}
+admin_token_env: SPILLWAY_ADMIN_TOKEN
+ledger: {{url: "{ledger}"}}
 backends:
   - name: local-llama
     kind: vllm
@@ -67,6 +78,8 @@ backends:
     region: eu-west-1
     max_running: 16          # the simulators' --max-num-seqs
     reserve: 0.2
+    gpu_count: 1
+    gpu_hourly_usd: 2.50     # per GPU hour, for the cost report
   - name: openai
     kind: openai
     base_url: {openai}/v1
@@ -114,17 +127,30 @@ policy:
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let fleet =
-        start_fleet(args.listen, args.seed).await.map_err(|e| format!("cannot start the simulators: {e}"))?;
+    let fleet = start_fleet(args.listen, args.seed, &args.ledger)
+        .await
+        .map_err(|e| format!("cannot start the simulators: {e}"))?;
     let cfg =
         config::parse(&fleet.config_yaml).map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
+    std::fs::write(&args.write_config, &fleet.config_yaml)
+        .map_err(|e| format!("cannot write {}: {e}", args.write_config.display()))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
-    let secrets = crate::server::Secrets::default();
-    let router = crate::server::start(cfg, secrets, listener, crate::cli::shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    let admin_token = std::env::var("SPILLWAY_ADMIN_TOKEN").unwrap_or_else(|_| DEMO_ADMIN_TOKEN.into());
+    let secrets = crate::server::Secrets {
+        ledger_url: Some(args.ledger.clone()),
+        admin_token: Some(admin_token.clone()),
+        ..Default::default()
+    };
+    let duration = args.duration_secs;
+    let shutdown = async move {
+        tokio::select! {
+            () = crate::cli::shutdown_signal() => {}
+            () = tokio::time::sleep(Duration::from_secs(duration)), if duration > 0 => {}
+        }
+    };
+    let router = crate::server::start(cfg, secrets, listener, shutdown).await.map_err(|e| e.to_string())?;
     let url = format!("http://{}", router.addr);
     println!("Spillway demo is up.");
     println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
@@ -153,15 +179,11 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     } else {
         println!("  (run with --load 20 to see local serving and spill to hosted under load)");
     }
-    let stop = async {
-        if args.duration_secs > 0 {
-            tokio::time::sleep(Duration::from_secs(args.duration_secs)).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    tokio::select! {
-        served = router.task => served.map_err(|e| e.to_string())?.map_err(|e| e.to_string()),
-        _ = stop => Ok(()),
-    }
+    println!(
+        "\nCost: every request and GPU minute goes to the ledger ({}).\n  spillway report --config {} --from today --format table|csv|json|html\n  curl -s -H 'authorization: Bearer {admin_token}' '{url}/admin/reports/cost?format=table'",
+        args.ledger,
+        args.write_config.display()
+    );
+    // Stopping (ctrl-c, SIGTERM or --duration-secs) drains requests and flushes the ledger.
+    router.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }

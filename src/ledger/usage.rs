@@ -31,9 +31,15 @@ pub struct NodeMinute {
 }
 
 impl NodeMinute {
-    /// What this minute of this node cost: GPUs × hourly price ÷ 60 (zero when unpriced).
+    /// What the node costs an hour: GPUs × hourly price (zero when unpriced). Sums of minutes
+    /// stay exact when kept in these units and divided by 60 once, at the end.
+    pub fn hourly_rate(&self) -> Decimal {
+        self.gpu_hourly_usd.map_or(Decimal::ZERO, |p| p * Decimal::from(self.gpu_count))
+    }
+
+    /// What this minute of this node cost: the hourly rate ÷ 60.
     pub fn cost(&self) -> Decimal {
-        self.gpu_hourly_usd.map_or(Decimal::ZERO, |p| p * Decimal::from(self.gpu_count) / Decimal::from(60))
+        self.hourly_rate() / Decimal::from(60)
     }
 }
 
@@ -128,7 +134,8 @@ mod tests {
     #[test]
     fn minute_cost_is_gpus_times_hourly_over_sixty() {
         let mut m = t_minute();
-        assert_eq!(m.cost() * Decimal::from(60), "5.00".parse::<Decimal>().unwrap());
+        assert_eq!(m.hourly_rate(), "5.00".parse::<Decimal>().unwrap());
+        assert_eq!(m.cost().round_dp(6), "0.083333".parse::<Decimal>().unwrap());
         m.gpu_hourly_usd = None;
         assert_eq!(m.cost(), Decimal::ZERO);
     }

@@ -87,8 +87,10 @@ pub fn allocate(groups: usize, work: &[Work<'_>], minutes: &[NodeMinute], bucket
         idle: vec![Decimal::ZERO; groups],
         ..Default::default()
     };
+    // Costs are summed in hourly-rate units (60 × a minute's cost) and divided once at the end,
+    // so that whole minutes add up exactly.
     for m in minutes {
-        let cost = m.cost();
+        let cost = m.hourly_rate();
         if cost.is_zero() {
             continue;
         }
@@ -106,6 +108,11 @@ pub fn allocate(groups: usize, work: &[Work<'_>], minutes: &[NodeMinute], bucket
             }
         }
     }
+    let sixty = Decimal::from(60);
+    let per_minute = |c: &mut Decimal| *c /= sixty;
+    a.busy.iter_mut().chain(&mut a.idle).for_each(per_minute);
+    a.unallocated_busy.values_mut().chain(a.unallocated_idle.values_mut()).for_each(per_minute);
+    a.by_bucket.values_mut().for_each(per_minute);
     a
 }
 
@@ -173,5 +180,112 @@ mod tests {
         free.gpu_hourly_usd = None;
         let a = allocate(1, &[work(0, "a", 0, 10), work(0, "z", 0, 10)], &[free], 60_000);
         assert_eq!((a.busy[0], a.total()), (Decimal::ZERO, Decimal::ZERO));
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        const NODES: [&str; 3] = ["a", "b", "c"];
+        const GROUPS: usize = 4;
+
+        fn minutes() -> impl Strategy<Value = Vec<NodeMinute>> {
+            prop::collection::vec((0..3usize, 0..12i64, any::<bool>(), 1..8i64, 0..2_000i64), 0..40).prop_map(
+                |rows| {
+                    let mut seen = std::collections::BTreeSet::new();
+                    rows.into_iter()
+                        .filter(|(n, i, ..)| seen.insert((*n, *i)))
+                        .map(|(n, i, busy, gpus, cents)| NodeMinute {
+                            minute_ms: super::T0 + i * 60_000,
+                            backend: format!("pool-{}", n % 2),
+                            node: NODES[n].into(),
+                            gpu_count: gpus,
+                            gpu_hourly_usd: Some(Decimal::new(cents, 2)),
+                            busy,
+                        })
+                        .collect()
+                },
+            )
+        }
+
+        fn work() -> impl Strategy<Value = Vec<(usize, usize, i64, u64)>> {
+            prop::collection::vec((0..GROUPS, 0..3usize, 0..12i64 * 60_000, 0..5_000u64), 0..30)
+        }
+
+        fn to_work(w: &[(usize, usize, i64, u64)], scale: u64) -> Vec<Work<'static>> {
+            w.iter()
+                .map(|&(group, n, offset, tokens)| Work {
+                    group,
+                    node: NODES[n],
+                    at_ms: super::T0 + offset,
+                    tokens: tokens * scale,
+                })
+                .collect()
+        }
+
+        fn close(a: Decimal, b: Decimal) -> bool {
+            (a - b).abs() < Decimal::new(1, 18)
+        }
+
+        proptest! {
+            /// Every dollar of GPU time ends up in exactly one place.
+            #[test]
+            fn nothing_is_lost_or_made_up(m in minutes(), w in work()) {
+                let a = allocate(GROUPS, &to_work(&w, 1), &m, 300_000);
+                let paid: Decimal = m.iter().map(NodeMinute::cost).sum();
+                prop_assert!(close(a.total(), paid), "{} vs {}", a.total(), paid);
+                prop_assert!(close(a.by_bucket.values().sum::<Decimal>(), paid));
+                prop_assert!(a.busy.iter().chain(&a.idle).all(|c| !c.is_sign_negative()));
+            }
+
+            /// A group is charged only for nodes it used, and node by node the shares add up.
+            #[test]
+            fn groups_pay_only_for_nodes_they_used(m in minutes(), w in work()) {
+                let work = to_work(&w, 1);
+                let whole = allocate(GROUPS, &work, &m, 60_000);
+                let mut sum = [Decimal::ZERO; GROUPS];
+                for node in NODES {
+                    let own: Vec<NodeMinute> = m.iter().filter(|x| x.node == node).cloned().collect();
+                    let part = allocate(GROUPS, &work, &own, 60_000);
+                    for (g, total) in sum.iter_mut().enumerate() {
+                        let used = work.iter().any(|x| x.group == g && x.node == node && x.tokens > 0);
+                        if !used {
+                            prop_assert!(part.busy[g].is_zero() && part.idle[g].is_zero());
+                        }
+                        *total += part.busy[g] + part.idle[g];
+                    }
+                }
+                for (g, total) in sum.iter().enumerate() {
+                    prop_assert!(close(*total, whole.busy[g] + whole.idle[g]));
+                }
+            }
+
+            /// Only proportions matter: scaling every request's tokens changes nothing.
+            #[test]
+            fn shares_depend_on_proportions_only(m in minutes(), w in work(), k in 2..50u64) {
+                let once = allocate(GROUPS, &to_work(&w, 1), &m, 60_000);
+                let scaled = allocate(GROUPS, &to_work(&w, k), &m, 60_000);
+                for g in 0..GROUPS {
+                    prop_assert!(close(once.busy[g], scaled.busy[g]) && close(once.idle[g], scaled.idle[g]));
+                }
+            }
+
+            /// The only group working on a node in a busy minute pays all of that minute.
+            #[test]
+            fn a_sole_user_pays_its_busy_minute(cents in 1..5_000i64, gpus in 1..8i64, tokens in 1..9_000u64) {
+                let m = NodeMinute {
+                    minute_ms: super::T0,
+                    backend: "pool".into(),
+                    node: "a".into(),
+                    gpu_count: gpus,
+                    gpu_hourly_usd: Some(Decimal::new(cents, 2)),
+                    busy: true,
+                };
+                let work = [Work { group: 2, node: "a", at_ms: super::T0 + 59_999, tokens }];
+                let a = allocate(GROUPS, &work, std::slice::from_ref(&m), 60_000);
+                prop_assert_eq!(a.busy[2], m.cost());
+            }
+        }
     }
 }

@@ -410,7 +410,6 @@ mod tests {
     #[test]
     fn page_has_tables_three_charts_and_escaped_names() {
         let html = page(&report());
-        std::fs::write("/tmp/report.html", &html).unwrap();
         assert_drawable(&html);
         assert!(html.contains("summarise") && html.contains("vllm-a"));
         assert!(html.contains("&lt;b&gt;&amp;x") && !html.contains("<b>&x"));
