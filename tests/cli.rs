@@ -1,4 +1,5 @@
-//! The command line as a user meets it: help text, and check-config's report and exit code.
+//! The command line as a user meets it: help text, check-config's report and exit code, and
+//! the demo followed by a cost report of what it served.
 
 use std::process::Command;
 
@@ -15,6 +16,7 @@ fn every_command_has_help() {
         vec!["agent", "--help"],
         vec!["plan", "--help"],
         vec!["simulate", "--help"],
+        vec!["report", "--help"],
     ] {
         let out = Command::new(BIN).args(&cmd).output().unwrap();
         assert!(out.status.success(), "{cmd:?}");
@@ -109,4 +111,48 @@ fn the_agent_starts_without_a_gpu_driver_and_says_why() {
         assert!(body.lines().any(|l| l == "spillway_nvml_up 0"), "{body}");
         assert!(body.contains("spillway_nvml_info{reason="), "{body}");
     }
+}
+
+#[test]
+fn the_demo_ledgers_its_traffic_and_report_prices_it() {
+    let dir = std::env::temp_dir().join(format!("spillway_demo_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ledger = format!("sqlite://{}", dir.join("demo.db").display());
+    let config = dir.join("demo.yaml");
+    let config = config.to_str().unwrap();
+    let demo = Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0", "--load", "15", "--duration-secs", "5"])
+        .args(["--ledger", &ledger, "--write-config", config])
+        .output()
+        .unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+    assert!(String::from_utf8_lossy(&demo.stdout).contains("spillway report --config"));
+    let checked = Command::new(BIN).args(["check-config", config]).output().unwrap();
+    assert!(
+        checked.status.success(),
+        "the written config is valid: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    let report = |format: &str| {
+        let out = Command::new(BIN)
+            .args(["report", "--config", config, "--from", "-1h", "--format", format])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
+    let requests = json["totals"]["requests"].as_u64().unwrap();
+    assert!(requests >= 40, "about 15 req/s for 5 s were ledgered: {requests}");
+    let pool = &json["pools"][0];
+    assert_eq!((pool["pool"].as_str(), pool["nodes"].as_u64()), (Some("local-llama"), Some(2)));
+    let gpu: f64 = json["totals"]["gpu_usd"].as_str().unwrap().parse().unwrap();
+    assert!(gpu > 0.0, "two priced nodes were paid for: {json}");
+    assert!(report("table").contains("summarise-ticket"));
+
+    let bad = Command::new(BIN).args(["report", "--config", config, "--group-by", "node"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("group-by `node` is not one of task, backend, key"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

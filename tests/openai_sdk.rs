@@ -93,7 +93,9 @@ tasks:
   - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
   - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
 telemetry: {{interval_ms: 200}}
-"#
+ledger: {{url: "sqlite://{ledger}"}}
+"#,
+            ledger = dir.join("ledger.db").display()
         ),
     )
     .unwrap();
