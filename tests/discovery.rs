@@ -453,11 +453,11 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
     )
     .await
     .unwrap();
-    let the_pod = pod("vllm-a", "127.0.0.1", true, 2, json!({}));
+    let the_pod = pod("vllm-a", "127.0.0.1", true, 2, json!({"spillway.dev/gpu-hourly-usd": "3.75"}));
     fake.set_list("/api/v1/namespaces/llm/pods", pod_list(3, vec![the_pod.clone()]));
     let watch_events = fake.queue_watch();
     let yaml = format!(
-        "backends:\n  - {{name: pool, kind: vllm, model: m, discovery: {{kubernetes: {{namespace: llm, selector: app=vllm, port: {}}}}}}}\n\
+        "backends:\n  - {{name: pool, kind: vllm, model: m, gpu_count: 2, gpu_hourly_usd: \"1.00\", discovery: {{kubernetes: {{namespace: llm, selector: app=vllm, port: {}}}}}}}\n\
          \x20 - {{name: hosted, kind: openai, base_url: \"{}/v1\", model: gpt}}\n\
          tasks:\n  - {{name: t, backends: [pool, hosted], slo: {{ttft_ms: 2000}}}}\n\
          telemetry: {{interval_ms: 100, stale_after_ms: 1000}}\n",
@@ -466,8 +466,14 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
     );
     let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("{p:?}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let router =
-        spillway::server::start(config, Default::default(), listener, std::future::pending()).await.unwrap();
+    let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
+    let secrets = spillway::server::Secrets { ledger_url: Some(ledger_url.clone()), ..Default::default() };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let router = spillway::server::start(config, secrets, listener, async {
+        let _ = stopped.await;
+    })
+    .await
+    .unwrap();
     let url = format!("http://{}", router.addr);
     let served_by = |url: String| async move {
         let resp = reqwest::Client::new()
@@ -487,6 +493,7 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(backend, "pool", "the discovered pod serves");
+    tokio::time::sleep(Duration::from_millis(1_200)).await; // the GPU-time sampler's period
     watch_events.send(event("DELETED", pod("vllm-a", "127.0.0.1", true, 4, json!({})))).unwrap();
     for _ in 0..60 {
         backend = served_by(url.clone()).await;
@@ -498,6 +505,17 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
     assert_eq!(backend, "hosted", "a deleted pod leaves the pool");
     let ready: Value = reqwest::get(format!("{url}/readyz")).await.unwrap().json().await.unwrap();
     assert_eq!(ready["local_nodes"], 0);
-    router.task.abort();
+    stop.send(()).unwrap();
+    router.task.await.unwrap().unwrap();
+    // The pod's GPU price annotation overrides the pool's configured price in the ledger.
+    let store = spillway::ledger::Store::open(&ledger_url).await.unwrap();
+    let minutes = store.query_minutes(0, i64::MAX).await.unwrap();
+    assert!(!minutes.is_empty());
+    for m in &minutes {
+        assert_eq!((m.backend.as_str(), m.gpu_count), ("pool", 2));
+        assert_eq!(m.gpu_hourly_usd, Some("3.75".parse().unwrap()), "{m:?}");
+    }
+    assert!(minutes.iter().any(|m| m.busy), "it served: {minutes:?}");
+    store.close().await;
     std::fs::remove_dir_all(&dir).ok();
 }

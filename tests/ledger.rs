@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use rust_decimal::Decimal;
-use spillway::ledger::{self, LedgerRecord, Outcome, Store, WriterConfig};
+use spillway::ledger::usage::NodeMinute;
+use spillway::ledger::{self, LedgerRecord, LedgerRow, Outcome, Store, WriterConfig};
+use spillway::sim::SimKind;
 use sqlx::{AssertSqlSafe, Connection};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -330,6 +334,81 @@ async fn ten_thousand_records_arrive_exactly_once() {
         assert_eq!(stored, records(0..10_000), "{}", target.name());
         eprintln!("{}: {overflowed} records went through the overflow queue", target.name());
         store.close().await;
+        target.cleanup().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_minutes_round_trip_and_replicas_merge_busy() {
+    for target in targets().await {
+        let store = Store::open(&target.url).await.unwrap();
+        let minute = |node: &str, i: i64, busy: bool, price: Option<&str>| NodeMinute {
+            minute_ms: T0 + i * 60_000,
+            backend: "pool".into(),
+            node: node.into(),
+            gpu_count: 8,
+            gpu_hourly_usd: price.map(|p| p.parse().unwrap()),
+            busy,
+        };
+        // In the order queries return them: by minute, then node.
+        let rows = vec![
+            minute("a", 0, false, Some("2.125")),
+            minute("b", 0, false, None),
+            minute("a", 1, true, Some("2.125")),
+        ];
+        let as_rows = |m: &[NodeMinute]| m.iter().cloned().map(LedgerRow::from).collect::<Vec<_>>();
+        store.insert_rows(&as_rows(&rows)).await.unwrap();
+        assert_eq!(store.query_minutes(T0, T0 + 120_000).await.unwrap(), rows, "{}", target.name());
+        // Another replica saw node a busy in minute 0 and idle in minute 1: busy wins both.
+        store
+            .insert_rows(&as_rows(&[
+                minute("a", 0, true, Some("2.125")),
+                minute("a", 1, false, Some("2.125")),
+            ]))
+            .await
+            .unwrap();
+        let merged = store.query_minutes(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(merged.len(), 2, "{}: one row per node-minute", target.name());
+        assert!(merged.iter().find(|m| m.node == "a").unwrap().busy, "{}", target.name());
+        assert!(store.query_minutes(T0 + 60_000, T0 + 120_000).await.unwrap()[0].busy);
+        store.close().await;
+        target.cleanup().await;
+    }
+}
+
+/// The router with its ledger on a store that goes down: requests keep being served, `/stats`
+/// counts the rows waiting, and once the store is back every row arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_flow_while_the_store_is_down_and_every_row_arrives() {
+    for mut target in targets().await {
+        let node = common::sim(SimKind::Vllm, "llama", |_| {}).await;
+        let yaml = format!(
+            "backends: [{{name: pool, kind: vllm, endpoints: [\"{}\"], model: llama, gpu_hourly_usd: \"1.5\"}}]\n\
+             tasks: [{{name: t, backends: [pool], slo: {{ttft_ms: 3000}}}}]\n\
+             ledger: {{url: \"{}\"}}\n",
+            node.base_url(),
+            target.url
+        );
+        let router = common::router(&yaml, &[]).await;
+        target.break_store().await;
+        for _ in 0..20 {
+            let (status, _, _) = common::post_json(&router.url, &common::body("t", false)).await;
+            assert_eq!(status, 200, "{}: a request does not wait for the ledger", target.name());
+        }
+        let buffered = || async {
+            let stats: serde_json::Value =
+                reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
+            stats["ledger_buffered"].as_u64().unwrap()
+        };
+        assert!(buffered().await >= 20, "{}: the rows wait in memory", target.name());
+        target.heal_store().await;
+        eventually("the buffer to drain", Duration::from_secs(30), async || buffered().await == 0).await;
+        let store = Store::open(&target.url).await.unwrap();
+        let rows = all(&store).await;
+        assert_eq!(rows.len(), 20, "{}: every request's row, once", target.name());
+        assert!(rows.iter().all(|r| r.task == "t" && r.backend == "pool" && r.output_tokens > 0));
+        store.close().await;
+        drop(router);
         target.cleanup().await;
     }
 }

@@ -48,7 +48,8 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<String, u64>) -> Vec<NodeSa
                 .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
                 .and_then(|n| n.metadata.gpu_hourly_usd);
             let load = sources.load.view(&node.key);
-            let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(load.sent);
+            // A node seen for the first time: everything sent to it so far is new.
+            let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(0);
             let agent = sources.telemetry.get(&node.key).and_then(|t| t.agent);
             samples.push(NodeSample {
                 backend: view.name.clone(),

@@ -60,7 +60,7 @@ pub struct LedgerRecord {
     pub backend: String,
     /// Empty when no backend served.
     pub model: String,
-    /// Empty for hosted backends and when no backend served.
+    /// The node key (`backend/model@url`); empty when no backend served.
     pub node: String,
     pub attempts: i64,
     pub outcome: Outcome,
