@@ -15,9 +15,13 @@ use serde::Serialize;
 
 use super::allocate::{allocate, Work};
 use super::query::{GroupKey, ReportQuery};
-use crate::config::Config;
+use crate::config::{Config, Price};
 use crate::ledger::usage::NodeMinute;
 use crate::ledger::{hosted_cost, LedgerRecord, Outcome};
+use crate::route::Snapshot;
+
+/// The backend of requests that no backend served.
+pub const NO_BACKEND: &str = "(none)";
 
 /// Money in reports is kept to a millionth of a dollar.
 const MONEY_DP: u32 = 6;
@@ -47,6 +51,7 @@ pub struct Line {
     /// The group's value for each `group_by` key, in order (`-` for no client key).
     pub group: Vec<String>,
     pub requests: u64,
+    /// Requests no backend served: failed or shed.
     pub failed: u64,
     pub tokens: Tokens,
     pub hosted_usd: Decimal,
@@ -197,7 +202,8 @@ pub fn build(
     // Fine groups (task, backend, key): every line, share and series is a sum of these.
     let mut fine: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     let key_of = |r: &LedgerRecord| {
-        (r.task.clone(), r.backend.clone(), r.client_key.clone().unwrap_or_else(|| "-".into()))
+        let backend = if r.backend.is_empty() { NO_BACKEND.to_string() } else { r.backend.clone() };
+        (r.task.clone(), backend, r.client_key.clone().unwrap_or_else(|| "-".into()))
     };
     for r in records {
         let next = fine.len();
@@ -221,7 +227,7 @@ pub fn build(
     for r in records {
         let l = &mut fine_lines[fine[&key_of(r)]];
         l.requests += 1;
-        l.failed += u64::from(r.outcome == Outcome::Failed);
+        l.failed += u64::from(matches!(r.outcome, Outcome::Failed | Outcome::Shed));
         l.tokens.add(r);
         if !pools.contains(&r.backend) {
             l.hosted_usd += r.cost_usd.unwrap_or_default();
@@ -351,6 +357,8 @@ fn economics(
     for ((task, backend, _), &i) in fine {
         by_task.entry(task).or_default().entry(backend).or_default().absorb(&lines[i]);
     }
+    let hosted = eligible_hosted(config);
+    let no_alternative = Vec::new();
     let mut out = Vec::new();
     for (task, backends) in by_task {
         let mut economics =
@@ -366,16 +374,16 @@ fn economics(
                 tokens: tokens.clone(),
                 cost_usd: money(busy + rest),
             });
-            if local && !backend.is_empty() {
+            if local {
                 let utilisation = pool_usage.get(backend).map_or(0.0, |p| p.utilisation);
+                let alternatives = hosted.get(task).unwrap_or(&no_alternative);
                 economics.self_hosted.push(self_hosted(
-                    task,
                     backend,
                     tokens,
                     busy,
                     busy + rest,
                     utilisation,
-                    config,
+                    alternatives,
                 ));
             }
         }
@@ -384,25 +392,38 @@ fn economics(
     out
 }
 
+/// Per task, the priced hosted backends its data may reach (the same policy filter as
+/// routing): a restricted task has none, and then no break-even.
+fn eligible_hosted(config: Option<&Config>) -> BTreeMap<String, Vec<(String, Price)>> {
+    let Some(config) = config else { return BTreeMap::new() };
+    let snap = Snapshot::from_config(std::sync::Arc::new(config.clone()));
+    config
+        .tasks
+        .iter()
+        .map(|task| {
+            let allowed = crate::policy::eligible(task, &snap).unwrap_or_default();
+            let priced = allowed
+                .into_iter()
+                .map(|i| &config.backends[i])
+                .filter(|b| !b.kind.is_local())
+                .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
+                .collect();
+            (task.name.clone(), priced)
+        })
+        .collect()
+}
+
 fn self_hosted(
-    task: &str,
     pool: &str,
     tokens: Tokens,
     marginal: Decimal,
     loaded: Decimal,
     utilisation: f64,
-    config: Option<&Config>,
+    alternatives: &[(String, Price)],
 ) -> SelfHosted {
-    let cheapest = config
-        .and_then(|c| c.task(task).map(|t| (c, t)))
-        .into_iter()
-        .flat_map(|(c, t)| t.backends.iter().filter_map(|name| c.backend(name)))
-        .filter(|b| !b.kind.is_local())
-        .filter_map(|b| {
-            b.price
-                .as_ref()
-                .map(|p| (b.name.clone(), hosted_cost(p, tokens.input, tokens.cached_input, tokens.output)))
-        })
+    let cheapest = alternatives
+        .iter()
+        .map(|(name, p)| (name.clone(), hosted_cost(p, tokens.input, tokens.cached_input, tokens.output)))
         .min_by(|a, b| a.1.cmp(&b.1));
     let n = tokens.total();
     let loaded_per_mtok = per(loaded, n, 1_000_000);
@@ -469,4 +490,120 @@ fn series(
         v.iter_mut().for_each(|c| *c = money(*c));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::query::ReportFormat;
+
+    const T0: i64 = 1_700_000_040_000; // a minute boundary
+
+    fn d(s: &str) -> Decimal {
+        s.parse().unwrap()
+    }
+
+    fn config() -> Config {
+        crate::config::parse(
+            r#"
+backends:
+  - {name: pool, kind: vllm, endpoints: ["http://10.0.0.1:8000"], model: m, region: eu}
+  - {name: openai, kind: openai, model: g, region: us, price: {input_per_mtok: 5, output_per_mtok: 20}}
+tasks:
+  - {name: t, backends: [pool, openai], slo: {ttft_ms: 500}}
+  - {name: r, backends: [pool, openai], data_class: restricted, slo: {ttft_ms: 500}}
+policy:
+  data_classes:
+    restricted: {allow_hosted: false}
+"#,
+        )
+        .unwrap()
+    }
+
+    fn record(task: &str, backend: &str, cost: Option<&str>) -> LedgerRecord {
+        LedgerRecord {
+            id: crate::ledger::new_record_id(),
+            at_ms: T0 + 1_000,
+            task: task.into(),
+            client_key: None,
+            affinity_hash: None,
+            backend: backend.into(),
+            model: "m".into(),
+            node: if backend == "pool" { "a".into() } else { String::new() },
+            attempts: 1,
+            outcome: if backend.is_empty() { Outcome::Shed } else { Outcome::Completed },
+            error_class: None,
+            input_tokens: if backend.is_empty() { 0 } else { 1_000 },
+            cached_input_tokens: 0,
+            output_tokens: if backend.is_empty() { 0 } else { 500 },
+            ttft_ms: Some(50),
+            duration_ms: 400,
+            cost_usd: cost.map(d),
+        }
+    }
+
+    fn minute(i: i64, busy: bool) -> NodeMinute {
+        NodeMinute {
+            minute_ms: T0 + i * 60_000,
+            backend: "pool".into(),
+            node: "a".into(),
+            gpu_count: 1,
+            gpu_hourly_usd: Some(d("0.6")), // $0.01 a minute
+            busy,
+        }
+    }
+
+    fn query() -> ReportQuery {
+        ReportQuery {
+            from_ms: T0,
+            to_ms: T0 + 3_600_000,
+            group_by: vec![GroupKey::Task],
+            format: ReportFormat::Json,
+        }
+    }
+
+    #[test]
+    fn costs_break_even_and_policy() {
+        let records = [
+            record("t", "pool", None),
+            record("r", "pool", None),
+            record("t", "openai", Some("0.015")),
+            record("r", "", None),
+        ];
+        // One busy minute and three idle ones: 25 % utilisation, $0.04 in all.
+        let minutes = [minute(0, true), minute(1, false), minute(2, false), minute(3, false)];
+        let r = build(&query(), &records, &minutes, Some(&config()));
+        let t = &r.lines[1];
+        assert_eq!((t.group[0].as_str(), t.requests, t.failed), ("t", 2, 0));
+        // t and r did equal work on the node: half of each minute each.
+        assert_eq!((t.hosted_usd, t.gpu_busy_usd, t.gpu_idle_usd), (d("0.015"), d("0.005"), d("0.015")));
+        assert_eq!(t.total_usd, d("0.035"));
+        assert_eq!(t.per_request_usd, Some(d("0.0175")));
+        assert_eq!(r.lines[0].failed, 1, "shed counts as not served");
+        assert_eq!(r.totals.total_usd, d("0.055"));
+        assert_eq!(r.pools[0].utilisation, 0.25);
+
+        let sh = &r.tasks.iter().find(|e| e.task == "t").unwrap().self_hosted[0];
+        assert_eq!(sh.cheapest_hosted.as_deref(), Some("openai"));
+        // Loaded $0.02 for 1,500 tokens; openai would charge $0.015 for the same mix.
+        assert_eq!((sh.marginal_per_mtok, sh.loaded_per_mtok), (Some(d("3.333333")), Some(d("13.333333"))));
+        assert_eq!(sh.hosted_per_mtok, Some(d("10")));
+        assert!((sh.break_even_utilisation.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        let restricted = &r.tasks.iter().find(|e| e.task == "r").unwrap();
+        assert_eq!(restricted.by_backend[0].backend, NO_BACKEND);
+        let rsh = &restricted.self_hosted[0];
+        assert_eq!((rsh.cheapest_hosted.as_deref(), rsh.break_even_utilisation), (None, None));
+    }
+
+    #[test]
+    fn series_buckets_cover_the_period_and_sum_to_the_costs() {
+        let records = [record("t", "pool", None), record("t", "openai", Some("0.015"))];
+        let minutes = [minute(0, true), minute(59, false)];
+        let r = build(&query(), &records, &minutes, None);
+        assert_eq!((r.series.bucket_ms, r.series.buckets.len()), (60_000, 60));
+        let t: Decimal = r.series.by_task["t"].iter().sum();
+        assert_eq!(t, r.totals.total_usd);
+        assert_eq!(r.series.by_task["t"][59], d("0.01"), "the idle minute lands in its own bucket");
+        assert!(r.tasks[0].self_hosted[0].break_even_utilisation.is_none(), "no config: no prices");
+    }
 }

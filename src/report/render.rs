@@ -145,8 +145,12 @@ pub fn table(r: &Report) -> String {
         .map(|(t, b)| {
             vec![
                 t.task.clone(),
-                if b.backend.is_empty() { "(none served)".into() } else { b.backend.clone() },
-                if b.local { "self-hosted".into() } else { "hosted".into() },
+                b.backend.clone(),
+                match (b.local, b.backend == super::build::NO_BACKEND) {
+                    (_, true) => "-".into(),
+                    (true, false) => "self-hosted".into(),
+                    (false, false) => "hosted".into(),
+                },
                 b.requests.to_string(),
                 b.tokens.total().to_string(),
                 usd(b.cost_usd),
