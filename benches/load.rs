@@ -54,7 +54,9 @@ fn main() {
             upstream.base_url()
         );
         let config = spillway::config::parse(&yaml).unwrap();
-        let secrets = spillway::server::Secrets::default();
+        // LOAD_LEDGER=sqlite:///tmp/bench.db (or postgres://…) measures with the cost ledger on.
+        let secrets =
+            spillway::server::Secrets { ledger_url: std::env::var("LOAD_LEDGER").ok(), ..Default::default() };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let router = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
 

@@ -1,11 +1,6 @@
-//! The cost report as data: lines per group, each task's economics (self-hosted marginal and
-//! fully loaded cost, break-even utilisation), each pool's GPU hours, and cost over time. Pure:
-//! built from ledger rows and the config, no I/O; the renderers only format it.
-//!
-//! Break-even rule: a pool's throughput is taken as proportional to its busy time, so at
-//! utilisation `u` a task's fully loaded GPU cost per token is `now × u_now ÷ u`. The
-//! break-even utilisation is the `u` at which that equals what the task's own token mix
-//! (input, cached input, output) would cost on its cheapest eligible hosted backend.
+//! The cost report as data: lines per group, each pool's GPU hours, cost over time, and each
+//! task's economics (from `economics`). Pure: built from ledger rows and the config, no I/O;
+//! the renderers only format it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,11 +9,11 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::allocate::{allocate, Work};
+pub use super::economics::{BackendShare, SelfHosted, TaskEconomics};
 use super::query::{GroupKey, ReportQuery};
-use crate::config::{Config, Price};
+use crate::config::Config;
 use crate::ledger::usage::NodeMinute;
-use crate::ledger::{hosted_cost, LedgerRecord, Outcome};
-use crate::route::Snapshot;
+use crate::ledger::{LedgerRecord, Outcome};
 
 /// The backend of requests that no backend served.
 pub const NO_BACKEND: &str = "(none)";
@@ -63,42 +58,6 @@ pub struct Line {
     pub total_usd: Decimal,
     pub per_request_usd: Option<Decimal>,
     pub per_mtok_output_usd: Option<Decimal>,
-}
-
-/// One task on one backend.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BackendShare {
-    pub backend: String,
-    pub local: bool,
-    pub requests: u64,
-    pub tokens: Tokens,
-    pub cost_usd: Decimal,
-}
-
-/// A task's use of one self-hosted pool, against hosting it elsewhere.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SelfHosted {
-    pub pool: String,
-    pub tokens: Tokens,
-    pub marginal_usd: Decimal,
-    pub loaded_usd: Decimal,
-    /// Per million tokens (input + output).
-    pub marginal_per_mtok: Option<Decimal>,
-    pub loaded_per_mtok: Option<Decimal>,
-    /// The pool's busy share of its node-minutes in the period.
-    pub utilisation: f64,
-    /// The cheapest priced hosted backend the task may use, for this token mix.
-    pub cheapest_hosted: Option<String>,
-    pub hosted_per_mtok: Option<Decimal>,
-    /// Utilisation at which `loaded_per_mtok` would equal `hosted_per_mtok` (above 1: never).
-    pub break_even_utilisation: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TaskEconomics {
-    pub task: String,
-    pub by_backend: Vec<BackendShare>,
-    pub self_hosted: Vec<SelfHosted>,
 }
 
 /// One vLLM pool's GPU time in the period.
@@ -151,15 +110,15 @@ pub struct Report {
     pub series: CostSeries,
 }
 
-fn money(d: Decimal) -> Decimal {
+pub(super) fn money(d: Decimal) -> Decimal {
     d.round_dp(MONEY_DP).normalize()
 }
 
-fn per(amount: Decimal, count: u64, scale: u64) -> Option<Decimal> {
+pub(super) fn per(amount: Decimal, count: u64, scale: u64) -> Option<Decimal> {
     (count > 0).then(|| money(amount * Decimal::from(scale) / Decimal::from(count)))
 }
 
-fn ratio(a: Decimal, b: Decimal) -> f64 {
+pub(super) fn ratio(a: Decimal, b: Decimal) -> f64 {
     if b.is_zero() {
         0.0
     } else {
@@ -291,7 +250,7 @@ pub fn build(
         p.gpu_hours_idle = money(p.gpu_hours_idle);
     }
 
-    let tasks = economics(&fine, &fine_lines, &pools, &pool_usage, config);
+    let tasks = super::economics::economics(&fine, &fine_lines, &pools, &pool_usage, config);
     let unallocated: Decimal =
         alloc.unallocated_busy.values().chain(alloc.unallocated_idle.values()).copied().sum();
     let hosted: Decimal = fine_lines.iter().map(|l| l.hosted_usd).sum();
@@ -321,7 +280,7 @@ pub fn build(
 
 impl Line {
     /// Add another line's counts and costs to this one.
-    fn absorb(&mut self, other: &Line) {
+    pub(super) fn absorb(&mut self, other: &Line) {
         self.requests += other.requests;
         self.failed += other.failed;
         self.tokens.input += other.tokens.input;
@@ -342,110 +301,6 @@ fn finish_line(mut l: Line) -> Line {
     l.gpu_busy_usd = money(l.gpu_busy_usd);
     l.gpu_idle_usd = money(l.gpu_idle_usd);
     l
-}
-
-/// Per task: the split by backend, and for each pool it used, marginal and fully loaded cost
-/// against its cheapest hosted alternative.
-fn economics(
-    fine: &BTreeMap<(String, String, String), usize>,
-    lines: &[Line],
-    pools: &BTreeSet<String>,
-    pool_usage: &BTreeMap<String, PoolUsage>,
-    config: Option<&Config>,
-) -> Vec<TaskEconomics> {
-    let mut by_task: BTreeMap<&str, BTreeMap<&str, Line>> = BTreeMap::new();
-    for ((task, backend, _), &i) in fine {
-        by_task.entry(task).or_default().entry(backend).or_default().absorb(&lines[i]);
-    }
-    let hosted = eligible_hosted(config);
-    let no_alternative = Vec::new();
-    let mut out = Vec::new();
-    for (task, backends) in by_task {
-        let mut economics =
-            TaskEconomics { task: task.to_string(), by_backend: Vec::new(), self_hosted: Vec::new() };
-        for (backend, l) in backends {
-            let local = pools.contains(backend);
-            let (busy, rest) = (l.gpu_busy_usd, l.hosted_usd + l.gpu_idle_usd);
-            let (requests, tokens) = (l.requests, l.tokens);
-            economics.by_backend.push(BackendShare {
-                backend: backend.to_string(),
-                local,
-                requests,
-                tokens: tokens.clone(),
-                cost_usd: money(busy + rest),
-            });
-            if local {
-                let utilisation = pool_usage.get(backend).map_or(0.0, |p| p.utilisation);
-                let alternatives = hosted.get(task).unwrap_or(&no_alternative);
-                economics.self_hosted.push(self_hosted(
-                    backend,
-                    tokens,
-                    busy,
-                    busy + rest,
-                    utilisation,
-                    alternatives,
-                ));
-            }
-        }
-        out.push(economics);
-    }
-    out
-}
-
-/// Per task, the priced hosted backends its data may reach (the same policy filter as
-/// routing): a restricted task has none, and then no break-even.
-fn eligible_hosted(config: Option<&Config>) -> BTreeMap<String, Vec<(String, Price)>> {
-    let Some(config) = config else { return BTreeMap::new() };
-    let snap = Snapshot::from_config(std::sync::Arc::new(config.clone()));
-    config
-        .tasks
-        .iter()
-        .map(|task| {
-            let allowed = crate::policy::eligible(task, &snap).unwrap_or_default();
-            let priced = allowed
-                .into_iter()
-                .map(|i| &config.backends[i])
-                .filter(|b| !b.kind.is_local())
-                .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
-                .collect();
-            (task.name.clone(), priced)
-        })
-        .collect()
-}
-
-fn self_hosted(
-    pool: &str,
-    tokens: Tokens,
-    marginal: Decimal,
-    loaded: Decimal,
-    utilisation: f64,
-    alternatives: &[(String, Price)],
-) -> SelfHosted {
-    let cheapest = alternatives
-        .iter()
-        .map(|(name, p)| (name.clone(), hosted_cost(p, tokens.input, tokens.cached_input, tokens.output)))
-        .min_by(|a, b| a.1.cmp(&b.1));
-    let n = tokens.total();
-    let loaded_per_mtok = per(loaded, n, 1_000_000);
-    let hosted_per_mtok = cheapest.as_ref().and_then(|(_, cost)| per(*cost, n, 1_000_000));
-    let break_even_utilisation = match &cheapest {
-        Some((_, hosted)) if !hosted.is_zero() && n > 0 && utilisation > 0.0 => {
-            Some(utilisation * ratio(loaded, *hosted))
-        }
-        _ => None,
-    };
-    SelfHosted {
-        pool: pool.to_string(),
-        marginal_per_mtok: per(marginal, n, 1_000_000),
-        loaded_per_mtok,
-        marginal_usd: money(marginal),
-        loaded_usd: money(loaded),
-        tokens,
-        utilisation,
-        cheapest_hosted: cheapest.map(|(name, _)| name),
-        hosted_per_mtok,
-        break_even_utilisation,
-    }
 }
 
 fn series(

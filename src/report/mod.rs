@@ -2,11 +2,12 @@
 //! million tokens, on our GPUs (busy and idle hours shared out) and on each hosted API, and at
 //! what utilisation self-hosting breaks even.
 //!
-//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build` makes the
-//! report's figures (pure), `render` and `html` format them. This module only fetches rows.
+//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build` and
+//! `economics` make the report's figures (pure), `render` and `html` format them. This module only fetches rows.
 
 pub mod allocate;
 pub mod build;
+pub mod economics;
 mod html;
 pub mod query;
 mod render;
