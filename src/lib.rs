@@ -18,6 +18,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod fleet;
 pub mod ledger;
+pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod report;

@@ -120,11 +120,17 @@ pub struct RequestMeta {
     /// The affinity key (`x-spillway-project`, else the client key name). The ledger stores
     /// only its hash.
     pub affinity_key: Option<String>,
+    pub priority: crate::config::Priority,
 }
 
 impl Default for RequestMeta {
     fn default() -> Self {
-        RequestMeta { arrived_at: SystemTime::now(), client_key: None, affinity_key: None }
+        RequestMeta {
+            arrived_at: SystemTime::now(),
+            client_key: None,
+            affinity_key: None,
+            priority: crate::config::Priority::default(),
+        }
     }
 }
 
@@ -222,6 +228,13 @@ pub enum Record {
         first: String,
     },
     Attempt(AttemptRecord),
+    /// Dispatch moved on to `to` after `from` failed with `reason` (an error class).
+    Failover {
+        task: String,
+        from: String,
+        to: String,
+        reason: &'static str,
+    },
     Request(RequestOutcome),
 }
 
@@ -244,6 +257,8 @@ pub struct Books {
     pub availability: std::sync::Arc<crate::control::balancing::AvailabilityBoard>,
     /// `None` when the ledger is off.
     pub ledger: Option<crate::ledger::LedgerBook>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub prices: crate::ledger::HostedPrices,
 }
 
 /// Read records until the channel closes or `stop` fires (then read what is already queued):
@@ -253,7 +268,7 @@ pub async fn consume(
     books: Books,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let Books { tally, availability, ledger } = books;
+    let Books { tally, availability, ledger, metrics, prices } = books;
     let mut stopping = false;
     loop {
         let record = tokio::select! {
@@ -273,7 +288,11 @@ pub async fn consume(
             Record::Planned { task, first } => {
                 *t.first_choice.entry(format!("{task}/{first}")).or_default() += 1;
             }
+            Record::Failover { task, from, to, reason } => {
+                metrics.observe_failover(&task, &from, &to, reason);
+            }
             Record::Attempt(a) => {
+                metrics.observe_attempt(&a);
                 tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe());
                 if a.skipped.is_none() {
                     availability.record(&a.backend, a.error_class);
@@ -308,8 +327,11 @@ pub async fn consume(
                     *t.spills.entry(reason.as_str()).or_default() += 1;
                 }
                 drop(t);
+                let cost = prices.cost(&r);
+                metrics
+                    .observe_request(&r, cost.and_then(|c| rust_decimal::prelude::ToPrimitive::to_f64(&c)));
                 if let Some(ledger) = &ledger {
-                    ledger.record(&r);
+                    ledger.record(&r, cost);
                 }
             }
         }

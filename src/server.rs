@@ -20,6 +20,7 @@ use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
+use crate::metrics::Metrics;
 use crate::outcome::{self, Record};
 use crate::route::Snapshot;
 
@@ -108,11 +109,15 @@ pub async fn start(
         Some(url) => Some(Ledger::open(url).await?),
         None => None,
     };
+    let metrics = Arc::new(Metrics::new());
+    metrics.configure(&config);
     let (consume_stop, stop_rx) = oneshot::channel();
     let books = outcome::Books {
         tally: Arc::clone(&tally),
         availability: Arc::clone(&availability),
-        ledger: ledger.as_ref().map(|l| LedgerBook::new(&config, l.sender.clone())),
+        ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
+        metrics: Arc::clone(&metrics),
+        prices: crate::ledger::HostedPrices::new(&config),
     };
     let bookkeeping = tokio::spawn(outcome::consume(records_rx, books, stop_rx));
     loops.spawn(balancing::run(
@@ -165,7 +170,7 @@ pub async fn start(
     // Scraping and parsing run on a thread of their own, away from the request path.
     let scrape_thread = scrape::spawn_thread(
         Arc::clone(&snapshot),
-        telemetry,
+        Arc::clone(&telemetry),
         Arc::clone(&load),
         config.telemetry.clone(),
         scrape_client,
@@ -190,6 +195,8 @@ pub async fn start(
         max_body_bytes: config.limits.max_body_bytes,
         ledger: ledger.as_ref().map(|l| (l.store.clone(), l.sender.clone())),
         admin_token: secrets.admin_token,
+        metrics,
+        telemetry: Arc::clone(&telemetry),
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);

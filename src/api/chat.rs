@@ -116,6 +116,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
         arrived_at,
         affinity_key: project.or(key_name.as_deref()).map(str::to_string),
         client_key: key_name,
+        priority,
     };
     let committed = state
         .dispatcher

@@ -45,6 +45,9 @@ pub struct AppState {
     pub ledger: Option<(crate::ledger::Store, crate::ledger::LedgerSender)>,
     /// Bearer token of the admin API; `None`: the admin API is off.
     pub admin_token: Option<String>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Node telemetry (GPU readings for the metrics).
+    pub telemetry: Arc<crate::fleet::telemetry::TelemetryBoard>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -54,6 +57,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/admin/reports/cost", get(admin::cost_report))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
@@ -135,6 +139,18 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         "quarantined": quarantined,
     });
     (StatusCode::OK, Json(body)).into_response()
+}
+
+/// The Prometheus exposition, with state gauges read now.
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let snapshot = state.snapshot.load();
+    state.metrics.refresh(&crate::metrics::StateView {
+        snapshot: &snapshot,
+        telemetry: &state.telemetry,
+        ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
+        now: tokio::time::Instant::now(),
+    });
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], state.metrics.render()).into_response()
 }
 
 /// Requests by backend and ending, spills by reason, failed attempts by backend and class.

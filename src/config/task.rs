@@ -32,6 +32,20 @@ pub struct Slo {
     /// `ttft_ms × (1 − margin)`.
     #[serde(default = "default_margin")]
     pub margin: f64,
+    /// Share of requests that must meet `ttft_ms` (burn-rate alerts measure against it).
+    #[serde(default = "default_objective")]
+    pub objective: f64,
+    /// Share of requests that must not fail for a reason that is not the client's.
+    #[serde(default = "default_availability")]
+    pub availability: f64,
+}
+
+fn default_objective() -> f64 {
+    0.99
+}
+
+fn default_availability() -> f64 {
+    0.999
 }
 
 fn default_margin() -> f64 {

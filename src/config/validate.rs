@@ -158,6 +158,11 @@ pub fn validate(config: &Config) -> Vec<Problem> {
         if !(0.0..1.0).contains(&t.slo.margin) {
             p(at("slo.margin"), "must be at least 0 and below 1".into());
         }
+        for (key, v) in [("slo.objective", t.slo.objective), ("slo.availability", t.slo.availability)] {
+            if !(v > 0.0 && v < 1.0) {
+                p(at(key), "must be above 0 and below 1 (e.g. 0.99)".into());
+            }
+        }
         if t.slo.ttft_ms == 0 {
             p(at("slo.ttft_ms"), "must be above 0".into());
         }

@@ -175,6 +175,7 @@ impl Dispatcher {
         let mut attempts: Vec<AttemptRecord> = Vec::new();
         let mut calls = 0u32;
         let mut last_local: Option<bool> = None;
+        let mut last_failure: Option<(String, ErrorClass)> = None;
         let mut retries_in_class = 0u32;
 
         if let Some(first) = plan.targets.first() {
@@ -232,6 +233,14 @@ impl Dispatcher {
                 retries_in_class += 1;
             }
             calls += 1;
+            if let Some((from, class)) = last_failure.take() {
+                self.emit(Record::Failover {
+                    task: task.name.clone(),
+                    from,
+                    to: backend.name.clone(),
+                    reason: class.as_str(),
+                });
+            }
             let in_flight = self.load.start(&node.key);
 
             let mut req = request.clone();
@@ -256,9 +265,17 @@ impl Dispatcher {
                 Ok((buffered, rest)) => {
                     let ttft = call_started.elapsed();
                     let spill = if backend.is_local() { None } else { plan.spill_reason() };
-                    let mut outcome =
-                        RequestOutcome::started(&task.name, &backend.name, &node.key, calls, ttft, started)
-                            .with_meta(meta);
+                    // The outcome's TTFT is the client's: from arrival, failed attempts included.
+                    let client_ttft = started.elapsed();
+                    let mut outcome = RequestOutcome::started(
+                        &task.name,
+                        &backend.name,
+                        &node.key,
+                        calls,
+                        client_ttft,
+                        started,
+                    )
+                    .with_meta(meta);
                     outcome.spill = spill;
                     outcome.model = backend.model.clone();
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
@@ -312,6 +329,7 @@ impl Dispatcher {
                         });
                     }
                     last_local = Some(backend.is_local());
+                    last_failure = Some((backend.name.clone(), error.class));
                 }
             }
         }

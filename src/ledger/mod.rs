@@ -16,7 +16,7 @@ pub mod usage;
 mod writer;
 
 pub use book::LedgerBook;
-pub use price::hosted_cost;
+pub use price::{hosted_cost, HostedPrices};
 pub use record::{hash_affinity_key, new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use store::{Store, StoreKind};
 pub use writer::{spawn, spawn_with, LedgerSender, WriterConfig, WriterHandle};

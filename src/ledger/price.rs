@@ -1,8 +1,42 @@
 //! What a hosted request costs at its backend's list prices. Exact decimal arithmetic; no I/O.
 
+use std::collections::HashMap;
+
 use rust_decimal::Decimal;
 
-use crate::config::Price;
+use crate::config::{Config, Price};
+use crate::outcome::RequestOutcome;
+
+/// The list prices of the config's priced hosted backends.
+#[derive(Debug, Clone, Default)]
+pub struct HostedPrices(HashMap<String, Price>);
+
+impl HostedPrices {
+    pub fn new(config: &Config) -> Self {
+        HostedPrices(
+            config
+                .backends
+                .iter()
+                .filter(|b| !b.kind.is_local())
+                .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
+                .collect(),
+        )
+    }
+
+    /// What the request cost at list price; `None` when its backend is self-hosted, unpriced
+    /// or absent.
+    pub fn cost(&self, o: &RequestOutcome) -> Option<Decimal> {
+        let u = &o.usage;
+        self.0.get(&o.backend).map(|p| {
+            hosted_cost(
+                p,
+                u64::from(u.input_tokens),
+                u64::from(u.cached_input_tokens),
+                u64::from(u.output_tokens),
+            )
+        })
+    }
+}
 
 /// Dollars for `input` tokens (of which `cached` were read from the provider's prompt cache)
 /// and `output` tokens at `price` (per million tokens). Cached tokens are charged at

@@ -164,6 +164,7 @@ mod tests {
             arrived_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             client_key: Some("TEAM_A_KEY".into()),
             affinity_key: Some("project-42".into()),
+            ..RequestMeta::default()
         }
     }
 
