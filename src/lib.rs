@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod dashboard;
 pub mod demo;
 pub mod dispatch;
 pub mod fleet;

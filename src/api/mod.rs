@@ -58,6 +58,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))
+        .route("/dashboard", get(crate::dashboard::page))
+        .route("/dashboard/data", get(crate::dashboard::data))
         .route("/admin/reports/cost", get(admin::cost_report))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
@@ -143,6 +145,11 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 /// The Prometheus exposition, with state gauges read now.
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], current_metrics(&state)).into_response()
+}
+
+/// Set the state gauges from the current snapshot and render every family.
+pub fn current_metrics(state: &AppState) -> String {
     let snapshot = state.snapshot.load();
     state.metrics.refresh(&crate::metrics::StateView {
         snapshot: &snapshot,
@@ -150,7 +157,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         now: tokio::time::Instant::now(),
     });
-    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], state.metrics.render()).into_response()
+    state.metrics.render()
 }
 
 /// Requests by backend and ending, spills by reason, failed attempts by backend and class.
