@@ -17,6 +17,27 @@ use crate::config;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines on stderr as JSON (default for `serve` and `agent`) or as text.
+    #[arg(long, global = true, value_enum, env = "SPILLWAY_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Log to stderr, filtered by `RUST_LOG` (default `warn,spillway=info`).
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        // One JSON object per line, with the fields of the current span (the request id).
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
+        LogFormat::Text => logs.init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,13 +72,11 @@ pub enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let default_format = match cli.command {
+        Command::Serve { .. } | Command::Agent(_) => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    init_logs(cli.log_format.unwrap_or(default_format));
     if let Command::CheckConfig { file, env } = &cli.command {
         return check_config(file, *env);
     }

@@ -39,6 +39,8 @@ impl Skip {
 /// One target of one request: called (served or failed) or skipped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRecord {
+    /// The request's id (see [`RequestMeta::request_id`]).
+    pub request_id: String,
     pub task: String,
     pub backend: String,
     pub node: String,
@@ -52,6 +54,7 @@ pub struct AttemptRecord {
 impl AttemptRecord {
     fn base(task: &str, backend: &str, node: &str) -> Self {
         AttemptRecord {
+            request_id: String::new(),
             task: task.into(),
             backend: backend.into(),
             node: node.into(),
@@ -79,6 +82,11 @@ impl AttemptRecord {
 
     pub fn served(task: &str, backend: &str, node: &str, ttft: Duration) -> Self {
         AttemptRecord { elapsed: ttft, ..Self::base(task, backend, node) }
+    }
+
+    /// The same record, for the request with this id.
+    pub fn for_request(self, request_id: &str) -> Self {
+        AttemptRecord { request_id: request_id.to_string(), ..self }
     }
 
     /// One line for logs and client error messages.
@@ -121,11 +129,14 @@ pub struct RequestMeta {
     /// only its hash.
     pub affinity_key: Option<String>,
     pub priority: crate::config::Priority,
+    /// The id in the `x-request-id` response header and in every log line of the request.
+    pub request_id: String,
 }
 
 impl Default for RequestMeta {
     fn default() -> Self {
         RequestMeta {
+            request_id: String::new(),
             arrived_at: SystemTime::now(),
             client_key: None,
             affinity_key: None,
@@ -293,7 +304,7 @@ pub async fn consume(
             }
             Record::Attempt(a) => {
                 metrics.observe_attempt(&a);
-                tracing::debug!(task = %a.task, node = %a.node, "{}", a.describe());
+                tracing::debug!(request_id = %a.request_id, task = %a.task, node = %a.node, "{}", a.describe());
                 if a.skipped.is_none() {
                     availability.record(&a.backend, a.error_class);
                 }
@@ -304,6 +315,7 @@ pub async fn consume(
             Record::Request(r) if r.ending == Ending::InFlight => {}
             Record::Request(r) => {
                 tracing::debug!(
+                    request_id = %r.meta.request_id,
                     task = %r.task,
                     backend = %r.backend,
                     attempts = r.attempts,

@@ -13,6 +13,7 @@ use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
 use crate::control::discovery::{self, DiscoveredNodes};
+use crate::control::operator::OperatorBoard;
 use crate::control::pins::PinBoard;
 use crate::control::quota::QuotaBoard;
 use crate::control::{breaker::BreakerBoard, gpu_time, scrape, snapshot_loop};
@@ -101,6 +102,7 @@ pub async fn start(
     let telemetry = TelemetryBoard::new();
     let load = NodeLoad::new();
     let pins = Arc::new(PinBoard::default());
+    let operator = Arc::new(OperatorBoard::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     let mut loops = tokio::task::JoinSet::new();
     let tally = Arc::new(std::sync::Mutex::new(outcome::Tally::default()));
@@ -151,6 +153,7 @@ pub async fn start(
         pins,
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
         availability: Arc::clone(&availability),
+        operator: Arc::clone(&operator),
     };
     loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
     let gpu_time = ledger.as_ref().map(|l| {
@@ -178,7 +181,7 @@ pub async fn start(
 
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),
-        breakers,
+        Arc::clone(&breakers),
         secrets.backend_keys,
         records_tx,
         Arc::clone(&load),
@@ -197,6 +200,8 @@ pub async fn start(
         admin_token: secrets.admin_token,
         metrics,
         telemetry: Arc::clone(&telemetry),
+        operator,
+        breakers: Arc::clone(&breakers),
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);

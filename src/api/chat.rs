@@ -12,11 +12,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use super::request_id::RequestId;
 use super::wire::{self, chunk_json, completion_json};
 use super::{authenticate, AppState};
 use crate::adapter::ErrorClass;
@@ -28,16 +30,23 @@ use crate::route::{self, RequestFacts};
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    request_id: Option<Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match handle(state, headers, body).await {
+    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
+    match handle(state, request_id, headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
 }
 
-async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn handle(
+    state: Arc<AppState>,
+    request_id: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let arrived_at = SystemTime::now();
     let key_name = authenticate(&state, &headers)?;
     let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
@@ -117,6 +126,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<
         affinity_key: project.or(key_name.as_deref()).map(str::to_string),
         client_key: key_name,
         priority,
+        request_id,
     };
     let committed = state
         .dispatcher

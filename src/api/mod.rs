@@ -6,6 +6,7 @@
 mod admin;
 mod chat;
 pub mod error;
+pub mod request_id;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -48,6 +49,9 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Node telemetry (GPU readings for the metrics).
     pub telemetry: Arc<crate::fleet::telemetry::TelemetryBoard>,
+    /// Operator holds (drain, disable) and breaker overrides, set through the admin API.
+    pub operator: Arc<crate::control::operator::OperatorBoard>,
+    pub breakers: Arc<crate::control::breaker::BreakerBoard>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -60,10 +64,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::dashboard::page))
         .route("/dashboard/data", get(crate::dashboard::data))
-        .route("/admin/reports/cost", get(admin::cost_report))
+        .merge(admin::routes())
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
         })
+        .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
 }
 

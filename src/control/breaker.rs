@@ -122,11 +122,39 @@ impl Breaker {
 pub struct BreakerBoard {
     cfg: BreakerConfig,
     breakers: Mutex<HashMap<String, Breaker>>,
+    /// Breakers an operator forced open or closed (admin API), by node key. While forced, the
+    /// state machine still counts outcomes but its verdict is overridden.
+    forced: Mutex<HashMap<String, Forced>>,
+}
+
+/// An operator's override of a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forced {
+    Open,
+    Closed,
 }
 
 impl BreakerBoard {
     pub fn new(cfg: BreakerConfig) -> Arc<Self> {
-        Arc::new(BreakerBoard { cfg, breakers: Mutex::new(HashMap::new()) })
+        Arc::new(BreakerBoard {
+            cfg,
+            breakers: Mutex::new(HashMap::new()),
+            forced: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Force the node's breaker open or closed, or (`None`) hand it back to its state machine.
+    pub fn force(&self, key: &str, forced: Option<Forced>) {
+        let mut map = self.forced.lock().unwrap_or_else(|e| e.into_inner());
+        match forced {
+            Some(f) => map.insert(key.to_string(), f),
+            None => map.remove(key),
+        };
+    }
+
+    pub fn forced(&self, key: &str) -> Option<Forced> {
+        self.forced.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied()
     }
 
     fn with<R>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Breaker) -> R) -> R {
@@ -137,14 +165,20 @@ impl BreakerBoard {
 
     /// A permit for one call to the node, or `None` while its breaker is open.
     pub fn try_acquire(self: &Arc<Self>, key: &str, now: Instant) -> Option<BreakerPermit> {
-        self.with(key, now, |b| b.try_acquire(now)).then(|| BreakerPermit {
-            board: Arc::clone(self),
-            key: key.to_string(),
-            done: false,
-        })
+        let allowed = match self.forced(key) {
+            Some(Forced::Open) => false,
+            Some(Forced::Closed) => true,
+            None => self.with(key, now, |b| b.try_acquire(now)),
+        };
+        allowed.then(|| BreakerPermit { board: Arc::clone(self), key: key.to_string(), done: false })
     }
 
     pub fn view(&self, key: &str, now: Instant) -> BreakerView {
+        match self.forced(key) {
+            Some(Forced::Open) => return BreakerView::Open,
+            Some(Forced::Closed) => return BreakerView::Closed,
+            None => {}
+        }
         let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key).map_or(BreakerView::Closed, |b| b.view(now))
     }
@@ -253,5 +287,23 @@ mod tests {
             }
         }
         assert_eq!(other.view("m", t0 + Duration::from_secs(40)), BreakerView::Closed);
+    }
+
+    #[test]
+    fn an_operator_can_force_a_breaker_either_way() {
+        let board = BreakerBoard::new(cfg());
+        let now = Instant::now();
+        board.force("n", Some(Forced::Open));
+        assert_eq!(board.view("n", now), BreakerView::Open);
+        assert!(board.try_acquire("n", now).is_none());
+        for _ in 0..10 {
+            board.force("m", Some(Forced::Closed));
+            board.try_acquire("m", now).unwrap().failure(now);
+        }
+        assert_eq!(board.view("m", now), BreakerView::Closed, "forced closed despite failures");
+        board.force("m", None);
+        assert_eq!(board.view("m", now), BreakerView::Open, "back to its own state machine");
+        board.force("n", None);
+        assert_eq!(board.view("n", now), BreakerView::Closed);
     }
 }

@@ -8,6 +8,7 @@ pub mod balancing;
 pub mod breaker;
 pub mod discovery;
 pub mod gpu_time;
+pub mod operator;
 pub mod pins;
 pub mod quota;
 pub mod retry_budget;

@@ -28,6 +28,8 @@ pub struct Sources {
     pub over_quota: Box<dyn Fn(&str) -> bool + Send + Sync>,
     /// Hosted backends' PID availability.
     pub availability: Arc<super::balancing::AvailabilityBoard>,
+    /// Drains and disables from the admin API.
+    pub operator: Arc<super::operator::OperatorBoard>,
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
@@ -73,6 +75,11 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         availability: &|b| sources.availability.get(b),
     };
     let mut snap = Snapshot::build(Arc::clone(&sources.config), &inputs, version);
+    for view in &mut snap.backends {
+        for node in &mut view.nodes {
+            node.held = sources.operator.why_held(&view.name, &node.key);
+        }
+    }
     for (b, view) in snap.backends.iter_mut().enumerate() {
         let pin = sources.config.backends[b].pin.as_ref();
         if !view.is_local() || pin.is_none() {
@@ -136,6 +143,7 @@ tasks:
             pins: Arc::new(PinBoard::default()),
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
+            operator: Default::default(),
             config,
         };
         (sources, tx)

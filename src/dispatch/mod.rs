@@ -201,7 +201,10 @@ impl Dispatcher {
         for target in &plan.targets {
             let backend = &snap.backends[target.backend];
             let node = &backend.nodes[target.node];
-            let skip = |why: Skip| AttemptRecord::skipped(&task.name, &backend.name, &node.key, why);
+            let skip = |why: Skip| {
+                AttemptRecord::skipped(&task.name, &backend.name, &node.key, why)
+                    .for_request(&meta.request_id)
+            };
             if calls >= self.cfg.max_attempts {
                 attempts.push(skip(Skip::MaxAttempts));
                 break;
@@ -279,12 +282,8 @@ impl Dispatcher {
                     outcome.spill = spill;
                     outcome.model = backend.model.clone();
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
-                    self.emit(Record::Attempt(AttemptRecord::served(
-                        &task.name,
-                        &backend.name,
-                        &node.key,
-                        ttft,
-                    )));
+                    let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft);
+                    self.emit(Record::Attempt(served.for_request(&meta.request_id)));
                     return Ok(Committed {
                         backend: backend.name.clone(),
                         model: backend.model.clone(),
@@ -315,7 +314,8 @@ impl Dispatcher {
                         &node.key,
                         &error,
                         call_started.elapsed(),
-                    );
+                    )
+                    .for_request(&meta.request_id);
                     self.emit(Record::Attempt(record.clone()));
                     attempts.push(record);
                     if !error.class.may_fail_over() {

@@ -59,6 +59,8 @@ pub struct PoolLimits {
 pub enum SpillReason {
     /// Breaker open, quarantined, or not ready.
     Down,
+    /// An operator drained or disabled it.
+    Drained,
     /// No good scrape within the staleness bound.
     Stale,
     /// Taking it would eat into the failover reserve.
@@ -75,6 +77,7 @@ impl SpillReason {
     pub fn as_str(self) -> &'static str {
         match self {
             SpillReason::Down => "down",
+            SpillReason::Drained => "drained",
             SpillReason::Stale => "stale",
             SpillReason::Reserve => "reserve",
             SpillReason::Queue => "queue",

@@ -124,6 +124,9 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
         let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
         for offset in 0..nodes.len() {
             let node = (start + offset) % nodes.len();
+            if nodes[node].held.is_some() {
+                continue;
+            }
             match nodes[node].breaker {
                 BreakerView::Open => last.push(Target { backend, node, reason: Reason::BreakerOpen }),
                 _ => targets.push(Target { backend, node, reason }),
@@ -154,7 +157,9 @@ fn pool_targets(
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
     for (i, node) in view.nodes.iter().enumerate() {
         let load = (facts.load)(&node.key);
-        let verdict = if node.breaker == BreakerView::Open || node.quarantine.is_some() {
+        let verdict = if node.held.is_some() {
+            Err(SpillReason::Drained)
+        } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
             Err(SpillReason::Down)
         } else {
             headroom::admit(&node.signals, load, &limits, facts.prompt_tokens, slo_s, now)

@@ -38,6 +38,8 @@ pub struct NodeView {
     pub signals: NodeSignals,
     /// Why the node is out of every pool (it differs from the pin), if it is.
     pub quarantine: Option<String>,
+    /// Why an operator holds it out of every plan (drained or disabled), if one does.
+    pub held: Option<String>,
 }
 
 /// A backend and its nodes.
@@ -155,6 +157,7 @@ impl Snapshot {
                             breaker: (inputs.breaker)(&key),
                             signals: (inputs.signals)(&key).unwrap_or_default(),
                             quarantine: (inputs.quarantine)(&key),
+                            held: None,
                             key,
                             base_url,
                             origin,

@@ -1,5 +1,4 @@
-//! The admin API: operator routes behind their own bearer token (`admin_token_env`), never a
-//! client key. Off (404) when no admin token is configured.
+//! `GET /admin/reports/cost`: the cost report of `spillway report`, over HTTP.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,36 +7,9 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::{ApiError, AppState};
+use super::authorize;
+use crate::api::{ApiError, AppState};
 use crate::report::{self, ReportFormat, ReportQuery};
-
-/// Check the admin bearer token; the admin API does not exist without one configured.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = &state.admin_token else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "the admin API is off (set admin_token_env)",
-        )
-        .code("not_found"));
-    };
-    let sent = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    // Compare digests so that the time taken says nothing about the token.
-    use sha2::{Digest, Sha256};
-    match sent {
-        Some(token) if Sha256::digest(token) == Sha256::digest(expected) => Ok(()),
-        _ => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "this route needs the admin token",
-        )
-        .code("invalid_admin_token")),
-    }
-}
 
 /// `GET /admin/reports/cost?from=&to=&group_by=&format=`: the same report as `spillway report`.
 pub async fn cost_report(
@@ -56,7 +28,7 @@ async fn cost_report_inner(
     headers: &HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    authorize(state, headers)?;
+    let who = authorize(state, headers)?;
     if let Some(unknown) = params.keys().find(|k| !["from", "to", "group_by", "format"].contains(&k.as_str()))
     {
         return Err(ApiError::bad_request(format!(
@@ -94,6 +66,6 @@ async fn cost_report_inner(
         )
         .code("ledger_unavailable")
     })?;
-    tracing::info!(who = "admin", from = %query.from_ms, to = %query.to_ms, "admin: cost report");
+    tracing::info!(who = %who.0, from = query.from_ms, to = query.to_ms, "admin: cost report");
     Ok(([(header::CONTENT_TYPE, query.format.content_type())], body).into_response())
 }

@@ -1,0 +1,193 @@
+//! Admin routes over the fleet: list every backend and node with its state and why, drain or
+//! disable one (a game-day drill: traffic moves to the rest of the plan, requests in flight
+//! finish), release it, and force a breaker open or closed.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::authorize;
+use crate::api::{ApiError, AppState};
+use crate::control::breaker::Forced;
+use crate::control::operator::{HoldKind, Scope};
+use crate::route::{BreakerView, Snapshot};
+
+fn reply(result: Result<Value, ApiError>) -> Response {
+    match result {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+fn breaker_str(b: BreakerView) -> &'static str {
+    match b {
+        BreakerView::Closed => "closed",
+        BreakerView::HalfOpen => "half_open",
+        BreakerView::Open => "open",
+    }
+}
+
+/// `GET /admin/backends`.
+pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    reply(authorize(&state, &headers).map(|_| {
+        let snap = state.snapshot.load();
+        let now = tokio::time::Instant::now();
+        let backends: Vec<Value> = snap
+            .backends
+            .iter()
+            .map(|b| {
+                let nodes: Vec<Value> = b
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        let age =
+                            n.signals.scraped_at.map(|at| now.saturating_duration_since(at).as_secs_f64());
+                        json!({
+                            "node": n.key,
+                            "origin": n.origin,
+                            "breaker": breaker_str(n.breaker),
+                            "breaker_forced": state.breakers.forced(&n.key),
+                            "held": n.held,
+                            "quarantined": n.quarantine,
+                            "in_flight": state.load.view(&n.key).in_flight,
+                            "running": n.signals.running,
+                            "waiting": n.signals.waiting,
+                            "telemetry_age_s": age,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "backend": b.name,
+                    "kind": b.kind.as_str(),
+                    "model": b.model,
+                    "local": b.is_local(),
+                    "availability": b.availability,
+                    "reserve_released": b.reserve_released,
+                    "nodes": nodes,
+                })
+            })
+            .collect();
+        let holds: Vec<Value> =
+            state.operator.all().into_iter().map(|(s, h)| json!({"scope": s, "hold": h})).collect();
+        json!({"backends": backends, "holds": holds})
+    }))
+}
+
+/// The body of every admin action: what it applies to, and how.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Target {
+    backend: String,
+    /// A node key from `GET /admin/backends`; absent: the whole backend.
+    #[serde(default)]
+    node: Option<String>,
+    /// Holds: `drain` (default) or `disable`.
+    #[serde(default)]
+    kind: Option<String>,
+    /// Breakers: `open`, `closed`, or `auto` (back to the breaker's own state machine).
+    #[serde(default)]
+    state: Option<String>,
+}
+
+impl Target {
+    /// The node keys this target names in `snap`, or 404 naming what is unknown.
+    fn nodes(&self, snap: &Snapshot) -> Result<Vec<String>, ApiError> {
+        let backend = snap.backend_index(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("no backend `{}`", self.backend),
+            )
+            .param("backend")
+        })?;
+        let keys: Vec<String> = backend.nodes.iter().map(|n| n.key.clone()).collect();
+        match &self.node {
+            None => Ok(keys),
+            Some(node) if keys.contains(node) => Ok(vec![node.clone()]),
+            Some(node) => Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("backend `{}` has no node `{node}` (see GET /admin/backends)", self.backend),
+            )
+            .param("node")),
+        }
+    }
+
+    fn scope(&self) -> Scope {
+        match &self.node {
+            Some(node) => Scope::Node(node.clone()),
+            None => Scope::Backend(self.backend.clone()),
+        }
+    }
+}
+
+/// `POST /admin/hold {"backend", "node"?, "kind": "drain"|"disable"}`.
+pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    reply((|| {
+        let who = authorize(&state, &headers)?;
+        let req: Target = decode(&body)?;
+        let kind = match req.kind.as_deref().unwrap_or("drain") {
+            "drain" => HoldKind::Drained,
+            "disable" => HoldKind::Disabled,
+            other => {
+                return Err(ApiError::bad_request(format!("kind `{other}` is not one of drain, disable"))
+                    .param("kind"))
+            }
+        };
+        let nodes = req.nodes(&state.snapshot.load())?;
+        state.operator.hold(req.scope(), kind, &who.0);
+        let in_flight: u64 = nodes.iter().map(|n| state.load.view(n).in_flight).sum();
+        tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, "admin: {}", kind.as_str());
+        Ok(json!({"held": req.scope(), "kind": kind, "nodes": nodes, "in_flight": in_flight}))
+    })())
+}
+
+/// `POST /admin/release {"backend", "node"?}`: lift a drain or disable.
+pub async fn release(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    reply((|| {
+        let who = authorize(&state, &headers)?;
+        let target: Target = decode(&body)?;
+        target.nodes(&state.snapshot.load())?;
+        let released = state.operator.release(&target.scope());
+        tracing::warn!(who = %who.0, backend = %target.backend, node = ?target.node, released, "admin: release");
+        Ok(json!({"released": released, "scope": target.scope()}))
+    })())
+}
+
+/// `POST /admin/breakers {"backend", "node"?, "state": "open"|"closed"|"auto"}`.
+pub async fn force_breaker(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    reply((|| {
+        let who = authorize(&state, &headers)?;
+        let req: Target = decode(&body)?;
+        let Some(wanted) = req.state.as_deref() else {
+            return Err(ApiError::bad_request("state is required: open, closed or auto").param("state"));
+        };
+        let forced = match wanted {
+            "open" => Some(Forced::Open),
+            "closed" => Some(Forced::Closed),
+            "auto" => None,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "state `{other}` is not one of open, closed, auto"
+                ))
+                .param("state"))
+            }
+        };
+        let nodes = req.nodes(&state.snapshot.load())?;
+        for node in &nodes {
+            state.breakers.force(node, forced);
+        }
+        tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, state = wanted, "admin: force breaker");
+        Ok(json!({"state": wanted, "nodes": nodes}))
+    })())
+}

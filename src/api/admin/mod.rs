@@ -1,0 +1,65 @@
+//! The admin API: operator routes behind their own bearer token (`admin_token_env`), never a
+//! client key. Off (404) when no admin token is configured. Every action is logged with who
+//! did it (the `x-spillway-operator` header, else "admin") and what it did.
+
+mod fleet;
+mod report;
+
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use sha2::{Digest, Sha256};
+
+use super::{ApiError, AppState};
+
+/// Who is acting: the `x-spillway-operator` header (a name for the audit log), else "admin".
+#[derive(Debug, Clone)]
+pub struct Operator(pub String);
+
+/// Check the admin bearer token and say who is acting.
+pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiError> {
+    let Some(expected) = &state.admin_token else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "the admin API is off (set admin_token_env)",
+        )
+        .code("not_found"));
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    // Compare digests so that the time taken says nothing about the token.
+    match sent {
+        Some(token) if Sha256::digest(token) == Sha256::digest(expected) => {}
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "this route needs the admin token",
+            )
+            .code("invalid_admin_token"))
+        }
+    }
+    let who = headers
+        .get("x-spillway-operator")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or("admin");
+    Ok(Operator(who.to_string()))
+}
+
+/// Every admin route.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/admin/reports/cost", get(report::cost_report))
+        .route("/admin/backends", get(fleet::list))
+        .route("/admin/hold", post(fleet::hold))
+        .route("/admin/release", post(fleet::release))
+        .route("/admin/breakers", post(fleet::force_breaker))
+}

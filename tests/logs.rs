@@ -1,0 +1,124 @@
+//! `spillway serve` logs as an SRE's log pipeline receives them: one JSON object per line, the
+//! request id of the `x-request-id` header on the lines of that request, and never a prompt,
+//! an answer or a key, even at debug level (planted values are grepped for).
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::sim;
+use serde_json::{json, Value};
+use spillway::sim::SimKind;
+
+const CLIENT_KEY: &str = "ck-PLANTED-client-key-4242";
+const PROVIDER_KEY: &str = "sk-PLANTED-provider-key-7777";
+const PROMPT: &str = "PLANTED-PROMPT the launch code is 0000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn json_logs_carry_the_request_id_and_no_secret_or_prompt() {
+    let node = sim(SimKind::Vllm, "llama", |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt", |a| a.api_key = Some(PROVIDER_KEY.into())).await;
+    let broken = sim(SimKind::OpenAi, "gpt", |a| a.error_rate = 1.0).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("spillway-logs-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("spillway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen: 127.0.0.1:{port}
+client_keys_env: [LOG_TEST_CLIENT_KEY]
+backends:
+  - {{name: pool, kind: vllm, endpoints: ["{node}"], model: llama}}
+  - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt, api_key_env: LOG_TEST_PROVIDER_KEY}}
+  - {{name: broken, kind: openai, base_url: "{broken}/v1", model: gpt, api_key_env: LOG_TEST_PROVIDER_KEY}}
+tasks:
+  - {{name: local, backends: [pool], slo: {{ttft_ms: 3000}}}}
+  - {{name: hosted, backends: [broken, hosted], strategy: priority, slo: {{ttft_ms: 3000}}}}
+telemetry: {{interval_ms: 200}}
+ledger: {{url: "sqlite://{ledger}"}}
+"#,
+            node = node.base_url(),
+            hosted = hosted.base_url(),
+            broken = broken.base_url(),
+            ledger = dir.join("ledger.db").display(),
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("LOG_TEST_CLIENT_KEY", CLIENT_KEY)
+        .env("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY)
+        .env("RUST_LOG", "debug")
+        .env_remove("SPILLWAY_LOG_FORMAT")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    // Up, and the vLLM node scraped (until then the fleet counts as full).
+    for _ in 0..200 {
+        let ready = match client.get(format!("{url}/readyz")).send().await {
+            Ok(resp) => resp.json::<Value>().await.unwrap_or_default(),
+            Err(_) => Value::Null,
+        };
+        if ready["local_nodes"] == 1 && ready["fresh_local_nodes"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let chat = |task: &str, request_id: Option<&str>| {
+        let mut req = client.post(format!("{url}/v1/chat/completions")).bearer_auth(CLIENT_KEY).json(
+            &json!({"model": task, "max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]}),
+        );
+        if let Some(id) = request_id {
+            req = req.header("x-request-id", id);
+        }
+        req.send()
+    };
+    let local = chat("local", None).await.unwrap();
+    assert_eq!(local.status(), 200);
+    let local_id = local.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(local_id.len(), 32, "a made-up id: {local_id}");
+    let failed_over = chat("hosted", Some("client-chosen-id-1")).await.unwrap();
+    assert_eq!(failed_over.status(), 200);
+    assert_eq!(failed_over.headers()["x-request-id"], "client-chosen-id-1", "a sane client id is kept");
+    let bad = chat("no-such-task", Some("bad id with spaces")).await.unwrap();
+    assert_eq!(bad.status(), 404);
+    assert_ne!(bad.headers()["x-request-id"], "bad id with spaces");
+
+    // SIGTERM: a graceful stop, so that the bookkeeping lines are written before exit.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let mut stderr = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(server.wait().unwrap().success());
+
+    let lines: Vec<Value> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    assert!(lines.len() > 10, "debug logs were written: {stderr}");
+    for planted in [CLIENT_KEY, PROVIDER_KEY, "PLANTED-PROMPT", "launch code"] {
+        assert!(!stderr.contains(planted), "`{planted}` leaked into the logs");
+    }
+    let with_id = |id: &str| -> Vec<&Value> {
+        lines.iter().filter(|l| l["span"]["request_id"] == id || l["fields"]["request_id"] == id).collect()
+    };
+    let local_lines = with_id(&local_id);
+    assert!(local_lines.iter().any(|l| l["fields"]["message"] == "http response"), "{local_lines:?}");
+    assert!(
+        local_lines.iter().any(|l| l["fields"]["message"] == "request"),
+        "the outcome line: {local_lines:?}"
+    );
+    let failover_lines = with_id("client-chosen-id-1");
+    assert!(
+        failover_lines.iter().any(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("broken"))),
+        "the failed attempt is logged with the request's id: {failover_lines:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
