@@ -1,0 +1,118 @@
+//! `/dashboard` in a real browser: a router over a small vLLM pool and a hosted backend, with
+//! traffic flowing to two of its three tasks, checked by headless Chromium driven from Node
+//! (`tests/browser/dashboard_check.mjs`, with `playwright-core`): no console errors or warnings,
+//! a card for every configured task (the idle one too), the request count rising, charts and
+//! tables drawn. The script leaves a full-page screenshot in `target/dashboard-screenshot.png`.
+//!
+//! Needs Node 20 + npm and Chromium (Debian package `chromium`, or `$CHROMIUM`); the npm
+//! dependencies are installed into `tests/browser/node_modules` with `npm ci` when missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{body, post_json, router, sim};
+use spillway::sim::SimKind;
+
+/// `tests/browser`, with its npm dependencies installed.
+fn browser_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    if !dir.join("node_modules/playwright-core").is_dir() {
+        let out = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .output()
+            .expect("npm (Node 20) is needed to install tests/browser's dependencies");
+        assert!(
+            out.status.success(),
+            "npm ci --prefix tests/browser failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dir
+}
+
+fn chromium() -> String {
+    let path = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string());
+    assert!(
+        Path::new(&path).exists(),
+        "no Chromium at {path}: install the Debian package chromium (.ci/run does) or set CHROMIUM"
+    );
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dashboard_renders_live_traffic_in_chromium() {
+    let dir = browser_dir();
+    let chromium = chromium();
+    let a = sim(SimKind::Vllm, "llama", |a| a.max_num_seqs = 4).await;
+    let b = sim(SimKind::Vllm, "llama", |a| a.max_num_seqs = 4).await;
+    let hosted = sim(SimKind::Anthropic, "claude", |a| a.ttft_ms = 120).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: pool, kind: vllm, endpoints: ["{a}", "{b}"], model: llama, max_running: 2}}
+  - {{name: claude, kind: anthropic, base_url: "{hosted}", model: claude, price: {{input_per_mtok: 3, output_per_mtok: 15}}}}
+tasks:
+  - {{name: chat, backends: [pool, claude], slo: {{ttft_ms: 500}}}}
+  - {{name: summarize, backends: [claude], strategy: priority, slo: {{ttft_ms: 300, objective: 0.95}}}}
+  - {{name: idle, backends: [pool], slo: {{ttft_ms: 1000}}}}
+"#,
+        a = a.base_url(),
+        b = b.base_url(),
+        hosted = hosted.base_url(),
+    );
+    let r = router(&yaml, &[]).await;
+
+    // Background traffic: a few clients in a loop, enough for the pool to spill now and then.
+    let traffic: Vec<_> = (0..4)
+        .map(|i| {
+            let url = r.url.clone();
+            tokio::spawn(async move {
+                loop {
+                    let task = if i % 2 == 0 { "chat" } else { "summarize" };
+                    let _ = post_json(&url, &body(task, false)).await;
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+            })
+        })
+        .collect();
+
+    // The data the page draws, end to end from the real metric names.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let data: serde_json::Value =
+        reqwest::get(format!("{}/dashboard/data", r.url)).await.unwrap().json().await.unwrap();
+    let names: Vec<&str> =
+        data["tasks"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["chat", "summarize", "idle"]);
+    assert_eq!(data["nodes"].as_array().unwrap().len(), 2, "{}", data["nodes"]);
+    let counters = &data["counters"];
+    assert!(counters["local_requests"].as_f64().unwrap() > 0.0, "{counters}");
+    assert!(counters["hosted_requests"].as_f64().unwrap() > 0.0, "{counters}");
+    assert!(data["tasks"][0]["p50_s"].as_f64().is_some_and(|p| p > 0.0), "{}", data["tasks"][0]);
+    assert!(data["tasks"][2]["p50_s"].is_null(), "the idle task has no TTFT yet");
+
+    let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshot.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let run = tokio::process::Command::new("node")
+        .arg(dir.join("dashboard_check.mjs"))
+        .arg(&r.url)
+        .arg(&screenshot)
+        .env("CHROMIUM", &chromium)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the browser check took over two minutes")
+        .expect("node (20) runs tests/browser/dashboard_check.mjs");
+    for t in traffic {
+        t.abort();
+    }
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("dashboard_check.mjs:\n{stdout}{stderr}");
+    assert!(out.status.success(), "the browser check failed ({}):\n{stdout}{stderr}", out.status);
+    let png = std::fs::read(&screenshot).expect("the screenshot was saved");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real screenshot: {} bytes", png.len());
+}
