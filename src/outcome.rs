@@ -131,12 +131,16 @@ pub struct RequestMeta {
     pub priority: crate::config::Priority,
     /// The id in the `x-request-id` response header and in every log line of the request.
     pub request_id: String,
+    /// A canary, not a client's request: ledgered (it costs money) but kept out of the
+    /// request metrics and SLO windows.
+    pub synthetic: bool,
 }
 
 impl Default for RequestMeta {
     fn default() -> Self {
         RequestMeta {
             request_id: String::new(),
+            synthetic: false,
             arrived_at: SystemTime::now(),
             client_key: None,
             affinity_key: None,

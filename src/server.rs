@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
+use crate::control::canary::Canaries;
 use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::operator::OperatorBoard;
 use crate::control::pins::PinBoard;
@@ -187,9 +188,19 @@ pub async fn start(
         Arc::clone(&load),
         Arc::clone(&quota),
     );
+    let dispatcher = Arc::new(dispatcher);
+    let canaries = Arc::new(Canaries {
+        snapshot: Arc::clone(&snapshot),
+        dispatcher: Arc::clone(&dispatcher),
+        metrics: Arc::clone(&metrics),
+        board: Arc::default(),
+    });
+    if config.canary.interval_secs > 0 {
+        loops.spawn(Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs)));
+    }
     let state = Arc::new(AppState {
         snapshot,
-        dispatcher: Arc::new(dispatcher),
+        dispatcher,
         load,
         tally,
         quota,
@@ -202,6 +213,7 @@ pub async fn start(
         telemetry: Arc::clone(&telemetry),
         operator,
         breakers: Arc::clone(&breakers),
+        canaries,
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);

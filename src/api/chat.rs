@@ -127,6 +127,7 @@ async fn handle(
         client_key: key_name,
         priority,
         request_id,
+        synthetic: false,
     };
     let committed = state
         .dispatcher

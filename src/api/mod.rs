@@ -52,6 +52,8 @@ pub struct AppState {
     /// Operator holds (drain, disable) and breaker overrides, set through the admin API.
     pub operator: Arc<crate::control::operator::OperatorBoard>,
     pub breakers: Arc<crate::control::breaker::BreakerBoard>,
+    /// Canary probes of fallback backends (run on an interval, or now by the admin API).
+    pub canaries: Arc<crate::control::canary::Canaries>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

@@ -48,6 +48,7 @@ const TOP_KEYS: &[&str] = &[
     "balancing",
     "ledger",
     "admin_token_env",
+    "canary",
 ];
 
 /// Read and check a config file.
@@ -87,6 +88,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
             "telemetry" => check::<super::TelemetryConfig>(name, &value, &mut problems),
             "state" => check::<super::StateConfig>(name, &value, &mut problems),
             "ledger" => check::<super::LedgerConfig>(name, &value, &mut problems),
+            "canary" => check::<super::CanaryConfig>(name, &value, &mut problems),
             "admin_token_env" => check::<Option<String>>(name, &value, &mut problems),
             _ => check::<super::BalancingConfig>(name, &value, &mut problems),
         };

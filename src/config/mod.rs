@@ -43,6 +43,8 @@ pub struct Config {
     pub balancing: BalancingConfig,
     #[serde(default)]
     pub ledger: LedgerConfig,
+    #[serde(default)]
+    pub canary: CanaryConfig,
     /// Environment variable holding the bearer token of the admin API (`/admin/...`). Unset:
     /// the admin API is off.
     #[serde(default)]

@@ -107,6 +107,25 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Canaries: a small synthetic request to every fallback backend on an interval, so that an
+/// exit nothing has used for months is known to work (or known broken) before an outage.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CanaryConfig {
+    /// Seconds between rounds; 0 turns canaries off.
+    pub interval_secs: u64,
+    /// The user message sent.
+    pub prompt: String,
+    /// Output tokens asked for.
+    pub max_tokens: u32,
+}
+
+impl Default for CanaryConfig {
+    fn default() -> Self {
+        CanaryConfig { interval_secs: 3_600, prompt: "Reply with the single word OK.".into(), max_tokens: 4 }
+    }
+}
+
 /// How the fleet's telemetry is scraped.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

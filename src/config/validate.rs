@@ -243,6 +243,12 @@ pub fn validate(config: &Config) -> Vec<Problem> {
             p(key.into(), format!("`{env}` is not an environment variable name"));
         }
     }
+    if config.canary.max_tokens == 0 {
+        p("canary.max_tokens".into(), "must be at least 1".into());
+    }
+    if config.canary.prompt.trim().is_empty() {
+        p("canary.prompt".into(), "must not be empty".into());
+    }
     if config.limits.max_concurrency == 0 {
         p("limits.max_concurrency".into(), "must be at least 1".into());
     }

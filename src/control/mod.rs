@@ -6,6 +6,7 @@
 pub mod availability;
 pub mod balancing;
 pub mod breaker;
+pub mod canary;
 pub mod discovery;
 pub mod gpu_time;
 pub mod operator;

@@ -38,6 +38,7 @@ pub struct Metrics {
     spills: IntCounterVec,
     shed: IntCounterVec,
     failovers: IntCounterVec,
+    canaries: IntCounterVec,
     // Upstream calls per provider (the first seed document's five metrics, with failovers).
     provider_calls: IntCounterVec,
     provider_successes: IntCounterVec,
@@ -165,6 +166,12 @@ impl Metrics {
                 "spillway_failovers_total",
                 "Moves from a failed backend to the next, by error class.",
                 &["task", "from", "to", "reason"],
+            ),
+            canaries: counter(
+                &r,
+                "spillway_canaries_total",
+                "Canary probes of fallback backends, by result (ok, failed).",
+                &["backend", "result"],
             ),
             provider_calls: counter(
                 &r,

@@ -50,6 +50,11 @@ impl Metrics {
         }
     }
 
+    /// One canary probe of a backend.
+    pub fn observe_canary(&self, backend: &str, ok: bool) {
+        self.canaries.with_label_values(&[backend, if ok { "ok" } else { "failed" }]).inc();
+    }
+
     /// Dispatch moved on from a backend that failed.
     pub fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
         self.failovers.with_label_values(&[task, from, to, reason]).inc();
@@ -57,6 +62,9 @@ impl Metrics {
 
     /// One finished request; `cost_usd` is its hosted list-price cost, if any.
     pub fn observe_request(&self, r: &RequestOutcome, cost_usd: Option<f64>) {
+        if r.meta.synthetic {
+            return;
+        }
         let outcome = match r.ending {
             Ending::InFlight => return,
             Ending::Completed => "completed",

@@ -79,7 +79,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
             .collect();
         let holds: Vec<Value> =
             state.operator.all().into_iter().map(|(s, h)| json!({"scope": s, "hold": h})).collect();
-        json!({"backends": backends, "holds": holds})
+        json!({"backends": backends, "holds": holds, "canaries": state.canaries.board.last()})
     }))
 }
 
@@ -190,4 +190,41 @@ pub async fn force_breaker(State(state): State<Arc<AppState>>, headers: HeaderMa
         tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, state = wanted, "admin: force breaker");
         Ok(json!({"state": wanted, "nodes": nodes}))
     })())
+}
+
+/// The body of `POST /admin/canary`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CanaryRequest {
+    /// Probe only this backend; absent: every fallback backend.
+    #[serde(default)]
+    backend: Option<String>,
+}
+
+/// `POST /admin/canary {"backend"?}`: run the canaries now and return their results.
+pub async fn canary(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let who = match authorize(&state, &headers) {
+        Ok(who) => who,
+        Err(e) => return e.into_response(),
+    };
+    let req: CanaryRequest = if body.is_empty() {
+        CanaryRequest::default()
+    } else {
+        match decode(&body) {
+            Ok(req) => req,
+            Err(e) => return e.into_response(),
+        }
+    };
+    let results = state.canaries.round(req.backend.as_deref()).await;
+    if let (Some(name), true) = (&req.backend, results.is_empty()) {
+        return ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("`{name}` is not a fallback backend any task may send data to"),
+        )
+        .param("backend")
+        .into_response();
+    }
+    tracing::warn!(who = %who.0, backend = ?req.backend, probes = results.len(), "admin: canary");
+    Json(json!({"results": results})).into_response()
 }

@@ -62,4 +62,5 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/hold", post(fleet::hold))
         .route("/admin/release", post(fleet::release))
         .route("/admin/breakers", post(fleet::force_breaker))
+        .route("/admin/canary", post(fleet::canary))
 }

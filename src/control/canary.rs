@@ -1,0 +1,210 @@
+//! Canaries for untested exits: on an interval, one small synthetic request to every fallback
+//! backend (a backend listed after the first in some task), through the same policy filter and
+//! dispatch as live traffic, so that a backend that has served nothing for months is known to
+//! work, or known broken, before an outage needs it.
+//!
+//! A canary goes out as the first task that lists the backend as a fallback and whose data
+//! class allows it; a backend no task may send data to is never probed. It is ledgered (it
+//! costs money, under the client key name `canary`) and counted in `spillway_canaries_total`,
+//! but kept out of the request metrics and SLO windows. It never retries elsewhere: its plan
+//! holds only the probed backend.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::canonical::{ChatRequest, Message, Role};
+use crate::config::Priority;
+use crate::dispatch::{DispatchError, Dispatcher};
+use crate::metrics::Metrics;
+use crate::outcome::RequestMeta;
+use crate::route::{Plan, Reason, Snapshot, Target};
+
+/// Which task each fallback backend is probed as: backend index → task index.
+pub fn targets(snap: &Snapshot) -> BTreeMap<usize, usize> {
+    let mut chosen = BTreeMap::new();
+    for (t, task) in snap.config.tasks.iter().enumerate() {
+        let Ok(eligible) = crate::policy::eligible(task, snap) else { continue };
+        let first = snap.backend_index(&task.backends[0]);
+        for b in eligible.into_iter().filter(|b| Some(*b) != first) {
+            chosen.entry(b).or_insert(t);
+        }
+    }
+    chosen
+}
+
+/// How one probe went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CanaryResult {
+    pub backend: String,
+    pub task: String,
+    pub ok: bool,
+    pub ttft_ms: Option<u64>,
+    pub error: Option<String>,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+/// The last result per backend, for the admin API.
+#[derive(Debug, Default)]
+pub struct CanaryBoard {
+    last: Mutex<BTreeMap<String, CanaryResult>>,
+}
+
+impl CanaryBoard {
+    pub fn last(&self) -> Vec<CanaryResult> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+}
+
+/// What a round of canaries needs.
+#[derive(Clone)]
+pub struct Canaries {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub dispatcher: Arc<Dispatcher>,
+    pub metrics: Arc<Metrics>,
+    pub board: Arc<CanaryBoard>,
+}
+
+impl Canaries {
+    /// Probe every fallback backend (or only `only`) now, one after another.
+    pub async fn round(&self, only: Option<&str>) -> Vec<CanaryResult> {
+        let snap = self.snapshot.load_full();
+        let mut results = Vec::new();
+        for (backend, task) in targets(&snap) {
+            if only.is_some_and(|name| name != snap.backends[backend].name) {
+                continue;
+            }
+            let result = self.probe(&snap, backend, task).await;
+            self.metrics.observe_canary(&result.backend, result.ok);
+            if !result.ok {
+                tracing::warn!(backend = %result.backend, error = ?result.error, "canary failed");
+            }
+            let mut last = self.board.last.lock().unwrap_or_else(|e| e.into_inner());
+            last.insert(result.backend.clone(), result.clone());
+            results.push(result);
+        }
+        results
+    }
+
+    async fn probe(&self, snap: &Snapshot, backend: usize, task: usize) -> CanaryResult {
+        let view = &snap.backends[backend];
+        let task = &snap.config.tasks[task];
+        let canary = &snap.config.canary;
+        let plan = Plan {
+            targets: (0..view.nodes.len())
+                .filter(|&n| view.nodes[n].held.is_none())
+                .map(|node| Target { backend, node, reason: Reason::Preferred { rank: 0 } })
+                .collect(),
+            spills: Vec::new(),
+        };
+        let request = ChatRequest {
+            model: task.name.clone(),
+            messages: vec![Message::new(Role::User, canary.prompt.clone())],
+            max_tokens: Some(canary.max_tokens),
+            temperature: Some(0.0),
+            top_p: None,
+            stop: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: None,
+            seed: None,
+            stream: false,
+        };
+        let meta = RequestMeta {
+            client_key: Some("canary".into()),
+            request_id: format!("canary-{:016x}", rand::random::<u64>()),
+            priority: Priority::Batch,
+            synthetic: true,
+            ..RequestMeta::default()
+        };
+        let started = Instant::now();
+        let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let result = |ok: bool, ttft_ms: Option<u64>, error: Option<String>| CanaryResult {
+            backend: view.name.clone(),
+            task: task.name.clone(),
+            ok,
+            ttft_ms,
+            error,
+            at,
+        };
+        if plan.targets.is_empty() {
+            return result(false, None, Some("every node is held by an operator".into()));
+        }
+        match self.dispatcher.dispatch(snap, &plan, task, &request, Priority::Batch, &meta).await {
+            Ok(committed) => {
+                let ttft_ms = Some(committed.ttft.as_millis() as u64);
+                let mut events = committed.events;
+                while let Some(event) = events.next().await {
+                    if let Err(e) = event {
+                        return result(
+                            false,
+                            ttft_ms,
+                            Some(format!("broke after the first token: {}", e.message)),
+                        );
+                    }
+                }
+                result(true, ttft_ms, None)
+            }
+            Err(e) => {
+                let why = match e {
+                    DispatchError::Rejected { error, .. } => {
+                        format!("{}: {}", error.class.as_str(), error.message)
+                    }
+                    DispatchError::Exhausted { attempts } => {
+                        attempts.iter().map(|a| a.describe()).collect::<Vec<_>>().join("; ")
+                    }
+                    DispatchError::Shed { why } => why,
+                };
+                tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "canary failed: {why}");
+                result(false, None, Some(why))
+            }
+        }
+    }
+
+    /// A round every `interval` (the first one interval after start) until aborted.
+    pub async fn run(self, interval: Duration) {
+        let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.round(None).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallbacks_are_probed_as_a_task_whose_policy_allows_them() {
+        let config = crate::config::parse(
+            r#"
+backends:
+  - {name: pool, kind: vllm, endpoints: ["http://10.0.0.1:8000"], model: m, region: eu}
+  - {name: a, kind: openai, model: g, region: us}
+  - {name: b, kind: anthropic, model: c, region: eu}
+  - {name: c, kind: openai, model: g, region: us}
+tasks:
+  - {name: secret, backends: [pool, c, b], data_class: restricted, slo: {ttft_ms: 500}}
+  - {name: chat, backends: [a, pool, b], slo: {ttft_ms: 500}}
+policy:
+  data_classes:
+    restricted: {regions: [eu]}
+"#,
+        )
+        .unwrap();
+        let snap = Snapshot::from_config(Arc::new(config));
+        let names: Vec<(&str, &str)> = targets(&snap)
+            .into_iter()
+            .map(|(b, t)| (snap.backends[b].name.as_str(), snap.config.tasks[t].name.as_str()))
+            .collect();
+        // `a` is only ever first; `c` is a fallback only for a task whose policy refuses it.
+        assert_eq!(names, [("pool", "chat"), ("b", "secret")]);
+    }
+}
