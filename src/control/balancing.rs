@@ -18,7 +18,7 @@ use crate::config::Config;
 /// The shared PID state.
 pub struct AvailabilityBoard {
     inner: Mutex<Availability>,
-    hosted: Vec<String>,
+    hosted: Mutex<Vec<String>>,
 }
 
 impl AvailabilityBoard {
@@ -29,7 +29,18 @@ impl AvailabilityBoard {
         for name in &hosted {
             availability.track(name);
         }
-        Arc::new(AvailabilityBoard { inner: Mutex::new(availability), hosted })
+        Arc::new(AvailabilityBoard { inner: Mutex::new(availability), hosted: Mutex::new(hosted) })
+    }
+
+    /// Start tracking the hosted backends a reloaded config added (kept ones keep their state).
+    pub fn track_new(&self, config: &Config) {
+        let mut hosted = self.hosted.lock().unwrap_or_else(|e| e.into_inner());
+        for b in config.backends.iter().filter(|b| !b.kind.is_local()) {
+            if !hosted.contains(&b.name) {
+                self.lock().track(&b.name);
+                hosted.push(b.name.clone());
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Availability> {
@@ -38,7 +49,7 @@ impl AvailabilityBoard {
 
     /// An upstream call to `backend` reached its first token (`None`) or failed.
     pub fn record(&self, backend: &str, failure: Option<ErrorClass>) {
-        if !self.hosted.iter().any(|h| h == backend) {
+        if !self.hosted.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|h| h == backend) {
             return;
         }
         match failure {

@@ -71,9 +71,22 @@ impl Default for QuotaOptions {
     }
 }
 
+fn limits_of(config: &Config) -> HashMap<String, Limits> {
+    config
+        .backends
+        .iter()
+        .filter_map(|b| {
+            let q = b.quota.as_ref()?;
+            let limits = Limits { rpm: q.rpm, tpm: q.tpm };
+            limits.is_limited().then(|| (b.name.clone(), limits))
+        })
+        .collect()
+}
+
 /// Per-minute quota counters of every backend that has a `quota`.
 pub struct QuotaBoard {
-    limits: HashMap<String, Limits>,
+    /// Swapped whole on a config reload.
+    limits: arc_swap::ArcSwap<HashMap<String, Limits>>,
     /// This replica's view: its own counts, raised to the shared counts Redis last reported.
     local: Mutex<HashMap<String, MinuteWindow>>,
     shared: Option<Arc<Shared>>,
@@ -90,15 +103,7 @@ impl QuotaBoard {
     }
 
     pub fn with_options(config: &Config, options: QuotaOptions) -> Arc<QuotaBoard> {
-        let limits = config
-            .backends
-            .iter()
-            .filter_map(|b| {
-                let q = b.quota.as_ref()?;
-                let limits = Limits { rpm: q.rpm, tpm: q.tpm };
-                limits.is_limited().then(|| (b.name.clone(), limits))
-            })
-            .collect();
+        let limits = arc_swap::ArcSwap::from_pointee(limits_of(config));
         let mut broken_url = false;
         let shared = options.redis_url.as_deref().and_then(|url| {
             match Shared::new(url, options.key_prefix.clone(), options.timeout) {
@@ -122,9 +127,14 @@ impl QuotaBoard {
         })
     }
 
+    /// Take the quotas of a reloaded config; counts so far this minute are kept.
+    pub fn set_limits(&self, config: &Config) {
+        self.limits.store(Arc::new(limits_of(config)));
+    }
+
     /// The configured limits of `backend`, if it has a quota.
     pub fn limits(&self, backend: &str) -> Option<Limits> {
-        self.limits.get(backend).copied()
+        self.limits.load().get(backend).copied()
     }
 
     /// Count one request of `tokens` (in this backend's own tokens: input plus the output cap)
@@ -132,7 +142,7 @@ impl QuotaBoard {
     /// Backends without a quota are granted at once, without I/O. Never fails: Redis trouble
     /// means local counting.
     pub async fn try_take(&self, backend: &str, tokens: u64, ceiling: f64) -> QuotaDecision {
-        let Some(limits) = self.limits.get(backend) else { return QuotaDecision::Granted };
+        let Some(limits) = self.limits(backend) else { return QuotaDecision::Granted };
         let now = (self.clock)();
         let minute = minute_of(now);
         let over = QuotaDecision::OverQuota { retry_after: until_next_window(now) };
@@ -153,7 +163,7 @@ impl QuotaBoard {
         }
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         let window = local.entry(backend.to_string()).or_default();
-        if window.try_take(minute, limits, tokens, ceiling) {
+        if window.try_take(minute, &limits, tokens, ceiling) {
             QuotaDecision::Granted
         } else {
             over
@@ -166,7 +176,7 @@ impl QuotaBoard {
     /// straddled a boundary; a fixed window is an approximation either way. Shared counters
     /// are adjusted in the background; nothing here waits.
     pub fn refund(&self, backend: &str, tokens_estimated: u64, tokens_actual: u64) {
-        let Some(limits) = self.limits.get(backend) else { return };
+        let Some(limits) = self.limits(backend) else { return };
         if limits.tpm.is_none() || tokens_estimated == tokens_actual {
             return;
         }
@@ -188,15 +198,15 @@ impl QuotaBoard {
     /// (its own counts and the shared counts Redis last reported). Cheap, no I/O: for the
     /// snapshot loop. False for backends without a quota.
     pub fn exhausted(&self, backend: &str) -> bool {
-        let Some(limits) = self.limits.get(backend) else { return false };
+        let Some(limits) = self.limits(backend) else { return false };
         let minute = minute_of((self.clock)());
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-        local.get(backend).is_some_and(|w| w.exhausted(minute, limits))
+        local.get(backend).is_some_and(|w| w.exhausted(minute, &limits))
     }
 
     /// This replica's view of `backend`'s current minute, for metrics and the snapshot.
     pub fn usage(&self, backend: &str) -> Option<MinuteWindow> {
-        self.limits.get(backend)?;
+        self.limits(backend)?;
         let minute = minute_of((self.clock)());
         let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         let window = local.get(backend).copied().unwrap_or_default();
