@@ -273,7 +273,8 @@ pub struct Books {
     /// `None` when the ledger is off.
     pub ledger: Option<crate::ledger::LedgerBook>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    pub prices: crate::ledger::HostedPrices,
+    /// Swapped on a config reload.
+    pub prices: std::sync::Arc<arc_swap::ArcSwap<crate::ledger::HostedPrices>>,
 }
 
 /// Read records until the channel closes or `stop` fires (then read what is already queued):
@@ -343,7 +344,7 @@ pub async fn consume(
                     *t.spills.entry(reason.as_str()).or_default() += 1;
                 }
                 drop(t);
-                let cost = prices.cost(&r);
+                let cost = prices.load().cost(&r);
                 metrics
                     .observe_request(&r, cost.and_then(|c| rust_decimal::prelude::ToPrimitive::to_f64(&c)));
                 if let Some(ledger) = &ledger {

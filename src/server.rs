@@ -17,6 +17,7 @@ use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::operator::OperatorBoard;
 use crate::control::pins::PinBoard;
 use crate::control::quota::QuotaBoard;
+use crate::control::reload::Reloader;
 use crate::control::{breaker::BreakerBoard, gpu_time, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
@@ -112,6 +113,8 @@ pub async fn start(
         Some(url) => Some(Ledger::open(url).await?),
         None => None,
     };
+    let config_swap = Arc::new(ArcSwap::new(Arc::clone(&config)));
+    let prices = Arc::new(ArcSwap::from_pointee(crate::ledger::HostedPrices::new(&config)));
     let metrics = Arc::new(Metrics::new());
     metrics.configure(&config);
     let (consume_stop, stop_rx) = oneshot::channel();
@@ -120,7 +123,7 @@ pub async fn start(
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
-        prices: crate::ledger::HostedPrices::new(&config),
+        prices: Arc::clone(&prices),
     };
     let bookkeeping = tokio::spawn(outcome::consume(records_rx, books, stop_rx));
     loops.spawn(balancing::run(
@@ -147,7 +150,7 @@ pub async fn start(
     tokio::task::spawn_blocking(crate::tokens::warm_up);
     let over_quota = Arc::clone(&quota);
     let sources = snapshot_loop::Sources {
-        config: Arc::clone(&config),
+        config: Arc::clone(&config_swap),
         breakers: Arc::clone(&breakers),
         telemetry: Arc::clone(&telemetry),
         discovered: discovered_rx,
@@ -189,6 +192,18 @@ pub async fn start(
         Arc::clone(&quota),
     );
     let dispatcher = Arc::new(dispatcher);
+    let client_keys = Arc::new(ArcSwap::from_pointee(secrets.client_keys));
+    let reloader = Arc::new(Reloader {
+        config: config_swap,
+        client_keys: Arc::clone(&client_keys),
+        prices,
+        dispatcher: Arc::clone(&dispatcher),
+        quota: Arc::clone(&quota),
+        availability: Arc::clone(&availability),
+        metrics: Arc::clone(&metrics),
+    });
+    #[cfg(unix)]
+    loops.spawn(reload_on_sighup(Arc::clone(&reloader)));
     let canaries = Arc::new(Canaries {
         snapshot: Arc::clone(&snapshot),
         dispatcher: Arc::clone(&dispatcher),
@@ -204,7 +219,7 @@ pub async fn start(
         load,
         tally,
         quota,
-        client_keys: secrets.client_keys,
+        client_keys: Arc::clone(&client_keys),
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,
         ledger: ledger.as_ref().map(|l| (l.store.clone(), l.sender.clone())),
@@ -214,6 +229,7 @@ pub async fn start(
         operator,
         breakers: Arc::clone(&breakers),
         canaries,
+        reloader,
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);
@@ -234,6 +250,23 @@ pub async fn start(
         served
     });
     Ok(RouterHandle { addr, task })
+}
+
+/// Reload the config file on every SIGHUP (logging what happened).
+#[cfg(unix)]
+async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        match reloader.reload(|name| std::env::var(name).ok()) {
+            Ok(done) => {
+                tracing::warn!(who = "SIGHUP", restart_needed = ?done.restart_needed, "config reloaded")
+            }
+            Err(problems) => {
+                tracing::error!(who = "SIGHUP", ?problems, "config reload refused; the old config stays")
+            }
+        }
+    }
 }
 
 /// The ledger's store and writer while the router runs.

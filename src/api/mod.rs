@@ -34,7 +34,7 @@ pub struct AppState {
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
-    pub client_keys: HashMap<String, String>,
+    pub client_keys: Arc<ArcSwap<HashMap<String, String>>>,
     /// Hosted quota counters (for `/stats`: whether the shared Redis state is reachable).
     pub quota: Arc<crate::control::quota::QuotaBoard>,
     /// Running totals of requests, spills and failed attempts.
@@ -54,6 +54,8 @@ pub struct AppState {
     pub breakers: Arc<crate::control::breaker::BreakerBoard>,
     /// Canary probes of fallback backends (run on an interval, or now by the admin API).
     pub canaries: Arc<crate::control::canary::Canaries>,
+    /// Config reload (admin API and SIGHUP).
+    pub reloader: Arc<crate::control::reload::Reloader>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -76,7 +78,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The key name the request authenticated as (`None` when auth is off), or 401.
 pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    if state.client_keys.is_empty() {
+    let client_keys = state.client_keys.load();
+    if client_keys.is_empty() {
         return Ok(None);
     }
     let unauthorized =
@@ -89,7 +92,7 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Stri
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <key>`"))?;
-    state.client_keys.get(key.trim()).cloned().map(Some).ok_or_else(|| unauthorized("invalid API key"))
+    client_keys.get(key.trim()).cloned().map(Some).ok_or_else(|| unauthorized("invalid API key"))
 }
 
 /// Whether a key (by env name) may use a task.

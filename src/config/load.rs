@@ -55,7 +55,9 @@ const TOP_KEYS: &[&str] = &[
 pub fn load_file(path: &Path) -> Result<Config, Vec<Problem>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![Problem::new("", format!("cannot read {}: {e}", path.display()))])?;
-    parse(&text)
+    let mut config = parse(&text)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
 }
 
 /// Parse and check config text.

@@ -49,6 +49,9 @@ pub struct Config {
     /// the admin API is off.
     #[serde(default)]
     pub admin_token_env: Option<String>,
+    /// The file this config was loaded from (set by [`load_file`]; reloads read it again).
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
 }
 
 fn default_listen() -> String {

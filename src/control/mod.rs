@@ -12,6 +12,7 @@ pub mod gpu_time;
 pub mod operator;
 pub mod pins;
 pub mod quota;
+pub mod reload;
 pub mod retry_budget;
 pub mod scrape;
 pub mod snapshot_loop;

@@ -19,7 +19,8 @@ use crate::route::{Snapshot, SnapshotInputs};
 
 /// Where the snapshot's parts come from.
 pub struct Sources {
-    pub config: Arc<Config>,
+    /// The config in effect; a reload swaps it and the next rebuild follows.
+    pub config: Arc<ArcSwap<Config>>,
     pub breakers: Arc<BreakerBoard>,
     pub telemetry: Arc<TelemetryBoard>,
     pub discovered: watch::Receiver<DiscoveredNodes>,
@@ -74,14 +75,15 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         over_quota: &*sources.over_quota,
         availability: &|b| sources.availability.get(b),
     };
-    let mut snap = Snapshot::build(Arc::clone(&sources.config), &inputs, version);
+    let config = sources.config.load_full();
+    let mut snap = Snapshot::build(Arc::clone(&config), &inputs, version);
     for view in &mut snap.backends {
         for node in &mut view.nodes {
             node.held = sources.operator.why_held(&view.name, &node.key);
         }
     }
     for (b, view) in snap.backends.iter_mut().enumerate() {
-        let pin = sources.config.backends[b].pin.as_ref();
+        let pin = config.backends[b].pin.as_ref();
         if !view.is_local() || pin.is_none() {
             continue;
         }
@@ -144,7 +146,7 @@ tasks:
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
             operator: Default::default(),
-            config,
+            config: Arc::new(ArcSwap::new(config)),
         };
         (sources, tx)
     }

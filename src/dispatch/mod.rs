@@ -65,8 +65,8 @@ pub struct Dispatcher {
     breakers: Arc<BreakerBoard>,
     budget: Mutex<RetryBudget>,
     node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
-    /// API keys by backend name, read from the environment at start.
-    secrets: HashMap<String, String>,
+    /// API keys by backend name, read from the environment at start and on a reload.
+    secrets: arc_swap::ArcSwap<HashMap<String, String>>,
     records: mpsc::UnboundedSender<Record>,
     load: Arc<NodeLoad>,
     quota: Arc<QuotaBoard>,
@@ -102,11 +102,16 @@ impl Dispatcher {
             breakers,
             budget: Mutex::new(budget),
             node_slots: Mutex::new(HashMap::new()),
-            secrets,
+            secrets: arc_swap::ArcSwap::from_pointee(secrets),
             records,
             load,
             quota,
         }
+    }
+
+    /// Use the API keys of a reloaded config from now on.
+    pub fn set_secrets(&self, secrets: HashMap<String, String>) {
+        self.secrets.store(Arc::new(secrets));
     }
 
     fn node_slot(&self, backend: &BackendView, key: &str) -> Result<Option<OwnedSemaphorePermit>, Skip> {
@@ -251,7 +256,7 @@ impl Dispatcher {
             req.stream = request.stream || backend.stream_upstream;
             let upstream = Upstream {
                 base_url: node.base_url.clone(),
-                api_key: self.secrets.get(&backend.name).cloned(),
+                api_key: self.secrets.load().get(&backend.name).cloned(),
             };
             let call_started = Instant::now();
             let format = wire_format(backend.kind);

@@ -63,4 +63,33 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/release", post(fleet::release))
         .route("/admin/breakers", post(fleet::force_breaker))
         .route("/admin/canary", post(fleet::canary))
+        .route("/admin/reload", post(reload))
+}
+
+/// `POST /admin/reload`: read the config file again and apply it (see `control::reload`).
+async fn reload(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let who = match authorize(&state, &headers) {
+        Ok(who) => who,
+        Err(e) => return e.into_response(),
+    };
+    match state.reloader.reload(|name| std::env::var(name).ok()) {
+        Ok(done) => {
+            tracing::warn!(who = %who.0, restart_needed = ?done.restart_needed, "admin: config reloaded");
+            axum::Json(done).into_response()
+        }
+        Err(problems) => {
+            tracing::error!(who = %who.0, ?problems, "admin: config reload refused");
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                format!("the config was not reloaded: {}", problems.join("; ")),
+            )
+            .code("invalid_config")
+            .into_response()
+        }
+    }
 }
