@@ -161,6 +161,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     }
     println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
+    println!("\nWatch it:\n  dashboard:       {url}/dashboard\n  metrics:         {url}/metrics");
     if args.load > 0.0 {
         println!(
             "\nSending {} requests/s to summarise-ticket: each local node takes what its headroom allows \
