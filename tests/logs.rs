@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::sim;
@@ -47,30 +46,11 @@ ledger: {{url: "sqlite://{ledger}"}}
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("LOG_TEST_CLIENT_KEY", CLIENT_KEY)
-        .env("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY)
-        .env("RUST_LOG", "debug")
-        .env_remove("SPILLWAY_LOG_FORMAT")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
     let url = format!("http://127.0.0.1:{port}");
+    let env =
+        [("LOG_TEST_CLIENT_KEY", CLIENT_KEY), ("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY), ("RUST_LOG", "debug")];
+    let mut server = common::serve_process(&config, &url, &env).await;
     let client = reqwest::Client::new();
-    // Up, and the vLLM node scraped (until then the fleet counts as full).
-    for _ in 0..200 {
-        let ready = match client.get(format!("{url}/readyz")).send().await {
-            Ok(resp) => resp.json::<Value>().await.unwrap_or_default(),
-            Err(_) => Value::Null,
-        };
-        if ready["local_nodes"] == 1 && ready["fresh_local_nodes"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let chat = |task: &str, request_id: Option<&str>| {
         let mut req = client.post(format!("{url}/v1/chat/completions")).bearer_auth(CLIENT_KEY).json(
             &json!({"model": task, "max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]}),

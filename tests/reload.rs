@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,26 +41,9 @@ async fn reload_by_admin_api_and_sighup_drops_no_request() {
         std::fs::write(&path, config(port, &node.base_url(), &hosted.base_url(), extra)).unwrap()
     };
     write("");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("RELOAD_ADMIN", "adm")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
     let url = format!("http://127.0.0.1:{port}");
+    let mut server = common::serve_process(&path, &url, &[("RELOAD_ADMIN", "adm")]).await;
     let client = reqwest::Client::new();
-    for _ in 0..200 {
-        let ready = match client.get(format!("{url}/readyz")).send().await {
-            Ok(r) => r.json::<Value>().await.unwrap_or_default(),
-            Err(_) => Value::Null,
-        };
-        if ready["fresh_local_nodes"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let chat = {
         let (client, url) = (client.clone(), url.clone());
         move |task: &'static str| {

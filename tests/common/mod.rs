@@ -165,3 +165,30 @@ pub async fn post_json(
     let json = resp.json().await.unwrap_or(serde_json::Value::Null);
     (status, headers, json)
 }
+
+/// `spillway serve --config PATH` as a child process with `env`, stderr piped (JSON logs),
+/// once `url` answers `/readyz` with every local node scraped.
+pub async fn serve_process(path: &std::path::Path, url: &str, env: &[(&str, &str)]) -> std::process::Child {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"));
+    command
+        .args(["serve", "--config"])
+        .arg(path)
+        .env_remove("SPILLWAY_LOG_FORMAT")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let child = command.spawn().unwrap();
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if let Ok(resp) = client.get(format!("{url}/readyz")).send().await {
+            let ready: serde_json::Value = resp.json().await.unwrap_or_default();
+            if ready["fresh_local_nodes"] == ready["local_nodes"] {
+                return child;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("spillway serve did not become ready at {url}");
+}
