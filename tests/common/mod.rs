@@ -179,7 +179,7 @@ pub async fn serve_process(path: &std::path::Path, url: &str, env: &[(&str, &str
     for (k, v) in env {
         command.env(k, v);
     }
-    let child = command.spawn().unwrap();
+    let mut child = command.spawn().unwrap();
     let client = reqwest::Client::new();
     for _ in 0..200 {
         if let Ok(resp) = client.get(format!("{url}/readyz")).send().await {
@@ -190,5 +190,7 @@ pub async fn serve_process(path: &std::path::Path, url: &str, env: &[(&str, &str
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("spillway serve did not become ready at {url}");
 }
