@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::Read;
-use std::time::Duration;
 
 use common::sim;
 use serde_json::{json, Value};
