@@ -185,21 +185,18 @@ async fn stats(State(state): State<Arc<AppState>>) -> Response {
         .filter(|b| !b.is_local())
         .map(|b| (b.name.clone(), json!(b.availability)))
         .collect();
-    // Each adaptive task's weights now, with every local pool counted as having headroom.
+    // Each adaptive task's weights now (see `route::weights::task_weights`).
     body["weights"] = snap
         .config
         .tasks
         .iter()
         .filter(|t| t.strategy == crate::config::Strategy::Adaptive)
         .map(|t| {
-            let names: Vec<&String> = t.backends.iter().filter(|n| snap.backend_index(n).is_some()).collect();
-            let avail: Vec<f64> = names
-                .iter()
-                .filter_map(|n| snap.backend_index(n))
-                .map(|i| snap.backends[i].availability)
-                .collect();
-            let w = crate::route::weights::weights(&avail);
-            (t.name.clone(), names.iter().zip(w).map(|(n, w)| ((*n).clone(), json!(w))).collect())
+            let weights = crate::route::weights::task_weights(t, &snap);
+            (
+                t.name.clone(),
+                weights.into_iter().map(|(i, w)| (snap.backends[i].name.clone(), json!(w))).collect(),
+            )
         })
         .collect::<serde_json::Map<String, serde_json::Value>>()
         .into();

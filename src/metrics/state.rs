@@ -76,9 +76,7 @@ impl Metrics {
             }
         }
         for task in snap.config.tasks.iter().filter(|t| t.strategy == Strategy::Adaptive) {
-            let present: Vec<usize> = task.backends.iter().filter_map(|n| snap.backend_index(n)).collect();
-            let avail: Vec<f64> = present.iter().map(|&i| snap.backends[i].availability).collect();
-            for (&i, w) in present.iter().zip(crate::route::weights::weights(&avail)) {
+            for (i, w) in crate::route::weights::task_weights(task, snap) {
                 self.weight.with_label_values(&[&task.name, &snap.backends[i].name]).set(w);
             }
         }
