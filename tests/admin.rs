@@ -115,6 +115,9 @@ tasks:
     let (_, listing) = admin("GET", "/admin/backends", None, ADMIN).await;
     assert_eq!(listing["backends"][1]["nodes"][0]["held"], "backend drained by alice");
     assert_eq!(listing["holds"][0]["hold"]["by"], "alice");
+    let metrics = reqwest::get(format!("{}/metrics", r.url)).await.unwrap().text().await.unwrap();
+    let held = metrics.lines().find(|l| l.starts_with("spillway_node_held{backend=\"first\"")).unwrap();
+    assert!(held.ends_with(" 1"), "{held}");
 
     // Release it and force its breaker open instead: the same move, by another lever.
     assert_eq!(

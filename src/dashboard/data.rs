@@ -162,6 +162,7 @@ fn nodes(f: &Families<'_>) -> Vec<Value> {
                 o.insert(field.into(), f.one(metric, &want).map_or(Value::Null, num));
             }
             o["quarantined"] = json!(f.one("spillway_node_quarantined", &want).is_some_and(|q| q > 0.0));
+            o.insert("held".into(), json!(f.one("spillway_node_held", &want).is_some_and(|h| h > 0.0)));
             let gpus: Vec<f64> = f
                 .of("spillway_gpu_utilization_ratio")
                 .filter(|(l, v)| key(l) == (backend.clone(), node.clone()) && v.is_finite())

@@ -48,6 +48,9 @@ spillway_node_telemetry_age_seconds{backend="pool",node="pool/b"} +Inf
 # TYPE spillway_node_quarantined gauge
 spillway_node_quarantined{backend="pool",node="pool/a"} 0
 spillway_node_quarantined{backend="pool",node="pool/b"} 1
+# TYPE spillway_node_held gauge
+spillway_node_held{backend="pool",node="pool/a"} 1
+spillway_node_held{backend="pool",node="pool/b"} 0
 # TYPE spillway_gpu_utilization_ratio gauge
 spillway_gpu_utilization_ratio{backend="pool",gpu="0",node="pool/a"} 0.5
 spillway_gpu_utilization_ratio{backend="pool",gpu="1",node="pool/a"} 0.7
@@ -108,6 +111,7 @@ fn nodes_carry_load_telemetry_gpus_and_quarantine() {
     assert_eq!((a["backend"].as_str(), a["node"].as_str()), (Some("pool"), Some("pool/a")));
     assert!(close(&a["running"], 3.0) && close(&a["waiting"], 1.0) && close(&a["kv_usage"], 0.25));
     assert!(close(&a["gpu_util"], 0.6) && a["gpus"] == 2 && a["quarantined"] == false);
+    assert!(a["held"] == true && b["held"] == false, "drained by an operator");
     assert_eq!(a["breaker"], "closed");
     assert!(b["telemetry_age_s"].is_null(), "never scraped: infinite age is null");
     assert!(b["running"].is_null() && b["gpu_util"].is_null() && b["quarantined"] == true);

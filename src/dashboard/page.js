@@ -218,7 +218,9 @@
     const rows = d.nodes.map((n) => {
       const state = n.quarantined
         ? el('span', { class: 'badge bad', 'data-field': 'quarantined' }, 'QUARANTINED')
-        : el('span', { class: 'badge good' }, 'serving');
+        : n.held
+          ? el('span', { class: 'badge', 'data-field': 'held' }, 'DRAINED')
+          : el('span', { class: 'badge good' }, 'serving');
       const gpu = isNum(n.gpu_util)
         ? el('span', {}, fmtPct(n.gpu_util, 0), bar(n.gpu_util))
         : el('span', { class: 'muted' }, 'no agent');

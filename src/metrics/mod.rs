@@ -55,6 +55,7 @@ pub struct Metrics {
     node_headroom: GaugeVec,
     node_telemetry_age: GaugeVec,
     node_quarantined: IntGaugeVec,
+    node_held: IntGaugeVec,
     gpu_utilization: GaugeVec,
     slo_target: GaugeVec,
     slo_objective: GaugeVec,
@@ -256,6 +257,12 @@ impl Metrics {
                 &r,
                 "spillway_node_quarantined",
                 "1 when the node differs from its pool's pin and serves nothing.",
+                &["backend", "node"],
+            ),
+            node_held: int_gauge(
+                &r,
+                "spillway_node_held",
+                "1 while an operator holds the node out of every plan (drained or disabled).",
                 &["backend", "node"],
             ),
             gpu_utilization: gauge(

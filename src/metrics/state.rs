@@ -31,6 +31,7 @@ impl Metrics {
         self.node_telemetry_age.reset();
         self.gpu_utilization.reset();
         self.node_quarantined.reset();
+        self.node_held.reset();
         self.breaker_state.reset();
         self.weight.reset();
         for b in &snap.backends {
@@ -45,6 +46,7 @@ impl Metrics {
                     BreakerView::Open => 2,
                 };
                 self.breaker_state.with_label_values(&labels).set(state);
+                self.node_held.with_label_values(&labels).set(i64::from(n.held.is_some()));
                 if !b.is_local() {
                     continue;
                 }
