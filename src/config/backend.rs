@@ -88,6 +88,11 @@ pub struct BackendConfig {
     /// vLLM pools: port of the NVML agent beside each node (`spillway agent`), if one runs.
     #[serde(default)]
     pub agent_port: Option<u16>,
+    /// vLLM pools: where the agent listens: on the node's own address (`pod`, a sidecar; the
+    /// default) or on the address of the machine it runs on (`host`, a DaemonSet with a
+    /// `hostPort`; needs discovery by pods).
+    #[serde(default)]
+    pub agent_address: AgentAddress,
     /// vLLM pools: share of capacity kept free in normal operation, released when a hosted
     /// backend fails so its traffic can come home.
     #[serde(default = "default_reserve")]
@@ -126,6 +131,17 @@ fn default_reserve() -> f64 {
 
 fn default_max_running() -> u32 {
     256
+}
+
+/// Where a pool's NVML agent listens.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentAddress {
+    /// Beside vLLM in the same pod (or at the endpoint's host for static endpoints).
+    #[default]
+    Pod,
+    /// On the Kubernetes node's IP (`status.hostIP`).
+    Host,
 }
 
 /// Pinned metadata of a vLLM pool. Unset fields are not checked.

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use super::{BackendKind, Config, Problem, Strategy};
+use super::{AgentAddress, BackendKind, Config, KubeResource, Problem, Strategy};
 
 /// Data classes that exist without being listed under `policy.data_classes`.
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
@@ -90,12 +90,21 @@ pub fn validate(config: &Config) -> Vec<Problem> {
                 ("pin", b.pin.is_some()),
                 ("discovery", b.discovery.is_some()),
                 ("gpu_hourly_usd", b.gpu_hourly_usd.is_some()),
+                ("agent_address", b.agent_address != AgentAddress::Pod),
                 ("gpu_count", b.gpu_count != 1),
             ] {
                 if set {
                     p(at(key), "only a vllm pool has this".into());
                 }
             }
+        }
+        if b.agent_address == AgentAddress::Host
+            && !b.discovery.as_ref().is_some_and(|d| d.kubernetes.resource == KubeResource::Pods)
+        {
+            p(
+                at("agent_address"),
+                "`host` needs discovery.kubernetes with resource: pods (it reads status.hostIP)".into(),
+            );
         }
         if let Some(k) = b.discovery.as_ref().map(|d| &d.kubernetes) {
             if k.namespace.is_empty() {
@@ -302,5 +311,22 @@ dispatch: {max_attempts: 0}
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }
+    }
+
+    #[test]
+    fn an_agent_on_the_host_needs_pod_discovery() {
+        let with = |discovery: &str| {
+            crate::config::parse(&format!(
+                "backends: [{{name: p, kind: vllm, model: m, endpoints: [\"http://10.0.0.1:8000\"], agent_port: 9400, \
+                 agent_address: host{discovery}}}]\ntasks: [{{name: t, backends: [p], slo: {{ttft_ms: 500}}}}]\n"
+            ))
+        };
+        let problems = with("").unwrap_err();
+        assert!(problems[0].to_string().contains("backends[0].agent_address"), "{problems:?}");
+        assert!(with(
+            ", discovery: {kubernetes: {namespace: llm, selector: app=vllm, resource: endpointslices}}"
+        )
+        .is_err());
+        assert!(with(", discovery: {kubernetes: {namespace: llm, selector: app=vllm}}").is_ok());
     }
 }

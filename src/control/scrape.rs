@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::config::{BackendKind, TelemetryConfig};
+use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
 use crate::fleet::telemetry::TelemetryBoard;
@@ -50,13 +50,21 @@ const VERSION_EVERY: u32 = 60;
 pub fn targets(snap: &Snapshot) -> HashMap<String, Target> {
     let mut out = HashMap::new();
     for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Vllm) {
-        let agent_port = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.agent_port);
+        let config = snap.config.backends.iter().find(|c| c.name == b.name);
+        let agent_port = config.and_then(|c| c.agent_port);
+        let on_host = config.is_some_and(|c| c.agent_address == AgentAddress::Host);
         for n in &b.nodes {
             let origin = n.origin.trim_end_matches('/');
             let target = Target {
                 metrics_url: format!("{origin}/metrics"),
                 version_url: format!("{origin}/version"),
-                agent_url: agent_port.and_then(|p| agent_url(origin, p)),
+                agent_url: agent_port.and_then(|p| {
+                    // A DaemonSet's hostPort answers on the machine's IP, not the pod's.
+                    let host = n.host_ip.as_deref().filter(|_| on_host);
+                    let base =
+                        host.map_or_else(|| origin.to_string(), |ip| super::discovery::origin_of(ip, p));
+                    agent_url(&base, p)
+                }),
             };
             out.insert(n.key.clone(), target);
         }
@@ -333,5 +341,39 @@ mod tests {
             Some("http://node-a.local:9400/metrics")
         );
         assert_eq!(agent_url("http://[::1]:8000", 9400).as_deref(), Some("http://[::1]:9400/metrics"));
+    }
+
+    #[test]
+    fn a_daemonset_agent_is_read_on_the_machine_a_sidecar_on_the_pod() {
+        let yaml = |address: &str| {
+            format!(
+                "backends:\n  - {{name: pool, kind: vllm, model: m, agent_port: 9400, agent_address: {address},\n\
+                 \x20     discovery: {{kubernetes: {{namespace: llm, selector: app=vllm}}}}}}\n\
+                 tasks: [{{name: t, backends: [pool], slo: {{ttft_ms: 500}}}}]\n"
+            )
+        };
+        for (address, want) in
+            [("host", "http://192.168.1.7:9400/metrics"), ("pod", "http://10.0.0.5:9400/metrics")]
+        {
+            let config = std::sync::Arc::new(crate::config::parse(&yaml(address)).unwrap());
+            let discovered = std::collections::BTreeMap::from([(
+                "pool".to_string(),
+                vec!["http://10.0.0.5:8000".to_string()],
+            )]);
+            let inputs = crate::route::SnapshotInputs {
+                discovered: &discovered,
+                breaker: &|_| crate::route::BreakerView::Closed,
+                signals: &|_| None,
+                quarantine: &|_| None,
+                over_quota: &|_| false,
+                availability: &|_| 1.0,
+            };
+            let mut snap = Snapshot::build(config, &inputs, 1);
+            snap.backends[0].nodes[0].host_ip = Some("192.168.1.7".into());
+            let t = targets(&snap);
+            let node = t.values().next().unwrap();
+            assert_eq!(node.agent_url.as_deref(), Some(want), "{address}");
+            assert_eq!(node.metrics_url, "http://10.0.0.5:8000/metrics");
+        }
     }
 }

@@ -78,8 +78,12 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     let config = sources.config.load_full();
     let mut snap = Snapshot::build(Arc::clone(&config), &inputs, version);
     for view in &mut snap.backends {
+        let found = discovered.get(&view.name);
         for node in &mut view.nodes {
             node.held = sources.operator.why_held(&view.name, &node.key);
+            node.host_ip = found
+                .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
+                .and_then(|n| n.host_ip.clone());
         }
     }
     for (b, view) in snap.backends.iter_mut().enumerate() {
@@ -132,6 +136,7 @@ tasks:
             name: name.into(),
             origin: format!("http://{ip}:8000"),
             metadata: NodeMetadata { weights_digest: Some(weights.into()), ..NodeMetadata::default() },
+            host_ip: None,
         }
     }
 

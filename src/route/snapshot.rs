@@ -40,6 +40,8 @@ pub struct NodeView {
     pub quarantine: Option<String>,
     /// Why an operator holds it out of every plan (drained or disabled), if one does.
     pub held: Option<String>,
+    /// The IP of the machine it runs on when discovery knows it (a pod's `status.hostIP`).
+    pub host_ip: Option<String>,
 }
 
 /// A backend and its nodes.
@@ -158,6 +160,7 @@ impl Snapshot {
                             signals: (inputs.signals)(&key).unwrap_or_default(),
                             quarantine: (inputs.quarantine)(&key),
                             held: None,
+                            host_ip: None,
                             key,
                             base_url,
                             origin,

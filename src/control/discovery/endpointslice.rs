@@ -38,7 +38,12 @@ pub fn ready_nodes(slice: &EndpointSlice, port: u16) -> Vec<DiscoveredNode> {
         .filter_map(|e| {
             let ip = e.addresses.first().filter(|a| !a.is_empty())?;
             let name = e.target_ref.as_ref().and_then(|r| r.name.clone()).unwrap_or_else(|| ip.clone());
-            Some(DiscoveredNode { name, origin: origin_of(ip, port), metadata: NodeMetadata::default() })
+            Some(DiscoveredNode {
+                name,
+                origin: origin_of(ip, port),
+                metadata: NodeMetadata::default(),
+                host_ip: None,
+            })
         })
         .collect()
 }

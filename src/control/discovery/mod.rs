@@ -32,6 +32,9 @@ pub struct DiscoveredNode {
     /// What the pod announces about itself; empty for EndpointSlices, which carry no pod
     /// annotations.
     pub metadata: NodeMetadata,
+    /// The IP of the Kubernetes node the pod runs on (`status.hostIP`), where a DaemonSet's
+    /// `hostPort` listens; `None` for EndpointSlices.
+    pub host_ip: Option<String>,
 }
 
 /// What discovery publishes: backend name → its ready nodes, sorted by (name, origin).

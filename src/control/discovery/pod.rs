@@ -27,7 +27,8 @@ pub fn ready_node(pod: &Pod, port: u16) -> Option<DiscoveredNode> {
     let ip = pod.status.as_ref()?.pod_ip.as_deref()?;
     let name = pod.name_any();
     let metadata = NodeMetadata::from_annotations(pod.metadata.annotations.as_ref(), &name);
-    Some(DiscoveredNode { origin: origin_of(ip, port), name, metadata })
+    let host_ip = pod.status.as_ref()?.host_ip.clone().filter(|h| !h.is_empty());
+    Some(DiscoveredNode { origin: origin_of(ip, port), name, metadata, host_ip })
 }
 
 impl Discoverable for Pod {
@@ -83,6 +84,9 @@ pub(crate) mod tests {
         assert_eq!(n.origin, "http://10.0.0.5:8000");
         assert_eq!(n.metadata.quantization.as_deref(), Some("fp8"));
         assert_eq!(n.metadata.gpu_hourly_usd, Some(rust_decimal::Decimal::new(25, 1)));
+        assert_eq!(n.host_ip, None, "no status.hostIP in this pod");
+        let on_node = pod("vllm-1", "10.0.0.6", json!({"status": {"hostIP": "192.168.1.7"}}));
+        assert_eq!(ready_node(&on_node, 8000).unwrap().host_ip.as_deref(), Some("192.168.1.7"));
     }
 
     #[test]
