@@ -330,7 +330,9 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     let r = board.get(&ka).unwrap().recent;
     assert!(r.ttft_s.unwrap() > 0.0);
     assert!(r.itl_s.unwrap() >= 0.008, "at least the sim's 8 ms decode step: {r:?}");
-    assert!(r.e2e_s.unwrap() > r.ttft_s.unwrap());
+    // Recent means cover different requests (TTFT of those whose first token came in the window,
+    // end-to-end of those that finished in it), so only each one's own bound holds.
+    assert!(r.e2e_s.unwrap() >= r.itl_s.unwrap(), "{r:?}");
     assert!(r.prompt_tokens_per_request.unwrap() > 0.0);
     assert!(r.completions_per_s.unwrap() > 0.0);
     loop_task.abort();
