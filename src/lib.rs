@@ -18,6 +18,7 @@ pub mod dashboard;
 pub mod demo;
 pub mod dispatch;
 pub mod fleet;
+pub mod gate;
 pub mod ledger;
 pub mod metrics;
 pub mod outcome;

@@ -1,0 +1,218 @@
+//! Graders: whether one answer passes one golden item. Pure and deterministic, except `judge`,
+//! which needs a model call and is therefore only described here (the gate runner asks the
+//! judge backend and parses its score with [`parse_judge_score`]).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How an answer is graded.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Grader {
+    /// The answer equals `expected` (else the item's `reference`), ignoring surrounding spaces
+    /// and, unless `case_sensitive`, letter case.
+    Exact {
+        #[serde(default)]
+        expected: Option<String>,
+        #[serde(default)]
+        case_sensitive: bool,
+    },
+    /// The answer contains every one of `all` (case-insensitive).
+    Contains { all: Vec<String> },
+    /// The answer matches the regular expression.
+    Regex { pattern: String },
+    /// The answer is JSON (a fenced ```json block is accepted) valid against the schema.
+    JsonSchema { schema: Value },
+    /// The first number in the answer is within `tolerance` of `value` (else the reference).
+    Numeric {
+        #[serde(default)]
+        value: Option<f64>,
+        #[serde(default)]
+        tolerance: f64,
+    },
+    /// A judge backend scores the answer 0–10 against the rubric; passing is `min_score` or more.
+    Judge {
+        rubric: String,
+        #[serde(default = "default_min_score")]
+        min_score: f64,
+    },
+}
+
+fn default_min_score() -> f64 {
+    7.0
+}
+
+/// The outcome of grading one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Pass,
+    Fail(String),
+    /// The grader is `judge`: a model must score it.
+    NeedsJudge,
+}
+
+impl Grader {
+    /// Check the grader itself (a regex that compiles, a schema that is a schema, a reference
+    /// where one is needed), so that a bad golden set fails when loaded, not mid-run.
+    pub fn check(&self, reference: Option<&str>) -> Result<(), String> {
+        match self {
+            Grader::Exact { expected: None, .. } if reference.is_none() => {
+                Err("exact needs `expected` or the item's `reference`".into())
+            }
+            Grader::Regex { pattern } => {
+                regex::Regex::new(pattern).map(|_| ()).map_err(|e| format!("regex: {e}"))
+            }
+            Grader::JsonSchema { schema } => {
+                jsonschema::validator_for(schema).map(|_| ()).map_err(|e| format!("json_schema: {e}"))
+            }
+            Grader::Numeric { value: None, .. } if reference.and_then(first_number).is_none() => {
+                Err("numeric needs `value` or a reference that holds a number".into())
+            }
+            Grader::Numeric { tolerance, .. } if tolerance.is_nan() || *tolerance < 0.0 => {
+                Err("numeric: tolerance must be ≥ 0".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Grade `answer` (the model's text) against this grader and the item's `reference`.
+    pub fn grade(&self, answer: &str, reference: Option<&str>) -> Verdict {
+        let fail = |why: String| Verdict::Fail(why);
+        match self {
+            Grader::Exact { expected, case_sensitive } => {
+                let want = expected.as_deref().or(reference).unwrap_or_default().trim();
+                let got = answer.trim();
+                let same =
+                    if *case_sensitive { got == want } else { got.to_lowercase() == want.to_lowercase() };
+                if same {
+                    Verdict::Pass
+                } else {
+                    fail(format!("expected {want:?}, got {:?}", clip(got)))
+                }
+            }
+            Grader::Contains { all } => {
+                let lower = answer.to_lowercase();
+                match all.iter().find(|s| !lower.contains(&s.to_lowercase())) {
+                    None => Verdict::Pass,
+                    Some(missing) => fail(format!("missing {missing:?}")),
+                }
+            }
+            Grader::Regex { pattern } => match regex::Regex::new(pattern) {
+                Ok(re) if re.is_match(answer) => Verdict::Pass,
+                Ok(_) => fail(format!("does not match /{pattern}/")),
+                Err(e) => fail(format!("regex: {e}")),
+            },
+            Grader::JsonSchema { schema } => {
+                let Some(doc) = json_in(answer) else { return fail("not JSON".into()) };
+                match jsonschema::validator_for(schema) {
+                    Ok(v) => match v.iter_errors(&doc).next() {
+                        None => Verdict::Pass,
+                        Some(e) => fail(format!("schema: {e} at {}", e.instance_path())),
+                    },
+                    Err(e) => fail(format!("json_schema: {e}")),
+                }
+            }
+            Grader::Numeric { value, tolerance } => {
+                let Some(want) = value.or_else(|| reference.and_then(first_number)) else {
+                    return fail("no expected number".into());
+                };
+                match first_number(answer) {
+                    Some(got) if (got - want).abs() <= *tolerance => Verdict::Pass,
+                    Some(got) => fail(format!("{got} is not within {tolerance} of {want}")),
+                    None => fail("no number in the answer".into()),
+                }
+            }
+            Grader::Judge { .. } => Verdict::NeedsJudge,
+        }
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// The JSON document in an answer: the whole text, or the body of a fenced code block.
+fn json_in(answer: &str) -> Option<Value> {
+    let text = answer.trim();
+    if let Ok(v) = serde_json::from_str(text) {
+        return Some(v);
+    }
+    let body = text.split("```").nth(1)?;
+    let body = body.strip_prefix("json").unwrap_or(body);
+    serde_json::from_str(body.trim()).ok()
+}
+
+/// The first decimal number in `text` (`-12`, `3.5`, `1,234.5` with thousands commas).
+pub fn first_number(text: &str) -> Option<f64> {
+    let re = regex::Regex::new(r"-?\d[\d,]*(?:\.\d+)?").expect("static pattern");
+    re.find(text).and_then(|m| m.as_str().replace(',', "").parse().ok())
+}
+
+/// The judge's score (0–10): the first number in its reply, or `None` when there is none or
+/// it is out of range.
+pub fn parse_judge_score(reply: &str) -> Option<f64> {
+    first_number(reply).filter(|s| (0.0..=10.0).contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn grader(v: Value) -> Grader {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn exact_contains_regex() {
+        let exact = grader(json!({"type": "exact"}));
+        assert_eq!(exact.grade("  Paris\n", Some("paris")), Verdict::Pass);
+        assert!(matches!(exact.grade("Lyon", Some("Paris")), Verdict::Fail(w) if w.contains("\"Paris\"")));
+        let strict = grader(json!({"type": "exact", "expected": "OK", "case_sensitive": true}));
+        assert!(matches!(strict.grade("ok", None), Verdict::Fail(_)));
+        assert_eq!(exact.check(None).unwrap_err(), "exact needs `expected` or the item's `reference`");
+        let contains = grader(json!({"type": "contains", "all": ["refund", "7 days"]}));
+        assert_eq!(contains.grade("A REFUND within 7 days.", None), Verdict::Pass);
+        assert_eq!(contains.grade("A refund.", None), Verdict::Fail("missing \"7 days\"".into()));
+        let re = grader(json!({"type": "regex", "pattern": "^TICKET-\\d{4}$"}));
+        assert_eq!(re.grade("TICKET-1234", None), Verdict::Pass);
+        assert!(matches!(re.grade("TICKET-12", None), Verdict::Fail(_)));
+        assert!(grader(json!({"type": "regex", "pattern": "("}))
+            .check(None)
+            .unwrap_err()
+            .starts_with("regex:"));
+    }
+
+    #[test]
+    fn json_schema_and_numbers() {
+        let schema = grader(json!({"type": "json_schema", "schema": {
+            "type": "object", "required": ["priority"],
+            "properties": {"priority": {"enum": ["low", "high"]}}, "additionalProperties": false}}));
+        assert_eq!(schema.grade(r#"{"priority": "high"}"#, None), Verdict::Pass);
+        assert_eq!(schema.grade("```json\n{\"priority\": \"low\"}\n```", None), Verdict::Pass);
+        assert!(
+            matches!(schema.grade(r#"{"priority": "urgent"}"#, None), Verdict::Fail(w) if w.contains("/priority"))
+        );
+        assert_eq!(schema.grade("high priority", None), Verdict::Fail("not JSON".into()));
+        let bad_schema = grader(json!({"type": "json_schema", "schema": {"type": 12}}));
+        assert!(bad_schema.check(None).is_err());
+
+        let numeric = grader(json!({"type": "numeric", "tolerance": 0.5}));
+        assert_eq!(numeric.grade("The total is 1,234.4 EUR", Some("1234")), Verdict::Pass);
+        assert!(matches!(numeric.grade("about 1240", Some("1234")), Verdict::Fail(_)));
+        assert_eq!(numeric.grade("none", Some("3")), Verdict::Fail("no number in the answer".into()));
+        assert!(numeric.check(Some("no digits")).is_err());
+        assert_eq!(first_number("minus -3.25 then 4"), Some(-3.25));
+    }
+
+    #[test]
+    fn judge_is_left_to_a_model() {
+        let judge = grader(json!({"type": "judge", "rubric": "Is it polite?"}));
+        assert_eq!(judge.grade("anything", None), Verdict::NeedsJudge);
+        assert_eq!(parse_judge_score("Score: 8/10 — polite."), Some(8.0));
+        assert_eq!(parse_judge_score("I refuse"), None);
+        assert_eq!(parse_judge_score("42"), None);
+        assert!(serde_json::from_value::<Grader>(json!({"type": "exact", "expectd": "x"})).is_err());
+    }
+}
