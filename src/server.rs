@@ -63,6 +63,14 @@ pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Re
             }
         }
     }
+    let ledger_url = match config.ledger.enabled.then(|| config.ledger.resolve_url(&env)) {
+        None => None,
+        Some(Ok(url)) => Some(url),
+        Some(Err(why)) => {
+            missing.push(why);
+            None
+        }
+    };
     let mut from_env = |key: &str, name: &str| {
         let value = env(name).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
         if value.is_none() {
@@ -74,13 +82,6 @@ pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Re
         (Some(url), _) => Some(url.clone()),
         (None, Some(name)) => from_env("state.redis_url_env", name),
         (None, None) => None,
-    };
-    let ledger = &config.ledger;
-    let ledger_url = match (ledger.enabled, &ledger.url, &ledger.url_env) {
-        (false, _, _) => None,
-        (true, Some(url), _) => Some(url.clone()),
-        (true, None, Some(name)) => from_env("ledger.url_env", name),
-        (true, None, None) => Some(crate::config::LedgerConfig::DEFAULT_URL.to_string()),
     };
     let admin_token = config.admin_token_env.as_deref().and_then(|name| from_env("admin_token_env", name));
     if missing.is_empty() {

@@ -218,6 +218,19 @@ impl Default for LedgerConfig {
 
 impl LedgerConfig {
     pub const DEFAULT_URL: &'static str = "sqlite://spillway.db";
+
+    /// Where the ledger is: `url`, else the value of `url_env` read through `env`, else the
+    /// default. `Err` names the unset variable.
+    pub fn resolve_url(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+        match (&self.url, &self.url_env) {
+            (Some(url), _) => Ok(url.clone()),
+            (None, Some(name)) => env(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("ledger.url_env: environment variable {name} is not set")),
+            (None, None) => Ok(Self::DEFAULT_URL.to_string()),
+        }
+    }
 }
 
 /// State shared between router replicas.

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 pub use build::{build, Report};
 pub use query::{GroupKey, ReportFormat, ReportQuery};
 
-use crate::config::{Config, LedgerConfig};
+use crate::config::Config;
 use crate::ledger::Store;
 
 /// `spillway report`.
@@ -80,23 +80,11 @@ pub async fn run(args: ReportArgs) -> Result<String, String> {
     };
     let url = match (&args.ledger, &config) {
         (Some(url), _) => url.clone(),
-        (None, Some(c)) => ledger_url(&c.ledger)?,
+        (None, Some(c)) => c.ledger.resolve_url(|name| std::env::var(name).ok())?,
         (None, None) => return Err("give --config (the router's config) or --ledger URL".into()),
     };
     let store = Store::open(&url).await?;
     let out = generate(&store, config.as_ref(), &query).await;
     store.close().await;
     out
-}
-
-/// The URL a config's ledger is at, reading `url_env` from the environment.
-fn ledger_url(ledger: &LedgerConfig) -> Result<String, String> {
-    match (&ledger.url, &ledger.url_env) {
-        (Some(url), _) => Ok(url.clone()),
-        (None, Some(name)) => std::env::var(name)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .ok_or_else(|| format!("ledger.url_env: environment variable {name} is not set")),
-        (None, None) => Ok(LedgerConfig::DEFAULT_URL.to_string()),
-    }
 }
