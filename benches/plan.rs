@@ -51,6 +51,7 @@ fn bench(c: &mut Criterion) {
                         window: 0,
                         priority: Priority::Standard,
                         load: &|_| LoadView::default(),
+                        request: None,
                     };
                     black_box(plan(&facts, &snap, Instant::now()).unwrap())
                 })

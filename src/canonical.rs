@@ -26,11 +26,49 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
-/// A message of the conversation; content is plain text (text parts are joined on decode).
+/// An image attached to a user message (an OpenAI `image_url` content part).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Image {
+    /// An `https://` address, or a `data:{media type};base64,{data}` URL with the bytes inline.
+    pub url: String,
+    /// OpenAI's `detail` (`low`, `high`, `auto`), passed on where the provider has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Image {
+    /// For a base64 `data:` URL: its media type and its base64 data.
+    pub fn inline_data(&self) -> Option<(&str, &str)> {
+        let rest = self.url.strip_prefix("data:")?;
+        let (media_type, data) = rest.split_once(";base64,")?;
+        (!media_type.is_empty()).then_some((media_type, data))
+    }
+
+    /// The media type: the `data:` URL's, else guessed from the address's extension
+    /// (`image/jpeg` when it says nothing), for providers that want one with a URL.
+    pub fn media_type(&self) -> &str {
+        if let Some((media_type, _)) = self.inline_data() {
+            return media_type;
+        }
+        let path = self.url.split(['?', '#']).next().unwrap_or("").to_ascii_lowercase();
+        match path.rsplit_once('.').map(|(_, ext)| ext) {
+            Some("png") => "image/png",
+            Some("gif") => "image/gif",
+            Some("webp") => "image/webp",
+            Some("heic") => "image/heic",
+            _ => "image/jpeg",
+        }
+    }
+}
+
+/// A message of the conversation; content is plain text (text parts are joined on decode) and
+/// the images of a user message follow its text, in their order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: Role,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// For `Role::Tool`: which call this message answers.
@@ -40,7 +78,78 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Message { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        Message {
+            role,
+            content: content.into(),
+            images: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// What shape the answer's text must have (OpenAI's `response_format`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// Free text (the default).
+    #[default]
+    Text,
+    /// Any one JSON value (OpenAI's "JSON mode").
+    JsonObject,
+    /// JSON valid against `schema`.
+    JsonSchema {
+        name: String,
+        schema: Value,
+        /// OpenAI's `strict`: constrained decoding where the provider offers it.
+        #[serde(default)]
+        strict: bool,
+    },
+}
+
+impl ResponseFormat {
+    /// Must the answer be JSON (so dispatch reads it whole and checks it before committing)?
+    pub fn wants_json(&self) -> bool {
+        !matches!(self, ResponseFormat::Text)
+    }
+
+    /// Check an answer's text against this format: `Err` says what is wrong, for logs and
+    /// the attempt record. A schema that does not compile is reported as such (the API
+    /// refuses those before dispatch, so it does not happen there).
+    pub fn check(&self, text: &str) -> Result<(), String> {
+        let schema = match self {
+            ResponseFormat::Text => return Ok(()),
+            ResponseFormat::JsonObject => None,
+            ResponseFormat::JsonSchema { schema, .. } => Some(schema),
+        };
+        let value: Value = serde_json::from_str(text.trim())
+            .map_err(|e| format!("the answer is not JSON ({e}): {}", excerpt(text)))?;
+        let Some(schema) = schema else { return Ok(()) };
+        let validator = compile_schema(schema)?;
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .take(3)
+            .map(|e| format!("{e} at `{}`", e.instance_path()))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("the answer does not match the response schema: {}", errors.join("; ")))
+        }
+    }
+}
+
+/// Compile a JSON schema (draft detected from `$schema`, 2020-12 by default).
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(schema).map_err(|e| format!("the JSON schema is not valid: {e}"))
+}
+
+fn excerpt(text: &str) -> String {
+    let cut: String = text.chars().take(80).collect();
+    if cut.len() < text.len() {
+        format!("{cut}…")
+    } else {
+        cut
     }
 }
 
@@ -73,6 +182,9 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     /// Ask the upstream for a streamed answer.
     pub stream: bool,
+    /// The shape the answer must have; JSON formats are checked by dispatch before it commits.
+    #[serde(default)]
+    pub response_format: ResponseFormat,
 }
 
 impl ChatRequest {
@@ -81,6 +193,11 @@ impl ChatRequest {
         let parts: Vec<&str> =
             self.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
         (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// Whether any message carries an image.
+    pub fn has_images(&self) -> bool {
+        self.messages.iter().any(|m| !m.images.is_empty())
     }
 
     /// A rough prompt size in tokens (4 characters a token), for estimates made before a
@@ -141,5 +258,46 @@ impl Event {
     /// Whether this event is model output, the moment dispatch commits to a backend.
     pub fn is_output(&self) -> bool {
         matches!(self, Event::TextDelta(_) | Event::ToolCallDelta { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_answers_are_checked_against_the_format() {
+        assert!(ResponseFormat::Text.check("anything at all").is_ok());
+        assert!(!ResponseFormat::Text.wants_json());
+        let object = ResponseFormat::JsonObject;
+        assert!(object.wants_json());
+        assert!(object.check(" {\"a\": 1}\n").is_ok());
+        let err = object.check("Sure! {\"a\": 1}").unwrap_err();
+        assert!(err.starts_with("the answer is not JSON"), "{err}");
+        let schema = ResponseFormat::JsonSchema {
+            name: "city".into(),
+            schema: json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                           "required": ["city", "days"], "additionalProperties": false}),
+            strict: true,
+        };
+        assert!(schema.check(r#"{"city": "Paris", "days": 3}"#).is_ok());
+        let err = schema.check(r#"{"city": "Paris", "days": "three"}"#).unwrap_err();
+        assert!(err.contains("does not match the response schema"), "{err}");
+        assert!(err.contains("/days"), "{err}");
+        assert!(schema.check(r#"{"city": "Paris"}"#).is_err());
+        assert!(schema.check(r#"{"city": "Paris", "days": 3, "extra": true}"#).is_err());
+        assert!(schema.check("").is_err());
+    }
+
+    #[test]
+    fn images_know_their_media_type() {
+        let image = |url: &str| Image { url: url.into(), detail: None };
+        assert_eq!(image("data:image/webp;base64,AAAA").inline_data(), Some(("image/webp", "AAAA")));
+        assert_eq!(image("data:image/webp;base64,AAAA").media_type(), "image/webp");
+        assert_eq!(image("https://x.test/a/cat.PNG?size=2").media_type(), "image/png");
+        assert_eq!(image("https://x.test/photo").media_type(), "image/jpeg");
+        assert_eq!(image("https://x.test/a.png").inline_data(), None);
+        assert_eq!(image("data:text/plain,hello").inline_data(), None);
     }
 }

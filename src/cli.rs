@@ -68,6 +68,8 @@ pub enum Command {
     Simulate(crate::simulate::SimulateArgs),
     /// Cost per task from the ledger: hosted spend, GPU hours busy and idle, break-even.
     Report(crate::report::ReportArgs),
+    /// The evaluation gate: run a task's golden set on its backends, or report the results.
+    Gate(crate::gate::cli::GateArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -111,6 +113,7 @@ pub fn main() -> ExitCode {
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
             Command::Report(args) => crate::report::run(args).await.map(|out| print!("{out}")),
+            Command::Gate(args) => crate::gate::cli::run(args).await.map(|out| print!("{out}")),
             Command::CheckConfig { .. } | Command::Plan(_) | Command::Simulate(_) => {
                 unreachable!("handled above")
             }

@@ -2,9 +2,10 @@
 //!
 //! Applied before any ordering, to every plan: normal routing, failover and spill all start
 //! from this set, so a fallback can never widen it. When it leaves nothing, the reason names
-//! each backend and why it was refused.
+//! each backend and why it was refused. A task's required evaluation gate refuses, the same
+//! way, each backend without a passing result for its current fingerprint.
 
-use crate::config::{DataClassPolicy, TaskConfig};
+use crate::config::{BackendConfig, Config, DataClassPolicy, TaskConfig};
 use crate::route::snapshot::Snapshot;
 
 /// Nothing eligible: the message says why, backend by backend.
@@ -23,7 +24,9 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<usize>, NoElig
             refused.push(format!("{name}: not configured"));
             continue;
         };
-        match refusal(rule, &snap.backends[index]) {
+        let gate = snap.gate_refusals.get(&(task.name.clone(), name.clone())).cloned();
+        let view = &snap.backends[index];
+        match refusal(rule, view.is_local(), view.region.as_deref()).or(gate) {
             None => allowed.push(index),
             Some(why) => refused.push(format!("{name}: {why}")),
         }
@@ -39,13 +42,19 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<usize>, NoElig
     Ok(allowed)
 }
 
-fn refusal(rule: Option<&DataClassPolicy>, backend: &crate::route::snapshot::BackendView) -> Option<String> {
+/// Why the task's data class may not reach `backend` (a judge, a shadow), if it may not.
+pub fn refuses(config: &Config, task: &TaskConfig, backend: &BackendConfig) -> Option<String> {
+    let rule = config.policy.data_classes.get(&task.data_class);
+    refusal(rule, backend.kind.is_local(), backend.region.as_deref())
+}
+
+fn refusal(rule: Option<&DataClassPolicy>, local: bool, region: Option<&str>) -> Option<String> {
     let rule = rule?;
-    if !rule.allow_hosted && !backend.is_local() {
+    if !rule.allow_hosted && !local {
         return Some("hosted backends are not allowed for this data class".to_string());
     }
     if let Some(regions) = &rule.regions {
-        let region = backend.region.as_deref().unwrap_or("(none)");
+        let region = region.unwrap_or("(none)");
         if !regions.iter().any(|r| r == region) {
             return Some(format!("region {region} is not in [{}]", regions.join(", ")));
         }

@@ -149,13 +149,15 @@ pub async fn start(
         tracing::warn!("Redis is not reachable: quotas are counted per replica until it is");
     }
     tokio::task::spawn_blocking(crate::tokens::warm_up);
+    let gate_board = Arc::new(crate::gate::board::GateBoard::default());
     let over_quota = Arc::clone(&quota);
     let sources = snapshot_loop::Sources {
         config: Arc::clone(&config_swap),
         breakers: Arc::clone(&breakers),
         telemetry: Arc::clone(&telemetry),
         discovered: discovered_rx,
-        pins,
+        pins: Arc::clone(&pins),
+        gate: Arc::clone(&gate_board),
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
         availability: Arc::clone(&availability),
         operator: Arc::clone(&operator),
@@ -193,6 +195,25 @@ pub async fn start(
         Arc::clone(&quota),
     );
     let dispatcher = Arc::new(dispatcher);
+    let gate = {
+        let keys = Arc::clone(&dispatcher);
+        let caller = crate::gate::call::Caller {
+            client: dispatcher.client().clone(),
+            keys: Arc::new(move |backend: &str| keys.api_key(backend)),
+            quota: Some(Arc::clone(&quota)),
+            timeout: Duration::from_secs(120),
+            quota_wait: Duration::from_secs(60),
+        };
+        let parts = crate::gate::service::Parts {
+            config: Arc::clone(&config_swap),
+            snapshot: Arc::clone(&snapshot),
+            pins: Arc::clone(&pins),
+            store: ledger.as_ref().map(|l| l.store.clone()),
+            caller,
+            metrics: Arc::clone(&metrics),
+        };
+        crate::gate::service::GateService::start(parts, gate_board, &mut loops).await
+    };
     let client_keys = Arc::new(ArcSwap::from_pointee(secrets.client_keys));
     let reloader = Arc::new(Reloader {
         config: config_swap,
@@ -231,6 +252,7 @@ pub async fn start(
         breakers: Arc::clone(&breakers),
         canaries,
         reloader,
+        gate,
     });
     let addr = listener.local_addr()?;
     let app = api::router(state);

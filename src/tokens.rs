@@ -5,9 +5,15 @@
 //! backend and 3,300 on another. This module counts a canonical request the way its target
 //! would, exactly where a public tokenizer exists (OpenAI's `o200k_base` and `cl100k_base`,
 //! through `tiktoken-rs`) and as a documented, calibrated estimate elsewhere (Claude, Gemini,
-//! Llama 3), scaled from the exact `o200k_base` count. It is pure: no I/O, no clock. The BPE
-//! tables are built once per process, lazily, on first use (call [`warm_up`] at start to pay
-//! that cost before the first request does).
+//! Llama 3), scaled from the exact `o200k_base` count. A self-hosted model whose
+//! `tokenizer.json` the config names (`tokenizer_file`) is counted exactly with that file,
+//! through the `tokenizers` crate: [`FileTokenizer::load`] is the only I/O here, and config
+//! loading calls it once; counting is pure: no I/O, no clock. The BPE tables are built once
+//! per process, lazily, on first use (call [`warm_up`] at start to pay that cost before the
+//! first request does).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::json;
 use tiktoken_rs::CoreBPE;
@@ -22,6 +28,17 @@ pub const TOKENS_PER_MESSAGE: u32 = 3;
 pub const REPLY_PRIMING: u32 = 3;
 /// Extra tokens per tool call an earlier assistant turn made (tiktoken-rs's heuristic).
 pub const TOKENS_PER_TOOL_CALL: u32 = 1;
+/// An ESTIMATE per attached image: OpenAI's documented figure for a 1024×1024 image at high
+/// detail (85 + 4 tiles × 170). Real counts depend on the image's size and the provider
+/// (Anthropic documents about width × height / 750, Gemini 258 per 768×768 tile).
+pub const TOKENS_PER_IMAGE: u32 = 765;
+
+/// English prose used to measure a loaded tokenizer against `o200k_base` for the capacity
+/// plan's reference ratio.
+const RATIO_SAMPLE: &str = "The router sends each request to the team's own GPU fleet while it has \
+headroom, and spills the overflow to hosted providers before the latency target breaks. \
+Operators watch the time to first token, the queue and the cost of every task, and finance \
+compares hosted prices with the price of GPU hours, idle time included.";
 
 /// Calibrated ratios: tokens of an estimated tokenizer per `o200k_base` token, on English prose.
 /// They are assumptions drawn from public statements, not measurements of this deployment;
@@ -41,8 +58,59 @@ pub const RATIOS: [(Tokenizer, f64); 5] = [
     (Tokenizer::LlamaEstimate, 1.05),
 ];
 
+/// A HuggingFace `tokenizer.json`, loaded once.
+pub struct FileTokenizer {
+    path: PathBuf,
+    tokenizer: tokenizers::Tokenizer,
+    /// Tokens of this tokenizer per `o200k_base` token on [`RATIO_SAMPLE`].
+    ratio: f64,
+}
+
+impl FileTokenizer {
+    /// Read and parse `path` (a local file; nothing is ever downloaded).
+    pub fn load(path: &Path) -> Result<FileTokenizer, String> {
+        let tokenizer = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| format!("cannot load the tokenizer at {}: {e}", path.display()))?;
+        let mut loaded = FileTokenizer { path: path.to_path_buf(), tokenizer, ratio: 1.0 };
+        let reference = o200k().count_ordinary(RATIO_SAMPLE).max(1) as f64;
+        loaded.ratio = f64::from(loaded.count(RATIO_SAMPLE)) / reference;
+        Ok(loaded)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tokens of `text`, without the special tokens a template would add.
+    pub fn count(&self, text: &str) -> u32 {
+        if text.is_empty() {
+            return 0;
+        }
+        match self.tokenizer.encode(text, false) {
+            Ok(encoding) => saturate(encoding.len()),
+            // The tokenizer could not encode this text: fall back to the documented estimate.
+            Err(_) => TokenCounter::LlamaEstimate.count_text(text),
+        }
+    }
+}
+
+impl std::fmt::Debug for FileTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileTokenizer").field("path", &self.path).field("ratio", &self.ratio).finish()
+    }
+}
+
+/// Two loaded tokenizers are the same when they came from the same file.
+impl PartialEq for FileTokenizer {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl Eq for FileTokenizer {}
+
 /// How one backend's tokens are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenCounter {
     /// OpenAI's `o200k_base` (GPT-4o and later): exact, from the real BPE table.
     O200kBase,
@@ -57,10 +125,17 @@ pub enum TokenCounter {
     /// Llama 3 family (vLLM pools): an ESTIMATE, the `o200k_base` count × the Llama ratio in
     /// [`RATIOS`] (rounded up). The pool itself reports exact usage after the fact.
     LlamaEstimate,
+    /// The model's own `tokenizer.json` (`tokenizer_file`): exact counts of the text; the
+    /// chat template's framing is counted as [`TOKENS_PER_MESSAGE`] per message.
+    File(Arc<FileTokenizer>),
 }
 
-/// The counter a backend uses: its explicit `tokenizer` key, else the default for its kind.
+/// The counter a backend uses: its loaded `tokenizer_file`, else its explicit `tokenizer`
+/// key, else the default for its kind.
 pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
+    if let Some(file) = &backend.tokenizer_loaded {
+        return TokenCounter::File(Arc::clone(file));
+    }
     if let Some(tokenizer) = backend.tokenizer {
         return TokenCounter::from(tokenizer);
     }
@@ -100,45 +175,52 @@ impl From<Tokenizer> for TokenCounter {
 }
 
 impl TokenCounter {
-    /// The config name of this counter.
-    pub fn tokenizer(self) -> Tokenizer {
-        match self {
+    /// The config name of this counter (`None` for a `tokenizer_file`).
+    pub fn tokenizer(&self) -> Option<Tokenizer> {
+        Some(match self {
             TokenCounter::O200kBase => Tokenizer::O200kBase,
             TokenCounter::Cl100kBase => Tokenizer::Cl100kBase,
             TokenCounter::ClaudeEstimate => Tokenizer::ClaudeEstimate,
             TokenCounter::GeminiEstimate => Tokenizer::GeminiEstimate,
             TokenCounter::LlamaEstimate => Tokenizer::LlamaEstimate,
-        }
+            TokenCounter::File(_) => return None,
+        })
     }
 
     /// The name used in the config and in reports, e.g. `claude_estimate`.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             TokenCounter::O200kBase => "o200k_base",
             TokenCounter::Cl100kBase => "cl100k_base",
             TokenCounter::ClaudeEstimate => "claude_estimate",
             TokenCounter::GeminiEstimate => "gemini_estimate",
             TokenCounter::LlamaEstimate => "llama_estimate",
+            TokenCounter::File(_) => "tokenizer_file",
         }
     }
 
     /// Whether counts are exact (a real tokenizer) rather than an estimate.
-    pub fn is_exact(self) -> bool {
-        matches!(self, TokenCounter::O200kBase | TokenCounter::Cl100kBase)
+    pub fn is_exact(&self) -> bool {
+        matches!(self, TokenCounter::O200kBase | TokenCounter::Cl100kBase | TokenCounter::File(_))
     }
 
-    /// This counter's tokens per `o200k_base` token on English prose (see [`RATIOS`]); the
-    /// capacity plan converts reference (o200k) loads into each backend's tokens with it.
-    pub fn reference_ratio(self) -> f64 {
+    /// This counter's tokens per `o200k_base` token on English prose (see [`RATIOS`]; a
+    /// `tokenizer_file` is measured on a fixed English sample when it is loaded); the capacity
+    /// plan converts reference (o200k) loads into each backend's tokens with it.
+    pub fn reference_ratio(&self) -> f64 {
+        if let TokenCounter::File(file) = self {
+            return file.ratio;
+        }
         let tokenizer = self.tokenizer();
-        RATIOS.iter().find(|(t, _)| *t == tokenizer).map(|(_, r)| *r).unwrap_or(1.0)
+        RATIOS.iter().find(|(t, _)| Some(*t) == tokenizer).map(|(_, r)| *r).unwrap_or(1.0)
     }
 
     /// Tokens in a piece of text. Special-token markers in the text (`<|endoftext|>`) count as
     /// ordinary text, as providers treat user content.
-    pub fn count_text(self, text: &str) -> u32 {
+    pub fn count_text(&self, text: &str) -> u32 {
         match self {
             TokenCounter::Cl100kBase => saturate(cl100k().count_ordinary(text)),
+            TokenCounter::File(file) => file.count(text),
             _ => self.scale(saturate(o200k().count_ordinary(text))),
         }
     }
@@ -147,14 +229,15 @@ impl TokenCounter {
     /// content, tool calls and tool-call id, plus [`TOKENS_PER_MESSAGE`] per message and
     /// [`REPLY_PRIMING`] once (OpenAI's documented framing), plus the tool definitions as
     /// OpenAI-style JSON (providers render tools in their own formats; JSON is a close,
-    /// slightly high approximation). Estimated counters scale the whole `o200k_base` figure.
+    /// slightly high approximation), plus a JSON response schema the same way, plus
+    /// [`TOKENS_PER_IMAGE`] per image. Estimated counters scale the whole `o200k_base` figure.
     /// The output (`max_tokens`) is not included: add it where a quota counts the output cap.
-    pub fn count_request(self, req: &ChatRequest) -> u32 {
-        let bpe = match self {
-            TokenCounter::Cl100kBase => cl100k(),
-            _ => o200k(),
+    pub fn count_request(&self, req: &ChatRequest) -> u32 {
+        let count = |text: &str| match self {
+            TokenCounter::Cl100kBase => saturate(cl100k().count_ordinary(text)),
+            TokenCounter::File(file) => file.count(text),
+            _ => saturate(o200k().count_ordinary(text)),
         };
-        let count = |text: &str| saturate(bpe.count_ordinary(text));
         let mut total = REPLY_PRIMING;
         for message in &req.messages {
             total = total
@@ -170,6 +253,11 @@ impl TokenCounter {
             if let Some(id) = &message.tool_call_id {
                 total = total.saturating_add(count(id));
             }
+            let images = u32::try_from(message.images.len()).unwrap_or(u32::MAX);
+            total = total.saturating_add(images.saturating_mul(TOKENS_PER_IMAGE));
+        }
+        if let crate::canonical::ResponseFormat::JsonSchema { schema, .. } = &req.response_format {
+            total = total.saturating_add(count(&schema.to_string()));
         }
         if !req.tools.is_empty() {
             let tools: Vec<_> = req
@@ -184,12 +272,12 @@ impl TokenCounter {
             total = total.saturating_add(count(&serde_json::Value::Array(tools).to_string()));
         }
         match self {
-            TokenCounter::O200kBase | TokenCounter::Cl100kBase => total,
+            TokenCounter::O200kBase | TokenCounter::Cl100kBase | TokenCounter::File(_) => total,
             _ => self.scale(total),
         }
     }
 
-    fn scale(self, o200k_tokens: u32) -> u32 {
+    fn scale(&self, o200k_tokens: u32) -> u32 {
         let ratio = self.reference_ratio();
         if ratio == 1.0 {
             return o200k_tokens;
@@ -270,6 +358,59 @@ mod tests {
         assert_eq!(TokenCounter::LlamaEstimate.reference_ratio(), 1.05);
         assert!(TokenCounter::O200kBase.is_exact() && TokenCounter::Cl100kBase.is_exact());
         assert_eq!(TokenCounter::O200kBase.reference_ratio(), 1.0);
+    }
+
+    fn fixture() -> FileTokenizer {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer/tokenizer.json");
+        FileTokenizer::load(&path).unwrap()
+    }
+
+    #[test]
+    fn a_tokenizer_file_counts_exactly_as_the_reference_implementation() {
+        // Reference counts from HuggingFace's Python `tokenizers` on the same file (make.py).
+        let counter = TokenCounter::File(Arc::new(fixture()));
+        assert_eq!(counter.count_text("hello world"), 9);
+        assert_eq!(counter.count_text("The router sends each request to the team's own GPU fleet."), 33);
+        assert_eq!(counter.count_text("Zürich ☃"), 10);
+        assert_eq!(counter.count_text(""), 0);
+        assert!(counter.is_exact());
+        assert_eq!(counter.name(), "tokenizer_file");
+        assert_eq!(counter.tokenizer(), None);
+        // A small vocabulary needs more tokens than o200k_base for the same English.
+        assert!(counter.reference_ratio() > 1.0, "{}", counter.reference_ratio());
+        let req =
+            ChatRequest { messages: vec![Message::new(Role::User, "hello world")], ..Default::default() };
+        assert_eq!(
+            counter.count_request(&req),
+            REPLY_PRIMING + TOKENS_PER_MESSAGE + counter.count_text("user") + 9
+        );
+    }
+
+    #[test]
+    fn a_missing_or_broken_tokenizer_file_is_an_error_naming_it() {
+        let err = FileTokenizer::load(Path::new("/nonexistent/tokenizer.json")).unwrap_err();
+        assert!(err.contains("/nonexistent/tokenizer.json"), "{err}");
+        let broken = std::env::temp_dir().join(format!("spillway-broken-{}.json", std::process::id()));
+        std::fs::write(&broken, "{\"not\": \"a tokenizer\"}").unwrap();
+        assert!(FileTokenizer::load(&broken).is_err());
+        let _ = std::fs::remove_file(broken);
+    }
+
+    #[test]
+    fn images_and_a_response_schema_count_towards_the_prompt() {
+        let c = TokenCounter::O200kBase;
+        let mut req =
+            ChatRequest { messages: vec![Message::new(Role::User, "what is this?")], ..Default::default() };
+        let plain = c.count_request(&req);
+        req.messages[0].images.push(crate::canonical::Image { url: "https://x/a.png".into(), detail: None });
+        assert_eq!(c.count_request(&req), plain + TOKENS_PER_IMAGE);
+        let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
+        req.response_format = crate::canonical::ResponseFormat::JsonSchema {
+            name: "a".into(),
+            schema: schema.clone(),
+            strict: true,
+        };
+        assert_eq!(c.count_request(&req), plain + TOKENS_PER_IMAGE + c.count_text(&schema.to_string()));
     }
 
     #[test]

@@ -4,6 +4,15 @@
 //! messages go to the top-level `system`; tool calls and results become `tool_use` and
 //! `tool_result` content blocks; consecutive messages of one role are merged, as the API wants
 //! roles to alternate. A stream is complete only once `message_stop` has arrived.
+//!
+//! Structured output follows Anthropic's documented, generally available form (Claude
+//! Sonnet 4.5, Opus 4.5 and Haiku 4.5 and later; no beta header): a `json_schema` response
+//! format becomes `output_config: {format: {type: "json_schema", schema}}`, and the answer
+//! comes back as text holding the JSON. Anthropic has no schema-less JSON mode, so
+//! `json_object` adds one line to the system prompt asking for a single JSON object; in both
+//! cases dispatch checks the answer before anything reaches the client. Images become `image`
+//! blocks after the message's text: a base64 `data:` URL as a `base64` source, any other
+//! address as a `url` source.
 
 use std::collections::HashMap;
 
@@ -13,13 +22,17 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, Usage};
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
 
 /// `max_tokens` is required by Anthropic; used when the request has none.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Appended to the system prompt for `response_format: json_object` (no native JSON mode).
+pub const JSON_OBJECT_INSTRUCTION: &str =
+    "Answer with a single JSON object and nothing else: no prose and no code fences.";
 
 pub async fn send(
     client: &reqwest::Client,
@@ -51,10 +64,18 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
-    if let Some(system) = req.system_prompt() {
+    let system = match (req.system_prompt(), &req.response_format) {
+        (Some(system), ResponseFormat::JsonObject) => Some(format!("{system}\n\n{JSON_OBJECT_INSTRUCTION}")),
+        (None, ResponseFormat::JsonObject) => Some(JSON_OBJECT_INSTRUCTION.to_string()),
+        (system, _) => system,
+    };
+    if let Some(system) = system {
         body.insert("system".into(), json!(system));
     }
     body.insert("messages".into(), Value::Array(messages(req)));
+    if let ResponseFormat::JsonSchema { schema, .. } = &req.response_format {
+        body.insert("output_config".into(), json!({"format": {"type": "json_schema", "schema": schema}}));
+    }
     if let Some(temperature) = req.temperature {
         // Anthropic accepts 0..=1 (OpenAI 0..=2).
         body.insert("temperature".into(), json!(temperature.clamp(0.0, 1.0)));
@@ -116,7 +137,11 @@ fn messages(req: &ChatRequest) -> Vec<Value> {
     for m in &req.messages {
         let (role, blocks) = match m.role {
             Role::System => continue,
-            Role::User => ("user", text_block(&m.content).into_iter().collect()),
+            Role::User => {
+                let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
+                blocks.extend(m.images.iter().map(image_block));
+                ("user", blocks)
+            }
             Role::Tool => (
                 "user",
                 vec![json!({
@@ -148,6 +173,15 @@ fn messages(req: &ChatRequest) -> Vec<Value> {
         }
     }
     out.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect()
+}
+
+/// An `image` content block: inline bytes as a `base64` source, an address as a `url` source.
+fn image_block(image: &Image) -> Value {
+    let source = match image.inline_data() {
+        Some((media_type, data)) => json!({"type": "base64", "media_type": media_type, "data": data}),
+        None => json!({"type": "url", "url": image.url}),
+    };
+    json!({"type": "image", "source": source})
 }
 
 /// Anthropic rejects empty text blocks.

@@ -50,6 +50,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         tool_choice: Some(json!({"type": "function", "function": {"name": "get_weather"}})),
         seed: Some(1),
         stream,
+        response_format: ResponseFormat::Text,
     }
 }
 
@@ -295,4 +296,87 @@ async fn send_non_stream_over_http() {
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::ToolCalls))));
+}
+
+#[test]
+fn structured_output_and_images_follow_the_messages_api() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                        "additionalProperties": false});
+    let mut user = Message::new(Role::User, "Count the cats.");
+    user.images.push(Image { url: "https://example.com/cats.jpg".into(), detail: Some("low".into()) });
+    user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
+    let req = ChatRequest {
+        model: "claude-sonnet-4-5".into(),
+        messages: vec![Message::new(Role::System, "Be exact."), user],
+        response_format: ResponseFormat::JsonSchema {
+            name: "count".into(),
+            schema: schema.clone(),
+            strict: true,
+        },
+        ..Default::default()
+    };
+    let body = request_body(&req);
+    assert_eq!(body["output_config"], json!({"format": {"type": "json_schema", "schema": schema}}));
+    assert_eq!(body["system"], json!("Be exact."));
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Count the cats."},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cats.jpg"}},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        ]}])
+    );
+    // No schema-less JSON mode: the system prompt asks for one object, dispatch checks it.
+    let req = ChatRequest { response_format: ResponseFormat::JsonObject, ..req };
+    let body = request_body(&req);
+    assert!(body.get("output_config").is_none());
+    assert_eq!(body["system"], json!(format!("Be exact.\n\n{JSON_OBJECT_INSTRUCTION}")));
+    let plain =
+        request_body(&ChatRequest { messages: vec![Message::new(Role::User, "hi")], ..Default::default() });
+    assert!(plain.get("output_config").is_none() && plain.get("system").is_none());
+}
+
+#[tokio::test]
+async fn parallel_tool_use_blocks_stream_their_inputs_by_block_index() {
+    let sse = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":50,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Checking.\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_a\",\"name\":\"get_weather\",\"input\":{}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\": \\\"Pa\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"ris\\\"}\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_b\",\"name\":\"get_time\",\"input\":{}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"tz\\\": \\\"CET\\\"}\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":40}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let events = run_sse(sse, AnthropicStream::default).await;
+    let start = |index, id: &str, name: &str| {
+        Ok(Event::ToolCallDelta {
+            index,
+            id: Some(id.into()),
+            name: Some(name.into()),
+            arguments: String::new(),
+        })
+    };
+    let piece = |index, arguments: &str| {
+        Ok(Event::ToolCallDelta { index, id: None, name: None, arguments: arguments.into() })
+    };
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("Checking.")),
+            start(0, "toolu_a", "get_weather"),
+            piece(0, "{\"city\": \"Pa"),
+            piece(0, "ris\"}"),
+            start(1, "toolu_b", "get_time"),
+            piece(1, "{\"tz\": \"CET\"}"),
+            Ok(Event::Usage(Usage { input_tokens: 50, cached_input_tokens: 0, output_tokens: 40 })),
+            Ok(Event::Finish(FinishReason::ToolCalls)),
+        ]
+    );
 }

@@ -29,6 +29,10 @@ pub enum ErrorClass {
     ContentPolicy,
     /// The prompt does not fit the model's context window.
     ContextLength,
+    /// The answer broke the request's response format (not JSON, or not valid against its
+    /// schema). Found by dispatch before anything reached the client, so another backend may
+    /// still answer; it counts against this one.
+    InvalidOutput,
 }
 
 impl ErrorClass {
@@ -42,6 +46,7 @@ impl ErrorClass {
                 | ErrorClass::Timeout
                 | ErrorClass::Connect
                 | ErrorClass::StreamBroken
+                | ErrorClass::InvalidOutput
         )
     }
 
@@ -64,6 +69,7 @@ impl ErrorClass {
             ErrorClass::Auth => "auth",
             ErrorClass::ContentPolicy => "content_policy",
             ErrorClass::ContextLength => "context_length",
+            ErrorClass::InvalidOutput => "invalid_output",
         }
     }
 
@@ -138,5 +144,8 @@ mod tests {
         assert!(!ErrorClass::from_status(400).may_fail_over());
         assert!(!ErrorClass::ContextLength.may_fail_over());
         assert!(!ErrorClass::ContentPolicy.may_fail_over());
+        assert!(ErrorClass::InvalidOutput.may_fail_over());
+        assert!(ErrorClass::InvalidOutput.counts_against_backend());
+        assert_eq!(ErrorClass::InvalidOutput.as_str(), "invalid_output");
     }
 }

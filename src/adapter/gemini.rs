@@ -4,6 +4,12 @@
 //! `x-goog-api-key`. Every streamed event is a whole `GenerateContentResponse`; the stream is
 //! complete once a candidate has carried a `finishReason` (there is no `[DONE]`). Usage is taken
 //! from the last `usageMetadata`. Gemini has no tool call ids, so they are synthesised.
+//!
+//! Structured output: `json_object` sets `generationConfig.responseMimeType:
+//! application/json`; `json_schema` adds the schema as `responseJsonSchema`, the field that
+//! takes standard JSON Schema (the older `responseSchema` takes only an OpenAPI subset).
+//! Images become `inlineData` parts for base64 `data:` URLs and `fileData` parts (with a
+//! media type guessed from the address) for any other address.
 
 use std::time::Duration;
 
@@ -13,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, Usage};
 
 pub async fn send(
     client: &reqwest::Client,
@@ -65,6 +71,16 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if let Some(seed) = req.seed {
         // Gemini's seed is an int32.
         config.insert("seed".into(), json!(seed as i64 as i32));
+    }
+    match &req.response_format {
+        ResponseFormat::Text => {}
+        ResponseFormat::JsonObject => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+        }
+        ResponseFormat::JsonSchema { schema, .. } => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+            config.insert("responseJsonSchema".into(), schema.clone());
+        }
     }
     if !config.is_empty() {
         body.insert("generationConfig".into(), Value::Object(config));
@@ -133,7 +149,11 @@ fn contents(req: &ChatRequest) -> Vec<Value> {
     for m in &req.messages {
         let (role, parts) = match m.role {
             Role::System => continue,
-            Role::User => ("user", text_part(&m.content).into_iter().collect::<Vec<_>>()),
+            Role::User => {
+                let mut parts: Vec<Value> = text_part(&m.content).into_iter().collect();
+                parts.extend(m.images.iter().map(image_part));
+                ("user", parts)
+            }
             Role::Assistant => {
                 let mut parts: Vec<Value> = text_part(&m.content).into_iter().collect();
                 for call in &m.tool_calls {
@@ -174,6 +194,14 @@ fn contents(req: &ChatRequest) -> Vec<Value> {
         }
     }
     out.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect()
+}
+
+/// Inline bytes as `inlineData`; an address as `fileData` with its media type.
+fn image_part(image: &Image) -> Value {
+    match image.inline_data() {
+        Some((mime_type, data)) => json!({"inlineData": {"mimeType": mime_type, "data": data}}),
+        None => json!({"fileData": {"mimeType": image.media_type(), "fileUri": image.url}}),
+    }
 }
 
 fn text_part(text: &str) -> Option<Value> {

@@ -40,6 +40,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         tool_choice: Some(json!("required")),
         seed: Some(42),
         stream,
+        response_format: ResponseFormat::Text,
     }
 }
 
@@ -296,4 +297,40 @@ async fn send_non_stream_over_http() {
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 3);
     assert_eq!(seen.lock().unwrap().uri, "/models/gemini-2.5-flash:generateContent");
+}
+
+#[test]
+fn structured_output_and_images_follow_generate_content() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                        "additionalProperties": false});
+    let mut user = Message::new(Role::User, "Count the cats.");
+    user.images.push(Image { url: "https://example.com/cats.webp".into(), detail: None });
+    user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
+    let req = ChatRequest {
+        model: "gemini-2.5-flash".into(),
+        messages: vec![user],
+        max_tokens: Some(50),
+        response_format: ResponseFormat::JsonSchema {
+            name: "count".into(),
+            schema: schema.clone(),
+            strict: true,
+        },
+        ..Default::default()
+    };
+    let body = request_body(&req);
+    // The schema goes as standard JSON Schema (responseJsonSchema), untouched.
+    assert_eq!(
+        body["generationConfig"],
+        json!({"maxOutputTokens": 50, "responseMimeType": "application/json", "responseJsonSchema": schema})
+    );
+    assert_eq!(
+        body["contents"],
+        json!([{"role": "user", "parts": [
+            {"text": "Count the cats."},
+            {"fileData": {"mimeType": "image/webp", "fileUri": "https://example.com/cats.webp"}},
+            {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+        ]}])
+    );
+    let req = ChatRequest { response_format: ResponseFormat::JsonObject, max_tokens: None, ..req };
+    assert_eq!(request_body(&req)["generationConfig"], json!({"responseMimeType": "application/json"}));
 }

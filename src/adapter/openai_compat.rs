@@ -3,6 +3,10 @@
 //! `POST {base_url}/chat/completions` (the base URL already ends in `/v1`), `Authorization:
 //! Bearer` when the upstream has a key. Streams always ask for `stream_options.include_usage`
 //! so that usage arrives in a last chunk with empty `choices` before `data: [DONE]`.
+//!
+//! Being the client's own wire format, everything passes through: tools and `tool_choice`,
+//! `response_format` (`json_object`, `json_schema` with its `strict` flag), and images as
+//! `image_url` content parts after the message's text.
 
 use reqwest::header::HeaderMap;
 use serde_json::{json, Map, Value};
@@ -10,7 +14,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Message, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, Usage};
 
 pub async fn send(
     client: &reqwest::Client,
@@ -78,13 +82,39 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if let Some(tool_choice) = &req.tool_choice {
         body.insert("tool_choice".into(), tool_choice.clone());
     }
+    match &req.response_format {
+        ResponseFormat::Text => {}
+        ResponseFormat::JsonObject => {
+            body.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        ResponseFormat::JsonSchema { name, schema, strict } => {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}),
+            );
+        }
+    }
     Value::Object(body)
 }
 
 fn message(m: &Message) -> Value {
     match m.role {
         Role::System => json!({"role": "system", "content": m.content}),
-        Role::User => json!({"role": "user", "content": m.content}),
+        Role::User if m.images.is_empty() => json!({"role": "user", "content": m.content}),
+        Role::User => {
+            let mut parts = Vec::with_capacity(m.images.len() + 1);
+            if !m.content.is_empty() {
+                parts.push(json!({"type": "text", "text": m.content}));
+            }
+            for image in &m.images {
+                let mut url = json!({"url": image.url});
+                if let Some(detail) = &image.detail {
+                    url["detail"] = json!(detail);
+                }
+                parts.push(json!({"type": "image_url", "image_url": url}));
+            }
+            json!({"role": "user", "content": parts})
+        }
         Role::Tool => json!({
             "role": "tool",
             "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),

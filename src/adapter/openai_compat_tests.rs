@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
-use crate::canonical::{Tool, ToolCall};
+use crate::canonical::{Image, ResponseFormat, Tool, ToolCall};
 use futures::StreamExt;
 
 fn fixture_json(text: &str) -> Value {
@@ -51,6 +51,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         tool_choice: Some(json!("auto")),
         seed: Some(7),
         stream,
+        response_format: ResponseFormat::Text,
     }
 }
 
@@ -322,4 +323,70 @@ async fn send_maps_refused_connection() {
     let upstream = Upstream { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None };
     let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::Connect);
+}
+
+#[test]
+fn response_format_and_images_pass_through() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let mut user = Message::new(Role::User, "Count the cats.");
+    user.images.push(Image { url: "https://example.com/cats.jpg".into(), detail: Some("high".into()) });
+    user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
+    let req = ChatRequest {
+        model: "gpt-4o".into(),
+        messages: vec![user],
+        response_format: ResponseFormat::JsonSchema {
+            name: "count".into(),
+            schema: schema.clone(),
+            strict: true,
+        },
+        ..Default::default()
+    };
+    let body = request_body(&req);
+    assert_eq!(
+        body["messages"][0],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "Count the cats."},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cats.jpg", "detail": "high"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ]})
+    );
+    assert_eq!(
+        body["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "count", "schema": schema, "strict": true}})
+    );
+    let req = ChatRequest { response_format: ResponseFormat::JsonObject, ..req };
+    assert_eq!(request_body(&req)["response_format"], json!({"type": "json_object"}));
+}
+
+#[tokio::test]
+async fn tool_call_arguments_split_across_chunks_are_kept_in_order() {
+    let sse = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,",
+        "\"tool_calls\":[{\"index\":0,\"id\":\"call_9\",\"type\":\"function\",",
+        "\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"ci\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"ty\\\":\\\"Zür\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"ich\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let events = run_sse(sse, OpenAiStream::default).await;
+    let piece = |arguments: &str| {
+        Ok(Event::ToolCallDelta { index: 0, id: None, name: None, arguments: arguments.into() })
+    };
+    assert_eq!(
+        events,
+        vec![
+            Ok(Event::ToolCallDelta {
+                index: 0,
+                id: Some("call_9".into()),
+                name: Some("get_weather".into()),
+                arguments: String::new()
+            }),
+            piece("{\"ci"),
+            piece("ty\":\"Zür"),
+            piece("ich\"}"),
+            Ok(Event::Finish(FinishReason::ToolCalls)),
+        ]
+    );
 }

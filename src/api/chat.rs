@@ -25,8 +25,9 @@ use crate::adapter::ErrorClass;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 use crate::config::Priority;
 use crate::dispatch::{Committed, DispatchError};
+use crate::gate::shadow;
 use crate::outcome::{RequestMeta, Skip};
-use crate::route::{self, RequestFacts};
+use crate::route::{self, PlanError, RequestFacts};
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -114,13 +115,12 @@ async fn handle(
             window: route::chain::window_index(created, snap.config.balancing.affinity_window_secs),
             priority,
             load: &load,
+            request: Some(&canonical),
         },
         &snap,
         Instant::now(),
     )
-    .map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0).code("no_eligible_backend")
-    })?;
+    .map_err(plan_error)?;
     let meta = RequestMeta {
         arrived_at,
         affinity_key: project.or(key_name.as_deref()).map(str::to_string),
@@ -136,6 +136,19 @@ async fn handle(
         .map_err(dispatch_error)?;
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
+    let mut committed = committed;
+    if let Some(shadows) = state.gate.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) {
+        let (events, primary_answer) = shadow::tap(committed.events);
+        committed.events = events;
+        shadows.spawn(
+            Arc::clone(&snap),
+            task.clone(),
+            canonical.clone(),
+            committed.backend.clone(),
+            meta.request_id.clone(),
+            primary_answer,
+        );
+    }
 
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
     let mut response = if request.wants_stream() {
@@ -187,6 +200,22 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
     }
     if let Some(predicted) = c.predicted_ttft_ms {
         headers.insert("x-spillway-predicted-ttft-ms", HeaderValue::from(predicted));
+    }
+}
+
+/// No plan: policy left nothing (503, the operator's business), or nothing eligible can serve
+/// this request (400 naming the context limit or the missing capability: the client's).
+fn plan_error(e: PlanError) -> ApiError {
+    match e {
+        PlanError::Policy(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0)
+            .code("no_eligible_backend"),
+        PlanError::Unfit(unfit) if unfit.is_context_length() => {
+            ApiError::bad_request(unfit.to_string()).code("context_length_exceeded").param("messages")
+        }
+        PlanError::Unfit(unfit) => {
+            let param = unfit.missing().first().map_or("model", |c| c.param());
+            ApiError::bad_request(unfit.to_string()).code("unsupported_capability").param(param)
+        }
     }
 }
 

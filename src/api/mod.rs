@@ -56,6 +56,8 @@ pub struct AppState {
     pub canaries: Arc<crate::control::canary::Canaries>,
     /// Config reload (admin API and SIGHUP).
     pub reloader: Arc<crate::control::reload::Reloader>,
+    /// The evaluation gate: results, accepted pins, re-runs and shadow traffic.
+    pub gate: crate::gate::service::GateService,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -167,6 +169,7 @@ pub fn current_metrics(state: &AppState) -> String {
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         now: tokio::time::Instant::now(),
     });
+    state.metrics.set_gate(&state.gate.board.standings(&snapshot.config, &state.gate.pins));
     state.metrics.render()
 }
 

@@ -5,7 +5,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use crate::canonical::{ChatRequest, FinishReason, Message, Role, Tool, ToolCall, Usage};
+use crate::canonical::{
+    compile_schema, ChatRequest, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall, Usage,
+};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
@@ -33,6 +35,9 @@ pub struct ChatCompletionRequest {
     pub seed: Option<u64>,
     #[serde(default)]
     pub n: Option<u32>,
+    /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
+    #[serde(default)]
+    pub response_format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -72,6 +77,20 @@ pub struct ContentPart {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    #[serde(default)]
+    pub image_url: Option<WireImageUrl>,
+}
+
+/// `{"url": …, "detail": …}` of an `image_url` part (also accepted as a bare string).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WireImageUrl {
+    Object {
+        url: String,
+        #[serde(default)]
+        detail: Option<String>,
+    },
+    Url(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,20 +164,40 @@ impl ChatCompletionRequest {
         }
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.iter().enumerate() {
+            let mut images = Vec::new();
             let content = match &m.content {
                 None => String::new(),
                 Some(Content::Text(t)) => t.clone(),
                 Some(Content::Parts(parts)) => {
                     let mut text = String::new();
                     for (j, part) in parts.iter().enumerate() {
-                        match (part.kind.as_str(), &part.text) {
-                            ("text", Some(t)) => text.push_str(t),
+                        let at = || format!("messages[{i}].content[{j}]");
+                        match (part.kind.as_str(), &part.text, &part.image_url) {
+                            ("text", Some(t), _) => text.push_str(t),
+                            ("image_url", _, Some(image)) => {
+                                if m.role != Role::User {
+                                    return Err(ApiError::bad_request(
+                                        "image parts are only allowed in user messages",
+                                    )
+                                    .param(at()));
+                                }
+                                images.push(image_of(image).map_err(|why| {
+                                    ApiError::bad_request(why).param(format!("{}.image_url", at()))
+                                })?);
+                            }
+                            ("text" | "image_url", _, _) => {
+                                return Err(ApiError::bad_request(format!(
+                                    "a `{}` part needs its `{}` field",
+                                    part.kind, part.kind
+                                ))
+                                .param(at()))
+                            }
                             _ => {
                                 return Err(ApiError::bad_request(format!(
-                                    "content part type `{}` is not supported; only text parts are",
-                                    part.kind
-                                ))
-                                .param(format!("messages[{i}].content[{j}]")))
+                                "content part type `{}` is not supported; only text and image_url parts are",
+                                part.kind
+                            ))
+                                .param(at()))
                             }
                         }
                     }
@@ -182,6 +221,7 @@ impl ChatCompletionRequest {
             messages.push(Message {
                 role: m.role,
                 content,
+                images,
                 tool_calls,
                 tool_call_id: m.tool_call_id.clone(),
             });
@@ -218,7 +258,89 @@ impl ChatCompletionRequest {
             tool_choice: self.tool_choice.clone(),
             seed: self.seed,
             stream: self.wants_stream(),
+            response_format: self
+                .response_format
+                .as_ref()
+                .map(response_format)
+                .transpose()?
+                .unwrap_or_default(),
         })
+    }
+}
+
+fn image_of(image: &WireImageUrl) -> Result<Image, String> {
+    let (url, detail) = match image {
+        WireImageUrl::Object { url, detail } => (url, detail.clone()),
+        WireImageUrl::Url(url) => (url, None),
+    };
+    let image = Image { url: url.clone(), detail };
+    if url.starts_with("data:") {
+        if image.inline_data().is_none() {
+            return Err("a data URL must look like data:image/png;base64,…".into());
+        }
+    } else if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err("`url` must be an http(s) address or a base64 data URL".into());
+    }
+    Ok(image)
+}
+
+/// OpenAI's `response_format`: `{"type": "text" | "json_object"}` or `{"type": "json_schema",
+/// "json_schema": {"name", "schema", "strict"}}`. The schema must compile: a request whose
+/// answer could never be checked is refused here, not after a backend has answered.
+fn response_format(value: &Value) -> Result<ResponseFormat, ApiError> {
+    let bad = |param: &str, why: String| Err(ApiError::bad_request(why).param(param));
+    let Some(kind) = value.get("type").and_then(Value::as_str) else {
+        return bad(
+            "response_format.type",
+            "`response_format` must be an object with `type`: text, json_object or json_schema".into(),
+        );
+    };
+    match kind {
+        "text" => Ok(ResponseFormat::Text),
+        "json_object" => Ok(ResponseFormat::JsonObject),
+        "json_schema" => {
+            let Some(spec) = value.get("json_schema").filter(|s| s.is_object()) else {
+                return bad(
+                    "response_format.json_schema",
+                    "`json_schema` (an object with `name` and `schema`) is required for type json_schema"
+                        .into(),
+                );
+            };
+            let name = match spec.get("name") {
+                Some(Value::String(n)) if !n.is_empty() => n.clone(),
+                _ => {
+                    return bad(
+                        "response_format.json_schema.name",
+                        "`name` must be a non-empty string".into(),
+                    )
+                }
+            };
+            let schema = match spec.get("schema") {
+                Some(s @ (Value::Object(_) | Value::Bool(_))) => s.clone(),
+                None => return bad("response_format.json_schema.schema", "`schema` is required".into()),
+                Some(_) => {
+                    return bad(
+                        "response_format.json_schema.schema",
+                        "`schema` must be a JSON schema object".into(),
+                    )
+                }
+            };
+            if let Err(why) = compile_schema(&schema) {
+                return bad("response_format.json_schema.schema", why);
+            }
+            let strict = match spec.get("strict") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => {
+                    return bad("response_format.json_schema.strict", "`strict` must be true or false".into())
+                }
+            };
+            Ok(ResponseFormat::JsonSchema { name, schema, strict })
+        }
+        other => bad(
+            "response_format.type",
+            format!("response_format type `{other}` is not one of text, json_object, json_schema"),
+        ),
     }
 }
 
@@ -314,5 +436,89 @@ mod tests {
         let bad =
             decode(br#"{"model":"t","temperature":3,"messages":[{"role":"user","content":"x"}]}"#).unwrap();
         assert_eq!(bad.to_canonical(None).unwrap_err().param.as_deref(), Some("temperature"));
+    }
+
+    fn canonical(body: &str) -> Result<ChatRequest, ApiError> {
+        decode(body.as_bytes())?.to_canonical(None)
+    }
+
+    #[test]
+    fn response_formats_decode_and_bad_shapes_name_their_field() {
+        let with = |rf: &str| {
+            format!(r#"{{"model":"t","messages":[{{"role":"user","content":"x"}}],"response_format":{rf}}}"#)
+        };
+        assert_eq!(canonical(&with(r#"{"type":"text"}"#)).unwrap().response_format, ResponseFormat::Text);
+        assert_eq!(
+            canonical(&with(r#"{"type":"json_object"}"#)).unwrap().response_format,
+            ResponseFormat::JsonObject
+        );
+        let schema = json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]});
+        let rf = json!({"type":"json_schema","json_schema":{"name":"count","schema":schema,"strict":true}});
+        assert_eq!(
+            canonical(&with(&rf.to_string())).unwrap().response_format,
+            ResponseFormat::JsonSchema { name: "count".into(), schema, strict: true }
+        );
+        assert_eq!(canonical(&with("null")).unwrap().response_format, ResponseFormat::Text);
+        for (rf, param) in [
+            (r#""json""#, "response_format.type"),
+            (r#"{"type":"yaml"}"#, "response_format.type"),
+            (r#"{"type":"json_schema"}"#, "response_format.json_schema"),
+            (r#"{"type":"json_schema","json_schema":{"schema":{}}}"#, "response_format.json_schema.name"),
+            (r#"{"type":"json_schema","json_schema":{"name":"a"}}"#, "response_format.json_schema.schema"),
+            (
+                r#"{"type":"json_schema","json_schema":{"name":"a","schema":[1]}}"#,
+                "response_format.json_schema.schema",
+            ),
+            (
+                r#"{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"wizard"}}}"#,
+                "response_format.json_schema.schema",
+            ),
+            (
+                r#"{"type":"json_schema","json_schema":{"name":"a","schema":{},"strict":"yes"}}"#,
+                "response_format.json_schema.strict",
+            ),
+        ] {
+            let err = canonical(&with(rf)).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some(param), "{rf}: {err:?}");
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+        }
+    }
+
+    #[test]
+    fn image_parts_are_carried_in_order_after_the_text() {
+        let c = canonical(
+            r#"{"model":"t","messages":[{"role":"user","content":[
+                {"type":"text","text":"what is "},
+                {"type":"image_url","image_url":{"url":"https://example.com/cat.png","detail":"low"}},
+                {"type":"text","text":"this?"},
+                {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}"#,
+        )
+        .unwrap();
+        let m = &c.messages[0];
+        assert_eq!(m.content, "what is this?");
+        assert_eq!(
+            m.images,
+            [
+                Image { url: "https://example.com/cat.png".into(), detail: Some("low".into()) },
+                Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None },
+            ]
+        );
+        assert_eq!(m.images[1].inline_data(), Some(("image/png", "iVBORw0KGgo=")));
+        assert!(c.has_images());
+
+        let bad = |content: &str, role: &str| {
+            canonical(&format!(r#"{{"model":"t","messages":[{{"role":"{role}","content":{content}}}]}}"#))
+                .unwrap_err()
+        };
+        let err = bad(r#"[{"type":"image_url","image_url":{"url":"ftp://x/a.png"}}]"#, "user");
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[0].image_url"));
+        let err = bad(r#"[{"type":"image_url","image_url":{"url":"data:;base64,"}}]"#, "user");
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[0].image_url"));
+        let err = bad(r#"[{"type":"image_url","image_url":{"url":"https://x/a.png"}}]"#, "system");
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[0]"));
+        let err = bad(r#"[{"type":"image_url"}]"#, "user");
+        assert_eq!(err.param.as_deref(), Some("messages[0].content[0]"));
+        let err = bad(r#"[{"type":"input_audio"}]"#, "user");
+        assert!(err.message.contains("input_audio"), "{err:?}");
     }
 }

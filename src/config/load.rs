@@ -2,10 +2,13 @@
 //!
 //! serde stops at the first error of a value, so the document is first read as a YAML tree and
 //! each top-level key and each backend and task is decoded on its own: one bad backend does not
-//! hide the problems of the next. Semantic checks then run on whatever decoded.
+//! hide the problems of the next. Semantic checks then run on whatever decoded. Last, the files
+//! a backend names (`tokenizer_file`) are read, relative paths from the config file's
+//! directory (from the working directory for text parsed without a file).
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -55,13 +58,18 @@ const TOP_KEYS: &[&str] = &[
 pub fn load_file(path: &Path) -> Result<Config, Vec<Problem>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![Problem::new("", format!("cannot read {}: {e}", path.display()))])?;
-    let mut config = parse(&text)?;
+    let mut config = parse_in(&text, path.parent())?;
     config.source = Some(path.to_path_buf());
     Ok(config)
 }
 
-/// Parse and check config text.
+/// Parse and check config text; files it names are relative to the working directory.
 pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
+    parse_in(text, None)
+}
+
+/// Parse and check config text whose relative file paths start at `base`.
+pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>> {
     let root: Value =
         serde_yaml_ng::from_str(text).map_err(|e| vec![Problem::new("", format!("not valid YAML: {e}"))])?;
     let Value::Mapping(map) = root else {
@@ -106,13 +114,35 @@ pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
-    let config: Config = decode("", Value::Mapping(clean)).map_err(|p| vec![p])?;
-    let problems = super::validate::validate(&config);
+    let mut config: Config = decode("", Value::Mapping(clean)).map_err(|p| vec![p])?;
+    let mut problems = super::validate::validate(&config);
+    problems.extend(super::evaluation::prepare(&mut config, base));
+    problems.extend(load_tokenizers(&mut config, base));
     if problems.is_empty() {
         Ok(config)
     } else {
         Err(problems)
     }
+}
+
+/// Resolve each backend's `tokenizer_file` against `base` and load it.
+fn load_tokenizers(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (i, backend) in config.backends.iter_mut().enumerate() {
+        let Some(file) = &backend.tokenizer_file else { continue };
+        let path = match base {
+            Some(base) if file.is_relative() => base.join(file),
+            _ => file.clone(),
+        };
+        match crate::tokens::FileTokenizer::load(&path) {
+            Ok(loaded) => {
+                backend.tokenizer_file = Some(path);
+                backend.tokenizer_loaded = Some(Arc::new(loaded));
+            }
+            Err(why) => problems.push(Problem::new(format!("backends[{i}].tokenizer_file"), why)),
+        }
+    }
+    problems
 }
 
 fn check<T: DeserializeOwned>(path: &str, value: &Value, problems: &mut Vec<Problem>) -> bool {

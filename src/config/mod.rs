@@ -5,6 +5,7 @@
 //! path; `validate` checks what types alone cannot (references, ranges, URLs).
 
 mod backend;
+mod evaluation;
 mod load;
 mod settings;
 mod task;
@@ -13,7 +14,7 @@ mod validate;
 use serde::Deserialize;
 
 pub use backend::*;
-pub use load::{load_file, parse, Problem};
+pub use load::{load_file, parse, parse_in, Problem};
 pub use settings::*;
 pub use task::*;
 

@@ -2,6 +2,7 @@
 //! they are ordered, its SLO, data class and default priority. Types only.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -123,6 +124,67 @@ pub struct TaskConfig {
     /// Priority of requests that do not send `x-spillway-priority`.
     #[serde(default)]
     pub priority: Priority,
+    /// The evaluation gate: a golden set each backend must pass before it serves this task.
+    #[serde(default)]
+    pub gate: Option<GateConfig>,
+    /// Shadow traffic: a sampled share of requests also sent to the task's other backends.
+    #[serde(default)]
+    pub shadow: Option<ShadowConfig>,
+    /// Prompt variants: a system prompt file per backend name or backend kind, put before the
+    /// request's own messages when that backend serves (live traffic, gate runs, shadows).
+    #[serde(default)]
+    pub prompt_variants: BTreeMap<String, PathBuf>,
+    /// The variants' text by the same keys, read when the config is loaded.
+    #[serde(skip)]
+    pub variant_texts: BTreeMap<String, String>,
+}
+
+/// A task's evaluation gate.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GateConfig {
+    /// The golden set: JSONL, one item per line (relative paths: from the config file).
+    pub golden: PathBuf,
+    /// Share of items that must pass.
+    #[serde(default = "default_min_pass")]
+    pub min_pass: f64,
+    /// The 95th percentile of answer latency must be at most this, milliseconds.
+    #[serde(default)]
+    pub max_p95_ms: Option<u64>,
+    /// A backend serves the task only with a passing result for its current fingerprint.
+    /// `false`: results are recorded and shown but do not decide routing.
+    #[serde(default = "crate::config::yes")]
+    pub required: bool,
+    /// Items in flight at once during a run.
+    #[serde(default = "default_gate_concurrency")]
+    pub concurrency: u32,
+    /// The backend that scores answers for `judge` graders (it must be allowed this task's
+    /// data class).
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
+fn default_min_pass() -> f64 {
+    0.9
+}
+
+fn default_gate_concurrency() -> u32 {
+    4
+}
+
+/// A task's shadow traffic.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowConfig {
+    /// Share of requests shadowed (0 to 1).
+    pub rate: f64,
+    /// Which backends get shadows; unset: every other backend of the task.
+    #[serde(default)]
+    pub backends: Option<Vec<String>>,
+    /// How a shadow answer is graded, with the primary's answer as the reference: any
+    /// golden-set grader; unset: `similar` (word overlap of at least 0.5).
+    #[serde(default)]
+    pub grader: Option<crate::gate::grade::Grader>,
 }
 
 fn default_data_class() -> String {

@@ -125,6 +125,19 @@ pub fn validate(config: &Config) -> Vec<Problem> {
         if b.max_inflight_per_node == Some(0) {
             p(at("max_inflight_per_node"), "must be at least 1 (leave it out for no limit)".into());
         }
+        if b.capabilities.max_context == Some(0) {
+            p(
+                at("capabilities.max_context"),
+                "must be at least 1 (leave it out for the kind's default)".into(),
+            );
+        }
+        if let Some(file) = &b.tokenizer_file {
+            if file.as_os_str().is_empty() {
+                p(at("tokenizer_file"), "must not be empty".into());
+            } else if b.tokenizer.is_some() {
+                p(at("tokenizer"), "set either tokenizer or tokenizer_file, not both".into());
+            }
+        }
     }
 
     let mut task_names = HashSet::new();

@@ -114,6 +114,7 @@ impl Canaries {
             tool_choice: None,
             seed: None,
             stream: false,
+            response_format: Default::default(),
         };
         let meta = RequestMeta {
             client_key: Some("canary".into()),

@@ -50,15 +50,25 @@ pub struct QuarantineEvent {
     pub reported: Reported,
 }
 
-/// Who is quarantined now, and the channel that announces changes.
+/// Who is quarantined now, the pins the gate accepted, and the channel that announces changes.
 pub struct PinBoard {
     current: Mutex<BTreeMap<String, String>>,
+    /// Pins whose fingerprint passed the gate, by backend, oldest first: a node reporting any
+    /// of them is not quarantined, and the last is the pin in effect.
+    accepted: Mutex<BTreeMap<String, Vec<Pin>>>,
+    /// Why the gate kept a quarantined node out, by node key.
+    gate_verdicts: Mutex<BTreeMap<String, String>>,
     events: broadcast::Sender<QuarantineEvent>,
 }
 
 impl Default for PinBoard {
     fn default() -> Self {
-        PinBoard { current: Mutex::new(BTreeMap::new()), events: broadcast::channel(256).0 }
+        PinBoard {
+            current: Mutex::new(BTreeMap::new()),
+            accepted: Mutex::new(BTreeMap::new()),
+            gate_verdicts: Mutex::new(BTreeMap::new()),
+            events: broadcast::channel(256).0,
+        }
     }
 }
 
@@ -70,7 +80,13 @@ impl PinBoard {
     /// Record the verdict for one node; announce it if it changed. Returns the reason the
     /// node is quarantined, if it is.
     pub fn check(&self, backend: &str, node: &str, pin: Option<&Pin>, reported: &Reported) -> Option<String> {
-        let diffs = pin.map(|p| differences(p, reported)).unwrap_or_default();
+        let mut diffs = pin.map(|p| differences(p, reported)).unwrap_or_default();
+        let accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        if accepted.get(backend).is_some_and(|pins| pins.iter().any(|p| differences(p, reported).is_empty()))
+        {
+            diffs.clear();
+        }
+        drop(accepted);
         let reason = (!diffs.is_empty()).then(|| diffs.join("; "));
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         let changed = current.get(node) != reason.as_ref();
@@ -92,7 +108,40 @@ impl PinBoard {
                 reported: reported.clone(),
             });
         }
-        reason
+        drop(current);
+        // The gate's verdict is shown with the reason but is not a change to announce (that
+        // would start another run for the same fingerprint).
+        let mut verdicts = self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => Some(match verdicts.get(node) {
+                Some(verdict) => format!("{r}; {verdict}"),
+                None => r,
+            }),
+            None => {
+                verdicts.remove(node);
+                None
+            }
+        }
+    }
+
+    /// Accept `pin` for `backend` (its fingerprint passed the gate): it becomes the pin in
+    /// effect, and nodes reporting it leave quarantine at the next check.
+    pub fn accept(&self, backend: &str, pin: Pin) {
+        let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        let pins = accepted.entry(backend.to_string()).or_default();
+        pins.retain(|p| *p != pin);
+        pins.push(pin);
+    }
+
+    /// The pin in effect for `backend`: the last one the gate accepted, else the configured one.
+    pub fn in_effect(&self, backend: &str, configured: Option<&Pin>) -> Option<Pin> {
+        let accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
+        accepted.get(backend).and_then(|pins| pins.last().cloned()).or_else(|| configured.cloned())
+    }
+
+    /// Record why the gate keeps a quarantined node out (shown with its quarantine reason).
+    pub fn gate_verdict(&self, node: &str, why: String) {
+        self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.to_string(), why);
     }
 
     /// Forget nodes that are gone.
@@ -126,6 +175,23 @@ mod tests {
         let other =
             Reported { weights: Some("sha256:bbb".into()), quantization: Some("fp8".into()), engine: None };
         assert_eq!(differences(&pin(), &other), ["weights: pinned sha256:aaa, reported sha256:bbb"]);
+    }
+
+    #[test]
+    fn an_accepted_pin_lets_its_nodes_serve_and_becomes_the_pin_in_effect() {
+        let board = PinBoard::default();
+        let new = Reported { quantization: Some("awq".into()), ..Reported::default() };
+        assert!(board.check("pool", "n1", Some(&pin()), &new).is_some());
+        board.gate_verdict("n1", "gate failed: 1/10 passed".into());
+        let reason = board.check("pool", "n1", Some(&pin()), &new).unwrap();
+        assert!(reason.ends_with("; gate failed: 1/10 passed"), "{reason}");
+        assert_eq!(board.in_effect("pool", Some(&pin())), Some(pin()));
+        let accepted = Pin { quantization: Some("awq".into()), ..pin() };
+        board.accept("pool", accepted.clone());
+        assert_eq!(board.check("pool", "n1", Some(&pin()), &new), None);
+        assert_eq!(board.in_effect("pool", Some(&pin())), Some(accepted));
+        let old = Reported { quantization: Some("fp8".into()), ..Reported::default() };
+        assert_eq!(board.check("pool", "n2", Some(&pin()), &old), None, "the configured pin still serves");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct Sources {
     pub telemetry: Arc<TelemetryBoard>,
     pub discovered: watch::Receiver<DiscoveredNodes>,
     pub pins: Arc<PinBoard>,
+    /// Gate results: which backends a task with a required gate may not use yet.
+    pub gate: Arc<crate::gate::board::GateBoard>,
     /// Whether a hosted backend's quota is gone for now (no I/O: a local view).
     pub over_quota: Box<dyn Fn(&str) -> bool + Send + Sync>,
     /// Hosted backends' PID availability.
@@ -98,6 +100,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     }
     let live: Vec<&str> = snap.backends.iter().flat_map(|b| b.nodes.iter().map(|n| n.key.as_str())).collect();
     sources.pins.retain(|k| live.contains(&k));
+    snap.gate_refusals = sources.gate.refusals(&config, &sources.pins);
     snap
 }
 
@@ -148,6 +151,7 @@ tasks:
             telemetry: TelemetryBoard::new(),
             discovered: rx,
             pins: Arc::new(PinBoard::default()),
+            gate: Arc::default(),
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
             operator: Default::default(),

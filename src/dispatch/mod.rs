@@ -8,6 +8,7 @@
 //! is, and an upstream failure after it is the client's error, never another model's text.
 
 mod lease;
+pub mod variant;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -72,7 +73,8 @@ pub struct Dispatcher {
     quota: Arc<QuotaBoard>,
 }
 
-fn wire_format(kind: BackendKind) -> WireFormat {
+/// The wire format a backend of this kind speaks.
+pub fn wire_format(kind: BackendKind) -> WireFormat {
     match kind {
         BackendKind::Anthropic => WireFormat::Anthropic,
         BackendKind::Gemini => WireFormat::Gemini,
@@ -107,6 +109,16 @@ impl Dispatcher {
             load,
             quota,
         }
+    }
+
+    /// A backend's API key, for calls made beside dispatch (gate runs, shadow traffic).
+    pub fn api_key(&self, backend: &str) -> Option<String> {
+        self.secrets.load().get(backend).cloned()
+    }
+
+    /// The HTTP client dispatch uses (its connection pools are shared).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
     }
 
     /// Use the API keys of a reloaded config from now on.
@@ -253,6 +265,7 @@ impl Dispatcher {
 
             let mut req = request.clone();
             req.model = backend.model.clone();
+            variant::apply(task, &backend.name, backend.kind, &mut req);
             req.stream = request.stream || backend.stream_upstream;
             let upstream = Upstream {
                 base_url: node.base_url.clone(),
@@ -260,18 +273,11 @@ impl Dispatcher {
             };
             let call_started = Instant::now();
             let format = wire_format(backend.kind);
-            let first =
-                tokio::time::timeout(deadline, first_output(format, &self.client, &upstream, &req)).await;
-            let first = first.unwrap_or_else(|_| {
-                Err(UpstreamError::new(
-                    ErrorClass::Timeout,
-                    None,
-                    format!("no first token within {} ms", deadline.as_millis()),
-                ))
-            });
+            let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
+            let first = first_output(format, &self.client, &upstream, &req, deadline, idle).await;
             match first {
-                Ok((buffered, rest)) => {
-                    let ttft = call_started.elapsed();
+                Ok((buffered, rest, first_token)) => {
+                    let ttft = first_token.duration_since(call_started);
                     let spill = if backend.is_local() { None } else { plan.spill_reason() };
                     // The outcome's TTFT is the client's: from arrival, failed attempts included.
                     let client_ttft = started.elapsed();
@@ -345,24 +351,72 @@ impl Dispatcher {
     }
 }
 
-/// Call the upstream and read until its first output event. Returns the events read so far
-/// and the rest of the stream. A stream that ends with no output at all (an empty answer) is
-/// also a success.
+/// Call the upstream and read until its first output event, within `deadline` of the call.
+/// Returns the events read so far, the rest of the stream, and when the first output came. A
+/// stream that ends with no output at all (an empty answer) is also a success.
+///
+/// When the request wants JSON (`response_format`), the whole answer is read here, each event
+/// within `idle` of the last, and checked against the format before anything is committed: a
+/// bad answer is an [`ErrorClass::InvalidOutput`] failure of this backend, so dispatch may
+/// still try the next one and the client never sees the rejected text. An answer that calls
+/// tools is not checked (the JSON is due in a later turn).
 async fn first_output(
     format: WireFormat,
     client: &reqwest::Client,
     upstream: &Upstream,
     req: &ChatRequest,
-) -> Result<(Vec<Event>, EventStream), UpstreamError> {
-    let mut stream = adapter::send(format, client, upstream, req).await?;
-    let mut buffered = Vec::new();
-    while let Some(item) = stream.next().await {
-        let event = item?;
-        let output = event.is_output();
-        buffered.push(event);
-        if output {
-            break;
+    deadline: Duration,
+    idle: Duration,
+) -> Result<(Vec<Event>, EventStream, Instant), UpstreamError> {
+    let timed_out = || {
+        UpstreamError::new(
+            ErrorClass::Timeout,
+            None,
+            format!("no first token within {} ms", deadline.as_millis()),
+        )
+    };
+    let read_first = async {
+        let mut stream = adapter::send(format, client, upstream, req).await?;
+        let mut buffered = Vec::new();
+        while let Some(item) = stream.next().await {
+            let event = item?;
+            let output = event.is_output();
+            buffered.push(event);
+            if output {
+                break;
+            }
+        }
+        Ok::<_, UpstreamError>((buffered, stream, Instant::now()))
+    };
+    let (mut buffered, mut stream, first_token) =
+        tokio::time::timeout(deadline, read_first).await.unwrap_or_else(|_| Err(timed_out()))?;
+    if !req.response_format.wants_json() {
+        return Ok((buffered, stream, first_token));
+    }
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(item)) => buffered.push(item?),
+            Ok(None) => break,
+            Err(_) => {
+                return Err(UpstreamError::new(
+                    ErrorClass::Timeout,
+                    None,
+                    format!("the answer stalled for {} ms before it was complete", idle.as_millis()),
+                ))
+            }
         }
     }
-    Ok((buffered, stream))
+    if !buffered.iter().any(|e| matches!(e, Event::ToolCallDelta { .. })) {
+        let text: String = buffered
+            .iter()
+            .filter_map(|e| match e {
+                Event::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        req.response_format
+            .check(&text)
+            .map_err(|why| UpstreamError::new(ErrorClass::InvalidOutput, None, why))?;
+    }
+    Ok((buffered, Box::pin(futures::stream::empty()), first_token))
 }

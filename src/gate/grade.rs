@@ -30,12 +30,22 @@ pub enum Grader {
         #[serde(default)]
         tolerance: f64,
     },
+    /// The answer shares words with the reference: the F1 of their word multisets (lower
+    /// case, letters and digits) is at least `min`. For prose whose wording may vary.
+    Similar {
+        #[serde(default = "default_min_similarity")]
+        min: f64,
+    },
     /// A judge backend scores the answer 0–10 against the rubric; passing is `min_score` or more.
     Judge {
         rubric: String,
         #[serde(default = "default_min_score")]
         min_score: f64,
     },
+}
+
+fn default_min_similarity() -> f64 {
+    0.5
 }
 
 fn default_min_score() -> f64 {
@@ -67,6 +77,12 @@ impl Grader {
             }
             Grader::Numeric { value: None, .. } if reference.and_then(first_number).is_none() => {
                 Err("numeric needs `value` or a reference that holds a number".into())
+            }
+            Grader::Similar { .. } if reference.is_none() => {
+                Err("similar needs the item's `reference`".into())
+            }
+            Grader::Similar { min } if !(0.0..=1.0).contains(min) => {
+                Err("similar: min must be 0 to 1".into())
             }
             Grader::Numeric { tolerance, .. } if tolerance.is_nan() || *tolerance < 0.0 => {
                 Err("numeric: tolerance must be ≥ 0".into())
@@ -122,9 +138,40 @@ impl Grader {
                     None => fail("no number in the answer".into()),
                 }
             }
+            Grader::Similar { min } => {
+                let score = word_f1(answer, reference.unwrap_or_default());
+                if score >= *min {
+                    Verdict::Pass
+                } else {
+                    fail(format!("word overlap {score:.2} is below {min}"))
+                }
+            }
             Grader::Judge { .. } => Verdict::NeedsJudge,
         }
     }
+}
+
+/// F1 of the two texts' word multisets (1 when both are empty).
+pub fn word_f1(a: &str, b: &str) -> f64 {
+    let words = |s: &str| -> std::collections::HashMap<String, usize> {
+        let mut counts = std::collections::HashMap::new();
+        for w in s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+            *counts.entry(w.to_lowercase()).or_insert(0) += 1;
+        }
+        counts
+    };
+    let (a, b) = (words(a), words(b));
+    let (na, nb): (usize, usize) = (a.values().sum(), b.values().sum());
+    if na == 0 && nb == 0 {
+        return 1.0;
+    }
+    let common: usize = a.iter().map(|(w, n)| (*n).min(b.get(w).copied().unwrap_or(0))).sum();
+    if common == 0 {
+        return 0.0;
+    }
+    let precision = common as f64 / na as f64;
+    let recall = common as f64 / nb as f64;
+    2.0 * precision * recall / (precision + recall)
 }
 
 fn clip(s: &str) -> String {
@@ -162,6 +209,21 @@ mod tests {
 
     fn grader(v: Value) -> Grader {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn similar_scores_word_overlap() {
+        assert_eq!(word_f1("The cat sat", "the CAT sat"), 1.0);
+        assert_eq!(word_f1("dog", "cat"), 0.0);
+        let half = word_f1("a b", "a c");
+        assert!((half - 0.5).abs() < 1e-9, "{half}");
+        let g = grader(serde_json::json!({"type": "similar"}));
+        assert_eq!(
+            g.grade("Reset the router, then call support.", Some("reset the router and call support")),
+            Verdict::Pass
+        );
+        assert!(matches!(g.grade("No idea.", Some("reset the router and call support")), Verdict::Fail(_)));
+        assert!(g.check(None).is_err());
     }
 
     #[test]

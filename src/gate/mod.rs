@@ -1,9 +1,22 @@
 //! The evaluation gate: no backend serves a task until it has shown it can do that task.
 //!
-//! Started here: golden sets (`golden`, JSONL per task) and graders (`grade`: exact, contains,
-//! regex, JSON schema, numeric, and the judge's score parsing). Running a set through the
-//! adapters, storing results per fingerprint, gating pools and re-running on a pin change come
-//! next (issue 8).
+//! A task's golden set (`golden`) is run through a backend (`run`, calls made by `call` with
+//! the backend's prompt variant and quota) and graded (`grade`); the result is kept per
+//! (task, backend, `fingerprint`) in the ledger store (`store`). The `board` decides from the
+//! results which backends may serve gated tasks; `requalify` re-runs the gate when a pool's
+//! node reports new weights, quantisation or engine; `shadow` sends a sample of live requests
+//! to the other backends and grades their answers offline; `report` shows it all.
 
+pub mod board;
+pub mod call;
+pub mod cli;
+pub mod fingerprint;
 pub mod golden;
 pub mod grade;
+pub mod report;
+pub mod requalify;
+pub mod run;
+pub mod service;
+pub mod shadow;
+pub mod store;
+pub mod summary;

@@ -102,6 +102,11 @@ impl Store {
         self.kind
     }
 
+    /// The connection pool, for the other tables kept in this store (the gate's).
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
     /// Insert every record in one transaction: all of them or none. Records whose id is
     /// already stored are skipped, so retrying a batch is safe.
     pub async fn insert_batch(&self, records: &[LedgerRecord]) -> Result<(), String> {

@@ -63,6 +63,12 @@ pub struct Metrics {
     slo_burn_rate: GaugeVec,
     ttft_percentile: GaugeVec,
     ledger_buffered: IntGauge,
+    // The evaluation gate and shadow traffic.
+    gate_passing: IntGaugeVec,
+    gate_failed: IntGaugeVec,
+    gate_runs: IntCounterVec,
+    shadows: IntCounterVec,
+    shadow_grades: IntCounterVec,
     /// SLO windows by task.
     slo: Mutex<HashMap<String, slo::TaskSlo>>,
 }
@@ -295,6 +301,36 @@ impl Metrics {
                 "spillway_ttft_percentile_seconds",
                 "TTFT percentiles (p50, p95, p99) over the last five minutes.",
                 &["task", "percentile"],
+            ),
+            gate_passing: int_gauge(
+                &r,
+                "spillway_gate_passing",
+                "1 when the backend's current fingerprint has a passing gate result for the task.",
+                tb,
+            ),
+            gate_failed: int_gauge(
+                &r,
+                "spillway_gate_failed",
+                "1 when the latest gate run of the task on the backend failed (alert on it).",
+                tb,
+            ),
+            gate_runs: counter(
+                &r,
+                "spillway_gate_runs_total",
+                "Gate runs made by this router (pin changes, admin), by result (pass, fail).",
+                &["task", "backend", "result"],
+            ),
+            shadows: counter(
+                &r,
+                "spillway_shadow_requests_total",
+                "Shadow copies of live requests, by result (ok, error, over_quota).",
+                &["task", "backend", "result"],
+            ),
+            shadow_grades: counter(
+                &r,
+                "spillway_shadow_graded_total",
+                "Shadow answers graded against the primary's answer, by verdict (pass, fail).",
+                &["task", "backend", "verdict"],
             ),
             ledger_buffered,
             registry: r,

@@ -50,6 +50,32 @@ impl Metrics {
         }
     }
 
+    /// Where each gated (task, backend) stands now (set at scrape time).
+    pub fn set_gate(&self, standings: &[crate::gate::board::Standing]) {
+        self.gate_passing.reset();
+        self.gate_failed.reset();
+        for s in standings {
+            let labels = [s.task.as_str(), s.backend.as_str()];
+            self.gate_passing.with_label_values(&labels).set(i64::from(s.passing()));
+            self.gate_failed.with_label_values(&labels).set(i64::from(s.last_run_failed));
+        }
+    }
+
+    /// A gate run this router made.
+    pub fn observe_gate_run(&self, task: &str, backend: &str, passed: bool) {
+        self.gate_runs.with_label_values(&[task, backend, if passed { "pass" } else { "fail" }]).inc();
+    }
+
+    /// A shadow copy sent (`result`: ok, error, over_quota).
+    pub fn observe_shadow(&self, task: &str, backend: &str, result: &str) {
+        self.shadows.with_label_values(&[task, backend, result]).inc();
+    }
+
+    /// A shadow answer graded.
+    pub fn observe_shadow_grade(&self, task: &str, backend: &str, passed: bool) {
+        self.shadow_grades.with_label_values(&[task, backend, if passed { "pass" } else { "fail" }]).inc();
+    }
+
     /// One canary probe of a backend.
     pub fn observe_canary(&self, backend: &str, ok: bool) {
         self.canaries.with_label_values(&[backend, if ok { "ok" } else { "failed" }]).inc();

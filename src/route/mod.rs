@@ -4,6 +4,7 @@
 //! the request facts). The server, the tests and benchmarks all call [`plan`]. Dispatch walks
 //! the result; it never reorders it.
 
+pub mod capability;
 pub mod chain;
 pub mod snapshot;
 mod strategy;
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
+use crate::canonical::ChatRequest;
 use crate::config::{Priority, TaskConfig};
 use crate::fleet::headroom::{self, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
@@ -37,6 +39,20 @@ pub struct RequestFacts<'a> {
     pub priority: Priority,
     /// The router's own load on each node (by node key), read just before planning.
     pub load: &'a dyn Fn(&str) -> LoadView,
+    /// The request itself, for the capability and context checks ([`capability::filter`]);
+    /// `None` skips them (simulations and benchmarks that model load, not content).
+    pub request: Option<&'a ChatRequest>,
+}
+
+/// Why a request has no plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Policy allows no backend for the task's data.
+    #[error(transparent)]
+    Policy(#[from] NoEligibleBackend),
+    /// Policy allows some, but none can serve this request (capability, context window).
+    #[error(transparent)]
+    Unfit(#[from] capability::Unfit),
 }
 
 /// Why a target is where it is in the plan.
@@ -101,8 +117,11 @@ fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
 }
 
 /// Order the backends a request may use.
-pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<Plan, NoEligibleBackend> {
-    let eligible = policy::eligible(facts.task, snap)?;
+pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<Plan, PlanError> {
+    let mut eligible = policy::eligible(facts.task, snap)?;
+    if let Some(request) = facts.request {
+        eligible = capability::filter(eligible, request, snap)?;
+    }
     let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin);
     let mut local: HashMap<usize, Vec<Target>> = HashMap::new();
     let mut last_resort: Vec<(f64, Target)> = Vec::new();
@@ -243,6 +262,7 @@ mod tests {
             window: 0,
             priority: Priority::Standard,
             load: &no_load,
+            request: None,
         }
     }
 

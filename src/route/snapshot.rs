@@ -117,6 +117,9 @@ pub struct Snapshot {
     pub backends: Vec<BackendView>,
     /// Backend name → index into `backends`.
     by_name: HashMap<String, usize>,
+    /// (task, backend) pairs the evaluation gate keeps apart, and why (filled by the
+    /// snapshot loop from the gate's results; empty when no task has a required gate).
+    pub gate_refusals: BTreeMap<(String, String), String>,
 }
 
 impl Snapshot {
@@ -207,7 +210,7 @@ impl Snapshot {
             b.limits.reserve = 0.0;
         }
         let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
-        Snapshot { version, config, backends, by_name }
+        Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new() }
     }
 
     pub fn backend_index(&self, name: &str) -> Option<usize> {

@@ -94,6 +94,7 @@ impl Engine<'_> {
             window,
             priority: a.priority,
             load: &view,
+            request: None,
         };
         let planned = route::plan(&facts, &self.snap, at);
         let r = self.reqs.len();

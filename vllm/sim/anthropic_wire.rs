@@ -5,6 +5,8 @@
 //! Message object or the named-event SSE stream: message_start, content_block_start, ping,
 //! content_block_delta…, content_block_stop, message_delta, message_stop. Errors use
 //! `{"type":"error","error":{"type":…,"message":…}}`, also as a mid-stream `event: error`.
+//! With `--tool-call-args`, a request that declares tools is answered with a `tool_use` block
+//! whose input streams as `input_json_delta` fragments, and `stop_reason: tool_use`.
 
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
@@ -85,7 +87,22 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let max_tokens = Some(max_tokens.min(u32::MAX as u64) as u32);
-    Ok((GenRequest { prompt, max_tokens, cache_control }, model, stream))
+    let answered =
+        messages.last().and_then(|m| m.get("content")).and_then(Value::as_array).is_some_and(|blocks| {
+            blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        });
+    let tool = requested_tool(&v).filter(|_| !answered);
+    Ok((GenRequest { prompt, max_tokens, cache_control, tool }, model, stream))
+}
+
+/// The tool `tool_choice` names, else the first declared one (none for `tool_choice: none`).
+fn requested_tool(v: &Value) -> Option<String> {
+    let first = v.pointer("/tools/0/name").and_then(Value::as_str)?;
+    match v.pointer("/tool_choice/type").and_then(Value::as_str) {
+        Some("none") => None,
+        Some("tool") => v.pointer("/tool_choice/name").and_then(Value::as_str).map(str::to_string),
+        _ => Some(first.to_string()),
+    }
 }
 
 fn stop_reason(f: FinishReason) -> &'static str {
@@ -137,15 +154,26 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
         }
     }
     let id = format!("msg_sim{:016x}", started.id);
+    let tool_call = started.tool_call.map(|name| (format!("toolu_sim{:016x}", started.id), name));
     let mut gen = started.gen;
     let start_usage = started.usage;
     if !stream {
         return Ok(match gen.collect().await {
             Ok((text, usage, finish)) => {
+                let (content, stop) = match &tool_call {
+                    Some((call_id, name)) => {
+                        let input: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
+                        (
+                            json!([{"type": "tool_use", "id": call_id, "name": name, "input": input}]),
+                            "tool_use",
+                        )
+                    }
+                    None => (json!([{"type": "text", "text": text}]), stop_reason(finish)),
+                };
                 let mut resp = Json(json!({
                     "id": id, "type": "message", "role": "assistant", "model": model,
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": stop_reason(finish), "stop_sequence": null,
+                    "content": content,
+                    "stop_reason": stop, "stop_sequence": null,
                     "usage": usage_json(&usage, usage.completion_tokens),
                 }))
                 .into_response();
@@ -167,8 +195,14 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                     let start = json!({"type": "message_start", "message": {
                         "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
                         "stop_reason": null, "stop_sequence": null, "usage": usage}});
-                    let block = json!({"type": "content_block_start", "index": 0,
-                                       "content_block": {"type": "text", "text": ""}});
+                    let content_block = match &tool_call {
+                        Some((call_id, name)) => {
+                            json!({"type": "tool_use", "id": call_id, "name": name, "input": {}})
+                        }
+                        None => json!({"type": "text", "text": ""}),
+                    };
+                    let block =
+                        json!({"type": "content_block_start", "index": 0, "content_block": content_block});
                     if !(tx.event("message_start", &start).await
                         && tx.event("content_block_start", &block).await
                         && tx.event("ping", &json!({"type": "ping"})).await)
@@ -177,7 +211,13 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                     }
                 }
             }
-            let delta = |t: &str| json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}});
+            let delta = |t: &str| match &tool_call {
+                Some(_) => json!({"type": "content_block_delta", "index": 0,
+                                  "delta": {"type": "input_json_delta", "partial_json": t}}),
+                None => {
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}})
+                }
+            };
             match ev {
                 Some(GenEvent::Token(t)) => {
                     emitted += 1;
@@ -188,8 +228,9 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                 Some(GenEvent::Final(t, usage, finish)) => {
                     tx.event("content_block_delta", &delta(&t)).await;
                     tx.event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})).await;
+                    let stop = if tool_call.is_some() { "tool_use" } else { stop_reason(finish) };
                     let md = json!({"type": "message_delta",
-                        "delta": {"stop_reason": stop_reason(finish), "stop_sequence": null},
+                        "delta": {"stop_reason": stop, "stop_sequence": null},
                         "usage": {"output_tokens": usage.completion_tokens}});
                     tx.event("message_delta", &md).await;
                     tx.event("message_stop", &json!({"type": "message_stop"})).await;

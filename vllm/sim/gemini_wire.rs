@@ -4,7 +4,9 @@
 //! (`?alt=sse` gives SSE `data:` frames, each a whole `GenerateContentResponse`, the last with
 //! `finishReason` and `usageMetadata`, and no `[DONE]`; without `alt=sse` the stream is one
 //! JSON array, as the real API does). The key comes from `x-goog-api-key` or `?key=`.
-//! Errors use Google's `{"error":{"code","message","status"}}` envelope.
+//! Errors use Google's `{"error":{"code","message","status"}}` envelope. With
+//! `--tool-call-args`, a request that declares function declarations is answered with one
+//! `functionCall` part carrying whole `args`, as Gemini streams calls (never in fragments).
 
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
@@ -83,7 +85,37 @@ fn decode(body: &[u8]) -> Result<GenRequest, SimError> {
         .pointer("/generationConfig/maxOutputTokens")
         .and_then(Value::as_u64)
         .map(|n| n.min(u32::MAX as u64) as u32);
-    Ok(GenRequest { prompt, max_tokens, cache_control: false })
+    let answered = contents
+        .last()
+        .and_then(|c| c.get("parts"))
+        .and_then(Value::as_array)
+        .is_some_and(|parts| parts.iter().any(|p| p.get("functionResponse").is_some()));
+    let tool = requested_tool(&v).filter(|_| !answered);
+    Ok(GenRequest { prompt, max_tokens, cache_control: false, tool })
+}
+
+/// The function `toolConfig` allows (its first allowed name), else the first declared one;
+/// none with mode NONE.
+fn requested_tool(v: &Value) -> Option<String> {
+    let first = v.pointer("/tools/0/functionDeclarations/0/name").and_then(Value::as_str)?;
+    let config = v.pointer("/toolConfig/functionCallingConfig");
+    if config.and_then(|c| c.get("mode")).and_then(Value::as_str) == Some("NONE") {
+        return None;
+    }
+    let allowed = config.and_then(|c| c.pointer("/allowedFunctionNames/0")).and_then(Value::as_str);
+    Some(allowed.unwrap_or(first).to_string())
+}
+
+/// The last chunk of a function-call answer: one `functionCall` part with the whole `args`.
+fn call_json(model: &str, id: &str, name: &str, args: &str, usage: &Usage) -> Value {
+    let args: Value = serde_json::from_str(args).unwrap_or_else(|_| json!({}));
+    json!({
+        "candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": name, "args": args}}]},
+                        "finishReason": "STOP", "index": 0}],
+        "usageMetadata": usage_json(usage),
+        "modelVersion": model,
+        "responseId": id,
+    })
 }
 
 fn usage_json(u: &Usage) -> Value {
@@ -144,10 +176,21 @@ async fn inner(
     let req = decode(body)?;
     let started = st.start(headers, &req)?;
     let id = format!("sim{:016x}", started.id);
+    let tool_call = started.tool_call;
     let mut gen = started.gen;
     let sse_mode = q.get("alt").is_some_and(|a| a == "sse");
-    if !stream || !sse_mode {
-        return Ok(match gen.collect().await {
+    if !stream || !sse_mode || tool_call.is_some() {
+        let collected = gen.collect().await;
+        if let (Some(name), Ok((args, usage, _))) = (&tool_call, &collected) {
+            let r = call_json(&model, &id, name, args, usage);
+            if stream && sse_mode {
+                let (tx, resp) = sse::response(HeaderMap::new());
+                tokio::spawn(async move { tx.data(&r).await });
+                return Ok(resp);
+            }
+            return Ok(if stream { Json(json!([r])) } else { Json(r) }.into_response());
+        }
+        return Ok(match collected {
             Ok((text, usage, finish)) => {
                 let r = response_json(&model, &id, &text, Some((&usage, finish)));
                 if stream {

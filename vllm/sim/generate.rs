@@ -43,6 +43,9 @@ pub struct GenRequest {
     pub max_tokens: Option<u32>,
     /// Anthropic `cache_control` was present somewhere in the request.
     pub cache_control: bool,
+    /// The tool this request would have called (the one `tool_choice` names, else the first
+    /// declared), when it declares tools and its last message is not a tool result.
+    pub tool: Option<String>,
 }
 
 /// Output length for a request: the default length, cut by `max_tokens` (then "length").

@@ -143,6 +143,16 @@ pub struct SimArgs {
     /// Extra delay before every token, in ms.
     #[arg(long, default_value_t = 0)]
     pub token_delay_ms: u64,
+
+    /// Answer with exactly this text (streamed in pieces of a few characters) instead of
+    /// generated words.
+    #[arg(long)]
+    pub reply: Option<String>,
+    /// When a request declares tools and its last message is not a tool result, answer by
+    /// calling the tool `tool_choice` names (else the first declared) with these JSON
+    /// arguments, streamed in pieces in the provider's own format.
+    #[arg(long)]
+    pub tool_call_args: Option<String>,
 }
 
 #[derive(Parser)]
@@ -272,7 +282,7 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         ttft: Duration::from_millis(args.ttft_ms),
         tokens_per_sec: args.tokens_per_sec,
     };
-    let state = Arc::new(server::AppState::new(
+    let mut state = server::AppState::new(
         args.kind,
         model.clone(),
         args.seed,
@@ -284,8 +294,10 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         metrics,
         pacer,
         shutdown_rx,
-    ));
-    let app = router(args.kind, state);
+    );
+    state.reply = args.reply.clone();
+    state.tool_call_args = args.tool_call_args.clone();
+    let app = router(args.kind, Arc::new(state));
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "sim server stopped");

@@ -7,6 +7,8 @@
 //! on the last content chunk and answers 401 with `{"error":"Unauthorized"}` and other errors
 //! with vLLM's `{"error":{"type":"BadRequestError",…,"code":400}}`; OpenAI sends a separate
 //! empty-delta finish chunk, uses its own error types and adds `x-ratelimit-*` headers.
+//! With `--tool-call-args`, a request that declares tools is answered with a `tool_calls`
+//! message whose arguments stream as `function.arguments` fragments.
 
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
@@ -89,7 +91,21 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, bool), SimEr
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
-    Ok((GenRequest { prompt, max_tokens, cache_control: false }, model, stream, include_usage))
+    let answered = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some("tool");
+    let tool = requested_tool(&v).filter(|_| !answered);
+    Ok((GenRequest { prompt, max_tokens, cache_control: false, tool }, model, stream, include_usage))
+}
+
+/// The tool `tool_choice` names, else the first declared one (none for `tool_choice: none`).
+fn requested_tool(v: &Value) -> Option<String> {
+    let first = v.pointer("/tools/0/function/name").and_then(Value::as_str)?;
+    match v.get("tool_choice") {
+        Some(Value::String(s)) if s == "none" => None,
+        Some(choice) => {
+            Some(choice.pointer("/function/name").and_then(Value::as_str).unwrap_or(first).to_string())
+        }
+        None => Some(first.to_string()),
+    }
 }
 
 fn usage_json(u: &Usage) -> Value {
@@ -148,15 +164,23 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Res
     let started = st.start(headers, &req)?;
     let extra = rate_headers(st, started.remaining);
     let id = format!("chatcmpl-sim{:08x}", started.id);
+    let tool_call = started.tool_call.map(|name| (format!("call_sim{:08x}", started.id), name));
     let mut gen = started.gen;
     if !stream {
         return Ok(match gen.collect().await {
             Ok((text, usage, finish)) => {
+                let (message, finish) = match &tool_call {
+                    Some((call_id, name)) => (
+                        json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [
+                            {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}]}),
+                        "tool_calls",
+                    ),
+                    None => (json!({"role": "assistant", "content": text, "refusal": null}), finish.as_str()),
+                };
                 let body = json!({
                     "id": id, "object": "chat.completion", "created": st.created, "model": model,
                     "system_fingerprint": null,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
-                                 "logprobs": null, "finish_reason": finish.as_str()}],
+                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
                     "usage": usage_json(&usage),
                 });
                 let mut resp = Json(body).into_response();
@@ -173,36 +197,47 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Res
     let (kind, created) = (st.kind, st.created);
     tokio::spawn(async move {
         let chunk = |delta: Value, finish: Option<FinishReason>| {
+            let finish = finish.map(|f| if tool_call.is_some() { "tool_calls" } else { f.as_str() });
             let mut c = json!({
                 "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
                 "system_fingerprint": null,
-                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish.map(FinishReason::as_str)}],
+                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
             });
             if include_usage {
                 c["usage"] = Value::Null;
             }
             c
         };
+        // A piece of the answer: text, or a fragment of the tool call's arguments.
+        let piece = |t: String| match &tool_call {
+            Some(_) => json!({"tool_calls": [{"index": 0, "function": {"arguments": t}}]}),
+            None => json!({"content": t}),
+        };
+        let opening = match &tool_call {
+            Some((call_id, name)) => json!({"role": "assistant", "content": null, "tool_calls": [
+                {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            None => json!({"role": "assistant", "content": ""}),
+        };
         let mut first = true;
         loop {
             let ev = gen.next().await;
             if first && matches!(ev, Some(GenEvent::Token(_) | GenEvent::Final(..))) {
                 first = false;
-                if !tx.data(&chunk(json!({"role": "assistant", "content": ""}), None)).await {
+                if !tx.data(&chunk(opening.clone(), None)).await {
                     return;
                 }
             }
             match ev {
                 Some(GenEvent::Token(t)) => {
-                    if !tx.data(&chunk(json!({"content": t}), None)).await {
+                    if !tx.data(&chunk(piece(t), None)).await {
                         return;
                     }
                 }
                 Some(GenEvent::Final(t, usage, finish)) => {
                     if kind == SimKind::Vllm {
-                        tx.data(&chunk(json!({"content": t}), Some(finish))).await;
+                        tx.data(&chunk(piece(t), Some(finish))).await;
                     } else {
-                        tx.data(&chunk(json!({"content": t}), None)).await;
+                        tx.data(&chunk(piece(t), None)).await;
                         tx.data(&chunk(json!({}), Some(finish))).await;
                     }
                     if include_usage {

@@ -45,6 +45,8 @@ pub struct Started {
     pub id: u64,
     /// Prompt-side usage as known at the start (cache figures are final for hosted kinds).
     pub usage: Usage,
+    /// The answer is a call of this tool: its tokens are the pieces of the arguments' JSON.
+    pub tool_call: Option<String>,
 }
 
 /// Everything a simulated server shares between requests.
@@ -62,6 +64,10 @@ pub struct AppState {
     pub hosted_cache: Mutex<HashSet<u64>>,
     pub shutdown: watch::Receiver<bool>,
     pub created: u64,
+    /// `--reply`: answer with exactly this text.
+    pub reply: Option<String>,
+    /// `--tool-call-args`: call the request's tool with these arguments.
+    pub tool_call_args: Option<String>,
     ids: AtomicU64,
 }
 
@@ -95,6 +101,8 @@ impl AppState {
             hosted_cache: Mutex::new(HashSet::new()),
             shutdown,
             created,
+            reply: None,
+            tool_call_args: None,
             ids: AtomicU64::new(1),
         }
     }
@@ -113,7 +121,16 @@ impl AppState {
     pub fn start(&self, headers: &HeaderMap, req: &GenRequest) -> Result<Started, SimError> {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let prompt_tokens = text::prompt_tokens(&req.prompt);
-        let (n, limited) = output_len(self.output_tokens, req.max_tokens);
+        let tool_call = req.tool.clone().filter(|_| self.tool_call_args.is_some());
+        let fixed = match (&tool_call, &self.tool_call_args, &self.reply) {
+            (Some(_), Some(args), _) => Some(TextGen::fixed(args)),
+            (None, _, Some(reply)) => Some(TextGen::fixed(reply)),
+            _ => None,
+        };
+        let (n, limited) = match fixed.as_ref().and_then(TextGen::fixed_len) {
+            Some(len) => (len.max(1), false),
+            None => output_len(self.output_tokens, req.max_tokens),
+        };
         let remaining = if self.engine.is_none() {
             let estimate = prompt_tokens as u64 + req.max_tokens.unwrap_or(n) as u64;
             match self.quota.check(estimate, Instant::now()) {
@@ -139,7 +156,7 @@ impl AppState {
                 retry_after: (status == 429).then_some(1),
             });
         }
-        let gen_text = TextGen::new(self.seed, &req.prompt);
+        let gen_text = fixed.unwrap_or_else(|| TextGen::new(self.seed, &req.prompt));
         let ttft = plan.ttft_ms.map(Duration::from_millis);
         let mut start_usage = Usage { prompt_tokens, ..Usage::default() };
         let (rx, first_delay) = if plan.hang {
@@ -164,7 +181,7 @@ impl AppState {
             (self.pacer.start(ttft, gen_text, n, limited, usage), Duration::ZERO)
         };
         let gen = Generation::new(prompt_tokens, rx, plan, first_delay, self.shutdown.clone());
-        Ok(Started { gen, remaining, id, usage: start_usage })
+        Ok(Started { gen, remaining, id, usage: start_usage, tool_call })
     }
 
     /// Prompt-cache accounting for hosted kinds (automatic caching of long prompts; for

@@ -100,20 +100,40 @@ pub fn stable_hash(s: &str) -> u64 {
     h.finish()
 }
 
-/// Deterministic word source for one reply.
+/// Characters in one token of a fixed reply (`--reply`, `--tool-call-args`).
+pub const FIXED_TOKEN_CHARS: usize = 6;
+
+/// Deterministic word source for one reply, or the pieces of a fixed text.
 pub struct TextGen {
     rng: StdRng,
     emitted: u32,
+    fixed: Option<std::collections::VecDeque<String>>,
 }
 
 impl TextGen {
     /// A generator for one reply to `prompt` under `seed`.
     pub fn new(seed: u64, prompt: &str) -> TextGen {
-        TextGen { rng: StdRng::seed_from_u64(seed ^ stable_hash(prompt)), emitted: 0 }
+        TextGen { rng: StdRng::seed_from_u64(seed ^ stable_hash(prompt)), emitted: 0, fixed: None }
+    }
+
+    /// A generator that replays `text` in pieces of [`FIXED_TOKEN_CHARS`] characters.
+    pub fn fixed(text: &str) -> TextGen {
+        let chars: Vec<char> = text.chars().collect();
+        let pieces = chars.chunks(FIXED_TOKEN_CHARS).map(|c| c.iter().collect()).collect();
+        TextGen { rng: StdRng::seed_from_u64(0), emitted: 0, fixed: Some(pieces) }
+    }
+
+    /// Tokens a fixed text has left (`None` for generated words, which never run out).
+    pub fn fixed_len(&self) -> Option<u32> {
+        self.fixed.as_ref().map(|f| f.len() as u32)
     }
 
     /// The next token's text (a word, with a leading space after the first).
     pub fn next_token(&mut self) -> String {
+        if let Some(fixed) = &mut self.fixed {
+            self.emitted += 1;
+            return fixed.pop_front().unwrap_or_default();
+        }
         let w = WORDS[self.rng.gen_range(0..WORDS.len())];
         self.emitted += 1;
         if self.emitted == 1 {
@@ -145,6 +165,14 @@ mod tests {
         assert_eq!(ha.len(), 3);
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
+    }
+
+    #[test]
+    fn a_fixed_text_comes_back_whole_in_pieces() {
+        let mut g = TextGen::fixed(r#"{"city":"Zürich"}"#);
+        assert_eq!(g.fixed_len(), Some(3));
+        let pieces: Vec<String> = (0..3).map(|_| g.next_token()).collect();
+        assert_eq!(pieces, [r#"{"city"#, r#"":"Zür"#, r#"ich"}"#]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! did it (the `x-spillway-operator` header, else "admin") and what it did.
 
 mod fleet;
+mod gate;
 mod report;
 
 use std::sync::Arc;
@@ -64,6 +65,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/breakers", post(fleet::force_breaker))
         .route("/admin/canary", post(fleet::canary))
         .route("/admin/reload", post(reload))
+        .route("/admin/gate", get(gate::status))
+        .route("/admin/gate/run", post(gate::run))
 }
 
 /// `POST /admin/reload`: read the config file again and apply it (see `control::reload`).

@@ -1,0 +1,101 @@
+//! Admin routes over the evaluation gate: where every gated (task, backend) stands for its
+//! fingerprint in effect and why, which pool nodes the gate keeps out, the pins it accepted,
+//! and a run started by hand (it answers when the run is done).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::authorize;
+use crate::api::{ApiError, AppState};
+use crate::gate::store::GateResult;
+
+fn result_json(r: &GateResult) -> Value {
+    let s = &r.summary;
+    json!({
+        "fingerprint": r.fingerprint, "node": r.node, "trigger": r.trigger, "finished_ms": r.finished_ms,
+        "items": s.items, "passed_items": s.passed_items, "errors": s.errors, "pass_rate": s.pass_rate(),
+        "p50_ms": s.p50_ms, "p95_ms": s.p95_ms, "cost_per_item_usd": s.cost_per_item().map(|c| c.to_string()),
+        "passed": s.passed, "why": s.why,
+    })
+}
+
+/// `GET /admin/gate`.
+pub async fn status(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    let snap = state.snapshot.load();
+    let gate = &state.gate;
+    let standings: Vec<Value> = gate
+        .board
+        .standings(&snap.config, &gate.pins)
+        .iter()
+        .map(|s| {
+            json!({
+                "task": s.task, "backend": s.backend, "fingerprint": s.fingerprint, "required": s.required,
+                "passing": s.passing(), "serving": s.refusal().is_none(), "why_not": s.refusal(),
+                "last_run_failed": s.last_run_failed, "result": s.result.as_ref().map(result_json),
+            })
+        })
+        .collect();
+    let quarantined: Vec<Value> = snap
+        .backends
+        .iter()
+        .flat_map(|b| b.nodes.iter().map(move |n| (b, n)))
+        .filter_map(|(b, n)| {
+            n.quarantine.as_ref().map(|why| json!({"backend": b.name, "node": n.key, "why": why}))
+        })
+        .collect();
+    let pins: Value = snap
+        .config
+        .backends
+        .iter()
+        .filter(|b| b.kind.is_local())
+        .map(|b| {
+            let pin = gate.pins.in_effect(&b.name, b.pin.as_ref()).unwrap_or_default();
+            (
+                b.name.clone(),
+                json!({"weights": pin.weights, "quantization": pin.quantization, "engine": pin.engine}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    Json(json!({"standings": standings, "quarantined": quarantined, "pins_in_effect": pins})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunBody {
+    task: String,
+    backend: String,
+}
+
+/// `POST /admin/gate/run` `{"task": …, "backend": …}`.
+pub async fn run(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let who = match authorize(&state, &headers) {
+        Ok(who) => who,
+        Err(e) => return e.into_response(),
+    };
+    let body: RunBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return ApiError::bad_request(format!("request body: {e}")).into_response(),
+    };
+    tracing::warn!(who = %who.0, task = %body.task, backend = %body.backend, "admin: gate run started");
+    match state.gate.run_now(&body.task, &body.backend).await {
+        Ok(result) => {
+            tracing::warn!(who = %who.0, task = %body.task, backend = %body.backend, passed = result.summary.passed, "admin: gate run finished");
+            Json(json!({"task": result.task, "backend": result.backend, "result": result_json(&result)}))
+                .into_response()
+        }
+        Err(why) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", why)
+            .code("gate_run_failed")
+            .into_response(),
+    }
+}

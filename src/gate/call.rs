@@ -1,0 +1,179 @@
+//! One call made beside live traffic (a gate item, a judge's score, a shadow copy): the
+//! backend's prompt variant, its adapter, its quota at batch priority, and the whole answer
+//! collected with its latency, usage and list-price cost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rust_decimal::Decimal;
+use tokio::time::Instant;
+
+use crate::adapter::{self, Upstream};
+use crate::canonical::{ChatRequest, Event, Usage};
+use crate::config::{BackendConfig, Priority, TaskConfig};
+use crate::control::quota::{QuotaBoard, QuotaDecision};
+use crate::dispatch::{variant, wire_format};
+use crate::ledger::hosted_cost;
+use crate::tokens;
+
+/// A backend's API key by backend name (read at call time, so a reload's keys apply).
+pub type KeyLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// What a call needs from its surroundings.
+#[derive(Clone)]
+pub struct Caller {
+    pub client: reqwest::Client,
+    /// API key by backend name.
+    pub keys: KeyLookup,
+    pub quota: Option<Arc<QuotaBoard>>,
+    /// How long one call may take.
+    pub timeout: Duration,
+    /// Wait this long for quota before giving up on a call (gate runs wait; shadows do not).
+    pub quota_wait: Duration,
+}
+
+impl Caller {
+    /// A caller with keys from a fixed map (the CLI reads them from the environment).
+    pub fn with_keys(
+        client: reqwest::Client,
+        keys: HashMap<String, String>,
+        quota: Option<Arc<QuotaBoard>>,
+    ) -> Caller {
+        Caller {
+            client,
+            keys: Arc::new(move |b: &str| keys.get(b).cloned()),
+            quota,
+            timeout: Duration::from_secs(120),
+            quota_wait: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A whole answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answered {
+    /// The text, with any tool calls appended as `name(arguments)` lines, so graders see them.
+    pub text: String,
+    pub usage: Usage,
+    pub latency: Duration,
+    /// List price of the call (hosted backends with a price).
+    pub cost: Option<Decimal>,
+}
+
+/// Why a call got no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    /// `over_quota` or the upstream error class.
+    pub class: String,
+    pub message: String,
+}
+
+impl Caller {
+    /// Send `request` (its messages as the client wrote them) to `backend` at `base_url`.
+    pub async fn ask(
+        &self,
+        task: Option<&TaskConfig>,
+        backend: &BackendConfig,
+        base_url: &str,
+        request: &ChatRequest,
+    ) -> Result<Answered, CallError> {
+        let mut req = request.clone();
+        req.model = backend.model.clone();
+        req.stream = true;
+        if let Some(task) = task {
+            variant::apply(task, &backend.name, backend.kind, &mut req);
+        }
+        let charged = self.take_quota(backend, &req).await?;
+        let upstream = Upstream { base_url: base_url.to_string(), api_key: (self.keys)(&backend.name) };
+        let started = Instant::now();
+        let collected =
+            tokio::time::timeout(self.timeout, collect(backend, &self.client, &upstream, &req)).await;
+        let result = match collected {
+            Ok(result) => result,
+            Err(_) => Err(CallError {
+                class: "timeout".into(),
+                message: format!("no answer in {:?}", self.timeout),
+            }),
+        };
+        if let (Some(board), Some(estimate)) = (&self.quota, charged) {
+            let actual =
+                result.as_ref().map_or(0, |a| u64::from(a.usage.input_tokens + a.usage.output_tokens));
+            board.refund(&backend.name, estimate, actual);
+        }
+        let mut answered = result?;
+        answered.latency = started.elapsed();
+        answered.cost = backend.price.as_ref().map(|p| {
+            let u = answered.usage;
+            hosted_cost(
+                p,
+                u64::from(u.input_tokens),
+                u64::from(u.cached_input_tokens),
+                u64::from(u.output_tokens),
+            )
+        });
+        Ok(answered)
+    }
+
+    /// Charge the backend's quota at batch priority, waiting up to `quota_wait` for room.
+    async fn take_quota(&self, backend: &BackendConfig, req: &ChatRequest) -> Result<Option<u64>, CallError> {
+        let Some(board) = &self.quota else { return Ok(None) };
+        if board.limits(&backend.name).is_none() {
+            return Ok(None);
+        }
+        let estimate = u64::from(tokens::counter_for(backend).count_request(req))
+            + u64::from(req.max_tokens.unwrap_or(1024));
+        let give_up = Instant::now() + self.quota_wait;
+        loop {
+            match board.try_take(&backend.name, estimate, Priority::Batch.quota_ceiling()).await {
+                QuotaDecision::Granted => return Ok(Some(estimate)),
+                QuotaDecision::OverQuota { .. } if Instant::now() < give_up => {
+                    tokio::time::sleep(Duration::from_millis(500)).await
+                }
+                QuotaDecision::OverQuota { .. } => {
+                    return Err(CallError {
+                        class: "over_quota".into(),
+                        message: format!("{} has no quota left for batch work this minute", backend.name),
+                    })
+                }
+            }
+        }
+    }
+}
+
+async fn collect(
+    backend: &BackendConfig,
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<Answered, CallError> {
+    let upstream_error =
+        |e: adapter::UpstreamError| CallError { class: e.class.as_str().to_string(), message: e.to_string() };
+    let mut events =
+        adapter::send(wire_format(backend.kind), client, upstream, req).await.map_err(upstream_error)?;
+    let mut answered = Answered::default();
+    let mut calls: Vec<(String, String)> = Vec::new();
+    while let Some(event) = events.next().await {
+        match event.map_err(upstream_error)? {
+            Event::TextDelta(t) => answered.text.push_str(&t),
+            Event::ToolCallDelta { index, name, arguments, .. } => {
+                let i = index as usize;
+                if calls.len() <= i {
+                    calls.resize(i + 1, (String::new(), String::new()));
+                }
+                calls[i].0.push_str(name.as_deref().unwrap_or_default());
+                calls[i].1.push_str(&arguments);
+            }
+            Event::Usage(u) => answered.usage = u,
+            Event::Finish(_) => {}
+        }
+    }
+    for (name, arguments) in calls {
+        if !answered.text.is_empty() {
+            answered.text.push('\n');
+        }
+        answered.text.push_str(&format!("{name}({arguments})"));
+    }
+    Ok(answered)
+}

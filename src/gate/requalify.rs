@@ -1,0 +1,182 @@
+//! Re-running the gate when a pool's node changes: the pin board announces a node whose
+//! weights, quantisation or engine differ from the pin; every gated task of that pool runs
+//! its golden set on that node, under the new fingerprint. All pass: the new pin is accepted
+//! (stored, and in effect: the node serves again). Any fails: the node stays quarantined and
+//! the failure is shown with its quarantine reason, in the gate metrics and the admin API.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::broadcast;
+
+use super::board::GateBoard;
+use super::call::Caller;
+use super::fingerprint::{of_pin, reported_pin};
+use super::run::{run, Subject};
+use super::store;
+use crate::config::Config;
+use crate::control::pins::{PinBoard, QuarantineEvent};
+use crate::ledger::{unix_millis, Store};
+use crate::metrics::Metrics;
+use crate::route::Snapshot;
+
+/// What a re-run needs.
+pub struct Requalifier {
+    pub caller: Caller,
+    pub config: Arc<ArcSwap<Config>>,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub pins: Arc<PinBoard>,
+    pub board: Arc<GateBoard>,
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    /// (backend, fingerprint) runs under way, so two nodes with the same change run once.
+    running: Mutex<BTreeSet<(String, String)>>,
+}
+
+/// How a re-run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requalified {
+    Accepted {
+        fingerprint: String,
+    },
+    Refused {
+        fingerprint: String,
+        why: String,
+    },
+    /// Another run for this fingerprint is under way.
+    AlreadyRunning,
+}
+
+impl Requalifier {
+    pub fn new(
+        caller: Caller,
+        config: Arc<ArcSwap<Config>>,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        pins: Arc<PinBoard>,
+        board: Arc<GateBoard>,
+        store: Store,
+        metrics: Arc<Metrics>,
+    ) -> Requalifier {
+        Requalifier {
+            caller,
+            config,
+            snapshot,
+            pins,
+            board,
+            store,
+            metrics,
+            running: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Re-run the gate for each quarantine announced, until the channel closes.
+    pub async fn listen(self: Arc<Self>, mut events: broadcast::Receiver<QuarantineEvent>) {
+        loop {
+            match events.recv().await {
+                Ok(event) if !event.differences.is_empty() => {
+                    let this = Arc::clone(&self);
+                    tokio::spawn(async move { this.requalify(&event).await });
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "gate: missed quarantine announcements")
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Run every gated task of the node's pool on the node, under what it reports.
+    pub async fn requalify(&self, event: &QuarantineEvent) -> Requalified {
+        let config = self.config.load_full();
+        let Some(backend) = config.backend(&event.backend) else {
+            return Requalified::Refused { fingerprint: String::new(), why: "backend gone".into() };
+        };
+        let pin = reported_pin(&backend.pin.clone().unwrap_or_default(), &event.reported);
+        let fingerprint = of_pin(&backend.model, &pin);
+        let key = (backend.name.clone(), fingerprint.clone());
+        if !self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone()) {
+            return Requalified::AlreadyRunning;
+        }
+        let outcome = self.run_tasks(&config, &event.backend, &event.node, &fingerprint).await;
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        match outcome {
+            Ok(()) => {
+                if let Err(e) =
+                    store::accept_pin(&self.store, &backend.name, &fingerprint, &pin, now_ms()).await
+                {
+                    tracing::error!("gate: the new pin passed but could not be stored: {e}");
+                }
+                self.pins.accept(&backend.name, pin);
+                tracing::warn!(backend = %backend.name, node = %event.node, %fingerprint, "gate passed: new pin in effect");
+                Requalified::Accepted { fingerprint }
+            }
+            Err(why) => {
+                tracing::error!(backend = %backend.name, node = %event.node, %fingerprint, "gate failed: {why}");
+                self.pins
+                    .gate_verdict(&event.node, format!("gate failed for fingerprint {fingerprint}: {why}"));
+                Requalified::Refused { fingerprint, why }
+            }
+        }
+    }
+
+    async fn run_tasks(
+        &self,
+        config: &Arc<Config>,
+        backend: &str,
+        node: &str,
+        fingerprint: &str,
+    ) -> Result<(), String> {
+        let tasks: Vec<_> = config
+            .tasks
+            .iter()
+            .filter(|t| t.gate.is_some() && t.backends.iter().any(|b| b == backend))
+            .collect();
+        if tasks.is_empty() {
+            return Err("no task with a gate uses this pool, so nothing can vouch for the change".into());
+        }
+        let snap = self.snapshot.load_full();
+        let base_url = snap
+            .backend_index(backend)
+            .and_then(|b| snap.backends[b].nodes.iter().find(|n| n.key == node))
+            .map(|n| n.base_url.clone())
+            .ok_or_else(|| format!("node {node} is gone"))?;
+        let mut failures = Vec::new();
+        for task in tasks {
+            let gate = task.gate.as_ref().expect("filtered on gate");
+            if let Some(done) = self.board.latest(&task.name, backend, fingerprint) {
+                if done.summary.passed {
+                    continue;
+                }
+            }
+            let items = crate::gate::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
+            let subject = Subject {
+                task: task.name.clone(),
+                backend: backend.to_string(),
+                fingerprint: fingerprint.to_string(),
+                base_url: Some(base_url.clone()),
+                node: Some(node.to_string()),
+                trigger: "pin_change".into(),
+            };
+            let result = run(&self.caller, config, subject, &items, &|_, _| {}).await?;
+            if let Err(e) = store::insert_result(&self.store, &result).await {
+                tracing::error!("gate: result not stored: {e}");
+            }
+            self.metrics.observe_gate_run(&task.name, backend, result.summary.passed);
+            if !result.summary.passed {
+                failures.push(format!("task {}: {}", task.name, result.summary.why));
+            }
+            self.board.absorb([result]);
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    unix_millis(std::time::SystemTime::now())
+}

@@ -1,0 +1,235 @@
+//! A gate run: a task's golden set through one backend (or one node of a pool), with bounded
+//! concurrency, graded item by item (a `judge` grader asks the task's judge backend, which
+//! must pass the task's policy filter), summed up and judged against the task's thresholds.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::call::{Answered, Caller};
+use super::golden::GoldenItem;
+use super::grade::{parse_judge_score, Grader, Verdict};
+use super::store::GateResult;
+use super::summary::{summarise, ItemOutcome};
+use crate::canonical::{ChatRequest, Message, Role};
+use crate::config::{BackendConfig, Config, TaskConfig};
+use crate::ledger::{new_record_id, unix_millis};
+use crate::route::Snapshot;
+
+/// What one run tests.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    pub task: String,
+    pub backend: String,
+    pub fingerprint: String,
+    /// Send to this node (adapter base URL), else to the backend's first node.
+    pub base_url: Option<String>,
+    /// The node's key, recorded with the result.
+    pub node: Option<String>,
+    /// `cli`, `admin` or `pin_change`.
+    pub trigger: String,
+}
+
+/// The adapter base URL of a backend's first configured node.
+pub fn first_base_url(config: &Arc<Config>, backend: &str) -> Option<String> {
+    let snap = Snapshot::from_config(Arc::clone(config));
+    let b = snap.backend_index(backend)?;
+    snap.backends[b].nodes.first().map(|n| n.base_url.clone())
+}
+
+/// Run `items` for `subject`; `progress(done, total)` after each item.
+pub async fn run(
+    caller: &Caller,
+    config: &Arc<Config>,
+    subject: Subject,
+    items: &[GoldenItem],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<GateResult, String> {
+    let task = config.task(&subject.task).ok_or_else(|| format!("no task named `{}`", subject.task))?;
+    let gate = task.gate.as_ref().ok_or_else(|| format!("task `{}` has no gate", task.name))?;
+    let backend =
+        config.backend(&subject.backend).ok_or_else(|| format!("no backend named `{}`", subject.backend))?;
+    if !task.backends.contains(&backend.name) {
+        return Err(format!("`{}` is not one of task `{}`'s backends", backend.name, task.name));
+    }
+    let base_url = match &subject.base_url {
+        Some(url) => url.clone(),
+        None => first_base_url(config, &backend.name)
+            .ok_or_else(|| format!("backend `{}` has no node to test", backend.name))?,
+    };
+    let judge = Judge::new(config, task)?;
+    let started_ms = unix_millis(std::time::SystemTime::now());
+    let total = items.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    // Items go by index: a closure over `&GoldenItem` would not be `Send` in a spawned task.
+    let outcomes: Vec<ItemOutcome> = futures::stream::iter(0..items.len())
+        .map(|i| {
+            let (item, base_url, judge, done) = (&items[i], &base_url, &judge, &done);
+            async move {
+                let outcome = run_item(caller, task, backend, base_url, item, judge).await;
+                progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, total);
+                outcome
+            }
+        })
+        .buffered(gate.concurrency.max(1) as usize)
+        .collect()
+        .await;
+    let summary = summarise(&outcomes, gate);
+    Ok(GateResult {
+        id: new_record_id(),
+        task: task.name.clone(),
+        backend: backend.name.clone(),
+        fingerprint: subject.fingerprint,
+        node: subject.node,
+        trigger: subject.trigger,
+        started_ms,
+        finished_ms: unix_millis(std::time::SystemTime::now()),
+        summary,
+    })
+}
+
+/// The request a golden item sends: its messages, the task's output cap, temperature 0.
+pub fn item_request(task: &TaskConfig, item: &GoldenItem) -> ChatRequest {
+    ChatRequest {
+        messages: item.messages.clone(),
+        max_tokens: task.max_output_tokens.or(Some(512)),
+        temperature: Some(0.0),
+        ..ChatRequest::default()
+    }
+}
+
+async fn run_item(
+    caller: &Caller,
+    task: &TaskConfig,
+    backend: &BackendConfig,
+    base_url: &str,
+    item: &GoldenItem,
+    judge: &Judge,
+) -> ItemOutcome {
+    let answered = match caller.ask(Some(task), backend, base_url, &item_request(task, item)).await {
+        Ok(a) => a,
+        Err(e) => {
+            return ItemOutcome {
+                passed: false,
+                latency_ms: 0,
+                cost: None,
+                error: Some(format!("{}: {}", e.class, e.message)),
+                why: None,
+            }
+        }
+    };
+    let verdict = grade(caller, judge, &item.grader, item, &answered.text).await;
+    outcome(&answered, verdict)
+}
+
+fn outcome(answered: &Answered, verdict: Result<Verdict, String>) -> ItemOutcome {
+    let latency_ms = answered.latency.as_millis() as u64;
+    match verdict {
+        Ok(Verdict::Pass) => {
+            ItemOutcome { passed: true, latency_ms, cost: answered.cost, error: None, why: None }
+        }
+        Ok(Verdict::Fail(why)) => {
+            ItemOutcome { passed: false, latency_ms, cost: answered.cost, error: None, why: Some(why) }
+        }
+        Ok(Verdict::NeedsJudge) | Err(_) => ItemOutcome {
+            passed: false,
+            latency_ms,
+            cost: answered.cost,
+            error: verdict.err().or(Some("judge: no score".into())),
+            why: None,
+        },
+    }
+}
+
+/// Grade an answer; a `judge` grader asks the judge backend.
+pub async fn grade(
+    caller: &Caller,
+    judge: &Judge,
+    grader: &Grader,
+    item: &GoldenItem,
+    answer: &str,
+) -> Result<Verdict, String> {
+    match grader.grade(answer, item.reference.as_deref()) {
+        Verdict::NeedsJudge => {
+            let Grader::Judge { rubric, min_score } = grader else {
+                unreachable!("only judge needs a judge")
+            };
+            let score = judge.score(caller, rubric, item, answer).await?;
+            Ok(if score >= *min_score {
+                Verdict::Pass
+            } else {
+                Verdict::Fail(format!("judge scored {score} (needs {min_score})"))
+            })
+        }
+        verdict => Ok(verdict),
+    }
+}
+
+/// The task's judge backend, checked against the task's policy filter.
+pub struct Judge {
+    target: Result<(BackendConfig, String), String>,
+}
+
+impl Judge {
+    pub fn new(config: &Arc<Config>, task: &TaskConfig) -> Result<Judge, String> {
+        let uses_judge = task
+            .gate
+            .as_ref()
+            .and_then(|g| crate::gate::golden::load(&g.golden).ok())
+            .is_some_and(|items| items.iter().any(|i| matches!(i.grader, Grader::Judge { .. })))
+            || task.shadow.as_ref().is_some_and(|s| matches!(s.grader, Some(Grader::Judge { .. })));
+        let name = task.gate.as_ref().and_then(|g| g.judge.clone());
+        let target = match name {
+            None if uses_judge => {
+                return Err(format!(
+                    "task `{}` grades with `judge` but names no `gate.judge` backend",
+                    task.name
+                ))
+            }
+            None => Err("no judge configured".to_string()),
+            Some(name) => {
+                let backend = config.backend(&name).ok_or_else(|| format!("no backend named `{name}`"))?;
+                if let Some(why) = crate::policy::refuses(config, task, backend) {
+                    return Err(format!("judge `{name}` may not see task `{}`'s data: {why}", task.name));
+                }
+                let url =
+                    first_base_url(config, &name).ok_or_else(|| format!("judge `{name}` has no node"))?;
+                Ok((backend.clone(), url))
+            }
+        };
+        Ok(Judge { target })
+    }
+
+    /// Ask the judge for a 0–10 score of `answer` under `rubric`.
+    pub async fn score(
+        &self,
+        caller: &Caller,
+        rubric: &str,
+        item: &GoldenItem,
+        answer: &str,
+    ) -> Result<f64, String> {
+        let (backend, url) = self.target.as_ref().map_err(|e| format!("judge: {e}"))?;
+        let question =
+            item.messages.iter().rev().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str());
+        let mut prompt = format!("Rubric:\n{rubric}\n\nQuestion:\n{question}\n\n");
+        if let Some(reference) = &item.reference {
+            prompt.push_str(&format!("Reference answer:\n{reference}\n\n"));
+        }
+        prompt.push_str(&format!("Answer to grade:\n{answer}\n\nReply with the score only."));
+        let request = ChatRequest {
+            messages: vec![
+                Message::new(
+                    Role::System,
+                    "You grade answers against a rubric. Reply with one number from 0 (fails the rubric) to 10 (meets it fully).",
+                ),
+                Message::new(Role::User, prompt),
+            ],
+            max_tokens: Some(8),
+            temperature: Some(0.0),
+            ..ChatRequest::default()
+        };
+        let reply =
+            caller.ask(None, backend, url, &request).await.map_err(|e| format!("judge: {}", e.message))?;
+        parse_judge_score(&reply.text).ok_or_else(|| format!("judge: no 0–10 score in {:?}", reply.text))
+    }
+}

@@ -1,0 +1,275 @@
+//! Shadow traffic: a sampled share of a task's live requests is also sent, after the client's
+//! request committed and off its path, to the task's other backends that its policy allows
+//! (within their quota at batch priority, never waiting for it). Each shadow answer is stored
+//! in its own table, cost included, apart from the request ledger; grading happens later
+//! (`grade_pending`), against the primary's answer with the task's shadow grader, so drift in
+//! a fallback shows before an outage forces traffic onto it.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::oneshot;
+
+use super::call::Caller;
+use super::golden::GoldenItem;
+use super::grade::{Grader, Verdict};
+use super::run::{grade, Judge};
+use super::store::{self, ShadowResult};
+use crate::adapter::EventStream;
+use crate::canonical::{ChatRequest, Event};
+use crate::config::{Config, TaskConfig};
+use crate::ledger::{new_record_id, unix_millis, Store};
+use crate::metrics::Metrics;
+use crate::route::{BreakerView, Snapshot};
+
+/// Sends shadows and stores them.
+pub struct Shadows {
+    pub caller: Caller,
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Whether this request is shadowed (`roll` uniform in 0..1).
+pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
+    task.shadow.as_ref().is_some_and(|s| roll < s.rate)
+}
+
+/// (backend, adapter base URL) of each shadow target: the shadow's backends (else the task's
+/// others), minus the primary and any the task's policy refuses, at a node that is neither
+/// held, quarantined nor behind an open breaker.
+pub fn targets(snap: &Snapshot, task: &TaskConfig, primary: &str) -> Vec<(String, String)> {
+    let Some(shadow) = &task.shadow else { return Vec::new() };
+    let names = shadow.backends.as_ref().unwrap_or(&task.backends);
+    names
+        .iter()
+        .filter(|name| *name != primary)
+        .filter_map(|name| {
+            let config = snap.config.backend(name)?;
+            if crate::policy::refuses(&snap.config, task, config).is_some() {
+                return None;
+            }
+            let view = &snap.backends[snap.backend_index(name)?];
+            let node = view
+                .nodes
+                .iter()
+                .find(|n| n.held.is_none() && n.quarantine.is_none() && n.breaker != BreakerView::Open)?;
+            Some((name.clone(), node.base_url.clone()))
+        })
+        .collect()
+}
+
+/// The client's stream, unchanged, and the whole answer once it ended well (text, then tool
+/// calls as `name(arguments)` lines, the form graders see).
+pub fn tap(events: EventStream) -> (EventStream, oneshot::Receiver<String>) {
+    let (tx, rx) = oneshot::channel();
+    struct Tap {
+        text: String,
+        calls: Vec<(String, String)>,
+        tx: Option<oneshot::Sender<String>>,
+    }
+    let tap = Tap { text: String::new(), calls: Vec::new(), tx: Some(tx) };
+    let stream = futures::stream::unfold((events, tap), |(mut events, mut tap)| async move {
+        match events.next().await {
+            Some(Ok(event)) => {
+                match &event {
+                    Event::TextDelta(t) => tap.text.push_str(t),
+                    Event::ToolCallDelta { index, name, arguments, .. } => {
+                        let i = *index as usize;
+                        if tap.calls.len() <= i {
+                            tap.calls.resize(i + 1, (String::new(), String::new()));
+                        }
+                        tap.calls[i].0.push_str(name.as_deref().unwrap_or_default());
+                        tap.calls[i].1.push_str(arguments);
+                    }
+                    _ => {}
+                }
+                Some((Ok(event), (events, tap)))
+            }
+            Some(Err(e)) => {
+                tap.tx = None;
+                Some((Err(e), (events, tap)))
+            }
+            None => {
+                if let Some(tx) = tap.tx.take() {
+                    let mut answer = std::mem::take(&mut tap.text);
+                    for (name, arguments) in &tap.calls {
+                        if !answer.is_empty() {
+                            answer.push('\n');
+                        }
+                        answer.push_str(&format!("{name}({arguments})"));
+                    }
+                    let _ = tx.send(answer);
+                }
+                None
+            }
+        }
+    });
+    (Box::pin(stream), rx)
+}
+
+impl Shadows {
+    /// Send `request` to each target in the background and store what comes back with the
+    /// primary's answer (once the client's stream has ended).
+    pub fn spawn(
+        self: &Arc<Self>,
+        snap: Arc<Snapshot>,
+        task: TaskConfig,
+        request: ChatRequest,
+        primary: String,
+        request_id: String,
+        primary_answer: oneshot::Receiver<String>,
+    ) {
+        let targets = targets(&snap, &task, &primary);
+        if targets.is_empty() {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let at_ms = unix_millis(std::time::SystemTime::now());
+            let calls = targets.iter().map(|(name, url)| {
+                let backend = snap.config.backend(name).cloned();
+                let (this, task, request) = (&this, &task, &request);
+                async move {
+                    let backend = backend?;
+                    Some((backend.clone(), this.caller.ask(Some(task), &backend, url, request).await))
+                }
+            });
+            let answers: Vec<_> = futures::future::join_all(calls).await.into_iter().flatten().collect();
+            let primary_answer = primary_answer.await.ok();
+            for (backend, answer) in answers {
+                let result = match &answer {
+                    Ok(_) => "ok",
+                    Err(e) if e.class == "over_quota" => "over_quota",
+                    Err(_) => "error",
+                };
+                this.metrics.observe_shadow(&task.name, &backend.name, result);
+                if result == "over_quota" {
+                    continue;
+                }
+                let row = ShadowResult {
+                    id: new_record_id(),
+                    at_ms,
+                    task: task.name.clone(),
+                    request_id: request_id.clone(),
+                    primary_backend: primary.clone(),
+                    backend: backend.name.clone(),
+                    model: backend.model.clone(),
+                    error_class: answer.as_ref().err().map(|e| e.class.clone()),
+                    input_tokens: answer.as_ref().map_or(0, |a| i64::from(a.usage.input_tokens)),
+                    output_tokens: answer.as_ref().map_or(0, |a| i64::from(a.usage.output_tokens)),
+                    duration_ms: answer.as_ref().map_or(0, |a| a.latency.as_millis() as i64),
+                    cost: answer.as_ref().ok().and_then(|a| a.cost),
+                    primary_answer: primary_answer.clone(),
+                    answer: answer.map(|a| a.text).unwrap_or_default(),
+                    verdict: None,
+                    why: None,
+                };
+                if let Err(e) = store::insert_shadow(&this.store, &row).await {
+                    tracing::error!("shadow result not stored: {e}");
+                }
+            }
+        });
+    }
+}
+
+/// The grader of a task's shadows: its configured one, else word overlap with the primary.
+pub fn grader_of(task: &TaskConfig) -> Grader {
+    task.shadow.as_ref().and_then(|s| s.grader.clone()).unwrap_or(Grader::Similar { min: 0.5 })
+}
+
+/// Grade every stored shadow answer not graded yet; returns how many were graded. Answers
+/// whose primary broke off have no reference and stay ungraded.
+pub async fn grade_pending(
+    store: &Store,
+    config: &Arc<Config>,
+    caller: &Caller,
+    metrics: Option<&Metrics>,
+) -> Result<usize, String> {
+    let pending = store::shadows(store, true).await?;
+    let mut graded = 0;
+    for row in pending {
+        let Some(task) = config.task(&row.task) else { continue };
+        let Some(primary) = &row.primary_answer else { continue };
+        let grader = grader_of(task);
+        let item =
+            GoldenItem { messages: Vec::new(), reference: Some(primary.clone()), grader: grader.clone() };
+        let judge = Judge::new(config, task)?;
+        let (verdict, why) = match grade(caller, &judge, &grader, &item, &row.answer).await {
+            Ok(Verdict::Pass) => ("pass", None),
+            Ok(Verdict::Fail(why)) => ("fail", Some(why)),
+            Ok(Verdict::NeedsJudge) => continue,
+            Err(e) => {
+                tracing::warn!(task = %row.task, backend = %row.backend, "shadow not graded: {e}");
+                continue;
+            }
+        };
+        store::grade_shadow(store, &row.id, verdict, why.as_deref()).await?;
+        if let Some(m) = metrics {
+            m.observe_shadow_grade(&row.task, &row.backend, verdict == "pass");
+        }
+        graded += 1;
+    }
+    Ok(graded)
+}
+
+/// Grade pending shadows every `period` until aborted.
+pub async fn grade_loop(
+    store: Store,
+    config: Arc<arc_swap::ArcSwap<Config>>,
+    caller: Caller,
+    metrics: Arc<Metrics>,
+    period: std::time::Duration,
+) {
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let config = config.load_full();
+        if !config.tasks.iter().any(|t| t.shadow.is_some()) {
+            continue;
+        }
+        if let Err(e) = grade_pending(&store, &config, &caller, Some(&metrics)).await {
+            tracing::warn!("shadow grading: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_tap_passes_events_through_and_hands_over_the_whole_answer() {
+        let events: Vec<Result<Event, crate::adapter::UpstreamError>> = vec![
+            Ok(Event::TextDelta("Hello ".into())),
+            Ok(Event::TextDelta("there".into())),
+            Ok(Event::ToolCallDelta {
+                index: 0,
+                id: Some("c1".into()),
+                name: Some("lookup".into()),
+                arguments: "{\"id\":".into(),
+            }),
+            Ok(Event::ToolCallDelta { index: 0, id: None, name: None, arguments: "4}".into() }),
+        ];
+        let (stream, rx) = tap(Box::pin(futures::stream::iter(events.clone())));
+        let seen: Vec<_> = stream.collect().await;
+        assert_eq!(seen, events);
+        assert_eq!(rx.await.unwrap(), "Hello there\nlookup({\"id\":4})");
+
+        let broken: Vec<Result<Event, crate::adapter::UpstreamError>> = vec![
+            Ok(Event::TextDelta("Hel".into())),
+            Err(crate::adapter::UpstreamError::new(crate::adapter::ErrorClass::StreamBroken, None, "cut")),
+        ];
+        let (stream, rx) = tap(Box::pin(futures::stream::iter(broken)));
+        let _ = stream.collect::<Vec<_>>().await;
+        assert!(rx.await.is_err(), "a broken answer is not a reference");
+    }
+
+    #[test]
+    fn sampling_follows_the_rate() {
+        let mut task: TaskConfig =
+            serde_yaml_ng::from_str("{name: t, backends: [a], slo: {ttft_ms: 1}}").unwrap();
+        assert!(!sampled(&task, 0.0));
+        task.shadow = Some(crate::config::ShadowConfig { rate: 0.25, backends: None, grader: None });
+        assert!(sampled(&task, 0.1) && !sampled(&task, 0.25) && !sampled(&task, 0.9));
+    }
+}
