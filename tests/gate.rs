@@ -426,3 +426,56 @@ tasks:
     assert_eq!(gemini["passed"], false);
     assert_eq!(gemini["cost_per_item_usd"], Value::Null, "unpriced");
 }
+
+#[tokio::test]
+async fn a_judge_backend_scores_answers_and_the_policy_filter_applies_to_it() {
+    let dir = temp_dir();
+    let golden = dir.join("judged.jsonl");
+    std::fs::write(
+        &golden,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Summarise: VPN drops hourly.\"}], \"reference\": \"The VPN disconnects every hour.\", \"grader\": {\"type\": \"judge\", \"rubric\": \"Names the VPN and the hourly drop.\", \"min_score\": 7}}\n",
+    )
+    .unwrap();
+    let answerer = sim_replying(SimKind::OpenAi, "gpt-5.6", "The VPN drops every hour.").await;
+    let generous = sim_replying(SimKind::Anthropic, "claude-sonnet-4-5", "Score: 8").await;
+    let strict = sim_replying(SimKind::Gemini, "gemini-2.5-flash", "3").await;
+    let yaml = format!(
+        r#"
+admin_token_env: GATE_ADMIN
+backends:
+  - {{name: answerer, kind: openai, base_url: "{}/v1", model: gpt-5.6, region: eu}}
+  - {{name: generous, kind: anthropic, base_url: "{}", model: claude-sonnet-4-5, region: eu}}
+  - {{name: strict, kind: gemini, base_url: "{}/v1beta", model: gemini-2.5-flash, region: us}}
+tasks:
+  - {{name: passes, backends: [answerer], slo: {{ttft_ms: 2000}}, gate: {{golden: "{g}", judge: generous, required: false}}}}
+  - {{name: fails, backends: [answerer], slo: {{ttft_ms: 2000}}, gate: {{golden: "{g}", judge: strict, required: false}}}}
+  - {{name: eu-only, backends: [answerer], data_class: eu, slo: {{ttft_ms: 2000}}, gate: {{golden: "{g}", judge: strict, required: false}}}}
+policy:
+  data_classes:
+    eu: {{regions: [eu]}}
+"#,
+        answerer.base_url(),
+        generous.base_url(),
+        strict.base_url(),
+        g = golden.display()
+    );
+    let router = router(&yaml, &[("GATE_ADMIN", ADMIN)]).await;
+    let run = |task: &'static str| {
+        let url = router.url.clone();
+        async move { admin_post(&url, "/admin/gate/run", json!({"task": task, "backend": "answerer"})).await }
+    };
+    let (status, passed) = run("passes").await;
+    assert_eq!((status, passed["result"]["passed"].clone()), (200, json!(true)), "{passed}");
+    let (status, failed) = run("fails").await;
+    assert_eq!((status, failed["result"]["passed"].clone()), (200, json!(false)), "{failed}");
+    assert!(failed["result"]["why"].as_str().unwrap().contains("0/1 passed"), "{failed}");
+    let (status, refused) = run("eu-only").await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("judge `strict` may not see task `eu-only`'s data"),
+        "{refused}"
+    );
+}

@@ -460,6 +460,16 @@ fn secret_env(r: &Rendered) -> BTreeMap<String, (String, String)> {
 fn check_spillway_config(r: &Rendered, dir: &Path) {
     let file = dir.join("spillway.yaml");
     std::fs::write(&file, r.config_text()).unwrap();
+    // The other files of the ConfigMap are mounted beside it (golden sets, prompt variants).
+    let maps = r.all("ConfigMap");
+    let map = maps.iter().find(|m| !m["data"]["spillway.yaml"].is_null()).expect("the config map");
+    for (name, content) in map["data"].as_mapping().into_iter().flatten() {
+        if let (Some(name), Some(content)) = (name.as_str(), content.as_str()) {
+            if name != "spillway.yaml" {
+                std::fs::write(dir.join(name), content).unwrap();
+            }
+        }
+    }
     eprintln!("[{}] spillway check-config (the ConfigMap's spillway.yaml)", r.name);
     let out = Command::new(BIN).arg("check-config").arg(&file).output().unwrap();
     assert!(
@@ -580,6 +590,12 @@ fn ha_values_share_postgres_and_redis_and_turn_monitoring_on() {
     eprintln!("[ha] the config uses the Secrets by env name: Postgres ledger, Redis, keys, admin");
     let config = r.config();
     assert_eq!(str_of(&config["ledger"]["url_env"]), "SPILLWAY_LEDGER_URL");
+    let maps = r.all("ConfigMap");
+    let map = maps.iter().find(|m| !m["data"]["spillway.yaml"].is_null()).unwrap();
+    assert_eq!(
+        map["data"]["summarise.jsonl"], values["configFiles"]["summarise.jsonl"],
+        "golden set beside the config"
+    );
     assert!(config["ledger"]["url"].is_null());
     assert_eq!(str_of(&config["state"]["redis_url_env"]), "SPILLWAY_REDIS_URL");
     assert_eq!(str_of(&config["admin_token_env"]), "SPILLWAY_ADMIN_TOKEN");

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{BackendKind, Config, Problem};
+use crate::gate::grade::Grader;
 
 /// Resolve and read every file the tasks name; check the keys. `base`: the config file's folder.
 pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
@@ -17,9 +18,20 @@ pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
             |key: &str, message: String| problems.push(Problem::new(format!("tasks[{i}].{key}"), message));
         if let Some(gate) = &mut task.gate {
             gate.golden = resolve(base, &gate.golden);
-            if let Err(lines) = crate::gate::golden::load(&gate.golden) {
-                for line in lines {
-                    p("gate.golden", line);
+            match crate::gate::golden::load(&gate.golden) {
+                Ok(items) => {
+                    let judged = items.iter().any(|i| matches!(i.grader, Grader::Judge { .. }));
+                    if judged && gate.judge.is_none() {
+                        p(
+                            "gate.judge",
+                            "the golden set has `judge` graders: name the backend that scores them".into(),
+                        );
+                    }
+                }
+                Err(lines) => {
+                    for line in lines {
+                        p("gate.golden", line);
+                    }
                 }
             }
             if !(0.0..=1.0).contains(&gate.min_pass) {
@@ -52,6 +64,10 @@ pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
             if let Some(grader) = &shadow.grader {
                 if let Err(why) = grader.check(Some("the primary's answer")) {
                     p("shadow.grader", why);
+                }
+                let judge = task.gate.as_ref().and_then(|g| g.judge.as_ref());
+                if matches!(grader, Grader::Judge { .. }) && judge.is_none() {
+                    p("shadow.grader", "a `judge` grader needs `gate.judge`".into());
                 }
             }
         }

@@ -37,6 +37,23 @@ pub struct DemoArgs {
 /// The admin token the demo uses when `SPILLWAY_ADMIN_TOKEN` is not set.
 const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 
+/// The demo's golden set, written beside its config.
+pub const GOLDEN_FILE: &str = "spillway-demo-golden.jsonl";
+
+/// Golden items for summarise-ticket that the simulators' generated words pass or fail on
+/// their merits (they answer with words from a fixed vocabulary, never with numbers).
+const GOLDEN: &str = r#"{"messages": [{"role": "user", "content": "Summarise: the printer on floor 3 jams every morning."}], "grader": {"type": "regex", "pattern": "^[A-Za-z ,.'-]+$"}}
+{"messages": [{"role": "user", "content": "Summarise: VPN drops every hour for the sales team."}], "grader": {"type": "contains", "all": ["the"]}}
+{"messages": [{"role": "user", "content": "Summarise: laptop battery swells."}], "reference": "the model answers with a short and clear reply about your request", "grader": {"type": "similar", "min": 0.15}}
+{"messages": [{"role": "user", "content": "Summarise: wifi is slow in the cafeteria."}], "grader": {"type": "regex", "pattern": "\\w+ \\w+ \\w+"}}
+{"messages": [{"role": "user", "content": "How many tickets mention the printer? Answer with a number."}], "grader": {"type": "numeric", "value": 3}}
+{"messages": [{"role": "user", "content": "Reply in JSON with a priority field."}], "grader": {"type": "json_schema", "schema": {"type": "object", "required": ["priority"]}}}
+{"messages": [{"role": "user", "content": "Summarise: the router keeps the fleet busy."}], "grader": {"type": "contains", "all": ["router"]}}
+{"messages": [{"role": "user", "content": "Summarise: keyboard keys stick."}], "grader": {"type": "regex", "pattern": "^.{10,}$"}}
+{"messages": [{"role": "user", "content": "Summarise: monitor flickers after lunch."}], "grader": {"type": "contains", "all": ["a"]}}
+{"messages": [{"role": "user", "content": "Summarise: badge reader at the door fails."}], "grader": {"type": "regex", "pattern": "[a-z]"}}
+"#;
+
 /// The simulated fleet and providers behind the demo router.
 pub struct DemoFleet {
     pub sims: Vec<SimHandle>,
@@ -84,6 +101,7 @@ backends:
     kind: openai
     base_url: {openai}/v1
     model: gpt-5.6
+    version: "2026-10-01"    # the gate's fingerprint is model@version
     region: us
     price: {{input_per_mtok: 5.0, cached_input_per_mtok: 0.5, output_per_mtok: 20.0}}
   - name: anthropic
@@ -105,6 +123,11 @@ tasks:
     data_class: internal
     slo: {{ttft_ms: 800}}
     max_output_tokens: 400
+    # The gate: `spillway gate run --config spillway-demo.yaml --task summarise-ticket`.
+    # Not required here, so the demo serves before any run; results show in `gate report`.
+    gate: {{golden: {GOLDEN_FILE}, min_pass: 0.6, max_p95_ms: 4000, required: false}}
+    # 5 % of requests are also sent to the other backends and graded against the answer.
+    shadow: {{rate: 0.05}}
   - name: cheap-chat
     backends: [openai, anthropic, gemini]
     strategy: cost
@@ -130,8 +153,12 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let fleet = start_fleet(args.listen, args.seed, &args.ledger)
         .await
         .map_err(|e| format!("cannot start the simulators: {e}"))?;
-    let cfg =
-        config::parse(&fleet.config_yaml).map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
+    let dir =
+        args.write_config.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::write(dir.join(GOLDEN_FILE), GOLDEN)
+        .map_err(|e| format!("cannot write the demo's golden set: {e}"))?;
+    let cfg = config::parse_in(&fleet.config_yaml, Some(dir))
+        .map_err(|p| format!("embedded demo config is invalid: {p:?}"))?;
     std::fs::write(&args.write_config, &fleet.config_yaml)
         .map_err(|e| format!("cannot write {}: {e}", args.write_config.display()))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -185,6 +212,18 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         args.ledger,
         args.write_config.display()
     );
+    println!(
+        "\nGate: run the golden set ({GOLDEN_FILE}) on every backend of summarise-ticket, then compare:\n  spillway gate run --config {0} --task summarise-ticket\n  spillway gate report --config {0}",
+        args.write_config.display()
+    );
     // Stopping (ctrl-c, SIGTERM or --duration-secs) drains requests and flushes the ledger.
     router.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_demo_golden_set_loads() {
+        assert_eq!(crate::gate::golden::parse(super::GOLDEN).unwrap().len(), 10);
+    }
 }

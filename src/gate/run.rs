@@ -171,33 +171,17 @@ pub struct Judge {
 }
 
 impl Judge {
+    /// The task's judge; an error when it names one the task's policy refuses.
     pub fn new(config: &Arc<Config>, task: &TaskConfig) -> Result<Judge, String> {
-        let uses_judge = task
-            .gate
-            .as_ref()
-            .and_then(|g| crate::gate::golden::load(&g.golden).ok())
-            .is_some_and(|items| items.iter().any(|i| matches!(i.grader, Grader::Judge { .. })))
-            || task.shadow.as_ref().is_some_and(|s| matches!(s.grader, Some(Grader::Judge { .. })));
-        let name = task.gate.as_ref().and_then(|g| g.judge.clone());
-        let target = match name {
-            None if uses_judge => {
-                return Err(format!(
-                    "task `{}` grades with `judge` but names no `gate.judge` backend",
-                    task.name
-                ))
-            }
-            None => Err("no judge configured".to_string()),
-            Some(name) => {
-                let backend = config.backend(&name).ok_or_else(|| format!("no backend named `{name}`"))?;
-                if let Some(why) = crate::policy::refuses(config, task, backend) {
-                    return Err(format!("judge `{name}` may not see task `{}`'s data: {why}", task.name));
-                }
-                let url =
-                    first_base_url(config, &name).ok_or_else(|| format!("judge `{name}` has no node"))?;
-                Ok((backend.clone(), url))
-            }
+        let Some(name) = task.gate.as_ref().and_then(|g| g.judge.clone()) else {
+            return Ok(Judge { target: Err(format!("task `{}` names no `gate.judge` backend", task.name)) });
         };
-        Ok(Judge { target })
+        let backend = config.backend(&name).ok_or_else(|| format!("no backend named `{name}`"))?;
+        if let Some(why) = crate::policy::refuses(config, task, backend) {
+            return Err(format!("judge `{name}` may not see task `{}`'s data: {why}", task.name));
+        }
+        let url = first_base_url(config, &name).ok_or_else(|| format!("judge `{name}` has no node"))?;
+        Ok(Judge { target: Ok((backend.clone(), url)) })
     }
 
     /// Ask the judge for a 0–10 score of `answer` under `rubric`.

@@ -187,14 +187,18 @@ pub async fn grade_pending(
 ) -> Result<usize, String> {
     let pending = store::shadows(store, true).await?;
     let mut graded = 0;
+    let mut judges = std::collections::HashMap::new();
     for row in pending {
         let Some(task) = config.task(&row.task) else { continue };
         let Some(primary) = &row.primary_answer else { continue };
         let grader = grader_of(task);
         let item =
             GoldenItem { messages: Vec::new(), reference: Some(primary.clone()), grader: grader.clone() };
-        let judge = Judge::new(config, task)?;
-        let (verdict, why) = match grade(caller, &judge, &grader, &item, &row.answer).await {
+        if !judges.contains_key(&task.name) {
+            judges.insert(task.name.clone(), Judge::new(config, task)?);
+        }
+        let judge = &judges[&task.name];
+        let (verdict, why) = match grade(caller, judge, &grader, &item, &row.answer).await {
             Ok(Verdict::Pass) => ("pass", None),
             Ok(Verdict::Fail(why)) => ("fail", Some(why)),
             Ok(Verdict::NeedsJudge) => continue,

@@ -139,6 +139,7 @@ pub fn filter(eligible: Vec<usize>, req: &ChatRequest, snap: &Snapshot) -> Resul
     // Counted once per distinct counter: estimates share nothing, but two backends with the
     // same counter agree.
     let mut counted: HashMap<String, u32> = HashMap::new();
+    let bound = upper_bound(req);
     let mut kept = Vec::with_capacity(eligible.len());
     let mut refusals = Vec::new();
     for index in eligible {
@@ -153,7 +154,9 @@ pub fn filter(eligible: Vec<usize>, req: &ChatRequest, snap: &Snapshot) -> Resul
             refusals.push((backend.name.clone(), Refusal::Missing(missing)));
             continue;
         }
-        if let Some(max_context) = caps.max_context {
+        if let Some(max_context) =
+            caps.max_context.filter(|m| bound.saturating_add(u64::from(output)) > u64::from(*m))
+        {
             let counter = tokens::counter_for(backend);
             let key = match &counter {
                 tokens::TokenCounter::File(file) => file.path().display().to_string(),
@@ -173,6 +176,17 @@ pub fn filter(eligible: Vec<usize>, req: &ChatRequest, snap: &Snapshot) -> Resul
     } else {
         Ok(kept)
     }
+}
+
+/// A count no backend's counter can exceed, so that a request well inside every limit (nearly
+/// all of them) is never tokenised here: every token covers at least one byte of the text it
+/// counts, all of which is in the request's JSON; estimated counters scale by at most 1.25;
+/// framing and images add fixed amounts.
+fn upper_bound(req: &ChatRequest) -> u64 {
+    let bytes = serde_json::to_vec(req).map_or(u64::MAX / 2, |v| v.len() as u64);
+    let images: u64 = req.messages.iter().map(|m| m.images.len() as u64).sum();
+    let framing = 16 + 4 * req.messages.len() as u64;
+    (bytes + framing).saturating_mul(5) / 4 + images * u64::from(tokens::TOKENS_PER_IMAGE)
 }
 
 /// `9120` → `9,120`.
@@ -214,6 +228,25 @@ tasks:
 
     fn request(text: &str) -> ChatRequest {
         ChatRequest { messages: vec![Message::new(Role::User, text)], ..Default::default() }
+    }
+
+    #[test]
+    fn the_byte_bound_is_never_below_any_counters_count() {
+        let texts =
+            ["hello", "日本語のテキストと絵文字 🚀🚀🚀", "a b c d e f g h i j k", &"x".repeat(5000), ""];
+        for text in texts {
+            let req = request(text);
+            let bound = upper_bound(&req);
+            for counter in [
+                tokens::TokenCounter::O200kBase,
+                tokens::TokenCounter::Cl100kBase,
+                tokens::TokenCounter::ClaudeEstimate,
+                tokens::TokenCounter::GeminiEstimate,
+                tokens::TokenCounter::LlamaEstimate,
+            ] {
+                assert!(u64::from(counter.count_request(&req)) <= bound, "{counter:?} on {text:?}");
+            }
+        }
     }
 
     #[test]
