@@ -479,3 +479,81 @@ policy:
         "{refused}"
     );
 }
+
+/// A fresh PostgreSQL schema on the machine's server (`SPILLWAY_TEST_PG`, default
+/// `postgres://postgres@127.0.0.1:5432/test`), or `None` when it is not reachable (an error
+/// under `SPILLWAY_REQUIRE_PG`).
+async fn pg_store_url() -> Option<String> {
+    use sqlx::Connection;
+    let admin = std::env::var("SPILLWAY_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await else {
+        assert!(std::env::var_os("SPILLWAY_REQUIRE_PG").is_none(), "PostgreSQL is not reachable at {admin}");
+        eprintln!("WARNING: PostgreSQL not reachable; the gate store ran on SQLite only");
+        return None;
+    };
+    let schema = format!("gate_test_{:016x}", rand::random::<u64>());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.unwrap();
+    Some(format!("{admin}?options=-c%20search_path%3D{schema}"))
+}
+
+#[tokio::test]
+async fn the_gate_tables_keep_results_pins_and_shadows_on_both_stores() {
+    use spillway::gate::store::{self, GateResult, ShadowResult};
+    use spillway::gate::summary::Summary;
+    let mut urls = vec![temp_ledger_url()];
+    urls.extend(pg_store_url().await);
+    for url in urls {
+        let db = spillway::ledger::Store::open(&url).await.unwrap();
+        let result = GateResult {
+            id: "r1".into(),
+            task: "t".into(),
+            backend: "pool".into(),
+            fingerprint: "engine=0.11".into(),
+            node: Some("pool/m@http://10.0.0.1:8000/v1".into()),
+            trigger: "pin_change".into(),
+            started_ms: 1_000,
+            finished_ms: 2_000,
+            summary: Summary {
+                items: 20,
+                passed_items: 19,
+                errors: 1,
+                p50_ms: Some(120),
+                p95_ms: None,
+                cost: Some(rust_decimal::Decimal::new(123_456_789, 9)),
+                passed: true,
+                why: "19/20 passed".into(),
+            },
+        };
+        store::insert_result(&db, &result).await.unwrap();
+        assert_eq!(store::results(&db).await.unwrap(), vec![result], "{url}");
+        let pin = spillway::config::Pin { engine: Some("0.11".into()), ..Default::default() };
+        store::accept_pin(&db, "pool", "engine=0.11", &pin, 5).await.unwrap();
+        store::accept_pin(&db, "pool", "engine=0.11", &pin, 6).await.unwrap();
+        assert_eq!(store::accepted_pins(&db).await.unwrap(), vec![("pool".to_string(), pin)]);
+        let shadow = ShadowResult {
+            id: "s1".into(),
+            at_ms: 7,
+            task: "t".into(),
+            request_id: "req".into(),
+            primary_backend: "pool".into(),
+            backend: "openai".into(),
+            model: "gpt".into(),
+            error_class: None,
+            input_tokens: 10,
+            output_tokens: 5,
+            duration_ms: 30,
+            cost: Some(rust_decimal::Decimal::new(15, 5)),
+            primary_answer: Some("yes".into()),
+            answer: "yes".into(),
+            verdict: None,
+            why: None,
+        };
+        store::insert_shadow(&db, &shadow).await.unwrap();
+        assert_eq!(store::shadows(&db, true).await.unwrap(), vec![shadow.clone()]);
+        store::grade_shadow(&db, "s1", "pass", None).await.unwrap();
+        assert!(store::shadows(&db, true).await.unwrap().is_empty(), "graded rows are not pending");
+        assert_eq!(store::shadows(&db, false).await.unwrap()[0].verdict.as_deref(), Some("pass"));
+        db.close().await;
+    }
+}

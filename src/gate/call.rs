@@ -58,7 +58,8 @@ pub struct Answered {
     pub text: String,
     pub usage: Usage,
     pub latency: Duration,
-    /// List price of the call (hosted backends with a price).
+    /// List price of the call (hosted backends with a price), or for a priced pool an estimate
+    /// from its GPU price (see [`slot_cost`]).
     pub cost: Option<Decimal>,
 }
 
@@ -104,15 +105,17 @@ impl Caller {
         }
         let mut answered = result?;
         answered.latency = started.elapsed();
-        answered.cost = backend.price.as_ref().map(|p| {
-            let u = answered.usage;
-            hosted_cost(
-                p,
-                u64::from(u.input_tokens),
-                u64::from(u.cached_input_tokens),
-                u64::from(u.output_tokens),
-            )
-        });
+        answered.cost = match (&backend.price, backend.gpu_hourly_usd) {
+            (Some(p), _) => {
+                let u = answered.usage;
+                let (input, cached, output) = (u.input_tokens, u.cached_input_tokens, u.output_tokens);
+                Some(hosted_cost(p, u64::from(input), u64::from(cached), u64::from(output)))
+            }
+            (None, Some(hourly)) if backend.kind.is_local() => {
+                Some(slot_cost(backend, hourly, answered.latency))
+            }
+            _ => None,
+        };
         Ok(answered)
     }
 
@@ -140,6 +143,15 @@ impl Caller {
             }
         }
     }
+}
+
+/// A self-hosted answer's cost, estimated: one of the node's `max_running` sequence slots,
+/// for as long as the answer took, at the node's GPU price.
+fn slot_cost(backend: &BackendConfig, gpu_hourly_usd: Decimal, latency: Duration) -> Decimal {
+    let node_hourly = gpu_hourly_usd * Decimal::from(backend.gpu_count);
+    let millis = Decimal::from(latency.as_millis() as u64);
+    (node_hourly * millis / Decimal::from(3_600_000u64) / Decimal::from(backend.max_running.max(1)))
+        .round_dp(9)
 }
 
 async fn collect(
@@ -176,4 +188,20 @@ async fn collect(
         answered.text.push_str(&format!("{name}({arguments})"));
     }
     Ok(answered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_answer_costs_its_slot_for_as_long_as_it_took() {
+        let pool: BackendConfig = serde_yaml_ng::from_str(
+            "{name: p, kind: vllm, model: m, endpoints: ['http://h:1'], gpu_count: 2, max_running: 16}",
+        )
+        .unwrap();
+        // 2 GPUs × $2.50 = $5/h for the node; 16 slots; 1.8 s → 5 × 1.8 / 3600 / 16.
+        let cost = slot_cost(&pool, Decimal::new(250, 2), Duration::from_millis(1_800));
+        assert_eq!(cost, Decimal::new(15625, 8));
+    }
 }
