@@ -138,16 +138,21 @@ async fn handle(
     add_spillway_headers(&mut spillway_headers, &committed);
     let mut committed = committed;
     if let Some(shadows) = state.gate.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) {
-        let (events, primary_answer) = shadow::tap(committed.events);
-        committed.events = events;
-        shadows.spawn(
-            Arc::clone(&snap),
-            task.clone(),
-            canonical.clone(),
-            committed.backend.clone(),
-            meta.request_id.clone(),
-            primary_answer,
-        );
+        let load = |node: &str| state.load.view(node);
+        let targets = shadow::targets(&snap, task, &canonical, &committed.backend, &load, Instant::now());
+        if !targets.is_empty() {
+            let (events, primary_answer) = shadow::tap(committed.events);
+            committed.events = events;
+            let job = shadow::Job {
+                snap: Arc::clone(&snap),
+                task: task.clone(),
+                request: canonical.clone(),
+                targets,
+                primary: committed.backend.clone(),
+                request_id: meta.request_id.clone(),
+            };
+            shadows.spawn(job, primary_answer);
+        }
     }
 
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());

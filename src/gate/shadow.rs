@@ -17,10 +17,14 @@ use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
 use crate::adapter::EventStream;
 use crate::canonical::{ChatRequest, Event};
+use crate::config::Priority;
 use crate::config::{Config, TaskConfig};
+use crate::fleet::headroom::{admit, PoolLimits};
+use crate::fleet::load::LoadView;
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
 use crate::route::{BreakerView, Snapshot};
+use tokio::time::Instant;
 
 /// Sends shadows and stores them.
 pub struct Shadows {
@@ -35,24 +39,42 @@ pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
 }
 
 /// (backend, adapter base URL) of each shadow target: the shadow's backends (else the task's
-/// others), minus the primary and any the task's policy refuses, at a node that is neither
-/// held, quarantined nor behind an open breaker.
-pub fn targets(snap: &Snapshot, task: &TaskConfig, primary: &str) -> Vec<(String, String)> {
+/// others), minus the primary, any the task's policy refuses and any that lacks what the
+/// request needs (tools, images, context), at a node that is neither held, quarantined nor
+/// behind an open breaker; a pool node also needs headroom for a batch request, so shadows
+/// never take the fleet's room from live traffic.
+pub fn targets(
+    snap: &Snapshot,
+    task: &TaskConfig,
+    request: &ChatRequest,
+    primary: &str,
+    load: &dyn Fn(&str) -> LoadView,
+    now: Instant,
+) -> Vec<(String, String)> {
     let Some(shadow) = &task.shadow else { return Vec::new() };
     let names = shadow.backends.as_ref().unwrap_or(&task.backends);
+    let slo_s = task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin);
     names
         .iter()
         .filter(|name| *name != primary)
         .filter_map(|name| {
-            let config = snap.config.backend(name)?;
-            if crate::policy::refuses(&snap.config, task, config).is_some() {
+            let index = snap.backend_index(name)?;
+            if crate::policy::refuses(&snap.config, task, &snap.config.backends[index]).is_some()
+                || crate::route::capability::filter(vec![index], request, snap).is_err()
+            {
                 return None;
             }
-            let view = &snap.backends[snap.backend_index(name)?];
-            let node = view
-                .nodes
-                .iter()
-                .find(|n| n.held.is_none() && n.quarantine.is_none() && n.breaker != BreakerView::Open)?;
+            let view = &snap.backends[index];
+            let limits =
+                PoolLimits { reserve: Priority::Batch.local_reserve(view.limits.reserve), ..view.limits };
+            let prompt = request.estimated_prompt_tokens();
+            let node = view.nodes.iter().find(|n| {
+                n.held.is_none()
+                    && n.quarantine.is_none()
+                    && n.breaker != BreakerView::Open
+                    && (!view.is_local()
+                        || admit(&n.signals, load(&n.key), &limits, prompt, slo_s, now).is_ok())
+            })?;
             Some((name.clone(), node.base_url.clone()))
         })
         .collect()
@@ -107,19 +129,23 @@ pub fn tap(events: EventStream) -> (EventStream, oneshot::Receiver<String>) {
     (Box::pin(stream), rx)
 }
 
+/// One request's shadows.
+pub struct Job {
+    pub snap: Arc<Snapshot>,
+    pub task: TaskConfig,
+    pub request: ChatRequest,
+    /// (backend, adapter base URL), as [`targets`] chose them.
+    pub targets: Vec<(String, String)>,
+    /// The backend that served the client.
+    pub primary: String,
+    pub request_id: String,
+}
+
 impl Shadows {
-    /// Send `request` to each target in the background and store what comes back with the
-    /// primary's answer (once the client's stream has ended).
-    pub fn spawn(
-        self: &Arc<Self>,
-        snap: Arc<Snapshot>,
-        task: TaskConfig,
-        request: ChatRequest,
-        primary: String,
-        request_id: String,
-        primary_answer: oneshot::Receiver<String>,
-    ) {
-        let targets = targets(&snap, &task, &primary);
+    /// Send the job's copies in the background and store what comes back with the primary's
+    /// answer (once the client's stream has ended).
+    pub fn spawn(self: &Arc<Self>, job: Job, primary_answer: oneshot::Receiver<String>) {
+        let Job { snap, task, request, targets, primary, request_id } = job;
         if targets.is_empty() {
             return;
         }
@@ -266,6 +292,55 @@ mod tests {
         let (stream, rx) = tap(Box::pin(futures::stream::iter(broken)));
         let _ = stream.collect::<Vec<_>>().await;
         assert!(rx.await.is_err(), "a broken answer is not a reference");
+    }
+
+    #[test]
+    fn shadows_go_only_where_policy_capabilities_and_headroom_allow() {
+        let yaml = "backends:
+  - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000'], region: eu, max_running: 10}
+  - {name: eu-api, kind: openai, model: gpt, region: eu, capabilities: {tools: false}}
+  - {name: us-api, kind: anthropic, model: claude, region: us}
+  - {name: eu-other, kind: gemini, model: gemini, region: eu}
+tasks:
+  - {name: t, backends: [eu-api, pool, us-api, eu-other], data_class: eu, slo: {ttft_ms: 2000}, shadow: {rate: 1}}
+policy:
+  data_classes:
+    eu: {regions: [eu]}
+";
+        let config = Arc::new(crate::config::parse(yaml).unwrap());
+        let task = config.tasks[0].clone();
+        let mut snap = Snapshot::from_config(Arc::clone(&config));
+        let now = Instant::now();
+        let idle = |_: &str| LoadView::default();
+        let plain = ChatRequest {
+            messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
+            ..Default::default()
+        };
+        let names = |t: Vec<(String, String)>| t.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        // The pool has no telemetry yet (no headroom known): no shadow there; us-api is refused.
+        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now)), ["eu-other"]);
+        snap.backends[0].nodes[0].signals = crate::fleet::headroom::NodeSignals {
+            scraped_at: Some(now),
+            running: Some(0.0),
+            waiting: Some(0.0),
+            ..Default::default()
+        };
+        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now)), ["pool", "eu-other"]);
+        let busy = |_: &str| LoadView { in_flight: 10, ..LoadView::default() };
+        assert_eq!(
+            names(targets(&snap, &task, &plain, "eu-api", &busy, now)),
+            ["eu-other"],
+            "a full pool gets none"
+        );
+        let mut tools = plain.clone();
+        tools.tools.push(crate::canonical::Tool {
+            name: "f".into(),
+            description: None,
+            parameters: serde_json::json!({"type": "object"}),
+        });
+        let chosen = names(targets(&snap, &task, &tools, "eu-other", &idle, now));
+        assert!(!chosen.contains(&"eu-api".to_string()), "no tools there: {chosen:?}");
+        assert!(!chosen.contains(&"eu-other".to_string()), "never the primary");
     }
 
     #[test]
