@@ -20,13 +20,13 @@ fn browser_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     if !dir.join("node_modules/playwright-core").is_dir() {
         let out = std::process::Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
             .output()
             .expect("npm (Node 20) is needed to install tests/browser's dependencies");
         assert!(
             out.status.success(),
-            "npm ci --prefix tests/browser failed:\n{}{}",
+            "npm ci in tests/browser failed:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -50,21 +50,41 @@ async fn dashboard_renders_live_traffic_in_chromium() {
     let a = sim(SimKind::Vllm, "llama", |a| a.max_num_seqs = 4).await;
     let b = sim(SimKind::Vllm, "llama", |a| a.max_num_seqs = 4).await;
     let hosted = sim(SimKind::Anthropic, "claude", |a| a.ttft_ms = 120).await;
+    let golden = std::env::temp_dir().join(format!("spillway-dash-golden-{}.jsonl", std::process::id()));
+    std::fs::write(
+        &golden,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Summarise: VPN drops.\"}], \"grader\": {\"type\": \"regex\", \"pattern\": \"[a-z]\"}}\n",
+    )
+    .unwrap();
     let yaml = format!(
         r#"
+admin_token_env: DASH_ADMIN
 backends:
   - {{name: pool, kind: vllm, endpoints: ["{a}", "{b}"], model: llama, max_running: 2}}
   - {{name: claude, kind: anthropic, base_url: "{hosted}", model: claude, price: {{input_per_mtok: 3, output_per_mtok: 15}}}}
 tasks:
   - {{name: chat, backends: [pool, claude], slo: {{ttft_ms: 500}}}}
-  - {{name: summarize, backends: [claude], strategy: priority, slo: {{ttft_ms: 300, objective: 0.95}}}}
+  - {{name: summarize, backends: [claude], strategy: priority, slo: {{ttft_ms: 300, objective: 0.95}}, gate: {{golden: "{golden}", required: false}}}}
   - {{name: idle, backends: [pool], slo: {{ttft_ms: 1000}}}}
 "#,
         a = a.base_url(),
         b = b.base_url(),
         hosted = hosted.base_url(),
+        golden = golden.display(),
     );
-    let r = router(&yaml, &[]).await;
+    let r = router(&yaml, &[("DASH_ADMIN", "dash-admin")]).await;
+    // The gate's standing shows per provider: run summarize's golden set on claude.
+    let run: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/admin/gate/run", r.url))
+        .bearer_auth("dash-admin")
+        .json(&serde_json::json!({"task": "summarize", "backend": "claude"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["result"]["passed"], true, "{run}");
 
     // Background traffic: a few clients in a loop, enough for the pool to spill now and then.
     let traffic: Vec<_> = (0..4)
@@ -93,6 +113,7 @@ tasks:
     assert!(counters["hosted_requests"].as_f64().unwrap() > 0.0, "{counters}");
     assert!(data["tasks"][0]["p50_s"].as_f64().is_some_and(|p| p > 0.0), "{}", data["tasks"][0]);
     assert!(data["tasks"][2]["p50_s"].is_null(), "the idle task has no TTFT yet");
+    assert_eq!(data["backends"][1]["gate"], serde_json::json!({"summarize": "pass"}), "{}", data["backends"]);
 
     let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshot.png");
     let _ = std::fs::remove_file(&screenshot);

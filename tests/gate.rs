@@ -557,3 +557,57 @@ async fn the_gate_tables_keep_results_pins_and_shadows_on_both_stores() {
         db.close().await;
     }
 }
+
+#[tokio::test]
+async fn shadows_stay_within_the_backends_quota_and_never_wait_for_it() {
+    let primary = sim_replying(SimKind::OpenAi, "gpt-5.6", "ok").await;
+    let limited = sim_replying(SimKind::Anthropic, "claude-sonnet-4-5", "ok").await;
+    let ledger = temp_ledger_url();
+    let yaml = format!(
+        r#"
+ledger: {{url: "{ledger}"}}
+backends:
+  - {{name: openai, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+  - {{name: anthropic, kind: anthropic, base_url: "{}", model: claude-sonnet-4-5, quota: {{rpm: 10}}}}
+tasks:
+  - {{name: support, backends: [openai, anthropic], strategy: priority, slo: {{ttft_ms: 2000}}, shadow: {{rate: 1.0}}}}
+"#,
+        primary.base_url(),
+        limited.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    for _ in 0..20 {
+        let r = post_json(&router.url, &body("support", false)).await;
+        assert_eq!(r.0, 200);
+    }
+    let count = |m: &str, result: &str| -> u64 {
+        let series = format!(
+            r#"spillway_shadow_requests_total{{backend="anthropic",result="{result}",task="support"}} "#
+        );
+        m.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.parse().unwrap())
+    };
+    let url = router.url.clone();
+    assert!(
+        eventually(10, || {
+            let url = url.clone();
+            async move {
+                let m = metrics(&url).await;
+                count(&m, "ok") + count(&m, "over_quota") == 20
+            }
+        })
+        .await
+    );
+    let m = metrics(&router.url).await;
+    let (ok, over) = (count(&m, "ok"), count(&m, "over_quota"));
+    // Batch work may use 70 % of the 10 a minute: 7 per minute window (two windows at most).
+    assert!((7..=14).contains(&ok) && over >= 6, "ok {ok}, over quota {over}");
+    let store = spillway::ledger::Store::open(&ledger).await.unwrap();
+    assert!(
+        eventually(5, || {
+            let store = store.clone();
+            async move { spillway::gate::store::shadows(&store, false).await.unwrap().len() as u64 == ok }
+        })
+        .await,
+        "only the shadows that were sent are stored"
+    );
+}

@@ -203,6 +203,22 @@ fn backends(f: &Families<'_>, config: &Config) -> Vec<Value> {
                 .filter(|(l, v)| l.get("backend") == Some(name) && *v > 0.0)
                 .count();
             let availability = f.one("spillway_backend_availability", &[("backend", name)]);
+            // The evaluation gate per task: pass (current fingerprint passed), fail (latest run
+            // failed), else untested. Only gated tasks have series.
+            let mut gate = Map::new();
+            for (l, passing) in f.of("spillway_gate_passing").filter(|(l, _)| l.get("backend") == Some(name))
+            {
+                let task = l.get("task").unwrap_or_default();
+                let failed = f.one("spillway_gate_failed", &[("backend", name), ("task", task)]) == Some(1.0);
+                let state = if failed {
+                    "fail"
+                } else if passing > 0.0 {
+                    "pass"
+                } else {
+                    "untested"
+                };
+                gate.insert(task.to_string(), json!(state));
+            }
             json!({
                 "backend": name,
                 "kind": b.kind.as_str(),
@@ -212,6 +228,7 @@ fn backends(f: &Families<'_>, config: &Config) -> Vec<Value> {
                 "quarantined": quarantined,
                 "weight": to_json(&f.sum_by("spillway_backend_weight", "task", &[("backend", name)])),
                 "requests": num(requests.get(name).copied().unwrap_or(0.0)),
+                "gate": gate,
             })
         })
         .collect()

@@ -63,6 +63,14 @@ spillway_backend_availability{backend="claude"} 0.75
 # TYPE spillway_backend_weight gauge
 spillway_backend_weight{backend="pool",task="chat"} 1
 spillway_backend_weight{backend="claude",task="chat"} 0
+# TYPE spillway_gate_passing gauge
+spillway_gate_passing{backend="pool",task="chat"} 0
+spillway_gate_passing{backend="claude",task="chat"} 1
+spillway_gate_passing{backend="claude",task="idle"} 0
+# TYPE spillway_gate_failed gauge
+spillway_gate_failed{backend="pool",task="chat"} 1
+spillway_gate_failed{backend="claude",task="chat"} 0
+spillway_gate_failed{backend="claude",task="idle"} 0
 "#;
 
 fn built() -> Value {
@@ -128,6 +136,8 @@ fn backends_and_counters_split_local_from_hosted() {
     let claude = &d["backends"][1];
     assert!(close(&claude["availability"], 0.75) && close(&claude["weight"]["chat"], 0.0));
     assert_eq!(claude["breakers"]["half_open"], 1);
+    assert_eq!(pool["gate"], json!({"chat": "fail"}));
+    assert_eq!(claude["gate"], json!({"chat": "pass", "idle": "untested"}));
     let c = &d["counters"];
     assert!(close(&c["local_requests"], 30.0) && close(&c["hosted_requests"], 10.0));
     assert!(close(&c["unserved_requests"], 2.0) && close(&c["requests_total"], 42.0));

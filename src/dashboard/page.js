@@ -255,10 +255,16 @@
       const br = b.breakers;
       const open = el('span', { class: br.open > 0 ? 'bad' : '' }, String(br.open));
       const breakers = el('span', {}, `${br.closed} / ${br.half_open} / `, open);
+      const gates = Object.entries(b.gate);
+      const gateCell = gates.length
+        ? el('span', { class: 'weights' },
+          ...gates.map(([task, state]) => el('span', { class: state === 'fail' ? 'bad' : '' }, `${task} ${state}`)))
+        : el('span', { class: 'muted' }, dash);
       const tr = el('tr', { 'data-backend': b.backend },
         el('td', {}, b.backend), el('td', {}, b.local ? `${b.kind} (local)` : b.kind),
         el('td', {}, fmtCount(b.requests)), el('td', {}, avail), el('td', {}, weightCell),
-        el('td', {}, breakers), el('td', { class: b.quarantined > 0 ? 'bad' : '' }, String(b.quarantined)));
+        el('td', {}, breakers), el('td', { class: b.quarantined > 0 ? 'bad' : '' }, String(b.quarantined)),
+        el('td', { 'data-field': 'gate' }, gateCell));
       if (br.open > 0) tr.className = 'open';
       return tr;
     });

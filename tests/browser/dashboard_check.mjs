@@ -5,7 +5,7 @@
 // Fails (exit 1, with the reasons) when the page logs a console error or warning, throws, gets
 // an HTTP error for anything it loads, misses a configured task, never goes live, or when the
 // total request count (#requests-total, its data-value) does not rise over a few seconds of
-// traffic. Saves a full-page screenshot either way, once the page has loaded.
+// traffic, or when the provider table does not show claude passing summarize's gate. Saves a full-page screenshot either way, once the page has loaded.
 // Chromium: $CHROMIUM, else /usr/bin/chromium (Debian package `chromium`); nothing is downloaded.
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
@@ -84,6 +84,9 @@ try {
   if (shareLines === 0) problems.push('no local/hosted traffic line drawn');
   if (nodes === 0) problems.push('the node table is empty');
   if (backends === 0) problems.push('the provider table is empty');
+  const gate = await page.$eval('#backends tr[data-backend="claude"] [data-field="gate"]', (e) => e.textContent);
+  log(`claude's gate cell: ${gate}`);
+  if (!gate.includes('summarize pass')) problems.push(`claude's gate cell says ${JSON.stringify(gate)}, not "summarize pass"`);
 } catch (e) {
   problems.push(`check failed: ${e && e.message ? e.message : e}`);
 } finally {
