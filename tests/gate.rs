@@ -217,10 +217,38 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     assert_eq!(gate["pins_in_effect"]["local"]["engine"], "0.10.1", "the pin did not change");
     let backends = admin_get(&router.url, "/admin/backends").await;
     assert!(backends.to_string().contains("gate failed for fingerprint engine=0.11.0+sim"), "{backends}");
+    // The hosted pass reaches routing with the next snapshot (every 100 ms).
+    let hosted_serves = eventually(10, || {
+        let url = router.url.clone();
+        async move {
+            post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("hosted")
+        }
+    })
+    .await;
+    assert!(hosted_serves);
     for _ in 0..3 {
         let s = post_stream(&router.url, &body("capitals", true)).await;
-        assert_eq!(s.header("x-spillway-backend"), Some("hosted"));
+        assert_eq!(s.header("x-spillway-backend"), Some("hosted"), "{} {:?}", s.status, s.data);
     }
+
+    // The golden set was wrong (London is the answer this team wants): fix it, and have the
+    // gate run again on the node; it passes, the node's engine becomes the pin in effect.
+    let node_key = gate["quarantined"][0]["node"].as_str().unwrap().to_string();
+    let fixed = json!({"messages": [{"role": "user", "content": "Capital of the UK?"}], "grader": {"type": "contains", "all": ["london"]}});
+    std::fs::write(dir.join("capitals.jsonl"), format!("{fixed}\n")).unwrap();
+    let (status, again) = admin_post(&router.url, "/admin/gate/requalify", json!({"node": node_key})).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["accepted"], true, "{again}");
+    let (status, unknown) = admin_post(&router.url, "/admin/gate/requalify", json!({"node": "nope"})).await;
+    assert_eq!(status, 400, "{unknown}");
+    let served = eventually(5, || {
+        let url = router.url.clone();
+        async move {
+            post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("local")
+        }
+    })
+    .await;
+    assert!(served, "{:#}", admin_get(&router.url, "/admin/gate").await);
 }
 
 /// An OpenAI-compatible upstream that records each request body and streams "Paris".

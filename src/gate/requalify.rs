@@ -4,7 +4,7 @@
 //! (stored, and in effect: the node serves again). Any fails: the node stays quarantined and
 //! the failure is shown with its quarantine reason, in the gate metrics and the admin API.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -32,6 +32,8 @@ pub struct Requalifier {
     pub metrics: Arc<Metrics>,
     /// (backend, fingerprint) runs under way, so two nodes with the same change run once.
     running: Mutex<BTreeSet<(String, String)>>,
+    /// The last announcement per quarantined node, to run again on an operator's request.
+    quarantined: Mutex<BTreeMap<String, QuarantineEvent>>,
 }
 
 /// How a re-run ended.
@@ -67,6 +69,7 @@ impl Requalifier {
             store,
             metrics,
             running: Mutex::new(BTreeSet::new()),
+            quarantined: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -75,16 +78,29 @@ impl Requalifier {
         loop {
             match events.recv().await {
                 Ok(event) if !event.differences.is_empty() => {
+                    self.quarantined
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(event.node.clone(), event.clone());
                     let this = Arc::clone(&self);
                     tokio::spawn(async move { this.requalify(&event).await });
                 }
-                Ok(_) => {}
+                Ok(event) => {
+                    self.quarantined.lock().unwrap_or_else(|e| e.into_inner()).remove(&event.node);
+                }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "gate: missed quarantine announcements")
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }
+    }
+
+    /// Run the gate again on a node it kept out (after the golden set or the node was fixed).
+    pub async fn retry(&self, node: &str) -> Result<Requalified, String> {
+        let event = self.quarantined.lock().unwrap_or_else(|e| e.into_inner()).get(node).cloned();
+        let event = event.ok_or_else(|| format!("node {node} is not quarantined for a pin change"))?;
+        Ok(self.requalify(&event).await)
     }
 
     /// Run every gated task of the node's pool on the node, under what it reports.

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::authorize;
 use crate::api::{ApiError, AppState};
+use crate::gate::requalify::Requalified;
 use crate::gate::store::GateResult;
 
 fn result_json(r: &GateResult) -> Value {
@@ -75,6 +76,52 @@ pub async fn status(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
 struct RunBody {
     task: String,
     backend: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequalifyBody {
+    node: String,
+}
+
+/// `POST /admin/gate/requalify` `{"node": KEY}`: run the gate again on a node it kept out
+/// (every gated task of its pool, under what the node reports).
+pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let who = match authorize(&state, &headers) {
+        Ok(who) => who,
+        Err(e) => return e.into_response(),
+    };
+    let body: RequalifyBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return ApiError::bad_request(format!("request body: {e}")).into_response(),
+    };
+    let Some(requalifier) = &state.gate.requalifier else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "the gate needs the ledger store",
+        )
+        .code("not_found")
+        .into_response();
+    };
+    tracing::warn!(who = %who.0, node = %body.node, "admin: gate re-run on a quarantined node");
+    match requalifier.retry(&body.node).await {
+        Ok(Requalified::Accepted { fingerprint }) => {
+            Json(json!({"node": body.node, "fingerprint": fingerprint, "accepted": true})).into_response()
+        }
+        Ok(Requalified::Refused { fingerprint, why }) => {
+            Json(json!({"node": body.node, "fingerprint": fingerprint, "accepted": false, "why": why}))
+                .into_response()
+        }
+        Ok(Requalified::AlreadyRunning) => ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "a run for this fingerprint is under way",
+        )
+        .code("gate_running")
+        .into_response(),
+        Err(why) => ApiError::bad_request(why).param("node").into_response(),
+    }
 }
 
 /// `POST /admin/gate/run` `{"task": …, "backend": …}`.

@@ -67,6 +67,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/reload", post(reload))
         .route("/admin/gate", get(gate::status))
         .route("/admin/gate/run", post(gate::run))
+        .route("/admin/gate/requalify", post(gate::requalify))
 }
 
 /// `POST /admin/reload`: read the config file again and apply it (see `control::reload`).
