@@ -293,6 +293,10 @@ async fn every_dashboard_panel_queries_a_real_prometheus_scraping_spillway() {
     // claude (failovers, provider failures by status). spill: the pool is planned first but a
     // margin of 0.999 leaves a 2 ms TTFT budget no node meets, so it spills (reason ttft) to
     // claude (hosted cost). shed: the same with no hosted backend behind it, so it is shed (429).
+    // The local task is gated (not required), so the gate panel has series.
+    let golden = std::env::temp_dir().join(format!("spillway-grafana-golden-{}.jsonl", std::process::id()));
+    std::fs::write(&golden, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"grader\": {\"type\": \"regex\", \"pattern\": \".\"}}\n")
+        .unwrap();
     let yaml = format!(
         r#"
 backends:
@@ -300,13 +304,14 @@ backends:
   - {{name: flaky, kind: openai, base_url: "{broken}/v1", model: gpt, price: {{input_per_mtok: 1, output_per_mtok: 2}}}}
   - {{name: claude, kind: anthropic, base_url: "{hosted}", model: claude, price: {{input_per_mtok: 3, output_per_mtok: 15}}}}
 tasks:
-  - {{name: local, backends: [pool], slo: {{ttft_ms: 2000}}}}
+  - {{name: local, backends: [pool], slo: {{ttft_ms: 2000}}, gate: {{golden: "{golden}", required: false}}}}
   - {{name: hosted, backends: [flaky, claude], strategy: priority, slo: {{ttft_ms: 2000, objective: 0.95}}}}
   - {{name: spill, backends: [pool, claude], slo: {{ttft_ms: 2000, margin: 0.999}}}}
   - {{name: shed, backends: [pool], slo: {{ttft_ms: 2000, margin: 0.999}}}}
 dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
 "#,
         node = node.base_url(),
+        golden = golden.display(),
         broken = broken.base_url(),
         hosted = hosted.base_url(),
     );
