@@ -65,6 +65,11 @@ impl GateBoard {
         latest.get(&(task.to_string(), backend.to_string(), fingerprint.to_string())).cloned()
     }
 
+    /// The latest result of every (task, backend, fingerprint).
+    pub fn all(&self) -> Vec<GateResult> {
+        self.latest.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
     /// Every gated (task, backend) of the config and where it stands.
     pub fn standings(&self, config: &Config, pins: &PinBoard) -> Vec<Standing> {
         let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());

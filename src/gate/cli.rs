@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 
-use super::board::current_fingerprint;
+use super::board::{current_fingerprint, GateBoard};
 use super::call::Caller;
 use super::report::{render, shadow_lines, GateFormat, Line};
 use super::run::{run as run_gate, Subject};
@@ -176,14 +176,9 @@ async fn report(
 ) -> Result<String, String> {
     let pins = pins_of(store).await?;
     let wanted = |t: &str| task.is_none_or(|want| want == t);
-    let mut latest: Vec<_> = {
-        let results = store::results(store).await?;
-        let mut by_key = std::collections::BTreeMap::new();
-        for r in results.into_iter().filter(|r| wanted(&r.task)) {
-            by_key.insert((r.task.clone(), r.backend.clone(), r.fingerprint.clone()), r);
-        }
-        by_key.into_values().collect()
-    };
+    let board = GateBoard::default();
+    board.absorb(store::results(store).await?.into_iter().filter(|r| wanted(&r.task)));
+    let mut latest = board.all();
     latest.sort_by(|a, b| (&a.task, &a.backend, -a.finished_ms).cmp(&(&b.task, &b.backend, -b.finished_ms)));
     let lines: Vec<Line<'_>> = latest
         .iter()
