@@ -105,14 +105,30 @@ tasks:
     )
 }
 
-#[tokio::test]
-async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_pin() {
+/// A pinned pool of one node answering `reply` (its engine differs from the pin), a hosted
+/// backend answering "Paris", the capitals task gated and required, and the router. Bind the
+/// simulators when taking it apart: a dropped simulator stops serving.
+struct PoolCase {
+    dir: PathBuf,
+    node: spillway::sim::SimHandle,
+    _hosted: spillway::sim::SimHandle,
+    ledger: String,
+    router: Router,
+}
+
+async fn pool_case(reply: &'static str) -> PoolCase {
     let dir = temp_dir();
-    let node = sim_replying(SimKind::Vllm, LLAMA, "Paris").await;
+    let node = sim_replying(SimKind::Vllm, LLAMA, reply).await;
     let hosted = sim_replying(SimKind::OpenAi, "gpt-5.6", "Paris").await;
     let ledger = temp_ledger_url();
     let yaml = pool_config(&node.base_url(), &hosted.base_url(), &golden(&dir), &ledger);
     let router = router(&yaml, &[("GATE_ADMIN", ADMIN)]).await;
+    PoolCase { dir, node, _hosted: hosted, ledger, router }
+}
+
+#[tokio::test]
+async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_pin() {
+    let PoolCase { node, ledger, router, _hosted, .. } = pool_case("Paris").await;
 
     // The required gate keeps the untested hosted backend out: nothing may serve yet.
     let r = post_json(&router.url, &body("capitals", false)).await;
@@ -179,12 +195,7 @@ async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_
 
 #[tokio::test]
 async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why() {
-    let dir = temp_dir();
-    let node = sim_replying(SimKind::Vllm, LLAMA, "London").await;
-    let hosted = sim_replying(SimKind::OpenAi, "gpt-5.6", "Paris").await;
-    let ledger = temp_ledger_url();
-    let yaml = pool_config(&node.base_url(), &hosted.base_url(), &golden(&dir), &ledger);
-    let router = router(&yaml, &[("GATE_ADMIN", ADMIN)]).await;
+    let PoolCase { dir, node: _node, router, _hosted, .. } = pool_case("London").await;
     let (status, _) =
         admin_post(&router.url, "/admin/gate/run", json!({"task": "capitals", "backend": "hosted"})).await;
     assert_eq!(status, 200);
