@@ -53,6 +53,9 @@ pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
             if !(0.0..=1.0).contains(&shadow.rate) {
                 p("shadow.rate", "must be 0 to 1".into());
             }
+            if !ledger_on {
+                p("shadow", "shadow answers are kept in the ledger store: enable `ledger`".into());
+            }
             for (j, name) in shadow.backends.iter().flatten().enumerate() {
                 if !task.backends.contains(name) {
                     p(
@@ -152,6 +155,7 @@ mod tests {
         assert!(has("tasks[0].prompt_variants.ghost: is neither"), "{problems:?}");
         assert!(has("tasks[0].prompt_variants.openai: cannot read"), "{problems:?}");
         assert!(has("tasks[0].shadow.rate: must be 0 to 1"), "{problems:?}");
+        assert!(has("tasks[0].shadow: shadow answers are kept in the ledger store"), "{problems:?}");
         assert!(has("tasks[0].shadow.backends[0]: `oa` is not one of this task's backends"), "{problems:?}");
     }
 }
