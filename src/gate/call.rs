@@ -54,13 +54,48 @@ impl Caller {
 /// A whole answer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Answered {
-    /// The text, with any tool calls appended as `name(arguments)` lines, so graders see them.
+    /// The answer as graders see it ([`GradedText`]).
     pub text: String,
     pub usage: Usage,
     pub latency: Duration,
     /// List price of the call (hosted backends with a price), or for a priced pool an estimate
     /// from its GPU price (see [`slot_cost`]).
     pub cost: Option<Decimal>,
+}
+
+/// An answer as graders see it: the text, then each tool call as a `name(arguments)` line.
+#[derive(Debug, Default)]
+pub struct GradedText {
+    text: String,
+    calls: Vec<(String, String)>,
+}
+
+impl GradedText {
+    pub fn add(&mut self, event: &Event) {
+        match event {
+            Event::TextDelta(t) => self.text.push_str(t),
+            Event::ToolCallDelta { index, name, arguments, .. } => {
+                let i = *index as usize;
+                if self.calls.len() <= i {
+                    self.calls.resize(i + 1, (String::new(), String::new()));
+                }
+                self.calls[i].0.push_str(name.as_deref().unwrap_or_default());
+                self.calls[i].1.push_str(arguments);
+            }
+            Event::Usage(_) | Event::Finish(_) => {}
+        }
+    }
+
+    pub fn finish(self) -> String {
+        let mut out = self.text;
+        for (name, arguments) in self.calls {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!("{name}({arguments})"));
+        }
+        out
+    }
 }
 
 /// Why a call got no answer.
@@ -165,28 +200,15 @@ async fn collect(
     let mut events =
         adapter::send(wire_format(backend.kind), client, upstream, req).await.map_err(upstream_error)?;
     let mut answered = Answered::default();
-    let mut calls: Vec<(String, String)> = Vec::new();
+    let mut text = GradedText::default();
     while let Some(event) = events.next().await {
-        match event.map_err(upstream_error)? {
-            Event::TextDelta(t) => answered.text.push_str(&t),
-            Event::ToolCallDelta { index, name, arguments, .. } => {
-                let i = index as usize;
-                if calls.len() <= i {
-                    calls.resize(i + 1, (String::new(), String::new()));
-                }
-                calls[i].0.push_str(name.as_deref().unwrap_or_default());
-                calls[i].1.push_str(&arguments);
-            }
-            Event::Usage(u) => answered.usage = u,
-            Event::Finish(_) => {}
+        let event = event.map_err(upstream_error)?;
+        if let Event::Usage(u) = event {
+            answered.usage = u;
         }
+        text.add(&event);
     }
-    for (name, arguments) in calls {
-        if !answered.text.is_empty() {
-            answered.text.push('\n');
-        }
-        answered.text.push_str(&format!("{name}({arguments})"));
-    }
+    answered.text = text.finish();
     Ok(answered)
 }
 

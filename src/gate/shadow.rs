@@ -10,13 +10,13 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::sync::oneshot;
 
-use super::call::Caller;
+use super::call::{Caller, GradedText};
 use super::golden::GoldenItem;
 use super::grade::{Grader, Verdict};
 use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
 use crate::adapter::EventStream;
-use crate::canonical::{ChatRequest, Event};
+use crate::canonical::ChatRequest;
 use crate::config::Priority;
 use crate::config::{Config, TaskConfig};
 use crate::fleet::headroom::{admit, PoolLimits};
@@ -84,43 +84,18 @@ pub fn targets(
 /// calls as `name(arguments)` lines, the form graders see).
 pub fn tap(events: EventStream) -> (EventStream, oneshot::Receiver<String>) {
     let (tx, rx) = oneshot::channel();
-    struct Tap {
-        text: String,
-        calls: Vec<(String, String)>,
-        tx: Option<oneshot::Sender<String>>,
-    }
-    let tap = Tap { text: String::new(), calls: Vec::new(), tx: Some(tx) };
-    let stream = futures::stream::unfold((events, tap), |(mut events, mut tap)| async move {
+    let state = (events, GradedText::default(), Some(tx));
+    let stream = futures::stream::unfold(state, |(mut events, mut text, tx)| async move {
         match events.next().await {
             Some(Ok(event)) => {
-                match &event {
-                    Event::TextDelta(t) => tap.text.push_str(t),
-                    Event::ToolCallDelta { index, name, arguments, .. } => {
-                        let i = *index as usize;
-                        if tap.calls.len() <= i {
-                            tap.calls.resize(i + 1, (String::new(), String::new()));
-                        }
-                        tap.calls[i].0.push_str(name.as_deref().unwrap_or_default());
-                        tap.calls[i].1.push_str(arguments);
-                    }
-                    _ => {}
-                }
-                Some((Ok(event), (events, tap)))
+                text.add(&event);
+                Some((Ok(event), (events, text, tx)))
             }
-            Some(Err(e)) => {
-                tap.tx = None;
-                Some((Err(e), (events, tap)))
-            }
+            // A broken answer is no reference: the sender goes, unsent.
+            Some(Err(e)) => Some((Err(e), (events, text, None))),
             None => {
-                if let Some(tx) = tap.tx.take() {
-                    let mut answer = std::mem::take(&mut tap.text);
-                    for (name, arguments) in &tap.calls {
-                        if !answer.is_empty() {
-                            answer.push('\n');
-                        }
-                        answer.push_str(&format!("{name}({arguments})"));
-                    }
-                    let _ = tx.send(answer);
+                if let Some(tx) = tx {
+                    let _ = tx.send(text.finish());
                 }
                 None
             }
@@ -266,6 +241,7 @@ pub async fn grade_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::Event;
 
     #[tokio::test]
     async fn the_tap_passes_events_through_and_hands_over_the_whole_answer() {

@@ -183,7 +183,19 @@ pub fn filter(eligible: Vec<usize>, req: &ChatRequest, snap: &Snapshot) -> Resul
 /// counts, all of which is in the request's JSON; estimated counters scale by at most 1.25;
 /// framing and images add fixed amounts.
 fn upper_bound(req: &ChatRequest) -> u64 {
-    let bytes = serde_json::to_vec(req).map_or(u64::MAX / 2, |v| v.len() as u64);
+    /// Counts bytes written, keeps none.
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let bytes = serde_json::to_writer(&mut count, req).map_or(u64::MAX / 2, |()| count.0);
     let images: u64 = req.messages.iter().map(|m| m.images.len() as u64).sum();
     let framing = 16 + 4 * req.messages.len() as u64;
     (bytes + framing).saturating_mul(5) / 4 + images * u64::from(tokens::TOKENS_PER_IMAGE)
