@@ -8,13 +8,50 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
     User,
     Assistant,
     Tool,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::System, Role::User, Role::Assistant, Role::Tool];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// Read from a string only. The derived impl would go through `deserialize_enum`, where
+/// serde_json reports a number or a list as a *syntax* error ("expected value"), so a wrong
+/// type such as `"role": 1` would look like broken JSON instead of naming its field.
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RoleVisitor;
+        impl serde::de::Visitor<'_> for RoleVisitor {
+            type Value = Role;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("one of system, user, assistant, tool")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Role, E> {
+                Role::ALL
+                    .into_iter()
+                    .find(|r| r.as_str() == s)
+                    .ok_or_else(|| E::unknown_variant(s, &["system", "user", "assistant", "tool"]))
+            }
+        }
+        deserializer.deserialize_str(RoleVisitor)
+    }
 }
 
 /// One tool call made by the assistant in an earlier turn (or streamed now).
@@ -159,9 +196,25 @@ pub struct Tool {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
-    /// JSON schema of the parameters.
+    /// JSON schema of the parameters: an object (the API refuses any other shape), or null for
+    /// a function that takes none.
     #[serde(default)]
     pub parameters: Value,
+}
+
+/// Whether and which tool the model must call (OpenAI's `tool_choice`), checked against the
+/// request's tools when it is decoded, so every adapter maps a known-good value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// Call no tool.
+    None,
+    /// The model decides.
+    Auto,
+    /// Call at least one tool.
+    Required,
+    /// Call this function (one of the request's tools).
+    Function(String),
 }
 
 /// The canonical chat request: what the client asked for, with the task already resolved.
@@ -177,8 +230,8 @@ pub struct ChatRequest {
     pub stop: Vec<String>,
     #[serde(default)]
     pub tools: Vec<Tool>,
-    /// OpenAI-style tool_choice value, passed through where the provider understands it.
-    pub tool_choice: Option<Value>,
+    /// `None`: the client did not say (each provider's default, which is `auto` with tools).
+    pub tool_choice: Option<ToolChoice>,
     pub seed: Option<u64>,
     /// Ask the upstream for a streamed answer.
     pub stream: bool,

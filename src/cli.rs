@@ -28,16 +28,56 @@ pub enum LogFormat {
     Text,
 }
 
-/// Log to stderr, filtered by `RUST_LOG` (default `warn,spillway=info`).
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        // One JSON object per line, with the fields of the current span (the request id).
-        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
-        LogFormat::Text => logs.init(),
-    }
+/// Where log lines go: stderr alone, or (for the demo) every line to a file and only warnings
+/// and errors to the terminal, which stays free for the demo's own summary.
+enum LogTarget {
+    Stderr,
+    FileAndWarnings(PathBuf),
+}
+
+/// Install the log subscriber, filtered by `RUST_LOG` (default `warn,spillway=info`). Lines are
+/// written by a background thread (the request path only formats them into a queue, and
+/// drops lines rather than wait when the queue is full); the guards flush it at exit.
+fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info"))
+    };
+    let mut guards = Vec::new();
+    let layer_to = |writer: tracing_appender::non_blocking::NonBlocking, format: LogFormat, ansi: bool| {
+        let layer =
+            tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi && format == LogFormat::Text);
+        match format {
+            // One JSON object per line, with the fields of the current span (the request id).
+            LogFormat::Json => layer.json().with_current_span(true).with_span_list(false).boxed(),
+            LogFormat::Text => layer.boxed(),
+        }
+    };
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (stderr, guard) = tracing_appender::non_blocking(std::io::stderr());
+    guards.push(guard);
+    let layers = match target {
+        LogTarget::Stderr => vec![layer_to(stderr, format, colour).with_filter(filter()).boxed()],
+        LogTarget::FileAndWarnings(path) => {
+            let warnings = tracing_subscriber::EnvFilter::new("warn");
+            let mut layers = vec![layer_to(stderr, format, colour).with_filter(warnings).boxed()];
+            match std::fs::File::create(&path) {
+                Ok(file) => {
+                    let (file, guard) = tracing_appender::non_blocking(file);
+                    guards.push(guard);
+                    layers.push(layer_to(file, format, false).with_filter(filter()).boxed());
+                }
+                Err(e) => eprintln!("warning: cannot write the log file {}: {e}", path.display()),
+            }
+            layers
+        }
+    };
+    tracing_subscriber::registry().with(layers).init();
+    guards
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +118,11 @@ pub fn main() -> ExitCode {
         Command::Serve { .. } | Command::Agent(_) => LogFormat::Json,
         _ => LogFormat::Text,
     };
-    init_logs(cli.log_format.unwrap_or(default_format));
+    let target = match &cli.command {
+        Command::Demo(args) => LogTarget::FileAndWarnings(args.log_file.clone()),
+        _ => LogTarget::Stderr,
+    };
+    let _flush_logs_at_exit = init_logs(cli.log_format.unwrap_or(default_format), target);
     if let Command::CheckConfig { file, env } = &cli.command {
         return check_config(file, *env);
     }

@@ -189,7 +189,11 @@ pub async fn start(
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),
         Arc::clone(&breakers),
-        secrets.backend_keys,
+        crate::dispatch::Keys {
+            api_keys: secrets.backend_keys,
+            client_keys: secrets.client_keys.keys().cloned().collect(),
+            admin_token: secrets.admin_token.clone(),
+        },
         records_tx,
         Arc::clone(&load),
         Arc::clone(&quota),
@@ -200,6 +204,10 @@ pub async fn start(
         let caller = crate::gate::call::Caller {
             client: dispatcher.client().clone(),
             keys: Arc::new(move |backend: &str| keys.api_key(backend)),
+            redactor: {
+                let dispatcher = Arc::clone(&dispatcher);
+                Arc::new(move || dispatcher.redactor())
+            },
             quota: Some(Arc::clone(&quota)),
             timeout: Duration::from_secs(120),
             quota_wait: Duration::from_secs(60),
@@ -244,6 +252,7 @@ pub async fn start(
         client_keys: Arc::clone(&client_keys),
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,
+        body_read_timeout: config.limits.body_read_timeout(),
         ledger: ledger.as_ref().map(|l| (l.store.clone(), l.sender.clone())),
         admin_token: secrets.admin_token,
         metrics,
@@ -255,9 +264,11 @@ pub async fn start(
         gate,
     });
     let addr = listener.local_addr()?;
+    let edge_metrics = state.metrics.edge.clone();
     let app = api::router(state);
+    let limits = config.limits.clone();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        let served = api::edge::serve(listener, app, &limits, edge_metrics, shutdown).await;
         loops.abort_all();
         drop(scrape_thread);
         // Flush the books: the open GPU minute, the queued outcomes, then the ledger writer.

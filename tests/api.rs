@@ -207,6 +207,79 @@ async fn each_bad_input_gets_its_own_4xx_in_an_openai_envelope() {
 }
 
 #[tokio::test]
+async fn strict_input_is_refused_with_the_field_named() {
+    let (_node, router) = setup("").await;
+    let key = Some("sk-support");
+    let hi = r#"{"model":"summarise","messages":[{"role":"user","content":"hi"}]}"#;
+    let with = |extra: &str| {
+        format!(r#"{{"model":"summarise","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+    };
+    let cases: Vec<(Vec<u8>, &str, Option<&str>)> = vec![
+        // Bytes after the object.
+        (format!("{hi}garbage").into_bytes(), "invalid_json", None),
+        (format!("{hi}{hi}").into_bytes(), "invalid_json", None),
+        // No content on a user or system message.
+        (br#"{"model":"summarise","messages":[{"role":"user","content":null}]}"#.to_vec(), "invalid_value", Some("messages[0].content")),
+        (
+            br#"{"model":"summarise","messages":[{"role":"system","content":null},{"role":"user","content":"x"}]}"#.to_vec(),
+            "invalid_value",
+            Some("messages[0].content"),
+        ),
+        // Wrong types name their field.
+        (br#"{"model":"summarise","messages":[{"role":1,"content":"hi"}]}"#.to_vec(), "invalid_type", Some("messages[0].role")),
+        (with(r#","stream":"yes""#).into_bytes(), "invalid_type", Some("stream")),
+        (with(r#","tools":{}"#).into_bytes(), "invalid_type", Some("tools")),
+        (with(r#","max_tokens":"many""#).into_bytes(), "invalid_type", Some("max_tokens")),
+        // Tool shapes.
+        (with(r#","tools":[{"type":"function","function":{"name":"f","parameters":"garbage"}}]"#).into_bytes(), "invalid_value", Some("tools[0].function.parameters")),
+        (with(r#","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":42"#).into_bytes(), "invalid_value", Some("tool_choice")),
+        // Hostile: deep nesting, huge numbers, bytes that are not UTF-8.
+        ("[".repeat(100_000).into_bytes(), "invalid_json", None),
+        (with(&format!(r#","tool_choice":{}"#, "[".repeat(100_000))).into_bytes(), "invalid_json", None),
+        (with(r#","max_tokens":1e400"#).into_bytes(), "invalid_value", Some("max_tokens")),
+        (with(r#","max_tokens":99999999999999999999"#).into_bytes(), "invalid_type", Some("max_tokens")),
+        (b"{\"model\":\"summarise\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}".to_vec(), "invalid_json", None),
+    ];
+    for (body, code, param) in cases {
+        let (status, json) = call(&router, key, &body).await;
+        let shown = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+        assert_eq!(status, 400, "{shown}: {json}");
+        assert_envelope(&json);
+        assert_eq!(json["error"]["code"], code, "{shown}: {json}");
+        assert_eq!(json["error"]["param"].as_str(), param, "{shown}: {json}");
+    }
+    // The router still answers after all that.
+    let (status, _) = call(&router, key, hi.as_bytes()).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_405_with_allow_and_an_unknown_route_404() {
+    let (_node, router) = setup("").await;
+    for (method, path, allow) in [
+        (reqwest::Method::GET, "/v1/chat/completions", "POST"),
+        (reqwest::Method::PUT, "/v1/chat/completions", "POST"),
+        (reqwest::Method::POST, "/v1/models", "GET,HEAD"),
+        (reqwest::Method::DELETE, "/healthz", "GET,HEAD"),
+    ] {
+        let resp = client().request(method.clone(), format!("{}{path}", router.url)).send().await.unwrap();
+        assert_eq!(resp.status(), 405, "{method} {path}");
+        assert_eq!(resp.headers()["allow"], allow, "{method} {path}");
+        let json: serde_json::Value = resp.json().await.unwrap();
+        assert_envelope(&json);
+        assert_eq!(json["error"]["code"], "method_not_allowed", "{json}");
+        assert!(json["error"]["message"].as_str().unwrap().contains(path), "{json}");
+    }
+    for path in ["/v1/nothing", "/v1/chat/completions/extra", "/"] {
+        let resp = client().post(format!("{}{path}", router.url)).send().await.unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        let json: serde_json::Value = resp.json().await.unwrap();
+        assert_envelope(&json);
+        assert_eq!(json["error"]["code"], "not_found", "{json}");
+    }
+}
+
+#[tokio::test]
 async fn a_full_router_answers_429_with_retry_after() {
     let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 100).await;
     let router = router(&config(&node.base_url(), "limits: {max_concurrency: 1}"), KEYS).await;

@@ -72,6 +72,57 @@ fn check_config_prints_every_problem_with_its_path_and_exits_1() {
 }
 
 #[test]
+fn check_config_reports_structural_and_semantic_problems_together() {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-both-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("both.yaml");
+    std::fs::write(
+        &file,
+        r#"listen: nowhere
+colour: blue
+backends:
+  - {name: a, kind: vllm, model: m, endpoints: [http://x:1], weight: 3, reserve: 1.5}
+  - {name: b, kind: martian, model: m}
+  - {name: c, kind: openai, model: "", base_url: "ftp://x", price: {input_per_mtok: free, output_per_mtok: -1}}
+tasks:
+  - {name: t, backends: [a, b, ghost], slo: {ttft_ms: 0, margin: wide}, strategy: fastest}
+  - {name: u, backends: [], slo: {ttft_ms: 100}, data_class: secret}
+dispatch: {max_attempts: 0, retries: 1}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["check-config"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let expected = [
+        // Structural: unknown keys and wrong types, each at its key path.
+        "colour: unknown key",
+        "backends[0].weight: unknown field `weight`",
+        "backends[1].kind: unknown variant `martian`",
+        "backends[2].price.input_per_mtok: invalid value",
+        "tasks[0].slo.margin: invalid type",
+        "tasks[0].strategy: unknown variant `fastest`",
+        "dispatch.retries: unknown field `retries`",
+        // Semantic, in the same report.
+        "listen: `nowhere` is not an address",
+        "backends[0].reserve: must be at least 0 and below 1",
+        "backends[2].model: must not be empty",
+        "backends[2].base_url: `ftp://x`: scheme",
+        "tasks[0].backends[2]: no backend is named `ghost`",
+        "tasks[0].slo.ttft_ms: must be above 0",
+        "tasks[1].backends: must name at least one backend",
+        "tasks[1].data_class: unknown data class `secret`",
+        "dispatch.max_attempts: must be at least 1",
+    ];
+    for line in expected {
+        assert!(err.contains(&format!("{}: {line}", file.display())), "missing {line:?} in {err}");
+    }
+    // One line a problem; `b` did not decode, so a task naming it is not a second problem.
+    assert!(!err.contains("no backend is named `b`"), "{err}");
+    assert!(err.contains(&format!("{} problem(s) found", expected.len())), "{err}");
+}
+
+#[test]
 fn serve_refuses_an_invalid_config_with_the_problems() {
     let dir = std::env::temp_dir().join(format!("spillway-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -121,12 +172,23 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     let config = dir.join("demo.yaml");
     let config = config.to_str().unwrap();
     let demo = Command::new(BIN)
-        .args(["demo", "--listen", "127.0.0.1:0", "--load", "15", "--duration-secs", "5"])
+        .args(["demo", "--listen", "127.0.0.1:0", "--load", "15", "--duration-secs", "7"])
         .args(["--ledger", &ledger, "--write-config", config])
+        .arg("--log-file")
+        .arg(dir.join("demo.log"))
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
-    assert!(String::from_utf8_lossy(&demo.stdout).contains("spillway report --config"));
+    let stdout = String::from_utf8_lossy(&demo.stdout);
+    assert!(stdout.contains("spillway report --config"));
+    assert!(stdout.contains("last 5s:"), "the five-second summary is on the terminal: {stdout}");
+    // The terminal gets warnings only; every line goes to the log file the demo names.
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(!stderr.contains("INFO"), "info lines on the demo's terminal: {stderr}");
+    assert!(stdout.contains(&format!("{}", dir.join("demo.log").display())), "{stdout}");
+    let log = std::fs::read_to_string(dir.join("demo.log")).unwrap();
+    assert!(log.lines().filter(|l| l.contains("INFO")).count() > 20, "the full log is in the file: {log}");
     let checked = Command::new(BIN).args(["check-config", config]).output().unwrap();
     assert!(
         checked.status.success(),
@@ -144,7 +206,7 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     };
     let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
     let requests = json["totals"]["requests"].as_u64().unwrap();
-    assert!(requests >= 40, "about 15 req/s for 5 s were ledgered: {requests}");
+    assert!(requests >= 40, "about 15 req/s for 7 s were ledgered: {requests}");
     let pool = &json["pools"][0];
     assert_eq!((pool["pool"].as_str(), pool["nodes"].as_u64()), (Some("local-llama"), Some(2)));
     let gpu: f64 = json["totals"]["gpu_usd"].as_str().unwrap().parse().unwrap();

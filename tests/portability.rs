@@ -174,6 +174,54 @@ async fn a_tool_using_task_works_on_all_three_hosted_wire_formats() {
     }
 }
 
+#[tokio::test]
+async fn tool_choice_reaches_every_wire_format_and_bad_tool_shapes_are_refused_before_any() {
+    let hosted = Hosted::start(|_| Some(AFTER_TOOL.to_string())).await;
+    let tasks =
+        [task("via-openai", "openai"), task("via-anthropic", "anthropic"), task("via-gemini", "gemini")];
+    let router = router(&hosted.config(["", "", ""], &tasks.concat()), &[]).await;
+    let mut tools = weather_tool();
+    tools.as_array_mut().unwrap().push(json!({"type": "function", "function": {"name": "get_time"}}));
+    let request = |task: &str, tools: &Value, choice: Value| {
+        json!({"model": task, "messages": [{"role": "user", "content": "What time is it?"}],
+               "tools": tools, "tool_choice": choice})
+    };
+    for task in ["via-openai", "via-anthropic", "via-gemini"] {
+        // The second tool, by name: each provider is told to call exactly that one.
+        let pick = json!({"type": "function", "function": {"name": "get_time"}});
+        let (status, _, answer) = post_json(&router.url, &request(task, &tools, pick)).await;
+        assert_eq!(status, 200, "{task}: {answer}");
+        assert_eq!(
+            answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time",
+            "{task}"
+        );
+        // `none`: no call at all.
+        let (status, _, answer) = post_json(&router.url, &request(task, &tools, json!("none"))).await;
+        assert_eq!(status, 200, "{task}: {answer}");
+        assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{task}: {answer}");
+        assert!(answer["choices"][0]["message"].get("tool_calls").is_none(), "{task}: {answer}");
+
+        // Shapes no provider could be given faithfully: the same 400 whichever backend serves.
+        let mut garbage = tools.clone();
+        garbage[0]["function"]["parameters"] = json!("garbage");
+        for (body, param) in [
+            (request(task, &garbage, json!("auto")), "tools[0].function.parameters"),
+            (request(task, &tools, json!(42)), "tool_choice"),
+            (request(task, &tools, json!("sometimes")), "tool_choice"),
+            (request(task, &tools, json!({"type": "function"})), "tool_choice.function.name"),
+            (
+                request(task, &tools, json!({"type": "function", "function": {"name": "ghost"}})),
+                "tool_choice.function.name",
+            ),
+        ] {
+            let (status, _, answer) = post_json(&router.url, &body).await;
+            assert_eq!(status, 400, "{task}: {body}: {answer}");
+            assert_eq!(answer["error"]["param"], param, "{task}: {answer}");
+            assert_eq!(answer["error"]["type"], "invalid_request_error", "{task}: {answer}");
+        }
+    }
+}
+
 fn schema_request(task: &str, stream: bool) -> Value {
     json!({
         "model": task,

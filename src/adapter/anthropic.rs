@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -52,11 +52,7 @@ pub async fn send(
         builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
     }
     let response = http::execute(builder, classify).await?;
-    Ok(if req.stream {
-        http::sse_events(response, AnthropicStream::default())
-    } else {
-        http::json_events(response, parse_response)
-    })
+    Ok(http::answer_events(response, req.stream, AnthropicStream::default(), parse_response))
 }
 
 /// The Messages request body for `req`.
@@ -96,10 +92,10 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
                 if let Some(description) = &t.description {
                     tool.insert("description".into(), json!(description));
                 }
-                let schema = if t.parameters.is_object() {
-                    t.parameters.clone()
-                } else {
-                    json!({"type": "object", "properties": {}})
+                // The API let through only an object schema or none; Anthropic requires one.
+                let schema = match &t.parameters {
+                    Value::Null => json!({"type": "object", "properties": {}}),
+                    schema => schema.clone(),
                 };
                 tool.insert("input_schema".into(), schema);
                 Value::Object(tool)
@@ -107,27 +103,20 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(choice) = req.tool_choice.as_ref().and_then(tool_choice) {
-        body.insert("tool_choice".into(), choice);
+    if let Some(choice) = &req.tool_choice {
+        body.insert("tool_choice".into(), tool_choice(choice));
     }
     body.insert("stream".into(), json!(req.stream));
     Value::Object(body)
 }
 
 /// OpenAI's `tool_choice` in Anthropic's words.
-fn tool_choice(choice: &Value) -> Option<Value> {
+pub(crate) fn tool_choice(choice: &ToolChoice) -> Value {
     match choice {
-        Value::String(s) => match s.as_str() {
-            "auto" => Some(json!({"type": "auto"})),
-            "required" => Some(json!({"type": "any"})),
-            "none" => Some(json!({"type": "none"})),
-            _ => None,
-        },
-        Value::Object(_) => choice
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .map(|name| json!({"type": "tool", "name": name})),
-        _ => None,
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Function(name) => json!({"type": "tool", "name": name}),
     }
 }
 

@@ -5,7 +5,7 @@ use futures::StreamExt;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
-use crate::canonical::{Message, Tool, ToolCall};
+use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
 
 fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())
@@ -47,7 +47,7 @@ fn sample_request(stream: bool) -> ChatRequest {
             description: Some("Current weather".into()),
             parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
         }],
-        tool_choice: Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+        tool_choice: Some(ToolChoice::Function("get_weather".into())),
         seed: Some(1),
         stream,
         response_format: ResponseFormat::Text,
@@ -86,8 +86,34 @@ fn request_body_follows_messages_api() {
             "stream": true,
         })
     );
-    assert_eq!(tool_choice(&json!("required")), Some(json!({"type": "any"})));
-    assert_eq!(tool_choice(&json!("auto")), Some(json!({"type": "auto"})));
+}
+
+#[test]
+fn every_tool_choice_and_schema_is_mapped_as_it_is() {
+    assert_eq!(tool_choice(&ToolChoice::None), json!({"type": "none"}));
+    assert_eq!(tool_choice(&ToolChoice::Auto), json!({"type": "auto"}));
+    assert_eq!(tool_choice(&ToolChoice::Required), json!({"type": "any"}));
+    assert_eq!(tool_choice(&ToolChoice::Function("f".into())), json!({"type": "tool", "name": "f"}));
+    // Straight from the client's JSON: what decodes reaches Anthropic unchanged in meaning.
+    let body = json!({"model": "t", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+            {"type": "function", "function": {"name": "g"}},
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "g"}}});
+    let req = crate::api::wire::decode(body.to_string().as_bytes()).unwrap().to_canonical(None).unwrap();
+    let out = request_body(&req);
+    assert_eq!(
+        out["tools"],
+        json!([
+            {"name": "f", "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            {"name": "g", "input_schema": {"type": "object", "properties": {}}},
+        ])
+    );
+    assert_eq!(out["tool_choice"], json!({"type": "tool", "name": "g"}));
+    let mut none = req.clone();
+    none.tool_choice = None;
+    assert!(request_body(&none).get("tool_choice").is_none());
 }
 
 #[test]

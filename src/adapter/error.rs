@@ -109,7 +109,8 @@ impl UpstreamError {
         self
     }
 
-    /// Classify a transport error from reqwest.
+    /// Classify a transport error from reqwest. The message never names the URL (a query
+    /// string may carry a key): it is reqwest's own text without it, then the root cause.
     pub fn from_reqwest(err: &reqwest::Error) -> Self {
         let class = if err.is_timeout() {
             ErrorClass::Timeout
@@ -118,7 +119,32 @@ impl UpstreamError {
         } else {
             ErrorClass::StreamBroken
         };
-        UpstreamError::new(class, err.status().map(|s| s.as_u16()), err.to_string())
+        UpstreamError::new(class, err.status().map(|s| s.as_u16()), transport_message(err))
+    }
+}
+
+/// reqwest's text for `err` without the ` for url (…)` it appends, then the innermost cause
+/// (e.g. "Connection refused") when there is one; the URL is taken out of both.
+fn transport_message(err: &reqwest::Error) -> String {
+    let mut message = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    let mut root = None;
+    while let Some(c) = cause {
+        root = Some(c.to_string());
+        cause = c.source();
+    }
+    if let Some(url) = err.url() {
+        let suffix = format!(" for url ({url})");
+        if let Some(bare) = message.strip_suffix(suffix.as_str()) {
+            message = bare.to_string();
+        }
+    }
+    if let Some(root) = root.filter(|r| !r.is_empty() && !message.contains(r.as_str())) {
+        message = format!("{message}: {root}");
+    }
+    match err.url() {
+        Some(url) => message.replace(url.as_str(), "<url>"),
+        None => message,
     }
 }
 
@@ -147,5 +173,18 @@ mod tests {
         assert!(ErrorClass::InvalidOutput.may_fail_over());
         assert!(ErrorClass::InvalidOutput.counts_against_backend());
         assert_eq!(ErrorClass::InvalidOutput.as_str(), "invalid_output");
+    }
+
+    #[tokio::test]
+    async fn transport_errors_never_carry_the_url() {
+        // A port nothing listens on: the connection is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/v1beta/models/m:generateContent?key=AIzaPLANTEDkey0123");
+        let err = reqwest::Client::new().post(&url).send().await.unwrap_err();
+        assert!(err.to_string().contains("AIzaPLANTEDkey0123"), "reqwest itself names the URL: {err}");
+        let e = UpstreamError::from_reqwest(&err);
+        assert_eq!(e.class, ErrorClass::Connect);
+        assert!(!e.message.contains("AIzaPLANTEDkey0123") && !e.message.contains("generateContent"), "{e}");
+        assert!(e.message.starts_with("error sending request"), "{e}");
     }
 }

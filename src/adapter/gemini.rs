@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
 
 pub async fn send(
     client: &reqwest::Client,
@@ -35,11 +35,7 @@ pub async fn send(
         builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
     }
     let response = http::execute(builder, classify).await?;
-    Ok(if req.stream {
-        http::sse_events(response, GeminiStream::new())
-    } else {
-        http::json_events(response, parse_response)
-    })
+    Ok(http::answer_events(response, req.stream, GeminiStream::new(), parse_response))
 }
 
 fn url(base_url: &str, model: &str, stream: bool) -> String {
@@ -103,8 +99,8 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), json!([{"functionDeclarations": declarations}]));
     }
-    if let Some(config) = req.tool_choice.as_ref().and_then(tool_config) {
-        body.insert("toolConfig".into(), config);
+    if let Some(choice) = &req.tool_choice {
+        body.insert("toolConfig".into(), tool_config(choice));
     }
     Value::Object(body)
 }
@@ -124,22 +120,14 @@ fn schema(value: &Value) -> Value {
 }
 
 /// OpenAI's `tool_choice` as a Gemini `toolConfig`.
-fn tool_config(choice: &Value) -> Option<Value> {
-    let (mode, names) = match choice {
-        Value::String(s) => match s.as_str() {
-            "auto" => ("AUTO", None),
-            "none" => ("NONE", None),
-            "required" => ("ANY", None),
-            _ => return None,
-        },
-        Value::Object(_) => ("ANY", Some(choice.pointer("/function/name")?.as_str()?)),
-        _ => return None,
+pub(crate) fn tool_config(choice: &ToolChoice) -> Value {
+    let config = match choice {
+        ToolChoice::None => json!({"mode": "NONE"}),
+        ToolChoice::Auto => json!({"mode": "AUTO"}),
+        ToolChoice::Required => json!({"mode": "ANY"}),
+        ToolChoice::Function(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
     };
-    let mut config = json!({"mode": mode});
-    if let Some(name) = names {
-        config["allowedFunctionNames"] = json!([name]);
-    }
-    Some(json!({"functionCallingConfig": config}))
+    json!({"functionCallingConfig": config})
 }
 
 /// The conversation as `contents` with roles `user` and `model`; consecutive turns of one role

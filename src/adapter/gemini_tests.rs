@@ -3,7 +3,7 @@ use futures::StreamExt;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
-use crate::canonical::{Message, Tool, ToolCall};
+use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
 
 fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())
@@ -37,7 +37,7 @@ fn sample_request(stream: bool) -> ChatRequest {
                 "type": "object", "additionalProperties": false,
                 "properties": {"location": {"type": "string"}}, "required": ["location"]}),
         }],
-        tool_choice: Some(json!("required")),
+        tool_choice: Some(ToolChoice::Required),
         seed: Some(42),
         stream,
         response_format: ResponseFormat::Text,
@@ -74,6 +74,32 @@ fn request_body_follows_generate_content() {
         "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     );
     assert_eq!(url("http://h/v1beta/", "g", false), "http://h/v1beta/models/g:generateContent");
+}
+
+#[test]
+fn every_tool_choice_and_schema_is_mapped_as_it_is() {
+    let mode = |choice: ToolChoice| tool_config(&choice)["functionCallingConfig"].clone();
+    assert_eq!(mode(ToolChoice::None), json!({"mode": "NONE"}));
+    assert_eq!(mode(ToolChoice::Auto), json!({"mode": "AUTO"}));
+    assert_eq!(mode(ToolChoice::Required), json!({"mode": "ANY"}));
+    assert_eq!(mode(ToolChoice::Function("f".into())), json!({"mode": "ANY", "allowedFunctionNames": ["f"]}));
+    // Straight from the client's JSON: what decodes reaches Gemini unchanged in meaning.
+    let body = json!({"model": "t", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+            {"type": "function", "function": {"name": "g", "description": "no arguments"}},
+        ],
+        "tool_choice": "none"});
+    let req = crate::api::wire::decode(body.to_string().as_bytes()).unwrap().to_canonical(None).unwrap();
+    let out = request_body(&req);
+    assert_eq!(
+        out["tools"],
+        json!([{"functionDeclarations": [
+            {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            {"name": "g", "description": "no arguments"},
+        ]}])
+    );
+    assert_eq!(out["toolConfig"], json!({"functionCallingConfig": {"mode": "NONE"}}));
 }
 
 #[test]

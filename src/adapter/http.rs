@@ -44,14 +44,40 @@ pub(crate) async fn execute(
     Err(classify(status.as_u16(), &headers, &body))
 }
 
+/// The events of a 2xx answer, read as what its `content-type` says it is, whatever was asked
+/// for: some OpenAI-compatible servers ignore `stream` and answer JSON, and an SSE answer to a
+/// plain call is as good an answer. With no (or an unknown) content type, as asked.
+pub(crate) fn answer_events<P: StreamParser>(
+    response: reqwest::Response,
+    asked_stream: bool,
+    parser: P,
+    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+) -> EventStream {
+    let essence = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    let sse = match essence.as_deref() {
+        Some("text/event-stream") => true,
+        Some(t) if t == "application/json" || t.ends_with("+json") => false,
+        _ => asked_stream,
+    };
+    if sse {
+        sse_events(response, parser)
+    } else {
+        json_events(response, parse)
+    }
+}
+
 /// The events of a streamed (SSE) 2xx answer.
-pub(crate) fn sse_events<P: StreamParser>(response: reqwest::Response, parser: P) -> EventStream {
+fn sse_events<P: StreamParser>(response: reqwest::Response, parser: P) -> EventStream {
     drive(response.bytes_stream(), parser, |e: reqwest::Error| UpstreamError::from_reqwest(&e))
 }
 
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
-pub(crate) fn json_events(
+fn json_events(
     response: reqwest::Response,
     parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
 ) -> EventStream {
@@ -261,7 +287,43 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    use super::testing::canned_server;
     use super::*;
+    use crate::adapter::{openai_compat, Upstream};
+    use crate::canonical::{ChatRequest, FinishReason, Message, Role};
+
+    const JSON_ANSWER: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+    const SSE_ANSWER: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hel\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+    async fn answer(content_type: &'static str, body: &'static str, stream: bool) -> Vec<Event> {
+        let (base, _) = canned_server(200, &[("content-type", content_type)], body).await;
+        let upstream = Upstream { base_url: base, api_key: None };
+        let req =
+            ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
+        let events = openai_compat::send(&reqwest::Client::new(), &upstream, &req).await.unwrap();
+        events.map(|e| e.unwrap()).collect().await
+    }
+
+    fn text(events: &[Event]) -> String {
+        events
+            .iter()
+            .filter_map(|e| if let Event::TextDelta(t) = e { Some(t.as_str()) } else { None })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_by_their_content_type_not_by_what_was_asked() {
+        // A server that ignores `stream: true` and answers JSON.
+        let events = answer("application/json", JSON_ANSWER, true).await;
+        assert_eq!(text(&events), "hello");
+        assert_eq!(events.last(), Some(&Event::Finish(FinishReason::Stop)));
+        // An SSE answer to a plain call.
+        let events = answer("text/event-stream; charset=utf-8", SSE_ANSWER, false).await;
+        assert_eq!(text(&events), "hello");
+        assert_eq!(events.last(), Some(&Event::Finish(FinishReason::Stop)));
+        // No content type: as asked.
+        assert_eq!(text(&answer("", SSE_ANSWER, true).await), "hello");
+    }
 
     #[test]
     fn excerpt_cuts_long_bodies_on_char_boundaries() {

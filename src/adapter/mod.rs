@@ -9,6 +9,7 @@ pub mod error;
 pub mod gemini;
 mod http;
 pub mod openai_compat;
+pub mod redact;
 
 use std::pin::Pin;
 
@@ -45,6 +46,7 @@ pub struct Upstream {
 /// Resolves once the upstream has answered with a status: `Ok` holds the event stream (for a
 /// non-streaming request it yields every event of the whole answer), `Err` the classified
 /// failure. Timeouts are the caller's business (dispatch wraps this in its deadlines).
+/// Callers outside the adapters use [`redact::send_scrubbed`], which scrubs error texts of secrets.
 pub async fn send(
     format: WireFormat,
     client: &reqwest::Client,

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, Usage};
 
 pub async fn send(
     client: &reqwest::Client,
@@ -30,11 +30,7 @@ pub async fn send(
         builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
     }
     let response = http::execute(builder, classify).await?;
-    Ok(if req.stream {
-        http::sse_events(response, OpenAiStream::default())
-    } else {
-        http::json_events(response, parse_response)
-    })
+    Ok(http::answer_events(response, req.stream, OpenAiStream::default(), parse_response))
 }
 
 /// The Chat Completions request body for `req`.
@@ -79,8 +75,8 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(tool_choice) = &req.tool_choice {
-        body.insert("tool_choice".into(), tool_choice.clone());
+    if let Some(choice) = &req.tool_choice {
+        body.insert("tool_choice".into(), tool_choice(choice));
     }
     match &req.response_format {
         ResponseFormat::Text => {}
@@ -95,6 +91,16 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
         }
     }
     Value::Object(body)
+}
+
+/// A canonical tool choice in OpenAI's own words.
+pub(crate) fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!("none"),
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Function(name) => json!({"type": "function", "function": {"name": name}}),
+    }
 }
 
 fn message(m: &Message) -> Value {

@@ -48,7 +48,7 @@ fn sample_request(stream: bool) -> ChatRequest {
             description: Some("Current weather".into()),
             parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
         }],
-        tool_choice: Some(json!("auto")),
+        tool_choice: Some(ToolChoice::Auto),
         seed: Some(7),
         stream,
         response_format: ResponseFormat::Text,
@@ -92,6 +92,17 @@ fn request_body_carries_every_field() {
     assert_eq!(
         plain,
         json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
+    );
+}
+
+#[test]
+fn every_tool_choice_is_sent_in_openai_words() {
+    assert_eq!(tool_choice(&ToolChoice::None), json!("none"));
+    assert_eq!(tool_choice(&ToolChoice::Auto), json!("auto"));
+    assert_eq!(tool_choice(&ToolChoice::Required), json!("required"));
+    assert_eq!(
+        tool_choice(&ToolChoice::Function("get_weather".into())),
+        json!({"type": "function", "function": {"name": "get_weather"}})
     );
 }
 

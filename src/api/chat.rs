@@ -10,16 +10,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures::StreamExt;
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::request_id::RequestId;
-use super::wire::{self, chunk_json, completion_json};
+use super::wire::{self, completion_json};
 use super::{authenticate, AppState};
 use crate::adapter::ErrorClass;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
@@ -50,6 +48,8 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let arrived_at = SystemTime::now();
     let key_name = authenticate(&state, &headers)?;
+    let bytes = super::body::read_json(&headers, body, state.max_body_bytes, state.body_read_timeout).await?;
+    // Admission only once the body is in: a slow sender never holds a permit.
     let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -59,14 +59,6 @@ async fn handle(
         .code("router_overloaded")
         .retry_after(1));
     };
-    let bytes = axum::body::to_bytes(body, state.max_body_bytes).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!("the request body is larger than {} bytes", state.max_body_bytes),
-        )
-        .code("request_too_large")
-    })?;
     let request = wire::decode(&bytes)?;
     let priority = header_str(&headers, "x-spillway-priority")?
         .map(|p| {
@@ -157,12 +149,10 @@ async fn handle(
 
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
     let mut response = if request.wants_stream() {
-        stream_response(
+        super::chunks::stream_response(
             committed.events,
             &committed.backend,
-            id,
-            task.name.clone(),
-            created,
+            super::chunks::ChunkWriter::new(&id, &task.name, created),
             request.include_usage(),
             admission,
         )
@@ -296,77 +286,4 @@ impl Answer {
     fn to_json(&self, id: &str, model: &str, created: u64) -> serde_json::Value {
         completion_json(id, model, created, &self.text, &self.tool_calls, self.finish, &self.usage)
     }
-}
-
-/// Canonical events → OpenAI chunks over SSE.
-fn stream_response(
-    events: crate::adapter::EventStream,
-    backend: &str,
-    id: String,
-    model: String,
-    created: u64,
-    include_usage: bool,
-    admission: tokio::sync::OwnedSemaphorePermit,
-) -> Response {
-    struct S {
-        events: crate::adapter::EventStream,
-        usage: Option<Usage>,
-        started: bool,
-        ended: bool,
-        _admission: tokio::sync::OwnedSemaphorePermit,
-    }
-    let chunk = move |choices: serde_json::Value, usage: Option<&Usage>| {
-        SseEvent::default().data(chunk_json(&id, &model, created, choices, usage).to_string())
-    };
-    let backend = backend.to_string();
-    let state = S { events, usage: None, started: false, ended: false, _admission: admission };
-    let stream = futures::stream::unfold(state, move |mut s| {
-        let chunk = chunk.clone();
-        let backend = backend.clone();
-        async move {
-            if s.ended {
-                return None;
-            }
-            let mut out = Vec::new();
-            if !s.started {
-                s.started = true;
-                out.push(chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None));
-            }
-            match s.events.next().await {
-                Some(Ok(Event::TextDelta(text))) => {
-                    out.push(chunk(json!([{"index": 0, "delta": {"content": text}, "finish_reason": null}]), None))
-                }
-                Some(Ok(Event::ToolCallDelta { index, id, name, arguments })) => {
-                    let mut call = json!({"index": index, "function": {"arguments": arguments}});
-                    if let Some(id) = id {
-                        call["id"] = json!(id);
-                        call["type"] = json!("function");
-                    }
-                    if let Some(name) = name {
-                        call["function"]["name"] = json!(name);
-                    }
-                    out.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]), None))
-                }
-                Some(Ok(Event::Finish(reason))) => {
-                    out.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": reason.as_str()}]), None))
-                }
-                Some(Ok(Event::Usage(u))) => s.usage = Some(u),
-                Some(Err(e)) => {
-                    s.ended = true;
-                    let error = ApiError::from_upstream(&backend, &e);
-                    out.push(SseEvent::default().data(error.body().to_string()));
-                }
-                None => {
-                    s.ended = true;
-                    if include_usage {
-                        out.push(chunk(json!([]), Some(&s.usage.unwrap_or_default())));
-                    }
-                    out.push(SseEvent::default().data("[DONE]"));
-                }
-            }
-            Some((futures::stream::iter(out.into_iter().map(Ok::<_, std::convert::Infallible>)), s))
-        }
-    })
-    .flatten();
-    Sse::new(stream).into_response()
 }

@@ -4,7 +4,10 @@
 //! Every error leaves as an OpenAI error envelope.
 
 mod admin;
+mod body;
 mod chat;
+mod chunks;
+pub mod edge;
 pub mod error;
 pub mod request_id;
 pub mod wire;
@@ -15,7 +18,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -42,6 +45,8 @@ pub struct AppState {
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
     pub max_body_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_read_timeout: std::time::Duration,
     /// The cost ledger (`None` when it is off): its store for reports, its writer's buffer.
     pub ledger: Option<(crate::ledger::Store, crate::ledger::LedgerSender)>,
     /// Bearer token of the admin API; `None`: the admin API is off.
@@ -74,7 +79,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
         })
-        .layer(axum::middleware::from_fn(request_id::layer))
+        // After every route (it applies to the routes registered so far); axum adds `Allow`.
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!(
+                    "{method} is not allowed on {}; the Allow header lists the methods that are",
+                    uri.path()
+                ),
+            )
+            .code("method_not_allowed")
+        })
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), request_id::layer))
         .with_state(state)
 }
 

@@ -4,11 +4,16 @@
 //! dispatch so that the attempt and outcome lines written later carry it too. Logs never get
 //! the prompt, the answer or a key: only ids, names, sizes and timings.
 
-use axum::extract::Request;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
+
+use super::AppState;
+use crate::config::{AccessLogConfig, AccessLogLevel};
 
 pub const HEADER: &str = "x-request-id";
 
@@ -21,8 +26,8 @@ fn acceptable(id: &str) -> bool {
     (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-/// The middleware: id, span, access log line, response header.
-pub async fn layer(mut request: Request, next: Next) -> Response {
+/// The middleware: id, span, access log line (as `access_log` says), response header.
+pub async fn layer(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
         .get(HEADER)
@@ -33,17 +38,29 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
     let span = tracing::info_span!("http", request_id = %id, method = %request.method(), path = %request.uri().path());
     let started = tokio::time::Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
-    span.in_scope(|| {
-        tracing::info!(
-            status = response.status().as_u16(),
-            ms = started.elapsed().as_millis() as u64,
-            "http response"
-        );
-    });
+    let access = state.snapshot.load().config.access_log.clone();
+    let status = response.status().as_u16();
+    if let Some(level) = access_line(&access, status, rand::random()) {
+        let ms = started.elapsed().as_millis() as u64;
+        span.in_scope(|| match level {
+            tracing::Level::INFO => tracing::info!(status, ms, "http response"),
+            _ => tracing::debug!(status, ms, "http response"),
+        });
+    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
     response
+}
+
+/// The level of this answer's access line, if it gets one; `draw` is uniform in [0, 1).
+fn access_line(access: &AccessLogConfig, status: u16, draw: f64) -> Option<tracing::Level> {
+    let level = match access.level {
+        AccessLogLevel::Off => return None,
+        AccessLogLevel::Info => tracing::Level::INFO,
+        AccessLogLevel::Debug => tracing::Level::DEBUG,
+    };
+    (status >= 500 || draw < access.sample).then_some(level)
 }
 
 #[cfg(test)]
@@ -58,5 +75,18 @@ mod tests {
         assert!(!acceptable(""));
         assert!(!acceptable("has space"));
         assert!(!acceptable("x\ny"));
+    }
+
+    #[test]
+    fn access_lines_follow_level_and_sample_and_5xx_always_get_one() {
+        let sampled = AccessLogConfig { level: AccessLogLevel::Info, sample: 0.25 };
+        assert_eq!(access_line(&sampled, 200, 0.1), Some(tracing::Level::INFO));
+        assert_eq!(access_line(&sampled, 200, 0.5), None);
+        assert_eq!(access_line(&sampled, 404, 0.5), None);
+        assert_eq!(access_line(&sampled, 503, 0.99), Some(tracing::Level::INFO));
+        let debug = AccessLogConfig { level: AccessLogLevel::Debug, sample: 1.0 };
+        assert_eq!(access_line(&debug, 200, 0.99), Some(tracing::Level::DEBUG));
+        let off = AccessLogConfig { level: AccessLogLevel::Off, sample: 1.0 };
+        assert_eq!(access_line(&off, 500, 0.0), None);
     }
 }

@@ -1,12 +1,26 @@
 //! OpenAI chat-completions wire types on the client side, and their decoding into the
 //! canonical request with errors that name the offending field.
+//!
+//! Decoding is strict: the body must be one JSON object and nothing after it; a wrong type
+//! names its field in `param` (`messages[0].role`) with code `invalid_type` or `invalid_value`,
+//! and `invalid_json` is kept for bytes that are not JSON. What types cannot say (a message
+//! without content, a tool schema that is not an object, a `tool_choice` naming no tool) is
+//! checked by [`ChatCompletionRequest::to_canonical`], once, so adapters only ever see shapes
+//! they can map faithfully. Nothing here panics on input.
 
+use std::collections::HashSet;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use crate::canonical::{
-    compile_schema, ChatRequest, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall, Usage,
+    compile_schema, ChatRequest, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall,
+    ToolChoice, Usage,
 };
 
 #[derive(Debug, Deserialize)]
@@ -29,6 +43,7 @@ pub struct ChatCompletionRequest {
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub tools: Option<Vec<WireTool>>,
+    /// Read as JSON and checked by [`tool_choice`] against `tools`.
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -40,11 +55,20 @@ pub struct ChatCompletionRequest {
     pub response_format: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `stop`: one string or a list of them.
+#[derive(Debug)]
 pub enum StopField {
     One(String),
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for StopField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match text_or(d, Shape::List, "a string or an array of strings")? {
+            TextOr::Text(s) => StopField::One(s),
+            TextOr::Other(v) => StopField::Many(v),
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +80,7 @@ pub struct StreamOptions {
 #[derive(Debug, Deserialize)]
 pub struct WireMessage {
     pub role: Role,
+    /// `None` for `null` or absent: only an assistant message with tool calls may have none.
     #[serde(default)]
     pub content: Option<Content>,
     #[serde(default)]
@@ -64,11 +89,20 @@ pub struct WireMessage {
     pub tool_call_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// A message's `content`: a string or a list of parts.
+#[derive(Debug)]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match text_or(d, Shape::List, "a string or an array of content parts")? {
+            TextOr::Text(s) => Content::Text(s),
+            TextOr::Other(parts) => Content::Parts(parts),
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,15 +116,83 @@ pub struct ContentPart {
 }
 
 /// `{"url": …, "detail": …}` of an `image_url` part (also accepted as a bare string).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum WireImageUrl {
-    Object {
-        url: String,
-        #[serde(default)]
-        detail: Option<String>,
-    },
+    Object { url: String, detail: Option<String> },
     Url(String),
+}
+
+impl<'de> Deserialize<'de> for WireImageUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Object {
+            url: String,
+            #[serde(default)]
+            detail: Option<String>,
+        }
+        Ok(match text_or::<D, Object>(d, Shape::Object, "a URL string or an object with `url`")? {
+            TextOr::Text(url) => WireImageUrl::Url(url),
+            TextOr::Other(Object { url, detail }) => WireImageUrl::Object { url, detail },
+        })
+    }
+}
+
+/// What a string-or-something field holds besides a string.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    List,
+    Object,
+}
+
+enum TextOr<T> {
+    Text(String),
+    Other(T),
+}
+
+/// Read a field that is a string or a list (or an object) of `T`. One visitor instead of an
+/// untagged enum: a wrong type is reported as one, at the field, and an error inside the list
+/// or object keeps its own path (`messages[0].content[1].type`), where an untagged enum would
+/// only say that nothing matched.
+fn text_or<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    shape: Shape,
+    expecting: &'static str,
+) -> Result<TextOr<T>, D::Error> {
+    struct TextOrVisitor<T> {
+        shape: Shape,
+        expecting: &'static str,
+        of: PhantomData<T>,
+    }
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for TextOrVisitor<T> {
+        type Value = TextOr<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            Ok(TextOr::Text(s.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+            Ok(TextOr::Text(s))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            if self.shape != Shape::List {
+                return Err(de::Error::invalid_type(Unexpected::Seq, &self));
+            }
+            T::deserialize(SeqAccessDeserializer::new(seq)).map(TextOr::Other)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            if self.shape != Shape::Object {
+                return Err(de::Error::invalid_type(Unexpected::Map, &self));
+            }
+            T::deserialize(MapAccessDeserializer::new(map)).map(TextOr::Other)
+        }
+    }
+    d.deserialize_any(TextOrVisitor { shape, expecting, of: PhantomData })
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,6 +210,9 @@ pub struct WireFunctionCall {
 
 #[derive(Debug, Deserialize)]
 pub struct WireTool {
+    /// `function`, the only kind of tool there is to translate (absent: taken as `function`).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
     pub function: WireFunction,
 }
 
@@ -116,24 +221,73 @@ pub struct WireFunction {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+    /// Checked by [`tools`]: a JSON schema object, or absent for a function without parameters.
     #[serde(default)]
     pub parameters: Value,
 }
 
-/// Decode a request body; a type error names the field (`messages[0].role`).
+/// Decode a request body: one JSON object and nothing after it. A wrong type or value names
+/// the field (`param: messages[0].role`); bytes that are not JSON are `invalid_json`.
 pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|err| {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        // serde would read a JSON array as a struct's fields in order; a request is an object.
+        return Err(match serde_json::from_slice::<IgnoredAny>(body) {
+            Ok(_) => ApiError::bad_request("the body must be a JSON object (a chat completion request)")
+                .code("invalid_type"),
+            Err(e) => invalid_json(&e),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
-        let inner = err.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            ApiError::bad_request(format!("the body is not valid JSON: {inner}")).code("invalid_json")
-        } else if path == "." {
-            ApiError::bad_request(format!("invalid request: {inner}"))
-        } else {
-            ApiError::bad_request(format!("invalid field `{path}`: {inner}")).param(path)
+        decode_error(path, err.into_inner())
+    })?;
+    de.end().map_err(|e| invalid_json(&e))?;
+    Ok(request)
+}
+
+fn invalid_json(e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("the body is not valid JSON: {e}")).code("invalid_json")
+}
+
+/// A decode error as the client should see it. serde reports every data error as text, in
+/// serde's own fixed wording (`invalid type: …`, `missing field …`); that wording is the only
+/// place the kind can be read from, so it is read here and nowhere else.
+fn decode_error(path: String, e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    let at = (path != ".").then_some(path);
+    let text = e.to_string();
+    match e.classify() {
+        // serde_json counts a number too big for any Rust number (`1e400`) as syntax; it is
+        // valid JSON with a value out of range.
+        Category::Syntax if text.starts_with("number out of range") => {
+            let field = at.as_deref().unwrap_or("the body");
+            let error = ApiError::bad_request(format!("`{field}`: {text}")).code("invalid_value");
+            match at {
+                Some(at) => error.param(at),
+                None => error,
+            }
         }
-    })
+        Category::Syntax | Category::Eof | Category::Io => invalid_json(&e),
+        Category::Data => {
+            if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+                let param = match &at {
+                    Some(at) => format!("{at}.{field}"),
+                    None => field.to_string(),
+                };
+                return ApiError::bad_request(format!("`{param}` is required"))
+                    .code("missing_field")
+                    .param(param);
+            }
+            let code = if text.starts_with("invalid type:") { "invalid_type" } else { "invalid_value" };
+            match at {
+                Some(at) => {
+                    ApiError::bad_request(format!("invalid field `{at}`: {text}")).code(code).param(at)
+                }
+                None => ApiError::bad_request(format!("invalid request: {text}")).code(code),
+            }
+        }
+    }
 }
 
 impl ChatCompletionRequest {
@@ -146,8 +300,12 @@ impl ChatCompletionRequest {
     }
 
     /// The canonical request (without `model`, which dispatch fills per backend), checking
-    /// what the types could not.
+    /// what the types could not; each refusal names its field, with code `invalid_value`.
     pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        self.checked(output_cap).map_err(|e| if e.code.is_none() { e.code("invalid_value") } else { e })
+    }
+
+    fn checked(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::bad_request("`messages` must not be empty").param("messages"));
         }
@@ -162,11 +320,25 @@ impl ChatCompletionRequest {
         if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(ApiError::bad_request(format!("`top_p` {p} is outside 0 to 1")).param("top_p"));
         }
+        let tools = tools(self.tools.as_deref().unwrap_or_default())?;
+        let tool_choice = self.tool_choice.as_ref().map(|choice| tool_choice(choice, &tools)).transpose()?;
         let mut messages = Vec::with_capacity(self.messages.len());
         for (i, m) in self.messages.iter().enumerate() {
             let mut images = Vec::new();
             let content = match &m.content {
-                None => String::new(),
+                None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
+                    String::new()
+                }
+                None => {
+                    let why = match m.role {
+                        Role::Assistant => "an assistant message needs `content` or `tool_calls`".to_string(),
+                        role => format!(
+                            "a {} message needs `content` (a string or an array of parts)",
+                            role.as_str()
+                        ),
+                    };
+                    return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
+                }
                 Some(Content::Text(t)) => t.clone(),
                 Some(Content::Parts(parts)) => {
                     let mut text = String::new();
@@ -245,17 +417,8 @@ impl ChatCompletionRequest {
                 Some(StopField::One(s)) => vec![s.clone()],
                 Some(StopField::Many(v)) => v.clone(),
             },
-            tools: self
-                .tools
-                .iter()
-                .flatten()
-                .map(|t| Tool {
-                    name: t.function.name.clone(),
-                    description: t.function.description.clone(),
-                    parameters: t.function.parameters.clone(),
-                })
-                .collect(),
-            tool_choice: self.tool_choice.clone(),
+            tools,
+            tool_choice,
             seed: self.seed,
             stream: self.wants_stream(),
             response_format: self
@@ -265,6 +428,98 @@ impl ChatCompletionRequest {
                 .transpose()?
                 .unwrap_or_default(),
         })
+    }
+}
+
+/// The tools, each a `function` with a name used once and a parameter schema that is a JSON
+/// schema object (or absent), so every adapter can map it as it is.
+fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
+    let mut names = HashSet::new();
+    let mut tools = Vec::new();
+    for (i, t) in wire.iter().enumerate() {
+        let bad = |key: &str, why: String| Err(ApiError::bad_request(why).param(format!("tools[{i}].{key}")));
+        if let Some(kind) = t.kind.as_deref().filter(|k| *k != "function") {
+            return bad("type", format!("tool type `{kind}` is not supported; only `function` tools are"));
+        }
+        let f = &t.function;
+        if f.name.is_empty() {
+            return bad("function.name", "must not be empty".into());
+        }
+        if !names.insert(f.name.as_str()) {
+            return bad("function.name", format!("`{}` is the name of another tool", f.name));
+        }
+        match &f.parameters {
+            Value::Null => {}
+            Value::Object(schema) => {
+                if schema.get("type").is_some_and(|t| t != "object") {
+                    return bad(
+                        "function.parameters",
+                        "a function's parameters must be a schema of `\"type\": \"object\"`".into(),
+                    );
+                }
+                if let Err(why) = compile_schema(&f.parameters) {
+                    return bad("function.parameters", why);
+                }
+            }
+            _ => {
+                return bad(
+                    "function.parameters",
+                    "`parameters` must be a JSON schema object (or left out for none)".into(),
+                )
+            }
+        }
+        tools.push(Tool {
+            name: f.name.clone(),
+            description: f.description.clone(),
+            parameters: f.parameters.clone(),
+        });
+    }
+    Ok(tools)
+}
+
+/// OpenAI's `tool_choice`: `"none"`, `"auto"`, `"required"`, or `{"type": "function",
+/// "function": {"name"}}` naming one of `tools`. Like OpenAI, it needs `tools`.
+fn tool_choice(value: &Value, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
+    let bad = |param: &str, why: String| Err(ApiError::bad_request(why).param(param));
+    const SHAPES: &str = r#""none", "auto", "required" or {"type": "function", "function": {"name": …}}"#;
+    if tools.is_empty() {
+        return bad("tool_choice", "`tool_choice` is only allowed with `tools`".into());
+    }
+    match value {
+        Value::String(s) => match s.as_str() {
+            "none" => Ok(ToolChoice::None),
+            "auto" => Ok(ToolChoice::Auto),
+            "required" => Ok(ToolChoice::Required),
+            other => bad("tool_choice", format!("`tool_choice` `{other}` is not one of {SHAPES}")),
+        },
+        Value::Object(choice) => {
+            match choice.get("type") {
+                Some(Value::String(t)) if t == "function" => {}
+                Some(Value::String(t)) => {
+                    return bad(
+                        "tool_choice.type",
+                        format!("tool_choice type `{t}` is not supported; only `function` is"),
+                    )
+                }
+                _ => {
+                    return bad(
+                        "tool_choice.type",
+                        format!("`type` must be \"function\": `tool_choice` is one of {SHAPES}"),
+                    )
+                }
+            }
+            let Some(Value::String(name)) = choice.get("function").and_then(|f| f.get("name")) else {
+                return bad(
+                    "tool_choice.function.name",
+                    "`tool_choice.function.name` must name one of `tools`".into(),
+                );
+            };
+            if !tools.iter().any(|t| &t.name == name) {
+                return bad("tool_choice.function.name", format!("no tool in `tools` is named `{name}`"));
+            }
+            Ok(ToolChoice::Function(name.clone()))
+        }
+        _ => bad("tool_choice", format!("`tool_choice` must be one of {SHAPES}")),
     }
 }
 
@@ -389,21 +644,6 @@ pub fn completion_json(
     })
 }
 
-/// One `chat.completion.chunk` with the given choices.
-pub fn chunk_json(id: &str, model: &str, created: u64, choices: Value, usage: Option<&Usage>) -> Value {
-    let mut chunk = json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-    });
-    if let Some(u) = usage {
-        chunk["usage"] = usage_json(u);
-    }
-    chunk
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +658,253 @@ mod tests {
         assert!(err.message.contains("model"), "{err:?}");
         let err = decode(b"{not json").unwrap_err();
         assert_eq!(err.code.as_deref(), Some("invalid_json"));
+    }
+
+    /// A request with `extra` spliced in after `messages`.
+    fn with(extra: &str) -> String {
+        format!(r#"{{"model":"t","messages":[{{"role":"user","content":"x"}}]{extra}}}"#)
+    }
+
+    #[track_caller]
+    fn refused(body: &[u8]) -> ApiError {
+        let err = match decode(body) {
+            Ok(req) => req.to_canonical(None).expect_err("accepted"),
+            Err(err) => err,
+        };
+        assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST, "{err:?}");
+        err
+    }
+
+    #[test]
+    fn bytes_after_the_object_are_not_json() {
+        let body = with("");
+        assert!(decode(format!(" {body}\n\t ").as_bytes()).is_ok());
+        for tail in ["x", "{}", "]", "\"more\"", ",", "\0"] {
+            let err = refused(format!("{body}{tail}").as_bytes());
+            assert_eq!(err.code.as_deref(), Some("invalid_json"), "{tail:?}: {err:?}");
+            assert!(err.message.contains("trailing"), "{err:?}");
+        }
+        for not_object in ["[]", "\"t\"", "3", "null", r#"["t", [{"role": "user", "content": "x"}]]"#] {
+            let err = refused(not_object.as_bytes());
+            assert_eq!(err.code.as_deref(), Some("invalid_type"), "{not_object}: {err:?}");
+        }
+        assert_eq!(refused(b"").code.as_deref(), Some("invalid_json"));
+        assert_eq!(refused(b"nonsense").code.as_deref(), Some("invalid_json"));
+    }
+
+    #[test]
+    fn user_system_and_tool_messages_need_content() {
+        let messages =
+            |m: &str| format!(r#"{{"model":"t","messages":[{{"role":"user","content":"x"}},{m}]}}"#);
+        for m in [
+            r#"{"role":"user","content":null}"#,
+            r#"{"role":"user"}"#,
+            r#"{"role":"system","content":null}"#,
+            r#"{"role":"tool","tool_call_id":"c","content":null}"#,
+            r#"{"role":"assistant","content":null}"#,
+            r#"{"role":"assistant","content":null,"tool_calls":[]}"#,
+        ] {
+            let err = refused(messages(m).as_bytes());
+            assert_eq!(err.param.as_deref(), Some("messages[1].content"), "{m}: {err:?}");
+        }
+        let call = r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}"#;
+        let c = canonical(&messages(call)).unwrap();
+        assert_eq!(c.messages[1].content, "");
+        assert_eq!(c.messages[1].tool_calls[0].name, "f");
+        assert_eq!(canonical(&messages(r#"{"role":"user","content":""}"#)).unwrap().messages[1].content, "");
+    }
+
+    #[test]
+    fn every_wrong_type_or_value_names_its_field() {
+        let msg = |m: &str| format!(r#"{{"model":"t","messages":[{m}]}}"#);
+        for (body, param, code) in [
+            (msg(r#"{"role":1,"content":"x"}"#), "messages[0].role", "invalid_type"),
+            (msg(r#"{"role":["user"],"content":"x"}"#), "messages[0].role", "invalid_type"),
+            (msg(r#"{"role":"wizard","content":"x"}"#), "messages[0].role", "invalid_value"),
+            (msg(r#"{"content":"x"}"#), "messages[0].role", "missing_field"),
+            (msg(r#"{"role":"user","content":5}"#), "messages[0].content", "invalid_type"),
+            (msg(r#"{"role":"user","content":{"text":"x"}}"#), "messages[0].content", "invalid_type"),
+            (msg(r#"{"role":"user","content":[{"type":1}]}"#), "messages[0].content[0].type", "invalid_type"),
+            (msg(r#"{"role":"user","content":["x"]}"#), "messages[0].content[0]", "invalid_type"),
+            (
+                msg(r#"{"role":"user","content":[{"type":"image_url","image_url":7}]}"#),
+                "messages[0].content[0].image_url",
+                "invalid_type",
+            ),
+            (
+                msg(r#"{"role":"user","content":[{"type":"image_url","image_url":{"detail":"low"}}]}"#),
+                "messages[0].content[0].image_url.url",
+                "missing_field",
+            ),
+            (
+                msg(r#"{"role":"tool","content":"x","tool_call_id":3}"#),
+                "messages[0].tool_call_id",
+                "invalid_type",
+            ),
+            (msg(r#"{"role":"assistant","tool_calls":{}}"#), "messages[0].tool_calls", "invalid_type"),
+            (msg(r#""hello""#), "messages[0]", "invalid_type"),
+            (r#"{"model":"t","messages":{}}"#.into(), "messages", "invalid_type"),
+            (r#"{"model":5,"messages":[]}"#.into(), "model", "invalid_type"),
+            (r#"{"messages":[]}"#.into(), "model", "missing_field"),
+            (with(r#","stream":"yes""#), "stream", "invalid_type"),
+            (
+                with(r#","stream_options":{"include_usage":1}"#),
+                "stream_options.include_usage",
+                "invalid_type",
+            ),
+            (with(r#","max_tokens":"many""#), "max_tokens", "invalid_type"),
+            (with(r#","max_tokens":1.5"#), "max_tokens", "invalid_type"),
+            (with(r#","max_tokens":-1"#), "max_tokens", "invalid_value"),
+            (with(r#","max_tokens":4294967296"#), "max_tokens", "invalid_value"),
+            (with(r#","max_completion_tokens":true"#), "max_completion_tokens", "invalid_type"),
+            (with(r#","temperature":"hot""#), "temperature", "invalid_type"),
+            (with(r#","stop":5"#), "stop", "invalid_type"),
+            (with(r#","stop":["a",5]"#), "stop[1]", "invalid_type"),
+            (with(r#","tools":"x""#), "tools", "invalid_type"),
+            (with(r#","tools":[{"function":{"name":7}}]"#), "tools[0].function.name", "invalid_type"),
+            (with(r#","tools":[{"type":"function"}]"#), "tools[0].function", "missing_field"),
+            (with(r#","seed":"s""#), "seed", "invalid_type"),
+            (with(r#","n":[1]"#), "n", "invalid_type"),
+        ] {
+            let err = refused(body.as_bytes());
+            assert_eq!(
+                (err.param.as_deref(), err.code.as_deref()),
+                (Some(param), Some(code)),
+                "{body}: {err:?}"
+            );
+            assert!(err.message.contains(param), "the message names `{param}`: {err:?}");
+        }
+    }
+
+    #[test]
+    fn tool_schemas_and_tool_choice_are_checked_before_any_backend_sees_them() {
+        let tools = r#","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},{"type":"function","function":{"name":"g"}}]"#;
+        for (extra, param) in [
+            (
+                r#","tools":[{"function":{"name":"f","parameters":"garbage"}}]"#.to_string(),
+                "tools[0].function.parameters",
+            ),
+            (
+                r#","tools":[{"function":{"name":"f","parameters":[1]}}]"#.into(),
+                "tools[0].function.parameters",
+            ),
+            (
+                r#","tools":[{"function":{"name":"f","parameters":{"type":"string"}}}]"#.into(),
+                "tools[0].function.parameters",
+            ),
+            (
+                r#","tools":[{"function":{"name":"f","parameters":{"type":"wizard"}}}]"#.into(),
+                "tools[0].function.parameters",
+            ),
+            (r#","tools":[{"type":"custom","function":{"name":"f"}}]"#.into(), "tools[0].type"),
+            (r#","tools":[{"function":{"name":""}}]"#.into(), "tools[0].function.name"),
+            (
+                r#","tools":[{"function":{"name":"f"}},{"function":{"name":"f"}}]"#.into(),
+                "tools[1].function.name",
+            ),
+            (format!(r#"{tools},"tool_choice":42"#), "tool_choice"),
+            (format!(r#"{tools},"tool_choice":["auto"]"#), "tool_choice"),
+            (format!(r#"{tools},"tool_choice":"sometimes""#), "tool_choice"),
+            (format!(r#"{tools},"tool_choice":{{}}"#), "tool_choice.type"),
+            (format!(r#"{tools},"tool_choice":{{"function":{{"name":"f"}}}}"#), "tool_choice.type"),
+            (
+                format!(r#"{tools},"tool_choice":{{"type":"allowed_tools","function":{{"name":"f"}}}}"#),
+                "tool_choice.type",
+            ),
+            (
+                format!(r#"{tools},"tool_choice":{{"type":"function","name":"f"}}"#),
+                "tool_choice.function.name",
+            ),
+            (
+                format!(r#"{tools},"tool_choice":{{"type":"function","function":{{"name":1}}}}"#),
+                "tool_choice.function.name",
+            ),
+            (
+                format!(r#"{tools},"tool_choice":{{"type":"function","function":{{"name":"ghost"}}}}"#),
+                "tool_choice.function.name",
+            ),
+            (r#","tool_choice":"auto""#.into(), "tool_choice"),
+            (r#","tools":[],"tool_choice":"required""#.into(), "tool_choice"),
+        ] {
+            let err = refused(with(&extra).as_bytes());
+            assert_eq!(err.param.as_deref(), Some(param), "{extra}: {err:?}");
+        }
+        let choice =
+            |c: &str| canonical(&with(&format!(r#"{tools},"tool_choice":{c}"#))).unwrap().tool_choice;
+        assert_eq!(choice("null"), None);
+        assert_eq!(choice(r#""none""#), Some(ToolChoice::None));
+        assert_eq!(choice(r#""auto""#), Some(ToolChoice::Auto));
+        assert_eq!(choice(r#""required""#), Some(ToolChoice::Required));
+        assert_eq!(
+            choice(r#"{"type":"function","function":{"name":"g"}}"#),
+            Some(ToolChoice::Function("g".into()))
+        );
+        let c = canonical(&with(tools)).unwrap();
+        assert_eq!(c.tools[0].parameters, json!({"type": "object"}));
+        assert_eq!(c.tools[1].parameters, Value::Null);
+        assert_eq!(c.tool_choice, None);
+    }
+
+    #[test]
+    fn hostile_bodies_get_a_400_not_a_panic() {
+        let deep = |open: &str, n: usize| open.repeat(n);
+        let nested = |key: &str, value: String| with(&format!(r#","{key}":{value}"#)).into_bytes();
+        let parameters = |schema: String| {
+            with(&format!(r#","tools":[{{"function":{{"name":"f","parameters":{schema}}}}}]"#)).into_bytes()
+        };
+        for (body, code, param) in [
+            (deep("[", 100_000).into_bytes(), "invalid_json", None),
+            (deep("{\"a\":", 100_000).into_bytes(), "invalid_json", None),
+            (format!(r#"{{"model":{}"#, deep("[", 100_000)).into_bytes(), "invalid_type", Some("model")),
+            // Untyped fields are read as JSON values: serde_json stops at 128 levels.
+            (nested("tool_choice", deep("[", 100_000)), "invalid_json", None),
+            (nested("response_format", deep("{\"a\":", 100_000)), "invalid_json", None),
+            (parameters(deep("[", 100_000)), "invalid_json", None),
+            (
+                nested("tool_choice", format!("{}1{}", deep("[", 100), deep("]", 100))),
+                "invalid_value",
+                Some("tool_choice"),
+            ),
+            (
+                parameters(format!("{}1{}", deep("[", 100), deep("]", 100))),
+                "invalid_value",
+                Some("tools[0].function.parameters"),
+            ),
+        ] {
+            let err = refused(&body);
+            assert_eq!((err.code.as_deref(), err.param.as_deref()), (Some(code), param), "{err:?}");
+        }
+        for (number, code) in [
+            ("1e400", "invalid_value"),
+            ("-1e400", "invalid_value"),
+            ("99999999999999999999", "invalid_type"),
+            ("1e10", "invalid_type"),
+        ] {
+            let err = refused(with(&format!(r#","max_tokens":{number}"#)).as_bytes());
+            assert_eq!(
+                (err.param.as_deref(), err.code.as_deref()),
+                (Some("max_tokens"), Some(code)),
+                "{number}: {err:?}"
+            );
+        }
+        let err = refused(with(r#","temperature":1e400"#).as_bytes());
+        assert_eq!(err.param.as_deref(), Some("temperature"), "{err:?}");
+        // Invalid UTF-8 inside a string, in a key, and as the whole body.
+        for body in [
+            b"{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}".to_vec(),
+            b"{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"con\xc3tent\":\"x\"}]}".to_vec(),
+            b"{\"model\":\"\xed\xa0\x80\",\"messages\":[]}".to_vec(),
+            vec![0xff; 64],
+            b"{\"model\":\"\\ud800\",\"messages\":[]}".to_vec(),
+        ] {
+            let err = refused(&body);
+            assert_eq!(
+                err.code.as_deref(),
+                Some("invalid_json"),
+                "{:?}: {err:?}",
+                String::from_utf8_lossy(&body)
+            );
+        }
     }
 
     #[test]
@@ -444,21 +931,21 @@ mod tests {
 
     #[test]
     fn response_formats_decode_and_bad_shapes_name_their_field() {
-        let with = |rf: &str| {
+        let with_rf = |rf: &str| {
             format!(r#"{{"model":"t","messages":[{{"role":"user","content":"x"}}],"response_format":{rf}}}"#)
         };
-        assert_eq!(canonical(&with(r#"{"type":"text"}"#)).unwrap().response_format, ResponseFormat::Text);
+        assert_eq!(canonical(&with_rf(r#"{"type":"text"}"#)).unwrap().response_format, ResponseFormat::Text);
         assert_eq!(
-            canonical(&with(r#"{"type":"json_object"}"#)).unwrap().response_format,
+            canonical(&with_rf(r#"{"type":"json_object"}"#)).unwrap().response_format,
             ResponseFormat::JsonObject
         );
         let schema = json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]});
         let rf = json!({"type":"json_schema","json_schema":{"name":"count","schema":schema,"strict":true}});
         assert_eq!(
-            canonical(&with(&rf.to_string())).unwrap().response_format,
+            canonical(&with_rf(&rf.to_string())).unwrap().response_format,
             ResponseFormat::JsonSchema { name: "count".into(), schema, strict: true }
         );
-        assert_eq!(canonical(&with("null")).unwrap().response_format, ResponseFormat::Text);
+        assert_eq!(canonical(&with_rf("null")).unwrap().response_format, ResponseFormat::Text);
         for (rf, param) in [
             (r#""json""#, "response_format.type"),
             (r#"{"type":"yaml"}"#, "response_format.type"),
@@ -478,7 +965,7 @@ mod tests {
                 "response_format.json_schema.strict",
             ),
         ] {
-            let err = canonical(&with(rf)).unwrap_err();
+            let err = canonical(&with_rf(rf)).unwrap_err();
             assert_eq!(err.param.as_deref(), Some(param), "{rf}: {err:?}");
             assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
         }

@@ -4,15 +4,18 @@
 
 use std::path::{Path, PathBuf};
 
+use super::validate::Undecoded;
 use super::{BackendKind, Config, Problem};
 use crate::gate::grade::Grader;
 
 /// Resolve and read every file the tasks name; check the keys. `base`: the config file's folder.
-pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
+/// Checks against what did not decode (`undecoded`) are skipped: those are reported already.
+pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) -> Vec<Problem> {
     let mut problems = Vec::new();
     let backends: Vec<(String, BackendKind)> =
         config.backends.iter().map(|b| (b.name.clone(), b.kind)).collect();
-    let ledger_on = config.ledger.enabled;
+    // With `ledger` undecoded its default stands in: the checks that need it say nothing.
+    let ledger_on = config.ledger.enabled || undecoded.section("ledger");
     for (i, task) in config.tasks.iter_mut().enumerate() {
         let mut p =
             |key: &str, message: String| problems.push(Problem::new(format!("tasks[{i}].{key}"), message));
@@ -41,7 +44,7 @@ pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
                 p("gate.concurrency", "must be at least 1".into());
             }
             if let Some(judge) = &gate.judge {
-                if !backends.iter().any(|(name, _)| name == judge) {
+                if !backends.iter().any(|(name, _)| name == judge) && !undecoded.may_be_backend(judge) {
                     p("gate.judge", format!("no backend is named `{judge}`"));
                 }
             }
@@ -76,7 +79,8 @@ pub fn prepare(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
         }
         let mut texts = std::collections::BTreeMap::new();
         for (key, path) in task.prompt_variants.iter_mut() {
-            let known = backends.iter().any(|(name, kind)| name == key || kind.as_str() == key);
+            let known = backends.iter().any(|(name, kind)| name == key || kind.as_str() == key)
+                || undecoded.some_backend();
             if !known {
                 p(
                     &format!("prompt_variants.{key}"),

@@ -2,9 +2,13 @@
 //!
 //! serde stops at the first error of a value, so the document is first read as a YAML tree and
 //! each top-level key and each backend and task is decoded on its own: one bad backend does not
-//! hide the problems of the next. Semantic checks then run on whatever decoded. Last, the files
-//! a backend names (`tokenizer_file`) are read, relative paths from the config file's
-//! directory (from the working directory for text parsed without a file).
+//! hide the problems of the next. Within one item, each offending key is noted and taken out
+//! of the tree before decoding again, so every unknown key and wrong type is found. Semantic
+//! checks then run on whatever decoded, in the same report: nothing is held back until the
+//! structural problems are fixed, and nothing is reported twice (a task naming a backend that
+//! did not decode, a check of a default standing in for a bad key). Last, the files a backend
+//! names (`tokenizer_file`) are read, relative paths from the config file's directory (from the
+//! working directory for text parsed without a file).
 
 use std::fmt;
 use std::path::Path;
@@ -13,6 +17,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
+use super::validate::Undecoded;
 use super::Config;
 
 /// One thing wrong with a config, at a key path such as `backends[1].price.input_per_mtok`.
@@ -52,6 +57,7 @@ const TOP_KEYS: &[&str] = &[
     "ledger",
     "admin_token_env",
     "canary",
+    "access_log",
 ];
 
 /// Read and check a config file.
@@ -75,53 +81,229 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     let Value::Mapping(map) = root else {
         return Err(vec![Problem::new("", "the config must be a mapping of keys to values")]);
     };
-    let mut problems = Vec::new();
+    let mut s = Structure::default();
     let mut clean = serde_yaml_ng::Mapping::new();
+    let mut backend_at = Vec::new();
+    let mut task_at = Vec::new();
     for (key, value) in map {
         let Some(name) = key.as_str() else {
-            problems.push(Problem::new("", format!("keys must be strings, found {key:?}")));
+            s.problems.push(Problem::new("", format!("keys must be strings, found {key:?}")));
             continue;
         };
         if !TOP_KEYS.contains(&name) {
-            problems
+            s.problems
                 .push(Problem::new(name, format!("unknown key; expected one of {}", TOP_KEYS.join(", "))));
             continue;
         }
-        let ok = match name {
-            "backends" => check_list::<super::BackendConfig>(name, &value, &mut problems),
-            "tasks" => check_list::<super::TaskConfig>(name, &value, &mut problems),
-            "listen" => check::<String>(name, &value, &mut problems),
-            "client_keys_env" => check::<Vec<String>>(name, &value, &mut problems),
-            "policy" => check::<super::PolicyConfig>(name, &value, &mut problems),
-            "dispatch" => check::<super::DispatchConfig>(name, &value, &mut problems),
-            "limits" => check::<super::LimitsConfig>(name, &value, &mut problems),
-            "telemetry" => check::<super::TelemetryConfig>(name, &value, &mut problems),
-            "state" => check::<super::StateConfig>(name, &value, &mut problems),
-            "ledger" => check::<super::LedgerConfig>(name, &value, &mut problems),
-            "canary" => check::<super::CanaryConfig>(name, &value, &mut problems),
-            "admin_token_env" => check::<Option<String>>(name, &value, &mut problems),
-            _ => check::<super::BalancingConfig>(name, &value, &mut problems),
+        let before = s.problems.len();
+        let decoded = match name {
+            "backends" => s.list::<super::BackendConfig>(name, value, &mut backend_at),
+            "tasks" => s.list::<super::TaskConfig>(name, value, &mut task_at),
+            "listen" => s.peel::<String>(name, value),
+            "client_keys_env" => s.peel::<Vec<String>>(name, value),
+            "policy" => s.peel::<super::PolicyConfig>(name, value),
+            "dispatch" => s.peel::<super::DispatchConfig>(name, value),
+            "limits" => s.peel::<super::LimitsConfig>(name, value),
+            "telemetry" => s.peel::<super::TelemetryConfig>(name, value),
+            "state" => s.peel::<super::StateConfig>(name, value),
+            "ledger" => s.peel::<super::LedgerConfig>(name, value),
+            "canary" => s.peel::<super::CanaryConfig>(name, value),
+            "access_log" => s.peel::<super::AccessLogConfig>(name, value),
+            "admin_token_env" => s.peel::<Option<String>>(name, value),
+            _ => s.peel::<super::BalancingConfig>(name, value),
         };
-        if ok {
+        // A list keeps its decoded items (`list` notes the rest); any other key with a problem
+        // may be standing on defaults.
+        if s.problems.len() > before && !matches!(name, "backends" | "tasks") {
+            s.undecoded.sections.insert(name.to_string());
+        }
+        if let Some(value) = decoded {
             clean.insert(Value::String(name.to_string()), value);
         }
     }
     for required in ["backends", "tasks"] {
-        if !clean.contains_key(required) && !problems.iter().any(|p| p.path.starts_with(required)) {
-            problems.push(Problem::new(required, "missing (required)"));
+        if !clean.contains_key(required) {
+            if !s.problems.iter().any(|p| p.path.starts_with(required)) {
+                s.problems.push(Problem::new(required, "missing (required)"));
+            }
+            s.undecoded.sections.insert(required.to_string());
+            clean.insert(Value::String(required.to_string()), Value::Sequence(Vec::new()));
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+    let mut config: Config = match decode("", Value::Mapping(clean)) {
+        Ok(config) => config,
+        Err(problem) => {
+            s.problems.push(problem);
+            return Err(s.problems);
+        }
+    };
+    // Semantic checks run on what decoded: their paths are turned back into the file's list
+    // positions, and what they say about a key already reported (or about its stand-in
+    // default) is left out.
+    let mut semantic = super::validate::validate(&config, &s.undecoded);
+    semantic.extend(super::evaluation::prepare(&mut config, base, &s.undecoded));
+    semantic.extend(load_tokenizers(&mut config, base));
+    let mut problems = s.problems;
+    for mut problem in semantic {
+        problem.path = renumber(&problem.path, "backends", &backend_at);
+        problem.path = renumber(&problem.path, "tasks", &task_at);
+        if !s.peeled.iter().any(|peeled| is_under(&problem.path, peeled)) {
+            problems.push(problem);
+        }
     }
-    let mut config: Config = decode("", Value::Mapping(clean)).map_err(|p| vec![p])?;
-    let mut problems = super::validate::validate(&config);
-    problems.extend(super::evaluation::prepare(&mut config, base));
-    problems.extend(load_tokenizers(&mut config, base));
     if problems.is_empty() {
         Ok(config)
     } else {
         Err(problems)
+    }
+}
+
+/// The structural pass: every problem found so far, the key paths taken out of the tree to
+/// find the next one, and what could not be decoded at all.
+#[derive(Default)]
+struct Structure {
+    problems: Vec<Problem>,
+    peeled: Vec<String>,
+    undecoded: Undecoded,
+}
+
+/// At most this many problems are peeled from one item: a safeguard, as each peel takes a key
+/// out of a finite tree.
+const MAX_PEELS: usize = 64;
+
+impl Structure {
+    /// Decode each item of the list at `path` on its own; `at` gets each decoded item's index
+    /// in the file. A backend that does not decode is remembered by name, so that a task
+    /// naming it is not reported a second time.
+    fn list<T: DeserializeOwned>(&mut self, path: &str, value: Value, at: &mut Vec<usize>) -> Option<Value> {
+        let Value::Sequence(items) = value else {
+            self.problems.push(Problem::new(path, "expected a list"));
+            self.undecoded.sections.insert(path.to_string());
+            return None;
+        };
+        let mut decoded = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let name = item.get("name").and_then(Value::as_str).map(str::to_string);
+            match self.peel::<T>(&format!("{path}[{i}]"), item) {
+                Some(item) => {
+                    decoded.push(item);
+                    at.push(i);
+                }
+                None => match name {
+                    Some(name) => {
+                        self.undecoded.names.insert((path.to_string(), name));
+                    }
+                    None => {
+                        self.undecoded.sections.insert(path.to_string());
+                    }
+                },
+            }
+        }
+        Some(Value::Sequence(decoded))
+    }
+
+    /// Decode `value` as `T`; on each error, note the problem, take the offending key out of
+    /// the tree and try again, so every unknown key and wrong type of one item is reported,
+    /// not only the first. A required key taken out (or missing) takes its parent with it.
+    /// `Some`: what is left decodes. `None`: the item itself is unusable.
+    fn peel<T: DeserializeOwned>(&mut self, prefix: &str, mut value: Value) -> Option<Value> {
+        let mut removed: Vec<Vec<Step>> = Vec::new();
+        for _ in 0..MAX_PEELS {
+            let err = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+                Ok(_) => return Some(value),
+                Err(err) => err,
+            };
+            let mut at = steps(err.path());
+            let message = err.into_inner().to_string();
+            // serde's fixed wording is the only place a missing field is named.
+            let missing = message.strip_prefix("missing field `").and_then(|r| r.split('`').next());
+            match missing {
+                Some(field) => {
+                    let mut full = at.clone();
+                    full.push(Step::Key(field.to_string()));
+                    if !removed.contains(&full) {
+                        self.problems.push(Problem::new(join(prefix, &full), "missing (required)"));
+                    }
+                }
+                None => self.problems.push(problem(join(prefix, &at), message)),
+            }
+            // A bad list element takes its whole list out: the later elements' indices stay true.
+            if let Some(seq) = at.iter().position(|s| matches!(s, Step::Index(_))) {
+                at.truncate(seq);
+            }
+            if at.is_empty() || !remove(&mut value, &at) {
+                return None;
+            }
+            self.peeled.push(join(prefix, &at));
+            removed.push(at);
+        }
+        None
+    }
+}
+
+/// One step of a key path into the YAML tree.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The steps of serde's path, up to the first one that is neither a key nor an index.
+fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .map_while(|segment| match segment {
+            Segment::Map { key } => Some(Step::Key(key.clone())),
+            Segment::Seq { index } => Some(Step::Index(*index)),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        })
+        .collect()
+}
+
+fn join(prefix: &str, steps: &[Step]) -> String {
+    let mut path = prefix.to_string();
+    for step in steps {
+        match step {
+            Step::Key(key) if path.is_empty() => path.push_str(key),
+            Step::Key(key) => {
+                path.push('.');
+                path.push_str(key);
+            }
+            Step::Index(i) => path.push_str(&format!("[{i}]")),
+        }
+    }
+    path
+}
+
+/// Take the key at `at` (keys only) out of `value`; false if it is not there.
+fn remove(value: &mut Value, at: &[Step]) -> bool {
+    let Some((Step::Key(last), parents)) = at.split_last() else { return false };
+    let mut node = value;
+    for step in parents {
+        let Step::Key(key) = step else { return false };
+        match node.get_mut(key.as_str()) {
+            Some(child) => node = child,
+            None => return false,
+        }
+    }
+    node.as_mapping_mut().and_then(|m| m.remove(last.as_str())).is_some()
+}
+
+/// `path` is `prefix` or a key below it.
+fn is_under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
+/// `list[k]…` → `list[at[k]]…`: a position among the decoded items back to the file's.
+fn renumber(path: &str, list: &str, at: &[usize]) -> String {
+    let renumbered = path
+        .strip_prefix(list)
+        .and_then(|rest| rest.strip_prefix('['))
+        .and_then(|rest| rest.split_once(']'))
+        .and_then(|(k, rest)| Some((at.get(k.parse::<usize>().ok()?)?, rest)));
+    match renumbered {
+        Some((i, rest)) => format!("{list}[{i}]{rest}"),
+        None => path.to_string(),
     }
 }
 
@@ -145,43 +327,19 @@ fn load_tokenizers(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
     problems
 }
 
-fn check<T: DeserializeOwned>(path: &str, value: &Value, problems: &mut Vec<Problem>) -> bool {
-    match decode::<T>(path, value.clone()) {
-        Ok(_) => true,
-        Err(p) => {
-            problems.push(p);
-            false
-        }
-    }
-}
-
-fn check_list<T: DeserializeOwned>(path: &str, value: &Value, problems: &mut Vec<Problem>) -> bool {
-    let Value::Sequence(items) = value else {
-        problems.push(Problem::new(path, "expected a list"));
-        return false;
-    };
-    let before = problems.len();
-    for (i, item) in items.iter().enumerate() {
-        check::<T>(&format!("{path}[{i}]"), item, problems);
-    }
-    problems.len() == before
-}
-
 fn decode<T: DeserializeOwned>(prefix: &str, value: Value) -> Result<T, Problem> {
     serde_path_to_error::deserialize(value).map_err(|err| {
-        let inner = err.path().to_string();
-        let path = match (prefix.is_empty(), inner.as_str()) {
-            (_, ".") => prefix.to_string(),
-            (true, _) => inner,
-            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
-            (false, _) => format!("{prefix}.{inner}"),
-        };
-        let mut message = err.into_inner().to_string();
-        if message.contains("unknown field `api_key`") {
-            message.push_str("; secrets are never written in the config: name the environment variable that holds it with api_key_env");
-        }
-        Problem::new(path, message)
+        let path = join(prefix, &steps(err.path()));
+        problem(path, err.into_inner().to_string())
     })
+}
+
+/// A structural problem, with a hint where the mistake is a common one.
+fn problem(path: String, mut message: String) -> Problem {
+    if message.contains("unknown field `api_key`") {
+        message.push_str("; secrets are never written in the config: name the environment variable that holds it with api_key_env");
+    }
+    Problem::new(path, message)
 }
 
 #[cfg(test)]
@@ -228,6 +386,78 @@ tasks:
         assert!(paths.contains(&"backends[1].kind"), "{problems:?}");
         let secret = problems.iter().find(|p| p.path == "backends[2].api_key").unwrap();
         assert!(secret.message.contains("api_key_env"), "{secret}");
+    }
+
+    #[test]
+    fn structural_and_semantic_problems_are_reported_together() {
+        let text = r#"
+listen: not-an-address
+colour: blue
+backends:
+  - name: a
+    kind: vllm
+    model: m
+    weight: 3
+    reserve: lots
+    price: {input_per_mtok: -1, output_per_mtok: 1}
+    endpoints: [7, "http://127.0.0.1:1"]
+  - name: b
+    kind: martian
+    model: m
+  - {name: c, kind: openai, model: "", api_key: sk-inline, base_url: "ftp://x"}
+  - {name: c, kind: anthropic, model: m, gpu_count: 0, temperature: 1}
+tasks:
+  - name: t
+    backends: [a, b, ghost]
+    slo: {ttft_ms: 100, margin: wide, objective: 2}
+    data_class: secret
+    colour: red
+  - {name: t, backends: [c], slo: {ttft_ms: 0}, max_output_tokens: 0}
+  - {backends: [a], slo: {ttft_ms: 100}}
+dispatch: {max_attempts: 0, retries: 2}
+telemetry: {jitter: 0.9}
+"#;
+        let problems: Vec<String> = parse(text).unwrap_err().iter().map(|p| p.to_string()).collect();
+        let structural = [
+            "colour: unknown key",
+            "backends[0].weight: unknown field `weight`",
+            "backends[0].reserve: invalid type",
+            "backends[0].endpoints[0]: invalid type",
+            "backends[1].kind: unknown variant `martian`",
+            "backends[2].api_key: unknown field `api_key`",
+            "backends[3].temperature: unknown field",
+            "tasks[0].slo.margin: invalid type",
+            "tasks[0].colour: unknown field",
+            "tasks[2].name: missing (required)",
+            "dispatch.retries: unknown field",
+        ];
+        let semantic = [
+            "listen: `not-an-address`",
+            "backends[0].price.input_per_mtok: must not be negative",
+            "backends[2].model: must not be empty",
+            "backends[2].base_url: `ftp://x`: scheme",
+            "backends[3].name: `c` is used by another backend",
+            "backends[3].gpu_count: must be at least 1",
+            "backends[3].gpu_count: only a vllm pool has this",
+            "tasks[0].backends[2]: no backend is named `ghost`",
+            "tasks[0].data_class: unknown data class `secret`",
+            "tasks[0].slo.objective: must be above 0 and below 1",
+            "tasks[1].name: `t` is used by another task",
+            "tasks[1].slo.ttft_ms: must be above 0",
+            "tasks[1].max_output_tokens: must be at least 1",
+            "dispatch.max_attempts: must be at least 1",
+            "telemetry.jitter: must be between 0 and 0.5",
+        ];
+        for expected in structural.iter().chain(&semantic) {
+            assert!(
+                problems.iter().any(|p| p.starts_with(expected)),
+                "missing {expected:?} in {problems:#?}"
+            );
+        }
+        // Nothing twice, and nothing about a key already reported or its stand-in default:
+        // the backend that did not decode is not also "no backend named b", the bad endpoint
+        // does not make "needs at least one node address", the bad reserve no range problem.
+        assert_eq!(problems.len(), structural.len() + semantic.len(), "{problems:#?}");
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Config {
     pub ledger: LedgerConfig,
     #[serde(default)]
     pub canary: CanaryConfig,
+    #[serde(default)]
+    pub access_log: AccessLogConfig,
     /// Environment variable holding the bearer token of the admin API (`/admin/...`). Unset:
     /// the admin API is off.
     #[serde(default)]

@@ -91,19 +91,65 @@ impl Default for DispatchConfig {
     }
 }
 
-/// Protection of the router itself.
+/// Protection of the router itself: what one request and one client connection may take.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Largest request body accepted (bytes); larger gets 413.
     pub max_body_bytes: usize,
-    /// Most requests in flight at once; beyond it clients get 429 with `Retry-After`.
+    /// Most requests in flight at once; beyond it clients get 429 with `Retry-After`. A request
+    /// takes its permit only once its body is in, so a slow sender never holds one.
     pub max_concurrency: usize,
+    /// A request's headers must arrive within this long of their first byte, or the connection
+    /// is closed.
+    pub header_read_timeout_ms: u64,
+    /// A request's body must arrive within this long of its headers, or the client gets 408.
+    pub body_read_timeout_ms: u64,
+    /// A kept-alive client connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// Largest request head (request line and headers, bytes); larger gets 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in one request; more gets 431.
+    pub max_headers: usize,
+    /// Most open connections from one client address; 0: no limit. Connections over it are
+    /// closed as soon as they are accepted.
+    pub max_connections_per_client: usize,
+    /// After SIGTERM: how long requests in flight (streams included) may take to finish before
+    /// every connection still open is closed and the ledger is flushed.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { max_body_bytes: 1 << 20, max_concurrency: 1024 }
+        LimitsConfig {
+            max_body_bytes: 1 << 20,
+            max_concurrency: 1024,
+            header_read_timeout_ms: 5_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 75_000,
+            max_header_bytes: 32 << 10,
+            max_headers: 100,
+            max_connections_per_client: 0,
+            drain_timeout_ms: 25_000,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_read_timeout_ms)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.drain_timeout_ms)
     }
 }
 
@@ -243,4 +289,30 @@ pub struct StateConfig {
     /// Or the name of an environment variable that holds it (when it carries a password).
     #[serde(default)]
     pub redis_url_env: Option<String>,
+}
+
+/// How much the router writes about each HTTP request it answers (the access line).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLogConfig {
+    /// The level of the per-request line (`info`, `debug`, or `off`: none). It is written only
+    /// where `RUST_LOG` lets that level through.
+    pub level: AccessLogLevel,
+    /// The share of answered requests that get a line, from 0 to 1. Answers with a 5xx status
+    /// always get one.
+    pub sample: f64,
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig { level: AccessLogLevel::Info, sample: 1.0 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogLevel {
+    Info,
+    Debug,
+    Off,
 }

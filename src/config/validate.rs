@@ -9,7 +9,34 @@ use super::{AgentAddress, BackendKind, Config, KubeResource, Problem, Strategy};
 /// Data classes that exist without being listed under `policy.data_classes`.
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
 
-pub fn validate(config: &Config) -> Vec<Problem> {
+/// What the structural pass could not decode (its problems are reported already): checks that
+/// refer to it are skipped instead of being reported a second time, on a stand-in default.
+#[derive(Debug, Default)]
+pub struct Undecoded {
+    /// Top-level keys with a structural problem (`policy`, `ledger`); `backends` too when a
+    /// backend without a readable name did not decode.
+    pub sections: HashSet<String>,
+    /// (list, name) of each list item that did not decode: `("backends", "b")`.
+    pub names: HashSet<(String, String)>,
+}
+
+impl Undecoded {
+    pub fn section(&self, key: &str) -> bool {
+        self.sections.contains(key)
+    }
+
+    /// Whether `name` may be a backend that did not decode.
+    pub fn may_be_backend(&self, name: &str) -> bool {
+        self.section("backends") || self.names.contains(&("backends".to_string(), name.to_string()))
+    }
+
+    /// Whether some backend did not decode (its name and kind are then unknown).
+    pub fn some_backend(&self) -> bool {
+        self.section("backends") || self.names.iter().any(|(list, _)| list == "backends")
+    }
+}
+
+pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut p = |path: String, message: String| problems.push(Problem::new(path, message));
 
@@ -154,6 +181,9 @@ pub fn validate(config: &Config) -> Vec<Problem> {
         let mut seen = HashSet::new();
         for (j, name) in t.backends.iter().enumerate() {
             if config.backend(name).is_none() {
+                if undecoded.may_be_backend(name) {
+                    continue;
+                }
                 p(format!("tasks[{i}].backends[{j}]"), format!("no backend is named `{name}`"));
             } else if !seen.insert(name) {
                 p(format!("tasks[{i}].backends[{j}]"), format!("`{name}` is listed twice"));
@@ -172,7 +202,7 @@ pub fn validate(config: &Config) -> Vec<Problem> {
         }
         let known = BUILTIN_DATA_CLASSES.contains(&t.data_class.as_str())
             || config.policy.data_classes.contains_key(&t.data_class);
-        if !known {
+        if !known && !undecoded.section("policy") {
             let mut all: Vec<&str> = BUILTIN_DATA_CLASSES.to_vec();
             all.extend(config.policy.data_classes.keys().map(String::as_str));
             p(at("data_class"), format!("unknown data class `{}`; known: {}", t.data_class, all.join(", ")));
@@ -192,7 +222,7 @@ pub fn validate(config: &Config) -> Vec<Problem> {
             p(at("max_output_tokens"), "must be at least 1".into());
         }
         for (j, key) in t.allowed_keys.iter().flatten().enumerate() {
-            if !config.client_keys_env.contains(key) {
+            if !config.client_keys_env.contains(key) && !undecoded.section("client_keys_env") {
                 p(format!("tasks[{i}].allowed_keys[{j}]"), format!("`{key}` is not in client_keys_env"));
             }
         }
@@ -276,6 +306,26 @@ pub fn validate(config: &Config) -> Vec<Problem> {
     }
     if config.limits.max_body_bytes < 1024 {
         p("limits.max_body_bytes".into(), "must be at least 1024".into());
+    }
+    let limits = &config.limits;
+    for (key, ms) in [
+        ("limits.header_read_timeout_ms", limits.header_read_timeout_ms),
+        ("limits.body_read_timeout_ms", limits.body_read_timeout_ms),
+        ("limits.idle_timeout_ms", limits.idle_timeout_ms),
+    ] {
+        if ms == 0 {
+            p(key.into(), "must be at least 1".into());
+        }
+    }
+    // hyper's HTTP/1 parser needs room for at least one 8 KiB read.
+    if limits.max_header_bytes < 8192 {
+        p("limits.max_header_bytes".into(), "must be at least 8192".into());
+    }
+    if !(0.0..=1.0).contains(&config.access_log.sample) {
+        p("access_log.sample".into(), "must be between 0 and 1".into());
+    }
+    if limits.max_headers == 0 {
+        p("limits.max_headers".into(), "must be at least 1".into());
     }
     problems
 }

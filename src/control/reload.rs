@@ -71,8 +71,13 @@ impl Reloader {
         })?;
         let secrets = crate::server::read_secrets(&new, env)?;
         let restart = restart_needed(&old, &new);
+        // The redactor learns the new keys before any of them is in use.
+        self.dispatcher.set_secrets(crate::dispatch::Keys {
+            api_keys: secrets.backend_keys,
+            client_keys: secrets.client_keys.keys().cloned().collect(),
+            admin_token: secrets.admin_token,
+        });
         self.client_keys.store(Arc::new(secrets.client_keys));
-        self.dispatcher.set_secrets(secrets.backend_keys);
         self.quota.set_limits(&new);
         self.availability.track_new(&new);
         self.metrics.configure(&new);

@@ -32,6 +32,9 @@ pub struct DemoArgs {
     /// Where the demo writes its router config, for `spillway report` and `check-config`.
     #[arg(long, default_value = "spillway-demo.yaml")]
     pub write_config: std::path::PathBuf,
+    /// Where the demo writes its full log; the terminal shows only warnings and errors.
+    #[arg(long, default_value = "spillway-demo.log")]
+    pub log_file: std::path::PathBuf,
 }
 
 /// The admin token the demo uses when `SPILLWAY_ADMIN_TOKEN` is not set.
@@ -189,6 +192,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
     println!("\nWatch it:\n  dashboard:       {url}/dashboard\n  metrics:         {url}/metrics");
+    println!("  log:             {} (this terminal shows warnings only)", args.log_file.display());
     if args.load > 0.0 {
         println!(
             "\nSending {} requests/s to summarise-ticket: each local node takes what its headroom allows \

@@ -20,7 +20,8 @@ use rand::Rng;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::adapter::{self, ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
+use crate::adapter::redact::{self, Redactor};
+use crate::adapter::{ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
 use crate::canonical::{ChatRequest, Event};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::control::breaker::BreakerBoard;
@@ -68,9 +69,33 @@ pub struct Dispatcher {
     node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// API keys by backend name, read from the environment at start and on a reload.
     secrets: arc_swap::ArcSwap<HashMap<String, String>>,
+    /// Scrubs every upstream error text of the secrets in `Keys`; rebuilt on a reload.
+    redactor: arc_swap::ArcSwap<Redactor>,
+    /// The admin token the router started with: it stays in effect until a restart, so it stays
+    /// redacted whatever a reload reads.
+    admin_token: Option<String>,
     records: mpsc::UnboundedSender<Record>,
     load: Arc<NodeLoad>,
     quota: Arc<QuotaBoard>,
+}
+
+/// The secret values dispatch knows: the API keys it sends upstream, and the other secrets
+/// (client keys, the admin token) that no upstream error text may carry to a client, a log, the
+/// ledger or `/admin`. No `Debug`: it is never printed.
+#[derive(Clone, Default)]
+pub struct Keys {
+    /// API keys by backend name.
+    pub api_keys: HashMap<String, String>,
+    /// The values of the client keys (what clients send as bearer tokens).
+    pub client_keys: Vec<String>,
+    pub admin_token: Option<String>,
+}
+
+impl Keys {
+    fn redactor(&self, also: Option<&String>) -> Redactor {
+        let admin = self.admin_token.iter().chain(also);
+        Redactor::new(self.api_keys.values().chain(&self.client_keys).chain(admin))
+    }
 }
 
 /// The wire format a backend of this kind speaks.
@@ -86,7 +111,7 @@ impl Dispatcher {
     pub fn new(
         cfg: DispatchConfig,
         breakers: Arc<BreakerBoard>,
-        secrets: HashMap<String, String>,
+        keys: Keys,
         records: mpsc::UnboundedSender<Record>,
         load: Arc<NodeLoad>,
         quota: Arc<QuotaBoard>,
@@ -104,7 +129,9 @@ impl Dispatcher {
             breakers,
             budget: Mutex::new(budget),
             node_slots: Mutex::new(HashMap::new()),
-            secrets: arc_swap::ArcSwap::from_pointee(secrets),
+            redactor: arc_swap::ArcSwap::from_pointee(keys.redactor(None)),
+            admin_token: keys.admin_token,
+            secrets: arc_swap::ArcSwap::from_pointee(keys.api_keys),
             records,
             load,
             quota,
@@ -121,9 +148,17 @@ impl Dispatcher {
         &self.client
     }
 
-    /// Use the API keys of a reloaded config from now on.
-    pub fn set_secrets(&self, secrets: HashMap<String, String>) {
-        self.secrets.store(Arc::new(secrets));
+    /// What scrubs upstream error texts now, for calls made beside dispatch (gate runs,
+    /// shadow traffic): they go through [`redact::send_scrubbed`] with it, as dispatch does.
+    pub fn redactor(&self) -> Arc<Redactor> {
+        self.redactor.load_full()
+    }
+
+    /// Use the keys of a reloaded config from now on (and keep redacting the admin token the
+    /// router started with).
+    pub fn set_secrets(&self, keys: Keys) {
+        self.redactor.store(Arc::new(keys.redactor(self.admin_token.as_ref())));
+        self.secrets.store(Arc::new(keys.api_keys));
     }
 
     fn node_slot(&self, backend: &BackendView, key: &str) -> Result<Option<OwnedSemaphorePermit>, Skip> {
@@ -274,7 +309,8 @@ impl Dispatcher {
             let call_started = Instant::now();
             let format = wire_format(backend.kind);
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
-            let first = first_output(format, &self.client, &upstream, &req, deadline, idle).await;
+            let redactor = self.redactor.load_full();
+            let first = first_output(redactor, format, &self.client, &upstream, &req, deadline, idle).await;
             match first {
                 Ok((buffered, rest, first_token)) => {
                     let ttft = first_token.duration_since(call_started);
@@ -360,7 +396,11 @@ impl Dispatcher {
 /// bad answer is an [`ErrorClass::InvalidOutput`] failure of this backend, so dispatch may
 /// still try the next one and the client never sees the rejected text. An answer that calls
 /// tools is not checked (the JSON is due in a later turn).
+///
+/// Every upstream error, at once or in the stream, comes through `redactor` first, so no
+/// secret reaches the records, the logs or the client.
 async fn first_output(
+    redactor: Arc<Redactor>,
     format: WireFormat,
     client: &reqwest::Client,
     upstream: &Upstream,
@@ -376,7 +416,7 @@ async fn first_output(
         )
     };
     let read_first = async {
-        let mut stream = adapter::send(format, client, upstream, req).await?;
+        let mut stream = redact::send_scrubbed(redactor, format, client, upstream, req).await?;
         let mut buffered = Vec::new();
         while let Some(item) = stream.next().await {
             let event = item?;
@@ -419,4 +459,48 @@ async fn first_output(
             .map_err(|why| UpstreamError::new(ErrorClass::InvalidOutput, None, why))?;
     }
     Ok((buffered, Box::pin(futures::stream::empty()), first_token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_redactor_follows_a_reload_and_keeps_the_admin_token() {
+        let config = crate::config::parse(
+            "backends: [{name: a, kind: openai, model: m}]\ntasks: [{name: t, backends: [a], slo: {ttft_ms: 500}}]\n",
+        )
+        .unwrap();
+        let (records, _rx) = mpsc::unbounded_channel();
+        let keys = Keys {
+            api_keys: HashMap::from([("a".to_string(), "old-provider-key-1".to_string())]),
+            client_keys: vec!["old-client-key-22".into()],
+            admin_token: Some("admin-token-333".into()),
+        };
+        let dispatcher = Dispatcher::new(
+            config.dispatch.clone(),
+            BreakerBoard::new(config.dispatch.breaker.clone()),
+            keys,
+            records,
+            NodeLoad::new(),
+            QuotaBoard::new(&config, None),
+        );
+        let text =
+            "old-provider-key-1 old-client-key-22 admin-token-333 new-provider-key-4 new-client-key-55";
+        assert_eq!(
+            dispatcher.redactor().scrub(text),
+            "[redacted] [redacted] [redacted] new-provider-key-4 new-client-key-55"
+        );
+        dispatcher.set_secrets(Keys {
+            api_keys: HashMap::from([("a".to_string(), "new-provider-key-4".to_string())]),
+            client_keys: vec!["new-client-key-55".into()],
+            admin_token: None,
+        });
+        assert_eq!(dispatcher.api_key("a").as_deref(), Some("new-provider-key-4"));
+        assert_eq!(
+            dispatcher.redactor().scrub(text),
+            "old-provider-key-1 old-client-key-22 [redacted] [redacted] [redacted]",
+            "the new keys are redacted, and the admin token (in effect until a restart) still is"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use rust_decimal::Decimal;
 use tokio::time::Instant;
 
+use crate::adapter::redact::{self, Redactor};
 use crate::adapter::{self, Upstream};
 use crate::canonical::{ChatRequest, Event, Usage};
 use crate::config::{BackendConfig, Priority, TaskConfig};
@@ -21,12 +22,17 @@ use crate::tokens;
 /// A backend's API key by backend name (read at call time, so a reload's keys apply).
 pub type KeyLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// What scrubs error texts of secrets now (read at call time, so a reload's keys apply).
+pub type RedactorLookup = Arc<dyn Fn() -> Arc<Redactor> + Send + Sync>;
+
 /// What a call needs from its surroundings.
 #[derive(Clone)]
 pub struct Caller {
     pub client: reqwest::Client,
     /// API key by backend name.
     pub keys: KeyLookup,
+    /// Scrubs every upstream error text before it becomes a [`CallError`].
+    pub redactor: RedactorLookup,
     pub quota: Option<Arc<QuotaBoard>>,
     /// How long one call may take.
     pub timeout: Duration,
@@ -35,15 +41,18 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// A caller with keys from a fixed map (the CLI reads them from the environment).
+    /// A caller with keys from a fixed map (the CLI reads them from the environment); error
+    /// texts are scrubbed of those keys.
     pub fn with_keys(
         client: reqwest::Client,
         keys: HashMap<String, String>,
         quota: Option<Arc<QuotaBoard>>,
     ) -> Caller {
+        let redactor = Arc::new(Redactor::new(keys.values()));
         Caller {
             client,
             keys: Arc::new(move |b: &str| keys.get(b).cloned()),
+            redactor: Arc::new(move || Arc::clone(&redactor)),
             quota,
             timeout: Duration::from_secs(120),
             quota_wait: Duration::from_secs(120),
@@ -124,8 +133,11 @@ impl Caller {
         let charged = self.take_quota(backend, &req).await?;
         let upstream = Upstream { base_url: base_url.to_string(), api_key: (self.keys)(&backend.name) };
         let started = Instant::now();
-        let collected =
-            tokio::time::timeout(self.timeout, collect(backend, &self.client, &upstream, &req)).await;
+        let collected = tokio::time::timeout(
+            self.timeout,
+            collect(&self.redactor, backend, &self.client, &upstream, &req),
+        )
+        .await;
         let result = match collected {
             Ok(result) => result,
             Err(_) => Err(CallError {
@@ -190,6 +202,7 @@ fn slot_cost(backend: &BackendConfig, gpu_hourly_usd: Decimal, latency: Duration
 }
 
 async fn collect(
+    redactor: &RedactorLookup,
     backend: &BackendConfig,
     client: &reqwest::Client,
     upstream: &Upstream,
@@ -197,8 +210,9 @@ async fn collect(
 ) -> Result<Answered, CallError> {
     let upstream_error =
         |e: adapter::UpstreamError| CallError { class: e.class.as_str().to_string(), message: e.to_string() };
-    let mut events =
-        adapter::send(wire_format(backend.kind), client, upstream, req).await.map_err(upstream_error)?;
+    let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind), client, upstream, req)
+        .await
+        .map_err(upstream_error)?;
     let mut answered = Answered::default();
     let mut text = GradedText::default();
     while let Some(event) = events.next().await {

@@ -7,6 +7,7 @@
 //! task, backend, node (the configured or discovered fleet), outcome, reason, HTTP status or
 //! error class, priority, window. Never a client key, project, model text or request id.
 
+mod edge;
 mod observe;
 pub mod slo;
 mod state;
@@ -19,6 +20,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+pub use edge::{ConnectionEnd, EdgeMetrics};
 pub use state::StateView;
 
 /// TTFT and latency buckets (seconds): fine from 25 ms to 2 s, where TTFT SLOs live, then coarse.
@@ -69,6 +71,8 @@ pub struct Metrics {
     gate_runs: IntCounterVec,
     shadows: IntCounterVec,
     shadow_grades: IntCounterVec,
+    /// Client connections at the HTTP edge.
+    pub edge: EdgeMetrics,
     /// SLO windows by task.
     slo: Mutex<HashMap<String, slo::TaskSlo>>,
 }
@@ -333,6 +337,7 @@ impl Metrics {
                 &["task", "backend", "verdict"],
             ),
             ledger_buffered,
+            edge: EdgeMetrics::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),
         }
