@@ -2,7 +2,8 @@
 # The HTTP edge against its floor, side by side in one run (benches/README.md, "HTTP edge").
 #
 #   benches/edge.sh            (env: EDGE_SECS per wrk run, default 5; EDGE_RUNS, default 3;
-#                               EDGE_STREAMS, default 100,1000,10000; RUST_LOG as for serve)
+#                               EDGE_STREAMS, default 100,1000,10000; EDGE_ONLY=streams for the
+#                               memory part alone; RUST_LOG as for serve)
 #
 # Upstream: nginx answering every POST with a fixed chat completion (JSON) or a fixed 30-chunk
 # SSE stream. Paths measured: nginx direct, nginx as a reverse proxy in front of it (the
@@ -82,6 +83,7 @@ EOF
 "$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & PIDS+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S/readyz" >/dev/null && curl -sf -o /dev/null "http://127.0.0.1:$U_SSE/" -d x && break; sleep 0.1; done
 
+if [ "${EDGE_ONLY:-}" != streams ]; then
 for kind in json sse; do
   stream=false; [ $kind = sse ] && stream=true
   cat > "$WORK/$kind.lua" <<EOF
@@ -154,6 +156,7 @@ console.log(`p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms`);
 EOF
 echo "- direct (nginx): $(node "$WORK/fetch.mjs" "http://127.0.0.1:$U_SSE/v1/chat/completions" bench-sse)"
 echo "- through Spillway: $(node "$WORK/fetch.mjs" "http://127.0.0.1:$S/v1/chat/completions" bench-sse)"
+fi
 
 echo
 echo "Router RSS with slow streams open (upstream: spillway sim, first token at once, then one token every 20 s):"

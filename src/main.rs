@@ -1,4 +1,7 @@
-//! The `spillway` binary: everything lives in the library; this only runs the command line.
+//! The `spillway` binary: everything is in the library; this only picks the allocator.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     spillway::cli::main()

@@ -72,6 +72,11 @@ pub struct DispatchConfig {
     pub connect_timeout_ms: u64,
     /// An upstream stream silent for this long after its first token is broken.
     pub stream_idle_timeout_ms: u64,
+    /// Idle upstream connections kept open per host, warm for the next request; the rest are
+    /// closed as soon as they are free (so a burst's sockets and buffers are given back).
+    pub pool_max_idle_per_host: usize,
+    /// An idle upstream connection is closed after this long.
+    pub pool_idle_timeout_ms: u64,
     pub breaker: BreakerConfig,
 }
 
@@ -86,6 +91,8 @@ impl Default for DispatchConfig {
             backoff_max_ms: 200,
             connect_timeout_ms: 2000,
             stream_idle_timeout_ms: 30_000,
+            pool_max_idle_per_host: 256,
+            pool_idle_timeout_ms: 90_000,
             breaker: BreakerConfig::default(),
         }
     }

@@ -118,7 +118,8 @@ impl Dispatcher {
     ) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(Duration::from_millis(cfg.pool_idle_timeout_ms))
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
             .tcp_nodelay(true)
             .build()
             .expect("the HTTP client builds with static settings");
