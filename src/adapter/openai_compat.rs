@@ -8,7 +8,10 @@
 //! `response_format` (`json_object`, `json_schema` with its `strict` flag), and images as
 //! `image_url` content parts after the message's text.
 
+use std::borrow::Cow;
+
 use reqwest::header::HeaderMap;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
@@ -288,6 +291,81 @@ pub(crate) struct OpenAiStream {
     done: bool,
 }
 
+/// One streamed chunk, read without building a JSON tree: strings borrow from the event's
+/// text unless they hold escapes, and fields Spillway does not use are skipped.
+#[derive(Deserialize)]
+struct ChunkIn<'a> {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<ChoiceIn<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceIn<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaIn<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaIn<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallIn<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallIn<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionIn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionIn<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct UsageIn {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<CachedIn>,
+}
+
+#[derive(Deserialize)]
+struct CachedIn {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl UsageIn {
+    fn to_usage(&self) -> Usage {
+        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
+        Usage {
+            input_tokens: n(self.prompt_tokens),
+            cached_input_tokens: n(self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
+            output_tokens: n(self.completion_tokens),
+        }
+    }
+}
+
 impl StreamParser for OpenAiStream {
     fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
         let data = data.trim();
@@ -303,45 +381,41 @@ impl StreamParser for OpenAiStream {
         if data.is_empty() {
             return Ok(Vec::new());
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-        if let Some(error) = chunk.get("error").filter(|e| e.is_object()) {
+        let chunk: ChunkIn<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+        if let Some(error) = chunk.error.as_ref().filter(|e| e.is_object()) {
             return Err(in_band_error(error));
         }
-        if let Some(usage) = chunk.get("usage").and_then(usage) {
-            self.usage = Some(usage);
+        if let Some(usage) = &chunk.usage {
+            self.usage = Some(usage.to_usage());
         }
         let mut events = Vec::new();
         // One answer per request (n = 1): only choice 0 is read.
-        let Some(choice) = chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0))
-        else {
+        let Some(choice) = chunk.choices.into_iter().flatten().find(|c| c.index.unwrap_or(0) == 0) else {
             return Ok(events);
         };
-        let delta = &choice["delta"];
-        if let Some(text) = delta.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-            events.push(Event::TextDelta(text.to_string()));
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for (position, call) in calls.iter().enumerate() {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(position as u64);
-                let id = call.get("id").and_then(Value::as_str).map(str::to_string);
-                let name = call.pointer("/function/name").and_then(Value::as_str).map(str::to_string);
-                let arguments = call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("");
-                if id.is_none() && name.is_none() && arguments.is_empty() {
+        if let Some(delta) = choice.delta {
+            if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                events.push(Event::TextDelta(text.into_owned()));
+            }
+            for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                let index = call.index.unwrap_or(position as u64);
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name, f.arguments.unwrap_or_default()),
+                    None => (None, Cow::Borrowed("")),
+                };
+                if call.id.is_none() && name.is_none() && arguments.is_empty() {
                     continue;
                 }
                 events.push(Event::ToolCallDelta {
                     index: index as u32,
-                    id,
-                    name,
-                    arguments: arguments.to_string(),
+                    id: call.id.map(Cow::into_owned),
+                    name: name.map(Cow::into_owned),
+                    arguments: arguments.into_owned(),
                 });
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish = Some(finish_reason(reason)?);
+        if let Some(reason) = choice.finish_reason {
+            self.finish = Some(finish_reason(&reason)?);
         }
         Ok(events)
     }

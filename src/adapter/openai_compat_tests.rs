@@ -401,3 +401,27 @@ async fn tool_call_arguments_split_across_chunks_are_kept_in_order() {
         ]
     );
 }
+
+#[tokio::test]
+async fn escaped_text_nulls_and_unknown_fields_in_chunks_are_read_as_before() {
+    let sse = concat!(
+        "data: {\"id\":\"x\",\"system_fingerprint\":\"fp\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null},\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\\\"b\\n\\u00e9\"}}],\"usage\":null}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"other choice\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":null,\"finish_reason\":\"length\"}]}\n\n",
+        "data: {\"choices\":null,\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"prompt_tokens_details\":null}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let events = run_sse(sse, OpenAiStream::default).await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(text("a\"b\né")),
+            Ok(Event::Usage(Usage { input_tokens: 3, cached_input_tokens: 0, output_tokens: 2 })),
+            Ok(Event::Finish(FinishReason::Length)),
+        ]
+    );
+    let broken =
+        run_sse("data: {\"choices\":[{\"delta\":{\"content\":7}}]}\n\n", OpenAiStream::default).await;
+    assert!(matches!(broken.as_slice(), [Err(e)] if e.class == ErrorClass::StreamBroken), "{broken:?}");
+}
