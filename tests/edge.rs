@@ -368,3 +368,40 @@ async fn sigterm_drains_within_the_deadline_despite_stalled_clients() {
     assert!(!rows.is_empty(), "the served request's ledger row was flushed before exit");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Send `raw` on a fresh connection (then half-close it when `half_close`), and read the answer.
+fn exchange(addr: SocketAddr, raw: &[u8], half_close: bool) -> (u16, serde_json::Value) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(raw).unwrap();
+    if half_close {
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (status, body) = read_response(&mut stream);
+    (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_bodies_are_400_invalid_body_and_other_content_types_415() {
+    let (_node, router) = setup("").await;
+    let addr = addr(&router);
+    let answers = tokio::task::spawn_blocking(move || {
+        let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n";
+        let bad_chunk = format!("{head}transfer-encoding: chunked\r\n\r\n5\r\n{{\"mod\r\nzz\r\n");
+        let cut_short = format!("{head}content-length: {}\r\n\r\n{}", BODY.len(), &BODY[..BODY.len() / 2]);
+        let text_plain = chat_request(BODY).replace("application/json", "text/plain");
+        [
+            exchange(addr, bad_chunk.as_bytes(), false),
+            exchange(addr, cut_short.as_bytes(), true),
+            exchange(addr, text_plain.as_bytes(), false),
+        ]
+    })
+    .await
+    .unwrap();
+    let [bad_chunk, cut_short, text_plain] = answers;
+    for (status, json) in [bad_chunk, cut_short] {
+        assert_eq!((status, json["error"]["code"].as_str()), (400, Some("invalid_body")), "{json}");
+    }
+    assert_eq!(text_plain.0, 415, "{}", text_plain.1);
+    assert_eq!(text_plain.1["error"]["param"], "content-type");
+}
