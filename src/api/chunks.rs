@@ -16,6 +16,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::wire::WireUsage;
 use crate::adapter::EventStream;
 use crate::canonical::{Event, FinishReason, Usage};
 
@@ -70,19 +71,6 @@ struct FunctionDelta<'a> {
     arguments: &'a str,
 }
 
-#[derive(Serialize)]
-struct UsageOut {
-    prompt_tokens: u32,
-    completion_tokens: u32,
-    total_tokens: u32,
-    prompt_tokens_details: CachedTokens,
-}
-
-#[derive(Serialize)]
-struct CachedTokens {
-    cached_tokens: u32,
-}
-
 impl ChunkWriter {
     pub fn new(id: &str, model: &str, created: u64) -> ChunkWriter {
         let mut prefix = b"data: ".to_vec();
@@ -134,13 +122,7 @@ impl ChunkWriter {
     pub fn usage(&self, out: &mut Vec<u8>, usage: &Usage) {
         out.extend_from_slice(&self.prefix);
         out.extend_from_slice(b"[],\"usage\":");
-        let usage = UsageOut {
-            prompt_tokens: usage.input_tokens,
-            completion_tokens: usage.output_tokens,
-            total_tokens: usage.input_tokens + usage.output_tokens,
-            prompt_tokens_details: CachedTokens { cached_tokens: usage.cached_input_tokens },
-        };
-        serde_json::to_writer(&mut *out, &usage).expect("numbers serialise");
+        serde_json::to_writer(&mut *out, &WireUsage::from(usage)).expect("numbers serialise");
         out.extend_from_slice(b"}\n\n");
     }
 }
@@ -172,15 +154,15 @@ fn sse_body<H: Send + 'static>(
 ) -> Frames {
     struct State<H> {
         events: EventStream,
+        backend: String,
         writer: ChunkWriter,
         usage: Option<Usage>,
         started: bool,
         ended: bool,
         _hold: H,
     }
-    let state = State { events, writer, usage: None, started: false, ended: false, _hold: hold };
+    let state = State { events, backend, writer, usage: None, started: false, ended: false, _hold: hold };
     Box::pin(futures::stream::unfold(state, move |mut s| {
-        let backend = backend.clone();
         async move {
             if s.ended {
                 return None;
@@ -199,7 +181,7 @@ fn sse_body<H: Send + 'static>(
                         s.ended = true;
                         out.extend_from_slice(b"data: ");
                         out.extend_from_slice(
-                            ApiError::from_upstream(&backend, &e).body().to_string().as_bytes(),
+                            ApiError::from_upstream(&s.backend, &e).body().to_string().as_bytes(),
                         );
                         out.extend_from_slice(b"\n\n");
                     }

@@ -1,0 +1,436 @@
+//! OpenAI chat-completions wire types on the client side, and their decoding into the
+//! canonical request with errors that name the offending field.
+//!
+//! Decoding is strict: the body must be one JSON object and nothing after it; a wrong type
+//! names its field in `param` (`messages[0].role`) with code `invalid_type` or `invalid_value`,
+//! and `invalid_json` is kept for bytes that are not JSON. What types cannot say (a message
+//! without content, a tool schema that is not an object, a `tool_choice` naming no tool) is
+//! checked by [`ChatCompletionRequest::to_canonical`], once, so adapters only ever see shapes
+//! they can map faithfully. Nothing here panics on input.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::canonical::{ChatRequest, Message, Role, ToolCall};
+
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: String,
+    pub messages: Vec<WireMessage>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub stop: Option<StopField>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub tools: Option<Vec<WireTool>>,
+    /// Read as JSON and checked by [`tool_choice`] against `tools`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub n: Option<u32>,
+    /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+}
+
+/// `stop`: one string or a list of them.
+#[derive(Debug)]
+pub enum StopField {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for StopField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match text_or(d, Shape::List, "a string or an array of strings")? {
+            TextOr::Text(s) => StopField::One(s),
+            TextOr::Other(v) => StopField::Many(v),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    pub role: Role,
+    /// `None` for `null` or absent: only an assistant message with tool calls may have none.
+    #[serde(default)]
+    pub content: Option<Content>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<WireToolCall>>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// A message's `content`: a string or a list of parts.
+#[derive(Debug)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match text_or(d, Shape::List, "a string or an array of content parts")? {
+            TextOr::Text(s) => Content::Text(s),
+            TextOr::Other(parts) => Content::Parts(parts),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub image_url: Option<WireImageUrl>,
+}
+
+/// `{"url": …, "detail": …}` of an `image_url` part (also accepted as a bare string).
+#[derive(Debug)]
+pub enum WireImageUrl {
+    Object { url: String, detail: Option<String> },
+    Url(String),
+}
+
+impl<'de> Deserialize<'de> for WireImageUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Object {
+            url: String,
+            #[serde(default)]
+            detail: Option<String>,
+        }
+        Ok(match text_or::<D, Object>(d, Shape::Object, "a URL string or an object with `url`")? {
+            TextOr::Text(url) => WireImageUrl::Url(url),
+            TextOr::Other(Object { url, detail }) => WireImageUrl::Object { url, detail },
+        })
+    }
+}
+
+/// What a string-or-something field holds besides a string.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    List,
+    Object,
+}
+
+enum TextOr<T> {
+    Text(String),
+    Other(T),
+}
+
+/// Read a field that is a string or a list (or an object) of `T`. One visitor instead of an
+/// untagged enum: a wrong type is reported as one, at the field, and an error inside the list
+/// or object keeps its own path (`messages[0].content[1].type`), where an untagged enum would
+/// only say that nothing matched.
+fn text_or<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    shape: Shape,
+    expecting: &'static str,
+) -> Result<TextOr<T>, D::Error> {
+    struct TextOrVisitor<T> {
+        shape: Shape,
+        expecting: &'static str,
+        of: PhantomData<T>,
+    }
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for TextOrVisitor<T> {
+        type Value = TextOr<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(self.expecting)
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            Ok(TextOr::Text(s.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+            Ok(TextOr::Text(s))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            if self.shape != Shape::List {
+                return Err(de::Error::invalid_type(Unexpected::Seq, &self));
+            }
+            T::deserialize(SeqAccessDeserializer::new(seq)).map(TextOr::Other)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            if self.shape != Shape::Object {
+                return Err(de::Error::invalid_type(Unexpected::Map, &self));
+            }
+            T::deserialize(MapAccessDeserializer::new(map)).map(TextOr::Other)
+        }
+    }
+    d.deserialize_any(TextOrVisitor { shape, expecting, of: PhantomData })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireToolCall {
+    pub id: String,
+    pub function: WireFunctionCall,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireTool {
+    /// `function`, the only kind of tool there is to translate (absent: taken as `function`).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    pub function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunction {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Checked by [`tools`]: a JSON schema object, or absent for a function without parameters.
+    #[serde(default)]
+    pub parameters: Value,
+}
+
+/// Decode a request body: one JSON object and nothing after it. A wrong type or value names
+/// the field (`param: messages[0].role`); bytes that are not JSON are `invalid_json`.
+pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        // serde would read a JSON array as a struct's fields in order; a request is an object.
+        return Err(match serde_json::from_slice::<IgnoredAny>(body) {
+            Ok(_) => ApiError::bad_request("the body must be a JSON object (a chat completion request)")
+                .code("invalid_type"),
+            Err(e) => invalid_json(&e),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        decode_error(path, err.into_inner())
+    })?;
+    de.end().map_err(|e| invalid_json(&e))?;
+    Ok(request)
+}
+
+fn invalid_json(e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("the body is not valid JSON: {e}")).code("invalid_json")
+}
+
+/// A decode error as the client should see it. serde reports every data error as text, in
+/// serde's own fixed wording (`invalid type: …`, `missing field …`); that wording is the only
+/// place the kind can be read from, so it is read here and nowhere else.
+fn decode_error(path: String, e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    let at = (path != ".").then_some(path);
+    let text = e.to_string();
+    match e.classify() {
+        // serde_json counts a number too big for any Rust number (`1e400`) as syntax; it is
+        // valid JSON with a value out of range.
+        Category::Syntax if text.starts_with("number out of range") => {
+            let field = at.as_deref().unwrap_or("the body");
+            let error = ApiError::bad_request(format!("`{field}`: {text}")).code("invalid_value");
+            match at {
+                Some(at) => error.param(at),
+                None => error,
+            }
+        }
+        Category::Syntax | Category::Eof | Category::Io => invalid_json(&e),
+        Category::Data => {
+            if let Some(field) = text.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+                let param = match &at {
+                    Some(at) => format!("{at}.{field}"),
+                    None => field.to_string(),
+                };
+                return ApiError::bad_request(format!("`{param}` is required"))
+                    .code("missing_field")
+                    .param(param);
+            }
+            let code = if text.starts_with("invalid type:") { "invalid_type" } else { "invalid_value" };
+            match at {
+                Some(at) => {
+                    ApiError::bad_request(format!("invalid field `{at}`: {text}")).code(code).param(at)
+                }
+                None => ApiError::bad_request(format!("invalid request: {text}")).code(code),
+            }
+        }
+    }
+}
+
+impl ChatCompletionRequest {
+    pub fn wants_stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    pub fn include_usage(&self) -> bool {
+        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+    }
+
+    /// The canonical request (without `model`, which dispatch fills per backend), checking
+    /// what the types could not; each refusal names its field, with code `invalid_value`.
+    pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        self.checked(output_cap).map_err(|e| if e.code.is_none() { e.code("invalid_value") } else { e })
+    }
+
+    fn checked(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::bad_request("`messages` must not be empty").param("messages"));
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_request("only n = 1 is supported").param("n"));
+        }
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(
+                ApiError::bad_request(format!("`temperature` {t} is outside 0 to 2")).param("temperature")
+            );
+        }
+        if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(ApiError::bad_request(format!("`top_p` {p} is outside 0 to 1")).param("top_p"));
+        }
+        let tools = tools(self.tools.as_deref().unwrap_or_default())?;
+        let tool_choice = self.tool_choice.as_ref().map(|choice| tool_choice(choice, &tools)).transpose()?;
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.iter().enumerate() {
+            let mut images = Vec::new();
+            let content = match &m.content {
+                None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
+                    String::new()
+                }
+                None => {
+                    let why = match m.role {
+                        Role::Assistant => "an assistant message needs `content` or `tool_calls`".to_string(),
+                        role => format!(
+                            "a {} message needs `content` (a string or an array of parts)",
+                            role.as_str()
+                        ),
+                    };
+                    return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
+                }
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => {
+                    let mut text = String::new();
+                    for (j, part) in parts.iter().enumerate() {
+                        let at = || format!("messages[{i}].content[{j}]");
+                        match (part.kind.as_str(), &part.text, &part.image_url) {
+                            ("text", Some(t), _) => text.push_str(t),
+                            ("image_url", _, Some(image)) => {
+                                if m.role != Role::User {
+                                    return Err(ApiError::bad_request(
+                                        "image parts are only allowed in user messages",
+                                    )
+                                    .param(at()));
+                                }
+                                images.push(image_of(image).map_err(|why| {
+                                    ApiError::bad_request(why).param(format!("{}.image_url", at()))
+                                })?);
+                            }
+                            ("text" | "image_url", _, _) => {
+                                return Err(ApiError::bad_request(format!(
+                                    "a `{}` part needs its `{}` field",
+                                    part.kind, part.kind
+                                ))
+                                .param(at()))
+                            }
+                            _ => {
+                                return Err(ApiError::bad_request(format!(
+                                "content part type `{}` is not supported; only text and image_url parts are",
+                                part.kind
+                            ))
+                                .param(at()))
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            let tool_calls = m
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.function.name.clone(),
+                    arguments: c.function.arguments.clone(),
+                })
+                .collect();
+            if m.role == Role::Tool && m.tool_call_id.is_none() {
+                return Err(ApiError::bad_request("a tool message needs `tool_call_id`")
+                    .param(format!("messages[{i}].tool_call_id")));
+            }
+            messages.push(Message {
+                role: m.role,
+                content,
+                images,
+                tool_calls,
+                tool_call_id: m.tool_call_id.clone(),
+            });
+        }
+        let asked = self.max_completion_tokens.or(self.max_tokens);
+        if asked == Some(0) {
+            return Err(ApiError::bad_request("`max_tokens` must be at least 1").param("max_tokens"));
+        }
+        let max_tokens = match (asked, output_cap) {
+            (Some(a), Some(cap)) => Some(a.min(cap)),
+            (a, cap) => a.or(cap),
+        };
+        Ok(ChatRequest {
+            model: String::new(),
+            messages,
+            max_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            stop: match &self.stop {
+                None => Vec::new(),
+                Some(StopField::One(s)) => vec![s.clone()],
+                Some(StopField::Many(v)) => v.clone(),
+            },
+            tools,
+            tool_choice,
+            seed: self.seed,
+            stream: self.wants_stream(),
+            response_format: self
+                .response_format
+                .as_ref()
+                .map(response_format)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+}
+
+mod answer;
+mod checks;
+#[cfg(test)]
+mod tests;
+
+pub use answer::{completion_json, WireUsage};
+use checks::{image_of, response_format, tool_choice, tools};
