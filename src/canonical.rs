@@ -238,6 +238,11 @@ pub struct ChatRequest {
     /// The shape the answer must have; JSON formats are checked by dispatch before it commits.
     #[serde(default)]
     pub response_format: ResponseFormat,
+    /// The client reads OpenAI chat completion chunks: an upstream that writes them too may
+    /// hand each one on as [`Event::Relay`] (before the events read from it), so the client
+    /// gets the upstream's own fields (logprobs, reasoning text, fingerprints) unchanged.
+    #[serde(skip)]
+    pub relay: bool,
 }
 
 impl ChatRequest {
@@ -292,7 +297,8 @@ impl FinishReason {
 }
 
 /// One step of a model's answer. A well-formed stream has deltas, then at most one `Usage`
-/// and one `Finish` (in either order), then ends.
+/// and one `Finish` (in either order), then ends. With [`ChatRequest::relay`], an OpenAI
+/// adapter also yields each upstream chunk as a `Relay`, ahead of the events read from it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     TextDelta(String),
@@ -305,6 +311,21 @@ pub enum Event {
     },
     Usage(Usage),
     Finish(FinishReason),
+    /// One upstream chat completion chunk, to be passed on with only its head rewritten.
+    Relay(RelayChunk),
+}
+
+/// An upstream chat completion chunk less its head (`id`, `object`, `created`, `model`), which
+/// the router writes itself. Everything else is kept as the upstream wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayChunk {
+    /// The other top-level members, each as `,"name":value`, in the upstream's order.
+    pub fields: bytes::Bytes,
+    /// The raw `usage` member (`null` included) when the chunk had one: passed on only to a
+    /// client that asked for usage.
+    pub usage: Option<bytes::Bytes>,
+    /// Whether `choices` was missing or empty (a usage-only chunk).
+    pub no_choices: bool,
 }
 
 impl Event {

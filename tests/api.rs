@@ -308,3 +308,71 @@ async fn a_full_router_answers_429_with_retry_after() {
     assert_eq!(resp.headers()["retry-after"], "1");
     assert!(slow.await.unwrap().contains("[DONE]"));
 }
+
+/// An OpenAI-compatible upstream that answers every call with the recorded OpenAI stream.
+async fn recorded_stream_upstream() -> String {
+    let app = axum::Router::new().fallback(|| async {
+        ([("content-type", "text/event-stream")], include_str!("fixtures/openai/chat_stream.sse"))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_stream_from_an_openai_upstream_is_relayed_with_its_own_fields_under_our_head() {
+    let upstream = recorded_stream_upstream().await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: compat, kind: openai_compatible, base_url: "{upstream}/v1", model: gpt-4o-mini}}
+tasks:
+  - {{name: summarise, backends: [compat], slo: {{ttft_ms: 2000}}}}
+"#
+    );
+    let router = router(&yaml, &[]).await;
+    let mut body = body("summarise", true);
+    body["stream_options"] = json!({"include_usage": true});
+    let streamed = post_stream(&router.url, &body).await;
+    assert_eq!(streamed.status, 200);
+    assert!(streamed.done());
+    assert_eq!(streamed.text(), "Hello — café time!");
+    let chunks = streamed.chunks();
+    assert_eq!(chunks.len(), 6, "the upstream's six chunks, none added: {chunks:#?}");
+    let id = chunks[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("chatcmpl-") && id != "chatcmpl-123", "{id}");
+    for chunk in &chunks {
+        assert_eq!(chunk["id"], id, "one id for the whole stream");
+        assert_eq!(chunk["model"], "summarise", "the task, not the upstream's model");
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["system_fingerprint"], "fp_44709d6fcb", "the upstream's own field is kept");
+    }
+    assert_eq!(chunks.iter().filter(|c| c["choices"][0]["delta"]["role"] == "assistant").count(), 1);
+    assert!(chunks[1]["choices"][0].get("logprobs").is_some(), "{}", chunks[1]);
+    let usage = &chunks[5]["usage"];
+    assert_eq!(
+        usage["completion_tokens_details"]["reasoning_tokens"], 0,
+        "usage as the upstream wrote it: {usage}"
+    );
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 1024);
+
+    // The same stream to a client that did not ask for usage: no usage anywhere.
+    let streamed = post_stream(&router.url, &common::body("summarise", true)).await;
+    let chunks = streamed.chunks();
+    assert_eq!(chunks.len(), 5, "{chunks:#?}");
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{chunks:#?}");
+
+    // The ledger and metrics still read the usage of relayed answers (recorded once each
+    // stream has ended, so wait for the counter).
+    let wanted = r#"spillway_tokens_total{backend="compat",kind="input",task="summarise"} 2400"#;
+    for _ in 0..100 {
+        let metrics =
+            client().get(format!("{}/metrics", router.url)).send().await.unwrap().text().await.unwrap();
+        if metrics.lines().any(|l| l == wanted) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("never saw {wanted}: two answers of 1,200 input tokens each");
+}

@@ -51,6 +51,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         seed: Some(1),
         stream,
         response_format: ResponseFormat::Text,
+        relay: false,
     }
 }
 

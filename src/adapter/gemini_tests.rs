@@ -41,6 +41,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         seed: Some(42),
         stream,
         response_format: ResponseFormat::Text,
+        relay: false,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod gemini;
 mod http;
 pub mod openai_compat;
+mod openai_relay;
 pub mod redact;
 
 use std::pin::Pin;

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
+use super::openai_relay::SplitChunk;
 use super::{ErrorClass, EventStream, Upstream, UpstreamError};
 use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, Usage};
 
@@ -33,7 +34,7 @@ pub async fn send(
         builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
     }
     let response = http::execute(builder, classify).await?;
-    Ok(http::answer_events(response, req.stream, OpenAiStream::default(), parse_response))
+    Ok(http::answer_events(response, req.stream, OpenAiStream::new(req.relay), parse_response))
 }
 
 /// The Chat Completions request body for `req`.
@@ -286,6 +287,7 @@ pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> 
 /// Parser state of one streamed answer.
 #[derive(Debug, Default)]
 pub(crate) struct OpenAiStream {
+    relay: bool,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     done: bool,
@@ -366,22 +368,14 @@ impl UsageIn {
     }
 }
 
-impl StreamParser for OpenAiStream {
-    fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
-        let data = data.trim();
-        if data == "[DONE]" {
-            self.done = true;
-            let mut events = Vec::new();
-            if let Some(usage) = self.usage.take() {
-                events.push(Event::Usage(usage));
-            }
-            events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
-            return Ok(events);
-        }
-        if data.is_empty() {
-            return Ok(Vec::new());
-        }
-        let chunk: ChunkIn<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+impl OpenAiStream {
+    /// A parser for one answer; `relay`: also yield each chunk as [`Event::Relay`].
+    pub(crate) fn new(relay: bool) -> OpenAiStream {
+        OpenAiStream { relay, ..OpenAiStream::default() }
+    }
+
+    /// The canonical events of one chunk (usage and finish are held for `[DONE]`).
+    fn read(&mut self, chunk: ChunkIn<'_>) -> Result<Vec<Event>, UpstreamError> {
         if let Some(error) = chunk.error.as_ref().filter(|e| e.is_object()) {
             return Err(in_band_error(error));
         }
@@ -417,6 +411,44 @@ impl StreamParser for OpenAiStream {
         if let Some(reason) = choice.finish_reason {
             self.finish = Some(finish_reason(&reason)?);
         }
+        Ok(events)
+    }
+}
+
+impl StreamParser for OpenAiStream {
+    fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            let mut events = Vec::new();
+            if let Some(usage) = self.usage.take() {
+                events.push(Event::Usage(usage));
+            }
+            events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
+            return Ok(events);
+        }
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.relay {
+            let chunk: ChunkIn<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
+            return self.read(chunk);
+        }
+        let malformed = |e: serde_json::Error| http::malformed(data, &e);
+        let split: SplitChunk<'_> = serde_json::from_str(data).map_err(malformed)?;
+        let chunk = ChunkIn {
+            error: split.error.map(|e| serde_json::from_str(e.get())).transpose().map_err(malformed)?,
+            usage: split
+                .usage
+                .map(|u| serde_json::from_str(u.get()))
+                .transpose()
+                .map_err(malformed)?
+                .flatten(),
+            choices: split.choices.map(|c| serde_json::from_str(c.get())).transpose().map_err(malformed)?,
+        };
+        let no_choices = chunk.choices.as_ref().is_none_or(Vec::is_empty);
+        let mut events = self.read(chunk)?;
+        events.insert(0, Event::Relay(split.relay(no_choices)));
         Ok(events)
     }
 

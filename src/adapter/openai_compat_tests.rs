@@ -52,6 +52,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         seed: Some(7),
         stream,
         response_format: ResponseFormat::Text,
+        relay: false,
     }
 }
 
@@ -424,4 +425,43 @@ async fn escaped_text_nulls_and_unknown_fields_in_chunks_are_read_as_before() {
     let broken =
         run_sse("data: {\"choices\":[{\"delta\":{\"content\":7}}]}\n\n", OpenAiStream::default).await;
     assert!(matches!(broken.as_slice(), [Err(e)] if e.class == ErrorClass::StreamBroken), "{broken:?}");
+}
+
+#[tokio::test]
+async fn a_relaying_parser_hands_on_every_chunk_and_reads_the_same_events() {
+    let sse = include_str!("../../tests/fixtures/openai/chat_stream.sse");
+    let plain = run_sse(sse, OpenAiStream::default).await;
+    let relaying = run_sse(sse, || OpenAiStream::new(true)).await;
+    let (relays, canonical): (Vec<_>, Vec<_>) =
+        relaying.into_iter().partition(|e| matches!(e, Ok(Event::Relay(_))));
+    assert_eq!(canonical, plain, "relaying changes nothing of what the ledger and dispatch read");
+    assert_eq!(relays.len(), sse.matches("chat.completion.chunk").count(), "one relay per chunk");
+    let Some(Ok(Event::Relay(last))) = relays.last() else { unreachable!() };
+    assert!(last.no_choices);
+    assert!(std::str::from_utf8(last.usage.as_ref().unwrap()).unwrap().contains("\"cached_tokens\":1024"));
+    for relay in &relays {
+        let Ok(Event::Relay(chunk)) = relay else { unreachable!() };
+        let fields = std::str::from_utf8(&chunk.fields).unwrap();
+        assert!(fields.starts_with(r#","system_fingerprint":"fp_44709d6fcb","choices":"#), "{fields}");
+        assert!(
+            !fields.contains("chatcmpl-123") && !fields.contains("gpt-4o-mini"),
+            "the head is dropped: {fields}"
+        );
+    }
+    // Each relay comes before the events read from its chunk: the first text follows the
+    // second chunk's relay.
+    let relaying = run_sse(sse, || OpenAiStream::new(true)).await;
+    assert!(matches!(relaying[..3], [Ok(Event::Relay(_)), Ok(Event::Relay(_)), Ok(Event::TextDelta(_))]));
+}
+
+#[tokio::test]
+async fn a_relaying_parser_still_ends_on_errors_and_aborts() {
+    let error = run_sse(include_str!("../../tests/fixtures/openai/chat_stream_error.sse"), || {
+        OpenAiStream::new(true)
+    })
+    .await;
+    assert!(matches!(error.last(), Some(Err(_))), "{error:?}");
+    let abort = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"abort\"}]}\n\n";
+    let events = run_sse(abort, || OpenAiStream::new(true)).await;
+    assert!(matches!(events[..], [Err(ref e)] if e.class == ErrorClass::StreamBroken), "{events:?}");
 }

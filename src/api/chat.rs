@@ -20,7 +20,7 @@ use super::request_id::RequestId;
 use super::wire::{self, completion_json};
 use super::{authenticate, AppState};
 use crate::adapter::ErrorClass;
-use crate::canonical::{Event, FinishReason, ToolCall, Usage};
+use crate::canonical::{ChatRequest, Event, FinishReason, ToolCall, Usage};
 use crate::config::Priority;
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
@@ -138,7 +138,8 @@ async fn handle(
             let job = shadow::Job {
                 snap: Arc::clone(&snap),
                 task: task.clone(),
-                request: canonical.clone(),
+                // Shadows are graded, never relayed to a client.
+                request: ChatRequest { relay: false, ..canonical.clone() },
                 targets,
                 primary: committed.backend.clone(),
                 request_id: meta.request_id.clone(),
@@ -280,6 +281,7 @@ impl Answer {
             }
             Event::Usage(u) => self.usage = u,
             Event::Finish(f) => self.finish = Some(f),
+            Event::Relay(_) => {}
         }
     }
 

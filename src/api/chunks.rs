@@ -6,6 +6,10 @@
 //! [`BATCH_BYTES`]), so a burst of tokens costs one socket write, while an event that arrives on
 //! its own is sent at once. The stream ends with `data: [DONE]`, or with an in-band error event
 //! and no `[DONE]` when the upstream broke after the first token.
+//!
+//! When the upstream writes chat completion chunks itself, its chunks come as
+//! [`Event::Relay`] and are passed on with only the head rewritten; the canonical events read
+//! from them are then not written again.
 
 use std::pin::Pin;
 
@@ -18,15 +22,15 @@ use serde::Serialize;
 use super::error::ApiError;
 use super::wire::WireUsage;
 use crate::adapter::EventStream;
-use crate::canonical::{Event, FinishReason, Usage};
+use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
 
 /// The fixed part of every chunk of one response, serialised once.
 pub struct ChunkWriter {
-    /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…,"choices":`
-    prefix: Vec<u8>,
+    /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…`
+    head: Vec<u8>,
 }
 
 #[derive(Serialize)]
@@ -73,17 +77,16 @@ struct FunctionDelta<'a> {
 
 impl ChunkWriter {
     pub fn new(id: &str, model: &str, created: u64) -> ChunkWriter {
-        let mut prefix = b"data: ".to_vec();
-        serde_json::to_writer(&mut prefix, &Head { id, object: "chat.completion.chunk", created, model })
+        let mut head = b"data: ".to_vec();
+        serde_json::to_writer(&mut head, &Head { id, object: "chat.completion.chunk", created, model })
             .expect("a struct of strings and numbers serialises");
-        prefix.pop(); // the closing brace: `choices` follows
-        prefix.extend_from_slice(b",\"choices\":");
-        ChunkWriter { prefix }
+        head.pop(); // the closing brace: the other members follow
+        ChunkWriter { head }
     }
 
     fn choice(&self, out: &mut Vec<u8>, delta: Delta<'_>, finish_reason: Option<&'static str>) {
-        out.extend_from_slice(&self.prefix);
-        out.push(b'[');
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b",\"choices\":[");
         serde_json::to_writer(&mut *out, &Choice { index: 0, delta, finish_reason })
             .expect("a chunk of strings and numbers serialises");
         out.extend_from_slice(b"]}\n\n");
@@ -110,8 +113,26 @@ impl ChunkWriter {
                 self.choice(out, Delta { tool_calls: Some([call]), ..Delta::default() }, None)
             }
             Event::Finish(reason) => self.finish(out, *reason),
-            Event::Usage(_) => {}
+            Event::Usage(_) | Event::Relay(_) => {}
         }
+    }
+
+    /// An upstream chunk under this response's head. Its `usage` goes only to a client that
+    /// asked for usage, and a usage-only chunk not at all to one that did not. Returns whether
+    /// a usage object was written.
+    pub fn relay(&self, out: &mut Vec<u8>, chunk: &RelayChunk, include_usage: bool) -> bool {
+        if chunk.no_choices && !include_usage {
+            return false;
+        }
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&chunk.fields);
+        let usage = chunk.usage.as_deref().filter(|_| include_usage);
+        if let Some(usage) = usage {
+            out.extend_from_slice(b",\"usage\":");
+            out.extend_from_slice(usage);
+        }
+        out.extend_from_slice(b"}\n\n");
+        usage.is_some_and(|u| u != b"null")
     }
 
     fn finish(&self, out: &mut Vec<u8>, reason: FinishReason) {
@@ -120,8 +141,8 @@ impl ChunkWriter {
 
     /// The usage chunk (`stream_options.include_usage`): empty `choices`.
     pub fn usage(&self, out: &mut Vec<u8>, usage: &Usage) {
-        out.extend_from_slice(&self.prefix);
-        out.extend_from_slice(b"[],\"usage\":");
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b",\"choices\":[],\"usage\":");
         serde_json::to_writer(&mut *out, &WireUsage::from(usage)).expect("numbers serialise");
         out.extend_from_slice(b"}\n\n");
     }
@@ -158,24 +179,46 @@ fn sse_body<H: Send + 'static>(
         writer: ChunkWriter,
         usage: Option<Usage>,
         started: bool,
+        /// Upstream chunks are being relayed: canonical events are not written again.
+        relaying: bool,
+        /// A relayed chunk carried the usage object: none of ours at the end.
+        usage_sent: bool,
         ended: bool,
         _hold: H,
     }
-    let state = State { events, backend, writer, usage: None, started: false, ended: false, _hold: hold };
+    let state = State {
+        events,
+        backend,
+        writer,
+        usage: None,
+        started: false,
+        relaying: false,
+        usage_sent: false,
+        ended: false,
+        _hold: hold,
+    };
     Box::pin(futures::stream::unfold(state, move |mut s| {
         async move {
             if s.ended {
                 return None;
             }
             let mut out = Vec::with_capacity(512);
+            let mut next = s.events.next().await;
             if !s.started {
                 s.started = true;
-                s.writer.role(&mut out);
+                // A relayed upstream writes its own role chunk.
+                if !matches!(next, Some(Ok(Event::Relay(_)))) {
+                    s.writer.role(&mut out);
+                }
             }
-            let mut next = s.events.next().await;
             loop {
                 match next {
                     Some(Ok(Event::Usage(u))) => s.usage = Some(u),
+                    Some(Ok(Event::Relay(chunk))) => {
+                        s.relaying = true;
+                        s.usage_sent |= s.writer.relay(&mut out, &chunk, include_usage);
+                    }
+                    Some(Ok(_)) if s.relaying => {}
                     Some(Ok(event)) => s.writer.event(&mut out, &event),
                     Some(Err(e)) => {
                         s.ended = true;
@@ -187,7 +230,7 @@ fn sse_body<H: Send + 'static>(
                     }
                     None => {
                         s.ended = true;
-                        if include_usage {
+                        if include_usage && !s.usage_sent {
                             s.writer.usage(&mut out, &s.usage.unwrap_or_default());
                         }
                         out.extend_from_slice(b"data: [DONE]\n\n");
@@ -299,5 +342,73 @@ mod tests {
         let frames: Vec<_> =
             sse_body(Box::pin(futures::stream::iter(events)), "b".into(), writer, false, ()).collect().await;
         assert_eq!(frames.len(), 1, "30 ready events and the end in one write");
+    }
+
+    fn relayed(fields: &str, usage: Option<&str>, no_choices: bool) -> Result<Event, UpstreamError> {
+        Ok(Event::Relay(RelayChunk {
+            fields: Bytes::copy_from_slice(fields.as_bytes()),
+            usage: usage.map(|u| Bytes::copy_from_slice(u.as_bytes())),
+            no_choices,
+        }))
+    }
+
+    /// An upstream's chunks as the OpenAI adapter hands them on: each relay, then what was
+    /// read from it.
+    fn relayed_answer() -> Vec<Result<Event, UpstreamError>> {
+        vec![
+            relayed(
+                r#","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]"#,
+                Some("null"),
+                false,
+            ),
+            relayed(
+                r#","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"Hi","reasoning_content":"think"},"logprobs":{"content":[]},"finish_reason":"stop"}]"#,
+                Some("null"),
+                false,
+            ),
+            Ok(Event::TextDelta("Hi".into())),
+            relayed(
+                r#","choices":[]"#,
+                Some(r#"{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}"#),
+                true,
+            ),
+            Ok(Event::Usage(Usage { input_tokens: 5, cached_input_tokens: 0, output_tokens: 1 })),
+            Ok(Event::Finish(FinishReason::Stop)),
+        ]
+    }
+
+    #[tokio::test]
+    async fn relayed_chunks_keep_the_upstreams_fields_under_our_head() {
+        let chunks = body_of(relayed_answer(), true).await;
+        assert_eq!(chunks.len(), 4, "no role chunk of ours, no canonical copies: {chunks:?}");
+        for chunk in &chunks[..3] {
+            assert_eq!(chunk["id"], "chatcmpl-1");
+            assert_eq!(chunk["model"], "summarise");
+            assert_eq!(chunk["created"], 1764547200);
+            assert_eq!(chunk["object"], "chat.completion.chunk");
+        }
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(chunks[1]["system_fingerprint"], "fp_1");
+        assert_eq!(chunks[1]["choices"][0]["delta"]["reasoning_content"], "think");
+        assert_eq!(chunks[1]["choices"][0]["logprobs"], json!({"content": []}));
+        assert_eq!(chunks[1]["usage"], Value::Null);
+        assert_eq!(chunks[2]["usage"]["total_tokens"], 6, "the upstream's usage, not a second one");
+        assert_eq!(chunks[3], json!("[DONE]"));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_did_not_ask_for_usage_gets_none_from_a_relay() {
+        let chunks = body_of(relayed_answer(), false).await;
+        assert_eq!(chunks.len(), 3, "the usage-only chunk is dropped: {chunks:?}");
+        assert!(chunks[..2].iter().all(|c| c.get("usage").is_none()), "{chunks:?}");
+    }
+
+    #[tokio::test]
+    async fn a_relay_without_usage_gets_ours_when_the_client_asked() {
+        let mut events = relayed_answer();
+        let _usage_chunk = events.remove(3);
+        let chunks = body_of(events, true).await;
+        assert_eq!(chunks[2]["choices"], json!([]));
+        assert_eq!(chunks[2]["usage"]["prompt_tokens"], 5);
     }
 }

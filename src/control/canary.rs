@@ -108,13 +108,7 @@ impl Canaries {
             messages: vec![Message::new(Role::User, canary.prompt.clone())],
             max_tokens: Some(canary.max_tokens),
             temperature: Some(0.0),
-            top_p: None,
-            stop: Vec::new(),
-            tools: Vec::new(),
-            tool_choice: None,
-            seed: None,
-            stream: false,
-            response_format: Default::default(),
+            ..ChatRequest::default()
         };
         let meta = RequestMeta {
             client_key: Some("canary".into()),

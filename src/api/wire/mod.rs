@@ -417,6 +417,7 @@ impl ChatCompletionRequest {
             tool_choice,
             seed: self.seed,
             stream: self.wants_stream(),
+            relay: self.wants_stream(),
             response_format: self
                 .response_format
                 .as_ref()
