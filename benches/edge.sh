@@ -3,7 +3,10 @@
 #
 #   benches/edge.sh            (env: EDGE_SECS per wrk run, default 5; EDGE_RUNS, default 3;
 #                               EDGE_STREAMS, default 100,1000,10000; EDGE_ONLY=streams for the
-#                               memory part alone; RUST_LOG as for serve)
+#                               memory part alone, EDGE_ONLY=wire for the wrk part alone;
+#                               EDGE_BASELINE=path to another spillway binary, e.g. the previous
+#                               commit's, measured as a fourth path in the same runs;
+#                               RUST_LOG as for serve)
 #
 # Upstream: nginx answering every POST with a fixed chat completion (JSON) or a fixed 30-chunk
 # SSE stream. Paths measured: nginx direct, nginx as a reverse proxy in front of it (the
@@ -30,7 +33,7 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-U_JSON=$(free_port); U_SSE=$(free_port); P_JSON=$(free_port); P_SSE=$(free_port); S=$(free_port)
+U_JSON=$(free_port); U_SSE=$(free_port); P_JSON=$(free_port); P_SSE=$(free_port); S=$(free_port); B=$(free_port)
 
 # The fixed answers, served by nginx as static files.
 JSON_ANSWER='{"id":"chatcmpl-1","object":"chat.completion","created":1764547200,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"The printer on floor three is jammed again; a technician is on the way and it should be back within the hour."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":27,"total_tokens":51}}'
@@ -81,6 +84,13 @@ limits: {max_concurrency: 20000}
 ledger: {enabled: false}
 EOF
 "$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & PIDS+=($!)
+PATHS="direct pass spillway"
+if [ -n "${EDGE_BASELINE:-}" ]; then
+  sed "s/^listen: .*/listen: 127.0.0.1:$B/" "$WORK/spillway.yaml" > "$WORK/baseline.yaml"
+  "$EDGE_BASELINE" serve --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" & PIDS+=($!)
+  PATHS="$PATHS baseline"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$B/readyz" >/dev/null && break; sleep 0.1; done
+fi
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S/readyz" >/dev/null && curl -sf -o /dev/null "http://127.0.0.1:$U_SSE/" -d x && break; sleep 0.1; done
 
 if [ "${EDGE_ONLY:-}" != streams ]; then
@@ -115,14 +125,14 @@ for kind in json sse; do
     if [ $kind = json ]; then direct=$U_JSON; pass=$P_JSON; else direct=$U_SSE; pass=$P_SSE; fi
     : > "$WORK/runs"
     for _ in $(seq "$RUNS"); do
-      for path in direct pass spillway; do
-        case $path in direct) port=$direct;; pass) port=$pass;; spillway) port=$S;; esac
+      for path in $PATHS; do
+        case $path in direct) port=$direct;; pass) port=$pass;; spillway) port=$S;; baseline) port=$B;; esac
         echo "$path $(measure "http://127.0.0.1:$port/v1/chat/completions" "$conns" "$kind")" >> "$WORK/runs"
       done
     done
     pass_rps=$(awk '$1 == "pass" { print $2 }' "$WORK/runs" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
     pass_p99=$(awk '$1 == "pass" { print $4 }' "$WORK/runs" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    for path in direct pass spillway; do
+    for path in $PATHS; do
       rps=$(awk -v p=$path '$1 == p { print $2 }' "$WORK/runs" | median)
       p50=$(awk -v p=$path '$1 == p { print $3 }' "$WORK/runs" | median)
       p99=$(awk -v p=$path '$1 == p { print $4 }' "$WORK/runs" | median)
@@ -131,12 +141,14 @@ for kind in json sse; do
       ratio=$(awk -v a="$rps_mid" -v b="$pass_rps" 'BEGIN { printf "%.2f×", a / b }')
       p99ratio=$(awk -v a="$p99_mid" -v b="$pass_p99" 'BEGIN { printf "%.2f×", a / b }')
       label=$path; [ $path = pass ] && label="nginx pass-through"; [ $path = direct ] && label="nginx direct"
+      [ $path = baseline ] && label="baseline ($EDGE_BASELINE)"
       [ "$bad" != 0 ] && label="$label ($bad non-2xx)"
       echo "| $kind | $conns | $label | $rps | $p50 | $p99 | $ratio | $p99ratio |"
     done
   done
 done
 
+[ "${EDGE_ONLY:-}" = wire ] && exit 0
 echo
 echo "Node fetch, one streamed call at a time on a kept-alive connection (300 calls, after 50 to warm up):"
 cat > "$WORK/fetch.mjs" <<'EOF'

@@ -1,5 +1,6 @@
 //! The `spillway` binary: everything is in the library; this only picks the allocator.
 
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -202,7 +202,7 @@ pub async fn start(
     let gate = {
         let keys = Arc::clone(&dispatcher);
         let caller = crate::gate::call::Caller {
-            client: dispatcher.client().clone(),
+            transport: dispatcher.transport().clone(),
             keys: Arc::new(move |backend: &str| keys.api_key(backend)),
             redactor: {
                 let dispatcher = Arc::clone(&dispatcher);

@@ -49,7 +49,7 @@ async fn collect(
     let sim = common::sim(case.kind, case.model, tune).await;
     let upstream =
         Upstream { base_url: format!("{}{}", sim.base_url(), case.suffix), api_key: Some("test-key".into()) };
-    let client = reqwest::Client::new();
+    let client = adapter::Transport::from(reqwest::Client::new());
     let stream = adapter::send(case.format, &client, &upstream, &req).await?;
     Ok(stream.collect().await)
 }
@@ -158,7 +158,7 @@ async fn quotas_answer_429_in_each_providers_format() {
         let sim = common::sim(case.kind, case.model, |a| a.rpm = 1).await;
         let upstream =
             Upstream { base_url: format!("{}{}", sim.base_url(), case.suffix), api_key: Some("k".into()) };
-        let client = reqwest::Client::new();
+        let client = adapter::Transport::from(reqwest::Client::new());
         let first = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3)).await;
         assert!(first.is_ok(), "{:?}", case.kind);
         let second = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3))

@@ -385,7 +385,7 @@ async fn a_gate_call_never_shows_the_key() {
             let config = spillway::config::parse(&yaml).unwrap();
             let backend = &config.backends[0];
             let caller = Caller::with_keys(
-                reqwest::Client::new(),
+                reqwest::Client::new().into(),
                 HashMap::from([("echo".to_string(), PROVIDER_KEY.to_string())]),
                 None,
             );

@@ -16,12 +16,12 @@
 
 use std::collections::HashMap;
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
 use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
 
 /// The API version this adapter speaks.
@@ -35,24 +35,24 @@ pub const JSON_OBJECT_INSTRUCTION: &str =
     "Answer with a single JSON object and nothing else: no prose and no code fences.";
 
 pub async fn send(
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let url = format!("{}/v1/messages", upstream.base_url.trim_end_matches('/'));
-    let mut builder = client
-        .post(url)
-        .header("anthropic-version", API_VERSION)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(request_body(req).to_string());
+    let mut headers = vec![
+        (HeaderName::from_static("anthropic-version"), API_VERSION.to_string()),
+        (CONTENT_TYPE, "application/json".to_string()),
+    ];
     if let Some(key) = &upstream.api_key {
-        builder = builder.header("x-api-key", key);
+        headers.push((HeaderName::from_static("x-api-key"), key.clone()));
     }
     if req.stream {
-        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+        headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let response = http::execute(builder, classify).await?;
-    Ok(http::answer_events(response, req.stream, AnthropicStream::default(), parse_response))
+    let body = request_body(req).to_string().into_bytes();
+    let answer = http::post(transport, &url, &headers, body, classify).await?;
+    Ok(http::answer_events(answer, req.stream, AnthropicStream::default(), parse_response))
 }
 
 /// The Messages request body for `req`.

@@ -271,7 +271,7 @@ async fn send_streams_over_http_with_anthropic_headers() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()) };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
     let seen = seen.lock().unwrap().clone();
@@ -292,7 +292,7 @@ async fn send_classifies_529() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
 }
 
@@ -305,7 +305,7 @@ async fn send_reports_cut_stream_as_broken() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
 }
@@ -319,7 +319,7 @@ async fn send_non_stream_over_http() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::ToolCalls))));

@@ -13,29 +13,30 @@
 
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
 use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
 
 pub async fn send(
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let url = url(&upstream.base_url, &req.model, req.stream);
-    let mut builder = client.post(url).json(&request_body(req));
+    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     if let Some(key) = &upstream.api_key {
-        builder = builder.header("x-goog-api-key", key);
+        headers.push((HeaderName::from_static("x-goog-api-key"), key.clone()));
     }
     if req.stream {
-        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+        headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let response = http::execute(builder, classify).await?;
-    Ok(http::answer_events(response, req.stream, GeminiStream::new(), parse_response))
+    let body = serde_json::to_vec(&request_body(req)).expect("a JSON value serialises");
+    let answer = http::post(transport, &url, &headers, body, classify).await?;
+    Ok(http::answer_events(answer, req.stream, GeminiStream::new(), parse_response))
 }
 
 fn url(base_url: &str, model: &str, stream: bool) -> String {

@@ -274,7 +274,7 @@ async fn send_streams_over_http_with_gemini_url_and_key() {
     )
     .await;
     let upstream = Upstream { base_url: format!("{base}/v1beta"), api_key: Some("g-key".into()) };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 5);
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -292,7 +292,7 @@ async fn send_classifies_status() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let err = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.err().unwrap();
+    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
     assert_eq!(err.message, "The model is overloaded. Please try again later.");
 }
@@ -306,7 +306,7 @@ async fn send_reports_cut_stream_as_broken() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
 }
@@ -320,7 +320,7 @@ async fn send_non_stream_over_http() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 3);
     assert_eq!(seen.lock().unwrap().uri, "/models/gemini-2.5-flash:generateContent");

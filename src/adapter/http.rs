@@ -1,15 +1,18 @@
-//! Plumbing shared by the adapters: send the request, turn a non-2xx answer into a classified
-//! error, and drive a provider's stream parser over the SSE body (or its parse function over a
-//! JSON body). Everything provider-specific stays in the adapter modules.
+//! Plumbing shared by the adapters: send the request (through the lean client or reqwest), turn
+//! a non-2xx answer into a classified error, and drive a provider's stream parser over the SSE
+//! body (or its parse function over a JSON body). Everything provider-specific stays in the
+//! adapter modules.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 
+use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
-use reqwest::header::HeaderMap;
+use futures::{Stream, StreamExt, TryStreamExt};
+use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
-use super::{ErrorClass, EventStream, UpstreamError};
+use super::{ErrorClass, EventStream, Transport, UpstreamError};
 use crate::canonical::Event;
 
 /// Turns an HTTP status, the response headers and the body text into a classified error.
@@ -29,33 +32,65 @@ pub(crate) trait StreamParser: Send + 'static {
     fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError>;
 }
 
-/// Send the request; resolve once the status line is in. Non-2xx: read the body and classify.
-pub(crate) async fn execute(
-    builder: reqwest::RequestBuilder,
+/// A 2xx answer's status line and head, its body still to be read.
+pub(crate) struct Answer {
+    headers: HeaderMap,
+    body: ByteStream,
+}
+
+/// A body, piece by piece, as it arrives.
+pub(crate) type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, UpstreamError>> + Send>>;
+
+/// The most of an error body read for its message.
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+/// `POST url` through the transport that fits it: the lean client for `http://`, reqwest for
+/// the rest. Resolves once the head is in; a non-2xx answer is read and classified.
+pub(crate) async fn post(
+    transport: &Transport,
+    url: &str,
+    headers: &[(HeaderName, String)],
+    body: Vec<u8>,
     classify: Classify,
-) -> Result<reqwest::Response, UpstreamError> {
-    let response = builder.send().await.map_err(|e| UpstreamError::from_reqwest(&e))?;
-    let status = response.status();
-    if status.is_success() {
-        return Ok(response);
+) -> Result<Answer, UpstreamError> {
+    let (status, headers, mut body): (u16, HeaderMap, ByteStream) = if url.starts_with("http://") {
+        let response = transport.plain.post(url, headers, &body).await?;
+        (response.status, response.headers, Box::pin(response.body.into_stream()))
+    } else {
+        let mut builder = transport.hosted.post(url).body(body);
+        for (name, value) in headers {
+            builder = builder.header(name, value);
+        }
+        let response = builder.send().await.map_err(|e| UpstreamError::from_reqwest(&e))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, Box::pin(response.bytes_stream().map_err(|e| UpstreamError::from_reqwest(&e))))
+    };
+    if (200..300).contains(&status) {
+        return Ok(Answer { headers, body });
     }
-    let headers = response.headers().clone();
-    let body = response.text().await.unwrap_or_default();
-    Err(classify(status.as_u16(), &headers, &body))
+    let mut text = Vec::new();
+    while let Some(Ok(piece)) = body.next().await {
+        text.extend_from_slice(&piece[..piece.len().min(MAX_ERROR_BODY - text.len())]);
+        if text.len() >= MAX_ERROR_BODY {
+            break;
+        }
+    }
+    Err(classify(status, &headers, &String::from_utf8_lossy(&text)))
 }
 
 /// The events of a 2xx answer, read as what its `content-type` says it is, whatever was asked
 /// for: some OpenAI-compatible servers ignore `stream` and answer JSON, and an SSE answer to a
 /// plain call is as good an answer. With no (or an unknown) content type, as asked.
 pub(crate) fn answer_events<P: StreamParser>(
-    response: reqwest::Response,
+    answer: Answer,
     asked_stream: bool,
     parser: P,
     parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
 ) -> EventStream {
-    let essence = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+    let essence = answer
+        .headers
+        .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
     let sse = match essence.as_deref() {
@@ -64,35 +99,29 @@ pub(crate) fn answer_events<P: StreamParser>(
         _ => asked_stream,
     };
     if sse {
-        sse_events(response, parser)
+        drive(answer.body, parser, |e| e)
     } else {
-        json_events(response, parse)
+        json_events(answer.body, parse)
     }
-}
-
-/// The events of a streamed (SSE) 2xx answer.
-fn sse_events<P: StreamParser>(response: reqwest::Response, parser: P) -> EventStream {
-    drive(response.bytes_stream(), parser, |e: reqwest::Error| UpstreamError::from_reqwest(&e))
 }
 
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
-fn json_events(
-    response: reqwest::Response,
-    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
-) -> EventStream {
+fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>) -> EventStream {
     let read = async move {
-        let status = response.status().as_u16();
-        let body = match response.bytes().await {
-            Ok(body) => body,
-            Err(e) => return vec![Err(UpstreamError::from_reqwest(&e))],
-        };
-        let json: Value = match serde_json::from_slice(&body) {
+        let mut whole = Vec::new();
+        while let Some(piece) = body.next().await {
+            match piece {
+                Ok(piece) => whole.extend_from_slice(&piece),
+                Err(e) => return vec![Err(e)],
+            }
+        }
+        let json: Value = match serde_json::from_slice(&whole) {
             Ok(json) => json,
             Err(e) => {
                 return vec![Err(UpstreamError::new(
                     ErrorClass::StreamBroken,
-                    Some(status),
+                    None,
                     format!("malformed JSON body: {e}"),
                 ))]
             }
@@ -289,7 +318,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::canned_server;
     use super::*;
-    use crate::adapter::{openai_compat, Upstream};
+    use crate::adapter::{openai_compat, Transport, Upstream};
     use crate::canonical::{ChatRequest, FinishReason, Message, Role};
 
     const JSON_ANSWER: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
@@ -300,7 +329,8 @@ mod tests {
         let upstream = Upstream { base_url: base, api_key: None };
         let req =
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
-        let events = openai_compat::send(&reqwest::Client::new(), &upstream, &req).await.unwrap();
+        let transport = Transport::from(reqwest::Client::new());
+        let events = openai_compat::send(&transport, &upstream, &req).await.unwrap();
         events.map(|e| e.unwrap()).collect().await
     }
 

@@ -7,12 +7,14 @@
 pub mod anthropic;
 pub mod error;
 pub mod gemini;
+pub mod h1;
 mod http;
 pub mod openai_compat;
 mod openai_relay;
 pub mod redact;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 
@@ -43,6 +45,27 @@ pub struct Upstream {
     pub api_key: Option<String>,
 }
 
+/// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
+/// (the fleet's engines), reqwest for TLS (hosted APIs). Cloning shares the pools.
+#[derive(Clone)]
+pub struct Transport {
+    hosted: reqwest::Client,
+    plain: Arc<h1::Pool>,
+}
+
+impl Transport {
+    pub fn new(hosted: reqwest::Client, plain: h1::PoolConfig) -> Transport {
+        Transport { hosted, plain: h1::Pool::new(plain) }
+    }
+}
+
+/// reqwest for TLS, and a plain-http pool with default settings.
+impl From<reqwest::Client> for Transport {
+    fn from(hosted: reqwest::Client) -> Transport {
+        Transport::new(hosted, h1::PoolConfig::default())
+    }
+}
+
 /// Send `req` (with `req.model` already set to the backend's model) to `upstream` in `format`.
 /// Resolves once the upstream has answered with a status: `Ok` holds the event stream (for a
 /// non-streaming request it yields every event of the whole answer), `Err` the classified
@@ -50,13 +73,13 @@ pub struct Upstream {
 /// Callers outside the adapters use [`redact::send_scrubbed`], which scrubs error texts of secrets.
 pub async fn send(
     format: WireFormat,
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     match format {
-        WireFormat::OpenAi => openai_compat::send(client, upstream, req).await,
-        WireFormat::Anthropic => anthropic::send(client, upstream, req).await,
-        WireFormat::Gemini => gemini::send(client, upstream, req).await,
+        WireFormat::OpenAi => openai_compat::send(transport, upstream, req).await,
+        WireFormat::Anthropic => anthropic::send(transport, upstream, req).await,
+        WireFormat::Gemini => gemini::send(transport, upstream, req).await,
     }
 }

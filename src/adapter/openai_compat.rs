@@ -10,31 +10,32 @@
 
 use std::borrow::Cow;
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::openai_relay::SplitChunk;
-use super::{ErrorClass, EventStream, Upstream, UpstreamError};
+use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
 use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, Usage};
 
 pub async fn send(
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
-    let mut builder = client.post(url).json(&request_body(req));
+    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     if let Some(key) = &upstream.api_key {
-        builder = builder.bearer_auth(key);
+        headers.push((AUTHORIZATION, format!("Bearer {key}")));
     }
     if req.stream {
-        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+        headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let response = http::execute(builder, classify).await?;
-    Ok(http::answer_events(response, req.stream, OpenAiStream::new(req.relay), parse_response))
+    let body = serde_json::to_vec(&request_body(req)).expect("a JSON value serialises");
+    let answer = http::post(transport, &url, &headers, body, classify).await?;
+    Ok(http::answer_events(answer, req.stream, OpenAiStream::new(req.relay), parse_response))
 }
 
 /// The Chat Completions request body for `req`.

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::Transport;
 use crate::canonical::{Image, ResponseFormat, Tool, ToolCall};
 use futures::StreamExt;
 
@@ -270,7 +271,7 @@ async fn send_streams_over_http() {
     )
     .await;
     let upstream = Upstream { base_url: format!("{base}/v1"), api_key: Some("sk-test".into()) };
-    let client = reqwest::Client::new();
+    let client: Transport = reqwest::Client::new().into();
     let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 5);
@@ -291,7 +292,7 @@ async fn send_non_stream_over_http() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(false)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
     assert!(seen.lock().unwrap().headers.get("authorization").is_none());
@@ -306,7 +307,7 @@ async fn send_classifies_status_and_retry_after() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::RateLimited);
     assert_eq!(err.status, Some(429));
     assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
@@ -321,7 +322,7 @@ async fn send_reports_cut_stream_as_broken() {
     )
     .await;
     let upstream = Upstream { base_url: base, api_key: None };
-    let stream = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.unwrap();
+    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events[0], Ok(text("Hello")));
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -333,7 +334,7 @@ async fn send_maps_refused_connection() {
     let port = listener.local_addr().unwrap().port();
     drop(listener);
     let upstream = Upstream { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None };
-    let err = send(&reqwest::Client::new(), &upstream, &sample_request(true)).await.err().unwrap();
+    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::Connect);
 }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, LazyLock};
 use futures::StreamExt;
 use regex::Regex;
 
-use super::{EventStream, Upstream, UpstreamError, WireFormat};
+use super::{EventStream, Transport, Upstream, UpstreamError, WireFormat};
 use crate::canonical::ChatRequest;
 
 /// What a secret is replaced with.
@@ -120,11 +120,11 @@ impl Redactor {
 pub async fn send_scrubbed(
     redactor: Arc<Redactor>,
     format: WireFormat,
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    match super::send(format, client, upstream, req).await {
+    match super::send(format, transport, upstream, req).await {
         Ok(events) => Ok(redactor.scrub_stream(events)),
         Err(error) => Err(redactor.scrub_error(error)),
     }

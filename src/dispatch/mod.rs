@@ -20,8 +20,9 @@ use rand::Rng;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::adapter::h1::PoolConfig;
 use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{ErrorClass, EventStream, Upstream, UpstreamError, WireFormat};
+use crate::adapter::{ErrorClass, EventStream, Transport, Upstream, UpstreamError, WireFormat};
 use crate::canonical::{ChatRequest, Event};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::control::breaker::BreakerBoard;
@@ -62,7 +63,7 @@ pub enum DispatchError {
 
 /// Long-lived dispatch state shared by every request.
 pub struct Dispatcher {
-    client: reqwest::Client,
+    transport: Transport,
     cfg: DispatchConfig,
     breakers: Arc<BreakerBoard>,
     budget: Mutex<RetryBudget>,
@@ -116,16 +117,21 @@ impl Dispatcher {
         load: Arc<NodeLoad>,
         quota: Arc<QuotaBoard>,
     ) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-            .pool_idle_timeout(Duration::from_millis(cfg.pool_idle_timeout_ms))
+        let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
+        let idle_timeout = Duration::from_millis(cfg.pool_idle_timeout_ms);
+        let hosted = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .pool_idle_timeout(idle_timeout)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
             .tcp_nodelay(true)
             .build()
             .expect("the HTTP client builds with static settings");
+        let plain =
+            PoolConfig { connect_timeout, max_idle_per_host: cfg.pool_max_idle_per_host, idle_timeout };
+        let transport = Transport::new(hosted, plain);
         let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());
         Dispatcher {
-            client,
+            transport,
             cfg,
             breakers,
             budget: Mutex::new(budget),
@@ -144,9 +150,9 @@ impl Dispatcher {
         self.secrets.load().get(backend).cloned()
     }
 
-    /// The HTTP client dispatch uses (its connection pools are shared).
-    pub fn client(&self) -> &reqwest::Client {
-        &self.client
+    /// How dispatch reaches upstreams (its connection pools are shared).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// What scrubs upstream error texts now, for calls made beside dispatch (gate runs,
@@ -311,7 +317,8 @@ impl Dispatcher {
             let format = wire_format(backend.kind);
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let redactor = self.redactor.load_full();
-            let first = first_output(redactor, format, &self.client, &upstream, &req, deadline, idle).await;
+            let first =
+                first_output(redactor, format, &self.transport, &upstream, &req, deadline, idle).await;
             match first {
                 Ok((buffered, rest, first_token)) => {
                     let ttft = first_token.duration_since(call_started);
@@ -403,7 +410,7 @@ impl Dispatcher {
 async fn first_output(
     redactor: Arc<Redactor>,
     format: WireFormat,
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
     deadline: Duration,
@@ -417,7 +424,7 @@ async fn first_output(
         )
     };
     let read_first = async {
-        let mut stream = redact::send_scrubbed(redactor, format, client, upstream, req).await?;
+        let mut stream = redact::send_scrubbed(redactor, format, transport, upstream, req).await?;
         let mut buffered = Vec::new();
         while let Some(item) = stream.next().await {
             let event = item?;

@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use tokio::time::Instant;
 
 use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{self, Upstream};
+use crate::adapter::{self, Transport, Upstream};
 use crate::canonical::{ChatRequest, Event, Usage};
 use crate::config::{BackendConfig, Priority, TaskConfig};
 use crate::control::quota::{QuotaBoard, QuotaDecision};
@@ -28,7 +28,7 @@ pub type RedactorLookup = Arc<dyn Fn() -> Arc<Redactor> + Send + Sync>;
 /// What a call needs from its surroundings.
 #[derive(Clone)]
 pub struct Caller {
-    pub client: reqwest::Client,
+    pub transport: Transport,
     /// API key by backend name.
     pub keys: KeyLookup,
     /// Scrubs every upstream error text before it becomes a [`CallError`].
@@ -44,13 +44,13 @@ impl Caller {
     /// A caller with keys from a fixed map (the CLI reads them from the environment); error
     /// texts are scrubbed of those keys.
     pub fn with_keys(
-        client: reqwest::Client,
+        transport: Transport,
         keys: HashMap<String, String>,
         quota: Option<Arc<QuotaBoard>>,
     ) -> Caller {
         let redactor = Arc::new(Redactor::new(keys.values()));
         Caller {
-            client,
+            transport,
             keys: Arc::new(move |b: &str| keys.get(b).cloned()),
             redactor: Arc::new(move || Arc::clone(&redactor)),
             quota,
@@ -135,7 +135,7 @@ impl Caller {
         let started = Instant::now();
         let collected = tokio::time::timeout(
             self.timeout,
-            collect(&self.redactor, backend, &self.client, &upstream, &req),
+            collect(&self.redactor, backend, &self.transport, &upstream, &req),
         )
         .await;
         let result = match collected {
@@ -204,13 +204,13 @@ fn slot_cost(backend: &BackendConfig, gpu_hourly_usd: Decimal, latency: Duration
 async fn collect(
     redactor: &RedactorLookup,
     backend: &BackendConfig,
-    client: &reqwest::Client,
+    transport: &Transport,
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<Answered, CallError> {
     let upstream_error =
         |e: adapter::UpstreamError| CallError { class: e.class.as_str().to_string(), message: e.to_string() };
-    let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind), client, upstream, req)
+    let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind), transport, upstream, req)
         .await
         .map_err(upstream_error)?;
     let mut answered = Answered::default();

@@ -91,7 +91,7 @@ pub fn caller_from_env(config: &Config) -> Caller {
         .clone()
         .or_else(|| config.state.redis_url_env.as_ref().and_then(|n| std::env::var(n).ok()));
     let quota = QuotaBoard::new(config, redis);
-    Caller::with_keys(reqwest::Client::new(), keys, Some(quota))
+    Caller::with_keys(reqwest::Client::new().into(), keys, Some(quota))
 }
 
 pub async fn run(args: GateArgs) -> Result<String, String> {
