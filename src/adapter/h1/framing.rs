@@ -41,61 +41,81 @@ impl Framing {
         !matches!(self, Framing::UntilClose)
     }
 
+    /// Read past what is framing only (a chunk's CRLF, the last chunk, trailers) as far as
+    /// `buf` allows, without taking any body bytes: a body whose last bytes have just been taken
+    /// is then `Done` at once, so its connection is free before anyone asks for more.
+    pub fn settle(&mut self, buf: &mut BytesMut) -> Result<(), String> {
+        while matches!(self, Framing::Length(0) | Framing::ChunkEnd | Framing::ChunkSize | Framing::Trailers) {
+            if self.advance(buf)?.is_some() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Take the next piece of the body out of `buf` (what follows the body stays in it).
     /// `Err` names what is malformed.
     pub fn step(&mut self, buf: &mut BytesMut) -> Result<Step, String> {
         loop {
-            match *self {
-                Framing::Done => return Ok(Step::Done),
-                Framing::Length(0) => *self = Framing::Done,
-                Framing::Length(left) | Framing::ChunkData(left) => {
-                    if buf.is_empty() {
-                        return Ok(Step::NeedMore);
-                    }
-                    let n = left.min(buf.len() as u64);
-                    let data = buf.split_to(n as usize).freeze();
-                    *self = match *self {
-                        Framing::Length(_) => Framing::Length(left - n),
-                        _ if left == n => Framing::ChunkEnd,
-                        _ => Framing::ChunkData(left - n),
-                    };
-                    return Ok(Step::Data(data));
+            if let Some(step) = self.advance(buf)? {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// One move: a step to report, or `None` when only the state changed.
+    fn advance(&mut self, buf: &mut BytesMut) -> Result<Option<Step>, String> {
+        match *self {
+            Framing::Done => return Ok(Some(Step::Done)),
+            Framing::Length(0) => *self = Framing::Done,
+            Framing::Length(left) | Framing::ChunkData(left) => {
+                if buf.is_empty() {
+                    return Ok(Some(Step::NeedMore));
                 }
-                Framing::UntilClose => {
-                    if buf.is_empty() {
-                        return Ok(Step::NeedMore);
-                    }
-                    return Ok(Step::Data(buf.split().freeze()));
+                let n = left.min(buf.len() as u64);
+                let data = buf.split_to(n as usize).freeze();
+                *self = match *self {
+                    Framing::Length(_) => Framing::Length(left - n),
+                    _ if left == n => Framing::ChunkEnd,
+                    _ => Framing::ChunkData(left - n),
+                };
+                return Ok(Some(Step::Data(data)));
+            }
+            Framing::UntilClose => {
+                if buf.is_empty() {
+                    return Ok(Some(Step::NeedMore));
                 }
-                Framing::ChunkEnd => {
-                    if buf.len() < 2 {
-                        return Ok(Step::NeedMore);
-                    }
-                    if &buf[..2] != b"\r\n" {
-                        return Err("chunk data is not followed by CRLF".into());
-                    }
-                    buf.advance(2);
-                    *self = Framing::ChunkSize;
+                return Ok(Some(Step::Data(buf.split().freeze())));
+            }
+            Framing::ChunkEnd => {
+                if buf.len() < 2 {
+                    return Ok(Some(Step::NeedMore));
                 }
-                Framing::ChunkSize => {
-                    let Some(line) = take_line(buf)? else { return Ok(Step::NeedMore) };
-                    let size = line[..].split(|&b| b == b';').next().unwrap_or_default();
-                    let size = std::str::from_utf8(size)
-                        .ok()
-                        .map(|s| s.trim_matches([' ', '\t']))
-                        .filter(|s| !s.is_empty() && s.len() <= 16)
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or_else(|| format!("bad chunk size line {:?}", String::from_utf8_lossy(&line)))?;
-                    *self = if size == 0 { Framing::Trailers } else { Framing::ChunkData(size) };
+                if &buf[..2] != b"\r\n" {
+                    return Err("chunk data is not followed by CRLF".into());
                 }
-                Framing::Trailers => {
-                    let Some(line) = take_line(buf)? else { return Ok(Step::NeedMore) };
-                    if line.is_empty() {
-                        *self = Framing::Done;
-                    }
+                buf.advance(2);
+                *self = Framing::ChunkSize;
+            }
+            Framing::ChunkSize => {
+                let Some(line) = take_line(buf)? else { return Ok(Some(Step::NeedMore)) };
+                let size = line[..].split(|&b| b == b';').next().unwrap_or_default();
+                let size = std::str::from_utf8(size)
+                    .ok()
+                    .map(|s| s.trim_matches([' ', '\t']))
+                    .filter(|s| !s.is_empty() && s.len() <= 16)
+                    .and_then(|s| u64::from_str_radix(s, 16).ok())
+                    .ok_or_else(|| format!("bad chunk size line {:?}", String::from_utf8_lossy(&line)))?;
+                *self = if size == 0 { Framing::Trailers } else { Framing::ChunkData(size) };
+            }
+            Framing::Trailers => {
+                let Some(line) = take_line(buf)? else { return Ok(Some(Step::NeedMore)) };
+                if line.is_empty() {
+                    *self = Framing::Done;
                 }
             }
         }
+        Ok(None)
     }
 }
 
@@ -167,5 +187,23 @@ mod tests {
     fn only_a_body_until_close_makes_the_connection_unusable() {
         assert!(Framing::ChunkSize.reusable() && Framing::Length(3).reusable());
         assert!(!Framing::UntilClose.reusable());
+    }
+
+    #[test]
+    fn a_body_whose_end_is_in_the_buffer_settles_to_done_without_losing_data() {
+        let mut buf = BytesMut::from(&b"4\r\nlast\r\n0\r\n\r\n"[..]);
+        let mut framing = Framing::ChunkSize;
+        framing.settle(&mut buf).unwrap();
+        assert_eq!(framing, Framing::ChunkData(4), "settling stops before body bytes");
+        assert_eq!(framing.step(&mut buf).unwrap(), Step::Data(Bytes::from_static(b"last")));
+        framing.settle(&mut buf).unwrap();
+        assert_eq!(framing, Framing::Done);
+        let mut partial = BytesMut::from(&b"\r\n0\r\n"[..]);
+        let mut framing = Framing::ChunkEnd;
+        framing.settle(&mut partial).unwrap();
+        assert_eq!(framing, Framing::Trailers, "as far as the bytes go");
+        let mut framing = Framing::Length(0);
+        framing.settle(&mut BytesMut::new()).unwrap();
+        assert_eq!(framing, Framing::Done);
     }
 }

@@ -343,7 +343,13 @@ impl Body {
         loop {
             let conn = self.conn.as_mut()?;
             match self.framing.step(&mut conn.buf) {
-                Ok(Step::Data(data)) => return Some(Ok(data)),
+                Ok(Step::Data(data)) => {
+                    // A reader that stops at the answer's own end marker never asks again.
+                    if self.framing.settle(&mut conn.buf).is_ok() && self.framing == Framing::Done {
+                        self.release();
+                    }
+                    return Some(Ok(data));
+                }
                 Ok(Step::Done) => {
                     self.release();
                     return None;

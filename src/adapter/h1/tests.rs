@@ -208,3 +208,17 @@ impl<F: std::future::Future<Output = Result<Response, UpstreamError>>> ErrNow fo
         }
     }
 }
+
+#[tokio::test]
+async fn a_reader_that_stops_at_the_last_data_still_frees_the_connection() {
+    let (base, connections, _) =
+        server("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\n[DONE]\r\n0\r\n\r\n", false).await;
+    let pool = Pool::new(PoolConfig::default());
+    for _ in 0..2 {
+        let mut response = pool.post(&format!("{base}/x"), &[], b"").await.unwrap();
+        assert_eq!(&response.body.next_bytes().await.unwrap().unwrap()[..], b"[DONE]");
+        drop(response);
+        assert_eq!(pool.idle_count(), 1, "the end of the body was already in");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
