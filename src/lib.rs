@@ -9,6 +9,7 @@ pub mod adapter;
 pub mod canonical;
 
 pub mod agent;
+pub mod allocator;
 pub mod api;
 pub mod capacity;
 pub mod cli;

@@ -45,7 +45,8 @@ impl Framing {
     /// `buf` allows, without taking any body bytes: a body whose last bytes have just been taken
     /// is then `Done` at once, so its connection is free before anyone asks for more.
     pub fn settle(&mut self, buf: &mut BytesMut) -> Result<(), String> {
-        while matches!(self, Framing::Length(0) | Framing::ChunkEnd | Framing::ChunkSize | Framing::Trailers) {
+        while matches!(self, Framing::Length(0) | Framing::ChunkEnd | Framing::ChunkSize | Framing::Trailers)
+        {
             if self.advance(buf)?.is_some() {
                 break;
             }
