@@ -1,7 +1,7 @@
 //! Each adapter against the simulator of its provider, over real HTTP: streamed and whole
 //! answers, usage, finish reasons, and errors classified where they are born.
 
-mod common;
+use crate::common;
 
 use futures::StreamExt;
 use spillway::adapter::{self, ErrorClass, Upstream, UpstreamError, WireFormat};

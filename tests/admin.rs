@@ -2,7 +2,7 @@
 //! hosted backend and a vLLM node while traffic flows (traffic moves, nothing fails), force a
 //! breaker open and back, and get clear errors for bad requests; none of it with a client key.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

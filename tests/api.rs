@@ -1,6 +1,6 @@
 //! The OpenAI-compatible surface: formats, headers, auth, and a 4xx for each kind of bad input.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! demand through the admin API); a working one is known to work, a broken one is known broken
 //! before an outage needs it. Canaries are counted and ledgered, but are not client traffic.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

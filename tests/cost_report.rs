@@ -5,7 +5,7 @@
 //! price, idle included. The same report comes from `spillway report` in every format and
 //! from `GET /admin/reports/cost`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! Needs Node 20 + npm and Chromium (Debian package `chromium`, or `$CHROMIUM`); the npm
 //! dependencies are installed into `tests/browser/node_modules` with `npm ci` when missing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! too many connections from one address, connections left open at SIGTERM) that must not
 //! hold the router's capacity or its shutdown.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,6 +1,6 @@
 //! Safe failover end to end: real router, real simulators, real sockets.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! stored apart from the ledger and graded against the primary's answer; prompt variants
 //! reach the backend; `spillway gate run` and `gate report` work on the same store.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

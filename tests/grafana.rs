@@ -6,7 +6,7 @@
 //! (locally served, failed over from a failing hosted backend, spilled and shed). The few panels
 //! that cannot have data in this setup are listed, with why, and must come back empty instead.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;

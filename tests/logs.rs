@@ -2,7 +2,7 @@
 //! request id of the `x-request-id` header on the lines of that request, and never a prompt,
 //! an answer or a key, even at debug level (planted values are grepped for).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 

@@ -2,7 +2,7 @@
 //! series say what happened: requests by outcome, a failover from a failing hosted backend,
 //! provider failures by status, TTFT histograms, node gauges, SLO windows.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

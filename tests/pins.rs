@@ -1,7 +1,7 @@
 //! Pinned metadata end to end: a node whose engine (from its `/version`) differs from the
 //! pool's pin leaves the pool, `/readyz` says why, and its traffic goes elsewhere.
 
-mod common;
+use crate::common;
 
 use common::*;
 use spillway::sim::SimKind;

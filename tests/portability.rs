@@ -2,7 +2,7 @@
 //! by the real router through the OpenAI, Anthropic and Gemini simulators, each answering in
 //! its provider's own wire format (streamed tool-call arguments included).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

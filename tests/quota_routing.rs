@@ -2,7 +2,7 @@
 //! failed), batch requests stop earlier than interactive ones, and router replicas sharing
 //! Redis hold one quota between them.
 
-mod common;
+use crate::common;
 
 use common::*;
 use spillway::sim::SimKind;

@@ -2,7 +2,7 @@
 //! while traffic flows and no request fails; a bad file changes nothing and says why; settings
 //! of long-lived parts are reported as needing a restart.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -2,7 +2,7 @@
 //! spills the rest before the SLO breaks, survives a node's death, and takes a hosted
 //! provider's traffic home into its reserve. Short runs; `benches/scenarios.rs` runs them long.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! The upstream is a small canned server written here (axum on 127.0.0.1:0) that answers in the
 //! provider's own shapes and quotes back the key the request carried.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -185,7 +185,8 @@ fn logs() -> Arc<Mutex<Vec<u8>>> {
             .with_ansi(false)
             .with_writer(move || Sink(Arc::clone(&sink)))
             .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this binary");
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other test of the serving binary sets a global subscriber");
         buffer
     }))
 }

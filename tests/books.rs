@@ -1,0 +1,8 @@
+//! The books: the ledger on SQLite and PostgreSQL, and the cost report built from it.
+//!
+//! One test binary per area (each links the whole crate); each module is one file beside this.
+
+mod common;
+
+mod cost_report;
+mod ledger;

@@ -1,0 +1,15 @@
+//! The fleet side: engine telemetry, discovery, the GPU agent, capacity, quotas and routing scenarios against simulated fleets.
+//!
+//! One test binary per area (each links the whole crate); each module is one file beside this.
+
+mod common;
+
+mod agent;
+mod canary;
+mod capacity;
+mod discovery;
+mod pins;
+mod quota;
+mod quota_routing;
+mod scenarios;
+mod telemetry;

@@ -1,0 +1,6 @@
+//! The offline commands: the CLI as a process, and the simulator of whole scenarios.
+//!
+//! One test binary per area (each links the whole crate); each module is one file beside this.
+
+mod cli;
+mod simulate;

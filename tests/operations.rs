@@ -1,0 +1,13 @@
+//! Operating it with outside tools: the admin API, the evaluation gate, the dashboard in a real browser, Grafana, Prometheus alerts, the Helm chart and the vLLM manifests.
+//!
+//! One test binary per area (each links the whole crate); each module is one file beside this.
+
+mod common;
+
+mod admin;
+mod alerts;
+mod dashboard;
+mod gate;
+mod grafana;
+mod helm;
+mod vllm_manifests;

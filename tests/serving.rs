@@ -1,0 +1,17 @@
+//! The serving path end to end: the API, the HTTP edge, failover, each adapter and SDK, secrets, metrics and logs.
+//!
+//! One test binary per area (each links the whole crate); each module is one file beside this.
+
+mod common;
+
+mod adapters;
+mod api;
+mod edge;
+mod failover;
+mod logs;
+mod metrics;
+mod openai_sdk;
+mod portability;
+mod reload;
+mod secrets;
+mod sim;
