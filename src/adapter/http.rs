@@ -32,7 +32,7 @@ pub(crate) trait StreamParser: Send + 'static {
     fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError>;
 }
 
-/// A 2xx answer's status line and head, its body still to be read.
+/// A 2xx answer's head, its body still to be read.
 pub(crate) struct Answer {
     headers: HeaderMap,
     body: ByteStream,
