@@ -49,6 +49,9 @@ pub struct AttemptRecord {
     pub status: Option<u16>,
     pub message: Option<String>,
     pub elapsed: Duration,
+    /// How long the upstream asked to be left alone (`Retry-After`), or, for a node skipped
+    /// under such a hold, how long the hold still lasts.
+    pub retry_after: Option<Duration>,
 }
 
 impl AttemptRecord {
@@ -63,6 +66,7 @@ impl AttemptRecord {
             status: None,
             message: None,
             elapsed: Duration::ZERO,
+            retry_after: None,
         }
     }
 
@@ -76,6 +80,7 @@ impl AttemptRecord {
             status: e.status,
             message: Some(e.message.clone()),
             elapsed,
+            retry_after: e.retry_after,
             ..Self::base(task, backend, node)
         }
     }

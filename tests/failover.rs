@@ -219,3 +219,43 @@ balancing: {{interval_secs: 1}}
         reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
     assert_eq!(stats["first_choice"]["t/b"], 5, "{stats}");
 }
+
+#[tokio::test]
+async fn an_upstream_retry_after_holds_the_node_and_reaches_the_client() {
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |a| a.rpm = 1).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: t, backends: [hosted], slo: {{ttft_ms: 1000}}}}
+"#,
+        hosted.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    let call = || async {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", router.url))
+            .json(&body("t", false))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let wait: Option<u64> =
+            resp.headers().get("retry-after").map(|v| v.to_str().unwrap().parse().unwrap());
+        let json: serde_json::Value = resp.json().await.unwrap();
+        (status, wait, json["error"]["message"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(call().await.0, 200);
+    // The provider's minute is used up: its 429 and Retry-After (the rest of its minute) pass on.
+    let (status, upstream_wait, message) = call().await;
+    assert_eq!(status, 429, "{message}");
+    let upstream_wait = upstream_wait.unwrap();
+    assert!((1..=60).contains(&upstream_wait), "{upstream_wait}");
+    assert!(message.contains("rate_limited 429"), "{message}");
+    // Until then the node is held: no call goes out, and the client is told how long is left.
+    let (status, wait, message) = call().await;
+    assert_eq!(status, 503, "{message}");
+    assert!(message.contains("skipped (breaker_open)"), "{message}");
+    assert!(wait.is_some_and(|w| (1..=upstream_wait).contains(&w)), "{wait:?} of {upstream_wait}");
+}

@@ -24,7 +24,7 @@ use crate::canonical::{ChatRequest, Event, FinishReason, ToolCall, Usage};
 use crate::config::Priority;
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
-use crate::outcome::{RequestMeta, Skip};
+use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::route::{self, PlanError, RequestFacts};
 
 pub async fn chat_completions(
@@ -228,24 +228,37 @@ fn dispatch_error(e: DispatchError) -> ApiError {
                 !called.is_empty() && called.iter().all(|a| a.error_class == Some(ErrorClass::RateLimited));
             let budget = attempts.iter().any(|a| a.skipped == Some(Skip::RetryBudget));
             let message = format!("no backend could serve the request: {}", detail.join("; "));
+            let wait = retry_after_secs(&attempts);
             let no_room = called.is_empty()
                 && attempts.iter().any(|a| matches!(a.skipped, Some(Skip::NodeFull | Skip::OverQuota)));
             if no_room {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
                     .code("shed")
-                    .retry_after(1)
+                    .retry_after(wait)
             } else if all_rate_limited {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
                     .code("upstream_rate_limited")
-                    .retry_after(1)
+                    .retry_after(wait)
             } else {
                 let code = if budget { "retry_budget_exhausted" } else { "all_backends_failed" };
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
                     .code(code)
-                    .retry_after(1)
+                    .retry_after(wait)
             }
         }
     }
+}
+
+/// What the client should wait before trying again: the shortest wait an upstream asked for
+/// (`Retry-After`, or what is left of a hold it set), in whole seconds, at least 1; 1 when
+/// none asked.
+fn retry_after_secs(attempts: &[AttemptRecord]) -> u64 {
+    attempts
+        .iter()
+        .filter_map(|a| a.retry_after)
+        .min()
+        .map_or(1, |wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+        .max(1)
 }
 
 /// A non-streamed answer being assembled.

@@ -5,6 +5,9 @@
 //! `open_secs`, letting exactly one probe through; the probe's success closes it, its failure
 //! opens it again. Time is always passed in, so tests run exactly under paused tokio time.
 //! Only failures that count against a backend (see `ErrorClass`) are recorded here.
+//!
+//! An upstream's `Retry-After` holds the node's breaker: no call before that time (capped at
+//! [`RETRY_AFTER_CAP`]), whatever the state machine says: the floor on how long it stays open.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -22,10 +25,15 @@ enum State {
     HalfOpen { probing: bool },
 }
 
+/// The longest an upstream's `Retry-After` holds a node.
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(300);
+
 /// One breaker's state machine.
 #[derive(Debug, Clone)]
 pub struct Breaker {
     state: State,
+    /// No call before this: the upstream asked (`Retry-After`).
+    not_before: Option<Instant>,
     consecutive_failures: u32,
     /// Per-second buckets of (second, successes, failures) within the window.
     window: VecDeque<(u64, u32, u32)>,
@@ -34,10 +42,31 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(now: Instant) -> Self {
-        Breaker { state: State::Closed, consecutive_failures: 0, window: VecDeque::new(), origin: now }
+        Breaker {
+            state: State::Closed,
+            not_before: None,
+            consecutive_failures: 0,
+            window: VecDeque::new(),
+            origin: now,
+        }
+    }
+
+    /// How much longer the upstream's `Retry-After` holds this node, if it does.
+    pub fn held_for(&self, now: Instant) -> Option<Duration> {
+        self.not_before.filter(|t| *t > now).map(|t| t - now)
+    }
+
+    /// Hold the node for `retry_after` (capped at [`RETRY_AFTER_CAP`]) from `now`; a longer
+    /// hold already in place stays.
+    pub fn hold(&mut self, now: Instant, retry_after: Duration) {
+        let until = now + retry_after.min(RETRY_AFTER_CAP);
+        self.not_before = Some(self.not_before.map_or(until, |t| t.max(until)));
     }
 
     pub fn view(&self, now: Instant) -> BreakerView {
+        if self.held_for(now).is_some() {
+            return BreakerView::Open;
+        }
         match self.state {
             State::Closed => BreakerView::Closed,
             State::Open { until } if now >= until => BreakerView::HalfOpen,
@@ -48,6 +77,9 @@ impl Breaker {
 
     /// May a request go through now? In half-open, only the first caller gets through.
     pub fn try_acquire(&mut self, now: Instant) -> bool {
+        if self.held_for(now).is_some() {
+            return false;
+        }
         match self.state {
             State::Closed => true,
             State::Open { until } if now >= until => {
@@ -171,6 +203,17 @@ impl BreakerBoard {
             None => self.with(key, now, |b| b.try_acquire(now)),
         };
         allowed.then(|| BreakerPermit { board: Arc::clone(self), key: key.to_string(), done: false })
+    }
+
+    /// The upstream answered `Retry-After`: no call to the node before then.
+    pub fn hold(&self, key: &str, now: Instant, retry_after: Duration) {
+        self.with(key, now, |b| b.hold(now, retry_after));
+    }
+
+    /// How much longer a `Retry-After` holds the node, if it does.
+    pub fn held_for(&self, key: &str, now: Instant) -> Option<Duration> {
+        let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).and_then(|b| b.held_for(now))
     }
 
     pub fn view(&self, key: &str, now: Instant) -> BreakerView {
@@ -305,5 +348,39 @@ mod tests {
         assert_eq!(board.view("m", now), BreakerView::Open, "back to its own state machine");
         board.force("n", None);
         assert_eq!(board.view("n", now), BreakerView::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_holds_the_node_and_floors_the_open_time() {
+        let board = BreakerBoard::new(cfg());
+        let t0 = Instant::now();
+        board.hold("n", t0, Duration::from_secs(30));
+        assert!(board.try_acquire("n", t0 + Duration::from_secs(29)).is_none(), "held");
+        assert_eq!(board.view("n", t0 + Duration::from_secs(29)), BreakerView::Open);
+        assert_eq!(board.held_for("n", t0 + Duration::from_secs(20)), Some(Duration::from_secs(10)));
+        // A shorter hold does not cut a longer one.
+        board.hold("n", t0, Duration::from_secs(5));
+        assert!(board.try_acquire("n", t0 + Duration::from_secs(10)).is_none());
+        assert!(board.try_acquire("n", t0 + Duration::from_secs(30)).is_some(), "the hold is over");
+
+        // Failures that open the breaker with a hold longer than open_secs: open for the hold,
+        // then one probe.
+        let board = BreakerBoard::new(cfg());
+        for _ in 0..3 {
+            board.try_acquire("m", t0).unwrap().failure(t0);
+        }
+        board.hold("m", t0, Duration::from_secs(30));
+        let after_open_secs = t0 + Duration::from_secs(10);
+        assert_eq!(board.view("m", after_open_secs), BreakerView::Open);
+        assert!(board.try_acquire("m", after_open_secs).is_none());
+        let t30 = t0 + Duration::from_secs(30);
+        assert_eq!(board.view("m", t30), BreakerView::HalfOpen);
+        let _probe = board.try_acquire("m", t30).unwrap();
+        assert!(board.try_acquire("m", t30).is_none(), "one probe at a time");
+
+        // Holds are capped.
+        let board = BreakerBoard::new(cfg());
+        board.hold("c", t0, Duration::from_secs(86_400));
+        assert_eq!(board.held_for("c", t0), Some(RETRY_AFTER_CAP));
     }
 }

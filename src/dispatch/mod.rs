@@ -276,7 +276,8 @@ impl Dispatcher {
                 }
             };
             let Some(permit) = self.breakers.try_acquire(&node.key, Instant::now()) else {
-                attempts.push(skip(Skip::BreakerOpen));
+                let held = self.breakers.held_for(&node.key, Instant::now());
+                attempts.push(AttemptRecord { retry_after: held, ..skip(Skip::BreakerOpen) });
                 continue;
             };
             if calls > 0 && !self.retry_allowed(Instant::now()) {
@@ -358,6 +359,9 @@ impl Dispatcher {
                     });
                 }
                 Err(error) => {
+                    if let Some(retry_after) = error.retry_after {
+                        self.breakers.hold(&node.key, Instant::now(), retry_after);
+                    }
                     if error.class.counts_against_backend() {
                         permit.failure(Instant::now());
                     } else {
