@@ -137,22 +137,25 @@ fn serve_refuses_an_invalid_config_with_the_problems() {
 
 #[test]
 fn the_agent_starts_without_a_gpu_driver_and_says_why() {
-    use std::io::{Read, Write};
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    use std::io::{BufRead, Read, Write};
     let mut agent = Command::new(BIN)
-        .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--interval-ms", "100"])
-        .stdout(std::process::Stdio::null())
+        .args(["agent", "--listen", "127.0.0.1:0", "--interval-ms", "100"])
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Its first line says where it listens (and whether NVML is up).
+    let mut said = String::new();
+    std::io::BufReader::new(agent.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    let addr = said
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {said:?}"))
+        .to_string();
     let mut body = String::new();
-    for _ in 0..100 {
-        if let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-            conn.read_to_string(&mut body).unwrap();
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    conn.read_to_string(&mut body).unwrap();
     let _ = agent.kill();
     let _ = agent.wait();
     if body.lines().any(|l| l == "spillway_nvml_up 1") {

@@ -317,13 +317,12 @@ async fn oversized_heads_get_431() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_within_the_deadline_despite_stalled_clients() {
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("spillway-edge-{port}"));
+    let dir = std::env::temp_dir().join(format!("spillway-edge-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("spillway.yaml");
     let ledger = dir.join("ledger.db");
     let yaml = format!(
-        "listen: 127.0.0.1:{port}\n{}\ntelemetry: {{interval_ms: 200}}\nledger: {{url: \"sqlite://{}\"}}\n",
+        "listen: 127.0.0.1:0\n{}\ntelemetry: {{interval_ms: 200}}\nledger: {{url: \"sqlite://{}\"}}\n",
         config(
             &node.base_url(),
             "drain_timeout_ms: 1000, header_read_timeout_ms: 60000, body_read_timeout_ms: 60000"
@@ -331,11 +330,10 @@ async fn sigterm_drains_within_the_deadline_despite_stalled_clients() {
         ledger.display()
     );
     std::fs::write(&path, yaml).unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut server = serve_process(&path, &url, &[]).await;
+    let (mut server, url, _stderr) = serve_process(&path, &[]).await;
     let (status, _, _) = post_json(&url, &body("chat", false)).await;
     assert_eq!(status, 200);
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let addr: SocketAddr = url.strip_prefix("http://").unwrap().parse().unwrap();
     let mut stalled = Vec::new();
     for i in 0..20 {
         let mut stream = TcpStream::connect(addr).unwrap();

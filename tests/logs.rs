@@ -4,8 +4,6 @@
 
 use crate::common;
 
-use std::io::Read;
-
 use common::sim;
 use serde_json::{json, Value};
 use spillway::sim::SimKind;
@@ -19,14 +17,13 @@ async fn json_logs_carry_the_request_id_and_no_secret_or_prompt() {
     let node = sim(SimKind::Vllm, "llama", |_| {}).await;
     let hosted = sim(SimKind::OpenAi, "gpt", |a| a.api_key = Some(PROVIDER_KEY.into())).await;
     let broken = sim(SimKind::OpenAi, "gpt", |a| a.error_rate = 1.0).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("spillway-logs-{port}"));
+    let dir = std::env::temp_dir().join(format!("spillway-logs-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("spillway.yaml");
     std::fs::write(
         &config,
         format!(
-            r#"listen: 127.0.0.1:{port}
+            r#"listen: 127.0.0.1:0
 client_keys_env: [LOG_TEST_CLIENT_KEY]
 backends:
   - {{name: pool, kind: vllm, endpoints: ["{node}"], model: llama}}
@@ -45,10 +42,9 @@ ledger: {{url: "sqlite://{ledger}"}}
         ),
     )
     .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
     let env =
         [("LOG_TEST_CLIENT_KEY", CLIENT_KEY), ("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY), ("RUST_LOG", "debug")];
-    let mut server = common::serve_process(&config, &url, &env).await;
+    let (mut server, url, stderr) = common::serve_process(&config, &env).await;
     let client = reqwest::Client::new();
     let chat = |task: &str, request_id: Option<&str>| {
         let mut req = client.post(format!("{url}/v1/chat/completions")).bearer_auth(CLIENT_KEY).json(
@@ -72,9 +68,8 @@ ledger: {{url: "sqlite://{ledger}"}}
 
     // SIGTERM: a graceful stop, so that the bookkeeping lines are written before exit.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let mut stderr = String::new();
-    server.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(server.wait().unwrap().success());
+    let stderr = stderr.into_text();
 
     let lines: Vec<Value> = stderr
         .lines()

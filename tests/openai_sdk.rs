@@ -3,11 +3,11 @@
 //! Needs a Python with `openai` installed: `SPILLWAY_PYTHON`, else `.venv/bin/python` (what
 //! `.ci/run` creates). The test fails, rather than skips, when neither works.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::common::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spillway");
 
@@ -20,33 +20,17 @@ impl Drop for Killed {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Wait until something accepts connections on `addr` (a bound listener is a serving one).
-fn wait_for(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{addr} did not come up");
-}
-
+/// `spillway sim` on port 0, once it has said where it listens.
 fn sim(args: &[&str]) -> (Killed, String) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN)
-        .args(["sim", "--listen", &listen])
+    let mut child = Command::new(BIN)
+        .args(["sim", "--listen", "127.0.0.1:0"])
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn spillway sim");
-    wait_for(&listen);
-    (Killed(child), format!("http://{listen}"))
+    let stdout = Output::collect(child.stdout.take().unwrap());
+    let url = stdout.wait_url();
+    (Killed(child), url)
 }
 
 /// Local nodes serve only once the router has their telemetry: wait for it (up to 10 s).
@@ -77,14 +61,13 @@ fn the_official_openai_python_sdk_works_against_spillway_serve() {
     let model = "meta-llama/Llama-3.1-8B-Instruct";
     let (_good, good_url) = sim(&["--kind", "vllm", "--model", model]);
     let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", model, "--drop-after", "3"]);
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("spillway-sdk-{port}"));
+    let dir = std::env::temp_dir().join(format!("spillway-sdk-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("spillway.yaml");
     std::fs::write(
         &config,
         format!(
-            r#"listen: 127.0.0.1:{port}
+            r#"listen: 127.0.0.1:0
 client_keys_env: [SDK_TEST_KEY]
 backends:
   - {{name: local, kind: vllm, endpoints: [{good_url}], model: {model}}}
@@ -114,11 +97,9 @@ ledger: {{url: "sqlite://{ledger}"}}
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn spillway serve");
-    let stderr = server.stderr.take().unwrap();
+    let stderr = Output::collect(server.stderr.take().unwrap());
     let _server = Killed(server);
-    std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
-    wait_for(&format!("127.0.0.1:{port}"));
-    let url = format!("http://127.0.0.1:{port}");
+    let url = stderr.wait_url();
     wait_until_nodes_are_fresh(&url);
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_sdk_check.py");

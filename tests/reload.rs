@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +12,9 @@ use common::sim;
 use serde_json::{json, Value};
 use spillway::sim::SimKind;
 
-fn config(port: u16, node: &str, hosted: &str, extra: &str) -> String {
+fn config(node: &str, hosted: &str, extra: &str) -> String {
     format!(
-        r#"listen: 127.0.0.1:{port}
+        r#"listen: 127.0.0.1:0
 admin_token_env: RELOAD_ADMIN
 backends:
   - {{name: pool, kind: vllm, endpoints: ["{node}"], model: llama}}
@@ -33,16 +32,13 @@ ledger: {{enabled: false}}
 async fn reload_by_admin_api_and_sighup_drops_no_request() {
     let node = sim(SimKind::Vllm, "llama", |_| {}).await;
     let hosted = sim(SimKind::OpenAi, "gpt", |_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("spillway-reload-{port}"));
+    let dir = std::env::temp_dir().join(format!("spillway-reload-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("spillway.yaml");
-    let write = |extra: &str| {
-        std::fs::write(&path, config(port, &node.base_url(), &hosted.base_url(), extra)).unwrap()
-    };
+    let write =
+        |extra: &str| std::fs::write(&path, config(&node.base_url(), &hosted.base_url(), extra)).unwrap();
     write("");
-    let url = format!("http://127.0.0.1:{port}");
-    let mut server = common::serve_process(&path, &url, &[("RELOAD_ADMIN", "adm")]).await;
+    let (mut server, url, stderr) = common::serve_process(&path, &[("RELOAD_ADMIN", "adm")]).await;
     let client = reqwest::Client::new();
     let chat = {
         let (client, url) = (client.clone(), url.clone());
@@ -115,9 +111,8 @@ async fn reload_by_admin_api_and_sighup_drops_no_request() {
     assert!(sent.load(Ordering::SeqCst) >= 3, "traffic flowed across the reloads");
     assert_eq!(failed.load(Ordering::SeqCst), 0, "no request failed across three reloads");
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let mut logs = String::new();
-    server.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
     server.wait().unwrap();
+    let logs = stderr.into_text();
     let hup = logs
         .lines()
         .find(|l| l.contains("config reloaded") && l.contains("SIGHUP"))

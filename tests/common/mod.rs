@@ -166,9 +166,64 @@ pub async fn post_json(
     (status, headers, json)
 }
 
-/// `spillway serve --config PATH` as a child process with `env`, stderr piped (JSON logs),
-/// once `url` answers `/readyz` with every local node scraped.
-pub async fn serve_process(path: &std::path::Path, url: &str, env: &[(&str, &str)]) -> std::process::Child {
+/// One pipe of a child process, read to its end by a thread: the text so far, and the address
+/// the child says it listens on (its `... listening on http://ADDR` line), so children bind
+/// port 0 and no test hands them a port found by bind-and-drop.
+pub struct Output {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Output {
+    pub fn collect(pipe: impl std::io::Read + Send + 'static) -> Output {
+        use std::io::BufRead;
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Output { text, reader: Some(reader) }
+    }
+
+    /// The URL of the first `listening on http://…` line, once there is one.
+    pub fn url(&self) -> Option<String> {
+        let text = self.text.lock().unwrap();
+        let at = text.find("listening on http://")? + "listening on ".len();
+        let url: String = text[at..].chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
+        Some(url)
+    }
+
+    /// Block (up to 20 s) until the child has said where it listens.
+    pub fn wait_url(&self) -> String {
+        for _ in 0..1000 {
+            if let Some(url) = self.url() {
+                return url;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the child never said where it listens:\n{}", self.text.lock().unwrap());
+    }
+
+    /// Everything the pipe carried, once the child has closed it.
+    pub fn into_text(mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        self.text.lock().unwrap().clone()
+    }
+}
+
+/// `spillway serve --config PATH` as a child process with `env` (the config listens on port
+/// 0): the child, its URL and its stderr (JSON logs), once it answers `/readyz` with every
+/// local node scraped.
+pub async fn serve_process(
+    path: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String, Output) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"));
     command
         .args(["serve", "--config"])
@@ -180,17 +235,20 @@ pub async fn serve_process(path: &std::path::Path, url: &str, env: &[(&str, &str
         command.env(k, v);
     }
     let mut child = command.spawn().unwrap();
+    let stderr = Output::collect(child.stderr.take().unwrap());
     let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if let Ok(resp) = client.get(format!("{url}/readyz")).send().await {
-            let ready: serde_json::Value = resp.json().await.unwrap_or_default();
-            if ready["fresh_local_nodes"] == ready["local_nodes"] {
-                return child;
+    for _ in 0..400 {
+        if let Some(url) = stderr.url() {
+            if let Ok(resp) = client.get(format!("{url}/readyz")).send().await {
+                let ready: serde_json::Value = resp.json().await.unwrap_or_default();
+                if ready["fresh_local_nodes"] == ready["local_nodes"] {
+                    return (child, url, stderr);
+                }
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("spillway serve did not become ready at {url}");
+    panic!("spillway serve did not become ready:\n{}", stderr.into_text());
 }
