@@ -173,6 +173,8 @@ impl Prometheus {
              \x20   static_configs: [{{targets: [\"{target}\"]}}]\n"
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        // Prometheus logs the address it was given, not the one it bound, so port 0 cannot be
+        // read back: the one port here found by bind-and-drop.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
         let child = Command::new("prometheus")
