@@ -219,6 +219,8 @@ pub async fn start(
             store: ledger.as_ref().map(|l| l.store.clone()),
             caller,
             metrics: Arc::clone(&metrics),
+            load: Arc::clone(&load),
+            breakers: Arc::clone(&breakers),
         };
         crate::gate::service::GateService::start(parts, gate_board, &mut loops).await
     };

@@ -650,3 +650,41 @@ tasks:
         "only the shadows that were sent are stored"
     );
 }
+
+/// Requests a vLLM simulator has completed, from its own `/metrics`.
+async fn completed(sim: &spillway::sim::SimHandle) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", sim.base_url())).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("vllm:request_success_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_pools_shadows_spread_over_its_nodes() {
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let a = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let b = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+  - {{name: pool, kind: vllm, endpoints: ["{}", "{}"], model: {LLAMA}}}
+tasks:
+  - {{name: t, backends: [hosted, pool], strategy: priority, slo: {{ttft_ms: 2000}}, shadow: {{rate: 1.0, backends: [pool]}}}}
+"#,
+        hosted.base_url(),
+        a.base_url(),
+        b.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    for _ in 0..16 {
+        let (status, headers, _) = post_json(&router.url, &body("t", false)).await;
+        assert_eq!((status, &headers["x-spillway-backend"]), (200, &"hosted".parse().unwrap()));
+    }
+    let all_in = eventually(15, || async { completed(&a).await + completed(&b).await >= 16.0 }).await;
+    let (on_a, on_b) = (completed(&a).await, completed(&b).await);
+    assert!(all_in, "16 shadows sent: {on_a} + {on_b}");
+    // Before, every shadow of a pool went to its first admitting node.
+    assert!(on_a > 0.0 && on_b > 0.0, "shadows spread over the pool: {on_a} and {on_b}");
+}

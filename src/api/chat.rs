@@ -131,7 +131,15 @@ async fn handle(
     let mut committed = committed;
     if let Some(shadows) = state.gate.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) {
         let load = |node: &str| state.load.view(node);
-        let targets = shadow::targets(&snap, task, &canonical, &committed.backend, &load, Instant::now());
+        let targets = shadow::targets(
+            &snap,
+            task,
+            &canonical,
+            &committed.backend,
+            &load,
+            Instant::now(),
+            rand::random(),
+        );
         if !targets.is_empty() {
             let (events, primary_answer) = shadow::tap(committed.events);
             committed.events = events;

@@ -113,6 +113,9 @@ pub struct CallError {
     /// `over_quota` or the upstream error class.
     pub class: String,
     pub message: String,
+    /// Whether the failure is the backend's (for its breaker): a timeout or an upstream error
+    /// that counts against it, never a quota the router itself refused.
+    pub counts_against_backend: bool,
 }
 
 impl Caller {
@@ -143,6 +146,7 @@ impl Caller {
             Err(_) => Err(CallError {
                 class: "timeout".into(),
                 message: format!("no answer in {:?}", self.timeout),
+                counts_against_backend: true,
             }),
         };
         if let (Some(board), Some(estimate)) = (&self.quota, charged) {
@@ -185,6 +189,7 @@ impl Caller {
                     return Err(CallError {
                         class: "over_quota".into(),
                         message: format!("{} has no quota left for batch work this minute", backend.name),
+                        counts_against_backend: false,
                     })
                 }
             }
@@ -208,8 +213,11 @@ async fn collect(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<Answered, CallError> {
-    let upstream_error =
-        |e: adapter::UpstreamError| CallError { class: e.class.as_str().to_string(), message: e.to_string() };
+    let upstream_error = |e: adapter::UpstreamError| CallError {
+        class: e.class.as_str().to_string(),
+        message: e.to_string(),
+        counts_against_backend: e.class.counts_against_backend(),
+    };
     let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind), transport, upstream, req)
         .await
         .map_err(upstream_error)?;

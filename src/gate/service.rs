@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::board::{current_fingerprint, GateBoard};
@@ -15,7 +16,9 @@ use super::run::{run, Subject};
 use super::shadow::{self, Shadows};
 use super::store::{self, GateResult};
 use crate::config::Config;
+use crate::control::breaker::BreakerBoard;
 use crate::control::pins::PinBoard;
+use crate::fleet::load::NodeLoad;
 use crate::ledger::Store;
 use crate::metrics::Metrics;
 use crate::route::Snapshot;
@@ -41,6 +44,9 @@ pub struct Parts {
     pub store: Option<Store>,
     pub caller: Caller,
     pub metrics: Arc<Metrics>,
+    /// What dispatch counts per node, for shadows to count in too.
+    pub load: Arc<NodeLoad>,
+    pub breakers: Arc<BreakerBoard>,
 }
 
 impl GateService {
@@ -79,6 +85,9 @@ impl GateService {
             caller: shadow_caller.clone(),
             store: store.clone(),
             metrics: Arc::clone(&parts.metrics),
+            load: parts.load,
+            breakers: parts.breakers,
+            running: Arc::new(Semaphore::new(shadow::MAX_IN_FLIGHT)),
         });
         loops.spawn(shadow::grade_loop(store, parts.config, shadow_caller, parts.metrics, GRADE_SHADOWS));
         GateService { board, pins: parts.pins, requalifier: Some(requalifier), shadows: Some(shadows) }

@@ -4,11 +4,16 @@
 //! in its own table, cost included, apart from the request ledger; grading happens later
 //! (`grade_pending`), against the primary's answer with the task's shadow grader, so drift in
 //! a fallback shows before an outage forces traffic onto it.
+//!
+//! A shadow is real load on the node it goes to: it is counted in the node's in-flight
+//! requests (which headroom reads), goes through the node's breaker and feeds it, lands on the
+//! least busy node of a pool that admits it, and at most [`MAX_IN_FLIGHT`] run at once (beyond
+//! that a shadow is dropped, counted as `busy`).
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 
 use super::call::{Caller, GradedText};
 use super::golden::GoldenItem;
@@ -19,18 +24,36 @@ use crate::adapter::EventStream;
 use crate::canonical::ChatRequest;
 use crate::config::Priority;
 use crate::config::{Config, TaskConfig};
+use crate::control::breaker::BreakerBoard;
 use crate::fleet::headroom::{admit, PoolLimits};
-use crate::fleet::load::LoadView;
+use crate::fleet::load::{LoadView, NodeLoad};
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
 use crate::route::{BreakerView, Snapshot};
 use tokio::time::Instant;
+
+/// The most shadow calls in flight at once, over every task.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Sends shadows and stores them.
 pub struct Shadows {
     pub caller: Caller,
     pub store: Store,
     pub metrics: Arc<Metrics>,
+    /// The in-flight counts dispatch keeps, credited for each shadow call.
+    pub load: Arc<NodeLoad>,
+    pub breakers: Arc<BreakerBoard>,
+    /// Shadow calls running now (at most [`MAX_IN_FLIGHT`]).
+    pub running: Arc<Semaphore>,
+}
+
+/// One shadow call's destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub backend: String,
+    /// The node's key (breaker, in-flight count).
+    pub node: String,
+    pub base_url: String,
 }
 
 /// Whether this request is shadowed (`roll` uniform in 0..1).
@@ -38,11 +61,12 @@ pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
     task.shadow.as_ref().is_some_and(|s| roll < s.rate)
 }
 
-/// (backend, adapter base URL) of each shadow target: the shadow's backends (else the task's
-/// others), minus the primary, any the task's policy refuses and any that lacks what the
-/// request needs (tools, images, context), at a node that is neither held, quarantined nor
-/// behind an open breaker; a pool node also needs headroom for a batch request, so shadows
-/// never take the fleet's room from live traffic.
+/// Each shadow target: the shadow's backends (else the task's others), minus the primary, any
+/// the task's policy refuses and any that lacks what the request needs (tools, images,
+/// context), at the least busy node that is neither held, quarantined nor behind an open
+/// breaker (`seed` picks among equally busy ones, so a pool's shadows spread over it); a pool
+/// node also needs headroom for a batch request, so shadows never take the fleet's room from
+/// live traffic.
 pub fn targets(
     snap: &Snapshot,
     task: &TaskConfig,
@@ -50,7 +74,8 @@ pub fn targets(
     primary: &str,
     load: &dyn Fn(&str) -> LoadView,
     now: Instant,
-) -> Vec<(String, String)> {
+    seed: u64,
+) -> Vec<Target> {
     let Some(shadow) = &task.shadow else { return Vec::new() };
     let names = shadow.backends.as_ref().unwrap_or(&task.backends);
     let slo_s = task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin);
@@ -68,14 +93,22 @@ pub fn targets(
             let limits =
                 PoolLimits { reserve: Priority::Batch.local_reserve(view.limits.reserve), ..view.limits };
             let prompt = request.estimated_prompt_tokens();
-            let node = view.nodes.iter().find(|n| {
-                n.held.is_none()
-                    && n.quarantine.is_none()
-                    && n.breaker != BreakerView::Open
-                    && (!view.is_local()
-                        || admit(&n.signals, load(&n.key), &limits, prompt, slo_s, now).is_ok())
-            })?;
-            Some((name.clone(), node.base_url.clone()))
+            let open: Vec<_> = view
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.held.is_none()
+                        && n.quarantine.is_none()
+                        && n.breaker != BreakerView::Open
+                        && (!view.is_local()
+                            || admit(&n.signals, load(&n.key), &limits, prompt, slo_s, now).is_ok())
+                })
+                .map(|n| (load(&n.key).in_flight, n))
+                .collect();
+            let least = open.iter().map(|(busy, _)| *busy).min()?;
+            let idlest: Vec<_> = open.iter().filter(|(busy, _)| *busy == least).map(|(_, n)| n).collect();
+            let node = idlest[(seed % idlest.len() as u64) as usize];
+            Some(Target { backend: name.clone(), node: node.key.clone(), base_url: node.base_url.clone() })
         })
         .collect()
 }
@@ -109,8 +142,8 @@ pub struct Job {
     pub snap: Arc<Snapshot>,
     pub task: TaskConfig,
     pub request: ChatRequest,
-    /// (backend, adapter base URL), as [`targets`] chose them.
-    pub targets: Vec<(String, String)>,
+    /// As [`targets`] chose them.
+    pub targets: Vec<Target>,
     /// The backend that served the client.
     pub primary: String,
     pub request_id: String,
@@ -127,12 +160,27 @@ impl Shadows {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let at_ms = unix_millis(std::time::SystemTime::now());
-            let calls = targets.iter().map(|(name, url)| {
-                let backend = snap.config.backend(name).cloned();
+            let calls = targets.iter().map(|target| {
+                let backend = snap.config.backend(&target.backend).cloned();
                 let (this, task, request) = (&this, &task, &request);
                 async move {
                     let backend = backend?;
-                    Some((backend.clone(), this.caller.ask(Some(task), &backend, url, request).await))
+                    let Ok(_running) = Arc::clone(&this.running).try_acquire_owned() else {
+                        this.metrics.observe_shadow(&task.name, &backend.name, "busy");
+                        return None;
+                    };
+                    let Some(permit) = this.breakers.try_acquire(&target.node, Instant::now()) else {
+                        this.metrics.observe_shadow(&task.name, &backend.name, "breaker_open");
+                        return None;
+                    };
+                    let _in_flight = this.load.start(&target.node);
+                    let answer = this.caller.ask(Some(task), &backend, &target.base_url, request).await;
+                    match &answer {
+                        Err(e) if e.counts_against_backend => permit.failure(Instant::now()),
+                        Err(_) => drop(permit),
+                        Ok(_) => permit.success(Instant::now()),
+                    }
+                    Some((backend.clone(), answer))
                 }
             });
             let answers: Vec<_> = futures::future::join_all(calls).await.into_iter().flatten().collect();
@@ -292,19 +340,19 @@ policy:
             messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
             ..Default::default()
         };
-        let names = |t: Vec<(String, String)>| t.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        let names = |t: Vec<Target>| t.into_iter().map(|t| t.backend).collect::<Vec<_>>();
         // The pool has no telemetry yet (no headroom known): no shadow there; us-api is refused.
-        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now)), ["eu-other"]);
+        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["eu-other"]);
         snap.backends[0].nodes[0].signals = crate::fleet::headroom::NodeSignals {
             scraped_at: Some(now),
             running: Some(0.0),
             waiting: Some(0.0),
             ..Default::default()
         };
-        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now)), ["pool", "eu-other"]);
+        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["pool", "eu-other"]);
         let busy = |_: &str| LoadView { in_flight: 10, ..LoadView::default() };
         assert_eq!(
-            names(targets(&snap, &task, &plain, "eu-api", &busy, now)),
+            names(targets(&snap, &task, &plain, "eu-api", &busy, now, 0)),
             ["eu-other"],
             "a full pool gets none"
         );
@@ -314,9 +362,50 @@ policy:
             description: None,
             parameters: serde_json::json!({"type": "object"}),
         });
-        let chosen = names(targets(&snap, &task, &tools, "eu-other", &idle, now));
+        let chosen = names(targets(&snap, &task, &tools, "eu-other", &idle, now, 0));
         assert!(!chosen.contains(&"eu-api".to_string()), "no tools there: {chosen:?}");
         assert!(!chosen.contains(&"eu-other".to_string()), "never the primary");
+    }
+
+    #[test]
+    fn a_pools_shadows_go_to_its_least_busy_admitting_node() {
+        let yaml = "backends:
+  - {name: api, kind: openai, model: gpt}
+  - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'], max_running: 10}
+tasks:
+  - {name: t, backends: [api, pool], slo: {ttft_ms: 2000}, shadow: {rate: 1}}
+";
+        let config = Arc::new(crate::config::parse(yaml).unwrap());
+        let mut snap = Snapshot::from_config(Arc::clone(&config));
+        let now = Instant::now();
+        for node in &mut snap.backends[1].nodes {
+            node.signals = crate::fleet::headroom::NodeSignals {
+                scraped_at: Some(now),
+                running: Some(0.0),
+                waiting: Some(0.0),
+                ..Default::default()
+            };
+        }
+        let (first, second) = (snap.backends[1].nodes[0].key.clone(), snap.backends[1].nodes[1].key.clone());
+        let plain = ChatRequest {
+            messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
+            ..Default::default()
+        };
+        let first_busier = |key: &str| LoadView { in_flight: u64::from(key == first), ..LoadView::default() };
+        for seed in 0..4 {
+            let chosen = targets(&snap, &config.tasks[0], &plain, "api", &first_busier, now, seed);
+            assert_eq!(chosen.len(), 1);
+            assert_eq!(
+                (chosen[0].node.as_str(), chosen[0].base_url.as_str()),
+                (second.as_str(), "http://10.0.0.2:8000/v1")
+            );
+        }
+        // Equally busy: the seed spreads them.
+        let idle = |_: &str| LoadView::default();
+        let nodes: std::collections::BTreeSet<String> = (0..4)
+            .map(|seed| targets(&snap, &config.tasks[0], &plain, "api", &idle, now, seed)[0].node.clone())
+            .collect();
+        assert_eq!(nodes, [first, second].into_iter().collect());
     }
 
     #[test]
