@@ -365,14 +365,7 @@ tasks:
 
     // The ledger and metrics still read the usage of relayed answers (recorded once each
     // stream has ended, so wait for the counter).
-    let wanted = r#"spillway_tokens_total{backend="compat",kind="input",task="summarise"} 2400"#;
-    for _ in 0..100 {
-        let metrics =
-            client().get(format!("{}/metrics", router.url)).send().await.unwrap().text().await.unwrap();
-        if metrics.lines().any(|l| l == wanted) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("never saw {wanted}: two answers of 1,200 input tokens each");
+    let series = r#"spillway_tokens_total{backend="compat",kind="input",task="summarise"}"#;
+    let input = wait_metric(&router, series, 2400.0, std::time::Duration::from_secs(5)).await;
+    assert_eq!(input, 2400.0, "two answers of 1,200 input tokens each");
 }

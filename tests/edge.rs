@@ -37,24 +37,6 @@ fn addr(router: &Router) -> SocketAddr {
     router.handle.addr
 }
 
-/// One sample of a Prometheus counter or gauge from `/metrics` (0 when absent).
-async fn metric(router: &Router, series: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", router.url)).await.unwrap().text().await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
-}
-
-/// Wait (up to `within`) until the series reaches `at_least`.
-async fn wait_metric(router: &Router, series: &str, at_least: f64, within: Duration) -> f64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let value = metric(router, series).await;
-        if value >= at_least || Instant::now() > deadline {
-            return value;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn chat_request(body: &str) -> String {
     format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",

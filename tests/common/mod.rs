@@ -99,6 +99,25 @@ impl Router {
     }
 }
 
+/// One sample of a Prometheus counter or gauge from the router's `/metrics` (0 when absent);
+/// `series` is the name with its labels, as the exposition writes them.
+pub async fn metric(router: &Router, series: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", router.url)).await.unwrap().text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// Wait (up to `within`) until the series reaches `at_least`; its last value.
+pub async fn wait_metric(router: &Router, series: &str, at_least: f64, within: std::time::Duration) -> f64 {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let value = metric(router, series).await;
+        if value >= at_least || tokio::time::Instant::now() > deadline {
+            return value;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 pub fn body(model: &str, stream: bool) -> serde_json::Value {
     serde_json::json!({
         "model": model,
@@ -170,20 +189,22 @@ pub async fn post_json(
 /// the child says it listens on (its `... listening on http://ADDR` line), so children bind
 /// port 0 and no test hands them a port found by bind-and-drop.
 pub struct Output {
-    text: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The text so far, and a signal for each line added.
+    text: std::sync::Arc<(std::sync::Mutex<String>, std::sync::Condvar)>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Output {
     pub fn collect(pipe: impl std::io::Read + Send + 'static) -> Output {
         use std::io::BufRead;
-        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let text = std::sync::Arc::new((std::sync::Mutex::new(String::new()), std::sync::Condvar::new()));
         let sink = std::sync::Arc::clone(&text);
         let reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut text = sink.lock().unwrap();
+                let mut text = sink.0.lock().unwrap();
                 text.push_str(&line);
                 text.push('\n');
+                sink.1.notify_all();
             }
         });
         Output { text, reader: Some(reader) }
@@ -191,21 +212,18 @@ impl Output {
 
     /// The URL of the first `listening on http://…` line, once there is one.
     pub fn url(&self) -> Option<String> {
-        let text = self.text.lock().unwrap();
-        let at = text.find("listening on http://")? + "listening on ".len();
-        let url: String = text[at..].chars().take_while(|c| !c.is_whitespace() && *c != '"').collect();
-        Some(url)
+        listening_url(&self.text.0.lock().unwrap())
     }
 
     /// Block (up to 20 s) until the child has said where it listens.
     pub fn wait_url(&self) -> String {
-        for _ in 0..1000 {
-            if let Some(url) = self.url() {
-                return url;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        panic!("the child never said where it listens:\n{}", self.text.lock().unwrap());
+        let (text, added) = &*self.text;
+        let (text, _) = added
+            .wait_timeout_while(text.lock().unwrap(), std::time::Duration::from_secs(20), |t| {
+                listening_url(t).is_none()
+            })
+            .unwrap();
+        listening_url(&text).unwrap_or_else(|| panic!("the child never said where it listens:\n{text}"))
     }
 
     /// Everything the pipe carried, once the child has closed it.
@@ -213,8 +231,14 @@ impl Output {
         if let Some(reader) = self.reader.take() {
             reader.join().unwrap();
         }
-        self.text.lock().unwrap().clone()
+        self.text.0.lock().unwrap().clone()
     }
+}
+
+/// The URL in the first `listening on http://…` line of `text`.
+fn listening_url(text: &str) -> Option<String> {
+    let at = text.find("listening on http://")? + "listening on ".len();
+    Some(text[at..].chars().take_while(|c| !c.is_whitespace() && *c != '"').collect())
 }
 
 /// `spillway serve --config PATH` as a child process with `env` (the config listens on port

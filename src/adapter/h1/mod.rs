@@ -54,7 +54,7 @@ impl Default for PoolConfig {
 }
 
 /// Kept-alive connections by `host:port`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Pool {
     cfg: PoolConfig,
     idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
