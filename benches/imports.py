@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The crate's import graph, read from its own source: cycles and imports against the flow.
+
+Each file under src/ is a module (test-only files and `#[cfg(test)]` blocks left out); an edge A -> B is a `crate::`, `super::` or `self::` path in
+A that names B (or something inside B). Edges between a module and its own ancestor are left
+out: a child reading its parent's vocabulary, or a parent wiring its children, is how Rust
+modules are built, not a cycle.
+
+Cycles are strongly connected components of more than one module. An import "against the
+flow" is an edge from a lower layer to a higher one (LAYERS below, bottom first); an edge
+whose line (or the line above it) carries `// upward:` is counted as explained.
+
+    python3 benches/imports.py            # summary and the offending edges
+    python3 benches/imports.py --check    # exit 1 on a cycle or an unexplained upward import
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+# Bottom first. A module may import its own layer and any below it.
+LAYERS = [
+    ["canonical", "allocator"],
+    ["config", "tokens"],
+    ["snapshot", "fleet", "guard", "metrics", "ledger"],
+    ["policy", "route", "adapter"],
+    ["dispatch", "outcome"],
+    ["gate", "control"],
+    ["api", "dashboard", "app", "server"],
+    ["sim", "agent", "capacity", "report", "simulate", "demo", "cli"],
+]
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def module_files():
+    """(module path as a tuple, file path) for every module of the crate."""
+    out = {}
+    src = os.path.join(ROOT, "src")
+    for dirpath, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs") or f in ("main.rs", "lib.rs", "tests.rs") or f.endswith("_tests.rs"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), src)[:-3].split(os.sep)
+            if rel[-1] == "mod":
+                rel = rel[:-1]
+            out[tuple(rel)] = os.path.join(dirpath, f)
+    sim = os.path.join(ROOT, "vllm", "sim")
+    for dirpath, _, files in os.walk(sim):
+        for f in files:
+            if f.endswith(".rs"):
+                rel = os.path.relpath(os.path.join(dirpath, f), sim)[:-3].split(os.sep)
+                if rel[-1] == "mod":
+                    rel = rel[:-1]
+                out[("sim",) + tuple(x for x in rel if x != "")] = os.path.join(dirpath, f)
+    return out
+
+
+def strip_comments(text):
+    # Test code (a `#[cfg(test)]` module, by house style at the end of its file) is left out.
+    text = text.split("#[cfg(test)]")[0]
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return [re.sub(r"//(?!\s*upward:).*", "", line) for line in text.splitlines()]
+
+
+def expand_use(tree):
+    """`a::{b, c::{d, e}}` -> ["a::b", "a::c::d", "a::c::e"]."""
+    tree = tree.replace(" ", "").replace("\n", "")
+    m = re.match(r"^(.*?)\{(.*)\}$", tree)
+    if not m:
+        return [tree]
+    prefix, inner = m.group(1), m.group(2)
+    parts, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    return [p for part in parts if part for p in expand_use(prefix + part)]
+
+
+def resolve(me, path, modules, is_dir_module):
+    """The module that a path written in module `me` names, or None outside the crate."""
+    segs = [s for s in path.split("::") if s]
+    if not segs:
+        return None
+    if segs[0] == "crate":
+        base, segs = (), segs[1:]
+    elif segs[0] in ("super", "self"):
+        base = me
+        while segs and segs[0] in ("super", "self"):
+            if segs[0] == "super":
+                base = base[:-1]
+            segs = segs[1:]
+    else:
+        return None
+    best = None
+    for i in range(len(segs) + 1):
+        cand = base + tuple(segs[:i])
+        if cand in modules:
+            best = cand
+    return best
+
+
+def edges(modules):
+    found = {}
+    for me, path in modules.items():
+        is_dir = path.endswith("mod.rs")
+        lines = strip_comments(open(path, encoding="utf-8").read())
+        text = "\n".join(lines)
+        for m in re.finditer(r"\buse\s+((?:crate|super|self)::[^;]+);", text):
+            line_no = text.count("\n", 0, m.start())
+            explained = any("upward:" in lines[j] for j in (line_no - 1, line_no) if j >= 0)
+            for p in expand_use(m.group(1)):
+                p = re.sub(r"\bas\s*\w+$", "", p.replace("as", " as ")).strip()
+                target = resolve(me, p, modules, is_dir)
+                if target and target != me:
+                    found.setdefault((me, target), explained)
+        for m in re.finditer(r"(?<![\w:])((?:crate|super)(?:::\w+)+)", text):
+            line_no = text.count("\n", 0, m.start())
+            explained = any("upward:" in lines[j] for j in (line_no - 1, line_no) if j >= 0)
+            target = resolve(me, m.group(1), modules, is_dir)
+            if target and target != me:
+                found.setdefault((me, target), explained)
+    kept = {}
+    for (a, b), explained in found.items():
+        if a[: len(b)] == b or b[: len(a)] == a:
+            continue
+        kept[(a, b)] = explained
+    return kept
+
+
+def cycles(nodes, graph):
+    """Tarjan's strongly connected components of more than one node."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def name(m):
+    return "::".join(m)
+
+
+def main():
+    modules = module_files()
+    found = edges(modules)
+    graph = {}
+    for a, b in found:
+        graph.setdefault(a, set()).add(b)
+    comps = cycles(modules, graph)
+    upward, explained = [], []
+    for (a, b), why in sorted(found.items()):
+        la, lb = LAYER_OF.get(a[0]), LAYER_OF.get(b[0])
+        if la is None or lb is None:
+            print(f"unlayered module: {name(a if la is None else b)}", file=sys.stderr)
+            continue
+        if lb > la:
+            (explained if why else upward).append((a, b))
+    print(f"modules: {len(modules)}  edges: {len(found)}")
+    print(f"import cycles: {len(comps)}")
+    for comp in comps:
+        print("  cycle: " + " <-> ".join(name(m) for m in comp))
+    print(f"imports against the flow: {len(upward)} unexplained, {len(explained)} explained")
+    for a, b in upward:
+        print(f"  upward: {name(a)} -> {name(b)}")
+    for a, b in explained:
+        print(f"  explained: {name(a)} -> {name(b)}")
+    if "--check" in sys.argv and (comps or upward):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
