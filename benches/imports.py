@@ -21,14 +21,21 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # Bottom first. A module may import its own layer and any below it.
 LAYERS = [
+    # the shared vocabulary: requests, events, errors
     ["canonical", "allocator"],
+    # the config and what it names
     ["config", "tokens"],
-    ["snapshot", "fleet", "guard", "metrics", "ledger"],
+    # the state the request path reads and feeds, and the records it emits
+    ["snapshot", "fleet", "guard", "outcome", "ledger"],
+    # the request path, pure planning first
     ["policy", "route", "adapter"],
-    ["dispatch", "outcome"],
-    ["gate", "control"],
-    ["api", "dashboard", "app", "server"],
-    ["sim", "agent", "capacity", "report", "simulate", "demo", "cli"],
+    ["dispatch", "metrics"],
+    # beside it: the control loops, the gate and the report over the ledger
+    ["gate", "control", "report"],
+    # the front door and the composition root
+    ["api", "app"],
+    # offline commands and side binaries
+    ["sim", "agent", "capacity", "simulate", "demo", "cli"],
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -56,9 +56,9 @@ fn main() {
         let config = spillway::config::parse(&yaml).unwrap();
         // LOAD_LEDGER=sqlite:///tmp/bench.db (or postgres://…) measures with the cost ledger on.
         let secrets =
-            spillway::server::Secrets { ledger_url: std::env::var("LOAD_LEDGER").ok(), ..Default::default() };
+            spillway::config::secrets::Secrets { ledger_url: std::env::var("LOAD_LEDGER").ok(), ..Default::default() };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let router = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
+        let router = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
 
         let direct = format!("{}/v1/chat/completions", upstream.base_url());
         let routed = format!("http://{}/v1/chat/completions", router.addr);

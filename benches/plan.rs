@@ -7,7 +7,8 @@ use std::sync::Arc;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use spillway::config::Priority;
 use spillway::fleet::load::LoadView;
-use spillway::route::{plan, RequestFacts, Snapshot};
+use spillway::route::{plan, RequestFacts};
+use spillway::snapshot::Snapshot;
 use tokio::time::Instant;
 
 /// A config with `n` backends (every fourth a two-node vLLM pool, the rest hosted with prices)

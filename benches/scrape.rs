@@ -29,8 +29,8 @@ use arc_swap::ArcSwap;
 use spillway::control::scrape;
 use spillway::fleet::load::NodeLoad;
 use spillway::fleet::telemetry::TelemetryBoard;
-use spillway::route::Snapshot;
 use spillway::sim::{self, SimArgs, SimKind};
+use spillway::snapshot::Snapshot;
 
 const CHILD_ENV: &str = "SPILLWAY_SCRAPE_BENCH_CHILD";
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";

@@ -181,7 +181,7 @@ fn check_config(file: &std::path::Path, check_env: bool) -> ExitCode {
     match config::load_file(file) {
         Ok(cfg) => {
             if check_env {
-                if let Err(missing) = crate::server::read_secrets(&cfg, |n| std::env::var(n).ok()) {
+                if let Err(missing) = crate::config::secrets::read_secrets(&cfg, |n| std::env::var(n).ok()) {
                     problems.extend(missing);
                 }
             }
@@ -209,36 +209,14 @@ async fn serve(path: &std::path::Path) -> Result<(), String> {
         let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
         format!("{} is not a valid config:\n{}", path.display(), lines.join("\n"))
     })?;
-    let secrets = crate::server::read_secrets(&cfg, |n| std::env::var(n).ok())
+    let secrets = crate::config::secrets::read_secrets(&cfg, |n| std::env::var(n).ok())
         .map_err(|missing| format!("missing secrets:\n  {}", missing.join("\n  ")))?;
     let addr: SocketAddr = cfg.listen.parse().map_err(|e| format!("listen: {e}"))?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let handle =
-        crate::server::start(cfg, secrets, listener, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    let handle = crate::app::start(cfg, secrets, listener, crate::app::signal::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
     tracing::info!("spillway listening on http://{}", handle.addr);
     handle.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
-}
-
-/// Resolves on ctrl-c or SIGTERM (what Kubernetes sends), starting a graceful drain.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down: draining in-flight requests");
 }

@@ -6,7 +6,7 @@
 //! way, each backend without a passing result for its current fingerprint.
 
 use crate::config::{BackendConfig, Config, DataClassPolicy, TaskConfig};
-use crate::route::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// Nothing eligible: the message says why, backend by backend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

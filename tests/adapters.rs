@@ -4,8 +4,8 @@
 use crate::common;
 
 use futures::StreamExt;
-use spillway::adapter::{self, ErrorClass, Upstream, UpstreamError, WireFormat};
-use spillway::canonical::{ChatRequest, Event, FinishReason, Message, Role};
+use spillway::adapter::{self, Upstream, WireFormat};
+use spillway::canonical::{ChatRequest, ErrorClass, Event, FinishReason, Message, Role, UpstreamError};
 use spillway::sim::{SimArgs, SimKind};
 
 struct Case {

@@ -143,13 +143,13 @@ async fn reconcile(store_name: &str, ledger_url: &str) {
         config(nodes.each_ref().map(String::as_str), &openai.base_url(), &anthropic.base_url(), ledger_url);
     let cfg = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("{p:#?}"));
     let env = [("TEAM_A_KEY", "key-a"), ("TEAM_B_KEY", "key-b"), ("ADMIN_TOKEN", ADMIN)];
-    let secrets = spillway::server::read_secrets(&cfg, |n| {
+    let secrets = spillway::config::secrets::read_secrets(&cfg, |n| {
         env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = spillway::server::start(cfg.clone(), secrets, listener, async {
+    let handle = spillway::app::start(cfg.clone(), secrets, listener, async {
         let _ = stopped.await;
     })
     .await

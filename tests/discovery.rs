@@ -467,9 +467,10 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
     let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("{p:?}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ledger_url = format!("sqlite://{}", dir.join("ledger.db").display());
-    let secrets = spillway::server::Secrets { ledger_url: Some(ledger_url.clone()), ..Default::default() };
+    let secrets =
+        spillway::config::secrets::Secrets { ledger_url: Some(ledger_url.clone()), ..Default::default() };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let router = spillway::server::start(config, secrets, listener, async {
+    let router = spillway::app::start(config, secrets, listener, async {
         let _ = stopped.await;
     })
     .await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spillway::config::{self, Config};
-use spillway::control::quota::{
+use spillway::guard::quota::{
     minute_of, until_next_window, Clock, Limits, MinuteWindow, QuotaBoard, QuotaDecision, QuotaOptions,
 };
 use tokio::net::{TcpListener, TcpStream};

@@ -12,8 +12,8 @@ use spillway::control::scrape;
 use spillway::fleet::load::NodeLoad;
 use spillway::fleet::metrics::{parse_exposition, parse_vllm, vllm_from_samples};
 use spillway::fleet::telemetry::{NodeTelemetry, TelemetryBoard};
-use spillway::route::Snapshot;
 use spillway::sim::{self, SimArgs, SimKind};
+use spillway::snapshot::Snapshot;
 use tokio::time::Instant;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";

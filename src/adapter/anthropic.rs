@@ -21,8 +21,11 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
+use super::{EventStream, Transport, Upstream};
+use crate::canonical::{
+    ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
+    Usage,
+};
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";

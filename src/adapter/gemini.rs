@@ -18,8 +18,11 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, Usage};
+use super::{EventStream, Transport, Upstream};
+use crate::canonical::{
+    ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
+    Usage,
+};
 
 pub async fn send(
     transport: &Transport,

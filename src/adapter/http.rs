@@ -12,8 +12,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
-use super::{ErrorClass, EventStream, Transport, UpstreamError};
-use crate::canonical::Event;
+use super::{EventStream, Transport};
+use crate::canonical::{ErrorClass, Event, UpstreamError};
 
 /// Turns an HTTP status, the response headers and the body text into a classified error.
 pub(crate) type Classify = fn(u16, &HeaderMap, &str) -> UpstreamError;

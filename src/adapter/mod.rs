@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-pub use error::{ErrorClass, UpstreamError};
-
-use crate::canonical::{ChatRequest, Event};
+use crate::canonical::{ChatRequest, Event, UpstreamError};
 
 /// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
 /// the stream broke (it is the last item).

@@ -17,8 +17,11 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::openai_relay::SplitChunk;
-use super::{ErrorClass, EventStream, Transport, Upstream, UpstreamError};
-use crate::canonical::{ChatRequest, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, Usage};
+use super::{EventStream, Transport, Upstream};
+use crate::canonical::{
+    ChatRequest, ErrorClass, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, UpstreamError,
+    Usage,
+};
 
 pub async fn send(
     transport: &Transport,

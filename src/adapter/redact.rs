@@ -26,8 +26,8 @@ use std::sync::{Arc, LazyLock};
 use futures::StreamExt;
 use regex::Regex;
 
-use super::{EventStream, Transport, Upstream, UpstreamError, WireFormat};
-use crate::canonical::ChatRequest;
+use super::{EventStream, Transport, Upstream, WireFormat};
+use crate::canonical::{ChatRequest, UpstreamError};
 
 /// What a secret is replaced with.
 pub const MARKER: &str = "[redacted]";
@@ -133,8 +133,7 @@ pub async fn send_scrubbed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapter::ErrorClass;
-    use crate::canonical::Event;
+    use crate::canonical::{ErrorClass, Event};
     use std::time::Duration;
 
     const PROVIDER: &str = "prov-0123456789abcdef";

@@ -253,7 +253,7 @@ fn sse_body<H: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapter::{ErrorClass, UpstreamError};
+    use crate::canonical::{ErrorClass, UpstreamError};
     use serde_json::{json, Value};
 
     async fn body_of(events: Vec<Result<Event, UpstreamError>>, include_usage: bool) -> Vec<Value> {

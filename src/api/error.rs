@@ -7,7 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::adapter::{ErrorClass, UpstreamError};
+use crate::canonical::{ErrorClass, UpstreamError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {

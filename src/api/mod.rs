@@ -7,6 +7,7 @@ mod admin;
 mod body;
 mod chat;
 mod chunks;
+pub mod dashboard;
 pub mod edge;
 pub mod error;
 pub mod request_id;
@@ -27,7 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::TaskConfig;
 use crate::dispatch::Dispatcher;
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 pub use error::ApiError;
 
 /// What every handler shares.
@@ -39,9 +40,9 @@ pub struct AppState {
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
     pub client_keys: Arc<ArcSwap<HashMap<String, String>>>,
     /// Hosted quota counters (for `/stats`: whether the shared Redis state is reachable).
-    pub quota: Arc<crate::control::quota::QuotaBoard>,
+    pub quota: Arc<crate::guard::quota::QuotaBoard>,
     /// Running totals of requests, spills and failed attempts.
-    pub tally: Arc<std::sync::Mutex<crate::outcome::Tally>>,
+    pub tally: Arc<std::sync::Mutex<crate::control::books::Tally>>,
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
     pub max_body_bytes: usize,
@@ -55,8 +56,8 @@ pub struct AppState {
     /// Node telemetry (GPU readings for the metrics).
     pub telemetry: Arc<crate::fleet::telemetry::TelemetryBoard>,
     /// Operator holds (drain, disable) and breaker overrides, set through the admin API.
-    pub operator: Arc<crate::control::operator::OperatorBoard>,
-    pub breakers: Arc<crate::control::breaker::BreakerBoard>,
+    pub holds: Arc<crate::guard::holds::HoldBoard>,
+    pub breakers: Arc<crate::guard::breaker::BreakerBoard>,
     /// Canary probes of fallback backends (run on an interval, or now by the admin API).
     pub canaries: Arc<crate::control::canary::Canaries>,
     /// Config reload (admin API and SIGHUP).
@@ -73,8 +74,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))
-        .route("/dashboard", get(crate::dashboard::page))
-        .route("/dashboard/data", get(crate::dashboard::data))
+        .route("/dashboard", get(crate::api::dashboard::page))
+        .route("/dashboard/data", get(crate::api::dashboard::data))
         .merge(admin::routes())
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
@@ -186,7 +187,10 @@ pub fn current_metrics(state: &AppState) -> String {
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         now: tokio::time::Instant::now(),
     });
-    state.metrics.set_gate(&state.gate.board.standings(&snapshot.config, &state.gate.pins));
+    let standings = state.gate.board.standings(&snapshot.config, &state.gate.pins);
+    state.metrics.set_gate(
+        standings.iter().map(|s| (s.task.as_str(), s.backend.as_str(), s.passing(), s.last_run_failed)),
+    );
     state.metrics.render()
 }
 

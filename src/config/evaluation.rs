@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::validate::Undecoded;
 use super::{BackendKind, Config, Problem};
-use crate::gate::grade::Grader;
+use crate::config::golden::Grader;
 
 /// Resolve and read every file the tasks name; check the keys. `base`: the config file's folder.
 /// Checks against what did not decode (`undecoded`) are skipped: those are reported already.
@@ -21,7 +21,7 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
             |key: &str, message: String| problems.push(Problem::new(format!("tasks[{i}].{key}"), message));
         if let Some(gate) = &mut task.gate {
             gate.golden = resolve(base, &gate.golden);
-            match crate::gate::golden::load(&gate.golden) {
+            match crate::config::golden::load(&gate.golden) {
                 Ok(items) => {
                     let judged = items.iter().any(|i| matches!(i.grader, Grader::Judge { .. }));
                     if judged && gate.judge.is_none() {

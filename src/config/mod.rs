@@ -6,7 +6,9 @@
 
 mod backend;
 mod evaluation;
+pub mod golden;
 mod load;
+pub mod secrets;
 mod settings;
 mod task;
 mod validate;

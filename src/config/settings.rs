@@ -235,19 +235,6 @@ impl Default for BalancingConfig {
     }
 }
 
-impl BalancingConfig {
-    /// The PID settings these keys describe (anti-windup and normalisation at their defaults).
-    pub fn pid(&self) -> crate::control::availability::PidConfig {
-        use crate::control::availability::{PidConfig, PidGains};
-        PidConfig {
-            gains: PidGains { kp: self.kp, ki: self.ki, kd: self.kd },
-            error_weight: self.error_weight,
-            interval: Duration::from_secs(self.interval_secs),
-            ..PidConfig::default()
-        }
-    }
-}
-
 /// Where the cost ledger is kept.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

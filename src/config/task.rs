@@ -184,7 +184,7 @@ pub struct ShadowConfig {
     /// How a shadow answer is graded, with the primary's answer as the reference: any
     /// golden-set grader; unset: `similar` (word overlap of at least 0.5).
     #[serde(default)]
-    pub grader: Option<crate::gate::grade::Grader>,
+    pub grader: Option<crate::config::golden::Grader>,
 }
 
 fn default_data_class() -> String {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::availability::Availability;
-use crate::adapter::ErrorClass;
+use crate::canonical::ErrorClass;
 use crate::config::Config;
+use crate::route::availability::{Availability, PidConfig};
 
 /// The shared PID state.
 pub struct AvailabilityBoard {
@@ -23,7 +23,7 @@ pub struct AvailabilityBoard {
 
 impl AvailabilityBoard {
     pub fn new(config: &Config) -> Arc<Self> {
-        let mut availability = Availability::new(config.balancing.pid());
+        let mut availability = Availability::new(PidConfig::from_settings(&config.balancing));
         let hosted: Vec<String> =
             config.backends.iter().filter(|b| !b.kind.is_local()).map(|b| b.name.clone()).collect();
         for name in &hosted {

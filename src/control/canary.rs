@@ -23,7 +23,8 @@ use crate::config::Priority;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::metrics::Metrics;
 use crate::outcome::RequestMeta;
-use crate::route::{Plan, Reason, Snapshot, Target};
+use crate::route::{Plan, Reason, Target};
+use crate::snapshot::Snapshot;
 
 /// Which task each fallback backend is probed as: backend index → task index.
 pub fn targets(snap: &Snapshot) -> BTreeMap<usize, usize> {

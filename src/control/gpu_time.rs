@@ -15,7 +15,7 @@ use crate::fleet::metrics::AgentSample;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::usage::{MinuteTracker, NodeSample};
 use crate::ledger::{unix_millis, LedgerSender};
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// Where the samples come from.
 pub struct Sources {

@@ -15,9 +15,9 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use super::balancing::AvailabilityBoard;
-use super::quota::QuotaBoard;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
+use crate::guard::quota::QuotaBoard;
 use crate::ledger::HostedPrices;
 use crate::metrics::Metrics;
 
@@ -69,7 +69,7 @@ impl Reloader {
         let new = crate::config::load_file(&path).map_err(|problems| {
             problems.iter().map(|p| format!("{}: {p}", path.display())).collect::<Vec<_>>()
         })?;
-        let secrets = crate::server::read_secrets(&new, env)?;
+        let secrets = crate::config::secrets::read_secrets(&new, env)?;
         let restart = restart_needed(&old, &new);
         // The redactor learns the new keys before any of them is in use.
         self.dispatcher.set_secrets(crate::dispatch::Keys {

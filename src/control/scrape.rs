@@ -24,7 +24,7 @@ use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
 use crate::fleet::telemetry::TelemetryBoard;
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// Most scrapes in flight at once, over all nodes.
 pub const MAX_CONCURRENT_SCRAPES: usize = 32;
@@ -360,9 +360,9 @@ mod tests {
                 "pool".to_string(),
                 vec!["http://10.0.0.5:8000".to_string()],
             )]);
-            let inputs = crate::route::SnapshotInputs {
+            let inputs = crate::snapshot::SnapshotInputs {
                 discovered: &discovered,
-                breaker: &|_| crate::route::BreakerView::Closed,
+                breaker: &|_| crate::snapshot::BreakerView::Closed,
                 signals: &|_| None,
                 quarantine: &|_| None,
                 over_quota: &|_| false,

@@ -10,12 +10,12 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::breaker::BreakerBoard;
 use super::discovery::DiscoveredNodes;
 use super::pins::{PinBoard, Reported};
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
-use crate::route::{Snapshot, SnapshotInputs};
+use crate::guard::breaker::BreakerBoard;
+use crate::snapshot::{Snapshot, SnapshotInputs};
 
 /// Where the snapshot's parts come from.
 pub struct Sources {
@@ -32,7 +32,7 @@ pub struct Sources {
     /// Hosted backends' PID availability.
     pub availability: Arc<super::balancing::AvailabilityBoard>,
     /// Drains and disables from the admin API.
-    pub operator: Arc<super::operator::OperatorBoard>,
+    pub holds: Arc<crate::guard::holds::HoldBoard>,
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
@@ -82,7 +82,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     for view in &mut snap.backends {
         let found = discovered.get(&view.name);
         for node in &mut view.nodes {
-            node.held = sources.operator.why_held(&view.name, &node.key);
+            node.held = sources.holds.why_held(&view.name, &node.key);
             node.host_ip = found
                 .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
                 .and_then(|n| n.host_ip.clone());
@@ -119,7 +119,7 @@ pub async fn run(current: Arc<ArcSwap<Snapshot>>, sources: Sources, period: Dura
 mod tests {
     use super::*;
     use crate::control::discovery::{metadata::NodeMetadata, DiscoveredNode};
-    use crate::route::BreakerView;
+    use crate::snapshot::BreakerView;
 
     const CONFIG: &str = r#"
 backends:
@@ -154,7 +154,7 @@ tasks:
             gate: Arc::default(),
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
-            operator: Default::default(),
+            holds: Default::default(),
             config: Arc::new(ArcSwap::new(config)),
         };
         (sources, tx)

@@ -168,7 +168,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
     let admin_token = std::env::var("SPILLWAY_ADMIN_TOKEN").unwrap_or_else(|_| DEMO_ADMIN_TOKEN.into());
-    let secrets = crate::server::Secrets {
+    let secrets = crate::config::secrets::Secrets {
         ledger_url: Some(args.ledger.clone()),
         admin_token: Some(admin_token.clone()),
         ..Default::default()
@@ -176,11 +176,11 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let duration = args.duration_secs;
     let shutdown = async move {
         tokio::select! {
-            () = crate::cli::shutdown_signal() => {}
+            () = crate::app::signal::shutdown_signal() => {}
             () = tokio::time::sleep(Duration::from_secs(duration)), if duration > 0 => {}
         }
     };
-    let router = crate::server::start(cfg, secrets, listener, shutdown).await.map_err(|e| e.to_string())?;
+    let router = crate::app::start(cfg, secrets, listener, shutdown).await.map_err(|e| e.to_string())?;
     let url = format!("http://{}", router.addr);
     println!("Spillway demo is up.");
     println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
@@ -228,6 +228,6 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
 mod tests {
     #[test]
     fn the_demo_golden_set_loads() {
-        assert_eq!(crate::gate::golden::parse(super::GOLDEN).unwrap().len(), 10);
+        assert_eq!(crate::config::golden::parse(super::GOLDEN).unwrap().len(), 10);
     }
 }

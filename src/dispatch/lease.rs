@@ -9,11 +9,13 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::adapter::{ErrorClass, EventStream, UpstreamError};
+use crate::adapter::EventStream;
+
 use crate::canonical::Event;
-use crate::control::breaker::BreakerPermit;
-use crate::control::quota::QuotaBoard;
+use crate::canonical::{ErrorClass, UpstreamError};
 use crate::fleet::load::InFlight;
+use crate::guard::breaker::BreakerPermit;
+use crate::guard::quota::QuotaBoard;
 use crate::outcome::{Record, RequestOutcome};
 
 /// What a request was charged against a hosted quota; corrected to the real usage at the end.

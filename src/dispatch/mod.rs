@@ -22,16 +22,17 @@ use tokio::time::Instant;
 
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{ErrorClass, EventStream, Transport, Upstream, UpstreamError, WireFormat};
-use crate::canonical::{ChatRequest, Event};
+use crate::adapter::{EventStream, Transport, Upstream, WireFormat};
+use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
-use crate::control::breaker::BreakerBoard;
-use crate::control::quota::{QuotaBoard, QuotaDecision};
-use crate::control::retry_budget::RetryBudget;
 use crate::fleet::headroom::SpillReason;
 use crate::fleet::load::NodeLoad;
+use crate::guard::breaker::BreakerBoard;
+use crate::guard::quota::{QuotaBoard, QuotaDecision};
+use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome, Skip};
-use crate::route::{BackendView, Plan, Reason, Snapshot};
+use crate::route::{Plan, Reason};
+use crate::snapshot::{BackendView, Snapshot};
 use crate::tokens;
 
 /// A request committed to one backend: its first events are in, the rest are streaming.

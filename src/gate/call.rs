@@ -11,11 +11,11 @@ use rust_decimal::Decimal;
 use tokio::time::Instant;
 
 use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{self, Transport, Upstream};
+use crate::adapter::{Transport, Upstream};
 use crate::canonical::{ChatRequest, Event, Usage};
 use crate::config::{BackendConfig, Priority, TaskConfig};
-use crate::control::quota::{QuotaBoard, QuotaDecision};
 use crate::dispatch::{variant, wire_format};
+use crate::guard::quota::{QuotaBoard, QuotaDecision};
 use crate::ledger::hosted_cost;
 use crate::tokens;
 
@@ -213,7 +213,7 @@ async fn collect(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<Answered, CallError> {
-    let upstream_error = |e: adapter::UpstreamError| CallError {
+    let upstream_error = |e: crate::canonical::UpstreamError| CallError {
         class: e.class.as_str().to_string(),
         message: e.to_string(),
         counts_against_backend: e.class.counts_against_backend(),

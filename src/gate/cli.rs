@@ -15,7 +15,7 @@ use super::run::{run as run_gate, Subject};
 use super::{shadow, store};
 use crate::config::Config;
 use crate::control::pins::PinBoard;
-use crate::control::quota::QuotaBoard;
+use crate::guard::quota::QuotaBoard;
 use crate::ledger::Store;
 
 #[derive(Debug, Args)]
@@ -131,7 +131,7 @@ async fn run_task(
             return Err(format!("`{name}` is not one of task `{task_name}`'s backends"));
         }
     }
-    let items = super::golden::load(&gate.golden).map_err(|p| p.join("\n"))?;
+    let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("\n"))?;
     let pins = pins_of(store).await?;
     let caller = caller_from_env(config);
     let mut lines = Vec::new();

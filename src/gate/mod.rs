@@ -11,7 +11,6 @@ pub mod board;
 pub mod call;
 pub mod cli;
 pub mod fingerprint;
-pub mod golden;
 pub mod grade;
 pub mod report;
 pub mod requalify;

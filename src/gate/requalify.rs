@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::control::pins::{PinBoard, QuarantineEvent};
 use crate::ledger::{unix_millis, Store};
 use crate::metrics::Metrics;
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// What a re-run needs.
 pub struct Requalifier {
@@ -166,7 +166,7 @@ impl Requalifier {
                     continue;
                 }
             }
-            let items = crate::gate::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
+            let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
             let subject = Subject {
                 task: task.name.clone(),
                 backend: backend.to_string(),

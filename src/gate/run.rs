@@ -7,14 +7,15 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::call::{Answered, Caller};
-use super::golden::GoldenItem;
-use super::grade::{parse_judge_score, Grader, Verdict};
+use super::grade::{parse_judge_score, Verdict};
 use super::store::GateResult;
 use super::summary::{summarise, ItemOutcome};
 use crate::canonical::{ChatRequest, Message, Role};
+use crate::config::golden::GoldenItem;
+use crate::config::golden::Grader;
 use crate::config::{BackendConfig, Config, TaskConfig};
 use crate::ledger::{new_record_id, unix_millis};
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// What one run tests.
 #[derive(Debug, Clone)]

@@ -16,12 +16,12 @@ use super::run::{run, Subject};
 use super::shadow::{self, Shadows};
 use super::store::{self, GateResult};
 use crate::config::Config;
-use crate::control::breaker::BreakerBoard;
 use crate::control::pins::PinBoard;
 use crate::fleet::load::NodeLoad;
+use crate::guard::breaker::BreakerBoard;
 use crate::ledger::Store;
 use crate::metrics::Metrics;
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// How often results are re-read from the store, and shadows graded.
 const REFRESH: Duration = Duration::from_secs(5);
@@ -100,7 +100,7 @@ impl GateService {
         let t = config.task(task).ok_or_else(|| format!("no task named `{task}`"))?;
         let gate = t.gate.as_ref().ok_or_else(|| format!("task `{task}` has no gate"))?;
         let b = config.backend(backend).ok_or_else(|| format!("no backend named `{backend}`"))?;
-        let items = super::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
+        let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
         let subject = Subject {
             task: task.to_string(),
             backend: backend.to_string(),

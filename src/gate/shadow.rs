@@ -16,20 +16,20 @@ use futures::StreamExt;
 use tokio::sync::{oneshot, Semaphore};
 
 use super::call::{Caller, GradedText};
-use super::golden::GoldenItem;
-use super::grade::{Grader, Verdict};
+use super::grade::Verdict;
 use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
 use crate::adapter::EventStream;
 use crate::canonical::ChatRequest;
-use crate::config::Priority;
-use crate::config::{Config, TaskConfig};
-use crate::control::breaker::BreakerBoard;
+use crate::config::golden::GoldenItem;
+use crate::config::golden::Grader;
+use crate::config::{Config, Priority, TaskConfig};
 use crate::fleet::headroom::{admit, PoolLimits};
 use crate::fleet::load::{LoadView, NodeLoad};
+use crate::guard::breaker::BreakerBoard;
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
-use crate::route::{BreakerView, Snapshot};
+use crate::snapshot::{BreakerView, Snapshot};
 use tokio::time::Instant;
 
 /// The most shadow calls in flight at once, over every task.
@@ -293,7 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_tap_passes_events_through_and_hands_over_the_whole_answer() {
-        let events: Vec<Result<Event, crate::adapter::UpstreamError>> = vec![
+        let events: Vec<Result<Event, crate::canonical::UpstreamError>> = vec![
             Ok(Event::TextDelta("Hello ".into())),
             Ok(Event::TextDelta("there".into())),
             Ok(Event::ToolCallDelta {
@@ -309,9 +309,13 @@ mod tests {
         assert_eq!(seen, events);
         assert_eq!(rx.await.unwrap(), "Hello there\nlookup({\"id\":4})");
 
-        let broken: Vec<Result<Event, crate::adapter::UpstreamError>> = vec![
+        let broken: Vec<Result<Event, crate::canonical::UpstreamError>> = vec![
             Ok(Event::TextDelta("Hel".into())),
-            Err(crate::adapter::UpstreamError::new(crate::adapter::ErrorClass::StreamBroken, None, "cut")),
+            Err(crate::canonical::UpstreamError::new(
+                crate::canonical::ErrorClass::StreamBroken,
+                None,
+                "cut",
+            )),
         ];
         let (stream, rx) = tap(Box::pin(futures::stream::iter(broken)));
         let _ = stream.collect::<Vec<_>>().await;

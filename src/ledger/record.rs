@@ -64,7 +64,7 @@ pub struct LedgerRecord {
     pub node: String,
     pub attempts: i64,
     pub outcome: Outcome,
-    /// [`crate::adapter::ErrorClass::as_str`] when the request failed.
+    /// [`crate::canonical::ErrorClass::as_str`] when the request failed.
     pub error_class: Option<String>,
     pub input_tokens: i64,
     /// A subset of `input_tokens`.
@@ -156,7 +156,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::adapter::ErrorClass;
+    use crate::canonical::ErrorClass;
     use crate::outcome::RequestMeta;
 
     fn meta() -> RequestMeta {

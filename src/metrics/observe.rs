@@ -50,14 +50,15 @@ impl Metrics {
         }
     }
 
-    /// Where each gated (task, backend) stands now (set at scrape time).
-    pub fn set_gate(&self, standings: &[crate::gate::board::Standing]) {
+    /// Where each gated (task, backend) stands now (set at scrape time): `(task, backend,
+    /// passing, last run failed)`.
+    pub fn set_gate<'a>(&self, standings: impl IntoIterator<Item = (&'a str, &'a str, bool, bool)>) {
         self.gate_passing.reset();
         self.gate_failed.reset();
-        for s in standings {
-            let labels = [s.task.as_str(), s.backend.as_str()];
-            self.gate_passing.with_label_values(&labels).set(i64::from(s.passing()));
-            self.gate_failed.with_label_values(&labels).set(i64::from(s.last_run_failed));
+        for (task, backend, passing, last_run_failed) in standings {
+            let labels = [task, backend];
+            self.gate_passing.with_label_values(&labels).set(i64::from(passing));
+            self.gate_failed.with_label_values(&labels).set(i64::from(last_run_failed));
         }
     }
 

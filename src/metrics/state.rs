@@ -10,7 +10,7 @@ use super::slo::{burn_rate, WINDOWS};
 use super::Metrics;
 use crate::config::Strategy;
 use crate::fleet::telemetry::TelemetryBoard;
-use crate::route::{BreakerView, Snapshot};
+use crate::snapshot::{BreakerView, Snapshot};
 
 /// What the state gauges are read from.
 pub struct StateView<'a> {

@@ -4,12 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::allocate::{allocate, Work};
 pub use super::economics::{BackendShare, SelfHosted, TaskEconomics};
+use super::figures::{money, per, ratio};
+pub use super::figures::{Line, PoolUsage, Tokens};
 use super::query::{GroupKey, ReportQuery};
 use crate::config::Config;
 use crate::ledger::usage::NodeMinute;
@@ -17,63 +18,6 @@ use crate::ledger::{LedgerRecord, Outcome};
 
 /// The backend of requests that no backend served.
 pub const NO_BACKEND: &str = "(none)";
-
-/// Money in reports is kept to a millionth of a dollar.
-const MONEY_DP: u32 = 6;
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Tokens {
-    pub input: u64,
-    pub cached_input: u64,
-    pub output: u64,
-}
-
-impl Tokens {
-    fn add(&mut self, r: &LedgerRecord) {
-        self.input += r.input_tokens.max(0) as u64;
-        self.cached_input += r.cached_input_tokens.max(0) as u64;
-        self.output += r.output_tokens.max(0) as u64;
-    }
-
-    pub fn total(&self) -> u64 {
-        self.input + self.output
-    }
-}
-
-/// One group's requests and cost.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Line {
-    /// The group's value for each `group_by` key, in order (`-` for no client key).
-    pub group: Vec<String>,
-    pub requests: u64,
-    /// Requests no backend served: failed or shed.
-    pub failed: u64,
-    pub tokens: Tokens,
-    pub hosted_usd: Decimal,
-    /// Self-hosted marginal cost: the busy GPU minutes this group used.
-    pub gpu_busy_usd: Decimal,
-    /// Its share of idle GPU minutes.
-    pub gpu_idle_usd: Decimal,
-    /// Hosted + busy + idle: fully loaded.
-    pub total_usd: Decimal,
-    pub per_request_usd: Option<Decimal>,
-    pub per_mtok_output_usd: Option<Decimal>,
-}
-
-/// One vLLM pool's GPU time in the period.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct PoolUsage {
-    pub pool: String,
-    pub nodes: usize,
-    pub gpu_hours_busy: Decimal,
-    pub gpu_hours_idle: Decimal,
-    pub busy_usd: Decimal,
-    pub idle_usd: Decimal,
-    /// Cost of nodes that served none of the period's requests (in no line).
-    pub unallocated_usd: Decimal,
-    pub utilisation: f64,
-    pub unpriced_node_minutes: u64,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Totals {
@@ -108,22 +52,6 @@ pub struct Report {
     pub pools: Vec<PoolUsage>,
     pub totals: Totals,
     pub series: CostSeries,
-}
-
-pub(super) fn money(d: Decimal) -> Decimal {
-    d.round_dp(MONEY_DP).normalize()
-}
-
-pub(super) fn per(amount: Decimal, count: u64, scale: u64) -> Option<Decimal> {
-    (count > 0).then(|| money(amount * Decimal::from(scale) / Decimal::from(count)))
-}
-
-pub(super) fn ratio(a: Decimal, b: Decimal) -> f64 {
-    if b.is_zero() {
-        0.0
-    } else {
-        (a / b).to_f64().unwrap_or(0.0)
-    }
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -275,20 +203,6 @@ pub fn build(
         pools: pool_usage.into_values().collect(),
         totals,
         series,
-    }
-}
-
-impl Line {
-    /// Add another line's counts and costs to this one.
-    pub(super) fn absorb(&mut self, other: &Line) {
-        self.requests += other.requests;
-        self.failed += other.failed;
-        self.tokens.input += other.tokens.input;
-        self.tokens.cached_input += other.tokens.cached_input;
-        self.tokens.output += other.tokens.output;
-        self.hosted_usd += other.hosted_usd;
-        self.gpu_busy_usd += other.gpu_busy_usd;
-        self.gpu_idle_usd += other.gpu_idle_usd;
     }
 }
 

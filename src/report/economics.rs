@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::build::{money, per, ratio, Line, PoolUsage, Tokens};
+use super::figures::{money, per, ratio, Line, PoolUsage, Tokens};
 use crate::config::{Config, Price};
 use crate::ledger::hosted_cost;
-use crate::route::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// One task on one backend.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -8,6 +8,7 @@
 pub mod allocate;
 pub mod build;
 pub mod economics;
+mod figures;
 mod html;
 pub mod query;
 mod render;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::canonical::{ChatRequest, ResponseFormat};
-use crate::route::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 use crate::tokens;
 
 /// A capability a request may need.

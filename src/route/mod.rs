@@ -4,9 +4,10 @@
 //! the request facts). The server, the tests and benchmarks all call [`plan`]. Dispatch walks
 //! the result; it never reorders it.
 
+pub mod availability;
 pub mod capability;
 pub mod chain;
-pub mod snapshot;
+
 mod strategy;
 pub mod weights;
 
@@ -19,7 +20,7 @@ use crate::config::{Priority, TaskConfig};
 use crate::fleet::headroom::{self, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
 use crate::policy::{self, NoEligibleBackend};
-pub use snapshot::{BackendView, BreakerView, NodeView, Snapshot, SnapshotInputs};
+use crate::snapshot::{BreakerView, NodeView, Snapshot};
 
 /// What planning needs to know about one request.
 pub struct RequestFacts<'a> {
@@ -210,6 +211,7 @@ mod tests {
     use super::*;
     use crate::config::Strategy;
     use crate::fleet::headroom::NodeSignals;
+    use crate::snapshot::SnapshotInputs;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 

@@ -16,7 +16,7 @@ use rand::Rng;
 use super::clock::{from_ms, from_secs, Micros};
 use super::scenario::ProviderModel;
 use super::workload::normal;
-use crate::adapter::ErrorClass;
+use crate::canonical::ErrorClass;
 
 /// What a call comes to, relative to when it was made.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -16,7 +16,6 @@
 //! onto the config), `engine` + `dispatch` (the run), `stats`, `report` and `html` (output).
 
 mod clock;
-mod dispatch;
 mod engine;
 mod hosted;
 mod html;
@@ -25,7 +24,6 @@ mod report;
 pub mod scenario;
 mod stats;
 mod strategies;
-mod validate;
 mod workload;
 
 use std::io::IsTerminal;

@@ -27,9 +27,10 @@ use std::collections::BTreeMap;
 
 use super::scenario::StrategyName;
 use crate::config::{Strategy, TaskConfig};
-use crate::control::availability::Availability;
 use crate::fleet::headroom::NodeSignals;
-use crate::route::{chain, weights, Snapshot};
+use crate::route::availability::Availability;
+use crate::route::{chain, weights};
+use crate::snapshot::Snapshot;
 
 /// Which backends a strategy's PID controller follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

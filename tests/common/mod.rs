@@ -72,12 +72,12 @@ pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
     }
     let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("test config invalid: {p:#?}"));
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let secrets = spillway::server::read_secrets(&config, |name| {
+    let secrets = spillway::config::secrets::read_secrets(&config, |name| {
         env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
+    let handle = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
     let router = Router { url: format!("http://{}", handle.addr), handle };
     router.wait_fresh().await;
     router

@@ -77,9 +77,9 @@ limits: {{max_concurrency: 100000}}
         hosted.base_url()
     );
     let config = spillway::config::parse(&yaml).unwrap();
-    let secrets = spillway::server::Secrets::default();
+    let secrets = spillway::config::secrets::Secrets::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let router = spillway::server::start(config, secrets, listener, std::future::pending()).await.unwrap();
+    let router = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
     let url = format!("http://{}", router.addr);
     let fleet = Fleet { nodes: sims.into_iter().map(Some).collect(), hosted: Some(hosted), router, url };
     let client = reqwest::Client::new();

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{ErrorClass, UpstreamError};
+use crate::canonical::{ErrorClass, UpstreamError};
 use framing::{Framing, Step};
 
 /// Bytes read from the socket at a time; an SSE event or a small JSON answer fits.

@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 
 use super::authorize;
 use crate::api::{ApiError, AppState};
-use crate::control::breaker::Forced;
-use crate::control::operator::{HoldKind, Scope};
-use crate::route::{BreakerView, Snapshot};
+use crate::guard::breaker::Forced;
+use crate::guard::holds::{HoldKind, Scope};
+use crate::snapshot::{BreakerView, Snapshot};
 
 fn reply(result: Result<Value, ApiError>) -> Response {
     match result {
@@ -78,7 +78,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
             })
             .collect();
         let holds: Vec<Value> =
-            state.operator.all().into_iter().map(|(s, h)| json!({"scope": s, "hold": h})).collect();
+            state.holds.all().into_iter().map(|(s, h)| json!({"scope": s, "hold": h})).collect();
         json!({"backends": backends, "holds": holds, "canaries": state.canaries.board.last()})
     }))
 }
@@ -145,7 +145,7 @@ pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             }
         };
         let nodes = req.nodes(&state.snapshot.load())?;
-        state.operator.hold(req.scope(), kind, &who.0);
+        state.holds.hold(req.scope(), kind, &who.0);
         let in_flight: u64 = nodes.iter().map(|n| state.load.view(n).in_flight).sum();
         tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, "admin: {}", kind.as_str());
         Ok(json!({"held": req.scope(), "kind": kind, "nodes": nodes, "in_flight": in_flight}))
@@ -158,7 +158,7 @@ pub async fn release(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         let who = authorize(&state, &headers)?;
         let target: Target = decode(&body)?;
         target.nodes(&state.snapshot.load())?;
-        let released = state.operator.release(&target.scope());
+        let released = state.holds.release(&target.scope());
         tracing::warn!(who = %who.0, backend = %target.backend, node = ?target.node, released, "admin: release");
         Ok(json!({"released": released, "scope": target.scope()}))
     })())

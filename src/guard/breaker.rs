@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::BreakerConfig;
-use crate::route::BreakerView;
+use crate::snapshot::BreakerView;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

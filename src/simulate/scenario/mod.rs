@@ -16,6 +16,8 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
+mod validate;
+
 use crate::config::{self, BackendKind, Config, Priority, Problem};
 
 /// A length of time in seconds: a number, or a string like `90s`, `40m`, `1h`, `250ms`.
@@ -396,7 +398,7 @@ pub fn parse(name: &str, text: &str) -> Result<Scenario, Vec<Problem>> {
         workload: file.workload,
         timeline: file.timeline,
     };
-    let problems = super::validate::check(&mut scenario);
+    let problems = validate::check(&mut scenario);
     if problems.is_empty() {
         Ok(scenario)
     } else {

@@ -4,7 +4,11 @@
 //! provider's wire format and translate the provider's answer back into [`Event`]s. Nothing in
 //! here knows about HTTP or any provider.
 
+mod error;
+
 use serde::{Deserialize, Serialize};
+
+pub use error::{ErrorClass, UpstreamError};
 use serde_json::Value;
 
 /// Who wrote a message.

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::adapter::error::ErrorClass;
+use crate::canonical::ErrorClass;
 
 /// The three gains. Per nominal interval: a step of `dt = interval` adds `ki × e` to the
 /// integral term.
@@ -246,6 +246,19 @@ impl Availability {
     /// A provider's controller state, for display and tests.
     pub fn pid(&self, backend: &str) -> Option<&Pid> {
         self.providers.get(backend).map(|p| &p.pid)
+    }
+}
+
+impl PidConfig {
+    /// The PID settings the `balancing` keys describe (anti-windup and normalisation at their
+    /// defaults).
+    pub fn from_settings(b: &crate::config::BalancingConfig) -> PidConfig {
+        PidConfig {
+            gains: PidGains { kp: b.kp, ki: b.ki, kd: b.kd },
+            error_weight: b.error_weight,
+            interval: Duration::from_secs(b.interval_secs),
+            ..PidConfig::default()
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! so that the engine never has to guess. It must not touch the router config, which
 //! `config::parse` has already checked.
 
-use super::scenario::{Dist, Rate, Scenario};
+use super::{Dist, Rate, Scenario};
 use crate::config::{BackendKind, Problem};
 
 fn dist(path: &str, d: &Dist, problems: &mut Vec<Problem>) {

@@ -13,17 +13,17 @@
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::clock::{from_ms, Micros};
-use super::engine::{Engine, Ev};
-use super::hosted::{Answer, Call};
-use super::node::Job;
-use super::scenario::StrategyName;
-use super::stats::ServedRequest;
-use super::strategies;
-use crate::adapter::ErrorClass;
+use super::{Engine, Ev};
+use crate::canonical::ErrorClass;
 use crate::config::TaskConfig;
 use crate::fleet::load::{InFlight, LoadView};
 use crate::route::{self, chain, RequestFacts, Target};
+use crate::simulate::clock::{from_ms, Micros};
+use crate::simulate::hosted::{Answer, Call};
+use crate::simulate::node::Job;
+use crate::simulate::scenario::StrategyName;
+use crate::simulate::stats::ServedRequest;
+use crate::simulate::strategies;
 
 /// One client request's progress through its plan.
 #[derive(Debug)]

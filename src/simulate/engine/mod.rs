@@ -7,6 +7,8 @@
 //! Time is virtual (`clock.rs`); the run never sleeps and never reads a clock. It must not
 //! plan by itself: every ordering decision is `route::plan` on the snapshot it built.
 
+mod dispatch;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -14,22 +16,22 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::clock::{from_ms, from_secs, Clock, Micros, Queue};
-use super::dispatch::Req;
 use super::hosted::Provider;
 use super::node::{Node, Started};
 use super::scenario::{Scenario, StrategyName};
 use super::stats::Stats;
 use super::strategies::{self, Tracked};
 use super::workload::Arrival;
-use crate::adapter::ErrorClass;
+use crate::canonical::ErrorClass;
 use crate::config::TaskConfig;
-use crate::control::availability::Availability;
-use crate::control::breaker::Breaker;
-use crate::control::quota::{Limits, MinuteWindow};
-use crate::control::retry_budget::RetryBudget;
 use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::NodeTelemetry;
-use crate::route::{Snapshot, SnapshotInputs};
+use crate::guard::breaker::Breaker;
+use crate::guard::quota::{Limits, MinuteWindow};
+use crate::guard::retry_budget::RetryBudget;
+use crate::route::availability::{Availability, PidConfig};
+use crate::snapshot::{Snapshot, SnapshotInputs};
+use dispatch::Req;
 
 /// Something that happens at a virtual instant.
 #[derive(Debug, Clone, Copy)]
@@ -129,7 +131,7 @@ impl<'a> Engine<'a> {
             })
             .map(|b| b.name.clone())
             .collect();
-        let mut availability = Availability::new(config.balancing.pid());
+        let mut availability = Availability::new(PidConfig::from_settings(&config.balancing));
         tracked.iter().for_each(|b| availability.track(b));
         let dispatch = &config.dispatch;
         let quota = config

@@ -1,7 +1,8 @@
-//! Assembling a running router from a config: secrets from the environment, the snapshot and
-//! its loops, dispatch, the bookkeeping channel, and the HTTP listener.
+//! The composition root: a running router assembled from a config and its secrets: the
+//! boards, the snapshot and its loops, dispatch, the bookkeeping channel, and the HTTP listener.
 
-use std::collections::HashMap;
+pub mod signal;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,86 +11,25 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::api::{self, AppState, RouterHandle};
+use crate::config::secrets::Secrets;
 use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
+use crate::control::books;
 use crate::control::canary::Canaries;
 use crate::control::discovery::{self, DiscoveredNodes};
-use crate::control::operator::OperatorBoard;
 use crate::control::pins::PinBoard;
-use crate::control::quota::QuotaBoard;
 use crate::control::reload::Reloader;
-use crate::control::{breaker::BreakerBoard, gpu_time, scrape, snapshot_loop};
+use crate::control::{gpu_time, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::TelemetryBoard;
+use crate::guard::breaker::BreakerBoard;
+use crate::guard::holds::HoldBoard;
+use crate::guard::quota::QuotaBoard;
 use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
 use crate::metrics::Metrics;
-use crate::outcome::{self, Record};
-use crate::route::Snapshot;
-
-/// Secrets read from the environment: client keys (value → env name) and API keys by backend.
-#[derive(Default)]
-pub struct Secrets {
-    pub client_keys: HashMap<String, String>,
-    pub backend_keys: HashMap<String, String>,
-    /// `state.redis_url`, or the value of `state.redis_url_env`.
-    pub redis_url: Option<String>,
-    /// Where the cost ledger goes; `None`: no ledger.
-    pub ledger_url: Option<String>,
-    /// The admin API's bearer token; `None`: no admin API.
-    pub admin_token: Option<String>,
-}
-
-/// Read every environment variable the config names; each one missing is a problem.
-pub fn read_secrets(config: &Config, env: impl Fn(&str) -> Option<String>) -> Result<Secrets, Vec<String>> {
-    let mut missing = Vec::new();
-    let mut client_keys = HashMap::new();
-    for name in &config.client_keys_env {
-        match env(name).filter(|v| !v.trim().is_empty()) {
-            Some(value) => {
-                client_keys.insert(value.trim().to_string(), name.clone());
-            }
-            None => missing.push(format!("client_keys_env: environment variable {name} is not set")),
-        }
-    }
-    let mut backend_keys = HashMap::new();
-    for b in &config.backends {
-        if let Some(name) = &b.api_key_env {
-            match env(name).filter(|v| !v.trim().is_empty()) {
-                Some(value) => {
-                    backend_keys.insert(b.name.clone(), value.trim().to_string());
-                }
-                None => missing.push(format!("backend {}: environment variable {name} is not set", b.name)),
-            }
-        }
-    }
-    let ledger_url = match config.ledger.enabled.then(|| config.ledger.resolve_url(&env)) {
-        None => None,
-        Some(Ok(url)) => Some(url),
-        Some(Err(why)) => {
-            missing.push(why);
-            None
-        }
-    };
-    let mut from_env = |key: &str, name: &str| {
-        let value = env(name).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
-        if value.is_none() {
-            missing.push(format!("{key}: environment variable {name} is not set"));
-        }
-        value
-    };
-    let redis_url = match (&config.state.redis_url, &config.state.redis_url_env) {
-        (Some(url), _) => Some(url.clone()),
-        (None, Some(name)) => from_env("state.redis_url_env", name),
-        (None, None) => None,
-    };
-    let admin_token = config.admin_token_env.as_deref().and_then(|name| from_env("admin_token_env", name));
-    if missing.is_empty() {
-        Ok(Secrets { client_keys, backend_keys, redis_url, ledger_url, admin_token })
-    } else {
-        Err(missing)
-    }
-}
+use crate::outcome::Record;
+use crate::snapshot::Snapshot;
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
 /// task is aborted or `shutdown` resolves.
@@ -105,10 +45,10 @@ pub async fn start(
     let telemetry = TelemetryBoard::new();
     let load = NodeLoad::new();
     let pins = Arc::new(PinBoard::default());
-    let operator = Arc::new(OperatorBoard::default());
+    let holds = Arc::new(HoldBoard::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     let mut loops = tokio::task::JoinSet::new();
-    let tally = Arc::new(std::sync::Mutex::new(outcome::Tally::default()));
+    let tally = Arc::new(std::sync::Mutex::new(books::Tally::default()));
     let availability = AvailabilityBoard::new(&config);
     let ledger = match &secrets.ledger_url {
         Some(url) => Some(Ledger::open(url).await?),
@@ -119,14 +59,14 @@ pub async fn start(
     let metrics = Arc::new(Metrics::new());
     metrics.configure(&config);
     let (consume_stop, stop_rx) = oneshot::channel();
-    let books = outcome::Books {
+    let books = books::Books {
         tally: Arc::clone(&tally),
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
         prices: Arc::clone(&prices),
     };
-    let bookkeeping = tokio::spawn(outcome::consume(records_rx, books, stop_rx));
+    let bookkeeping = tokio::spawn(books::consume(records_rx, books, stop_rx));
     loops.spawn(balancing::run(
         Arc::clone(&availability),
         Duration::from_secs(config.balancing.interval_secs),
@@ -160,7 +100,7 @@ pub async fn start(
         gate: Arc::clone(&gate_board),
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
         availability: Arc::clone(&availability),
-        operator: Arc::clone(&operator),
+        holds: Arc::clone(&holds),
     };
     loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
     let gpu_time = ledger.as_ref().map(|l| {
@@ -235,7 +175,7 @@ pub async fn start(
         metrics: Arc::clone(&metrics),
     });
     #[cfg(unix)]
-    loops.spawn(reload_on_sighup(Arc::clone(&reloader)));
+    loops.spawn(signal::reload_on_sighup(Arc::clone(&reloader)));
     let canaries = Arc::new(Canaries {
         snapshot: Arc::clone(&snapshot),
         dispatcher: Arc::clone(&dispatcher),
@@ -259,7 +199,7 @@ pub async fn start(
         admin_token: secrets.admin_token,
         metrics,
         telemetry: Arc::clone(&telemetry),
-        operator,
+        holds,
         breakers: Arc::clone(&breakers),
         canaries,
         reloader,
@@ -286,23 +226,6 @@ pub async fn start(
         served
     });
     Ok(RouterHandle { addr, task })
-}
-
-/// Reload the config file on every SIGHUP (logging what happened).
-#[cfg(unix)]
-async fn reload_on_sighup(reloader: Arc<Reloader>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
-    while hangups.recv().await.is_some() {
-        match reloader.reload(|name| std::env::var(name).ok()) {
-            Ok(done) => {
-                tracing::warn!(who = "SIGHUP", restart_needed = ?done.restart_needed, "config reloaded")
-            }
-            Err(problems) => {
-                tracing::error!(who = "SIGHUP", ?problems, "config reload refused; the old config stays")
-            }
-        }
-    }
 }
 
 /// The ledger's store and writer while the router runs.

@@ -45,11 +45,11 @@ pub enum Scope {
 }
 
 #[derive(Debug, Default)]
-pub struct OperatorBoard {
+pub struct HoldBoard {
     holds: Mutex<BTreeMap<Scope, Hold>>,
 }
 
-impl OperatorBoard {
+impl HoldBoard {
     /// Put a hold (replacing one already there).
     pub fn hold(&self, scope: Scope, kind: HoldKind, by: &str) {
         let since = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_node_is_held_by_its_own_hold_or_its_backends() {
-        let board = OperatorBoard::default();
+        let board = HoldBoard::default();
         assert_eq!(board.why_held("pool", "pool/m@a"), None);
         board.hold(Scope::Backend("pool".into()), HoldKind::Drained, "alice");
         assert_eq!(board.why_held("pool", "pool/m@a").as_deref(), Some("backend drained by alice"));

@@ -1,10 +1,11 @@
 //! Golden sets: a task's examples as JSONL, one item per line: the `messages` to send, an
 //! optional `reference` answer, and the `grader` that decides pass or fail. Loading checks
-//! every line and every grader and reports each problem with its line number.
+//! every line and every grader and reports each problem with its line number; grading itself
+//! is the gate's (`crate::gate::grade`).
 
 use serde::Deserialize;
+use serde_json::Value;
 
-use super::grade::Grader;
 use crate::canonical::Message;
 
 /// One example of a task.
@@ -48,6 +49,90 @@ pub fn load(path: &std::path::Path) -> Result<Vec<GoldenItem>, Vec<String>> {
         std::fs::read_to_string(path).map_err(|e| vec![format!("cannot read {}: {e}", path.display())])?;
     parse(&text)
         .map_err(|problems| problems.into_iter().map(|p| format!("{}: {p}", path.display())).collect())
+}
+
+/// How an answer is graded.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Grader {
+    /// The answer equals `expected` (else the item's `reference`), ignoring surrounding spaces
+    /// and, unless `case_sensitive`, letter case.
+    Exact {
+        #[serde(default)]
+        expected: Option<String>,
+        #[serde(default)]
+        case_sensitive: bool,
+    },
+    /// The answer contains every one of `all` (case-insensitive).
+    Contains { all: Vec<String> },
+    /// The answer matches the regular expression.
+    Regex { pattern: String },
+    /// The answer is JSON (a fenced ```json block is accepted) valid against the schema.
+    JsonSchema { schema: Value },
+    /// The first number in the answer is within `tolerance` of `value` (else the reference).
+    Numeric {
+        #[serde(default)]
+        value: Option<f64>,
+        #[serde(default)]
+        tolerance: f64,
+    },
+    /// The answer shares words with the reference: the F1 of their word multisets (lower
+    /// case, letters and digits) is at least `min`. For prose whose wording may vary.
+    Similar {
+        #[serde(default = "default_min_similarity")]
+        min: f64,
+    },
+    /// A judge backend scores the answer 0–10 against the rubric; passing is `min_score` or more.
+    Judge {
+        rubric: String,
+        #[serde(default = "default_min_score")]
+        min_score: f64,
+    },
+}
+
+fn default_min_similarity() -> f64 {
+    0.5
+}
+
+fn default_min_score() -> f64 {
+    7.0
+}
+
+impl Grader {
+    /// Check the grader itself (a regex that compiles, a schema that is a schema, a reference
+    /// where one is needed), so that a bad golden set fails when loaded, not mid-run.
+    pub fn check(&self, reference: Option<&str>) -> Result<(), String> {
+        match self {
+            Grader::Exact { expected: None, .. } if reference.is_none() => {
+                Err("exact needs `expected` or the item's `reference`".into())
+            }
+            Grader::Regex { pattern } => {
+                regex::Regex::new(pattern).map(|_| ()).map_err(|e| format!("regex: {e}"))
+            }
+            Grader::JsonSchema { schema } => {
+                jsonschema::validator_for(schema).map(|_| ()).map_err(|e| format!("json_schema: {e}"))
+            }
+            Grader::Numeric { value: None, .. } if reference.and_then(first_number).is_none() => {
+                Err("numeric needs `value` or a reference that holds a number".into())
+            }
+            Grader::Similar { .. } if reference.is_none() => {
+                Err("similar needs the item's `reference`".into())
+            }
+            Grader::Similar { min } if !(0.0..=1.0).contains(min) => {
+                Err("similar: min must be 0 to 1".into())
+            }
+            Grader::Numeric { tolerance, .. } if tolerance.is_nan() || *tolerance < 0.0 => {
+                Err("numeric: tolerance must be ≥ 0".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The first decimal number in `text` (`-12`, `3.5`, `1,234.5` with thousands commas).
+pub fn first_number(text: &str) -> Option<f64> {
+    let re = regex::Regex::new(r"-?\d[\d,]*(?:\.\d+)?").expect("static pattern");
+    re.find(text).and_then(|m| m.as_str().replace(',', "").parse().ok())
 }
 
 #[cfg(test)]

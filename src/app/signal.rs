@@ -1,0 +1,46 @@
+//! The process signals a running router answers: ctrl-c and SIGTERM start a graceful drain,
+//! SIGHUP reloads the config file.
+
+use std::sync::Arc;
+
+use crate::control::reload::Reloader;
+
+/// Resolves on ctrl-c or SIGTERM (what Kubernetes sends), starting a graceful drain.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}
+
+/// Reload the config file on every SIGHUP (logging what happened).
+#[cfg(unix)]
+pub async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        match reloader.reload(|name| std::env::var(name).ok()) {
+            Ok(done) => {
+                tracing::warn!(who = "SIGHUP", restart_needed = ?done.restart_needed, "config reloaded")
+            }
+            Err(problems) => {
+                tracing::error!(who = "SIGHUP", ?problems, "config reload refused; the old config stays")
+            }
+        }
+    }
+}
