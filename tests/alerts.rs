@@ -1,7 +1,7 @@
 //! The Prometheus alerting rules of the Helm chart (`helm/spillway/files/alerts.yaml`):
 //! `promtool check rules` accepts them, their unit tests (`alerts_test.yaml`, run by
 //! `promtool test rules`) pass and cover every alert, and every `spillway_*` metric the rules
-//! name is one Spillway really exports (the names registered in `src/metrics/mod.rs`).
+//! name is one Spillway really exports (the names registered in `src/metrics/`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,8 @@ use std::process::Command;
 
 const RULES: &str = "helm/spillway/files/alerts.yaml";
 const RULE_TESTS: &str = "helm/spillway/files/alerts_test.yaml";
-const METRICS: &str = "src/metrics/mod.rs";
+/// Where every family is registered.
+const METRICS: [&str; 3] = ["src/metrics/families.rs", "src/metrics/mod.rs", "src/metrics/edge.rs"];
 
 fn path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -51,16 +52,16 @@ fn names_used(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The names `src/metrics/mod.rs` registers: its `"spillway_…"` string literals, plus the
+/// The names `src/metrics/` registers: its `"spillway_…"` string literals, plus the
 /// `_bucket`, `_count` and `_sum` series of those registered with `histogram(`.
 fn names_exported(src: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for (at, _) in src.match_indices("\"spillway_") {
         let literal = &src[at + 1..];
         let name = &literal[..literal.find('"').expect("a closed string literal")];
-        assert!(name.chars().all(is_name_char), "odd metric name in {METRICS}: {name:?}");
+        assert!(name.chars().all(is_name_char), "odd metric name in {METRICS:?}: {name:?}");
         names.insert(name.to_string());
-        let call = src[..at].trim_end().trim_end_matches("&r,").trim_end();
+        let call = src[..at].trim_end().trim_end_matches("r,").trim_end_matches('&').trim_end();
         if call.ends_with("histogram(") {
             for suffix in ["_bucket", "_count", "_sum"] {
                 names.insert(format!("{name}{suffix}"));
@@ -72,9 +73,9 @@ fn names_exported(src: &str) -> BTreeSet<String> {
 
 #[test]
 fn rules_use_only_metrics_spillway_exports() {
-    let exported = names_exported(&read(METRICS));
+    let exported = names_exported(&METRICS.map(read).concat());
     for known in ["spillway_slo_burn_rate", "spillway_breaker_state", "spillway_ttft_seconds_bucket"] {
-        assert!(exported.contains(known), "the scan of {METRICS} missed {known}: {exported:?}");
+        assert!(exported.contains(known), "the scan of {METRICS:?} missed {known}: {exported:?}");
     }
     let used = names_used(&read(RULES));
     assert!(used.contains("spillway_slo_burn_rate"), "the scan of {RULES} found only {used:?}");

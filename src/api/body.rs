@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 
 /// The whole body of a JSON request, or the error the client gets.
 pub async fn read_json(
@@ -25,21 +25,16 @@ pub async fn read_json(
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
+            ErrorCode::RequestTooLarge,
             format!("the request body is larger than {max_bytes} bytes"),
-        )
-        .code("request_too_large")),
+        )),
         Ok(Err(e)) => {
-            Err(ApiError::bad_request(format!("the request body could not be read: {e}"))
-                .code("invalid_body"))
+            Err(ApiError::new(ErrorCode::InvalidBody, format!("the request body could not be read: {e}")))
         }
         Err(_) => Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "invalid_request_error",
+            ErrorCode::BodyTimeout,
             format!("the request body did not arrive within {} ms", timeout.as_millis()),
-        )
-        .code("body_timeout")),
+        )),
     }
 }
 
@@ -55,11 +50,9 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     } else {
         let shown = value.to_str().unwrap_or("(not text)");
         Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "invalid_request_error",
+            ErrorCode::UnsupportedMediaType,
             format!("content-type `{shown}` is not JSON; send application/json"),
         )
-        .code("unsupported_media_type")
         .param("content-type"))
     }
 }
@@ -67,7 +60,7 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, StatusCode};
 
     fn with_type(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -100,16 +93,13 @@ mod tests {
             )),
         ]));
         let error = read_json(&HeaderMap::new(), broken, 1024, Duration::from_secs(1)).await.unwrap_err();
-        assert_eq!((error.status, error.code.as_deref()), (StatusCode::BAD_REQUEST, Some("invalid_body")));
+        assert_eq!((error.status, error.code.as_str()), (StatusCode::BAD_REQUEST, Some("invalid_body")));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_body_that_stalls_is_408_after_the_timeout() {
         let stalled = Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
         let error = read_json(&HeaderMap::new(), stalled, 1024, Duration::from_secs(30)).await.unwrap_err();
-        assert_eq!(
-            (error.status, error.code.as_deref()),
-            (StatusCode::REQUEST_TIMEOUT, Some("body_timeout"))
-        );
+        assert_eq!((error.status, error.code.as_str()), (StatusCode::REQUEST_TIMEOUT, Some("body_timeout")));
     }
 }

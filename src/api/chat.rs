@@ -9,13 +9,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use super::request_id::RequestId;
 use super::wire::{self, completion_json};
 use super::{authenticate, AppState};
@@ -51,11 +51,9 @@ async fn handle(
     // Admission only once the body is in: a slow sender never holds a permit.
     let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
+            ErrorCode::RouterOverloaded,
             "Spillway is at its concurrency limit; retry shortly",
         )
-        .code("router_overloaded")
         .retry_after(1));
     };
     let request = wire::decode(&bytes)?;
@@ -72,18 +70,11 @@ async fn handle(
 
     let snap = state.snapshot.load_full();
     let task = snap.config.task(&request.model).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no task named `{}`", request.model),
-        )
-        .code("model_not_found")
-        .param("model")
+        ApiError::new(ErrorCode::ModelNotFound, format!("no task named `{}`", request.model)).param("model")
     })?;
     if !super::key_may_use(key_name.as_deref(), task) {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
+            ErrorCode::PermissionDenied,
             format!("this key may not use task `{}`", task.name),
         ));
     }
@@ -210,14 +201,13 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
 /// this request (400 naming the context limit or the missing capability: the client's).
 fn plan_error(e: PlanError) -> ApiError {
     match e {
-        PlanError::Policy(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", e.0)
-            .code("no_eligible_backend"),
+        PlanError::Policy(e) => ApiError::new(ErrorCode::NoEligibleBackend, e.0),
         PlanError::Unfit(unfit) if unfit.is_context_length() => {
-            ApiError::bad_request(unfit.to_string()).code("context_length_exceeded").param("messages")
+            ApiError::new(ErrorCode::ContextLengthExceeded, unfit.to_string()).param("messages")
         }
         PlanError::Unfit(unfit) => {
             let param = unfit.missing().first().map_or("model", |c| c.param());
-            ApiError::bad_request(unfit.to_string()).code("unsupported_capability").param(param)
+            ApiError::new(ErrorCode::UnsupportedCapability, unfit.to_string()).param(param)
         }
     }
 }
@@ -225,9 +215,7 @@ fn plan_error(e: PlanError) -> ApiError {
 fn dispatch_error(e: DispatchError) -> ApiError {
     match e {
         DispatchError::Rejected { backend, error, .. } => ApiError::from_upstream(&backend, &error),
-        DispatchError::Shed { why } => {
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", why).code("shed").retry_after(1)
-        }
+        DispatchError::Shed { why } => ApiError::new(ErrorCode::Shed, why).retry_after(1),
         DispatchError::Exhausted { attempts } => {
             let detail: Vec<String> = attempts.iter().map(|a| a.describe()).collect();
             let called: Vec<_> = attempts.iter().filter(|a| a.skipped.is_none()).collect();
@@ -239,18 +227,13 @@ fn dispatch_error(e: DispatchError) -> ApiError {
             let no_room = called.is_empty()
                 && attempts.iter().any(|a| matches!(a.skipped, Some(Skip::NodeFull | Skip::OverQuota)));
             if no_room {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                    .code("shed")
-                    .retry_after(wait)
+                ApiError::new(ErrorCode::Shed, message).retry_after(wait)
             } else if all_rate_limited {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                    .code("upstream_rate_limited")
-                    .retry_after(wait)
+                ApiError::new(ErrorCode::UpstreamRateLimited, message).retry_after(wait)
             } else {
-                let code = if budget { "retry_budget_exhausted" } else { "all_backends_failed" };
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
-                    .code(code)
-                    .retry_after(wait)
+                let code =
+                    if budget { ErrorCode::RetryBudgetExhausted } else { ErrorCode::AllBackendsFailed };
+                ApiError::new(code, message).retry_after(wait)
             }
         }
     }

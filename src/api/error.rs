@@ -1,7 +1,8 @@
 //! Every error a client sees, as an OpenAI error envelope with the right status.
 //!
 //! `{"error": {"message", "type", "param", "code"}}` is what the official SDKs parse; nothing
-//! leaves the API in any other shape.
+//! leaves the API in any other shape. What an error is (its status, `type` and `code`) is one
+//! table, [`ErrorCode::table`]; a call site picks the variant and writes the message.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -9,23 +10,130 @@ use serde_json::json;
 
 use crate::canonical::{ErrorClass, UpstreamError};
 
+/// Every kind of error Spillway answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    // The request itself.
+    /// A request the client must change, with no finer code.
+    InvalidRequest,
+    InvalidJson,
+    InvalidType,
+    InvalidValue,
+    MissingField,
+    InvalidBody,
+    RequestTooLarge,
+    BodyTimeout,
+    UnsupportedMediaType,
+    ContextLengthExceeded,
+    UnsupportedCapability,
+    ContentPolicyViolation,
+    ModelNotFound,
+    /// No such route, resource or feature.
+    NotFound,
+    MethodNotAllowed,
+    // Who is asking.
+    InvalidApiKey,
+    InvalidAdminToken,
+    /// The key may not use this task.
+    PermissionDenied,
+    // Capacity.
+    RouterOverloaded,
+    Shed,
+    UpstreamRateLimited,
+    NoEligibleBackend,
+    RetryBudgetExhausted,
+    AllBackendsFailed,
+    // An upstream's failure passed on.
+    /// The upstream refused the request as the client's fault (its own 4xx status is kept).
+    UpstreamRejected,
+    UpstreamAuth,
+    Timeout,
+    /// Any other upstream failure, coded by its class.
+    Upstream(ErrorClass),
+    // The admin API.
+    InvalidConfig,
+    GateRunning,
+    GateRunFailed,
+    LedgerOff,
+    LedgerUnavailable,
+}
+
+impl ErrorCode {
+    /// The status, OpenAI error `type` and `code` of each kind of error.
+    pub fn table(self) -> (StatusCode, &'static str, Option<&'static str>) {
+        use ErrorCode::*;
+        const INVALID: &str = "invalid_request_error";
+        const UNAVAILABLE: &str = "service_unavailable";
+        const RATE: &str = "rate_limit_error";
+        const AUTH: &str = "authentication_error";
+        const UPSTREAM: &str = "upstream_error";
+        match self {
+            InvalidRequest => (StatusCode::BAD_REQUEST, INVALID, None),
+            InvalidJson => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_json")),
+            InvalidType => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_type")),
+            InvalidValue => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_value")),
+            MissingField => (StatusCode::BAD_REQUEST, INVALID, Some("missing_field")),
+            InvalidBody => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_body")),
+            RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, Some("request_too_large")),
+            BodyTimeout => (StatusCode::REQUEST_TIMEOUT, INVALID, Some("body_timeout")),
+            UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID, Some("unsupported_media_type"))
+            }
+            ContextLengthExceeded => (StatusCode::BAD_REQUEST, INVALID, Some("context_length_exceeded")),
+            UnsupportedCapability => (StatusCode::BAD_REQUEST, INVALID, Some("unsupported_capability")),
+            ContentPolicyViolation => (StatusCode::BAD_REQUEST, INVALID, Some("content_policy_violation")),
+            ModelNotFound => (StatusCode::NOT_FOUND, INVALID, Some("model_not_found")),
+            NotFound => (StatusCode::NOT_FOUND, INVALID, Some("not_found")),
+            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, Some("method_not_allowed")),
+            InvalidApiKey => (StatusCode::UNAUTHORIZED, AUTH, Some("invalid_api_key")),
+            InvalidAdminToken => (StatusCode::UNAUTHORIZED, AUTH, Some("invalid_admin_token")),
+            PermissionDenied => (StatusCode::FORBIDDEN, "permission_error", None),
+            RouterOverloaded => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("router_overloaded")),
+            Shed => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("shed")),
+            UpstreamRateLimited => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("upstream_rate_limited")),
+            NoEligibleBackend => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("no_eligible_backend")),
+            RetryBudgetExhausted => {
+                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("retry_budget_exhausted"))
+            }
+            AllBackendsFailed => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("all_backends_failed")),
+            UpstreamRejected => (StatusCode::BAD_REQUEST, INVALID, None),
+            UpstreamAuth => (StatusCode::BAD_GATEWAY, UPSTREAM, Some("upstream_auth")),
+            Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", Some("timeout")),
+            Upstream(class) => (StatusCode::BAD_GATEWAY, UPSTREAM, Some(class.as_str())),
+            InvalidConfig => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Some("invalid_config")),
+            GateRunning => (StatusCode::CONFLICT, INVALID, Some("gate_running")),
+            GateRunFailed => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Some("gate_run_failed")),
+            LedgerOff => (StatusCode::NOT_FOUND, INVALID, Some("ledger_off")),
+            LedgerUnavailable => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("ledger_unavailable")),
+        }
+    }
+
+    /// The `code` member of the envelope.
+    pub fn as_str(self) -> Option<&'static str> {
+        self.table().2
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
+    pub code: ErrorCode,
+    /// The table's status, except for an upstream's own 4xx passed on.
     pub status: StatusCode,
-    pub kind: &'static str,
-    pub code: Option<String>,
     pub param: Option<String>,
     pub message: String,
     pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, kind, code: None, param: None, message: message.into(), retry_after_secs: None }
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let status = code.table().0;
+        ApiError { code, status, param: None, message: message.into(), retry_after_secs: None }
     }
 
-    pub fn code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+    /// The same error under another code (its status from the table).
+    pub fn code(mut self, code: ErrorCode) -> Self {
+        self.code = code;
+        self.status = code.table().0;
         self
     }
 
@@ -40,16 +148,17 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     /// The error body alone, as sent in-band on a stream that already started.
     pub fn body(&self) -> serde_json::Value {
+        let (_, kind, code) = self.code.table();
         json!({"error": {
             "message": self.message,
-            "type": self.kind,
+            "type": kind,
             "param": self.param,
-            "code": self.code,
+            "code": code,
         }})
     }
 
@@ -59,23 +168,24 @@ impl ApiError {
         let reason = format!("backend `{backend}`: {}", e.message);
         match e.class {
             ErrorClass::InvalidRequest => {
-                let status = e
+                let mut error = Self::new(ErrorCode::UpstreamRejected, reason);
+                if let Some(status) = e
                     .status
                     .filter(|s| (400..500).contains(s) && *s != 429)
                     .and_then(|s| StatusCode::from_u16(s).ok())
-                    .unwrap_or(StatusCode::BAD_REQUEST);
-                Self::new(status, "invalid_request_error", reason)
+                {
+                    error.status = status;
+                }
+                error
             }
-            ErrorClass::ContextLength => Self::bad_request(reason).code("context_length_exceeded"),
-            ErrorClass::ContentPolicy => Self::bad_request(reason).code("content_policy_violation"),
+            ErrorClass::ContextLength => Self::new(ErrorCode::ContextLengthExceeded, reason),
+            ErrorClass::ContentPolicy => Self::new(ErrorCode::ContentPolicyViolation, reason),
             ErrorClass::Auth => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
+                ErrorCode::UpstreamAuth,
                 format!("{reason} (the upstream refused Spillway's credentials)"),
-            )
-            .code("upstream_auth"),
-            ErrorClass::Timeout => Self::new(StatusCode::GATEWAY_TIMEOUT, "timeout", reason).code("timeout"),
-            class => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", reason).code(class.as_str()),
+            ),
+            ErrorClass::Timeout => Self::new(ErrorCode::Timeout, reason),
+            class => Self::new(ErrorCode::Upstream(class), reason),
         }
     }
 }
@@ -87,5 +197,80 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_statuses_match_the_type() {
+        use ErrorCode::*;
+        let all = [
+            InvalidRequest,
+            InvalidJson,
+            InvalidType,
+            InvalidValue,
+            MissingField,
+            InvalidBody,
+            RequestTooLarge,
+            BodyTimeout,
+            UnsupportedMediaType,
+            ContextLengthExceeded,
+            UnsupportedCapability,
+            ContentPolicyViolation,
+            ModelNotFound,
+            NotFound,
+            MethodNotAllowed,
+            InvalidApiKey,
+            InvalidAdminToken,
+            PermissionDenied,
+            RouterOverloaded,
+            Shed,
+            UpstreamRateLimited,
+            NoEligibleBackend,
+            RetryBudgetExhausted,
+            AllBackendsFailed,
+            UpstreamRejected,
+            UpstreamAuth,
+            Timeout,
+            Upstream(ErrorClass::ServerError),
+            InvalidConfig,
+            GateRunning,
+            GateRunFailed,
+            LedgerOff,
+            LedgerUnavailable,
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for code in all {
+            let (status, kind, name) = code.table();
+            if let Some(name) = name {
+                assert!(seen.insert(name), "{name} is used twice");
+            }
+            let expected_class = match kind {
+                "invalid_request_error" => status.is_client_error(),
+                "authentication_error" => status == StatusCode::UNAUTHORIZED,
+                "permission_error" => status == StatusCode::FORBIDDEN,
+                "rate_limit_error" => status == StatusCode::TOO_MANY_REQUESTS,
+                "service_unavailable" => status == StatusCode::SERVICE_UNAVAILABLE,
+                "upstream_error" => status == StatusCode::BAD_GATEWAY,
+                "timeout" => status == StatusCode::GATEWAY_TIMEOUT,
+                other => panic!("{code:?}: unknown type {other}"),
+            };
+            assert!(expected_class, "{code:?}: {status} does not fit type {kind}");
+        }
+    }
+
+    #[test]
+    fn an_upstream_refusal_keeps_its_own_status_under_the_table_type() {
+        let e = UpstreamError::new(ErrorClass::InvalidRequest, Some(422), "bad schema");
+        let error = ApiError::from_upstream("openai", &e);
+        assert_eq!(error.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(error.body()["error"]["type"], "invalid_request_error");
+        assert_eq!(error.body()["error"]["message"], "backend `openai`: bad schema");
+        let limited = UpstreamError::new(ErrorClass::ServerError, Some(500), "boom");
+        let error = ApiError::from_upstream("vllm", &limited);
+        assert_eq!((error.status, error.code.as_str()), (StatusCode::BAD_GATEWAY, Some("server_error")));
     }
 }

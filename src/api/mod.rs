@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use crate::config::TaskConfig;
 use crate::dispatch::Dispatcher;
 use crate::snapshot::Snapshot;
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode};
 
 /// What every handler shares.
 pub struct AppState {
@@ -77,20 +77,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/dashboard", get(crate::api::dashboard::page))
         .route("/dashboard/data", get(crate::api::dashboard::data))
         .merge(admin::routes())
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route").code("not_found")
-        })
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         // After every route (it applies to the routes registered so far); axum adds `Allow`.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request_error",
+                ErrorCode::MethodNotAllowed,
                 format!(
                     "{method} is not allowed on {}; the Allow header lists the methods that are",
                     uri.path()
                 ),
             )
-            .code("method_not_allowed")
         })
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), request_id::layer))
         .with_state(state)
@@ -102,8 +98,7 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Stri
     if client_keys.is_empty() {
         return Ok(None);
     }
-    let unauthorized =
-        |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", m).code("invalid_api_key");
+    let unauthorized = |m: &str| ApiError::new(ErrorCode::InvalidApiKey, m);
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| unauthorized("missing API key: send Authorization: Bearer <key>"))?;

@@ -3,7 +3,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::slo::{Observation, TaskSlo};
+use super::families::{
+    Backend, BackendResult, BackendStatus, Failover, Task, TaskBackend, TaskBackendKind, TaskBackendOutcome,
+    TaskBackendResult, TaskBackendVerdict, TaskPriority, TaskReason, TaskSlo,
+};
+use super::slo::{self, Observation};
 use super::Metrics;
 use crate::config::Config;
 use crate::outcome::{AttemptRecord, Ending, RequestOutcome};
@@ -19,14 +23,17 @@ impl Metrics {
         windows.retain(|task, _| config.task(task).is_some());
         for task in &config.tasks {
             let target = task.slo.ttft_ms;
-            windows.entry(task.name.clone()).or_insert_with(|| TaskSlo::new(target)).set_target(target);
-            self.slo_target.with_label_values(&[&task.name]).set(target as f64 / 1000.0);
-            self.slo_objective.with_label_values(&[&task.name, "ttft"]).set(task.slo.objective);
-            self.slo_objective.with_label_values(&[&task.name, "availability"]).set(task.slo.availability);
+            windows.entry(task.name.clone()).or_insert_with(|| slo::TaskSlo::new(target)).set_target(target);
+            self.slo_gauges.target.get(Task { task: &task.name }).set(target as f64 / 1000.0);
+            self.slo_gauges.objective.get(TaskSlo { task: &task.name, slo: "ttft" }).set(task.slo.objective);
+            self.slo_gauges
+                .objective
+                .get(TaskSlo { task: &task.name, slo: "availability" })
+                .set(task.slo.availability);
         }
         for b in &config.backends {
             // Present from the start, so that "never served" is a value alerts can see.
-            self.last_success.with_label_values(&[&b.name]);
+            self.providers.last_success.get(Backend { backend: &b.name });
         }
     }
 
@@ -35,17 +42,17 @@ impl Metrics {
         if a.skipped.is_some() {
             return;
         }
-        let backend = [a.backend.as_str()];
-        self.provider_calls.with_label_values(&backend).inc();
-        self.provider_latency.with_label_values(&backend).observe(a.elapsed.as_secs_f64());
+        let backend = Backend { backend: &a.backend };
+        self.providers.calls.get(backend).inc();
+        self.providers.latency.get(backend).observe(a.elapsed.as_secs_f64());
         match a.error_class {
             Some(class) => {
                 let status = a.status.map_or_else(|| class.as_str().to_string(), |s| s.to_string());
-                self.provider_failures.with_label_values(&[a.backend.as_str(), &status]).inc();
+                self.providers.failures.get(BackendStatus { backend: &a.backend, status: &status }).inc();
             }
             None => {
-                self.provider_successes.with_label_values(&backend).inc();
-                self.last_success.with_label_values(&backend).set(unix_secs(SystemTime::now()));
+                self.providers.successes.get(backend).inc();
+                self.providers.last_success.get(backend).set(unix_secs(SystemTime::now()));
             }
         }
     }
@@ -53,38 +60,47 @@ impl Metrics {
     /// Where each gated (task, backend) stands now (set at scrape time): `(task, backend,
     /// passing, last run failed)`.
     pub fn set_gate<'a>(&self, standings: impl IntoIterator<Item = (&'a str, &'a str, bool, bool)>) {
-        self.gate_passing.reset();
-        self.gate_failed.reset();
+        self.gate.passing.reset();
+        self.gate.failed.reset();
         for (task, backend, passing, last_run_failed) in standings {
-            let labels = [task, backend];
-            self.gate_passing.with_label_values(&labels).set(i64::from(passing));
-            self.gate_failed.with_label_values(&labels).set(i64::from(last_run_failed));
+            let labels = TaskBackend { task, backend };
+            self.gate.passing.get(labels).set(i64::from(passing));
+            self.gate.failed.get(labels).set(i64::from(last_run_failed));
         }
     }
 
     /// A gate run this router made.
     pub fn observe_gate_run(&self, task: &str, backend: &str, passed: bool) {
-        self.gate_runs.with_label_values(&[task, backend, if passed { "pass" } else { "fail" }]).inc();
+        self.gate
+            .runs
+            .get(TaskBackendResult { task, backend, result: if passed { "pass" } else { "fail" } })
+            .inc();
     }
 
     /// A shadow copy sent (`result`: ok, error, over_quota).
     pub fn observe_shadow(&self, task: &str, backend: &str, result: &str) {
-        self.shadows.with_label_values(&[task, backend, result]).inc();
+        self.gate.shadows.get(TaskBackendResult { task, backend, result }).inc();
     }
 
     /// A shadow answer graded.
     pub fn observe_shadow_grade(&self, task: &str, backend: &str, passed: bool) {
-        self.shadow_grades.with_label_values(&[task, backend, if passed { "pass" } else { "fail" }]).inc();
+        self.gate
+            .shadow_grades
+            .get(TaskBackendVerdict { task, backend, verdict: if passed { "pass" } else { "fail" } })
+            .inc();
     }
 
     /// One canary probe of a backend.
     pub fn observe_canary(&self, backend: &str, ok: bool) {
-        self.canaries.with_label_values(&[backend, if ok { "ok" } else { "failed" }]).inc();
+        self.providers
+            .canaries
+            .get(BackendResult { backend, result: if ok { "ok" } else { "failed" } })
+            .inc();
     }
 
     /// Dispatch moved on from a backend that failed.
     pub fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
-        self.failovers.with_label_values(&[task, from, to, reason]).inc();
+        self.requests.failovers.get(Failover { task, from, to, reason }).inc();
     }
 
     /// One finished request; `cost_usd` is its hosted list-price cost, if any.
@@ -99,35 +115,38 @@ impl Metrics {
             Ending::Cancelled => "cancelled",
             Ending::Shed => "shed",
         };
-        let tb = [r.task.as_str(), r.backend.as_str()];
-        self.requests.with_label_values(&[&r.task, &r.backend, outcome]).inc();
+        let tb = TaskBackend { task: &r.task, backend: &r.backend };
+        self.requests.finished.get(TaskBackendOutcome { task: &r.task, backend: &r.backend, outcome }).inc();
         if r.ending == Ending::Shed {
-            self.shed.with_label_values(&[&r.task, r.meta.priority.as_str()]).inc();
+            self.requests.shed.get(TaskPriority { task: &r.task, priority: r.meta.priority.as_str() }).inc();
         }
         if let Some(reason) = r.spill {
-            self.spills.with_label_values(&[&r.task, reason.as_str()]).inc();
+            self.requests.spills.get(TaskReason { task: &r.task, reason: reason.as_str() }).inc();
         }
         if let Some(ttft) = r.ttft {
-            self.ttft.with_label_values(&tb).observe(ttft.as_secs_f64());
+            self.requests.ttft.get(tb).observe(ttft.as_secs_f64());
             let output = r.usage.output_tokens;
             if output > 1 && r.duration > ttft {
                 let itl = (r.duration - ttft).as_secs_f64() / f64::from(output - 1);
-                self.inter_token.with_label_values(&tb).observe(itl);
+                self.requests.inter_token.get(tb).observe(itl);
             }
         }
         if !r.backend.is_empty() {
-            self.duration.with_label_values(&tb).observe(r.duration.as_secs_f64());
+            self.requests.duration.get(tb).observe(r.duration.as_secs_f64());
             let u = &r.usage;
             for (kind, n) in [
                 ("input", u.input_tokens),
                 ("cached_input", u.cached_input_tokens),
                 ("output", u.output_tokens),
             ] {
-                self.tokens.with_label_values(&[&r.task, &r.backend, kind]).inc_by(u64::from(n));
+                self.requests
+                    .tokens
+                    .get(TaskBackendKind { task: &r.task, backend: &r.backend, kind })
+                    .inc_by(u64::from(n));
             }
         }
         if let Some(cost) = cost_usd.filter(|c| *c > 0.0) {
-            self.cost.with_label_values(&tb).inc_by(cost);
+            self.requests.cost.get(tb).inc_by(cost);
         }
         if let Some(o) = slo_observation(r) {
             if let Some(w) = self.slo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&r.task) {

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use super::families::{Backend, Gpu, Node, TaskBackend, TaskPercentile, TaskSloWindow};
 use super::slo::{burn_rate, WINDOWS};
 use super::Metrics;
 use crate::config::Strategy;
@@ -25,28 +26,30 @@ impl Metrics {
     /// Set every state gauge from `v`.
     pub fn refresh(&self, v: &StateView<'_>) {
         let snap = v.snapshot;
-        for family in [&self.node_running, &self.node_waiting, &self.node_kv_usage, &self.node_headroom] {
+        let f = &self.fleet;
+        for family in
+            [&f.node_running, &f.node_waiting, &f.node_kv_usage, &f.node_headroom, &f.node_telemetry_age]
+        {
             family.reset();
         }
-        self.node_telemetry_age.reset();
-        self.gpu_utilization.reset();
-        self.node_quarantined.reset();
-        self.node_held.reset();
-        self.breaker_state.reset();
-        self.weight.reset();
+        f.gpu_utilization.reset();
+        f.node_quarantined.reset();
+        f.node_held.reset();
+        f.breaker.reset();
+        f.weight.reset();
         for b in &snap.backends {
             if !b.is_local() {
-                self.availability.with_label_values(&[&b.name]).set(b.availability);
+                f.availability.get(Backend { backend: &b.name }).set(b.availability);
             }
             for n in &b.nodes {
-                let labels = [b.name.as_str(), n.key.as_str()];
+                let labels = Node { backend: &b.name, node: &n.key };
                 let state = match n.breaker {
                     BreakerView::Closed => 0,
                     BreakerView::HalfOpen => 1,
                     BreakerView::Open => 2,
                 };
-                self.breaker_state.with_label_values(&labels).set(state);
-                self.node_held.with_label_values(&labels).set(i64::from(n.held.is_some()));
+                f.breaker.get(labels).set(state);
+                f.node_held.get(labels).set(i64::from(n.held.is_some()));
                 if !b.is_local() {
                     continue;
                 }
@@ -54,32 +57,32 @@ impl Metrics {
                 let age = s
                     .scraped_at
                     .map_or(f64::INFINITY, |at| v.now.saturating_duration_since(at).as_secs_f64());
-                self.node_telemetry_age.with_label_values(&labels).set(age);
-                self.node_quarantined.with_label_values(&labels).set(i64::from(n.quarantine.is_some()));
+                f.node_telemetry_age.get(labels).set(age);
+                f.node_quarantined.get(labels).set(i64::from(n.quarantine.is_some()));
                 if let Some(r) = s.running {
-                    self.node_running.with_label_values(&labels).set(r);
+                    f.node_running.get(labels).set(r);
                 }
                 if let Some(w) = s.waiting {
-                    self.node_waiting.with_label_values(&labels).set(w);
+                    f.node_waiting.get(labels).set(w);
                 }
                 if let Some(kv) = s.kv_usage {
-                    self.node_kv_usage.with_label_values(&labels).set(kv);
+                    f.node_kv_usage.get(labels).set(kv);
                 }
                 let ceiling = f64::from(b.limits.max_running) * (1.0 - b.limits.reserve);
                 let held = s.running.unwrap_or(0.0) + s.waiting.unwrap_or(0.0);
-                self.node_headroom.with_label_values(&labels).set((ceiling - held).max(0.0));
+                f.node_headroom.get(labels).set((ceiling - held).max(0.0));
                 let agent = v.telemetry.get(&n.key).and_then(|t| t.agent).filter(|a| a.up);
                 for gpu in agent.iter().flat_map(|a| a.gpus.iter()) {
                     if let Some(u) = gpu.utilization {
                         let index = gpu.index.to_string();
-                        self.gpu_utilization.with_label_values(&[&b.name, &n.key, &index]).set(u);
+                        f.gpu_utilization.get(Gpu { backend: &b.name, node: &n.key, gpu: &index }).set(u);
                     }
                 }
             }
         }
         for task in snap.config.tasks.iter().filter(|t| t.strategy == Strategy::Adaptive) {
             for (i, w) in crate::route::weights::task_weights(task, snap) {
-                self.weight.with_label_values(&[&task.name, &snap.backends[i].name]).set(w);
+                f.weight.get(TaskBackend { task: &task.name, backend: &snap.backends[i].name }).set(w);
             }
         }
         self.ledger_buffered.set(v.ledger_buffered.map_or(0, |n| n as i64));
@@ -97,15 +100,18 @@ impl Metrics {
                     ("ttft", stats.ttft_attainment(), task.slo.objective),
                     ("availability", stats.availability(), task.slo.availability),
                 ] {
-                    let labels = [task.name.as_str(), slo, label];
-                    self.slo_attainment.with_label_values(&labels).set(attained);
-                    self.slo_burn_rate.with_label_values(&labels).set(burn_rate(attained, objective));
+                    let labels = TaskSloWindow { task: &task.name, slo, window: label };
+                    self.slo_gauges.attainment.get(labels).set(attained);
+                    self.slo_gauges.burn_rate.get(labels).set(burn_rate(attained, objective));
                 }
             }
             let quantiles = [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")];
             let values = w.ttft_quantiles(now, &quantiles.map(|(q, _)| q));
             for ((_, label), value) in quantiles.iter().zip(values) {
-                let g = self.ttft_percentile.with_label_values(&[task.name.as_str(), label]);
+                let g = self
+                    .slo_gauges
+                    .ttft_percentile
+                    .get(TaskPercentile { task: &task.name, percentile: label });
                 g.set(value.map_or(f64::NAN, |ms| ms as f64 / 1000.0));
             }
         }

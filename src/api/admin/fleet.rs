@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, ErrorCode};
 use crate::guard::breaker::Forced;
 use crate::guard::holds::{HoldKind, Scope};
 use crate::snapshot::{BreakerView, Snapshot};
@@ -103,20 +103,14 @@ impl Target {
     /// The node keys this target names in `snap`, or 404 naming what is unknown.
     fn nodes(&self, snap: &Snapshot) -> Result<Vec<String>, ApiError> {
         let backend = snap.backend_index(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                format!("no backend `{}`", self.backend),
-            )
-            .param("backend")
+            ApiError::new(ErrorCode::NotFound, format!("no backend `{}`", self.backend)).param("backend")
         })?;
         let keys: Vec<String> = backend.nodes.iter().map(|n| n.key.clone()).collect();
         match &self.node {
             None => Ok(keys),
             Some(node) if keys.contains(node) => Ok(vec![node.clone()]),
             Some(node) => Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "invalid_request_error",
+                ErrorCode::NotFound,
                 format!("backend `{}` has no node `{node}` (see GET /admin/backends)", self.backend),
             )
             .param("node")),
@@ -218,8 +212,7 @@ pub async fn canary(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     let results = state.canaries.round(req.backend.as_deref()).await;
     if let (Some(name), true) = (&req.backend, results.is_empty()) {
         return ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            "invalid_request_error",
+            ErrorCode::NotFound,
             format!("`{name}` is not a fallback backend any task may send data to"),
         )
         .param("backend")

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, ErrorCode};
 use crate::gate::requalify::Requalified;
 use crate::gate::store::GateResult;
 
@@ -96,13 +96,7 @@ pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, b
         Err(e) => return ApiError::bad_request(format!("request body: {e}")).into_response(),
     };
     let Some(requalifier) = &state.gate.requalifier else {
-        return ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "the gate needs the ledger store",
-        )
-        .code("not_found")
-        .into_response();
+        return ApiError::new(ErrorCode::NotFound, "the gate needs the ledger store").into_response();
     };
     tracing::warn!(who = %who.0, node = %body.node, "admin: gate re-run on a quarantined node");
     match requalifier.retry(&body.node).await {
@@ -113,13 +107,9 @@ pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, b
             Json(json!({"node": body.node, "fingerprint": fingerprint, "accepted": false, "why": why}))
                 .into_response()
         }
-        Ok(Requalified::AlreadyRunning) => ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_request_error",
-            "a run for this fingerprint is under way",
-        )
-        .code("gate_running")
-        .into_response(),
+        Ok(Requalified::AlreadyRunning) => {
+            ApiError::new(ErrorCode::GateRunning, "a run for this fingerprint is under way").into_response()
+        }
         Err(why) => ApiError::bad_request(why).param("node").into_response(),
     }
 }
@@ -141,8 +131,6 @@ pub async fn run(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
             Json(json!({"task": result.task, "backend": result.backend, "result": result_json(&result)}))
                 .into_response()
         }
-        Err(why) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", why)
-            .code("gate_run_failed")
-            .into_response(),
+        Err(why) => ApiError::new(ErrorCode::GateRunFailed, why).into_response(),
     }
 }

@@ -8,12 +8,12 @@ mod report;
 
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::routing::{get, post};
 use axum::Router;
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, ErrorCode};
 
 /// Who is acting: the `x-spillway-operator` header (a name for the audit log), else "admin".
 #[derive(Debug, Clone)]
@@ -22,12 +22,7 @@ pub struct Operator(pub String);
 /// Check the admin bearer token and say who is acting.
 pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiError> {
     let Some(expected) = &state.admin_token else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "the admin API is off (set admin_token_env)",
-        )
-        .code("not_found"));
+        return Err(ApiError::new(ErrorCode::NotFound, "the admin API is off (set admin_token_env)"));
     };
     let sent = headers
         .get(header::AUTHORIZATION)
@@ -37,14 +32,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiE
     // Compare digests so that the time taken says nothing about the token.
     match sent {
         Some(token) if Sha256::digest(token) == Sha256::digest(expected) => {}
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "this route needs the admin token",
-            )
-            .code("invalid_admin_token"))
-        }
+        _ => return Err(ApiError::new(ErrorCode::InvalidAdminToken, "this route needs the admin token")),
     }
     let who = headers
         .get("x-spillway-operator")
@@ -88,11 +76,9 @@ async fn reload(
         Err(problems) => {
             tracing::error!(who = %who.0, ?problems, "admin: config reload refused");
             ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request_error",
+                ErrorCode::InvalidConfig,
                 format!("the config was not reloaded: {}", problems.join("; ")),
             )
-            .code("invalid_config")
             .into_response()
         }
     }

@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use super::authorize;
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, ErrorCode};
 use crate::report::{self, ReportFormat, ReportQuery};
 
 /// `GET /admin/reports/cost?from=&to=&group_by=&format=`: the same report as `spillway report`.
@@ -49,22 +49,12 @@ async fn cost_report_inner(
     )
     .map_err(ApiError::bad_request)?;
     let Some((store, _)) = &state.ledger else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "the ledger is off (ledger.enabled: false)",
-        )
-        .code("ledger_off"));
+        return Err(ApiError::new(ErrorCode::LedgerOff, "the ledger is off (ledger.enabled: false)"));
     };
     let config = state.snapshot.load().config.clone();
     let body = report::generate(store, Some(&config), &query).await.map_err(|e| {
         tracing::error!("cost report failed: {e}");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-            "the ledger could not be read; see the router's log",
-        )
-        .code("ledger_unavailable")
+        ApiError::new(ErrorCode::LedgerUnavailable, "the ledger could not be read; see the router's log")
     })?;
     tracing::info!(who = %who.0, from = query.from_ms, to = query.to_ms, "admin: cost report");
     Ok(([(header::CONTENT_TYPE, query.format.content_type())], body).into_response())

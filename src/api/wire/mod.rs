@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Unexpected
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::canonical::{ChatRequest, Message, Role, ToolCall};
 
 #[derive(Debug, Deserialize)]
@@ -228,8 +228,10 @@ pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
     if body.trim_ascii_start().first() != Some(&b'{') {
         // serde would read a JSON array as a struct's fields in order; a request is an object.
         return Err(match serde_json::from_slice::<IgnoredAny>(body) {
-            Ok(_) => ApiError::bad_request("the body must be a JSON object (a chat completion request)")
-                .code("invalid_type"),
+            Ok(_) => ApiError::new(
+                ErrorCode::InvalidType,
+                "the body must be a JSON object (a chat completion request)",
+            ),
             Err(e) => invalid_json(&e),
         });
     }
@@ -243,7 +245,7 @@ pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
 }
 
 fn invalid_json(e: &serde_json::Error) -> ApiError {
-    ApiError::bad_request(format!("the body is not valid JSON: {e}")).code("invalid_json")
+    ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {e}"))
 }
 
 /// A decode error as the client should see it. serde reports every data error as text, in
@@ -258,7 +260,7 @@ fn decode_error(path: String, e: serde_json::Error) -> ApiError {
         // valid JSON with a value out of range.
         Category::Syntax if text.starts_with("number out of range") => {
             let field = at.as_deref().unwrap_or("the body");
-            let error = ApiError::bad_request(format!("`{field}`: {text}")).code("invalid_value");
+            let error = ApiError::new(ErrorCode::InvalidValue, format!("`{field}`: {text}"));
             match at {
                 Some(at) => error.param(at),
                 None => error,
@@ -271,16 +273,16 @@ fn decode_error(path: String, e: serde_json::Error) -> ApiError {
                     Some(at) => format!("{at}.{field}"),
                     None => field.to_string(),
                 };
-                return ApiError::bad_request(format!("`{param}` is required"))
-                    .code("missing_field")
-                    .param(param);
+                return ApiError::new(ErrorCode::MissingField, format!("`{param}` is required")).param(param);
             }
-            let code = if text.starts_with("invalid type:") { "invalid_type" } else { "invalid_value" };
+            let code = if text.starts_with("invalid type:") {
+                ErrorCode::InvalidType
+            } else {
+                ErrorCode::InvalidValue
+            };
             match at {
-                Some(at) => {
-                    ApiError::bad_request(format!("invalid field `{at}`: {text}")).code(code).param(at)
-                }
-                None => ApiError::bad_request(format!("invalid request: {text}")).code(code),
+                Some(at) => ApiError::new(code, format!("invalid field `{at}`: {text}")).param(at),
+                None => ApiError::new(code, format!("invalid request: {text}")),
             }
         }
     }
@@ -298,7 +300,13 @@ impl ChatCompletionRequest {
     /// The canonical request (without `model`, which dispatch fills per backend), checking
     /// what the types could not; each refusal names its field, with code `invalid_value`.
     pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-        self.checked(output_cap).map_err(|e| if e.code.is_none() { e.code("invalid_value") } else { e })
+        self.checked(output_cap).map_err(|e| {
+            if e.code == ErrorCode::InvalidRequest {
+                e.code(ErrorCode::InvalidValue)
+            } else {
+                e
+            }
+        })
     }
 
     fn checked(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {

@@ -14,7 +14,7 @@ fn type_errors_name_the_field() {
     let err = decode(br#"{"messages":[]}"#).unwrap_err();
     assert!(err.message.contains("model"), "{err:?}");
     let err = decode(b"{not json").unwrap_err();
-    assert_eq!(err.code.as_deref(), Some("invalid_json"));
+    assert_eq!(err.code.as_str(), Some("invalid_json"));
 }
 
 /// A request with `extra` spliced in after `messages`.
@@ -38,15 +38,15 @@ fn bytes_after_the_object_are_not_json() {
     assert!(decode(format!(" {body}\n\t ").as_bytes()).is_ok());
     for tail in ["x", "{}", "]", "\"more\"", ",", "\0"] {
         let err = refused(format!("{body}{tail}").as_bytes());
-        assert_eq!(err.code.as_deref(), Some("invalid_json"), "{tail:?}: {err:?}");
+        assert_eq!(err.code.as_str(), Some("invalid_json"), "{tail:?}: {err:?}");
         assert!(err.message.contains("trailing"), "{err:?}");
     }
     for not_object in ["[]", "\"t\"", "3", "null", r#"["t", [{"role": "user", "content": "x"}]]"#] {
         let err = refused(not_object.as_bytes());
-        assert_eq!(err.code.as_deref(), Some("invalid_type"), "{not_object}: {err:?}");
+        assert_eq!(err.code.as_str(), Some("invalid_type"), "{not_object}: {err:?}");
     }
-    assert_eq!(refused(b"").code.as_deref(), Some("invalid_json"));
-    assert_eq!(refused(b"nonsense").code.as_deref(), Some("invalid_json"));
+    assert_eq!(refused(b"").code.as_str(), Some("invalid_json"));
+    assert_eq!(refused(b"nonsense").code.as_str(), Some("invalid_json"));
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn every_wrong_type_or_value_names_its_field() {
         (with(r#","n":[1]"#), "n", "invalid_type"),
     ] {
         let err = refused(body.as_bytes());
-        assert_eq!((err.param.as_deref(), err.code.as_deref()), (Some(param), Some(code)), "{body}: {err:?}");
+        assert_eq!((err.param.as_deref(), err.code.as_str()), (Some(param), Some(code)), "{body}: {err:?}");
         assert!(err.message.contains(param), "the message names `{param}`: {err:?}");
     }
 }
@@ -213,7 +213,7 @@ fn hostile_bodies_get_a_400_not_a_panic() {
         ),
     ] {
         let err = refused(&body);
-        assert_eq!((err.code.as_deref(), err.param.as_deref()), (Some(code), param), "{err:?}");
+        assert_eq!((err.code.as_str(), err.param.as_deref()), (Some(code), param), "{err:?}");
     }
     for (number, code) in [
         ("1e400", "invalid_value"),
@@ -223,7 +223,7 @@ fn hostile_bodies_get_a_400_not_a_panic() {
     ] {
         let err = refused(with(&format!(r#","max_tokens":{number}"#)).as_bytes());
         assert_eq!(
-            (err.param.as_deref(), err.code.as_deref()),
+            (err.param.as_deref(), err.code.as_str()),
             (Some("max_tokens"), Some(code)),
             "{number}: {err:?}"
         );
@@ -239,12 +239,7 @@ fn hostile_bodies_get_a_400_not_a_panic() {
         b"{\"model\":\"\\ud800\",\"messages\":[]}".to_vec(),
     ] {
         let err = refused(&body);
-        assert_eq!(
-            err.code.as_deref(),
-            Some("invalid_json"),
-            "{:?}: {err:?}",
-            String::from_utf8_lossy(&body)
-        );
+        assert_eq!(err.code.as_str(), Some("invalid_json"), "{:?}: {err:?}", String::from_utf8_lossy(&body));
     }
 }
 
