@@ -205,19 +205,20 @@ balancing: {{interval_secs: 1}}
     );
     // One interval later the PID has cut a's availability: b comes first, no failed call.
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
-    assert_eq!(stats["availability"]["a"], 0.0, "{stats}");
-    assert_eq!(stats["weights"]["t"]["b"], 1.0, "{stats}");
-    assert_eq!(stats["first_choice"]["t/a"], 1, "chain choice is counted: {stats}");
+    let text = metrics_text(&router.url).await;
+    assert_eq!(series_sum(&text, "spillway_backend_availability", &[("backend", "a")]), Some(0.0), "{text}");
+    assert_eq!(series_sum(&text, "spillway_backend_weight", &[("task", "t"), ("backend", "b")]), Some(1.0));
+    let first = |text: &str, backend| {
+        series_sum(text, "spillway_first_choice_total", &[("task", "t"), ("backend", backend)])
+    };
+    assert_eq!(first(&text, "a"), Some(1.0), "chain choice is counted: {text}");
     for _ in 0..5 {
         let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
         assert_eq!(headers["x-spillway-attempts"], "1");
         assert_eq!(headers["x-spillway-backend"], "b");
     }
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
-    assert_eq!(stats["first_choice"]["t/b"], 5, "{stats}");
+    let text = metrics_text(&router.url).await;
+    assert_eq!(first(&text, "b"), Some(5.0), "{text}");
 }
 
 #[tokio::test]

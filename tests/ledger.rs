@@ -376,7 +376,7 @@ async fn node_minutes_round_trip_and_replicas_merge_busy() {
     }
 }
 
-/// The router with its ledger on a store that goes down: requests keep being served, `/stats`
+/// The router with its ledger on a store that goes down: requests keep being served, a metric
 /// counts the rows waiting, and once the store is back every row arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_flow_while_the_store_is_down_and_every_row_arrives() {
@@ -396,9 +396,9 @@ async fn requests_flow_while_the_store_is_down_and_every_row_arrives() {
             assert_eq!(status, 200, "{}: a request does not wait for the ledger", target.name());
         }
         let buffered = || async {
-            let stats: serde_json::Value =
-                reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
-            stats["ledger_buffered"].as_u64().unwrap()
+            let text = common::metrics_text(&router.url).await;
+            common::series_sum(&text, "spillway_ledger_buffered_rows", &[]).expect("the gauge is exported")
+                as u64
         };
         assert!(buffered().await >= 20, "{}: the rows wait in memory", target.name());
         target.heal_store().await;

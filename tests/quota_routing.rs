@@ -57,10 +57,13 @@ async fn a_backend_over_quota_is_skipped_not_failed() {
     assert_eq!(served, [(200, "a".into()), (200, "a".into()), (200, "b".into()), (200, "b".into())]);
     // With nowhere else to go, the request is shed with 429, not failed.
     assert_eq!(backend_of(&router.url, "only-a", "interactive").await, (429, "shed".into()));
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
-    assert!(stats["failed_attempts"].as_object().unwrap().is_empty(), "skips are not failures: {stats}");
-    assert_eq!(stats["quota_shared_state_ok"], serde_json::Value::Null, "no Redis configured");
+    let text = metrics_text(&router.url).await;
+    assert_eq!(
+        series_sum(&text, "spillway_provider_failures_total", &[]),
+        None,
+        "skips are not failures: {text}"
+    );
+    assert_eq!(series_sum(&text, "spillway_quota_shared_state_up", &[]), None, "no Redis configured");
 }
 
 #[tokio::test]
@@ -107,7 +110,6 @@ async fn replicas_sharing_redis_hold_one_quota() {
         }
     }
     assert_eq!(on_a, 4, "two replicas, one quota of 4 a minute");
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", one.url)).await.unwrap().json().await.unwrap();
-    assert_eq!(stats["quota_shared_state_ok"], true);
+    let text = metrics_text(&one.url).await;
+    assert_eq!(series_sum(&text, "spillway_quota_shared_state_up", &[("store", "redis")]), Some(1.0));
 }

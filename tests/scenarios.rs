@@ -39,12 +39,12 @@ async fn a_ramp_to_150_percent_spills_and_keeps_ttft_inside_the_slo() {
     assert!(peak.local_share < 0.8 && peak.local_share > 0.3, "spilled, but the fleet stayed busy: {peak:?}");
     assert!(peak.hosted_tokens > 0);
     // Every spill was counted with its reason: here the reserve (or the queue it protects).
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", fleet.url)).await.unwrap().json().await.unwrap();
-    let spills = &stats["spills"];
-    let counted: u64 = spills.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
-    assert!(counted > 0 && spills["reserve"].as_u64().unwrap_or(0) > 0, "{stats}");
-    assert_eq!(stats["requests"]["hosted/completed"].as_u64().unwrap(), counted, "{stats}");
+    let text = common::metrics_text(&fleet.url).await;
+    let counted = common::series_sum(&text, "spillway_spills_total", &[]).unwrap_or(0.0);
+    let reserve = common::series_sum(&text, "spillway_spills_total", &[("reason", "reserve")]).unwrap_or(0.0);
+    assert!(counted > 0.0 && reserve > 0.0, "{text}");
+    let hosted = [("backend", "hosted"), ("outcome", "completed")];
+    assert_eq!(common::series_sum(&text, "spillway_requests_total", &hosted), Some(counted), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

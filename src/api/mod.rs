@@ -39,10 +39,9 @@ pub struct AppState {
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// Client key value → the name of the environment variable it came from. Empty: no auth.
     pub client_keys: Arc<ArcSwap<HashMap<String, String>>>,
-    /// Hosted quota counters (for `/stats`: whether the shared Redis state is reachable).
+    /// Hosted quota counters (for `/metrics`: whether the shared Redis state is reachable).
     pub quota: Arc<crate::guard::quota::QuotaBoard>,
     /// Running totals of requests, spills and failed attempts.
-    pub tally: Arc<std::sync::Mutex<crate::control::books::Tally>>,
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
     pub max_body_bytes: usize,
@@ -72,7 +71,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/dashboard", get(crate::api::dashboard::page))
         .route("/dashboard/data", get(crate::api::dashboard::data))
@@ -182,44 +180,12 @@ pub fn current_metrics(state: &AppState) -> String {
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         now: tokio::time::Instant::now(),
     });
+    state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));
     let standings = state.gate.board.standings(&snapshot.config, &state.gate.pins);
     state.metrics.set_gate(
         standings.iter().map(|s| (s.task.as_str(), s.backend.as_str(), s.passing(), s.last_run_failed)),
     );
     state.metrics.render()
-}
-
-/// Requests by backend and ending, spills by reason, failed attempts by backend and class.
-async fn stats(State(state): State<Arc<AppState>>) -> Response {
-    let tally = state.tally.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut body = serde_json::to_value(tally).unwrap_or_default();
-    body["ledger_buffered"] =
-        state.ledger.as_ref().map_or(serde_json::Value::Null, |(_, s)| json!(s.buffered()));
-    body["quota_shared_state_ok"] =
-        if state.quota.is_shared() { json!(state.quota.shared_state_ok()) } else { serde_json::Value::Null };
-    let snap = state.snapshot.load();
-    body["availability"] = snap
-        .backends
-        .iter()
-        .filter(|b| !b.is_local())
-        .map(|b| (b.name.clone(), json!(b.availability)))
-        .collect();
-    // Each adaptive task's weights now (see `route::weights::task_weights`).
-    body["weights"] = snap
-        .config
-        .tasks
-        .iter()
-        .filter(|t| t.strategy == crate::config::Strategy::Adaptive)
-        .map(|t| {
-            let weights = crate::route::weights::task_weights(t, &snap);
-            (
-                t.name.clone(),
-                weights.into_iter().map(|(i, w)| (snap.backends[i].name.clone(), json!(w))).collect(),
-            )
-        })
-        .collect::<serde_json::Map<String, serde_json::Value>>()
-        .into();
-    Json(body).into_response()
 }
 
 /// A running router: where it listens, and the task serving it.

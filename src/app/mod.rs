@@ -48,7 +48,6 @@ pub async fn start(
     let holds = Arc::new(HoldBoard::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     let mut loops = tokio::task::JoinSet::new();
-    let tally = Arc::new(std::sync::Mutex::new(books::Tally::default()));
     let availability = AvailabilityBoard::new(&config);
     let ledger = match &secrets.ledger_url {
         Some(url) => Some(Ledger::open(url).await?),
@@ -60,7 +59,6 @@ pub async fn start(
     metrics.configure(&config);
     let (consume_stop, stop_rx) = oneshot::channel();
     let books = books::Books {
-        tally: Arc::clone(&tally),
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
@@ -189,7 +187,6 @@ pub async fn start(
         snapshot,
         dispatcher,
         load,
-        tally,
         quota,
         client_keys: Arc::clone(&client_keys),
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),

@@ -23,6 +23,7 @@ label_set!(BackendStatus { backend, status });
 label_set!(Node { backend, node });
 label_set!(Gpu { backend, node, gpu });
 label_set!(Task { task });
+label_set!(Store { store });
 label_set!(TaskSlo { task, slo });
 label_set!(TaskSloWindow { task, slo, window });
 label_set!(TaskPercentile { task, percentile });
@@ -40,6 +41,7 @@ pub struct RequestFamilies {
     pub spills: Family<IntCounterVec, TaskReason<'static>>,
     pub shed: Family<IntCounterVec, TaskPriority<'static>>,
     pub failovers: Family<IntCounterVec, Failover<'static>>,
+    pub first_choice: Family<IntCounterVec, TaskBackend<'static>>,
 }
 
 impl RequestFamilies {
@@ -95,6 +97,11 @@ impl RequestFamilies {
                 "spillway_failovers_total",
                 "Moves from a failed backend to the next, by error class.",
             ),
+            first_choice: counter(
+                r,
+                "spillway_first_choice_total",
+                "Plans by task and the backend that came first in them (an adaptive task's chain choice).",
+            ),
         }
     }
 }
@@ -107,6 +114,7 @@ pub struct ProviderFamilies {
     pub latency: Family<HistogramVec, Backend<'static>>,
     pub last_success: Family<GaugeVec, Backend<'static>>,
     pub canaries: Family<IntCounterVec, BackendResult<'static>>,
+    pub quota_shared_state: Family<IntGaugeVec, Store<'static>>,
 }
 
 impl ProviderFamilies {
@@ -139,6 +147,11 @@ impl ProviderFamilies {
                 r,
                 "spillway_canaries_total",
                 "Canary probes of fallback backends, by result (ok, failed).",
+            ),
+            quota_shared_state: int_gauge(
+                r,
+                "spillway_quota_shared_state_up",
+                "1 while the store hosted quotas share across replicas answers, 0 while each replica counts alone (absent without one).",
             ),
         }
     }

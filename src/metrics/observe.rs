@@ -4,8 +4,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::families::{
-    Backend, BackendResult, BackendStatus, Failover, Task, TaskBackend, TaskBackendKind, TaskBackendOutcome,
-    TaskBackendResult, TaskBackendVerdict, TaskPriority, TaskReason, TaskSlo,
+    Backend, BackendResult, BackendStatus, Failover, Store, Task, TaskBackend, TaskBackendKind,
+    TaskBackendOutcome, TaskBackendResult, TaskBackendVerdict, TaskPriority, TaskReason, TaskSlo,
 };
 use super::slo::{self, Observation};
 use super::Metrics;
@@ -96,6 +96,19 @@ impl Metrics {
             .canaries
             .get(BackendResult { backend, result: if ok { "ok" } else { "failed" } })
             .inc();
+    }
+
+    /// A plan was made; `first` is the backend that came first in it.
+    pub fn observe_planned(&self, task: &str, first: &str) {
+        self.requests.first_choice.get(TaskBackend { task, backend: first }).inc();
+    }
+
+    /// Whether the store shared quotas are kept in answers (`None`: there is none).
+    pub fn set_quota_shared_state(&self, up: Option<bool>) {
+        self.providers.quota_shared_state.reset();
+        if let Some(up) = up {
+            self.providers.quota_shared_state.get(Store { store: "redis" }).set(i64::from(up));
+        }
     }
 
     /// Dispatch moved on from a backend that failed.

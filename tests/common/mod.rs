@@ -276,3 +276,31 @@ pub async fn serve_process(
     let _ = child.wait();
     panic!("spillway serve did not become ready:\n{}", stderr.into_text());
 }
+
+/// The `/metrics` text of the router at `url`.
+pub async fn metrics_text(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap()
+}
+
+/// The sum of the samples of `family` whose labels include every pair of `labels`; `None` when
+/// no series matches.
+pub fn series_sum(text: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut sum = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
+        if name != family {
+            continue;
+        }
+        let have: Vec<(&str, &str)> = rest
+            .trim_end_matches('}')
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k, v.trim_matches('"')))
+            .collect();
+        if labels.iter().all(|want| have.contains(want)) {
+            *sum.get_or_insert(0.0) += value.parse::<f64>().unwrap_or(f64::NAN);
+        }
+    }
+    sum
+}
