@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `demo` and `sim`.
+//! The command line: `serve`, `check-config`, `config-schema`, `demo`, `sim` and the offline tools.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -96,6 +96,12 @@ pub enum Command {
         #[arg(long)]
         env: bool,
     },
+    /// Print the JSON schema of the config file (derived from the config types).
+    ConfigSchema {
+        /// The schema of the Helm chart's `config` value instead (helm/spillway/values.schema.json).
+        #[arg(long)]
+        chart: bool,
+    },
     /// Start simulated vLLM nodes and hosted providers on loopback, and the router in front.
     Demo(crate::demo::DemoArgs),
     /// Run one simulated vLLM node or hosted provider (OpenAI, Anthropic, Gemini).
@@ -125,6 +131,11 @@ pub fn main() -> ExitCode {
     let _flush_logs_at_exit = init_logs(cli.log_format.unwrap_or(default_format), target);
     if let Command::CheckConfig { file, env } = &cli.command {
         return check_config(file, *env);
+    }
+    if let Command::ConfigSchema { chart } = cli.command {
+        let schema = if chart { config::chart_schema() } else { config::schema() };
+        println!("{}", serde_json::to_string_pretty(&schema).expect("a JSON value prints"));
+        return ExitCode::SUCCESS;
     }
     let offline = match &cli.command {
         Command::Plan(args) => Some(crate::capacity::run(args)),
@@ -162,7 +173,10 @@ pub fn main() -> ExitCode {
             Command::Agent(args) => crate::agent::run(args).await,
             Command::Report(args) => crate::report::run(args).await.map(|out| print!("{out}")),
             Command::Gate(args) => crate::gate::cli::run(args).await.map(|out| print!("{out}")),
-            Command::CheckConfig { .. } | Command::Plan(_) | Command::Simulate(_) => {
+            Command::CheckConfig { .. }
+            | Command::ConfigSchema { .. }
+            | Command::Plan(_)
+            | Command::Simulate(_) => {
                 unreachable!("handled above")
             }
         }

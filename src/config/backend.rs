@@ -6,18 +6,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rust_decimal::Decimal;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::yes;
 
 /// The wire format and nature of a backend.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// A pool of self-hosted vLLM nodes (OpenAI-compatible wire format).
     Vllm,
+    /// OpenAI's API.
     Openai,
+    /// Anthropic's Messages API.
     Anthropic,
+    /// Google's Gemini API.
     Gemini,
     /// Any other OpenAI-compatible endpoint, treated as hosted.
     OpenaiCompatible,
@@ -51,21 +55,28 @@ impl BackendKind {
 }
 
 /// Prices per million tokens, in US dollars.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    /// Input (prompt) tokens.
+    #[schemars(with = "crate::config::schema::DecimalSchema")]
     pub input_per_mtok: Decimal,
     /// Defaults to `input_per_mtok` when the provider has no cache discount.
     #[serde(default)]
+    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
     pub cached_input_per_mtok: Option<Decimal>,
+    /// Output tokens.
+    #[schemars(with = "crate::config::schema::DecimalSchema")]
     pub output_per_mtok: Decimal,
 }
 
 /// One backend: a vLLM pool or a hosted API with one model.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
+    /// Unique; tasks refer to it.
     pub name: String,
+    /// What it is: a vLLM pool or a hosted API, and its wire format.
     pub kind: BackendKind,
     /// Node addresses of a vLLM pool (or of a multi-node OpenAI-compatible backend), without `/v1`.
     #[serde(default)]
@@ -76,9 +87,12 @@ pub struct BackendConfig {
     /// Name of the environment variable that holds the API key.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// The provider's model name.
     pub model: String,
+    /// Where the backend runs, for `policy`.
     #[serde(default)]
     pub region: Option<String>,
+    /// Prices per million tokens (cost strategy, ledger, break-even).
     #[serde(default)]
     pub price: Option<Price>,
     /// Most requests the router keeps in flight on one node (or endpoint); beyond it the node
@@ -124,8 +138,7 @@ pub struct BackendConfig {
     /// The tokenizer loaded from `tokenizer_file` (set by `load`).
     #[serde(skip)]
     pub tokenizer_loaded: Option<Arc<crate::tokens::FileTokenizer>>,
-    /// What requests this backend can serve; unset keys take the kind's default
-    /// ([`BackendConfig::capabilities`]).
+    /// What requests this backend can serve; each unset key takes the kind's default.
     #[serde(default)]
     pub capabilities: CapabilitiesConfig,
     /// vLLM pools: GPUs per node, for GPU-hour costing (default 1).
@@ -134,6 +147,7 @@ pub struct BackendConfig {
     /// vLLM pools: price of one GPU hour in US dollars. A pod's `spillway.dev/gpu-hourly-usd`
     /// annotation overrides it for that node. Unset and unannotated: the node is unpriced.
     #[serde(default)]
+    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
     pub gpu_hourly_usd: Option<Decimal>,
     /// Hosted backends: a version tag for the model behind `model` (e.g. a dated snapshot).
     /// With the model name it is the fingerprint the evaluation gate passes or fails; change
@@ -143,7 +157,7 @@ pub struct BackendConfig {
 }
 
 /// `capabilities:` as written; each unset key takes its kind's default.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct CapabilitiesConfig {
     /// Function calling (`tools` in the request).
@@ -216,7 +230,7 @@ fn default_max_running() -> u32 {
 }
 
 /// Where a pool's NVML agent listens.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentAddress {
     /// Beside vLLM in the same pod (or at the endpoint's host for static endpoints).
@@ -227,7 +241,7 @@ pub enum AgentAddress {
 }
 
 /// Pinned metadata of a vLLM pool. Unset fields are not checked.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Pin {
     /// Weights digest (`spillway.dev/weights-digest`), e.g. `sha256:…`.
@@ -242,16 +256,18 @@ pub struct Pin {
 }
 
 /// Where a pool's nodes come from besides `endpoints`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Discovery {
+    /// Ready pods matching a label selector in a namespace.
     pub kubernetes: KubernetesDiscovery,
 }
 
 /// Ready pods matching a label selector in a namespace.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesDiscovery {
+    /// The namespace watched.
     pub namespace: String,
     /// Label selector, e.g. `app=vllm,pool=llama-8b`.
     pub selector: String,
@@ -267,16 +283,19 @@ fn default_vllm_port() -> u16 {
     8000
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+/// What Kubernetes discovery watches.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum KubeResource {
+    /// Ready pods matching the selector.
     #[default]
     Pods,
+    /// EndpointSlices matching the selector (their ready endpoints).
     Endpointslices,
 }
 
 /// Per-minute limits of a hosted backend.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Quota {
     /// Requests per minute.
@@ -288,7 +307,7 @@ pub struct Quota {
 }
 
 /// A backend's token counter.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Tokenizer {
     /// OpenAI's o200k_base (GPT-4o and later), exact.

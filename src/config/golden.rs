@@ -3,6 +3,7 @@
 //! every line and every grader and reports each problem with its line number; grading itself
 //! is the gate's (`crate::gate::grade`).
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -52,39 +53,55 @@ pub fn load(path: &std::path::Path) -> Result<Vec<GoldenItem>, Vec<String>> {
 }
 
 /// How an answer is graded.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Grader {
     /// The answer equals `expected` (else the item's `reference`), ignoring surrounding spaces
     /// and, unless `case_sensitive`, letter case.
     Exact {
+        /// The expected answer; unset: the item's `reference`.
         #[serde(default)]
         expected: Option<String>,
+        /// Compare letter case too.
         #[serde(default)]
         case_sensitive: bool,
     },
     /// The answer contains every one of `all` (case-insensitive).
-    Contains { all: Vec<String> },
+    Contains {
+        /// The strings the answer must contain.
+        all: Vec<String>,
+    },
     /// The answer matches the regular expression.
-    Regex { pattern: String },
+    Regex {
+        /// The regular expression (Rust `regex` syntax).
+        pattern: String,
+    },
     /// The answer is JSON (a fenced ```json block is accepted) valid against the schema.
-    JsonSchema { schema: Value },
+    JsonSchema {
+        /// The JSON schema the answer must be valid against.
+        schema: Value,
+    },
     /// The first number in the answer is within `tolerance` of `value` (else the reference).
     Numeric {
+        /// The expected number; unset: the first number of the item's `reference`.
         #[serde(default)]
         value: Option<f64>,
+        /// Largest difference that still passes.
         #[serde(default)]
         tolerance: f64,
     },
     /// The answer shares words with the reference: the F1 of their word multisets (lower
     /// case, letters and digits) is at least `min`. For prose whose wording may vary.
     Similar {
+        /// Least word F1 that passes (0 to 1).
         #[serde(default = "default_min_similarity")]
         min: f64,
     },
     /// A judge backend scores the answer 0–10 against the rubric; passing is `min_score` or more.
     Judge {
+        /// What the judge scores the answer on.
         rubric: String,
+        /// Least score (0–10) that passes.
         #[serde(default = "default_min_score")]
         min_score: f64,
     },

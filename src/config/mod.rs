@@ -2,27 +2,32 @@
 //!
 //! Every struct rejects unknown keys, secrets appear only as the *names* of environment
 //! variables, and money is a decimal. Loading (`load`) reports every problem with its key
-//! path; `validate` checks what types alone cannot (references, ranges, URLs).
+//! path; `validate` checks what types alone cannot (references, ranges, URLs). `schema` derives
+//! the file's JSON schema from these types.
 
 mod backend;
 mod evaluation;
 pub mod golden;
 mod load;
+mod schema;
 pub mod secrets;
 mod settings;
 mod task;
 mod validate;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use backend::*;
 pub use load::{load_file, parse, parse_in, Problem};
+pub use schema::{chart_schema, schema};
 pub use settings::*;
 pub use task::*;
 
-/// The whole file.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// A Spillway config file (README "Config reference").
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "Spillway config")]
 pub struct Config {
     /// Address the router listens on.
     #[serde(default = "default_listen")]
@@ -30,24 +35,35 @@ pub struct Config {
     /// Environment variables that each hold one bearer key clients may send. Empty: no auth.
     #[serde(default)]
     pub client_keys_env: Vec<String>,
+    /// The vLLM pools and hosted APIs requests can go to.
     pub backends: Vec<BackendConfig>,
+    /// What clients name in `model`: each task's backends, strategy and SLO.
     pub tasks: Vec<TaskConfig>,
+    /// Hard rules per data class.
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// How plans are walked: deadlines, attempts, retries, backoff, breakers.
     #[serde(default)]
     pub dispatch: DispatchConfig,
+    /// What one request and one client connection may take of the router.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// How the fleet's metrics are scraped.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// State shared between router replicas.
     #[serde(default)]
     pub state: StateConfig,
+    /// Adaptive balancing: PID availability per hosted backend, and affinity windows.
     #[serde(default)]
     pub balancing: BalancingConfig,
+    /// Where the cost ledger is kept.
     #[serde(default)]
     pub ledger: LedgerConfig,
+    /// Synthetic requests to fallback backends on an interval.
     #[serde(default)]
     pub canary: CanaryConfig,
+    /// The one line per answered request.
     #[serde(default)]
     pub access_log: AccessLogConfig,
     /// Environment variable holding the bearer token of the admin API (`/admin/...`). Unset:

@@ -4,21 +4,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::yes;
 
 /// Hard rules per data class.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
+    /// What each data class allows, by its name.
     #[serde(default)]
     pub data_classes: BTreeMap<String, DataClassPolicy>,
 }
 
 /// What a data class allows. `public` and `internal` exist without being listed and allow
 /// everything unless listed otherwise.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DataClassPolicy {
     /// Regions a backend must be in; unset: any region.
@@ -30,14 +32,16 @@ pub struct DataClassPolicy {
 }
 
 /// Circuit breaker settings (one breaker per backend, model and node).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Open after this many failures in a row.
     pub consecutive_failures: u32,
     /// Or open when the failure share over `window_secs` reaches this (with `min_requests`).
     pub error_rate: f64,
+    /// Fewest requests in the window before `error_rate` counts.
     pub min_requests: u32,
+    /// The window `error_rate` is measured over.
     pub window_secs: u64,
     /// How long an open breaker waits before letting one probe through.
     pub open_secs: u64,
@@ -56,7 +60,7 @@ impl Default for BreakerConfig {
 }
 
 /// How dispatch walks a plan.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DispatchConfig {
     /// First-token deadline = task TTFT SLO × this factor.
@@ -65,10 +69,13 @@ pub struct DispatchConfig {
     pub max_attempts: u32,
     /// Retries may be at most this share of requests (plus `retry_budget_min_per_sec`).
     pub retry_budget_ratio: f64,
+    /// Retries always allowed per second, on top of `retry_budget_ratio`.
     pub retry_budget_min_per_sec: f64,
     /// Full-jitter exponential backoff between targets of the same class.
     pub backoff_base_ms: u64,
+    /// The longest backoff between targets.
     pub backoff_max_ms: u64,
+    /// TCP/TLS connect timeout.
     pub connect_timeout_ms: u64,
     /// An upstream stream silent for this long after its first token is broken.
     pub stream_idle_timeout_ms: u64,
@@ -77,6 +84,7 @@ pub struct DispatchConfig {
     pub pool_max_idle_per_host: usize,
     /// An idle upstream connection is closed after this long.
     pub pool_idle_timeout_ms: u64,
+    /// Circuit breakers (one per backend, model and node).
     pub breaker: BreakerConfig,
 }
 
@@ -99,7 +107,7 @@ impl Default for DispatchConfig {
 }
 
 /// Protection of the router itself: what one request and one client connection may take.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Largest request body accepted (bytes); larger gets 413.
@@ -162,7 +170,7 @@ impl LimitsConfig {
 
 /// Canaries: a small synthetic request to every fallback backend on an interval, so that an
 /// exit nothing has used for months is known to work (or known broken) before an outage.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CanaryConfig {
     /// Seconds between rounds; 0 turns canaries off.
@@ -180,7 +188,7 @@ impl Default for CanaryConfig {
 }
 
 /// How the fleet's telemetry is scraped.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// Scrape period per node.
@@ -208,15 +216,18 @@ impl Default for TelemetryConfig {
 }
 
 /// Adaptive balancing: PID availability per hosted backend, and affinity windows.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BalancingConfig {
     /// How often availability is recomputed from the interval's outcomes.
     pub interval_secs: u64,
     /// `E` in `score = successes − E × errors + 1`: 200 targets about 0.5 % errors.
     pub error_weight: f64,
+    /// Proportional gain of the PID (on the traffic-normalised score).
     pub kp: f64,
+    /// Integral gain.
     pub ki: f64,
+    /// Derivative gain.
     pub kd: f64,
     /// A project keeps its fallback chain for this long (prompt caches stay warm).
     pub affinity_window_secs: u64,
@@ -236,7 +247,7 @@ impl Default for BalancingConfig {
 }
 
 /// Where the cost ledger is kept.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LedgerConfig {
     /// Write one row per request and per node-minute (default true).
@@ -274,7 +285,7 @@ impl LedgerConfig {
 }
 
 /// State shared between router replicas.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     /// Redis URL for shared quota counters, e.g. `redis://127.0.0.1:6379`. Unset: local counters.
@@ -286,7 +297,7 @@ pub struct StateConfig {
 }
 
 /// How much the router writes about each HTTP request it answers (the access line).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessLogConfig {
     /// The level of the per-request line (`info`, `debug`, or `off`: none). It is written only
@@ -303,10 +314,14 @@ impl Default for AccessLogConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+/// The level of the access line.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessLogLevel {
+    /// Logged at `info`.
     Info,
+    /// Logged at `debug`.
     Debug,
+    /// No access line.
     Off,
 }

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// How a task orders its backends.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Live weights: each hosted backend's PID availability (a local pool: 1 while a node has
@@ -24,7 +25,7 @@ pub enum Strategy {
 }
 
 /// The latency target of a task.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Slo {
     /// Time to first token, milliseconds.
@@ -54,7 +55,9 @@ fn default_margin() -> f64 {
 }
 
 /// How much a request matters when there is not room for everything.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash, Default, PartialOrd, Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
     /// A person is waiting: may queue on a full fleet as a last resort, uses all of a quota.
@@ -101,19 +104,23 @@ impl Priority {
 }
 
 /// A task: what clients name in `model`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TaskConfig {
+    /// What clients put in `model`.
     pub name: String,
     /// Backends in preference order.
     pub backends: Vec<String>,
+    /// How the backends are ordered for each request.
     #[serde(default)]
     pub strategy: Strategy,
     /// Relative weights for `strategy: weighted`, by backend name.
     #[serde(default)]
     pub weights: BTreeMap<String, f64>,
+    /// A `policy.data_classes` key, `public` or `internal`.
     #[serde(default = "default_data_class")]
     pub data_class: String,
+    /// The latency and availability targets.
     pub slo: Slo,
     /// Cap on output tokens; a client asking for more is capped to it.
     #[serde(default)]
@@ -140,7 +147,7 @@ pub struct TaskConfig {
 }
 
 /// A task's evaluation gate.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GateConfig {
     /// The golden set: JSONL, one item per line (relative paths: from the config file).
@@ -173,7 +180,7 @@ fn default_gate_concurrency() -> u32 {
 }
 
 /// A task's shadow traffic.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ShadowConfig {
     /// Share of requests shadowed (0 to 1).
