@@ -120,7 +120,7 @@ pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, b
         )
         .code("gate_running")
         .into_response(),
-        Err(why) => ApiError::bad_request(why).param("node").into_response(),
+        Err(why) => ApiError::bad_request(why.to_string()).param("node").into_response(),
     }
 }
 
@@ -141,7 +141,7 @@ pub async fn run(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
             Json(json!({"task": result.task, "backend": result.backend, "result": result_json(&result)}))
                 .into_response()
         }
-        Err(why) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", why)
+        Err(why) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", why.to_string())
             .code("gate_run_failed")
             .into_response(),
     }
