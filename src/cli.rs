@@ -171,8 +171,12 @@ pub fn main() -> ExitCode {
             Command::Demo(args) => crate::demo::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
-            Command::Report(args) => crate::report::run(args).await.map(|out| print!("{out}")),
-            Command::Gate(args) => crate::gate::cli::run(args).await.map(|out| print!("{out}")),
+            Command::Report(args) => {
+                crate::report::run(args).await.map(|out| print!("{out}")).map_err(|e| e.to_string())
+            }
+            Command::Gate(args) => {
+                crate::gate::cli::run(args).await.map(|out| print!("{out}")).map_err(|e| e.to_string())
+            }
             Command::CheckConfig { .. }
             | Command::ConfigSchema { .. }
             | Command::Plan(_)

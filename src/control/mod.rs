@@ -11,4 +11,5 @@ pub mod gpu_time;
 pub mod pins;
 pub mod reload;
 pub mod scrape;
+mod scrape_error;
 pub mod snapshot_loop;

@@ -26,6 +26,8 @@ use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::snapshot::Snapshot;
 
+pub use super::scrape_error::ScrapeError;
+
 /// Most scrapes in flight at once, over all nodes.
 pub const MAX_CONCURRENT_SCRAPES: usize = 32;
 
@@ -252,10 +254,10 @@ impl NodeScraper {
             }
         });
         // The agent's reading lands first, so whoever sees this scrape sees both.
-        match agent.map(|r| r.and_then(|body| parse_agent(&body))) {
+        match agent.map(|r| r.and_then(|body| parse_agent(&body).map_err(ScrapeError::from))) {
             None => {}
             Some(Ok(a)) => self.board.on_agent(&self.key, a),
-            Some(Err(e)) => self.board.on_agent_failure(&self.key, e),
+            Some(Err(e)) => self.board.on_agent_failure(&self.key, e.to_string()),
         }
         let ok = match parsed {
             Ok(sample) => {
@@ -275,7 +277,7 @@ impl NodeScraper {
                 true
             }
             Err(e) => {
-                let n = self.board.on_failure(&self.key, e.clone(), now);
+                let n = self.board.on_failure(&self.key, e.to_string(), now);
                 tracing::debug!(node = %self.key, failures = n, error = %e, "vLLM scrape failed");
                 false
             }
@@ -285,30 +287,21 @@ impl NodeScraper {
 }
 
 /// GET `url` within `timeout`; the body as text, or why not.
-async fn fetch(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<String, String> {
-    let describe = |e: reqwest::Error| {
-        let mut msg = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            src = s.source();
-        }
-        msg
-    };
-    let mut resp = client.get(url).timeout(timeout).send().await.map_err(describe)?;
+async fn fetch(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<String, ScrapeError> {
+    let request = |source| ScrapeError::Request { source };
+    let mut resp = client.get(url).timeout(timeout).send().await.map_err(request)?;
     if !resp.status().is_success() {
-        return Err(format!("{url}: HTTP {}", resp.status()));
+        return Err(ScrapeError::Status { url: url.to_string(), status: resp.status() });
     }
     let mut body =
         Vec::with_capacity(resp.content_length().unwrap_or(16 << 10).min(MAX_BODY_BYTES as u64) as usize);
-    while let Some(chunk) = resp.chunk().await.map_err(describe)? {
+    while let Some(chunk) = resp.chunk().await.map_err(request)? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(format!("{url}: body larger than {MAX_BODY_BYTES} bytes"));
+            return Err(ScrapeError::TooLarge { url: url.to_string(), limit: MAX_BODY_BYTES });
         }
         body.extend_from_slice(&chunk);
     }
-    String::from_utf8(body).map_err(|_| format!("{url}: body is not UTF-8"))
+    String::from_utf8(body).map_err(|source| ScrapeError::NotUtf8 { url: url.to_string(), source })
 }
 
 #[cfg(test)]

@@ -7,11 +7,15 @@
 //! positions only: `# HELP`, `# TYPE` and sample lines; label values may hold `:`) and
 //! restored after parsing. Both generations of vLLM's names are read. A series that is absent
 //! is `None` (unknown), never 0: a node that stopped exporting a gauge must not look idle.
+//! A page that cannot be read is a [`ParseError`].
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::io;
 
 use prometheus_parse::{Sample, Scrape, Value};
+
+pub use super::parse_error::ParseError;
 
 /// What stands in for `:` in metric names while `prometheus-parse` reads them. `\w`-only, so
 /// the crate accepts it, and unlikely in a real name.
@@ -174,22 +178,29 @@ fn restore(name: &str) -> String {
 /// Parse a Prometheus text exposition with `prometheus-parse`, keeping names that contain
 /// `:`. Histogram samples carry their family name (no `_bucket`); `_sum` and `_count` come as
 /// separate untyped samples.
-pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, ParseError> {
     parse_exposition_where(text, |_| true)
 }
 
 /// [`parse_exposition`] of the `# TYPE` and sample lines whose metric name passes `keep`
 /// (`# HELP` text is never used, so it is skipped). Parsing costs about 2 µs a line, so
 /// leaving out families nobody reads is the cheapest speed-up there is.
-pub fn parse_exposition_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, String> {
-    let lines = text
-        .lines()
-        .filter(|l| match split_line(l) {
-            (LineKind::Help | LineKind::Other, ..) => false,
-            (_, _, name, _) => keep(name),
-        })
-        .map(|l| Ok::<_, io::Error>(normalise_line(l)));
-    let scrape = Scrape::parse(lines).map_err(|e| format!("cannot read exposition: {e}"))?;
+pub fn parse_exposition_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
+    read_lines(text, |line| match split_line(line) {
+        (LineKind::Help | LineKind::Other, ..) => false,
+        (_, _, name, _) => keep(name),
+    })
+}
+
+/// Parse the lines of `text` that `keep` passes, names with `:` restored; an error names the
+/// page's line read last.
+fn read_lines(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
+    let last = Cell::new(0);
+    let lines = text.lines().enumerate().filter(|(_, l)| keep(l)).map(|(i, l)| {
+        last.set(i + 1);
+        Ok::<_, io::Error>(normalise_line(l))
+    });
+    let scrape = Scrape::parse(lines).map_err(|source| ParseError::Read { line: last.get(), source })?;
     Ok(scrape
         .samples
         .into_iter()
@@ -277,7 +288,7 @@ fn histogram(samples: &[Sample], name: &str) -> Option<HistogramSample> {
 
 /// Read a vLLM `/metrics` page. Fails only when the text holds no `vllm:` series at all (not
 /// a vLLM page); anything missing from a vLLM page is `None`.
-pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
+pub fn parse_vllm(text: &str) -> Result<VllmSample, ParseError> {
     vllm_from_samples(&parse_exposition_where(text, is_read_by_parse_vllm)?)
 }
 
@@ -285,38 +296,24 @@ pub fn parse_vllm(text: &str) -> Result<VllmSample, String> {
 /// histogram's sum and count (recent means), and buckets are most of a vLLM page, so skipping
 /// them cuts the parse cost several times over. The `# TYPE` line of a histogram is dropped
 /// with them, so its `_sum` and `_count` are read as plain samples.
-pub fn parse_vllm_means(text: &str) -> Result<VllmSample, String> {
+pub fn parse_vllm_means(text: &str) -> Result<VllmSample, ParseError> {
     let histograms: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("# TYPE ") && l.ends_with(" histogram"))
         .filter_map(|l| l.split_whitespace().nth(2))
         .collect();
-    let lines = text
-        .lines()
-        .filter(|l| match split_line(l) {
-            (LineKind::Help | LineKind::Other, ..) => false,
-            (LineKind::Type, _, name, _) => is_read_by_parse_vllm(name) && !histograms.contains(&name),
-            (_, _, name, _) => is_read_by_parse_vllm(name) && !name.ends_with("_bucket"),
-        })
-        .map(|l| Ok::<_, io::Error>(normalise_line(l)));
-    let scrape = Scrape::parse(lines).map_err(|e| format!("cannot read exposition: {e}"))?;
-    let samples: Vec<Sample> = scrape
-        .samples
-        .into_iter()
-        .map(|mut s| {
-            if s.metric.contains(COLON) {
-                s.metric = restore(&s.metric);
-            }
-            s
-        })
-        .collect();
+    let samples = read_lines(text, |line| match split_line(line) {
+        (LineKind::Help | LineKind::Other, ..) => false,
+        (LineKind::Type, _, name, _) => is_read_by_parse_vllm(name) && !histograms.contains(&name),
+        (_, _, name, _) => is_read_by_parse_vllm(name) && !name.ends_with("_bucket"),
+    })?;
     vllm_from_samples(&samples)
 }
 
 /// [`parse_vllm`] over already parsed samples (any superset of [`VLLM_FAMILIES`]).
-pub fn vllm_from_samples(samples: &[Sample]) -> Result<VllmSample, String> {
+pub fn vllm_from_samples(samples: &[Sample]) -> Result<VllmSample, ParseError> {
     if !samples.iter().any(|s| s.metric.starts_with("vllm:")) {
-        return Err("no vllm: series in the page".to_string());
+        return Err(ParseError::NotVllm);
     }
     let mut models = BTreeSet::new();
     let mut engines = BTreeSet::new();
@@ -362,9 +359,9 @@ pub fn vllm_from_samples(samples: &[Sample]) -> Result<VllmSample, String> {
 
 /// Read the NVML agent's `/metrics` page. Fails when `spillway_nvml_up` is missing (not an
 /// agent page).
-pub fn parse_agent(text: &str) -> Result<AgentSample, String> {
+pub fn parse_agent(text: &str) -> Result<AgentSample, ParseError> {
     let samples = parse_exposition(text)?;
-    let up = sum_of(&samples, "spillway_nvml_up").ok_or("no spillway_nvml_up in the page")?;
+    let up = sum_of(&samples, "spillway_nvml_up").ok_or(ParseError::NotAgent)?;
     let reason = samples
         .iter()
         .find(|s| s.metric == "spillway_nvml_info")
@@ -479,9 +476,10 @@ vllm:request_success_total{engine="1",finished_reason="stop",model_name="m"} 2.0
 
     #[test]
     fn rejects_a_page_without_vllm_series() {
-        assert!(parse_vllm("<html>nope</html>").is_err());
-        assert!(parse_vllm("up 1\n").is_err());
-        assert!(parse_agent("vllm:x 1\n").is_err());
+        assert!(matches!(parse_vllm("<html>nope</html>"), Err(ParseError::NotVllm)));
+        assert!(matches!(parse_vllm("up 1\n"), Err(ParseError::NotVllm)));
+        assert!(matches!(parse_vllm_means("up 1\n"), Err(ParseError::NotVllm)));
+        assert!(matches!(parse_agent("vllm:x 1\n"), Err(ParseError::NotAgent)));
     }
 
     #[test]

@@ -4,4 +4,5 @@
 pub mod headroom;
 pub mod load;
 pub mod metrics;
+mod parse_error;
 pub mod telemetry;

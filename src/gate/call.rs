@@ -108,7 +108,8 @@ impl GradedText {
 }
 
 /// Why a call got no answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{class}: {message}")]
 pub struct CallError {
     /// `over_quota` or the upstream error class.
     pub class: String,

@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 
 use super::board::{current_fingerprint, GateBoard};
 use super::call::Caller;
+use super::error::GateError;
 use super::report::{render, shadow_lines, GateFormat, Line};
 use super::run::{run as run_gate, Subject};
 use super::{shadow, store};
@@ -53,23 +54,22 @@ pub enum GateCommand {
     },
 }
 
-fn load(path: &Path) -> Result<Arc<Config>, String> {
-    crate::config::load_file(path).map(Arc::new).map_err(|problems| {
-        let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-        format!("{} is not a valid config:\n{}", path.display(), lines.join("\n"))
-    })
+fn load(path: &Path) -> Result<Arc<Config>, GateError> {
+    crate::config::load_file(path)
+        .map(Arc::new)
+        .map_err(|problems| GateError::Config { path: path.to_path_buf(), problems })
 }
 
-async fn open_store(config: &Config, ledger: Option<&String>) -> Result<Store, String> {
+async fn open_store(config: &Config, ledger: Option<&String>) -> Result<Store, GateError> {
     let url = match ledger {
         Some(url) => url.clone(),
-        None => config.ledger.resolve_url(|name| std::env::var(name).ok())?,
+        None => config.ledger.resolve_url(|name| std::env::var(name).ok()).map_err(GateError::LedgerUrl)?,
     };
-    Store::open(&url).await
+    Ok(Store::open(&url).await?)
 }
 
 /// The pin board as the routers see it: every accepted pin applied.
-async fn pins_of(store: &Store) -> Result<PinBoard, String> {
+async fn pins_of(store: &Store) -> Result<PinBoard, GateError> {
     let pins = PinBoard::default();
     for (backend, pin) in store::accepted_pins(store).await? {
         pins.accept(&backend, pin);
@@ -94,7 +94,7 @@ pub fn caller_from_env(config: &Config) -> Caller {
     Caller::with_keys(reqwest::Client::new().into(), keys, Some(quota))
 }
 
-pub async fn run(args: GateArgs) -> Result<String, String> {
+pub async fn run(args: GateArgs) -> Result<String, GateError> {
     match args.command {
         GateCommand::Run { config, task, backend, ledger } => {
             let config = load(&config)?;
@@ -123,15 +123,15 @@ async fn run_task(
     store: &Store,
     task_name: &str,
     only: &[String],
-) -> Result<String, String> {
-    let task = config.task(task_name).ok_or_else(|| format!("no task named `{task_name}`"))?;
-    let gate = task.gate.as_ref().ok_or_else(|| format!("task `{task_name}` has no `gate` in the config"))?;
+) -> Result<String, GateError> {
+    let task = config.task(task_name).ok_or_else(|| GateError::NoTask(task_name.to_string()))?;
+    let gate = task.gate.as_ref().ok_or_else(|| GateError::NoGate(task_name.to_string()))?;
     for name in only {
         if !task.backends.contains(name) {
-            return Err(format!("`{name}` is not one of task `{task_name}`'s backends"));
+            return Err(GateError::NotTaskBackend { backend: name.clone(), task: task_name.to_string() });
         }
     }
-    let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("\n"))?;
+    let items = crate::config::golden::load(&gate.golden).map_err(GateError::Golden)?;
     let pins = pins_of(store).await?;
     let caller = caller_from_env(config);
     let mut lines = Vec::new();
@@ -145,8 +145,7 @@ async fn run_task(
         let bar =
             indicatif::ProgressBar::new(items.len() as u64).with_message(format!("{task_name} on {name}"));
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{msg:30} [{bar:30}] {pos}/{len} {elapsed}")
-                .map_err(|e| e.to_string())?
+            indicatif::ProgressStyle::with_template("{msg:30} [{bar:30}] {pos}/{len} {elapsed}")?
                 .progress_chars("=> "),
         );
         let subject = Subject {
@@ -173,7 +172,7 @@ async fn report(
     store: &Store,
     task: Option<&str>,
     format: GateFormat,
-) -> Result<String, String> {
+) -> Result<String, GateError> {
     let pins = pins_of(store).await?;
     let wanted = |t: &str| task.is_none_or(|want| want == t);
     let board = GateBoard::default();

@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 
 use super::board::GateBoard;
 use super::call::Caller;
+use super::error::GateError;
 use super::fingerprint::{of_pin, reported_pin};
 use super::run::{run, Subject};
 use super::store;
@@ -97,9 +98,9 @@ impl Requalifier {
     }
 
     /// Run the gate again on a node it kept out (after the golden set or the node was fixed).
-    pub async fn retry(&self, node: &str) -> Result<Requalified, String> {
+    pub async fn retry(&self, node: &str) -> Result<Requalified, GateError> {
         let event = self.quarantined.lock().unwrap_or_else(|e| e.into_inner()).get(node).cloned();
-        let event = event.ok_or_else(|| format!("node {node} is not quarantined for a pin change"))?;
+        let event = event.ok_or_else(|| GateError::NotQuarantined(node.to_string()))?;
         Ok(self.requalify(&event).await)
     }
 
@@ -129,6 +130,7 @@ impl Requalifier {
                 Requalified::Accepted { fingerprint }
             }
             Err(why) => {
+                let why = why.to_string();
                 tracing::error!(backend = %backend.name, node = %event.node, %fingerprint, "gate failed: {why}");
                 self.pins
                     .gate_verdict(&event.node, format!("gate failed for fingerprint {fingerprint}: {why}"));
@@ -143,21 +145,21 @@ impl Requalifier {
         backend: &str,
         node: &str,
         fingerprint: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), GateError> {
         let tasks: Vec<_> = config
             .tasks
             .iter()
             .filter(|t| t.gate.is_some() && t.backends.iter().any(|b| b == backend))
             .collect();
         if tasks.is_empty() {
-            return Err("no task with a gate uses this pool, so nothing can vouch for the change".into());
+            return Err(GateError::NoVouching);
         }
         let snap = self.snapshot.load_full();
         let base_url = snap
             .backend_index(backend)
             .and_then(|b| snap.backends[b].nodes.iter().find(|n| n.key == node))
             .map(|n| n.base_url.clone())
-            .ok_or_else(|| format!("node {node} is gone"))?;
+            .ok_or_else(|| GateError::NodeGone(node.to_string()))?;
         let mut failures = Vec::new();
         for task in tasks {
             let gate = task.gate.as_ref().expect("filtered on gate");
@@ -166,7 +168,7 @@ impl Requalifier {
                     continue;
                 }
             }
-            let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
+            let items = crate::config::golden::load(&gate.golden).map_err(GateError::Golden)?;
             let subject = Subject {
                 task: task.name.clone(),
                 backend: backend.to_string(),
@@ -188,7 +190,7 @@ impl Requalifier {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(failures.join("; "))
+            Err(GateError::Failed(failures))
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::call::{Answered, Caller};
+use super::error::GateError;
 use super::grade::{parse_judge_score, Verdict};
 use super::store::GateResult;
 use super::summary::{summarise, ItemOutcome};
@@ -45,18 +46,19 @@ pub async fn run(
     subject: Subject,
     items: &[GoldenItem],
     progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<GateResult, String> {
-    let task = config.task(&subject.task).ok_or_else(|| format!("no task named `{}`", subject.task))?;
-    let gate = task.gate.as_ref().ok_or_else(|| format!("task `{}` has no gate", task.name))?;
+) -> Result<GateResult, GateError> {
+    let task = config.task(&subject.task).ok_or_else(|| GateError::NoTask(subject.task.clone()))?;
+    let gate = task.gate.as_ref().ok_or_else(|| GateError::NoGate(task.name.clone()))?;
     let backend =
-        config.backend(&subject.backend).ok_or_else(|| format!("no backend named `{}`", subject.backend))?;
+        config.backend(&subject.backend).ok_or_else(|| GateError::NoBackend(subject.backend.clone()))?;
     if !task.backends.contains(&backend.name) {
-        return Err(format!("`{}` is not one of task `{}`'s backends", backend.name, task.name));
+        return Err(GateError::NotTaskBackend { backend: backend.name.clone(), task: task.name.clone() });
     }
     let base_url = match &subject.base_url {
         Some(url) => url.clone(),
-        None => first_base_url(config, &backend.name)
-            .ok_or_else(|| format!("backend `{}` has no node to test", backend.name))?,
+        None => {
+            first_base_url(config, &backend.name).ok_or_else(|| GateError::NoNode(backend.name.clone()))?
+        }
     };
     let judge = Judge::new(config, task)?;
     let started_ms = unix_millis(std::time::SystemTime::now());
@@ -123,7 +125,7 @@ async fn run_item(
     outcome(&answered, verdict)
 }
 
-fn outcome(answered: &Answered, verdict: Result<Verdict, String>) -> ItemOutcome {
+fn outcome(answered: &Answered, verdict: Result<Verdict, GateError>) -> ItemOutcome {
     let latency_ms = answered.latency.as_millis() as u64;
     match verdict {
         Ok(Verdict::Pass) => {
@@ -136,7 +138,7 @@ fn outcome(answered: &Answered, verdict: Result<Verdict, String>) -> ItemOutcome
             passed: false,
             latency_ms,
             cost: answered.cost,
-            error: verdict.err().or(Some("judge: no score".into())),
+            error: Some(verdict.err().map_or_else(|| "judge: no score".to_string(), |e| e.to_string())),
             why: None,
         },
     }
@@ -149,7 +151,7 @@ pub async fn grade(
     grader: &Grader,
     item: &GoldenItem,
     answer: &str,
-) -> Result<Verdict, String> {
+) -> Result<Verdict, GateError> {
     match grader.grade(answer, item.reference.as_deref()) {
         Verdict::NeedsJudge => {
             let Grader::Judge { rubric, min_score } = grader else {
@@ -168,21 +170,24 @@ pub async fn grade(
 
 /// The task's judge backend, checked against the task's policy filter.
 pub struct Judge {
-    target: Result<(BackendConfig, String), String>,
+    /// The task, for the error when it names no judge.
+    task: String,
+    /// The judge backend and its first node's base URL; `None` when the task names none.
+    target: Option<(BackendConfig, String)>,
 }
 
 impl Judge {
     /// The task's judge; an error when it names one the task's policy refuses.
-    pub fn new(config: &Arc<Config>, task: &TaskConfig) -> Result<Judge, String> {
+    pub fn new(config: &Arc<Config>, task: &TaskConfig) -> Result<Judge, GateError> {
         let Some(name) = task.gate.as_ref().and_then(|g| g.judge.clone()) else {
-            return Ok(Judge { target: Err(format!("task `{}` names no `gate.judge` backend", task.name)) });
+            return Ok(Judge { task: task.name.clone(), target: None });
         };
-        let backend = config.backend(&name).ok_or_else(|| format!("no backend named `{name}`"))?;
+        let backend = config.backend(&name).ok_or_else(|| GateError::NoBackend(name.clone()))?;
         if let Some(why) = crate::policy::refuses(config, task, backend) {
-            return Err(format!("judge `{name}` may not see task `{}`'s data: {why}", task.name));
+            return Err(GateError::JudgeRefused { judge: name, task: task.name.clone(), why });
         }
-        let url = first_base_url(config, &name).ok_or_else(|| format!("judge `{name}` has no node"))?;
-        Ok(Judge { target: Ok((backend.clone(), url)) })
+        let url = first_base_url(config, &name).ok_or_else(|| GateError::JudgeNoNode(name.clone()))?;
+        Ok(Judge { task: task.name.clone(), target: Some((backend.clone(), url)) })
     }
 
     /// Ask the judge for a 0–10 score of `answer` under `rubric`.
@@ -192,8 +197,8 @@ impl Judge {
         rubric: &str,
         item: &GoldenItem,
         answer: &str,
-    ) -> Result<f64, String> {
-        let (backend, url) = self.target.as_ref().map_err(|e| format!("judge: {e}"))?;
+    ) -> Result<f64, GateError> {
+        let (backend, url) = self.target.as_ref().ok_or_else(|| GateError::NoJudge(self.task.clone()))?;
         let question =
             item.messages.iter().rev().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str());
         let mut prompt = format!("Rubric:\n{rubric}\n\nQuestion:\n{question}\n\n");
@@ -213,8 +218,10 @@ impl Judge {
             temperature: Some(0.0),
             ..ChatRequest::default()
         };
-        let reply =
-            caller.ask(None, backend, url, &request).await.map_err(|e| format!("judge: {}", e.message))?;
-        parse_judge_score(&reply.text).ok_or_else(|| format!("judge: no 0–10 score in {:?}", reply.text))
+        let reply = caller
+            .ask(None, backend, url, &request)
+            .await
+            .map_err(|source| GateError::JudgeCall { source })?;
+        parse_judge_score(&reply.text).ok_or(GateError::JudgeScore(reply.text))
     }
 }

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 use super::board::{current_fingerprint, GateBoard};
 use super::call::Caller;
+use super::error::GateError;
 use super::requalify::Requalifier;
 use super::run::{run, Subject};
 use super::shadow::{self, Shadows};
@@ -94,13 +95,13 @@ impl GateService {
     }
 
     /// Run `task`'s golden set on `backend` now, under its current fingerprint, and store it.
-    pub async fn run_now(&self, task: &str, backend: &str) -> Result<GateResult, String> {
-        let r = self.requalifier.as_ref().ok_or("the gate needs the ledger store: enable `ledger`")?;
+    pub async fn run_now(&self, task: &str, backend: &str) -> Result<GateResult, GateError> {
+        let r = self.requalifier.as_ref().ok_or(GateError::NoStore)?;
         let config = r.config.load_full();
-        let t = config.task(task).ok_or_else(|| format!("no task named `{task}`"))?;
-        let gate = t.gate.as_ref().ok_or_else(|| format!("task `{task}` has no gate"))?;
-        let b = config.backend(backend).ok_or_else(|| format!("no backend named `{backend}`"))?;
-        let items = crate::config::golden::load(&gate.golden).map_err(|p| p.join("; "))?;
+        let t = config.task(task).ok_or_else(|| GateError::NoTask(task.to_string()))?;
+        let gate = t.gate.as_ref().ok_or_else(|| GateError::NoGate(task.to_string()))?;
+        let b = config.backend(backend).ok_or_else(|| GateError::NoBackend(backend.to_string()))?;
+        let items = crate::config::golden::load(&gate.golden).map_err(GateError::Golden)?;
         let subject = Subject {
             task: task.to_string(),
             backend: backend.to_string(),
@@ -117,7 +118,7 @@ impl GateService {
     }
 }
 
-async fn refresh(store: &Store, board: &GateBoard, pins: &PinBoard) -> Result<(), String> {
+async fn refresh(store: &Store, board: &GateBoard, pins: &PinBoard) -> Result<(), GateError> {
     board.absorb(store::results(store).await?);
     // Oldest first, so the newest ends up in effect.
     for (backend, pin) in store::accepted_pins(store).await? {

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use tokio::sync::{oneshot, Semaphore};
 
 use super::call::{Caller, GradedText};
+use super::error::GateError;
 use super::grade::Verdict;
 use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
@@ -233,7 +234,7 @@ pub async fn grade_pending(
     config: &Arc<Config>,
     caller: &Caller,
     metrics: Option<&Metrics>,
-) -> Result<usize, String> {
+) -> Result<usize, GateError> {
     let pending = store::shadows(store, true).await?;
     let mut graded = 0;
     let mut judges = std::collections::HashMap::new();

@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::error::GateError;
 use super::summary::Summary;
 use crate::config::Pin;
 use crate::ledger::Store;
@@ -50,15 +51,11 @@ pub struct ShadowResult {
     pub why: Option<String>,
 }
 
-fn err(what: &str) -> impl Fn(sqlx::Error) -> String + '_ {
-    move |e| format!("gate store: {what}: {e}")
+fn decimal(text: Option<String>) -> Result<Option<Decimal>, GateError> {
+    text.map(|t| Decimal::from_str(&t).map_err(|source| GateError::Decimal { value: t, source })).transpose()
 }
 
-fn decimal(text: Option<String>) -> Result<Option<Decimal>, String> {
-    text.map(|t| Decimal::from_str(&t).map_err(|e| format!("gate store: bad decimal {t:?}: {e}"))).transpose()
-}
-
-pub async fn insert_result(store: &Store, r: &GateResult) -> Result<(), String> {
+pub async fn insert_result(store: &Store, r: &GateResult) -> Result<(), GateError> {
     let s = &r.summary;
     sqlx::query(
         "INSERT INTO gate_results (id, task, backend, fingerprint, node, trigger_kind, started_ms, finished_ms, \
@@ -83,32 +80,32 @@ pub async fn insert_result(store: &Store, r: &GateResult) -> Result<(), String> 
     .bind(s.why.clone())
     .execute(store.pool())
     .await
-    .map_err(err("insert result"))?;
+    .map_err(GateError::store("insert result"))?;
     Ok(())
 }
 
 /// Every stored run, oldest first.
-pub async fn results(store: &Store) -> Result<Vec<GateResult>, String> {
+pub async fn results(store: &Store) -> Result<Vec<GateResult>, GateError> {
     let rows = sqlx::query(
         "SELECT id, task, backend, fingerprint, node, trigger_kind, started_ms, finished_ms, items, passed_items, \
          errors, p50_ms, p95_ms, cost_usd, passed, why FROM gate_results ORDER BY finished_ms, id",
     )
     .fetch_all(store.pool())
     .await
-    .map_err(err("query results"))?;
+    .map_err(GateError::store("query results"))?;
     rows.iter().map(row_to_result).collect()
 }
 
-fn row_to_result(row: &AnyRow) -> Result<GateResult, String> {
-    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
-    let get_opt = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
-    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
+fn row_to_result(row: &AnyRow) -> Result<GateResult, GateError> {
+    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(GateError::column(c));
+    let get_opt = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(GateError::column(c));
+    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(GateError::column(c));
     Ok(GateResult {
         id: get_str("id")?,
         task: get_str("task")?,
         backend: get_str("backend")?,
         fingerprint: get_str("fingerprint")?,
-        node: row.try_get::<Option<String>, _>("node").map_err(|e| format!("gate store: node: {e}"))?,
+        node: row.try_get::<Option<String>, _>("node").map_err(GateError::column("node"))?,
         trigger: get_str("trigger_kind")?,
         started_ms: get_i64("started_ms")?,
         finished_ms: get_i64("finished_ms")?,
@@ -118,7 +115,7 @@ fn row_to_result(row: &AnyRow) -> Result<GateResult, String> {
             errors: get_i64("errors")? as u64,
             p50_ms: get_opt("p50_ms")?.map(|v| v as u64),
             p95_ms: get_opt("p95_ms")?.map(|v| v as u64),
-            cost: decimal(row.try_get("cost_usd").map_err(|e| format!("gate store: cost_usd: {e}"))?)?,
+            cost: decimal(row.try_get("cost_usd").map_err(GateError::column("cost_usd"))?)?,
             passed: get_i64("passed")? != 0,
             why: get_str("why")?,
         },
@@ -132,7 +129,7 @@ pub async fn accept_pin(
     fingerprint: &str,
     pin: &Pin,
     at_ms: i64,
-) -> Result<(), String> {
+) -> Result<(), GateError> {
     sqlx::query(
         "INSERT INTO gate_pins (backend, fingerprint, weights, quantization, engine, accepted_ms) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (backend, fingerprint) DO UPDATE SET accepted_ms = excluded.accepted_ms",
@@ -145,24 +142,22 @@ pub async fn accept_pin(
     .bind(at_ms)
     .execute(store.pool())
     .await
-    .map_err(err("accept pin"))?;
+    .map_err(GateError::store("accept pin"))?;
     Ok(())
 }
 
 /// Accepted pins by backend, oldest first: `(backend, pin)`.
-pub async fn accepted_pins(store: &Store) -> Result<Vec<(String, Pin)>, String> {
+pub async fn accepted_pins(store: &Store) -> Result<Vec<(String, Pin)>, GateError> {
     let rows = sqlx::query(
         "SELECT backend, weights, quantization, engine FROM gate_pins ORDER BY accepted_ms, fingerprint",
     )
     .fetch_all(store.pool())
     .await
-    .map_err(err("query pins"))?;
+    .map_err(GateError::store("query pins"))?;
     rows.iter()
         .map(|row| {
-            let opt =
-                |c: &str| row.try_get::<Option<String>, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
-            let backend =
-                row.try_get::<String, _>("backend").map_err(|e| format!("gate store: backend: {e}"))?;
+            let opt = |c: &str| row.try_get::<Option<String>, _>(c).map_err(GateError::column(c));
+            let backend = row.try_get::<String, _>("backend").map_err(GateError::column("backend"))?;
             Ok((
                 backend,
                 Pin { weights: opt("weights")?, quantization: opt("quantization")?, engine: opt("engine")? },
@@ -171,7 +166,7 @@ pub async fn accepted_pins(store: &Store) -> Result<Vec<(String, Pin)>, String> 
         .collect()
 }
 
-pub async fn insert_shadow(store: &Store, r: &ShadowResult) -> Result<(), String> {
+pub async fn insert_shadow(store: &Store, r: &ShadowResult) -> Result<(), GateError> {
     sqlx::query(
         "INSERT INTO shadow_results (id, at_ms, task, request_id, primary_backend, backend, model, error_class, \
          input_tokens, output_tokens, duration_ms, cost_usd, primary_answer, answer, verdict, why) \
@@ -195,26 +190,27 @@ pub async fn insert_shadow(store: &Store, r: &ShadowResult) -> Result<(), String
     .bind(r.why.clone())
     .execute(store.pool())
     .await
-    .map_err(err("insert shadow"))?;
+    .map_err(GateError::store("insert shadow"))?;
     Ok(())
 }
 
 /// Shadow answers, oldest first; `ungraded_only`: those still waiting for a grade.
-pub async fn shadows(store: &Store, ungraded_only: bool) -> Result<Vec<ShadowResult>, String> {
+pub async fn shadows(store: &Store, ungraded_only: bool) -> Result<Vec<ShadowResult>, GateError> {
     let filter = if ungraded_only { "WHERE verdict IS NULL AND error_class IS NULL" } else { "" };
     let sql = format!(
         "SELECT id, at_ms, task, request_id, primary_backend, backend, model, error_class, input_tokens, \
          output_tokens, duration_ms, cost_usd, primary_answer, answer, verdict, why FROM shadow_results {filter} \
          ORDER BY at_ms, id"
     );
-    let rows =
-        sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(store.pool()).await.map_err(err("query shadows"))?;
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .fetch_all(store.pool())
+        .await
+        .map_err(GateError::store("query shadows"))?;
     rows.iter()
         .map(|row| {
-            let s = |c: &str| row.try_get::<String, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
-            let o =
-                |c: &str| row.try_get::<Option<String>, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
-            let i = |c: &str| row.try_get::<i64, _>(c).map_err(|e| format!("gate store: {c}: {e}"));
+            let s = |c: &str| row.try_get::<String, _>(c).map_err(GateError::column(c));
+            let o = |c: &str| row.try_get::<Option<String>, _>(c).map_err(GateError::column(c));
+            let i = |c: &str| row.try_get::<i64, _>(c).map_err(GateError::column(c));
             Ok(ShadowResult {
                 id: s("id")?,
                 at_ms: i("at_ms")?,
@@ -238,13 +234,18 @@ pub async fn shadows(store: &Store, ungraded_only: bool) -> Result<Vec<ShadowRes
 }
 
 /// Store the grade of one shadow answer.
-pub async fn grade_shadow(store: &Store, id: &str, verdict: &str, why: Option<&str>) -> Result<(), String> {
+pub async fn grade_shadow(
+    store: &Store,
+    id: &str,
+    verdict: &str,
+    why: Option<&str>,
+) -> Result<(), GateError> {
     sqlx::query("UPDATE shadow_results SET verdict = $1, why = $2 WHERE id = $3")
         .bind(verdict.to_string())
         .bind(why.map(str::to_string))
         .bind(id.to_string())
         .execute(store.pool())
         .await
-        .map_err(err("grade shadow"))?;
+        .map_err(GateError::store("grade shadow"))?;
     Ok(())
 }

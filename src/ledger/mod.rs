@@ -3,12 +3,14 @@
 //!
 //! `record` defines the row and how it is built from a dispatch outcome, `store` keeps rows
 //! in SQLite (the default, nothing to install) or PostgreSQL (shared by many replicas) through
-//! one code path, and `writer` batches rows in the background and never drops one. The ledger
-//! must not block or fail a request: the request path only calls [`LedgerSender::send`], which
-//! never waits. `book` prices hosted requests at list price and `usage` records GPU time per
-//! node-minute; sharing GPU time among tasks is the reports' job.
+//! one code path (its failures are a [`StoreError`]), and `writer` batches rows in the
+//! background and never drops one. The ledger must not block or fail a request: the request
+//! path only calls [`LedgerSender::send`], which never waits. `book` prices hosted requests at
+//! list price and `usage` records GPU time per node-minute; sharing GPU time among tasks is
+//! the reports' job.
 
 mod book;
+mod error;
 mod price;
 mod record;
 mod store;
@@ -16,6 +18,7 @@ pub mod usage;
 mod writer;
 
 pub use book::LedgerBook;
+pub use error::{RedactedUrl, StoreError};
 pub use price::{hosted_cost, HostedPrices};
 pub use record::{hash_affinity_key, new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use store::{Store, StoreKind};

@@ -13,6 +13,7 @@ use rust_decimal::Decimal;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
+use super::error::{RedactedUrl, StoreError};
 use super::record::{LedgerRecord, LedgerRow, Outcome};
 use super::usage::NodeMinute;
 
@@ -60,17 +61,14 @@ pub struct Store {
 impl Store {
     /// Connect to `sqlite://path` or `postgres://…` (also `postgresql://`), create the SQLite
     /// file if it is missing, and run the migrations.
-    pub async fn open(url: &str) -> Result<Store, String> {
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
         let (kind, url) = if url.starts_with("sqlite:") {
             (StoreKind::Sqlite, sqlite_url(url))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (StoreKind::Postgres, url.to_string())
         } else {
-            return Err(format!(
-                "ledger url must start with sqlite:// or postgres://, got {:?}",
-                redact(url)
-            ));
+            return Err(StoreError::Scheme { url: RedactedUrl::of(url) });
         };
         let options = AnyPoolOptions::new()
             .max_connections(if kind == StoreKind::Sqlite { 2 } else { 4 })
@@ -82,19 +80,21 @@ impl Store {
         } else {
             options
         };
-        let pool =
-            options.connect(&url).await.map_err(|e| format!("ledger: cannot open {}: {e}", redact(&url)))?;
+        let pool = options
+            .connect(&url)
+            .await
+            .map_err(|source| StoreError::Open { url: RedactedUrl::of(&url), source })?;
         if kind == StoreKind::Sqlite {
             // Persistent in the file: readers (reports) never block the writer.
             sqlx::query("PRAGMA journal_mode = WAL")
                 .execute(&pool)
                 .await
-                .map_err(|e| format!("ledger: cannot switch SQLite to WAL: {e}"))?;
+                .map_err(|source| StoreError::Wal { source })?;
         }
         sqlx::migrate!("src/ledger/migrations")
             .run(&pool)
             .await
-            .map_err(|e| format!("ledger: migrations failed on {}: {e}", redact(&url)))?;
+            .map_err(|source| StoreError::Migrate { url: RedactedUrl::of(&url), source })?;
         Ok(Store { pool, kind })
     }
 
@@ -109,13 +109,13 @@ impl Store {
 
     /// Insert every record in one transaction: all of them or none. Records whose id is
     /// already stored are skipped, so retrying a batch is safe.
-    pub async fn insert_batch(&self, records: &[LedgerRecord]) -> Result<(), String> {
+    pub async fn insert_batch(&self, records: &[LedgerRecord]) -> Result<(), StoreError> {
         self.insert(records.iter().collect(), Vec::new()).await
     }
 
     /// Insert requests and node-minutes in one transaction: all of them or none. Retrying a
     /// batch is safe: request ids are skipped when stored, node-minutes merge (busy is ORed).
-    pub async fn insert_rows(&self, rows: &[LedgerRow]) -> Result<(), String> {
+    pub async fn insert_rows(&self, rows: &[LedgerRow]) -> Result<(), StoreError> {
         let mut records = Vec::new();
         let mut minutes = Vec::new();
         for row in rows {
@@ -127,11 +127,11 @@ impl Store {
         self.insert(records, minutes).await
     }
 
-    async fn insert(&self, records: Vec<&LedgerRecord>, minutes: Vec<&NodeMinute>) -> Result<(), String> {
+    async fn insert(&self, records: Vec<&LedgerRecord>, minutes: Vec<&NodeMinute>) -> Result<(), StoreError> {
         if records.is_empty() && minutes.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(|e| format!("ledger: begin: {e}"))?;
+        let mut tx = self.pool.begin().await.map_err(StoreError::statement("begin"))?;
         for m in minutes {
             sqlx::query(
                 "INSERT INTO node_minutes (node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy) \
@@ -146,7 +146,7 @@ impl Store {
             .bind(i64::from(m.busy))
             .execute(&mut *tx)
             .await
-            .map_err(|e| format!("ledger: insert node minute: {e}"))?;
+            .map_err(StoreError::statement("insert node minute"))?;
         }
         for chunk in records.chunks(ROWS_PER_STATEMENT) {
             let sql = insert_sql(chunk.len());
@@ -171,13 +171,13 @@ impl Store {
                     .bind(r.duration_ms)
                     .bind(r.cost_usd.map(|c| c.to_string()));
             }
-            q.execute(&mut *tx).await.map_err(|e| format!("ledger: insert: {e}"))?;
+            q.execute(&mut *tx).await.map_err(StoreError::statement("insert"))?;
         }
-        tx.commit().await.map_err(|e| format!("ledger: commit: {e}"))
+        tx.commit().await.map_err(StoreError::statement("commit"))
     }
 
     /// Records that arrived in `[from_ms, to_ms)` (unix milliseconds), oldest first.
-    pub async fn query(&self, from_ms: i64, to_ms: i64) -> Result<Vec<LedgerRecord>, String> {
+    pub async fn query(&self, from_ms: i64, to_ms: i64) -> Result<Vec<LedgerRecord>, StoreError> {
         let sql = format!(
             "SELECT {} FROM ledger_records WHERE at_ms >= $1 AND at_ms < $2 ORDER BY at_ms, id",
             COLUMNS.join(", ")
@@ -187,12 +187,12 @@ impl Store {
             .bind(to_ms)
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| format!("ledger: query: {e}"))?;
+            .map_err(StoreError::statement("query"))?;
         rows.iter().map(row_to_record).collect()
     }
 
     /// Node-minutes that start in `[from_ms, to_ms)`, oldest first.
-    pub async fn query_minutes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<NodeMinute>, String> {
+    pub async fn query_minutes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<NodeMinute>, StoreError> {
         let rows = sqlx::query(
             "SELECT node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy FROM node_minutes \
              WHERE minute_ms >= $1 AND minute_ms < $2 ORDER BY minute_ms, node",
@@ -201,7 +201,7 @@ impl Store {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await
-        .map_err(|e| format!("ledger: query node minutes: {e}"))?;
+        .map_err(StoreError::statement("query node minutes"))?;
         rows.iter().map(row_to_minute).collect()
     }
 
@@ -222,20 +222,6 @@ fn sqlite_url(url: &str) -> String {
     }
 }
 
-/// The URL without its password, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 fn insert_sql(rows: usize) -> String {
     let n = COLUMNS.len();
     let values: Vec<String> = (0..rows)
@@ -251,12 +237,23 @@ fn insert_sql(rows: usize) -> String {
     )
 }
 
-fn decimal(col: &str, value: Option<String>) -> Result<Option<Decimal>, String> {
-    value.map(|s| Decimal::from_str(&s).map_err(|e| format!("ledger: {col} {s:?}: {e}"))).transpose()
+fn decimal(col: &str, value: Option<String>) -> Result<Option<Decimal>, StoreError> {
+    value
+        .map(|s| {
+            Decimal::from_str(&s).map_err(|source| StoreError::Decimal {
+                column: col.to_string(),
+                value: s,
+                source,
+            })
+        })
+        .transpose()
 }
 
-fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, String> {
-    let bad = |col: &str, e: sqlx::Error| format!("ledger: column {col}: {e}");
+fn bad(column: &str, source: sqlx::Error) -> StoreError {
+    StoreError::Column { column: column.to_string(), source }
+}
+
+fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, StoreError> {
     let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
     let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
     let price = row.try_get::<Option<String>, _>("gpu_hourly_usd").map_err(|e| bad("gpu_hourly_usd", e))?;
@@ -270,8 +267,7 @@ fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, String> {
     })
 }
 
-fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, String> {
-    let bad = |col: &str, e: sqlx::Error| format!("ledger: column {col}: {e}");
+fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, StoreError> {
     let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
     let opt_text = |col: &str| row.try_get::<Option<String>, _>(col).map_err(|e| bad(col, e));
     let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
@@ -287,7 +283,7 @@ fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, String> {
         model: text("model")?,
         node: text("node")?,
         attempts: int("attempts")?,
-        outcome: Outcome::parse(&outcome).ok_or_else(|| format!("ledger: unknown outcome {outcome:?}"))?,
+        outcome: Outcome::parse(&outcome).ok_or_else(|| StoreError::Outcome(outcome.clone()))?,
         error_class: opt_text("error_class")?,
         input_tokens: int("input_tokens")?,
         cached_input_tokens: int("cached_input_tokens")?,
@@ -306,8 +302,6 @@ mod tests {
     fn urls() {
         assert_eq!(sqlite_url("sqlite://spillway.db"), "sqlite://spillway.db?mode=rwc");
         assert_eq!(sqlite_url("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
-        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! what utilisation self-hosting breaks even.
 //!
 //! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build` and
-//! `economics` make the report's figures (pure), `render` and `html` format them. This module only fetches rows.
+//! `economics` make the report's figures (pure), `render` and `html` format them. This module
+//! only fetches rows. Every failure is a [`ReportError`].
 
 pub mod allocate;
 pub mod build;
 pub mod economics;
+mod error;
 mod figures;
 mod html;
 pub mod query;
@@ -16,6 +18,7 @@ mod render;
 use std::path::PathBuf;
 
 pub use build::{build, Report};
+pub use error::ReportError;
 pub use query::{GroupKey, ReportFormat, ReportQuery};
 
 use crate::config::Config;
@@ -46,7 +49,11 @@ pub struct ReportArgs {
 }
 
 /// Fetch the period's rows and render the report.
-pub async fn generate(store: &Store, config: Option<&Config>, query: &ReportQuery) -> Result<String, String> {
+pub async fn generate(
+    store: &Store,
+    config: Option<&Config>,
+    query: &ReportQuery,
+) -> Result<String, ReportError> {
     let records = store.query(query.from_ms, query.to_ms).await?;
     let minutes = store.query_minutes(query.from_ms, query.to_ms).await?;
     let report = build(query, &records, &minutes, config);
@@ -54,17 +61,17 @@ pub async fn generate(store: &Store, config: Option<&Config>, query: &ReportQuer
 }
 
 /// Format a built report.
-pub fn render(report: &Report, format: ReportFormat) -> Result<String, String> {
+pub fn render(report: &Report, format: ReportFormat) -> Result<String, ReportError> {
     match format {
         ReportFormat::Table => Ok(render::table(report)),
         ReportFormat::Csv => render::csv(report),
-        ReportFormat::Json => serde_json::to_string_pretty(report).map_err(|e| e.to_string()),
+        ReportFormat::Json => serde_json::to_string_pretty(report).map_err(ReportError::render("json")),
         ReportFormat::Html => Ok(html::page(report)),
     }
 }
 
 /// The CLI command: parse, open the ledger, print the report.
-pub async fn run(args: ReportArgs) -> Result<String, String> {
+pub async fn run(args: ReportArgs) -> Result<String, ReportError> {
     let query = ReportQuery::parse(
         args.from.as_deref(),
         args.to.as_deref(),
@@ -73,16 +80,18 @@ pub async fn run(args: ReportArgs) -> Result<String, String> {
         jiff::Timestamp::now(),
     )?;
     let config = match &args.config {
-        Some(path) => Some(crate::config::load_file(path).map_err(|problems| {
-            let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-            format!("{} is not a valid config:\n{}", path.display(), lines.join("\n"))
-        })?),
+        Some(path) => Some(
+            crate::config::load_file(path)
+                .map_err(|problems| ReportError::Config { path: path.clone(), problems })?,
+        ),
         None => None,
     };
     let url = match (&args.ledger, &config) {
         (Some(url), _) => url.clone(),
-        (None, Some(c)) => c.ledger.resolve_url(|name| std::env::var(name).ok())?,
-        (None, None) => return Err("give --config (the router's config) or --ledger URL".into()),
+        (None, Some(c)) => {
+            c.ledger.resolve_url(|name| std::env::var(name).ok()).map_err(ReportError::LedgerUrl)?
+        }
+        (None, None) => return Err(ReportError::NoLedger),
     };
     let store = Store::open(&url).await?;
     let out = generate(&store, config.as_ref(), &query).await;

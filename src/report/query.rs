@@ -4,6 +4,8 @@
 use jiff::{SignedDuration, Timestamp, ToSpan};
 use serde::Serialize;
 
+use super::error::ReportError;
+
 /// What a report line is keyed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -35,13 +37,13 @@ pub enum ReportFormat {
 }
 
 impl ReportFormat {
-    pub fn parse(s: &str) -> Result<ReportFormat, String> {
+    pub fn parse(s: &str) -> Result<ReportFormat, ReportError> {
         match s {
             "table" => Ok(ReportFormat::Table),
             "csv" => Ok(ReportFormat::Csv),
             "json" => Ok(ReportFormat::Json),
             "html" => Ok(ReportFormat::Html),
-            other => Err(format!("format `{other}` is not one of table, csv, json, html")),
+            other => Err(ReportError::Format(other.to_string())),
         }
     }
 
@@ -68,62 +70,58 @@ pub struct ReportQuery {
 }
 
 /// Parse `--group-by`: `task`, optionally followed by `backend` and/or `key`, comma-separated.
-pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, String> {
+pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
     let mut keys = Vec::new();
     for part in s.split(',').map(str::trim) {
         let key = match part {
             "task" => GroupKey::Task,
             "backend" => GroupKey::Backend,
             "key" => GroupKey::Key,
-            other => return Err(format!("group-by `{other}` is not one of task, backend, key")),
+            other => return Err(ReportError::GroupKey(other.to_string())),
         };
         if keys.contains(&key) {
-            return Err(format!("group-by names `{part}` twice"));
+            return Err(ReportError::GroupKeyTwice(part.to_string()));
         }
         keys.push(key);
     }
     if keys.first() != Some(&GroupKey::Task) {
-        return Err("group-by must start with `task` (e.g. task or task,backend,key)".into());
+        return Err(ReportError::GroupByTask);
     }
     Ok(keys)
 }
 
 /// Parse a point in time: `now`, `today` (UTC midnight), a date (`2026-11-29`, UTC midnight),
 /// an RFC 3339 timestamp (`2026-11-29T10:00:00Z`), or an age such as `-90m`, `-24h`, `-7d`.
-pub fn parse_time(what: &str, s: &str, now: Timestamp) -> Result<Timestamp, String> {
+pub fn parse_time(what: &'static str, s: &str, now: Timestamp) -> Result<Timestamp, ReportError> {
     let s = s.trim();
-    let bad = |why: String| format!("{what} `{s}`: {why}");
+    let text = || s.to_string();
+    let bad = |source: jiff::Error| ReportError::Time { what, text: text(), source };
     if s == "now" {
         return Ok(now);
     }
     if s == "today" {
         let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
-        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|e| bad(e.to_string()));
+        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(bad);
     }
     if let Some(age) = s.strip_prefix('-') {
         let split = age.find(|c: char| !c.is_ascii_digit()).unwrap_or(age.len());
         let (n, unit) = age.split_at(split);
-        let n: i64 = n.parse().map_err(|_| bad("an age is a number and a unit, e.g. -24h".into()))?;
+        let n: i64 = n.parse().map_err(|source| ReportError::AgeNumber { what, text: text(), source })?;
         let secs = match unit {
             "m" => 60,
             "h" => 3_600,
             "d" => 86_400,
-            _ => return Err(bad("an age's unit is m, h or d".into())),
+            _ => return Err(ReportError::AgeUnit { what, text: text() }),
         };
-        return now
-            .checked_sub(SignedDuration::from_secs(n.saturating_mul(secs)))
-            .map_err(|e| bad(e.to_string()));
+        return now.checked_sub(SignedDuration::from_secs(n.saturating_mul(secs))).map_err(bad);
     }
     if let Ok(t) = s.parse::<Timestamp>() {
         return Ok(t);
     }
     if let Ok(date) = s.parse::<jiff::civil::Date>() {
-        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(|e| bad(e.to_string()));
+        return date.to_zoned(jiff::tz::TimeZone::UTC).map(|z| z.timestamp()).map_err(bad);
     }
-    Err(bad(
-        "expected now, today, a date (2026-11-29), an RFC 3339 time (2026-11-29T10:00:00Z) or an age (-24h)"
-            .into(),
-    ))
+    Err(ReportError::TimeForm { what, text: text() })
 }
 
 impl ReportQuery {
@@ -134,17 +132,17 @@ impl ReportQuery {
         group_by: Option<&str>,
         format: ReportFormat,
         now: Timestamp,
-    ) -> Result<ReportQuery, String> {
+    ) -> Result<ReportQuery, ReportError> {
         let to = match to {
             Some(s) => parse_time("to", s, now)?,
             None => now,
         };
         let from = match from {
             Some(s) => parse_time("from", s, now)?,
-            None => to.checked_sub(24.hours()).map_err(|e| format!("from: {e}"))?,
+            None => to.checked_sub(24.hours()).map_err(|source| ReportError::DefaultFrom { source })?,
         };
         if from >= to {
-            return Err(format!("from ({from}) must be before to ({to})"));
+            return Err(ReportError::Period { from, to });
         }
         // Whole minutes: GPU time is recorded per node-minute.
         let minute = crate::ledger::usage::MINUTE_MS;
@@ -174,8 +172,9 @@ mod tests {
         assert_eq!(t("2026-11-29T10:00:00+01:00").unwrap(), "2026-11-29T09:00:00Z");
         assert_eq!(t("-90m").unwrap(), "2026-11-29T17:00:00Z");
         assert_eq!(t("-7d").unwrap(), "2026-11-22T18:30:00Z");
-        assert!(t("yesterday").unwrap_err().starts_with("from `yesterday`: expected"));
-        assert!(t("-3w").unwrap_err().contains("unit is m, h or d"));
+        assert!(t("yesterday").unwrap_err().to_string().starts_with("from `yesterday`: expected"));
+        assert!(t("-3w").unwrap_err().to_string().contains("unit is m, h or d"));
+        assert!(matches!(t("-xh"), Err(ReportError::AgeNumber { what: "from", .. })));
     }
 
     #[test]
@@ -185,11 +184,11 @@ mod tests {
         assert_eq!(q.group_by, vec![GroupKey::Task]);
         let q = ReportQuery::parse(Some("today"), Some("now"), Some("task,key"), ReportFormat::Json, now());
         assert_eq!(q.unwrap().group_by, vec![GroupKey::Task, GroupKey::Key]);
-        let err = |f, t, g| ReportQuery::parse(f, t, g, ReportFormat::Table, now()).unwrap_err();
+        let err = |f, t, g| ReportQuery::parse(f, t, g, ReportFormat::Table, now()).unwrap_err().to_string();
         assert!(err(Some("now"), Some("-1h"), None).contains("must be before"));
         assert!(err(None, None, Some("backend")).contains("must start with `task`"));
         assert!(err(None, None, Some("task,node")).contains("`node` is not one of"));
         assert!(err(None, None, Some("task,key,key")).contains("twice"));
-        assert!(ReportFormat::parse("pdf").unwrap_err().contains("table, csv, json, html"));
+        assert!(ReportFormat::parse("pdf").unwrap_err().to_string().contains("table, csv, json, html"));
     }
 }

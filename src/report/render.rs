@@ -6,6 +6,7 @@ use std::fmt::Write;
 use rust_decimal::Decimal;
 
 use super::build::{Line, Report};
+use super::error::ReportError;
 
 fn usd(d: Decimal) -> String {
     format!("${:.4}", d)
@@ -194,7 +195,7 @@ pub fn table(r: &Report) -> String {
 
 /// One CSV row per line plus `idle` (already in the lines), `unallocated` and `total` rows:
 /// summing `total_usd` over the `line` rows and the `unallocated` row gives the `total` row.
-pub fn csv(r: &Report) -> Result<String, String> {
+pub fn csv(r: &Report) -> Result<String, ReportError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let keys: Vec<&str> = r.group_by.iter().map(|g| g.as_str()).collect();
     let mut header = vec!["row"];
@@ -212,7 +213,7 @@ pub fn csv(r: &Report) -> Result<String, String> {
         "per_request_usd",
         "per_mtok_output_usd",
     ]);
-    w.write_record(&header).map_err(|e| e.to_string())?;
+    w.write_record(&header).map_err(ReportError::render("csv"))?;
     let opt = |d: Option<Decimal>| d.map(|d| d.to_string()).unwrap_or_default();
     for l in &r.lines {
         let mut row = vec!["line".to_string()];
@@ -230,7 +231,7 @@ pub fn csv(r: &Report) -> Result<String, String> {
             opt(l.per_request_usd),
             opt(l.per_mtok_output_usd),
         ]);
-        w.write_record(&row).map_err(|e| e.to_string())?;
+        w.write_record(&row).map_err(ReportError::render("csv"))?;
     }
     let t = &r.totals;
     let summary =
@@ -265,7 +266,8 @@ pub fn csv(r: &Report) -> Result<String, String> {
         ),
     ];
     for row in rows {
-        w.write_record(&row).map_err(|e| e.to_string())?;
+        w.write_record(&row).map_err(ReportError::render("csv"))?;
     }
-    String::from_utf8(w.into_inner().map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+    let bytes = w.into_inner().map_err(|e| ReportError::render("csv")(e.into_error()))?;
+    String::from_utf8(bytes).map_err(ReportError::render("csv"))
 }

@@ -110,7 +110,7 @@ pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, b
         Ok(Requalified::AlreadyRunning) => {
             ApiError::new(ErrorCode::GateRunning, "a run for this fingerprint is under way").into_response()
         }
-        Err(why) => ApiError::bad_request(why).param("node").into_response(),
+        Err(why) => ApiError::bad_request(why.to_string()).param("node").into_response(),
     }
 }
 
@@ -131,6 +131,6 @@ pub async fn run(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
             Json(json!({"task": result.task, "backend": result.backend, "result": result_json(&result)}))
                 .into_response()
         }
-        Err(why) => ApiError::new(ErrorCode::GateRunFailed, why).into_response(),
+        Err(why) => ApiError::new(ErrorCode::GateRunFailed, why.to_string()).into_response(),
     }
 }

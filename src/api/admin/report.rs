@@ -37,7 +37,9 @@ async fn cost_report_inner(
         .param(unknown));
     }
     let format = match params.get("format") {
-        Some(f) => ReportFormat::parse(f).map_err(|e| ApiError::bad_request(e).param("format"))?,
+        Some(f) => {
+            ReportFormat::parse(f).map_err(|e| ApiError::bad_request(e.to_string()).param("format"))?
+        }
         None => ReportFormat::Json,
     };
     let query = ReportQuery::parse(
@@ -47,7 +49,7 @@ async fn cost_report_inner(
         format,
         jiff::Timestamp::now(),
     )
-    .map_err(ApiError::bad_request)?;
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Some((store, _)) = &state.ledger else {
         return Err(ApiError::new(ErrorCode::LedgerOff, "the ledger is off (ledger.enabled: false)"));
     };

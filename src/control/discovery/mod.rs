@@ -8,8 +8,10 @@
 //! tested event by event. The [`watch`] half runs the `kube` watcher against the API server
 //! with backoff and publishes each backend's ready list on a `tokio::sync::watch` channel
 //! shared by all discovered backends ([`DiscoveredNodes`]), which the snapshot builder reads.
+//! Building its client fails with a [`DiscoveryError`].
 
 pub mod endpointslice;
+mod error;
 pub mod metadata;
 pub mod pod;
 pub mod set;
@@ -17,6 +19,7 @@ pub mod watch;
 
 use std::collections::BTreeMap;
 
+pub use error::DiscoveryError;
 pub use metadata::NodeMetadata;
 pub use set::{Discoverable, NodeSet};
 pub use watch::{client_for_url, client_from_env, install_crypto_provider, run};

@@ -21,6 +21,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use tokio::sync::watch;
 
+use super::error::DiscoveryError;
 use super::set::{Discoverable, NodeSet};
 use super::{DiscoveredNode, DiscoveredNodes};
 use crate::config::{KubeResource, KubernetesDiscovery};
@@ -36,18 +37,20 @@ pub fn install_crypto_provider() {
 
 /// A client from the environment: the kubeconfig (`$KUBECONFIG` or `~/.kube/config`) if
 /// there is one, else the in-cluster service account. Must run inside a tokio runtime.
-pub async fn client_from_env() -> Result<kube::Client, String> {
+pub async fn client_from_env() -> Result<kube::Client, DiscoveryError> {
     install_crypto_provider();
-    kube::Client::try_default().await.map_err(|e| format!("kubernetes client from environment: {e}"))
+    kube::Client::try_default().await.map_err(|source| DiscoveryError::FromEnv { source })
 }
 
 /// A client for the API server at `url` (`http://…` or `https://…`), without credentials,
 /// verifying HTTPS against the system's trust store. Meant for tests and for a local
 /// `kubectl proxy`. Must be called inside a tokio runtime.
-pub fn client_for_url(url: &str) -> Result<kube::Client, String> {
+pub fn client_for_url(url: &str) -> Result<kube::Client, DiscoveryError> {
     install_crypto_provider();
-    let uri: http::Uri = url.parse().map_err(|e| format!("kubernetes API URL {url:?}: {e}"))?;
-    kube::Client::try_from(kube::Config::new(uri)).map_err(|e| format!("kubernetes client for {url}: {e}"))
+    let uri: http::Uri =
+        url.parse().map_err(|source| DiscoveryError::Url { url: url.to_string(), source })?;
+    kube::Client::try_from(kube::Config::new(uri))
+        .map_err(|source| DiscoveryError::Client { url: url.to_string(), source })
 }
 
 /// Watch backend `backend`'s nodes as `cfg` says and keep `out[backend]` equal to its ready
