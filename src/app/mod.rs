@@ -8,17 +8,18 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::secrets::Secrets;
 use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
-use crate::control::books;
 use crate::control::canary::Canaries;
 use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::pins::PinBoard;
 use crate::control::reload::Reloader;
+use crate::control::{books, Loops};
 use crate::control::{gpu_time, scrape, snapshot_loop};
 use crate::dispatch::Dispatcher;
 use crate::fleet::load::NodeLoad;
@@ -47,7 +48,12 @@ pub async fn start(
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
-    let mut loops = tokio::task::JoinSet::new();
+    // One token stops every loop; the GPU-time sampler hands over its open minute first, the
+    // others end at their next await.
+    let stop = CancellationToken::new();
+    let mut loops = Loops::new(stop.clone());
+    // The bookkeeping loop stops last: it reads what the others emitted on their way out.
+    let books_stop = CancellationToken::new();
     let availability = AvailabilityBoard::new(&config);
     let ledger = match &secrets.ledger_url {
         Some(url) => Some(Ledger::open(url).await?),
@@ -57,18 +63,15 @@ pub async fn start(
     let prices = Arc::new(ArcSwap::from_pointee(crate::ledger::HostedPrices::new(&config)));
     let metrics = Arc::new(Metrics::new());
     metrics.configure(&config);
-    let (consume_stop, stop_rx) = oneshot::channel();
     let books = books::Books {
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
         prices: Arc::clone(&prices),
     };
-    let bookkeeping = tokio::spawn(books::consume(records_rx, books, stop_rx));
-    loops.spawn(balancing::run(
-        Arc::clone(&availability),
-        Duration::from_secs(config.balancing.interval_secs),
-    ));
+    let bookkeeping = tokio::spawn(books::consume(records_rx, books, books_stop.clone()));
+    let interval = Duration::from_secs(config.balancing.interval_secs);
+    loops.spawn(balancing::run(Arc::clone(&availability), interval));
 
     let (discovered_tx, discovered_rx) = watch::channel(DiscoveredNodes::new());
     let kube_backends: Vec<_> = config
@@ -79,7 +82,8 @@ pub async fn start(
     if !kube_backends.is_empty() {
         let client = discovery::client_from_env().await.map_err(std::io::Error::other)?;
         for (backend, cfg) in kube_backends {
-            loops.spawn(discovery::run(backend, cfg, client.clone(), discovered_tx.clone()));
+            let watch = discovery::run(backend, cfg, client.clone(), discovered_tx.clone());
+            loops.spawn(watch);
         }
     }
     let quota = QuotaBoard::new(&config, secrets.redis_url.clone());
@@ -100,7 +104,8 @@ pub async fn start(
         availability: Arc::clone(&availability),
         holds: Arc::clone(&holds),
     };
-    loops.spawn(snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100)));
+    let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
+    loops.spawn(snapshots);
     let gpu_time = ledger.as_ref().map(|l| {
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),
@@ -108,8 +113,7 @@ pub async fn start(
             load: Arc::clone(&load),
             discovered: discovered_tx.subscribe(),
         };
-        let (stop, stop_rx) = oneshot::channel();
-        (stop, tokio::spawn(gpu_time::run(sources, l.sender.clone(), Duration::from_secs(1), stop_rx)))
+        tokio::spawn(gpu_time::run(sources, l.sender.clone(), Duration::from_secs(1), stop.clone()))
     });
     let scrape_client = reqwest::Client::builder()
         .timeout(Duration::from_millis(config.telemetry.timeout_ms))
@@ -181,7 +185,8 @@ pub async fn start(
         board: Arc::default(),
     });
     if config.canary.interval_secs > 0 {
-        loops.spawn(Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs)));
+        let rounds = Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs));
+        loops.spawn(rounds);
     }
     let state = Arc::new(AppState {
         snapshot,
@@ -208,14 +213,13 @@ pub async fn start(
     let limits = config.limits.clone();
     let task = tokio::spawn(async move {
         let served = api::edge::serve(listener, app, &limits, edge_metrics, shutdown).await;
-        loops.abort_all();
+        loops.stop().await;
         drop(scrape_thread);
         // Flush the books: the open GPU minute, the queued outcomes, then the ledger writer.
-        if let Some((stop, task)) = gpu_time {
-            let _ = stop.send(());
+        if let Some(task) = gpu_time {
             let _ = task.await;
         }
-        let _ = consume_stop.send(());
+        books_stop.cancel();
         let _ = bookkeeping.await;
         if let Some(ledger) = ledger {
             ledger.close().await;

@@ -74,7 +74,7 @@ impl AvailabilityBoard {
     }
 }
 
-/// Tick the board every `interval`, passing the real elapsed time, until aborted.
+/// Tick the board every `interval`, passing the real elapsed time, until stopped.
 pub async fn run(board: Arc<AvailabilityBoard>, interval: Duration) {
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -13,12 +13,12 @@ pub struct Books {
     pub prices: std::sync::Arc<arc_swap::ArcSwap<crate::ledger::HostedPrices>>,
 }
 
-/// Read records until the channel closes or `stop` fires (then read what is already queued):
+/// Read records until the channel closes or `stop` is cancelled (then read what is already queued):
 /// log them, feed the metrics and write the ledger.
 pub async fn consume(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
     books: Books,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     let Books { availability, ledger, metrics, prices } = books;
     let mut stopping = false;
@@ -29,7 +29,7 @@ pub async fn consume(
                 Some(record) => record,
                 None => break,
             },
-            _ = &mut stop, if !stopping => {
+            () = stop.cancelled(), if !stopping => {
                 stopping = true;
                 rx.close();
                 continue;

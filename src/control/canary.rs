@@ -162,7 +162,7 @@ impl Canaries {
         }
     }
 
-    /// A round every `interval` (the first one interval after start) until aborted.
+    /// A round every `interval` (the first one interval after start) until stopped.
     pub async fn run(self, interval: Duration) {
         let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::discovery::DiscoveredNodes;
 use crate::fleet::load::NodeLoad;
@@ -65,14 +66,14 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<String, u64>) -> Vec<NodeSa
 
 /// Sample every `period` and hand each finished node-minute to the ledger; on `stop`, hand
 /// over the minute in progress and return.
-pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, mut stop: oneshot::Receiver<()>) {
+pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, stop: CancellationToken) {
     let mut tracker = MinuteTracker::default();
     let mut last_sent = HashMap::new();
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = &mut stop => break,
+            () = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
         let now = unix_millis(SystemTime::now());

@@ -13,3 +13,31 @@ pub mod reload;
 pub mod scrape;
 mod scrape_error;
 pub mod snapshot_loop;
+
+/// The router's background loops, stopped together by one cancellation token: each ends at
+/// its next await once the token is cancelled. (The loops that hold state to hand over at a
+/// stop, GPU minutes and queued outcomes, take the token themselves and are awaited apart.)
+pub struct Loops {
+    set: tokio::task::JoinSet<()>,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Loops {
+    pub fn new(stop: tokio_util::sync::CancellationToken) -> Loops {
+        Loops { set: tokio::task::JoinSet::new(), stop }
+    }
+
+    /// Run `work` until the token is cancelled.
+    pub fn spawn(&mut self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.set.spawn(async move {
+            stop.run_until_cancelled_owned(work).await;
+        });
+    }
+
+    /// Cancel the token and wait for every loop to end.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        while self.set.join_next().await.is_some() {}
+    }
+}

@@ -104,7 +104,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     snap
 }
 
-/// Rebuild and publish every `period` until the task is aborted.
+/// Rebuild and publish every `period` until stopped.
 pub async fn run(current: Arc<ArcSwap<Snapshot>>, sources: Sources, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 
 use super::board::{current_fingerprint, GateBoard};
 use super::call::Caller;
@@ -18,6 +17,7 @@ use super::shadow::{self, Shadows};
 use super::store::{self, GateResult};
 use crate::config::Config;
 use crate::control::pins::PinBoard;
+use crate::control::Loops;
 use crate::fleet::load::NodeLoad;
 use crate::guard::breaker::BreakerBoard;
 use crate::ledger::Store;
@@ -52,7 +52,7 @@ pub struct Parts {
 
 impl GateService {
     /// Load what the store knows, then start the loops on `loops`.
-    pub async fn start(parts: Parts, board: Arc<GateBoard>, loops: &mut JoinSet<()>) -> GateService {
+    pub async fn start(parts: Parts, board: Arc<GateBoard>, loops: &mut Loops) -> GateService {
         let Some(store) = parts.store else {
             return GateService { board, pins: parts.pins, requalifier: None, shadows: None };
         };
