@@ -31,6 +31,11 @@ impl Problem {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Problem { path: path.into(), message: message.into() }
     }
+
+    /// Problems one per line, indented (under a line that names the file).
+    pub fn indented(problems: &[Problem]) -> String {
+        problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
+    }
 }
 
 impl fmt::Display for Problem {

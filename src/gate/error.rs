@@ -35,7 +35,7 @@ pub enum GateError {
     /// What is wrong with a golden set file, one problem per entry (each names the file).
     #[error("{}", .0.join("; "))]
     Golden(Vec<String>),
-    #[error("{} is not a valid config:\n{}", .path.display(), lines(.problems))]
+    #[error("{} is not a valid config:\n{}", .path.display(), Problem::indented(.problems))]
     Config { path: PathBuf, problems: Vec<Problem> },
     /// The config's `ledger.url_env` names a variable that is not set (the config's message).
     #[error("{0}")]
@@ -74,11 +74,6 @@ impl GateError {
     pub(crate) fn column(column: &str) -> impl Fn(sqlx::Error) -> GateError + '_ {
         move |source| GateError::Column { column: column.to_string(), source }
     }
-}
-
-/// Config problems one per line, indented.
-fn lines(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub enum ReportError {
     DefaultFrom { source: jiff::Error },
     #[error("from ({from}) must be before to ({to})")]
     Period { from: Timestamp, to: Timestamp },
-    #[error("{} is not a valid config:\n{}", .path.display(), lines(.problems))]
+    #[error("{} is not a valid config:\n{}", .path.display(), Problem::indented(.problems))]
     Config { path: PathBuf, problems: Vec<Problem> },
     /// The config's `ledger.url_env` names a variable that is not set (the config's message).
     #[error("{0}")]
@@ -59,11 +59,6 @@ impl ReportError {
     {
         move |source| ReportError::Render { format, source: Box::new(source) }
     }
-}
-
-/// Config problems one per line, indented.
-fn lines(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]
