@@ -41,6 +41,7 @@ pub struct Metrics {
     shed: IntCounterVec,
     failovers: IntCounterVec,
     canaries: IntCounterVec,
+    gpu_samples: IntCounterVec,
     // Upstream calls per provider (the first seed document's five metrics, with failovers).
     provider_calls: IntCounterVec,
     provider_successes: IntCounterVec,
@@ -183,6 +184,12 @@ impl Metrics {
                 "spillway_canaries_total",
                 "Canary probes of fallback backends, by result (ok, failed).",
                 &["backend", "result"],
+            ),
+            gpu_samples: counter(
+                &r,
+                "spillway_gpu_samples_total",
+                "Node samples taken for the ledger's GPU-time rows, by whether the node was serving.",
+                &["backend", "busy"],
             ),
             provider_calls: counter(
                 &r,

@@ -82,6 +82,11 @@ impl Metrics {
         self.canaries.with_label_values(&[backend, if ok { "ok" } else { "failed" }]).inc();
     }
 
+    /// One sample of a local node for GPU time.
+    pub fn observe_gpu_sample(&self, backend: &str, busy: bool) {
+        self.gpu_samples.with_label_values(&[backend, if busy { "true" } else { "false" }]).inc();
+    }
+
     /// Dispatch moved on from a backend that failed.
     pub fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
         self.failovers.with_label_values(&[task, from, to, reason]).inc();
