@@ -137,7 +137,15 @@ async fn breaker_opens_on_failures_and_recovers_after_a_probe() {
     // The node heals; after open_secs one probe goes through and closes the breaker.
     local.shutdown();
     let _healed = sim_at(addr, SimKind::Vllm, LLAMA, |_| {}).await;
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // open_secs later the snapshot shows the breaker half-open (1), and planning offers the node.
+    wait_until(Duration::from_secs(5), "the local breaker to turn half-open", || async {
+        let text = metrics_text(&router).await;
+        match sample_in(&text, "spillway_breaker_state", &[r#"backend="local""#]) {
+            Some(1.0) => Ok(()),
+            seen => Err(format!("state {seen:?}")),
+        }
+    })
+    .await;
     let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
     assert_eq!(headers["x-spillway-backend"], "local");
     let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
@@ -204,9 +212,15 @@ balancing: {{interval_secs: 1}}
         (&"b".parse().unwrap(), &"2".parse().unwrap())
     );
     // One interval later the PID has cut a's availability: b comes first, no failed call.
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    let stats: serde_json::Value =
-        reqwest::get(format!("{}/stats", router.url)).await.unwrap().json().await.unwrap();
+    let stats = wait_until(Duration::from_secs(5), "the PID to cut a's availability", || async {
+        let stats = get_json(&router, "/stats").await;
+        if stats["availability"]["a"] == 0.0 {
+            Ok(stats)
+        } else {
+            Err(stats)
+        }
+    })
+    .await;
     assert_eq!(stats["availability"]["a"], 0.0, "{stats}");
     assert_eq!(stats["weights"]["t"]["b"], 1.0, "{stats}");
     assert_eq!(stats["first_choice"]["t/a"], 1, "chain choice is counted: {stats}");
