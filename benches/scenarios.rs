@@ -5,12 +5,13 @@
 //!
 //! `cargo bench --bench scenarios` (env: SCENARIO_SECS, default 20).
 
-#[path = "../tests/common/scenario.rs"]
-mod scenario;
+/// The test harness (`scenario` waits on it for a fresh fleet).
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::time::Duration;
 
-use scenario::*;
+use common::scenario::*;
 
 fn row(name: &str, r: &Report) {
     println!(

@@ -71,14 +71,22 @@ tasks:
     assert_eq!((pool["backend"].as_str(), pool["nodes"].as_array().unwrap().len()), (Some("pool"), 2));
     assert_eq!(listing["backends"][1]["nodes"][0]["breaker"], "closed");
 
-    // Traffic to the hosted task all through the drill; count who served and what failed.
+    // Traffic to the hosted task all through the drill; count who served and what failed, and
+    // how many requests each worker has finished.
     let stop = Arc::new(AtomicBool::new(false));
     let (by_first, by_second, failures) =
         (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let finished: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
     let mut workers = Vec::new();
-    for _ in 0..3 {
-        let (stop, c1, c2, fails, url) =
-            (stop.clone(), by_first.clone(), by_second.clone(), failures.clone(), r.url.clone());
+    for worker in 0..3 {
+        let (stop, c1, c2, fails, url, finished) = (
+            stop.clone(),
+            by_first.clone(),
+            by_second.clone(),
+            failures.clone(),
+            r.url.clone(),
+            finished.clone(),
+        );
         workers.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             while !stop.load(Ordering::SeqCst) {
@@ -96,10 +104,36 @@ tasks:
                     Some("second") if text.contains("[DONE]") => c2.fetch_add(1, Ordering::SeqCst),
                     _ => fails.fetch_add(1, Ordering::SeqCst),
                 };
+                finished[worker].fetch_add(1, Ordering::SeqCst);
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Each worker sends one request at a time: once each has finished two more, the one it had
+    // in flight now is done and counted, and the next began after now.
+    let requests_begun_after_now = || async {
+        let seen: Vec<u64> = finished.iter().map(|f| f.load(Ordering::SeqCst)).collect();
+        common::wait_until(
+            Duration::from_secs(10),
+            "each worker to finish a request begun after now",
+            || {
+                let done = finished.iter().zip(&seen).all(|(f, s)| f.load(Ordering::SeqCst) >= s + 2);
+                async move { done }
+            },
+        )
+        .await;
+    };
+    // The state of a hosted node in the published snapshot, as the admin API lists it.
+    let first_node = |field: &'static str| {
+        let admin = &admin;
+        async move {
+            let (_, listing) = admin("GET", "/admin/backends", None, ADMIN).await;
+            listing["backends"][1]["nodes"][0][field].clone()
+        }
+    };
+    common::wait_until(Duration::from_secs(10), "ten requests served by the first backend", || async {
+        by_first.load(Ordering::SeqCst) >= 10
+    })
+    .await;
     assert!(by_first.load(Ordering::SeqCst) > 0 && by_second.load(Ordering::SeqCst) == 0);
 
     // Drain `first`: new requests go to `second`; those in flight on `first` finish.
@@ -107,8 +141,18 @@ tasks:
         admin("POST", "/admin/hold", Some(json!({"backend": "first", "kind": "drain"})), ADMIN).await;
     assert_eq!(status, 200, "{held}");
     assert_eq!(held["kind"], "drained");
-    tokio::time::sleep(Duration::from_millis(300)).await; // the snapshot loop publishes the hold
+    common::wait_until(Duration::from_secs(5), "the snapshot loop to publish the hold", || async {
+        let held = first_node("held").await;
+        if held.is_null() {
+            Err(held)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    requests_begun_after_now().await;
     let served_first = by_first.load(Ordering::SeqCst);
+    // A real sleep: traffic flows for a while, and none of it may reach the drained backend.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(by_first.load(Ordering::SeqCst), served_first, "no new request went to the drained backend");
     assert!(by_second.load(Ordering::SeqCst) > 0, "traffic moved to the next backend");
@@ -127,15 +171,28 @@ tasks:
     let (status, forced) =
         admin("POST", "/admin/breakers", Some(json!({"backend": "first", "state": "open"})), ADMIN).await;
     assert_eq!(status, 200, "{forced}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::wait_until(Duration::from_secs(5), "the snapshot loop to publish the open breaker", || async {
+        let breaker = first_node("breaker").await;
+        if breaker == "open" {
+            Ok(())
+        } else {
+            Err(breaker)
+        }
+    })
+    .await;
     let (_, listing) = admin("GET", "/admin/backends", None, ADMIN).await;
     assert_eq!(listing["backends"][1]["nodes"][0]["breaker"], "open");
     assert_eq!(listing["backends"][1]["nodes"][0]["breaker_forced"], "open");
+    requests_begun_after_now().await;
     let served_first = by_first.load(Ordering::SeqCst);
+    // A real sleep: traffic flows for a while, and none of it may reach the forced-open node.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(by_first.load(Ordering::SeqCst), served_first);
     admin("POST", "/admin/breakers", Some(json!({"backend": "first", "state": "auto"})), ADMIN).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    common::wait_until(Duration::from_secs(10), "traffic back on the first backend", || async {
+        by_first.load(Ordering::SeqCst) > served_first
+    })
+    .await;
     assert!(by_first.load(Ordering::SeqCst) > served_first, "back on the first backend");
     stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -154,7 +211,16 @@ tasks:
     )
     .await;
     assert_eq!(status, 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::wait_until(Duration::from_secs(5), "the snapshot loop to publish the disabled node", || async {
+        let (_, listing) = admin("GET", "/admin/backends", None, ADMIN).await;
+        let held = &listing["backends"][0]["nodes"][0]["held"];
+        if held.is_null() {
+            Err(listing)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     let before = node_served(&drained_url).await;
     for _ in 0..8 {
         let resp = client

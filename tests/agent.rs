@@ -1,7 +1,7 @@
 //! The NVML agent over HTTP, with a fake GPU source (and the real NVML source, which on a
 //! machine without a driver must report down with a reason).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spillway::agent::{self, AgentArgs, AgentHandle, FakeGpus, GpuReading, GpuSource, NvmlGpus, RetryInit};
 use tokio::net::TcpListener;
@@ -44,15 +44,16 @@ async fn get(handle: &AgentHandle, path: &str) -> (u16, String, String) {
 
 /// Fetch /metrics until `done` holds (the sampler runs every 20 ms), or fail after 5 s.
 async fn metrics_until(handle: &AgentHandle, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let done = &done;
+    crate::common::wait_until(Duration::from_secs(5), what, || async move {
         let (_, _, text) = get(handle, "/metrics").await;
         if done(&text) {
-            return text;
+            Ok(text)
+        } else {
+            Err(format!("/metrics:\n{text}"))
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; last /metrics:\n{text}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
 }
 
 fn has_line(text: &str, line: &str) -> bool {
@@ -208,8 +209,19 @@ async fn dropping_the_handle_stops_serving_and_reading() {
     let handle = start(Box::new(fake.clone())).await;
     let addr = handle.addr;
     drop(handle);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    crate::common::wait_until(Duration::from_secs(5), "the sampling thread to drop its source", || {
+        let holders = fake.holders();
+        async move {
+            if holders == 1 {
+                Ok(())
+            } else {
+                Err(format!("{holders} holders"))
+            }
+        }
+    })
+    .await;
     let reads = fake.reads();
+    // A real sleep: five sampling periods pass, and no read may happen in them.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fake.reads(), reads, "the sampling thread kept reading after drop");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();

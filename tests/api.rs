@@ -284,19 +284,20 @@ async fn a_full_router_answers_429_with_retry_after() {
     let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 100).await;
     let router = router(&config(&node.base_url(), "limits: {max_concurrency: 1}"), KEYS).await;
     let url = router.url.clone();
+    let (streaming, started) = tokio::sync::oneshot::channel();
     let slow = tokio::spawn(async move {
-        client()
+        let resp = client()
             .post(format!("{url}/v1/chat/completions"))
             .bearer_auth("sk-support")
             .json(&json!({"model": "summarise", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+            .unwrap();
+        // Its head is here: it holds the one slot until its last token.
+        let _ = streaming.send(());
+        resp.text().await.unwrap()
     });
-    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    started.await.expect("the slow stream got its head");
     let resp = client()
         .post(format!("{}/v1/chat/completions", router.url))
         .bearer_auth("sk-support")

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{router, sim, temp_ledger_url};
+use common::{router, sim, temp_ledger_url, wait_metric};
 use serde_json::{json, Value};
 use spillway::sim::SimKind;
 
@@ -39,7 +39,16 @@ ledger: {{url: "{ledger}"}}
         broken = broken.base_url(),
     );
     let r = router(&yaml, &[("CANARY_ADMIN", "adm")]).await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // The first round goes out one interval after start; the bookkeeping loop then takes in
+    // its calls.
+    for (series, at_least) in [
+        (r#"spillway_canaries_total{backend="working",result="ok"}"#, 1.0),
+        (r#"spillway_canaries_total{backend="broken",result="failed"}"#, 1.0),
+        (r#"spillway_backend_last_success_timestamp_seconds{backend="working"}"#, 1e9),
+    ] {
+        let value = wait_metric(&r, series, at_least, Duration::from_secs(10)).await;
+        assert!(value >= at_least, "not within 10 s: {series} = {value}");
+    }
 
     let metrics = reqwest::get(format!("{}/metrics", r.url)).await.unwrap().text().await.unwrap();
     let canaries = |backend: &str, result: &str| {
@@ -91,9 +100,17 @@ ledger: {{url: "{ledger}"}}
     assert_eq!(listing["canaries"].as_array().unwrap().len(), 2);
 
     // Ledgered, as the canary key, with its cost.
-    tokio::time::sleep(Duration::from_millis(800)).await; // the writer's flush interval
     let store = spillway::ledger::Store::open(&ledger).await.unwrap();
-    let rows = store.query(0, i64::MAX).await.unwrap();
+    let rows = common::wait_until(Duration::from_secs(10), "three canary rows in the ledger", || async {
+        let rows = store.query(0, i64::MAX).await.unwrap();
+        let probes = rows.iter().filter(|r| r.client_key.as_deref() == Some("canary")).count();
+        if probes >= 3 {
+            Ok(rows)
+        } else {
+            Err(format!("{rows:?}"))
+        }
+    })
+    .await;
     let probes: Vec<_> = rows.iter().filter(|r| r.client_key.as_deref() == Some("canary")).collect();
     assert!(probes.len() >= 3, "{rows:?}");
     assert!(probes.iter().any(|r| r.backend == "working" && r.cost_usd.is_some_and(|c| !c.is_zero())));

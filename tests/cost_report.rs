@@ -155,7 +155,7 @@ async fn reconcile(store_name: &str, ledger_url: &str) {
     .await
     .unwrap();
     let url = format!("http://{}", handle.addr);
-    tokio::time::sleep(Duration::from_millis(400)).await; // first scrapes
+    common::wait_fresh(&url, Duration::from_secs(5)).await; // first scrapes
 
     // 48 requests, 8 at a time: summarise fills the pool and spills to openai; chat is hosted.
     let client = reqwest::Client::new();

@@ -12,7 +12,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{body, post_json, router, sim};
+use common::{body, get_json, post_json, router, sim, wait_until};
 use spillway::sim::SimKind;
 
 /// `tests/browser`, with its npm dependencies installed.
@@ -94,16 +94,28 @@ tasks:
                 loop {
                     let task = if i % 2 == 0 { "chat" } else { "summarize" };
                     let _ = post_json(&url, &body(task, false)).await;
+                    // A real sleep: it paces the background traffic, it waits for nothing.
                     tokio::time::sleep(Duration::from_millis(40)).await;
                 }
             })
         })
         .collect();
 
-    // The data the page draws, end to end from the real metric names.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let data: serde_json::Value =
-        reqwest::get(format!("{}/dashboard/data", r.url)).await.unwrap().json().await.unwrap();
+    // The data the page draws, end to end from the real metric names, once the traffic has
+    // reached the pool and the hosted backend and chat has a TTFT.
+    let data = wait_until(Duration::from_secs(20), "local and hosted traffic on the dashboard", || async {
+        let data = get_json(&r, "/dashboard/data").await;
+        let counters = &data["counters"];
+        let seen = counters["local_requests"].as_f64().is_some_and(|n| n > 0.0)
+            && counters["hosted_requests"].as_f64().is_some_and(|n| n > 0.0)
+            && data["tasks"][0]["p50_s"].as_f64().is_some_and(|p| p > 0.0);
+        if seen {
+            Ok(data)
+        } else {
+            Err(data)
+        }
+    })
+    .await;
     let names: Vec<&str> =
         data["tasks"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["chat", "summarize", "idle"]);

@@ -214,13 +214,11 @@ async fn expect(
 }
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
+    crate::common::wait_until(Duration::from_secs(15), what, || {
+        let holds = cond();
+        async move { holds }
+    })
+    .await
 }
 
 fn param<'a>(request: &'a str, key: &str) -> Option<&'a str> {
@@ -485,25 +483,30 @@ async fn client_from_env_reads_the_kubeconfig_and_the_router_follows_pods() {
             .unwrap();
         resp.headers()["x-spillway-backend"].to_str().unwrap().to_string()
     };
-    let mut backend = String::new();
-    for _ in 0..60 {
-        backend = served_by(url.clone()).await;
-        if backend == "pool" {
-            break;
+    let served_by_now = |want: &'static str| {
+        let (url, served_by) = (url.clone(), &served_by);
+        async move {
+            let backend = served_by(url).await;
+            if backend == want {
+                Ok(())
+            } else {
+                Err(backend)
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(backend, "pool", "the discovered pod serves");
-    tokio::time::sleep(Duration::from_millis(1_200)).await; // the GPU-time sampler's period
+    };
+    crate::common::wait_until(Duration::from_secs(5), "the discovered pod to serve", || {
+        served_by_now("pool")
+    })
+    .await;
+    // The GPU-time sampler has seen the pod serving (a sample of it marked busy).
+    let busy = r#"spillway_gpu_samples_total{backend="pool",busy="true"}"#;
+    let sampled = crate::common::wait_metric(&url, busy, 1.0, Duration::from_secs(5)).await;
+    assert!(sampled >= 1.0, "the GPU-time sampler never saw the pod busy: {busy} = {sampled}");
     watch_events.send(event("DELETED", pod("vllm-a", "127.0.0.1", true, 4, json!({})))).unwrap();
-    for _ in 0..60 {
-        backend = served_by(url.clone()).await;
-        if backend == "hosted" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(backend, "hosted", "a deleted pod leaves the pool");
+    crate::common::wait_until(Duration::from_secs(5), "a deleted pod to leave the pool", || {
+        served_by_now("hosted")
+    })
+    .await;
     let ready: Value = reqwest::get(format!("{url}/readyz")).await.unwrap().json().await.unwrap();
     assert_eq!(ready["local_nodes"], 0);
     stop.send(()).unwrap();

@@ -8,7 +8,7 @@ use crate::common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use spillway::sim::SimKind;
@@ -265,17 +265,13 @@ async fn one_address_gets_at_most_its_connection_cap() {
     let other = connect_from("127.0.0.3", addr).await;
     drop(held);
     drop(other);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let again = loop {
+    let again = wait_until(Duration::from_secs(5), "the address to be let back in", || async {
         let mut stream = connect_from("127.0.0.2", addr).await;
         tokio::io::AsyncWriteExt::write_all(&mut stream, chat_request(BODY).as_bytes()).await.unwrap();
         let mut head = [0u8; 12];
-        match tokio::io::AsyncReadExt::read_exact(&mut stream, &mut head).await {
-            Ok(_) => break head,
-            Err(_) if Instant::now() < deadline => continue,
-            Err(e) => panic!("the address was never let back in: {e}"),
-        }
-    };
+        tokio::io::AsyncReadExt::read_exact(&mut stream, &mut head).await.map(|_| head)
+    })
+    .await;
     assert_eq!(&again[9..12], b"200");
 }
 
@@ -324,18 +320,13 @@ async fn sigterm_drains_within_the_deadline_despite_stalled_clients() {
         stream.write_all(&request.as_bytes()[..cut]).unwrap();
         stalled.push(stream);
     }
-    let signalled = Instant::now();
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let exited = loop {
-        if let Some(status) = server.try_wait().unwrap() {
-            break Some(status);
-        }
-        if signalled.elapsed() > Duration::from_secs(20) {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let Some(status) = exited else {
+    let exited = poll_until(Duration::from_secs(20), || {
+        let status = server.try_wait().unwrap();
+        async move { status }
+    })
+    .await;
+    let Ok(status) = exited else {
         let _ = server.kill();
         panic!("spillway serve was still running 20 s after SIGTERM");
     };

@@ -137,7 +137,15 @@ async fn breaker_opens_on_failures_and_recovers_after_a_probe() {
     // The node heals; after open_secs one probe goes through and closes the breaker.
     local.shutdown();
     let _healed = sim_at(addr, SimKind::Vllm, LLAMA, |_| {}).await;
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // open_secs later the snapshot shows the breaker half-open (1), and planning offers the node.
+    wait_until(Duration::from_secs(5), "the local breaker to turn half-open", || async {
+        let text = metrics_text(&router).await;
+        match series_sum(&text, "spillway_breaker_state", &[("backend", "local")]) {
+            Some(1.0) => Ok(()),
+            seen => Err(format!("state {seen:?}")),
+        }
+    })
+    .await;
     let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
     assert_eq!(headers["x-spillway-backend"], "local");
     let (_, headers, _) = post_json(&router.url, &body("t", false)).await;
@@ -204,9 +212,15 @@ balancing: {{interval_secs: 1}}
         (&"b".parse().unwrap(), &"2".parse().unwrap())
     );
     // One interval later the PID has cut a's availability: b comes first, no failed call.
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    let text = metrics_text(&router.url).await;
-    assert_eq!(series_sum(&text, "spillway_backend_availability", &[("backend", "a")]), Some(0.0), "{text}");
+    let text = wait_until(Duration::from_secs(5), "the PID to cut a's availability", || async {
+        let text = metrics_text(&router.url).await;
+        if series_sum(&text, "spillway_backend_availability", &[("backend", "a")]) == Some(0.0) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
     assert_eq!(series_sum(&text, "spillway_backend_weight", &[("task", "t"), ("backend", "b")]), Some(1.0));
     let first = |text: &str, backend| {
         series_sum(text, "spillway_first_choice_total", &[("task", "t"), ("backend", backend)])

@@ -1,4 +1,4 @@
-//! The fleet side: engine telemetry, discovery, the GPU agent, capacity, quotas and routing scenarios against simulated fleets.
+//! The fleet side: engine telemetry, discovery, the GPU agent, capacity, quotas and routing scenarios against simulated fleets, and the guards' timing under a paused clock.
 //!
 //! One test binary per area (each links the whole crate); each module is one file beside this.
 
@@ -8,6 +8,7 @@ mod agent;
 mod canary;
 mod capacity;
 mod discovery;
+mod paused_clock;
 mod pins;
 mod quota;
 mod quota_routing;

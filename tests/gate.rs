@@ -72,19 +72,13 @@ async fn metrics(url: &str) -> String {
     reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap()
 }
 
-/// Poll `check` every 100 ms for up to `secs` seconds.
-async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
+/// Whether `check` holds within `secs` seconds (polled by `common::poll_until`).
+async fn eventually<F, Fut>(secs: u64, check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..secs * 10 {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+    common::poll_until(Duration::from_secs(secs), check).await.is_ok()
 }
 
 fn pool_config(node: &str, hosted: &str, golden: &std::path::Path, ledger: &str) -> String {
@@ -149,7 +143,7 @@ async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_
     assert_eq!(run["result"]["passed"], true, "{run}");
     assert_eq!(run["result"]["pass_rate"], 1.0);
     assert_eq!(run["result"]["fingerprint"], "gpt-5.6@2026-10-01");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    next_snapshot(&router).await; // the snapshot loop has published the gate result
 
     // Meanwhile the node reported engine 0.11.0+sim, not the pinned 0.10.1: the gate ran on it
     // by itself, passed, and the new engine is the pin in effect; the node serves again.
@@ -384,8 +378,18 @@ tasks:
         let want = if row.backend == "anthropic" { "pass" } else { "fail" };
         assert_eq!(row.verdict.as_deref(), Some(want), "{row:?}");
     }
-    // The request ledger holds the three client requests only.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The request ledger holds the three client requests only: the shadows are graded, so
+    // any record of theirs has reached the ledger by the time the writer has nothing left.
+    wait_until(Duration::from_secs(10), "three rows in the request ledger", || async {
+        let rows = store.query(0, i64::MAX).await.unwrap();
+        if rows.len() >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{rows:#?}"))
+        }
+    })
+    .await;
+    wait_ledger_written(&router).await;
     let ledgered = store.query(0, i64::MAX).await.unwrap();
     assert_eq!(ledgered.len(), 3, "{ledgered:#?}");
     assert!(ledgered.iter().all(|r| r.backend == "openai"));

@@ -202,19 +202,26 @@ impl Prometheus {
     }
 
     async fn wait_ready(&mut self, client: &reqwest::Client) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.fail(&format!("prometheus exited: {status}"));
+        let ready = format!("{}/-/ready", self.url);
+        let (child, ready) = (&mut self.child, &ready);
+        let up = common::poll_until(Duration::from_secs(30), || {
+            let exited = child.try_wait().ok().flatten();
+            async move {
+                if let Some(status) = exited {
+                    return Ok(Err(format!("prometheus exited: {status}")));
+                }
+                match client.get(ready).send().await {
+                    Ok(r) if r.status().is_success() => Ok(Ok(())),
+                    Ok(r) => Err(format!("{ready}: {}", r.status())),
+                    Err(e) => Err(format!("{ready}: {e}")),
+                }
             }
-            let ok = client.get(format!("{}/-/ready", self.url)).send().await;
-            if ok.is_ok_and(|r| r.status().is_success()) {
-                return;
-            }
-            if Instant::now() > deadline {
-                self.fail("prometheus never became ready");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        })
+        .await;
+        match up {
+            Ok(Ok(())) => {}
+            Ok(Err(exited)) => self.fail(&exited),
+            Err(seen) => self.fail(&format!("prometheus never became ready: {seen}")),
         }
     }
 
@@ -228,8 +235,7 @@ impl Prometheus {
 
     /// Poll `expr` until it returns at least `min` series whose first value is at least `at_least`.
     async fn wait_for(&self, client: &reqwest::Client, expr: &str, at_least: f64) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let reached = common::poll_until(Duration::from_secs(30), || async {
             let v = self.query(client, expr).await;
             let ok = v["data"]["result"].as_array().is_some_and(|r| {
                 !r.is_empty()
@@ -241,12 +247,14 @@ impl Prometheus {
                     })
             });
             if ok {
-                return;
+                Ok(())
+            } else {
+                Err(v)
             }
-            if Instant::now() > deadline {
-                self.fail(&format!("{expr} never reached {at_least}: last answer {v}"));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        })
+        .await;
+        if let Err(v) = reached {
+            self.fail(&format!("{expr} never reached {at_least}: last answer {v}"));
         }
     }
 }
@@ -276,6 +284,7 @@ fn traffic(url: &str, tasks: &[&str]) -> Traffic {
                         if let Ok(resp) = client.post(&url).json(&body).send().await {
                             let _ = resp.bytes().await;
                         }
+                        // A real sleep: it paces the background traffic, it waits for nothing.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 })
@@ -359,17 +368,26 @@ dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
         let allowed = NO_DATA_HERE.iter().find(|(t, _)| *t == title).map(|(_, why)| *why);
         for t in p["targets"].as_array().unwrap() {
             let expr = substitute(t["expr"].as_str().unwrap());
-            let answer = loop {
-                let answer = prom.query(&client, &expr).await;
-                assert_eq!(
-                    answer["status"], "success",
-                    "panel {title:?}, query {expr}: Prometheus refused it: {answer}"
-                );
-                let empty = answer["data"]["result"].as_array().is_none_or(Vec::is_empty);
-                if !empty || allowed.is_some() || Instant::now() > deadline {
-                    break answer;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            let (prom, client, expr) = (&prom, &client, &expr);
+            let polled =
+                common::poll_until(deadline.saturating_duration_since(Instant::now()), || async move {
+                    let answer = prom.query(client, expr).await;
+                    assert_eq!(
+                        answer["status"], "success",
+                        "panel {title:?}, query {expr}: Prometheus refused it: {answer}"
+                    );
+                    let empty = answer["data"]["result"].as_array().is_none_or(Vec::is_empty);
+                    if !empty || allowed.is_some() {
+                        Ok(answer)
+                    } else {
+                        Err(answer)
+                    }
+                })
+                .await;
+            // Still empty at the deadline: the last answer is checked (and fails) below.
+            let answer = match polled {
+                Ok(answer) => answer,
+                Err(_) => prom.query(client, expr).await,
             };
             let result = answer["data"]["result"].as_array().cloned().unwrap_or_default();
             match allowed {

@@ -37,15 +37,19 @@ fn sim(args: &[&str]) -> (Killed, String) {
 fn wait_until_nodes_are_fresh(url: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        for _ in 0..200 {
-            let ready: serde_json::Value =
-                reqwest::get(format!("{url}/readyz")).await.unwrap().json().await.unwrap();
-            if ready["fresh_local_nodes"] == 2 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the router never saw its nodes' telemetry");
+        crate::common::wait_until(
+            Duration::from_secs(10),
+            "the router to see its nodes' telemetry",
+            || async {
+                let ready = crate::common::get_json(url, "/readyz").await;
+                if ready["fresh_local_nodes"] == 2 {
+                    Ok(())
+                } else {
+                    Err(ready)
+                }
+            },
+        )
+        .await
     });
 }
 

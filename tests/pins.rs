@@ -3,14 +3,19 @@
 
 use crate::common;
 
+use std::time::Duration;
+
 use common::*;
 use spillway::sim::SimKind;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
+const ADMIN: &str = "pins-admin";
+
 fn config(node: &str, hosted: &str, engine: &str) -> String {
     format!(
         r#"
+admin_token_env: PINS_ADMIN
 backends:
   - {{name: local, kind: vllm, endpoints: [{node}], model: {LLAMA}, pin: {{engine: "{engine}"}}}}
   - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt-5.6}}
@@ -28,16 +33,18 @@ async fn readyz(url: &str) -> serde_json::Value {
 async fn a_node_whose_engine_differs_from_the_pin_is_quarantined() {
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
     let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
-    let router = router(&config(&node.base_url(), &hosted.base_url(), "0.10.1"), &[]).await;
+    let router =
+        router(&config(&node.base_url(), &hosted.base_url(), "0.10.1"), &[("PINS_ADMIN", ADMIN)]).await;
     // The version is read with the first good scrape; the next snapshot quarantines.
-    let mut ready = readyz(&router.url).await;
-    for _ in 0..40 {
-        if !ready["quarantined"].as_array().unwrap().is_empty() {
-            break;
+    let ready = wait_until(Duration::from_secs(5), "the node to be quarantined", || async {
+        let ready = readyz(&router.url).await;
+        if ready["quarantined"].as_array().unwrap().is_empty() {
+            Err(ready)
+        } else {
+            Ok(ready)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        ready = readyz(&router.url).await;
-    }
+    })
+    .await;
     let why = ready["quarantined"][0]["why"].as_str().unwrap_or_default().to_string();
     assert_eq!(why, "engine: pinned 0.10.1, reported 0.11.0+sim", "{ready}");
     let s = post_stream(&router.url, &body("t", true)).await;
@@ -49,8 +56,28 @@ async fn a_node_whose_engine_differs_from_the_pin_is_quarantined() {
 async fn a_node_that_matches_its_pin_serves() {
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
     let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
-    let router = router(&config(&node.base_url(), &hosted.base_url(), "0.11.0+sim"), &[]).await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let router =
+        router(&config(&node.base_url(), &hosted.base_url(), "0.11.0+sim"), &[("PINS_ADMIN", ADMIN)]).await;
+    // The router has read the node's engine, and a snapshot since has checked it against the pin.
+    wait_until(Duration::from_secs(5), "the router to read the node's engine", || async {
+        let listing: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/admin/backends", router.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let engine = &listing["backends"][0]["nodes"][0]["engine"];
+        if engine == "0.11.0+sim" {
+            Ok(())
+        } else {
+            Err(listing)
+        }
+    })
+    .await;
+    next_snapshot(&router).await;
     assert!(readyz(&router.url).await["quarantined"].as_array().unwrap().is_empty());
     let s = post_stream(&router.url, &body("t", true)).await;
     assert_eq!(s.header("x-spillway-backend"), Some("local"));

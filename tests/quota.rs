@@ -233,14 +233,10 @@ async fn shared_tpm_counts_tokens_and_refunds_reach_redis() {
     assert!(!a.try_take("hosted", 1, 1.0).await.is_granted());
     // A refund from one replica frees tokens for the other (applied in the background).
     a.refund("hosted", 400, 100);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        if b.try_take("hosted", 250, 1.0).await.is_granted() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the refund never reached Redis");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::common::wait_until(Duration::from_secs(2), "the refund to reach Redis", || async {
+        b.try_take("hosted", 250, 1.0).await.is_granted()
+    })
+    .await;
     assert!(!b.try_take("hosted", 100, 1.0).await.is_granted());
     cleanup(&p).await;
 }

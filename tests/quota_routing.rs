@@ -4,6 +4,9 @@
 
 use crate::common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use common::*;
 use spillway::sim::SimKind;
 
@@ -21,12 +24,22 @@ tasks:
     )
 }
 
-/// Quotas are counted per wall-clock minute: keep a test inside one.
-async fn avoid_minute_edge() {
-    let into_minute =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 60;
-    if into_minute >= 52 {
-        tokio::time::sleep(std::time::Duration::from_secs(61 - into_minute)).await;
+/// The wall clock the routers count quota minutes by, moved only by the test: it starts 30 s
+/// into a minute, so no test crosses a minute boundary unless it moves the clock across one.
+struct QuotaClock(Arc<AtomicU64>);
+
+impl QuotaClock {
+    fn new() -> QuotaClock {
+        QuotaClock(Arc::new(AtomicU64::new(29_000_000 * 60_000 + 30_000)))
+    }
+
+    fn options(&self) -> spillway::app::Options {
+        let now = Arc::clone(&self.0);
+        spillway::app::Options { quota_clock: Some(Arc::new(move || now.load(Ordering::SeqCst))) }
+    }
+
+    fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
     }
 }
 
@@ -48,8 +61,9 @@ async fn backend_of(url: &str, task: &str, priority: &str) -> (u16, String) {
 async fn a_backend_over_quota_is_skipped_not_failed() {
     let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
     let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
-    let router = router(&config(&a.base_url(), &b.base_url(), "{rpm: 2}", ""), &[]).await;
-    avoid_minute_edge().await;
+    let clock = QuotaClock::new();
+    let router =
+        router_with(&config(&a.base_url(), &b.base_url(), "{rpm: 2}", ""), &[], clock.options()).await;
     let mut served = Vec::new();
     for _ in 0..4 {
         served.push(backend_of(&router.url, "t", "interactive").await);
@@ -67,11 +81,39 @@ async fn a_backend_over_quota_is_skipped_not_failed() {
 }
 
 #[tokio::test]
+async fn a_quota_starts_over_at_the_minute_boundary() {
+    let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let clock = QuotaClock::new();
+    let router =
+        router_with(&config(&a.base_url(), &b.base_url(), "{rpm: 2}", ""), &[], clock.options()).await;
+    let used_up = [(200, "a".into()), (200, "a".into()), (429, "shed".into())];
+    let mut served = Vec::new();
+    for _ in 0..3 {
+        served.push(backend_of(&router.url, "only-a", "interactive").await);
+    }
+    assert_eq!(served, used_up);
+    // 29.999 s on, still the same minute.
+    clock.advance(29_999);
+    next_snapshot(&router).await;
+    assert_eq!(backend_of(&router.url, "only-a", "interactive").await, (429, "shed".into()));
+    // One millisecond more: a new minute, and the whole quota again.
+    clock.advance(1);
+    next_snapshot(&router).await;
+    let mut served = Vec::new();
+    for _ in 0..3 {
+        served.push(backend_of(&router.url, "only-a", "interactive").await);
+    }
+    assert_eq!(served, used_up, "the next minute has a quota of its own");
+}
+
+#[tokio::test]
 async fn batch_stops_at_70_percent_of_a_quota_and_interactive_uses_all_of_it() {
     let a = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
     let b = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
-    let router = router(&config(&a.base_url(), &b.base_url(), "{rpm: 10}", ""), &[]).await;
-    avoid_minute_edge().await;
+    let clock = QuotaClock::new();
+    let router =
+        router_with(&config(&a.base_url(), &b.base_url(), "{rpm: 10}", ""), &[], clock.options()).await;
     let mut batch_ok = 0;
     while backend_of(&router.url, "only-a", "batch").await.0 == 200 {
         batch_ok += 1;
@@ -97,9 +139,9 @@ async fn replicas_sharing_redis_hold_one_quota() {
             .replace("{name: a,", &format!("{{name: {name},"))
             .replace("[a, b]", &format!("[{name}, b]"))
             .replace("[a]", &format!("[{name}]"));
-    let one = router(&yaml, &[]).await;
-    let two = router(&yaml, &[]).await;
-    avoid_minute_edge().await;
+    let clock = QuotaClock::new();
+    let one = router_with(&yaml, &[], clock.options()).await;
+    let two = router_with(&yaml, &[], clock.options()).await;
     let mut on_a = 0;
     for i in 0..8 {
         let url = if i % 2 == 0 { &one.url } else { &two.url };

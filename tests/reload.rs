@@ -82,7 +82,7 @@ async fn reload_by_admin_api_and_sighup_drops_no_request() {
     let done: Value = done.json().await.unwrap();
     assert_eq!(done["tasks"], json!(["a", "b"]));
     assert_eq!(done["restart_needed"], json!([]));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::next_snapshot(&url).await; // planning reads the new config from the next snapshot
     assert_eq!(chat("b").await, 200, "the new task serves");
 
     // 2. A bad file: refused with the reason, the config in effect stays.
@@ -96,15 +96,12 @@ async fn reload_by_admin_api_and_sighup_drops_no_request() {
     // 3. SIGHUP: task `b` goes; a canary interval change is reported as needing a restart.
     write("canary: {interval_secs: 600}");
     unsafe { libc::kill(server.id() as i32, libc::SIGHUP) };
-    let mut gone = false;
-    for _ in 0..40 {
-        if chat("b").await == 404 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(gone, "SIGHUP reloaded the file");
+    let gone = common::poll_until(Duration::from_secs(5), || {
+        let chat = chat.clone();
+        async move { chat("b").await == 404 }
+    })
+    .await;
+    assert!(gone.is_ok(), "SIGHUP reloaded the file");
 
     stop.store(true, Ordering::SeqCst);
     traffic.await.unwrap();

@@ -258,15 +258,17 @@ async fn admin(url: &str, method: reqwest::Method, path: &str, body: Option<Valu
 /// Wait (up to 10 s) until the ledger holds `n` rows; every row.
 async fn ledger_rows(url: &str, n: usize) -> Vec<spillway::ledger::LedgerRecord> {
     let store = Store::open(url).await.unwrap();
-    for _ in 0..200 {
+    let rows = common::wait_until(Duration::from_secs(10), format!("{n} rows in the ledger"), || async {
         let rows = store.query(i64::MIN, i64::MAX).await.unwrap();
         if rows.len() >= n {
-            store.close().await;
-            return rows;
+            Ok(rows)
+        } else {
+            Err(format!("{} rows", rows.len()))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the ledger never held {n} rows");
+    })
+    .await;
+    store.close().await;
+    rows
 }
 
 async fn no_secret_leaves(wire: Wire, mode: Mode) {

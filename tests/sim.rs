@@ -315,16 +315,34 @@ async fn queue_and_kv_move_under_load_and_drain() {
             tokio::spawn(async move { c.post(url).json(&body).send().await.unwrap().status() })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let m = metrics(&c, &s).await;
+    // Two run (max_num_seqs) and the rest queue, once the six have arrived.
+    let m = crate::common::wait_until(Duration::from_secs(5), "two running and the rest waiting", || async {
+        let m = metrics(&c, &s).await;
+        let waiting = gauge(&m, "vllm:num_requests_waiting");
+        if gauge(&m, "vllm:num_requests_running") == 2.0 && waiting >= 2.0 {
+            Ok(m)
+        } else {
+            Err(m)
+        }
+    })
+    .await;
     assert_eq!(gauge(&m, "vllm:num_requests_running"), 2.0);
     assert!(gauge(&m, "vllm:num_requests_waiting") >= 2.0, "{m}");
     assert!(gauge(&m, "vllm:kv_cache_usage_perc") > 0.0);
     for r in reqs {
         assert_eq!(r.await.unwrap(), 200);
     }
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let m = metrics(&c, &s).await;
+    // The engine lets go of the last sequences once their responses are out.
+    let m = crate::common::wait_until(Duration::from_secs(5), "the engine to drain", || async {
+        let m = metrics(&c, &s).await;
+        let idle = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"];
+        if idle.iter().all(|g| gauge(&m, g) == 0.0) {
+            Ok(m)
+        } else {
+            Err(m)
+        }
+    })
+    .await;
     assert_eq!(gauge(&m, "vllm:num_requests_running"), 0.0);
     assert_eq!(gauge(&m, "vllm:num_requests_waiting"), 0.0);
     assert_eq!(gauge(&m, "vllm:kv_cache_usage_perc"), 0.0);

@@ -200,11 +200,11 @@ fn key(pool: &str, url: &str) -> String {
 }
 
 async fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::common::wait_until(limit, what, || {
+        let holds = ok();
+        async move { holds }
+    })
+    .await
 }
 
 fn scraped(board: &TelemetryBoard, key: &str) -> bool {
@@ -376,6 +376,8 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
             failures_at.push(now);
         }
         worst_live_age = worst_live_age.max(board.get(&kl).unwrap().age(now).unwrap());
+        // A real sleep: the cadence of a 2.2 s watch of real scrape timing (the backoff is the
+        // thing measured).
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let now = Instant::now();
@@ -413,6 +415,7 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
     .await;
     drop(loop_thread);
     let after = board.get(&kl).unwrap().scrapes;
+    // A real sleep: three scrape intervals pass, and no scrape may land in them.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(board.get(&kl).unwrap().scrapes, after, "dropping the handle stops the loop");
     drop(hang);

@@ -105,6 +105,12 @@ impl FakeGpus {
         self.lock().reads
     }
 
+    /// How many clones of this fake are alive: the test's, and the agent's until its sampling
+    /// thread ends and drops it.
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.state)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         // A test that panicked while holding the lock must not hide its own failure behind a
         // poison error here.

@@ -26,11 +26,19 @@ use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::breaker::BreakerBoard;
 use crate::guard::holds::HoldBoard;
-use crate::guard::quota::QuotaBoard;
+use crate::guard::quota::{system_clock, Clock, QuotaBoard, QuotaOptions};
 use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
 use crate::metrics::Metrics;
 use crate::outcome::Record;
 use crate::snapshot::Snapshot;
+
+/// What a router is built with besides its config and secrets.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// The wall clock the quota windows are counted by; `None`: the system clock. Tests pass
+    /// one they move, so that a minute boundary is theirs to cross.
+    pub quota_clock: Option<Clock>,
+}
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
 /// task is aborted or `shutdown` resolves.
@@ -39,6 +47,17 @@ pub async fn start(
     secrets: Secrets,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<RouterHandle> {
+    start_with(config, secrets, listener, shutdown, Options::default()).await
+}
+
+/// [`start`], with `options`.
+pub async fn start_with(
+    config: Config,
+    secrets: Secrets,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    options: Options,
 ) -> std::io::Result<RouterHandle> {
     let config = Arc::new(config);
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config))));
@@ -86,7 +105,14 @@ pub async fn start(
             loops.spawn(watch);
         }
     }
-    let quota = QuotaBoard::new(&config, secrets.redis_url.clone());
+    let quota = QuotaBoard::with_options(
+        &config,
+        QuotaOptions {
+            redis_url: secrets.redis_url.clone(),
+            clock: options.quota_clock.unwrap_or_else(system_clock),
+            ..QuotaOptions::default()
+        },
+    );
     if secrets.redis_url.is_some() && !quota.wait_shared(Duration::from_secs(2)).await {
         tracing::warn!("Redis is not reachable: quotas are counted per replica until it is");
     }
@@ -112,6 +138,7 @@ pub async fn start(
             telemetry: Arc::clone(&telemetry),
             load: Arc::clone(&load),
             discovered: discovered_tx.subscribe(),
+            metrics: Arc::clone(&metrics),
         };
         tokio::spawn(gpu_time::run(sources, l.sender.clone(), Duration::from_secs(1), stop.clone()))
     });

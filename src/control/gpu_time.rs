@@ -16,6 +16,7 @@ use crate::fleet::metrics::AgentSample;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::usage::{MinuteTracker, NodeSample};
 use crate::ledger::{unix_millis, LedgerSender};
+use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 
 /// Where the samples come from.
@@ -24,6 +25,8 @@ pub struct Sources {
     pub telemetry: Arc<TelemetryBoard>,
     pub load: Arc<NodeLoad>,
     pub discovered: watch::Receiver<DiscoveredNodes>,
+    /// Each sample is counted in `spillway_gpu_samples_total`.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Whether a node is serving: vLLM runs a sequence, a GPU shows utilisation, or this router
@@ -77,7 +80,11 @@ pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, stop:
             _ = tick.tick() => {}
         }
         let now = unix_millis(SystemTime::now());
-        for minute in tracker.observe(now, sample(&sources, &mut last_sent)) {
+        let samples = sample(&sources, &mut last_sent);
+        for s in &samples {
+            sources.metrics.observe_gpu_sample(&s.backend, s.busy);
+        }
+        for minute in tracker.observe(now, samples) {
             let _ = ledger.send(minute);
         }
     }

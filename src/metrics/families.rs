@@ -24,6 +24,7 @@ label_set!(Node { backend, node });
 label_set!(Gpu { backend, node, gpu });
 label_set!(Task { task });
 label_set!(Store { store });
+label_set!(BackendBusy { backend, busy });
 label_set!(TaskSlo { task, slo });
 label_set!(TaskSloWindow { task, slo, window });
 label_set!(TaskPercentile { task, percentile });
@@ -170,6 +171,7 @@ pub struct FleetFamilies {
     pub node_quarantined: Family<IntGaugeVec, Node<'static>>,
     pub node_held: Family<IntGaugeVec, Node<'static>>,
     pub gpu_utilization: Family<GaugeVec, Gpu<'static>>,
+    pub gpu_samples: Family<IntCounterVec, BackendBusy<'static>>,
 }
 
 impl FleetFamilies {
@@ -221,6 +223,11 @@ impl FleetFamilies {
                 r,
                 "spillway_gpu_utilization_ratio",
                 "GPU utilisation from the NVML agent (0-1).",
+            ),
+            gpu_samples: counter(
+                r,
+                "spillway_gpu_samples_total",
+                "Node samples taken for the ledger's GPU-time rows, by whether the node was serving.",
             ),
         }
     }

@@ -4,7 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::families::{
-    Backend, BackendResult, BackendStatus, Failover, Store, Task, TaskBackend, TaskBackendKind,
+    Backend, BackendBusy, BackendResult, BackendStatus, Failover, Store, Task, TaskBackend, TaskBackendKind,
     TaskBackendOutcome, TaskBackendResult, TaskBackendVerdict, TaskPriority, TaskReason, TaskSlo,
 };
 use super::slo::{self, Observation};
@@ -109,6 +109,11 @@ impl Metrics {
         if let Some(up) = up {
             self.providers.quota_shared_state.get(Store { store: "redis" }).set(i64::from(up));
         }
+    }
+
+    /// One sample of a local node for GPU time.
+    pub fn observe_gpu_sample(&self, backend: &str, busy: bool) {
+        self.fleet.gpu_samples.get(BackendBusy { backend, busy: if busy { "true" } else { "false" } }).inc();
     }
 
     /// Dispatch moved on from a backend that failed.

@@ -3,7 +3,10 @@
 
 pub mod scenario;
 
+use std::fmt::Display;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -26,18 +29,11 @@ pub async fn sim_at(
 ) -> SimHandle {
     let mut args = SimArgs::for_kind(kind, model);
     tune(&mut args);
-    let mut tries = 0;
-    let listener = loop {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => break l,
-            Err(e) if tries < 50 => {
-                tries += 1;
-                let _ = e;
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("cannot rebind {addr}: {e}"),
-        }
-    };
+    // The old listener's port is free once its task has let go of it.
+    let listener = wait_until(Duration::from_secs(1), format!("{addr} to be free to bind"), || {
+        tokio::net::TcpListener::bind(addr)
+    })
+    .await;
     sim::spawn(args, listener).await.unwrap()
 }
 
@@ -65,6 +61,11 @@ pub fn temp_ledger_url() -> String {
 /// Start a router from YAML (`listen` is ignored: it binds a free port), with fast telemetry
 /// unless the YAML sets its own, and wait until every local node has been scraped.
 pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
+    router_with(yaml, env, spillway::app::Options::default()).await
+}
+
+/// [`router`], built with `options` (a quota clock the test moves).
+pub async fn router_with(yaml: &str, env: &[(&str, &str)], options: spillway::app::Options) -> Router {
     let mut yaml =
         if yaml.contains("telemetry:") { yaml.to_string() } else { format!("{yaml}\n{FAST_TELEMETRY}") };
     if !yaml.contains("ledger:") {
@@ -77,7 +78,8 @@ pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
+    let handle =
+        spillway::app::start_with(config, secrets, listener, std::future::pending(), options).await.unwrap();
     let router = Router { url: format!("http://{}", handle.addr), handle };
     router.wait_fresh().await;
     router
@@ -86,36 +88,196 @@ pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
 impl Router {
     /// Wait (up to 5 s) until every local node has fresh telemetry.
     pub async fn wait_fresh(&self) {
-        let client = reqwest::Client::new();
-        for _ in 0..100 {
-            let ready: serde_json::Value =
-                client.get(format!("{}/readyz", self.url)).send().await.unwrap().json().await.unwrap();
-            if ready["fresh_local_nodes"] == ready["local_nodes"] {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        panic!("local nodes never became fresh");
+        wait_fresh(&self.url, Duration::from_secs(5)).await;
     }
+}
+
+/// A router is named by its base URL: a [`Router`], or the URL of one started otherwise.
+impl AsRef<str> for Router {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
+}
+
+// ---- Waiting on facts ----
+//
+// A test that needs a background loop to have done something (the snapshot loop to publish,
+// the ledger writer to flush, a scrape, a canary round, a breaker to open) waits for what that
+// loop makes visible, never for a fixed time. The polling lives here, in `poll_until`.
+
+/// What one poll of [`wait_until`] answers: the fact holds (`true`, `Some(value)`,
+/// `Ok(value)`) or not yet (`false`, `None`, `Err(what is seen instead)`).
+pub trait Fact {
+    type Value;
+    fn holds(self) -> Result<Self::Value, String>;
+}
+
+impl Fact for bool {
+    type Value = ();
+    fn holds(self) -> Result<(), String> {
+        if self {
+            Ok(())
+        } else {
+            Err("false".into())
+        }
+    }
+}
+
+impl<T> Fact for Option<T> {
+    type Value = T;
+    fn holds(self) -> Result<T, String> {
+        self.ok_or_else(|| "nothing yet".into())
+    }
+}
+
+impl<T, E: Display> Fact for Result<T, E> {
+    type Value = T;
+    fn holds(self) -> Result<T, String> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// Poll `check` until its fact holds, for at most `within`: the fact's value, or what the
+/// last poll saw. Polls start 5 ms apart and back off to 25 ms (a fact is seen soon after it
+/// holds: some tests race the router's own next step). The suite's one polling loop.
+pub async fn poll_until<F, Fut>(within: Duration, mut check: impl FnMut() -> Fut) -> Result<F::Value, String>
+where
+    F: Fact,
+    Fut: Future<Output = F>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match check().await.holds() {
+            Ok(value) => return Ok(value),
+            Err(seen) if tokio::time::Instant::now() >= deadline => return Err(seen),
+            Err(_) => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(25));
+    }
+}
+
+/// [`poll_until`], failing the test with `what` and the last thing seen when time runs out.
+pub async fn wait_until<F, Fut>(within: Duration, what: impl Display, check: impl FnMut() -> Fut) -> F::Value
+where
+    F: Fact,
+    Fut: Future<Output = F>,
+{
+    match poll_until(within, check).await {
+        Ok(value) => value,
+        Err(seen) => panic!("timed out after {within:?} waiting for {what}; last seen: {seen}"),
+    }
+}
+
+/// `GET {base}{path}` as JSON.
+pub async fn get_json(base: impl AsRef<str>, path: &str) -> serde_json::Value {
+    let url = format!("{}{path}", base.as_ref());
+    reqwest::get(&url).await.unwrap_or_else(|e| panic!("GET {url}: {e}")).json().await.unwrap()
+}
+
+/// Wait until every local node of the router at `base` has fresh telemetry (`/readyz`).
+pub async fn wait_fresh(base: impl AsRef<str>, within: Duration) {
+    let base = base.as_ref();
+    wait_until(within, "every local node to have fresh telemetry", || async move {
+        let ready = get_json(base, "/readyz").await;
+        if ready["fresh_local_nodes"] == ready["local_nodes"] {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    })
+    .await
+}
+
+/// The version of the snapshot the router at `base` serves from (`/readyz`).
+pub async fn snapshot_version(base: impl AsRef<str>) -> u64 {
+    get_json(base, "/readyz").await["snapshot_version"].as_u64().expect("/readyz has snapshot_version")
+}
+
+/// Wait until the snapshot loop has published a snapshot built wholly after this call, so
+/// that whatever changed before it (a hold, a forced breaker, a reload, a gate result) is in
+/// the snapshot planning reads. The version seen now may have been built before the change
+/// and the next may have been under way during it: the one after that was not.
+pub async fn next_snapshot(base: impl AsRef<str>) {
+    let base = base.as_ref();
+    let seen = snapshot_version(base).await;
+    wait_until(Duration::from_secs(5), format!("a snapshot after version {seen} + 1"), || async move {
+        let now = snapshot_version(base).await;
+        if now >= seen + 2 {
+            Ok(())
+        } else {
+            Err(format!("version {now}"))
+        }
+    })
+    .await
+}
+
+/// The router's `/metrics` exposition.
+pub async fn metrics_text(base: impl AsRef<str>) -> String {
+    reqwest::get(format!("{}/metrics", base.as_ref())).await.unwrap().text().await.unwrap()
+}
+
+/// The sum of the samples of `family` whose labels include every pair of `labels`; `None` when
+/// no series matches.
+pub fn series_sum(text: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut sum = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
+        if name != family {
+            continue;
+        }
+        let have: Vec<(&str, &str)> = rest
+            .trim_end_matches('}')
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k, v.trim_matches('"')))
+            .collect();
+        if labels.iter().all(|want| have.contains(want)) {
+            *sum.get_or_insert(0.0) += value.parse::<f64>().unwrap_or(f64::NAN);
+        }
+    }
+    sum
 }
 
 /// One sample of a Prometheus counter or gauge from the router's `/metrics` (0 when absent);
 /// `series` is the name with its labels, as the exposition writes them.
-pub async fn metric(router: &Router, series: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", router.url)).await.unwrap().text().await.unwrap();
+pub async fn metric(base: impl AsRef<str>, series: &str) -> f64 {
+    let text = metrics_text(base).await;
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
 
 /// Wait (up to `within`) until the series reaches `at_least`; its last value.
-pub async fn wait_metric(router: &Router, series: &str, at_least: f64, within: std::time::Duration) -> f64 {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let value = metric(router, series).await;
-        if value >= at_least || tokio::time::Instant::now() > deadline {
-            return value;
+pub async fn wait_metric(base: impl AsRef<str>, series: &str, at_least: f64, within: Duration) -> f64 {
+    let base = base.as_ref();
+    let last = std::sync::Mutex::new(0.0);
+    // The caller asserts on the value, so running out of time is not a failure here.
+    let _ = poll_until(within, || {
+        let last = &last;
+        async move {
+            let value = metric(base, series).await;
+            *last.lock().unwrap() = value;
+            value >= at_least
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    last.into_inner().unwrap()
+}
+
+/// Wait until the router's ledger writer has nothing left to write
+/// (`spillway_ledger_buffered_rows` is 0).
+pub async fn wait_ledger_written(base: impl AsRef<str>) {
+    let base = base.as_ref();
+    wait_until(Duration::from_secs(10), "the ledger writer to write every row", || async move {
+        let buffered = metric(base, "spillway_ledger_buffered_rows").await;
+        if buffered == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{buffered} rows buffered"))
+        }
+    })
+    .await
 }
 
 pub fn body(model: &str, stream: bool) -> serde_json::Value {
@@ -261,46 +423,26 @@ pub async fn serve_process(
     let mut child = command.spawn().unwrap();
     let stderr = Output::collect(child.stderr.take().unwrap());
     let client = reqwest::Client::new();
-    for _ in 0..400 {
-        if let Some(url) = stderr.url() {
-            if let Ok(resp) = client.get(format!("{url}/readyz")).send().await {
-                let ready: serde_json::Value = resp.json().await.unwrap_or_default();
-                if ready["fresh_local_nodes"] == ready["local_nodes"] {
-                    return (child, url, stderr);
-                }
+    let ready = poll_until(Duration::from_secs(10), || {
+        let (client, url) = (client.clone(), stderr.url());
+        async move {
+            let url = url.ok_or("no listen line yet")?;
+            let resp = client.get(format!("{url}/readyz")).send().await.map_err(|e| e.to_string())?;
+            let ready: serde_json::Value = resp.json().await.unwrap_or_default();
+            if ready["fresh_local_nodes"] == ready["local_nodes"] {
+                Ok(url)
+            } else {
+                Err(ready.to_string())
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("spillway serve did not become ready:\n{}", stderr.into_text());
-}
-
-/// The `/metrics` text of the router at `url`.
-pub async fn metrics_text(url: &str) -> String {
-    reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap()
-}
-
-/// The sum of the samples of `family` whose labels include every pair of `labels`; `None` when
-/// no series matches.
-pub fn series_sum(text: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut sum = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
-        let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
-        if name != family {
-            continue;
-        }
-        let have: Vec<(&str, &str)> = rest
-            .trim_end_matches('}')
-            .split(',')
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(k, v)| (k, v.trim_matches('"')))
-            .collect();
-        if labels.iter().all(|want| have.contains(want)) {
-            *sum.get_or_insert(0.0) += value.parse::<f64>().unwrap_or(f64::NAN);
+    })
+    .await;
+    match ready {
+        Ok(url) => (child, url, stderr),
+        Err(seen) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spillway serve did not become ready ({seen}):\n{}", stderr.into_text());
         }
     }
-    sum
 }

@@ -82,15 +82,7 @@ limits: {{max_concurrency: 100000}}
     let router = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
     let url = format!("http://{}", router.addr);
     let fleet = Fleet { nodes: sims.into_iter().map(Some).collect(), hosted: Some(hosted), router, url };
-    let client = reqwest::Client::new();
-    for _ in 0..100 {
-        let ready: serde_json::Value =
-            client.get(format!("{}/readyz", fleet.url)).send().await.unwrap().json().await.unwrap();
-        if ready["fresh_local_nodes"] == nodes {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    super::wait_fresh(&fleet.url, Duration::from_secs(10)).await;
     fleet
 }
 

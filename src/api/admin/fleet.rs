@@ -59,6 +59,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                             "breaker_forced": state.breakers.forced(&n.key),
                             "held": n.held,
                             "quarantined": n.quarantine,
+                            "engine": state.telemetry.get(&n.key).and_then(|t| t.engine_version),
                             "in_flight": state.load.view(&n.key).in_flight,
                             "running": n.signals.running,
                             "waiting": n.signals.waiting,
