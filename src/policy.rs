@@ -24,7 +24,7 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<usize>, NoElig
             refused.push(format!("{name}: not configured"));
             continue;
         };
-        let gate = snap.gate_refusals.get(&(task.name.clone(), name.clone())).cloned();
+        let gate = snap.gate_refusal(&task.name, name).map(str::to_string);
         let view = &snap.backends[index];
         match refusal(rule, view.is_local(), view.region.as_deref()).or(gate) {
             None => allowed.push(index),

@@ -117,12 +117,18 @@ pub struct Snapshot {
     pub backends: Vec<BackendView>,
     /// Backend name → index into `backends`.
     by_name: HashMap<String, usize>,
-    /// (task, backend) pairs the evaluation gate keeps apart, and why (filled by the
-    /// snapshot loop from the gate's results; empty when no task has a required gate).
-    pub gate_refusals: BTreeMap<(String, String), String>,
+    /// Task → backend → why the evaluation gate keeps them apart (filled by the snapshot loop
+    /// from the gate's results; empty when no task has a required gate). Read through
+    /// [`Snapshot::gate_refusal`], which looks up without allocating.
+    pub gate_refusals: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Snapshot {
+    /// Why the gate keeps `task` off `backend`, if it does.
+    pub fn gate_refusal(&self, task: &str, backend: &str) -> Option<&str> {
+        self.gate_refusals.get(task)?.get(backend).map(String::as_str)
+    }
+
     /// A first snapshot straight from config: configured nodes only, breakers closed, no
     /// telemetry yet.
     pub fn from_config(config: Arc<Config>) -> Snapshot {
