@@ -45,18 +45,6 @@ fn sim_replying(
     })
 }
 
-async fn admin_get(url: &str, path: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{url}{path}"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn admin_post(url: &str, path: &str, body: Value) -> (u16, Value) {
     let r = reqwest::Client::new()
         .post(format!("{url}{path}"))
@@ -151,13 +139,13 @@ async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_
     let back = eventually(20, || {
         let url = url.clone();
         async move {
-            let gate = admin_get(&url, "/admin/gate").await;
+            let gate = admin_json(&url, "/admin/gate", ADMIN).await;
             gate["pins_in_effect"]["local"]["engine"] == "0.11.0+sim"
                 && gate["quarantined"].as_array().unwrap().is_empty()
         }
     })
     .await;
-    let gate = admin_get(&router.url, "/admin/gate").await;
+    let gate = admin_json(&router.url, "/admin/gate", ADMIN).await;
     assert!(back, "{gate:#}");
     let local =
         gate["standings"].as_array().unwrap().iter().find(|s| s["backend"] == "local").unwrap().clone();
@@ -198,19 +186,19 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     let failed = eventually(20, || {
         let url = url.clone();
         async move {
-            let gate = admin_get(&url, "/admin/gate").await;
+            let gate = admin_json(&url, "/admin/gate", ADMIN).await;
             gate["quarantined"][0]["why"].as_str().unwrap_or_default().contains("gate failed")
         }
     })
     .await;
-    assert!(failed, "{:#}", admin_get(&router.url, "/admin/gate").await);
+    assert!(failed, "{:#}", admin_json(&router.url, "/admin/gate", ADMIN).await);
     let m = metrics(&router.url).await;
     assert!(m.contains(r#"spillway_gate_failed{backend="local",task="capitals"} 1"#), "{m}");
     assert!(
         m.contains(r#"spillway_gate_runs_total{backend="local",result="fail",task="capitals"} 1"#),
         "{m}"
     );
-    let gate = admin_get(&router.url, "/admin/gate").await;
+    let gate = admin_json(&router.url, "/admin/gate", ADMIN).await;
     let why = gate["quarantined"][0]["why"].as_str().unwrap_or_default();
     assert!(
         why.starts_with(
@@ -220,7 +208,7 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     );
     assert!(why.contains("0/3 passed"), "{why}");
     assert_eq!(gate["pins_in_effect"]["local"]["engine"], "0.10.1", "the pin did not change");
-    let backends = admin_get(&router.url, "/admin/backends").await;
+    let backends = admin_json(&router.url, "/admin/backends", ADMIN).await;
     assert!(backends.to_string().contains("gate failed for fingerprint engine=0.11.0+sim"), "{backends}");
     // The hosted pass reaches routing with the next snapshot (every 100 ms).
     let hosted_serves = eventually(10, || {
@@ -253,7 +241,7 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
         }
     })
     .await;
-    assert!(served, "{:#}", admin_get(&router.url, "/admin/gate").await);
+    assert!(served, "{:#}", admin_json(&router.url, "/admin/gate", ADMIN).await);
 }
 
 /// An OpenAI-compatible upstream that records each request body and streams "Paris".

@@ -60,15 +60,7 @@ async fn a_node_that_matches_its_pin_serves() {
         router(&config(&node.base_url(), &hosted.base_url(), "0.11.0+sim"), &[("PINS_ADMIN", ADMIN)]).await;
     // The router has read the node's engine, and a snapshot since has checked it against the pin.
     wait_until(Duration::from_secs(5), "the router to read the node's engine", || async {
-        let listing: serde_json::Value = reqwest::Client::new()
-            .get(format!("{}/admin/backends", router.url))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listing = admin_json(&router.url, "/admin/backends", ADMIN).await;
         let engine = &listing["backends"][0]["nodes"][0]["engine"];
         if engine == "0.11.0+sim" {
             Ok(())

@@ -176,6 +176,13 @@ pub async fn get_json(base: impl AsRef<str>, path: &str) -> serde_json::Value {
     reqwest::get(&url).await.unwrap_or_else(|e| panic!("GET {url}: {e}")).json().await.unwrap()
 }
 
+/// `GET {base}{path}` as JSON with the admin bearer `token`.
+pub async fn admin_json(base: impl AsRef<str>, path: &str, token: &str) -> serde_json::Value {
+    let url = format!("{}{path}", base.as_ref());
+    let response = reqwest::Client::new().get(&url).bearer_auth(token).send().await;
+    response.unwrap_or_else(|e| panic!("GET {url}: {e}")).json().await.unwrap()
+}
+
 /// Wait until every local node of the router at `base` has fresh telemetry (`/readyz`).
 pub async fn wait_fresh(base: impl AsRef<str>, within: Duration) {
     let base = base.as_ref();
