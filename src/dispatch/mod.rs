@@ -7,33 +7,36 @@
 //! first token commits the request to that backend: what follows is streamed to the client as
 //! is, and an upstream failure after it is the client's error, never another model's text.
 
+mod first_output;
+mod guards;
 mod lease;
 pub mod variant;
+pub mod walk;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
-use lease::{track, Charge, Lease};
-use rand::Rng;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use first_output::first_output;
+use guards::{LiveGuards, NodeHold};
+use lease::{track, Lease};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
+use walk::{Admitted, AfterFailure, Walk};
 
 use crate::adapter::h1::PoolConfig;
-use crate::adapter::redact::{self, Redactor};
+use crate::adapter::redact::Redactor;
 use crate::adapter::{EventStream, Transport, Upstream, WireFormat};
-use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
+use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::fleet::headroom::SpillReason;
 use crate::fleet::load::NodeLoad;
 use crate::guard::breaker::BreakerBoard;
-use crate::guard::quota::{QuotaBoard, QuotaDecision};
+use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
-use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome, Skip};
+use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome};
 use crate::route::{Plan, Reason};
-use crate::snapshot::{BackendView, Snapshot};
-use crate::tokens;
+use crate::snapshot::Snapshot;
 
 /// A request committed to one backend: its first events are in, the rest are streaming.
 pub struct Committed {
@@ -169,49 +172,6 @@ impl Dispatcher {
         self.secrets.store(Arc::new(keys.api_keys));
     }
 
-    fn node_slot(&self, backend: &BackendView, key: &str) -> Result<Option<OwnedSemaphorePermit>, Skip> {
-        let Some(limit) = backend.max_inflight_per_node else { return Ok(None) };
-        let slots = {
-            let mut map = self.node_slots.lock().unwrap_or_else(|e| e.into_inner());
-            Arc::clone(map.entry(key.to_string()).or_insert_with(|| Arc::new(Semaphore::new(limit as usize))))
-        };
-        slots.try_acquire_owned().map(Some).map_err(|_| Skip::NodeFull)
-    }
-
-    /// Charge the request to the backend's per-minute quota, counted with its own tokenizer.
-    /// `Err(Skip::OverQuota)` when this priority may not take more of it this minute.
-    async fn take_quota(
-        &self,
-        snap: &Snapshot,
-        backend: usize,
-        request: &ChatRequest,
-        priority: Priority,
-    ) -> Result<Option<Charge>, Skip> {
-        let name = &snap.backends[backend].name;
-        if self.quota.limits(name).is_none() {
-            return Ok(None);
-        }
-        let counter = tokens::counter_for(&snap.config.backends[backend]);
-        let estimate =
-            u64::from(counter.count_request(request)) + u64::from(request.max_tokens.unwrap_or(1024));
-        match self.quota.try_take(name, estimate, priority.quota_ceiling()).await {
-            QuotaDecision::Granted => {
-                Ok(Some(Charge { board: Arc::clone(&self.quota), backend: name.clone(), estimate }))
-            }
-            QuotaDecision::OverQuota { .. } => Err(Skip::OverQuota),
-        }
-    }
-
-    fn retry_allowed(&self, now: Instant) -> bool {
-        self.budget.lock().unwrap_or_else(|e| e.into_inner()).try_withdraw(now)
-    }
-
-    fn backoff(&self, retries_in_class: u32) -> Duration {
-        let exp = self.cfg.backoff_base_ms.saturating_mul(1 << retries_in_class.min(16));
-        let cap = exp.min(self.cfg.backoff_max_ms);
-        Duration::from_millis(rand::thread_rng().gen_range(0..=cap))
-    }
-
     fn emit(&self, record: Record) {
         // Unbounded: bookkeeping never blocks a request and never loses a record; the reader
         // does no I/O, so the queue stays short. It fails only once the reader is gone.
@@ -232,11 +192,6 @@ impl Dispatcher {
         self.budget.lock().unwrap_or_else(|e| e.into_inner()).deposit(started);
         let deadline =
             Duration::from_secs_f64(task.slo.ttft_ms as f64 / 1000.0 * self.cfg.ttft_deadline_factor);
-        let mut attempts: Vec<AttemptRecord> = Vec::new();
-        let mut calls = 0u32;
-        let mut last_local: Option<bool> = None;
-        let mut last_failure: Option<(String, ErrorClass)> = None;
-        let mut retries_in_class = 0u32;
 
         if let Some(first) = plan.targets.first() {
             let first = snap.backends[first.backend].name.clone();
@@ -258,49 +213,29 @@ impl Dispatcher {
                 ),
             });
         }
-        for target in &plan.targets {
+        let targets = plan.targets.iter().map(|t| (t.clone(), snap.backends[t.backend].is_local()));
+        let mut walk = Walk::new(targets, &self.cfg);
+        let mut guards = LiveGuards {
+            dispatcher: self,
+            snap,
+            request,
+            priority,
+            task: &task.name,
+            request_id: &meta.request_id,
+            attempts: Vec::new(),
+        };
+        while let Ok(call) = walk.next(&mut guards).await {
+            let backoff = call.backoff.draw(&mut rand::thread_rng());
+            if !backoff.is_zero() {
+                tokio::time::sleep(backoff).await;
+            }
+            let Admitted { target, node: NodeHold { slot, permit }, charge, failover_from, .. } = call;
             let backend = &snap.backends[target.backend];
             let node = &backend.nodes[target.node];
-            let skip = |why: Skip| {
-                AttemptRecord::skipped(&task.name, &backend.name, &node.key, why)
-                    .for_request(&meta.request_id)
-            };
-            if calls >= self.cfg.max_attempts {
-                attempts.push(skip(Skip::MaxAttempts));
-                break;
-            }
-            let slot = match self.node_slot(backend, &node.key) {
-                Ok(slot) => slot,
-                Err(why) => {
-                    attempts.push(skip(why));
-                    continue;
-                }
-            };
-            let Some(permit) = self.breakers.try_acquire(&node.key, Instant::now()) else {
-                let held = self.breakers.held_for(&node.key, Instant::now());
-                attempts.push(AttemptRecord { retry_after: held, ..skip(Skip::BreakerOpen) });
-                continue;
-            };
-            if calls > 0 && !self.retry_allowed(Instant::now()) {
-                attempts.push(skip(Skip::RetryBudget));
-                break;
-            }
-            let charge = match self.take_quota(snap, target.backend, request, priority).await {
-                Ok(charge) => charge,
-                Err(why) => {
-                    attempts.push(skip(why));
-                    continue;
-                }
-            };
-            if last_local == Some(backend.is_local()) {
-                tokio::time::sleep(self.backoff(retries_in_class)).await;
-                retries_in_class += 1;
-            }
-            calls += 1;
-            if let Some((from, class)) = last_failure.take() {
+            if let Some((from, class)) = failover_from {
                 self.emit(Record::Failover {
                     task: task.name.clone(),
-                    from,
+                    from: snap.backends[from].name.clone(),
                     to: backend.name.clone(),
                     reason: class.as_str(),
                 });
@@ -321,6 +256,7 @@ impl Dispatcher {
             let redactor = self.redactor.load_full();
             let first =
                 first_output(redactor, format, &self.transport, &upstream, &req, deadline, idle).await;
+            let calls = walk.calls();
             match first {
                 Ok((buffered, rest, first_token)) => {
                     let ttft = first_token.duration_since(call_started);
@@ -351,12 +287,7 @@ impl Dispatcher {
                             Reason::Headroom { predicted_ttft_ms, .. } => Some(predicted_ttft_ms),
                             _ => None,
                         },
-                        events: track(
-                            buffered,
-                            rest,
-                            lease,
-                            Duration::from_millis(self.cfg.stream_idle_timeout_ms),
-                        ),
+                        events: track(buffered, rest, lease, idle),
                     });
                 }
                 Err(error) => {
@@ -377,8 +308,8 @@ impl Dispatcher {
                     )
                     .for_request(&meta.request_id);
                     self.emit(Record::Attempt(record.clone()));
-                    attempts.push(record);
-                    if !error.class.may_fail_over() {
+                    guards.attempts.push(record);
+                    if walk.failed(error.class) == AfterFailure::Reject {
                         let outcome =
                             RequestOutcome::failed(&task.name, &backend.name, calls, error.class, started);
                         self.emit(Record::Request(outcome.with_meta(meta)));
@@ -388,90 +319,15 @@ impl Dispatcher {
                             attempts: calls,
                         });
                     }
-                    last_local = Some(backend.is_local());
-                    last_failure = Some((backend.name.clone(), error.class));
                 }
             }
         }
+        let attempts = guards.attempts;
         let class = attempts.iter().rev().find_map(|a| a.error_class).unwrap_or(ErrorClass::Overloaded);
-        let outcome = RequestOutcome::failed(&task.name, "", calls, class, started);
+        let outcome = RequestOutcome::failed(&task.name, "", walk.calls(), class, started);
         self.emit(Record::Request(outcome.with_meta(meta)));
         Err(DispatchError::Exhausted { attempts })
     }
-}
-
-/// Call the upstream and read until its first output event, within `deadline` of the call.
-/// Returns the events read so far, the rest of the stream, and when the first output came. A
-/// stream that ends with no output at all (an empty answer) is also a success.
-///
-/// When the request wants JSON (`response_format`), the whole answer is read here, each event
-/// within `idle` of the last, and checked against the format before anything is committed: a
-/// bad answer is an [`ErrorClass::InvalidOutput`] failure of this backend, so dispatch may
-/// still try the next one and the client never sees the rejected text. An answer that calls
-/// tools is not checked (the JSON is due in a later turn).
-///
-/// Every upstream error, at once or in the stream, comes through `redactor` first, so no
-/// secret reaches the records, the logs or the client.
-async fn first_output(
-    redactor: Arc<Redactor>,
-    format: WireFormat,
-    transport: &Transport,
-    upstream: &Upstream,
-    req: &ChatRequest,
-    deadline: Duration,
-    idle: Duration,
-) -> Result<(Vec<Event>, EventStream, Instant), UpstreamError> {
-    let timed_out = || {
-        UpstreamError::new(
-            ErrorClass::Timeout,
-            None,
-            format!("no first token within {} ms", deadline.as_millis()),
-        )
-    };
-    let read_first = async {
-        let mut stream = redact::send_scrubbed(redactor, format, transport, upstream, req).await?;
-        let mut buffered = Vec::new();
-        while let Some(item) = stream.next().await {
-            let event = item?;
-            let output = event.is_output();
-            buffered.push(event);
-            if output {
-                break;
-            }
-        }
-        Ok::<_, UpstreamError>((buffered, stream, Instant::now()))
-    };
-    let (mut buffered, mut stream, first_token) =
-        tokio::time::timeout(deadline, read_first).await.unwrap_or_else(|_| Err(timed_out()))?;
-    if !req.response_format.wants_json() {
-        return Ok((buffered, stream, first_token));
-    }
-    loop {
-        match tokio::time::timeout(idle, stream.next()).await {
-            Ok(Some(item)) => buffered.push(item?),
-            Ok(None) => break,
-            Err(_) => {
-                return Err(UpstreamError::new(
-                    ErrorClass::Timeout,
-                    None,
-                    format!("the answer stalled for {} ms before it was complete", idle.as_millis()),
-                ))
-            }
-        }
-    }
-    if !buffered.iter().any(|e| matches!(e, Event::ToolCallDelta { .. })) {
-        let text: String = buffered
-            .iter()
-            .filter_map(|e| match e {
-                Event::TextDelta(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect();
-        req.response_format
-            .check(&text)
-            .map_err(|why| UpstreamError::new(ErrorClass::InvalidOutput, None, why))?;
-    }
-    Ok((buffered, Box::pin(futures::stream::empty()), first_token))
 }
 
 #[cfg(test)]

@@ -1,22 +1,26 @@
-//! The dispatch model: what `dispatch::Dispatcher` does with a plan, replayed on virtual time.
-//! A request is planned once on arrival (`route::plan`), then its targets are walked in order:
-//! per-node in-flight limit, breaker permit (the pure `Breaker`, explicit `now`), the retry
-//! budget for every call after the first, the router's per-minute quota, jittered backoff
-//! between targets of the same kind, and a first-token deadline of SLO × factor. A retryable
-//! failure before the first token moves on to the next target; a client mistake ends the
-//! request; after the first token the request is committed, and a node lost mid-stream is a
-//! client-visible error. Outcomes feed breakers and (for tracked backends) PID availability.
-//!
-//! It must stay a model of the real dispatch, not a second router: it never reorders or adds
-//! targets.
+//! Dispatch on virtual time: a request is planned once on arrival (`route::plan`), then its
+//! plan is walked by the same state machine the router runs (`dispatch::walk`), asking
+//! modelled guards: per-node in-flight limit, breaker permit (the pure `Breaker`, explicit
+//! `now`), the retry budget and the router's per-minute quota windows. Calls take virtual
+//! time: a first-token deadline of SLO × factor, modelled nodes and providers. After the first
+//! token the request is committed, and a node lost mid-stream is a client-visible error.
+//! Outcomes feed breakers and (for tracked backends) PID availability.
 
+use std::future::Future;
+
+use futures::FutureExt;
 use rand::Rng;
 use tokio::time::Instant;
 
 use super::{Engine, Ev};
 use crate::canonical::ErrorClass;
 use crate::config::TaskConfig;
+use crate::dispatch::walk::{AfterFailure, Guards, Stop, Walk};
 use crate::fleet::load::{InFlight, LoadView};
+use crate::guard::breaker::Breaker;
+use crate::guard::quota::{Limits, MinuteWindow};
+use crate::guard::retry_budget::RetryBudget;
+use crate::outcome::Skip;
 use crate::route::{self, chain, RequestFacts, Target};
 use crate::simulate::clock::{from_ms, Micros};
 use crate::simulate::hosted::{Answer, Call};
@@ -24,16 +28,13 @@ use crate::simulate::node::Job;
 use crate::simulate::scenario::StrategyName;
 use crate::simulate::stats::ServedRequest;
 use crate::simulate::strategies;
+use crate::snapshot::Snapshot;
 
 /// One client request's progress through its plan.
 #[derive(Debug)]
 pub struct Req {
     pub arrival: usize,
-    pub targets: Vec<Target>,
-    pub next: usize,
-    pub calls: u32,
-    pub last_local: Option<bool>,
-    pub retries_in_class: u32,
+    pub walk: Walk,
     /// Number of the current attempt (1-based); events of earlier attempts are stale.
     pub attempt: u32,
     /// Flat node index of the attempt in flight.
@@ -100,11 +101,7 @@ impl Engine<'_> {
         let r = self.reqs.len();
         self.reqs.push(Req {
             arrival: i,
-            targets: Vec::new(),
-            next: 0,
-            calls: 0,
-            last_local: None,
-            retries_in_class: 0,
+            walk: Walk::default(),
             attempt: 0,
             current: None,
             committed: false,
@@ -119,7 +116,11 @@ impl Engine<'_> {
                 self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" })
             }
             Ok(p) => {
-                self.reqs[r].targets = p.targets;
+                let targets = p.targets.into_iter().map(|t| {
+                    let local = self.snap.backends[t.backend].is_local();
+                    (t, local)
+                });
+                self.reqs[r].walk = Walk::new(targets, &self.s.config.dispatch);
                 self.walk(r, now);
             }
         }
@@ -134,60 +135,37 @@ impl Engine<'_> {
         self.stats.error(bucket, kind, false);
     }
 
-    /// Move on to the next target that may be called, as `Dispatcher::dispatch` does.
+    /// Move on to the next target the walk admits, as `Dispatcher::dispatch` does.
     fn walk(&mut self, r: usize, now: Micros) {
-        let at = self.at(now);
-        let cfg = &self.s.config.dispatch;
-        loop {
-            let q = &self.reqs[r];
-            let Some(t) = q.targets.get(q.next).cloned() else { return self.fail(r, "exhausted") };
-            self.reqs[r].next += 1;
-            if self.reqs[r].calls >= cfg.max_attempts {
-                return self.fail(r, "exhausted");
-            }
-            let flat = self.node_base[t.backend] + t.node;
-            let backend = &self.snap.backends[t.backend];
-            if backend.max_inflight_per_node.is_some_and(|limit| self.router_in_flight[flat] >= limit) {
-                continue;
-            }
-            if !self.breakers[flat].try_acquire(at) {
-                continue;
-            }
-            if self.reqs[r].calls > 0 && !self.budget.try_withdraw(at) {
-                self.breakers[flat].release();
-                return self.fail(r, "retry_budget");
-            }
-            let a = &self.arrivals[self.reqs[r].arrival];
-            let estimate = u64::from(a.prompt_tokens) + u64::from(self.reqs[r].output);
-            let minute = self.clock.unix_ms(now) / 60_000;
-            let ceiling = a.priority.quota_ceiling();
-            if let (Some(limits), window) = &mut self.quota[t.backend] {
-                if !window.try_take(minute, limits, estimate, ceiling) {
-                    self.breakers[flat].release();
-                    continue;
+        let a = &self.arrivals[self.reqs[r].arrival];
+        let mut guards = SimGuards {
+            at: self.clock.instant(now),
+            minute: self.clock.unix_ms(now) / 60_000,
+            estimate: u64::from(a.prompt_tokens) + u64::from(self.reqs[r].output),
+            ceiling: a.priority.quota_ceiling(),
+            snap: &self.snap,
+            node_base: &self.node_base,
+            router_in_flight: &self.router_in_flight,
+            breakers: &mut self.breakers,
+            budget: &mut self.budget,
+            quota: &mut self.quota,
+        };
+        let next = self.reqs[r].walk.next(&mut guards).now_or_never();
+        match next.expect("the simulator's guards answer at once") {
+            Err(Stop::RetryBudget) => self.fail(r, "retry_budget"),
+            Err(Stop::Exhausted | Stop::MaxAttempts) => self.fail(r, "exhausted"),
+            Ok(call) => {
+                let delay = from_ms(call.backoff.draw(&mut self.rng).as_millis() as f64);
+                let q = &mut self.reqs[r];
+                q.attempt += 1;
+                q.current = Some(call.node);
+                let attempt = q.attempt;
+                if delay > 0 {
+                    self.q.push(now + delay, Ev::Begin { req: r, attempt });
+                } else {
+                    self.begin(r, attempt, now);
                 }
             }
-            let local = backend.is_local();
-            let q = &mut self.reqs[r];
-            let mut delay = 0;
-            if q.last_local == Some(local) {
-                let cap = cfg
-                    .backoff_base_ms
-                    .saturating_mul(1 << q.retries_in_class.min(16))
-                    .min(cfg.backoff_max_ms);
-                delay = from_ms(self.rng.gen_range(0..=cap) as f64);
-                q.retries_in_class += 1;
-            }
-            q.calls += 1;
-            q.attempt += 1;
-            q.current = Some(flat);
-            let attempt = q.attempt;
-            if delay > 0 {
-                self.q.push(now + delay, Ev::Begin { req: r, attempt });
-            } else {
-                self.begin(r, attempt, now);
-            }
-            return;
         }
     }
 
@@ -338,11 +316,10 @@ impl Engine<'_> {
             self.schedule(started);
         }
         self.end_failed_attempt(r, class, now);
-        if !class.may_fail_over() {
-            return self.fail(r, "client");
+        match self.reqs[r].walk.failed(class) {
+            AfterFailure::Reject => self.fail(r, "client"),
+            AfterFailure::FailOver => self.walk(r, now),
         }
-        self.reqs[r].last_local = Some(self.snap.backends[self.flat[flat].0].is_local());
-        self.walk(r, now);
     }
 
     pub(super) fn deadline(&mut self, r: usize, attempt: u32, now: Micros) {
@@ -375,4 +352,55 @@ impl Engine<'_> {
             self.stats.error(bucket, "stream_broken", within);
         }
     }
+}
+
+/// The router's guards as the simulation keeps them, one entry per flat node index.
+struct SimGuards<'a> {
+    at: Instant,
+    minute: u64,
+    /// Prompt and output tokens of the request, charged to a quota.
+    estimate: u64,
+    ceiling: f64,
+    snap: &'a Snapshot,
+    node_base: &'a [usize],
+    router_in_flight: &'a [u32],
+    breakers: &'a mut [Breaker],
+    budget: &'a mut RetryBudget,
+    quota: &'a mut [(Option<Limits>, MinuteWindow)],
+}
+
+impl Guards for SimGuards<'_> {
+    /// The flat node index.
+    type Node = usize;
+    type Charge = ();
+
+    fn take_node(&mut self, target: &Target) -> Result<usize, Skip> {
+        let flat = self.node_base[target.backend] + target.node;
+        let limit = self.snap.backends[target.backend].max_inflight_per_node;
+        if limit.is_some_and(|limit| self.router_in_flight[flat] >= limit) {
+            return Err(Skip::NodeFull);
+        }
+        if !self.breakers[flat].try_acquire(self.at) {
+            return Err(Skip::BreakerOpen);
+        }
+        Ok(flat)
+    }
+
+    fn withdraw_retry(&mut self) -> bool {
+        self.budget.try_withdraw(self.at)
+    }
+
+    fn take_quota(&mut self, target: &Target) -> impl Future<Output = Result<(), Skip>> + Send {
+        let granted = match &mut self.quota[target.backend] {
+            (Some(limits), window) => window.try_take(self.minute, limits, self.estimate, self.ceiling),
+            (None, _) => true,
+        };
+        std::future::ready(if granted { Ok(()) } else { Err(Skip::OverQuota) })
+    }
+
+    fn release(&mut self, flat: usize) {
+        self.breakers[flat].release();
+    }
+
+    fn skipped(&mut self, _: &Target, _: Skip) {}
 }

@@ -1,0 +1,101 @@
+//! The live guards the walk asks before each call: the node's slot (the router's in-flight
+//! limit per node), its breaker, the shared retry budget, and the backend's per-minute quota
+//! counted with its own tokenizer. Every target passed over becomes a skipped attempt record.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::lease::Charge;
+use super::walk::Guards;
+use super::Dispatcher;
+use crate::canonical::ChatRequest;
+use crate::config::Priority;
+use crate::guard::breaker::BreakerPermit;
+use crate::guard::quota::QuotaDecision;
+use crate::outcome::{AttemptRecord, Skip};
+use crate::route::Target;
+use crate::snapshot::Snapshot;
+use crate::tokens;
+
+/// What a call holds on its node until it ends.
+pub(super) struct NodeHold {
+    pub slot: Option<OwnedSemaphorePermit>,
+    pub permit: BreakerPermit,
+}
+
+/// One request's view of the dispatcher's guards, and the attempts it skipped.
+pub(super) struct LiveGuards<'a> {
+    pub dispatcher: &'a Dispatcher,
+    pub snap: &'a Snapshot,
+    pub request: &'a ChatRequest,
+    pub priority: Priority,
+    pub task: &'a str,
+    pub request_id: &'a str,
+    /// Every target skipped or called so far, in order.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl Guards for LiveGuards<'_> {
+    type Node = NodeHold;
+    type Charge = Option<Charge>;
+
+    fn take_node(&mut self, target: &Target) -> Result<NodeHold, Skip> {
+        let d = self.dispatcher;
+        let backend = &self.snap.backends[target.backend];
+        let key = &backend.nodes[target.node].key;
+        let slot = match backend.max_inflight_per_node {
+            None => None,
+            Some(limit) => {
+                let slots = {
+                    let mut map = d.node_slots.lock().unwrap_or_else(|e| e.into_inner());
+                    let slots =
+                        map.entry(key.clone()).or_insert_with(|| Arc::new(Semaphore::new(limit as usize)));
+                    Arc::clone(slots)
+                };
+                Some(slots.try_acquire_owned().map_err(|_| Skip::NodeFull)?)
+            }
+        };
+        let permit = d.breakers.try_acquire(key, Instant::now()).ok_or(Skip::BreakerOpen)?;
+        Ok(NodeHold { slot, permit })
+    }
+
+    fn withdraw_retry(&mut self) -> bool {
+        self.dispatcher.budget.lock().unwrap_or_else(|e| e.into_inner()).try_withdraw(Instant::now())
+    }
+
+    /// Charge the request to the backend's per-minute quota, counted with its own tokenizer;
+    /// `Skip::OverQuota` when this priority may not take more of it this minute.
+    async fn take_quota(&mut self, target: &Target) -> Result<Option<Charge>, Skip> {
+        let quota = &self.dispatcher.quota;
+        let name = &self.snap.backends[target.backend].name;
+        if quota.limits(name).is_none() {
+            return Ok(None);
+        }
+        let counter = tokens::counter_for(&self.snap.config.backends[target.backend]);
+        let estimate = u64::from(counter.count_request(self.request))
+            + u64::from(self.request.max_tokens.unwrap_or(1024));
+        match quota.try_take(name, estimate, self.priority.quota_ceiling()).await {
+            QuotaDecision::Granted => {
+                Ok(Some(Charge { board: Arc::clone(quota), backend: name.clone(), estimate }))
+            }
+            QuotaDecision::OverQuota { .. } => Err(Skip::OverQuota),
+        }
+    }
+
+    fn release(&mut self, node: NodeHold) {
+        drop(node);
+    }
+
+    fn skipped(&mut self, target: &Target, why: Skip) {
+        let backend = &self.snap.backends[target.backend];
+        let key = &backend.nodes[target.node].key;
+        let mut record =
+            AttemptRecord::skipped(self.task, &backend.name, key, why).for_request(self.request_id);
+        if why == Skip::BreakerOpen {
+            record.retry_after = self.dispatcher.breakers.held_for(key, Instant::now());
+        }
+        self.attempts.push(record);
+    }
+}
