@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::canonical::{ErrorClass, UpstreamError};
+use crate::canonical::{ErrorClass, NodeKey, UpstreamError};
 use crate::canonical::{Event, Usage};
 use crate::fleet::headroom::SpillReason;
 
@@ -43,7 +43,7 @@ pub struct AttemptRecord {
     pub request_id: String,
     pub task: String,
     pub backend: String,
-    pub node: String,
+    pub node: NodeKey,
     pub skipped: Option<Skip>,
     pub error_class: Option<ErrorClass>,
     pub status: Option<u16>,
@@ -55,12 +55,12 @@ pub struct AttemptRecord {
 }
 
 impl AttemptRecord {
-    fn base(task: &str, backend: &str, node: &str) -> Self {
+    fn base(task: &str, backend: &str, node: &NodeKey) -> Self {
         AttemptRecord {
             request_id: String::new(),
             task: task.into(),
             backend: backend.into(),
-            node: node.into(),
+            node: node.clone(),
             skipped: None,
             error_class: None,
             status: None,
@@ -70,11 +70,11 @@ impl AttemptRecord {
         }
     }
 
-    pub fn skipped(task: &str, backend: &str, node: &str, why: Skip) -> Self {
+    pub fn skipped(task: &str, backend: &str, node: &NodeKey, why: Skip) -> Self {
         AttemptRecord { skipped: Some(why), ..Self::base(task, backend, node) }
     }
 
-    pub fn failed(task: &str, backend: &str, node: &str, e: &UpstreamError, elapsed: Duration) -> Self {
+    pub fn failed(task: &str, backend: &str, node: &NodeKey, e: &UpstreamError, elapsed: Duration) -> Self {
         AttemptRecord {
             error_class: Some(e.class),
             status: e.status,
@@ -85,7 +85,7 @@ impl AttemptRecord {
         }
     }
 
-    pub fn served(task: &str, backend: &str, node: &str, ttft: Duration) -> Self {
+    pub fn served(task: &str, backend: &str, node: &NodeKey, ttft: Duration) -> Self {
         AttemptRecord { elapsed: ttft, ..Self::base(task, backend, node) }
     }
 
@@ -162,7 +162,7 @@ pub struct RequestOutcome {
     pub backend: String,
     /// The model the serving backend ran; empty when none served.
     pub model: String,
-    pub node: String,
+    pub node: NodeKey,
     pub attempts: u32,
     pub ttft: Option<Duration>,
     pub duration: Duration,
@@ -179,7 +179,7 @@ impl RequestOutcome {
     pub fn started(
         task: &str,
         backend: &str,
-        node: &str,
+        node: &NodeKey,
         attempts: u32,
         ttft: Duration,
         started: Instant,
@@ -188,7 +188,7 @@ impl RequestOutcome {
             task: task.into(),
             backend: backend.into(),
             model: String::new(),
-            node: node.into(),
+            node: node.clone(),
             attempts,
             ttft: Some(ttft),
             duration: Duration::ZERO,
@@ -210,7 +210,7 @@ impl RequestOutcome {
             ttft: None,
             ending: Ending::Failed(class),
             duration: started.elapsed(),
-            ..Self::started(task, backend, "", attempts, Duration::ZERO, started)
+            ..Self::started(task, backend, &NodeKey::default(), attempts, Duration::ZERO, started)
         }
     }
 
@@ -218,7 +218,7 @@ impl RequestOutcome {
         RequestOutcome {
             ttft: None,
             ending: Ending::Shed,
-            ..Self::started(task, "", "", 0, Duration::ZERO, started)
+            ..Self::started(task, "", &NodeKey::default(), 0, Duration::ZERO, started)
         }
     }
 

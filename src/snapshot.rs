@@ -9,26 +9,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::canonical::NodeKey;
 use crate::config::{BackendConfig, BackendKind, Config, Price};
 use crate::fleet::headroom::{NodeSignals, PoolLimits};
+use crate::guard::node::{NodeBoard, NodeHandle};
 
-/// A breaker's state as planning sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BreakerView {
-    #[default]
-    Closed,
-    /// Failing: planning puts the node last; dispatch will not send to it.
-    Open,
-    /// One probe may go through.
-    HalfOpen,
-}
+pub use crate::guard::breaker::BreakerView;
 
 /// One place a request can be sent: a vLLM node, or a hosted backend's endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
-    /// Stable identity across snapshots: `backend/model@base_url`. Breakers, telemetry and
-    /// per-node limits are keyed by it.
-    pub key: String,
+    /// Stable identity across snapshots: `backend/model@base_url`. Telemetry, records and the
+    /// boards behind its handle are keyed by it.
+    pub key: NodeKey,
     /// Base URL as the adapter wants it (OpenAI-compatible URLs end in `/v1`).
     pub base_url: String,
     /// The node's root address (`http://10.0.0.5:8000`): `/metrics`, `/health`, `/version`.
@@ -42,6 +35,8 @@ pub struct NodeView {
     pub held: Option<String>,
     /// The IP of the machine it runs on when discovery knows it (a pod's `status.hostIP`).
     pub host_ip: Option<String>,
+    /// Its breaker, the router's load counters and its slots, as dispatch reaches them.
+    pub handle: NodeHandle,
 }
 
 /// A backend and its nodes.
@@ -98,9 +93,11 @@ pub const DOWN_BELOW: f64 = 0.1;
 pub struct SnapshotInputs<'a> {
     /// Node origins found by discovery, by backend name (added to configured endpoints).
     pub discovered: &'a BTreeMap<String, Vec<String>>,
-    pub breaker: &'a dyn Fn(&str) -> BreakerView,
-    pub signals: &'a dyn Fn(&str) -> Option<NodeSignals>,
-    pub quarantine: &'a dyn Fn(&str) -> Option<String>,
+    pub breaker: &'a dyn Fn(&NodeKey) -> BreakerView,
+    /// The handle of a node (its key, its `max_inflight_per_node`).
+    pub handle: &'a dyn Fn(&NodeKey, Option<u32>) -> NodeHandle,
+    pub signals: &'a dyn Fn(&NodeKey) -> Option<NodeSignals>,
+    pub quarantine: &'a dyn Fn(&NodeKey) -> Option<String>,
     /// A hosted backend that cannot take traffic now (its quota is gone).
     pub over_quota: &'a dyn Fn(&str) -> bool,
     /// A hosted backend's PID availability.
@@ -130,12 +127,23 @@ impl Snapshot {
     }
 
     /// A first snapshot straight from config: configured nodes only, breakers closed, no
-    /// telemetry yet.
+    /// telemetry yet, each node's handle on state of its own (tests, offline commands).
     pub fn from_config(config: Arc<Config>) -> Snapshot {
+        Snapshot::first(config, &NodeHandle::detached)
+    }
+
+    /// The router's first snapshot, before the snapshot loop's: as [`Snapshot::from_config`],
+    /// but each node's handle reaches the router's boards.
+    pub fn from_config_on(config: Arc<Config>, nodes: &NodeBoard) -> Snapshot {
+        Snapshot::first(config, &|key, limit| nodes.handle(key, limit))
+    }
+
+    fn first(config: Arc<Config>, handle: &dyn Fn(&NodeKey, Option<u32>) -> NodeHandle) -> Snapshot {
         let none = BTreeMap::new();
         let inputs = SnapshotInputs {
             discovered: &none,
             breaker: &|_| BreakerView::Closed,
+            handle,
             signals: &|_| None,
             quarantine: &|_| None,
             over_quota: &|_| false,
@@ -163,13 +171,14 @@ impl Snapshot {
                 let nodes = origins
                     .into_iter()
                     .map(|(origin, base_url)| {
-                        let key = format!("{}/{}@{}", b.name, b.model, base_url);
+                        let key = NodeKey::new(&b.name, &b.model, &base_url);
                         NodeView {
                             breaker: (inputs.breaker)(&key),
                             signals: (inputs.signals)(&key).unwrap_or_default(),
                             quarantine: (inputs.quarantine)(&key),
                             held: None,
                             host_ip: None,
+                            handle: (inputs.handle)(&key, b.max_inflight_per_node),
                             key,
                             base_url,
                             origin,
@@ -224,7 +233,7 @@ impl Snapshot {
     }
 
     /// A copy with the breaker states given by `state_of(node key)`, one version later.
-    pub fn with_breakers(&self, state_of: impl Fn(&str) -> BreakerView) -> Snapshot {
+    pub fn with_breakers(&self, state_of: impl Fn(&NodeKey) -> BreakerView) -> Snapshot {
         let mut next = self.clone();
         next.version += 1;
         for node in next.backends.iter_mut().flat_map(|b| b.nodes.iter_mut()) {

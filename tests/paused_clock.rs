@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use spillway::canonical::NodeKey;
 use spillway::config::{self, Config, Priority};
 use spillway::control::balancing::AvailabilityBoard;
 use spillway::control::canary::Canaries;
@@ -19,6 +20,7 @@ use spillway::fleet::load::{LoadView, NodeLoad};
 use spillway::fleet::telemetry::TelemetryBoard;
 use spillway::guard::breaker::BreakerBoard;
 use spillway::guard::holds::{HoldBoard, HoldKind, Scope};
+use spillway::guard::node::NodeBoard;
 use spillway::guard::quota::{Clock, QuotaBoard, QuotaDecision, QuotaOptions};
 use spillway::metrics::Metrics;
 use spillway::route::{self, RequestFacts};
@@ -74,7 +76,7 @@ impl Loop {
         let (discovered, rx) = watch::channel(DiscoveredNodes::new());
         let sources = Sources {
             config: Arc::new(ArcSwap::new(Arc::clone(&config))),
-            breakers: Arc::clone(&breakers),
+            nodes: NodeBoard::new(Arc::clone(&breakers), NodeLoad::new()),
             telemetry: TelemetryBoard::new(),
             discovered: rx,
             pins: Arc::default(),
@@ -101,7 +103,7 @@ impl Loop {
         snap
     }
 
-    fn node_key(&self, backend: usize) -> String {
+    fn node_key(&self, backend: usize) -> NodeKey {
         self.current.load().backends[backend].nodes[0].key.clone()
     }
 }
@@ -254,10 +256,8 @@ async fn canary_rounds_go_out_on_their_interval_and_not_before() {
     let (records, _kept) = tokio::sync::mpsc::unbounded_channel();
     let dispatcher = Dispatcher::new(
         l.config.dispatch.clone(),
-        Arc::clone(&l.breakers),
         Keys { api_keys: Default::default(), client_keys: Vec::new(), admin_token: None },
         records,
-        NodeLoad::new(),
         QuotaBoard::new(&l.config, None),
     );
     let metrics = Arc::new(Metrics::new());

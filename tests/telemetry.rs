@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use spillway::canonical::NodeKey;
 use spillway::control::scrape;
 use spillway::fleet::load::NodeLoad;
 use spillway::fleet::metrics::{parse_exposition, parse_vllm, vllm_from_samples};
@@ -195,8 +196,8 @@ fn snapshot(pools: &[(&str, Vec<String>, Option<u16>)], telemetry: &str) -> Arc<
     Arc::new(Snapshot::from_config(Arc::new(cfg)))
 }
 
-fn key(pool: &str, url: &str) -> String {
-    format!("{pool}/{LLAMA}@{url}/v1")
+fn key(pool: &str, url: &str) -> NodeKey {
+    NodeKey::new(pool, LLAMA, &format!("{url}/v1"))
 }
 
 async fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {

@@ -25,6 +25,7 @@ use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::route::{self, PlanError, RequestFacts};
+use crate::snapshot::NodeView;
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -86,7 +87,7 @@ async fn handle(
     // prefix cache; without one, requests spread at random.
     let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
     let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let load = |node: &str| state.load.view(node);
+    let load = |node: &NodeView| node.handle.load.view();
     let plan = route::plan(
         &RequestFacts {
             task,
@@ -120,7 +121,7 @@ async fn handle(
     add_spillway_headers(&mut spillway_headers, &committed);
     let mut committed = committed;
     if let Some(shadows) = state.gate.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) {
-        let load = |node: &str| state.load.view(node);
+        let load = |node: &NodeView| node.handle.load.view();
         let targets = shadow::targets(
             &snap,
             task,

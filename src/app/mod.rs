@@ -26,6 +26,7 @@ use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::breaker::BreakerBoard;
 use crate::guard::holds::HoldBoard;
+use crate::guard::node::NodeBoard;
 use crate::guard::quota::{system_clock, Clock, QuotaBoard, QuotaOptions};
 use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
 use crate::metrics::Metrics;
@@ -60,10 +61,11 @@ pub async fn start_with(
     options: Options,
 ) -> std::io::Result<RouterHandle> {
     let config = Arc::new(config);
-    let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config))));
     let breakers = BreakerBoard::new(config.dispatch.breaker.clone());
-    let telemetry = TelemetryBoard::new();
     let load = NodeLoad::new();
+    let nodes = NodeBoard::new(Arc::clone(&breakers), Arc::clone(&load));
+    let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config_on(Arc::clone(&config), &nodes)));
+    let telemetry = TelemetryBoard::new();
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
@@ -121,7 +123,7 @@ pub async fn start_with(
     let over_quota = Arc::clone(&quota);
     let sources = snapshot_loop::Sources {
         config: Arc::clone(&config_swap),
-        breakers: Arc::clone(&breakers),
+        nodes,
         telemetry: Arc::clone(&telemetry),
         discovered: discovered_rx,
         pins: Arc::clone(&pins),
@@ -136,7 +138,6 @@ pub async fn start_with(
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),
             telemetry: Arc::clone(&telemetry),
-            load: Arc::clone(&load),
             discovered: discovered_tx.subscribe(),
             metrics: Arc::clone(&metrics),
         };
@@ -157,14 +158,12 @@ pub async fn start_with(
 
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),
-        Arc::clone(&breakers),
         crate::dispatch::Keys {
             api_keys: secrets.backend_keys,
             client_keys: secrets.client_keys.keys().cloned().collect(),
             admin_token: secrets.admin_token.clone(),
         },
         records_tx,
-        Arc::clone(&load),
         Arc::clone(&quota),
     );
     let dispatcher = Arc::new(dispatcher);

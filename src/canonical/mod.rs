@@ -5,10 +5,12 @@
 //! here knows about HTTP or any provider.
 
 mod error;
+mod id;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorClass, UpstreamError};
+pub use id::NodeKey;
 use serde_json::Value;
 
 /// Who wrote a message.

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::discovery::DiscoveredNodes;
-use crate::fleet::load::NodeLoad;
+use crate::canonical::NodeKey;
 use crate::fleet::metrics::AgentSample;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::usage::{MinuteTracker, NodeSample};
@@ -23,7 +23,6 @@ use crate::snapshot::Snapshot;
 pub struct Sources {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub telemetry: Arc<TelemetryBoard>,
-    pub load: Arc<NodeLoad>,
     pub discovered: watch::Receiver<DiscoveredNodes>,
     /// Each sample is counted in `spillway_gpu_samples_total`.
     pub metrics: Arc<Metrics>,
@@ -38,7 +37,7 @@ pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64
 }
 
 /// One sample of every local node. `last_sent` carries each node's send counter between calls.
-fn sample(sources: &Sources, last_sent: &mut HashMap<String, u64>) -> Vec<NodeSample> {
+fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeSample> {
     let snap = sources.snapshot.load();
     let discovered = sources.discovered.borrow();
     let mut samples = Vec::new();
@@ -51,13 +50,13 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<String, u64>) -> Vec<NodeSa
                 .get(&view.name)
                 .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
                 .and_then(|n| n.metadata.gpu_hourly_usd);
-            let load = sources.load.view(&node.key);
+            let load = node.handle.load.view();
             // A node seen for the first time: everything sent to it so far is new.
             let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(0);
             let agent = sources.telemetry.get(&node.key).and_then(|t| t.agent);
             samples.push(NodeSample {
                 backend: view.name.clone(),
-                node: node.key.clone(),
+                node: node.key.to_string(),
                 gpu_count: i64::from(config.gpu_count),
                 gpu_hourly_usd: annotated.or(config.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),

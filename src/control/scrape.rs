@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
+use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
@@ -49,7 +50,7 @@ pub struct Target {
 const VERSION_EVERY: u32 = 60;
 
 /// Every vLLM node in `snap`, by node key.
-pub fn targets(snap: &Snapshot) -> HashMap<String, Target> {
+pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
     let mut out = HashMap::new();
     for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Vllm) {
         let config = snap.config.backends.iter().find(|c| c.name == b.name);
@@ -116,7 +117,7 @@ pub async fn run(
     let interval = Duration::from_millis(cfg.interval_ms.max(1));
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
     let mut tasks = JoinSet::new();
-    let mut nodes: HashMap<String, (Target, AbortHandle)> = HashMap::new();
+    let mut nodes: HashMap<NodeKey, (Target, AbortHandle)> = HashMap::new();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -198,7 +199,7 @@ impl Drop for ScrapeThread {
 
 /// One node's scrape schedule.
 struct NodeScraper {
-    key: String,
+    key: NodeKey,
     target: Target,
     board: Arc<TelemetryBoard>,
     load: Arc<NodeLoad>,
@@ -356,6 +357,7 @@ mod tests {
             let inputs = crate::snapshot::SnapshotInputs {
                 discovered: &discovered,
                 breaker: &|_| crate::snapshot::BreakerView::Closed,
+                handle: &crate::guard::node::NodeHandle::detached,
                 signals: &|_| None,
                 quarantine: &|_| None,
                 over_quota: &|_| false,

@@ -12,16 +12,18 @@ use tokio::time::Instant;
 
 use super::discovery::DiscoveredNodes;
 use super::pins::{PinBoard, Reported};
+use crate::canonical::NodeKey;
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
-use crate::guard::breaker::BreakerBoard;
+use crate::guard::node::NodeBoard;
 use crate::snapshot::{Snapshot, SnapshotInputs};
 
 /// Where the snapshot's parts come from.
 pub struct Sources {
     /// The config in effect; a reload swaps it and the next rebuild follows.
     pub config: Arc<ArcSwap<Config>>,
-    pub breakers: Arc<BreakerBoard>,
+    /// Each node's breaker, load counters and slots: views for planning, handles for dispatch.
+    pub nodes: Arc<NodeBoard>,
     pub telemetry: Arc<TelemetryBoard>,
     pub discovered: watch::Receiver<DiscoveredNodes>,
     pub pins: Arc<PinBoard>,
@@ -67,11 +69,13 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         .iter()
         .map(|(b, nodes)| (b.clone(), nodes.iter().map(|n| n.origin.clone()).collect()))
         .collect();
-    let breaker = |key: &str| sources.breakers.view(key, now);
-    let signals = |key: &str| sources.telemetry.signals(key);
+    let breaker = |key: &NodeKey| sources.nodes.breakers.view(key, now);
+    let signals = |key: &NodeKey| sources.telemetry.signals(key);
+    let handle = |key: &NodeKey, limit: Option<u32>| sources.nodes.handle(key, limit);
     let inputs = SnapshotInputs {
         discovered: &origins,
         breaker: &breaker,
+        handle: &handle,
         signals: &signals,
         quarantine: &|_| None,
         over_quota: &*sources.over_quota,
@@ -119,6 +123,8 @@ pub async fn run(current: Arc<ArcSwap<Snapshot>>, sources: Sources, period: Dura
 mod tests {
     use super::*;
     use crate::control::discovery::{metadata::NodeMetadata, DiscoveredNode};
+    use crate::fleet::load::NodeLoad;
+    use crate::guard::breaker::BreakerBoard;
     use crate::snapshot::BreakerView;
 
     const CONFIG: &str = r#"
@@ -147,7 +153,7 @@ tasks:
         let config = Arc::new(crate::config::parse(CONFIG).unwrap());
         let (tx, rx) = watch::channel(discovered);
         let sources = Sources {
-            breakers: BreakerBoard::new(config.dispatch.breaker.clone()),
+            nodes: NodeBoard::new(BreakerBoard::new(config.dispatch.breaker.clone()), NodeLoad::new()),
             telemetry: TelemetryBoard::new(),
             discovered: rx,
             pins: Arc::new(PinBoard::default()),
@@ -197,7 +203,7 @@ tasks:
     #[tokio::test(start_paused = true)]
     async fn the_kv_cache_dtype_stands_in_for_an_unannotated_quantisation() {
         let (sources, _tx) = sources(DiscoveredNodes::new(), false);
-        let key = "pool/m@http://10.0.0.1:8000/v1";
+        let key = &NodeKey::from("pool/m@http://10.0.0.1:8000/v1");
         let text =
             "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"int8\",num_gpu_blocks=\"100\"} 1\n\
                     vllm:num_requests_running{model_name=\"m\"} 0\n";

@@ -1,10 +1,10 @@
 //! The live guards the walk asks before each call: the node's slot (the router's in-flight
-//! limit per node), its breaker, the shared retry budget, and the backend's per-minute quota
+//! limit per node) and its breaker through the node's handle, the shared retry budget, and the backend's per-minute quota
 //! counted with its own tokenizer. Every target passed over becomes a skipped attempt record.
 
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::lease::Charge;
@@ -42,22 +42,9 @@ impl Guards for LiveGuards<'_> {
     type Charge = Option<Charge>;
 
     fn take_node(&mut self, target: &Target) -> Result<NodeHold, Skip> {
-        let d = self.dispatcher;
-        let backend = &self.snap.backends[target.backend];
-        let key = &backend.nodes[target.node].key;
-        let slot = match backend.max_inflight_per_node {
-            None => None,
-            Some(limit) => {
-                let slots = {
-                    let mut map = d.node_slots.lock().unwrap_or_else(|e| e.into_inner());
-                    let slots =
-                        map.entry(key.clone()).or_insert_with(|| Arc::new(Semaphore::new(limit as usize)));
-                    Arc::clone(slots)
-                };
-                Some(slots.try_acquire_owned().map_err(|_| Skip::NodeFull)?)
-            }
-        };
-        let permit = d.breakers.try_acquire(key, Instant::now()).ok_or(Skip::BreakerOpen)?;
+        let handle = &self.snap.backends[target.backend].nodes[target.node].handle;
+        let slot = handle.try_slot().map_err(|_| Skip::NodeFull)?;
+        let permit = handle.breaker.try_acquire(Instant::now()).ok_or(Skip::BreakerOpen)?;
         Ok(NodeHold { slot, permit })
     }
 
@@ -90,11 +77,11 @@ impl Guards for LiveGuards<'_> {
 
     fn skipped(&mut self, target: &Target, why: Skip) {
         let backend = &self.snap.backends[target.backend];
-        let key = &backend.nodes[target.node].key;
+        let node = &backend.nodes[target.node];
         let mut record =
-            AttemptRecord::skipped(self.task, &backend.name, key, why).for_request(self.request_id);
+            AttemptRecord::skipped(self.task, &backend.name, &node.key, why).for_request(self.request_id);
         if why == Skip::BreakerOpen {
-            record.retry_after = self.dispatcher.breakers.held_for(key, Instant::now());
+            record.retry_after = node.handle.breaker.held_for(Instant::now());
         }
         self.attempts.push(record);
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use first_output::first_output;
 use guards::{LiveGuards, NodeHold};
 use lease::{track, Lease};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
@@ -30,8 +30,6 @@ use crate::adapter::{EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::fleet::headroom::SpillReason;
-use crate::fleet::load::NodeLoad;
-use crate::guard::breaker::BreakerBoard;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome};
@@ -69,9 +67,7 @@ pub enum DispatchError {
 pub struct Dispatcher {
     transport: Transport,
     cfg: DispatchConfig,
-    breakers: Arc<BreakerBoard>,
     budget: Mutex<RetryBudget>,
-    node_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// API keys by backend name, read from the environment at start and on a reload.
     secrets: arc_swap::ArcSwap<HashMap<String, String>>,
     /// Scrubs every upstream error text of the secrets in `Keys`; rebuilt on a reload.
@@ -80,7 +76,6 @@ pub struct Dispatcher {
     /// redacted whatever a reload reads.
     admin_token: Option<String>,
     records: mpsc::UnboundedSender<Record>,
-    load: Arc<NodeLoad>,
     quota: Arc<QuotaBoard>,
 }
 
@@ -115,10 +110,8 @@ pub fn wire_format(kind: BackendKind) -> WireFormat {
 impl Dispatcher {
     pub fn new(
         cfg: DispatchConfig,
-        breakers: Arc<BreakerBoard>,
         keys: Keys,
         records: mpsc::UnboundedSender<Record>,
-        load: Arc<NodeLoad>,
         quota: Arc<QuotaBoard>,
     ) -> Self {
         let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
@@ -137,14 +130,11 @@ impl Dispatcher {
         Dispatcher {
             transport,
             cfg,
-            breakers,
             budget: Mutex::new(budget),
-            node_slots: Mutex::new(HashMap::new()),
             redactor: arc_swap::ArcSwap::from_pointee(keys.redactor(None)),
             admin_token: keys.admin_token,
             secrets: arc_swap::ArcSwap::from_pointee(keys.api_keys),
             records,
-            load,
             quota,
         }
     }
@@ -240,7 +230,7 @@ impl Dispatcher {
                     reason: class.as_str(),
                 });
             }
-            let in_flight = self.load.start(&node.key);
+            let in_flight = node.handle.load.start();
 
             let mut req = request.clone();
             req.model = backend.model.clone();
@@ -292,7 +282,7 @@ impl Dispatcher {
                 }
                 Err(error) => {
                     if let Some(retry_after) = error.retry_after {
-                        self.breakers.hold(&node.key, Instant::now(), retry_after);
+                        node.handle.breaker.hold(Instant::now(), retry_after);
                     }
                     if error.class.counts_against_backend() {
                         permit.failure(Instant::now());
@@ -346,14 +336,8 @@ mod tests {
             client_keys: vec!["old-client-key-22".into()],
             admin_token: Some("admin-token-333".into()),
         };
-        let dispatcher = Dispatcher::new(
-            config.dispatch.clone(),
-            BreakerBoard::new(config.dispatch.breaker.clone()),
-            keys,
-            records,
-            NodeLoad::new(),
-            QuotaBoard::new(&config, None),
-        );
+        let dispatcher =
+            Dispatcher::new(config.dispatch.clone(), keys, records, QuotaBoard::new(&config, None));
         let text =
             "old-provider-key-1 old-client-key-22 admin-token-333 new-provider-key-4 new-client-key-55";
         assert_eq!(

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::headroom::NodeSignals;
 use super::metrics::{AgentSample, HistogramSample, VllmSample};
+use crate::canonical::NodeKey;
 
 /// Weight of the newest interval in the recent figures: a figure is mostly forgotten after
 /// about three intervals that have something to say about it.
@@ -246,7 +247,7 @@ impl NodeTelemetry {
 /// the snapshot loop.
 #[derive(Debug, Default)]
 pub struct TelemetryBoard {
-    nodes: Mutex<HashMap<String, NodeTelemetry>>,
+    nodes: Mutex<HashMap<NodeKey, NodeTelemetry>>,
 }
 
 impl TelemetryBoard {
@@ -254,11 +255,11 @@ impl TelemetryBoard {
         Arc::new(TelemetryBoard::default())
     }
 
-    fn with<R>(&self, key: &str, f: impl FnOnce(&mut NodeTelemetry) -> R) -> R {
+    fn with<R>(&self, key: &NodeKey, f: impl FnOnce(&mut NodeTelemetry) -> R) -> R {
         let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         match nodes.get_mut(key) {
             Some(n) => f(n),
-            None => f(nodes.entry(key.to_string()).or_default()),
+            None => f(nodes.entry(key.clone()).or_default()),
         }
     }
 
@@ -266,17 +267,17 @@ impl TelemetryBoard {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
-    pub fn all(&self) -> HashMap<String, NodeTelemetry> {
+    pub fn all(&self) -> HashMap<NodeKey, NodeTelemetry> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// See [`NodeTelemetry::on_scrape`].
-    pub fn on_scrape(&self, key: &str, sample: VllmSample, now: Instant) {
+    pub fn on_scrape(&self, key: &NodeKey, sample: VllmSample, now: Instant) {
         self.with(key, |n| n.on_scrape(sample, now));
     }
 
     /// See [`NodeTelemetry::on_failure`]; returns the node's consecutive failures.
-    pub fn on_failure(&self, key: &str, error: String, now: Instant) -> u32 {
+    pub fn on_failure(&self, key: &NodeKey, error: String, now: Instant) -> u32 {
         self.with(key, |n| {
             n.on_failure(error, now);
             n.consecutive_failures
@@ -284,17 +285,17 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_agent`].
-    pub fn on_agent(&self, key: &str, agent: AgentSample) {
+    pub fn on_agent(&self, key: &NodeKey, agent: AgentSample) {
         self.with(key, |n| n.on_agent(agent));
     }
 
     /// See [`NodeTelemetry::on_agent_failure`].
-    pub fn on_agent_failure(&self, key: &str, error: String) {
+    pub fn on_agent_failure(&self, key: &NodeKey, error: String) {
         self.with(key, |n| n.on_agent_failure(error));
     }
 
     /// Record what the node's `/version` said (`None`: it did not answer or had no version).
-    pub fn on_engine_version(&self, key: &str, version: Option<String>) {
+    pub fn on_engine_version(&self, key: &NodeKey, version: Option<String>) {
         self.with(key, |n| n.engine_version = version);
     }
 
@@ -310,7 +311,7 @@ impl TelemetryBoard {
 
     /// Keep only the nodes for which `keep(key)` holds.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k));
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k.as_str()));
     }
 }
 
@@ -478,14 +479,15 @@ mod tests {
     fn agent_down_leaves_vllm_telemetry() {
         let board = TelemetryBoard::new();
         let t0 = Instant::now();
-        board.on_scrape("n", VllmSample { running: Some(3.0), ..VllmSample::default() }, t0);
-        board.on_agent("n", AgentSample { up: false, reason: Some("no driver".into()), gpus: vec![] });
-        board.on_agent_failure("n", "refused".into());
+        board.on_scrape(&"n".into(), VllmSample { running: Some(3.0), ..VllmSample::default() }, t0);
+        board
+            .on_agent(&"n".into(), AgentSample { up: false, reason: Some("no driver".into()), gpus: vec![] });
+        board.on_agent_failure(&"n".into(), "refused".into());
         let n = board.get("n").unwrap();
         assert_eq!(n.sample.unwrap().running, Some(3.0));
         assert_eq!(n.last_ok, Some(t0));
         assert_eq!(n.agent, None);
-        assert_eq!(board.on_failure("n", "x".into(), t0), 1);
+        assert_eq!(board.on_failure(&"n".into(), "x".into(), t0), 1);
         board.retain(|k| k != "n");
         assert!(board.get("n").is_none());
         assert!(board.all().is_empty());

@@ -22,6 +22,7 @@ use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
 use crate::adapter::EventStream;
 use crate::canonical::ChatRequest;
+use crate::canonical::NodeKey;
 use crate::config::golden::GoldenItem;
 use crate::config::golden::Grader;
 use crate::config::{Config, Priority, TaskConfig};
@@ -30,7 +31,7 @@ use crate::fleet::load::{LoadView, NodeLoad};
 use crate::guard::breaker::BreakerBoard;
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
-use crate::snapshot::{BreakerView, Snapshot};
+use crate::snapshot::{BreakerView, NodeView, Snapshot};
 use tokio::time::Instant;
 
 /// The most shadow calls in flight at once, over every task.
@@ -53,7 +54,7 @@ pub struct Shadows {
 pub struct Target {
     pub backend: String,
     /// The node's key (breaker, in-flight count).
-    pub node: String,
+    pub node: NodeKey,
     pub base_url: String,
 }
 
@@ -73,7 +74,7 @@ pub fn targets(
     task: &TaskConfig,
     request: &ChatRequest,
     primary: &str,
-    load: &dyn Fn(&str) -> LoadView,
+    load: &dyn Fn(&NodeView) -> LoadView,
     now: Instant,
     seed: u64,
 ) -> Vec<Target> {
@@ -102,9 +103,9 @@ pub fn targets(
                         && n.quarantine.is_none()
                         && n.breaker != BreakerView::Open
                         && (!view.is_local()
-                            || admit(&n.signals, load(&n.key), &limits, prompt, slo_s, now).is_ok())
+                            || admit(&n.signals, load(n), &limits, prompt, slo_s, now).is_ok())
                 })
-                .map(|n| (load(&n.key).in_flight, n))
+                .map(|n| (load(n).in_flight, n))
                 .collect();
             let least = open.iter().map(|(busy, _)| *busy).min()?;
             let idlest: Vec<_> = open.iter().filter(|(busy, _)| *busy == least).map(|(_, n)| n).collect();
@@ -340,7 +341,7 @@ policy:
         let task = config.tasks[0].clone();
         let mut snap = Snapshot::from_config(Arc::clone(&config));
         let now = Instant::now();
-        let idle = |_: &str| LoadView::default();
+        let idle = |_: &NodeView| LoadView::default();
         let plain = ChatRequest {
             messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
             ..Default::default()
@@ -355,7 +356,7 @@ policy:
             ..Default::default()
         };
         assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["pool", "eu-other"]);
-        let busy = |_: &str| LoadView { in_flight: 10, ..LoadView::default() };
+        let busy = |_: &NodeView| LoadView { in_flight: 10, ..LoadView::default() };
         assert_eq!(
             names(targets(&snap, &task, &plain, "eu-api", &busy, now, 0)),
             ["eu-other"],
@@ -396,7 +397,8 @@ tasks:
             messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
             ..Default::default()
         };
-        let first_busier = |key: &str| LoadView { in_flight: u64::from(key == first), ..LoadView::default() };
+        let first_busier =
+            |n: &NodeView| LoadView { in_flight: u64::from(n.key == first), ..LoadView::default() };
         for seed in 0..4 {
             let chosen = targets(&snap, &config.tasks[0], &plain, "api", &first_busier, now, seed);
             assert_eq!(chosen.len(), 1);
@@ -406,8 +408,8 @@ tasks:
             );
         }
         // Equally busy: the seed spreads them.
-        let idle = |_: &str| LoadView::default();
-        let nodes: std::collections::BTreeSet<String> = (0..4)
+        let idle = |_: &NodeView| LoadView::default();
+        let nodes: std::collections::BTreeSet<NodeKey> = (0..4)
             .map(|seed| targets(&snap, &config.tasks[0], &plain, "api", &idle, now, seed)[0].node.clone())
             .collect();
         assert_eq!(nodes, [first, second].into_iter().collect());

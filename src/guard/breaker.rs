@@ -1,4 +1,4 @@
-//! Circuit breakers, one per node key (backend, model and endpoint).
+//! Circuit breakers, one per node (backend, model and endpoint).
 //!
 //! Closed → open after `consecutive_failures` failures in a row, or when the failure share over
 //! the window reaches `error_rate` with at least `min_requests`; open → half-open after
@@ -15,8 +15,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::canonical::NodeKey;
 use crate::config::BreakerConfig;
-use crate::snapshot::BreakerView;
+
+/// A breaker's state as planning sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BreakerView {
+    #[default]
+    Closed,
+    /// Failing: planning puts the node last; dispatch will not send to it.
+    Open,
+    /// One probe may go through.
+    HalfOpen,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -149,14 +160,13 @@ impl Breaker {
     }
 }
 
-/// Every breaker, shared by dispatch (permits and verdicts) and the snapshot loop (views).
+/// Every node's breaker, by node key: what the snapshot loop reads (views) and the admin API
+/// forces. Dispatch reaches a node's breaker through the handle the snapshot holds
+/// ([`NodeBreaker`], see `guard::node`), not through this map.
 #[derive(Debug)]
 pub struct BreakerBoard {
-    cfg: BreakerConfig,
-    breakers: Mutex<HashMap<String, Breaker>>,
-    /// Breakers an operator forced open or closed (admin API), by node key. While forced, the
-    /// state machine still counts outcomes but its verdict is overridden.
-    forced: Mutex<HashMap<String, Forced>>,
+    cfg: Arc<BreakerConfig>,
+    breakers: Mutex<HashMap<NodeKey, Arc<NodeBreaker>>>,
 }
 
 /// An operator's override of a breaker.
@@ -167,92 +177,137 @@ pub enum Forced {
     Closed,
 }
 
+/// One node's breaker: its state machine and an operator's override. While forced, the state
+/// machine still counts outcomes but its verdict is overridden.
+#[derive(Debug)]
+pub struct NodeBreaker {
+    cfg: Arc<BreakerConfig>,
+    state: Mutex<Breaker>,
+    forced: Mutex<Option<Forced>>,
+}
+
+impl NodeBreaker {
+    /// A closed breaker of its own (the board makes the shared ones).
+    pub fn new(cfg: Arc<BreakerConfig>) -> Arc<NodeBreaker> {
+        Arc::new(NodeBreaker {
+            cfg,
+            state: Mutex::new(Breaker::new(Instant::now())),
+            forced: Mutex::new(None),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Breaker) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn forced(&self) -> Option<Forced> {
+        *self.forced.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A permit for one call to the node, or `None` while its breaker is open.
+    pub fn try_acquire(self: &Arc<Self>, now: Instant) -> Option<BreakerPermit> {
+        let allowed = match self.forced() {
+            Some(Forced::Open) => false,
+            Some(Forced::Closed) => true,
+            None => self.with(|b| b.try_acquire(now)),
+        };
+        allowed.then(|| BreakerPermit { breaker: Arc::clone(self), done: false })
+    }
+
+    /// The upstream answered `Retry-After`: no call to the node before then.
+    pub fn hold(&self, now: Instant, retry_after: Duration) {
+        self.with(|b| b.hold(now, retry_after));
+    }
+
+    /// How much longer a `Retry-After` holds the node, if it does.
+    pub fn held_for(&self, now: Instant) -> Option<Duration> {
+        self.with(|b| b.held_for(now))
+    }
+
+    pub fn view(&self, now: Instant) -> BreakerView {
+        match self.forced() {
+            Some(Forced::Open) => BreakerView::Open,
+            Some(Forced::Closed) => BreakerView::Closed,
+            None => self.with(|b| b.view(now)),
+        }
+    }
+}
+
 impl BreakerBoard {
     pub fn new(cfg: BreakerConfig) -> Arc<Self> {
-        Arc::new(BreakerBoard {
-            cfg,
-            breakers: Mutex::new(HashMap::new()),
-            forced: Mutex::new(HashMap::new()),
-        })
+        Arc::new(BreakerBoard { cfg: Arc::new(cfg), breakers: Mutex::new(HashMap::new()) })
+    }
+
+    /// The node's breaker (a closed one the first time the node is met).
+    pub fn node(&self, key: &NodeKey) -> Arc<NodeBreaker> {
+        let mut map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(breaker) = map.get(key) {
+            return Arc::clone(breaker);
+        }
+        let breaker = NodeBreaker::new(Arc::clone(&self.cfg));
+        map.insert(key.clone(), Arc::clone(&breaker));
+        breaker
+    }
+
+    fn existing(&self, key: &str) -> Option<Arc<NodeBreaker>> {
+        self.breakers.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
 
     /// Force the node's breaker open or closed, or (`None`) hand it back to its state machine.
     pub fn force(&self, key: &str, forced: Option<Forced>) {
-        let mut map = self.forced.lock().unwrap_or_else(|e| e.into_inner());
-        match forced {
-            Some(f) => map.insert(key.to_string(), f),
-            None => map.remove(key),
-        };
+        let breaker = self.node(&NodeKey::from(key));
+        *breaker.forced.lock().unwrap_or_else(|e| e.into_inner()) = forced;
     }
 
     pub fn forced(&self, key: &str) -> Option<Forced> {
-        self.forced.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied()
-    }
-
-    fn with<R>(&self, key: &str, now: Instant, f: impl FnOnce(&mut Breaker) -> R) -> R {
-        let mut map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
-        let breaker = map.entry(key.to_string()).or_insert_with(|| Breaker::new(now));
-        f(breaker)
+        self.existing(key).and_then(|b| b.forced())
     }
 
     /// A permit for one call to the node, or `None` while its breaker is open.
-    pub fn try_acquire(self: &Arc<Self>, key: &str, now: Instant) -> Option<BreakerPermit> {
-        let allowed = match self.forced(key) {
-            Some(Forced::Open) => false,
-            Some(Forced::Closed) => true,
-            None => self.with(key, now, |b| b.try_acquire(now)),
-        };
-        allowed.then(|| BreakerPermit { board: Arc::clone(self), key: key.to_string(), done: false })
+    pub fn try_acquire(&self, key: &str, now: Instant) -> Option<BreakerPermit> {
+        self.node(&NodeKey::from(key)).try_acquire(now)
     }
 
     /// The upstream answered `Retry-After`: no call to the node before then.
     pub fn hold(&self, key: &str, now: Instant, retry_after: Duration) {
-        self.with(key, now, |b| b.hold(now, retry_after));
+        self.node(&NodeKey::from(key)).hold(now, retry_after);
     }
 
     /// How much longer a `Retry-After` holds the node, if it does.
     pub fn held_for(&self, key: &str, now: Instant) -> Option<Duration> {
-        let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key).and_then(|b| b.held_for(now))
+        self.existing(key).and_then(|b| b.held_for(now))
     }
 
     pub fn view(&self, key: &str, now: Instant) -> BreakerView {
-        match self.forced(key) {
-            Some(Forced::Open) => return BreakerView::Open,
-            Some(Forced::Closed) => return BreakerView::Closed,
-            None => {}
-        }
-        let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key).map_or(BreakerView::Closed, |b| b.view(now))
+        self.existing(key).map_or(BreakerView::Closed, |b| b.view(now))
     }
 }
 
 /// The right to make one call; report how it went, or drop it to give the slot back.
 #[derive(Debug)]
 pub struct BreakerPermit {
-    board: Arc<BreakerBoard>,
-    key: String,
+    breaker: Arc<NodeBreaker>,
     done: bool,
 }
 
 impl BreakerPermit {
     pub fn success(mut self, now: Instant) {
         self.done = true;
-        let cfg = self.board.cfg.clone();
-        self.board.with(&self.key, now, |b| b.on_success(now, &cfg));
+        let cfg = Arc::clone(&self.breaker.cfg);
+        self.breaker.with(|b| b.on_success(now, &cfg));
     }
 
     pub fn failure(mut self, now: Instant) {
         self.done = true;
-        let cfg = self.board.cfg.clone();
-        self.board.with(&self.key, now, |b| b.on_failure(now, &cfg));
+        let cfg = Arc::clone(&self.breaker.cfg);
+        self.breaker.with(|b| b.on_failure(now, &cfg));
     }
 }
 
 impl Drop for BreakerPermit {
     fn drop(&mut self) {
         if !self.done {
-            self.board.with(&self.key, Instant::now(), |b| b.release());
+            self.breaker.with(|b| b.release());
         }
     }
 }

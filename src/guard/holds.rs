@@ -10,6 +10,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::canonical::NodeKey;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HoldKind {
@@ -40,8 +42,8 @@ pub struct Hold {
 #[serde(rename_all = "snake_case", tag = "on", content = "name")]
 pub enum Scope {
     Backend(String),
-    /// A node key (`backend/model@url`).
-    Node(String),
+    /// A node (`backend/model@url`).
+    Node(NodeKey),
 }
 
 #[derive(Debug, Default)]
@@ -62,9 +64,9 @@ impl HoldBoard {
     }
 
     /// Why a node of `backend` may not take requests: the node's own hold, else its backend's.
-    pub fn why_held(&self, backend: &str, node: &str) -> Option<String> {
+    pub fn why_held(&self, backend: &str, node: &NodeKey) -> Option<String> {
         let holds = self.lock();
-        let own = holds.get(&Scope::Node(node.to_string())).map(|h| (h, "node"));
+        let own = holds.get(&Scope::Node(node.clone())).map(|h| (h, "node"));
         let whole = holds.get(&Scope::Backend(backend.to_string())).map(|h| (h, "backend"));
         own.or(whole).map(|(h, what)| format!("{what} {} by {}", h.kind.as_str(), h.by))
     }
@@ -85,13 +87,13 @@ mod tests {
     #[test]
     fn a_node_is_held_by_its_own_hold_or_its_backends() {
         let board = HoldBoard::default();
-        assert_eq!(board.why_held("pool", "pool/m@a"), None);
+        assert_eq!(board.why_held("pool", &"pool/m@a".into()), None);
         board.hold(Scope::Backend("pool".into()), HoldKind::Drained, "alice");
-        assert_eq!(board.why_held("pool", "pool/m@a").as_deref(), Some("backend drained by alice"));
+        assert_eq!(board.why_held("pool", &"pool/m@a".into()).as_deref(), Some("backend drained by alice"));
         board.hold(Scope::Node("pool/m@a".into()), HoldKind::Disabled, "bob");
-        assert_eq!(board.why_held("pool", "pool/m@a").as_deref(), Some("node disabled by bob"));
+        assert_eq!(board.why_held("pool", &"pool/m@a".into()).as_deref(), Some("node disabled by bob"));
         assert!(board.release(&Scope::Backend("pool".into())));
-        assert_eq!(board.why_held("pool", "pool/m@b"), None);
+        assert_eq!(board.why_held("pool", &"pool/m@b".into()), None);
         assert!(!board.release(&Scope::Backend("pool".into())));
         assert_eq!(board.all().len(), 1);
     }

@@ -114,7 +114,7 @@ impl LedgerRecord {
             affinity_hash: o.meta.affinity_key.as_deref().map(hash_affinity_key),
             backend: o.backend.clone(),
             model: o.model.clone(),
-            node: o.node.clone(),
+            node: o.node.to_string(),
             attempts: i64::from(o.attempts),
             outcome,
             error_class,
@@ -171,9 +171,15 @@ mod tests {
     #[test]
     fn completed_outcome_becomes_a_row() {
         let start = tokio::time::Instant::now();
-        let mut o =
-            RequestOutcome::started("summarise", "fleet", "node-1", 2, Duration::from_millis(87), start)
-                .with_meta(&meta());
+        let mut o = RequestOutcome::started(
+            "summarise",
+            "fleet",
+            &"node-1".into(),
+            2,
+            Duration::from_millis(87),
+            start,
+        )
+        .with_meta(&meta());
         o.model = "llama-3.1-8b".into();
         o.usage.input_tokens = 1200;
         o.usage.cached_input_tokens = 1000;
@@ -197,7 +203,7 @@ mod tests {
         let r = LedgerRecord::from_outcome(&o, None).unwrap();
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Failed, Some("overloaded")));
         assert_eq!((r.ttft_ms, r.cost_usd), (None, None));
-        let in_flight = RequestOutcome::started("t", "b", "n", 1, Duration::ZERO, start);
+        let in_flight = RequestOutcome::started("t", "b", &"n".into(), 1, Duration::ZERO, start);
         assert!(LedgerRecord::from_outcome(&in_flight, None).is_none());
     }
 

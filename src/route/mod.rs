@@ -38,8 +38,8 @@ pub struct RequestFacts<'a> {
     /// clock), so a project's chain is redrawn every window.
     pub window: u64,
     pub priority: Priority,
-    /// The router's own load on each node (by node key), read just before planning.
-    pub load: &'a dyn Fn(&str) -> LoadView,
+    /// The router's own load on a node, read while planning (live: `node.handle.load.view()`).
+    pub load: &'a dyn Fn(&NodeView) -> LoadView,
     /// The request itself, for the capability and context checks ([`capability::filter`]);
     /// `None` skips them (simulations and benchmarks that model load, not content).
     pub request: Option<&'a ChatRequest>,
@@ -113,7 +113,7 @@ fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
     nodes
         .iter()
         .enumerate()
-        .max_by_key(|(_, n)| xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_bytes(), key))
+        .max_by_key(|(_, n)| xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_str().as_bytes(), key))
         .map(|(i, _)| i)
 }
 
@@ -176,7 +176,7 @@ fn pool_targets(
     let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
     for (i, node) in view.nodes.iter().enumerate() {
-        let load = (facts.load)(&node.key);
+        let load = (facts.load)(node);
         let verdict = if node.held.is_some() {
             Err(SpillReason::Drained)
         } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
@@ -209,8 +209,10 @@ fn pool_targets(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::NodeKey;
     use crate::config::Strategy;
     use crate::fleet::headroom::NodeSignals;
+    use crate::guard::node::NodeHandle;
     use crate::snapshot::SnapshotInputs;
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -223,13 +225,14 @@ mod tests {
     fn snap_with(
         now: Instant,
         tweak: impl Fn(&str) -> NodeSignals,
-        breaker: impl Fn(&str) -> BreakerView,
+        breaker: impl Fn(&NodeKey) -> BreakerView,
     ) -> Snapshot {
         let none = BTreeMap::new();
-        let signals = |key: &str| Some(NodeSignals { scraped_at: Some(now), ..tweak(key) });
+        let signals = |key: &NodeKey| Some(NodeSignals { scraped_at: Some(now), ..tweak(key) });
         let inputs = SnapshotInputs {
             discovered: &none,
             breaker: &breaker,
+            handle: &NodeHandle::detached,
             signals: &signals,
             quarantine: &|_| None,
             over_quota: &|_| false,
@@ -242,7 +245,7 @@ mod tests {
         NodeSignals { running: Some(0.0), waiting: Some(0.0), ..NodeSignals::default() }
     }
 
-    fn closed(_: &str) -> BreakerView {
+    fn closed(_: &NodeKey) -> BreakerView {
         BreakerView::Closed
     }
 
@@ -250,7 +253,7 @@ mod tests {
         plan.targets.iter().map(|t| format!("{}#{}", snap.backends[t.backend].name, t.node)).collect()
     }
 
-    fn no_load(_: &str) -> LoadView {
+    fn no_load(_: &NodeView) -> LoadView {
         LoadView::default()
     }
 
@@ -294,8 +297,8 @@ mod tests {
         assert_eq!(names(&snap, &p)[..2], ["local-llama#1", "local-llama#0"]);
         assert_eq!(p.targets[0].reason, Reason::Headroom { predicted_ttft_ms: 120, affinity: true });
         // The router has just sent node 1 so much that it is full: the other node serves.
-        let heavy = |key: &str| LoadView {
-            unseen: if key.contains("10.0.0.6") { 300 } else { 0 },
+        let heavy = |node: &NodeView| LoadView {
+            unseen: if node.key.as_str().contains("10.0.0.6") { 300 } else { 0 },
             ..LoadView::default()
         };
         let f = RequestFacts { affinity: Some(prefers(1)), load: &heavy, ..facts(task, 0) };
@@ -349,7 +352,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn open_breakers_go_last_and_a_down_hosted_backend_releases_the_reserve() {
         let now = Instant::now();
-        let anthropic_open = |key: &str| {
+        let anthropic_open = |key: &NodeKey| {
             if key.starts_with("anthropic/") {
                 BreakerView::Open
             } else {
@@ -367,7 +370,7 @@ mod tests {
         assert_eq!(names(&snap, &p), ["local-llama#0", "local-llama#1", "openai#0", "anthropic#0"]);
         assert_eq!(p.targets[3].reason, Reason::BreakerOpen);
         // A local node whose breaker is open is down, not tried.
-        let local_open = |key: &str| {
+        let local_open = |key: &NodeKey| {
             if key.contains("10.0.0.5") {
                 BreakerView::Open
             } else {
@@ -419,7 +422,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn policy_applies_before_ordering_even_when_local_nodes_are_down() {
         let now = Instant::now();
-        let local_open = |key: &str| {
+        let local_open = |key: &NodeKey| {
             if key.starts_with("local-llama/") {
                 BreakerView::Open
             } else {
@@ -442,6 +445,7 @@ mod tests {
         let inputs = SnapshotInputs {
             discovered: &none,
             breaker: &closed,
+            handle: &NodeHandle::detached,
             signals: &|_| None, // the pool is stale: no headroom, availability 0
             quarantine: &|_| None,
             over_quota: &|_| false,
@@ -479,6 +483,7 @@ mod tests {
             let inputs = SnapshotInputs {
                 discovered: &none,
                 breaker: &closed,
+                handle: &NodeHandle::detached,
                 signals: &|_| None,
                 quarantine: &|_| None,
                 over_quota: &|_| false,

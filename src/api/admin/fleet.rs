@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::authorize;
 use crate::api::{ApiError, AppState, ErrorCode};
+use crate::canonical::NodeKey;
 use crate::guard::breaker::Forced;
 use crate::guard::holds::{HoldKind, Scope};
 use crate::snapshot::{BreakerView, Snapshot};
@@ -56,11 +57,11 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                             "node": n.key,
                             "origin": n.origin,
                             "breaker": breaker_str(n.breaker),
-                            "breaker_forced": state.breakers.forced(&n.key),
+                            "breaker_forced": n.handle.breaker.forced(),
                             "held": n.held,
                             "quarantined": n.quarantine,
                             "engine": state.telemetry.get(&n.key).and_then(|t| t.engine_version),
-                            "in_flight": state.load.view(&n.key).in_flight,
+                            "in_flight": n.handle.load.view().in_flight,
                             "running": n.signals.running,
                             "waiting": n.signals.waiting,
                             "telemetry_age_s": age,
@@ -102,14 +103,14 @@ struct Target {
 
 impl Target {
     /// The node keys this target names in `snap`, or 404 naming what is unknown.
-    fn nodes(&self, snap: &Snapshot) -> Result<Vec<String>, ApiError> {
+    fn nodes(&self, snap: &Snapshot) -> Result<Vec<NodeKey>, ApiError> {
         let backend = snap.backend_index(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
             ApiError::new(ErrorCode::NotFound, format!("no backend `{}`", self.backend)).param("backend")
         })?;
-        let keys: Vec<String> = backend.nodes.iter().map(|n| n.key.clone()).collect();
+        let keys = backend.nodes.iter().map(|n| &n.key);
         match &self.node {
-            None => Ok(keys),
-            Some(node) if keys.contains(node) => Ok(vec![node.clone()]),
+            None => Ok(keys.cloned().collect()),
+            Some(node) if keys.clone().any(|k| k == node.as_str()) => Ok(vec![NodeKey::from(node.as_str())]),
             Some(node) => Err(ApiError::new(
                 ErrorCode::NotFound,
                 format!("backend `{}` has no node `{node}` (see GET /admin/backends)", self.backend),
@@ -120,7 +121,7 @@ impl Target {
 
     fn scope(&self) -> Scope {
         match &self.node {
-            Some(node) => Scope::Node(node.clone()),
+            Some(node) => Scope::Node(NodeKey::from(node.as_str())),
             None => Scope::Backend(self.backend.clone()),
         }
     }

@@ -28,7 +28,7 @@ use crate::simulate::node::Job;
 use crate::simulate::scenario::StrategyName;
 use crate::simulate::stats::ServedRequest;
 use crate::simulate::strategies;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{NodeView, Snapshot};
 
 /// One client request's progress through its plan.
 #[derive(Debug)]
@@ -85,7 +85,7 @@ impl Engine<'_> {
         let output = a.output_tokens.min(task.max_output_tokens.unwrap_or(u32::MAX));
         let headroom = self.strategy.uses_headroom();
         let load = &self.load;
-        let view = |key: &str| if headroom { load.view(key) } else { LoadView::default() };
+        let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
         let facts = RequestFacts {
             task,
             prompt_tokens: a.prompt_tokens,

@@ -22,11 +22,12 @@ use super::scenario::{Scenario, StrategyName};
 use super::stats::Stats;
 use super::strategies::{self, Tracked};
 use super::workload::Arrival;
-use crate::canonical::ErrorClass;
+use crate::canonical::{ErrorClass, NodeKey};
 use crate::config::TaskConfig;
 use crate::fleet::load::NodeLoad;
 use crate::fleet::telemetry::NodeTelemetry;
 use crate::guard::breaker::Breaker;
+use crate::guard::node::NodeHandle;
 use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
 use crate::route::availability::{Availability, PidConfig};
@@ -83,8 +84,8 @@ pub struct Engine<'a> {
     /// Flat node index of each backend's first node.
     pub(super) node_base: Vec<usize>,
     /// (backend, node) of each flat node; its key.
-    pub(super) flat: Vec<(usize, usize, String)>,
-    key_to_flat: HashMap<String, usize>,
+    pub(super) flat: Vec<(usize, usize, NodeKey)>,
+    key_to_flat: HashMap<NodeKey, usize>,
     pub(super) load: Arc<NodeLoad>,
     telemetry: Vec<NodeTelemetry>,
     pub(super) breakers: Vec<Breaker>,
@@ -264,8 +265,8 @@ impl<'a> Engine<'a> {
         let at = self.clock.instant(now);
         let minute = self.clock.unix_ms(now) / 60_000;
         let headroom = self.strategy.uses_headroom();
-        let flat_of = |key: &str| self.key_to_flat.get(key).copied();
-        let signals = |key: &str| {
+        let flat_of = |key: &NodeKey| self.key_to_flat.get(key).copied();
+        let signals = |key: &NodeKey| {
             let i = flat_of(key)?;
             if headroom {
                 let t = &self.telemetry[i];
@@ -274,7 +275,7 @@ impl<'a> Engine<'a> {
                 Some(strategies::idle_signals(at))
             }
         };
-        let breaker = |key: &str| flat_of(key).map(|i| self.breakers[i].view(at)).unwrap_or_default();
+        let breaker = |key: &NodeKey| flat_of(key).map(|i| self.breakers[i].view(at)).unwrap_or_default();
         let over_quota = |name: &str| match &self.quota[self.backend_index(name)] {
             (Some(limits), window) => window.exhausted(minute, limits),
             _ => false,
@@ -284,6 +285,7 @@ impl<'a> Engine<'a> {
         let inputs = SnapshotInputs {
             discovered: &none,
             breaker: &breaker,
+            handle: &NodeHandle::detached,
             signals: &signals,
             quarantine: &|_| None,
             over_quota: &over_quota,
