@@ -5,7 +5,7 @@
 //! each backend and why it was refused. A task's required evaluation gate refuses, the same
 //! way, each backend without a passing result for its current fingerprint.
 
-use crate::config::{BackendConfig, Config, DataClassPolicy, TaskConfig};
+use crate::config::{BackendConfig, BackendId, Config, DataClassPolicy, TaskConfig};
 use crate::snapshot::Snapshot;
 
 /// Nothing eligible: the message says why, backend by backend.
@@ -13,21 +13,21 @@ use crate::snapshot::Snapshot;
 #[error("{0}")]
 pub struct NoEligibleBackend(pub String);
 
-/// Indices (into `snap.backends`) of the task's backends that its data class allows, in the
+/// Ids of the task's backends that its data class allows, in the
 /// task's preference order.
-pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<usize>, NoEligibleBackend> {
+pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<BackendId>, NoEligibleBackend> {
     let rule = snap.config.policy.data_classes.get(&task.data_class);
     let mut allowed = Vec::new();
     let mut refused = Vec::new();
     for name in &task.backends {
-        let Some(index) = snap.backend_index(name) else {
+        let Some(id) = snap.backend_id(name) else {
             refused.push(format!("{name}: not configured"));
             continue;
         };
         let gate = snap.gate_refusal(&task.name, name).map(str::to_string);
-        let view = &snap.backends[index];
+        let view = &snap.backends[id];
         match refusal(rule, view.is_local(), view.region.as_deref()).or(gate) {
-            None => allowed.push(index),
+            None => allowed.push(id),
             Some(why) => refused.push(format!("{name}: {why}")),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::canonical::NodeKey;
-use crate::config::{BackendConfig, BackendKind, Config, Price};
+use crate::config::{BackendConfig, BackendId, BackendKind, Config, Price};
 use crate::fleet::headroom::{NodeSignals, PoolLimits};
 use crate::guard::node::{NodeBoard, NodeHandle};
 
@@ -112,8 +112,8 @@ pub struct Snapshot {
     pub config: Arc<Config>,
     /// In config order; a task refers to them by name.
     pub backends: Vec<BackendView>,
-    /// Backend name → index into `backends`.
-    by_name: HashMap<String, usize>,
+    /// Backend name → its id (index into `backends`).
+    by_name: HashMap<String, BackendId>,
     /// Task → backend → why the evaluation gate keeps them apart (filled by the snapshot loop
     /// from the gate's results; empty when no task has a required gate). Read through
     /// [`Snapshot::gate_refusal`], which looks up without allocating.
@@ -224,11 +224,11 @@ impl Snapshot {
             b.reserve_released = true;
             b.limits.reserve = 0.0;
         }
-        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), BackendId::new(i))).collect();
         Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new() }
     }
 
-    pub fn backend_index(&self, name: &str) -> Option<usize> {
+    pub fn backend_id(&self, name: &str) -> Option<BackendId> {
         self.by_name.get(name).copied()
     }
 
@@ -240,5 +240,18 @@ impl Snapshot {
             node.breaker = state_of(&node.key);
         }
         next
+    }
+}
+
+impl std::ops::Index<BackendId> for Vec<BackendView> {
+    type Output = BackendView;
+    fn index(&self, id: BackendId) -> &BackendView {
+        &self[id.index()]
+    }
+}
+
+impl std::ops::IndexMut<BackendId> for Vec<BackendView> {
+    fn index_mut(&mut self, id: BackendId) -> &mut BackendView {
+        &mut self[id.index()]
     }
 }

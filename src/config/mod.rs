@@ -8,6 +8,7 @@
 mod backend;
 mod evaluation;
 pub mod golden;
+mod ids;
 mod load;
 mod schema;
 pub mod secrets;
@@ -19,6 +20,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use backend::*;
+pub use ids::{BackendId, TaskId};
 pub use load::{load_file, parse, parse_in, Problem};
 pub use schema::{chart_schema, schema};
 pub use settings::*;

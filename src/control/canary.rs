@@ -19,21 +19,21 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::canonical::{ChatRequest, Message, Role};
-use crate::config::Priority;
+use crate::config::{BackendId, Priority, TaskId};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::metrics::Metrics;
 use crate::outcome::RequestMeta;
 use crate::route::{Plan, Reason, Target};
 use crate::snapshot::Snapshot;
 
-/// Which task each fallback backend is probed as: backend index → task index.
-pub fn targets(snap: &Snapshot) -> BTreeMap<usize, usize> {
+/// Which task each fallback backend is probed as.
+pub fn targets(snap: &Snapshot) -> BTreeMap<BackendId, TaskId> {
     let mut chosen = BTreeMap::new();
     for (t, task) in snap.config.tasks.iter().enumerate() {
         let Ok(eligible) = crate::policy::eligible(task, snap) else { continue };
-        let first = snap.backend_index(&task.backends[0]);
+        let first = snap.backend_id(&task.backends[0]);
         for b in eligible.into_iter().filter(|b| Some(*b) != first) {
-            chosen.entry(b).or_insert(t);
+            chosen.entry(b).or_insert(TaskId::new(t));
         }
     }
     chosen
@@ -93,7 +93,7 @@ impl Canaries {
         results
     }
 
-    async fn probe(&self, snap: &Snapshot, backend: usize, task: usize) -> CanaryResult {
+    async fn probe(&self, snap: &Snapshot, backend: BackendId, task: TaskId) -> CanaryResult {
         let view = &snap.backends[backend];
         let task = &snap.config.tasks[task];
         let canary = &snap.config.canary;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::canonical::ErrorClass;
-use crate::config::DispatchConfig;
+use crate::config::{BackendId, DispatchConfig};
 use crate::outcome::Skip;
 use crate::route::Target;
 
@@ -65,9 +65,9 @@ pub struct Admitted<N, C> {
     pub charge: C,
     /// Wait this long before the call; see [`Backoff::draw`].
     pub backoff: Backoff,
-    /// The backend (index) of the previous failed call and how it failed: this call fails
+    /// The backend of the previous failed call and how it failed: this call fails
     /// over from it.
-    pub failover_from: Option<(usize, ErrorClass)>,
+    pub failover_from: Option<(BackendId, ErrorClass)>,
 }
 
 /// The jittered wait before a call to a target of the same class (local or hosted) as the
@@ -98,9 +98,9 @@ pub struct Walk {
     backoff_max_ms: u64,
     last_local: Option<bool>,
     retries_in_class: u32,
-    last_failure: Option<(usize, ErrorClass)>,
-    /// The backend (index) of the target called last, and whether it is local.
-    current: (usize, bool),
+    last_failure: Option<(BackendId, ErrorClass)>,
+    /// The backend of the target called last, and whether it is local.
+    current: (BackendId, bool),
 }
 
 impl Walk {
@@ -194,11 +194,11 @@ mod tests {
         type Node = usize;
         type Charge = ();
         fn take_node(&mut self, t: &Target) -> Result<usize, Skip> {
-            if self.full.contains(&t.backend) {
+            if self.full.contains(&t.backend.index()) {
                 return Err(Skip::NodeFull);
             }
-            self.log.push(format!("node {}", t.backend));
-            Ok(t.backend)
+            self.log.push(format!("node {}", t.backend.index()));
+            Ok(t.backend.index())
         }
         fn withdraw_retry(&mut self) -> bool {
             let ok = self.retries > 0;
@@ -206,14 +206,14 @@ mod tests {
             ok
         }
         fn take_quota(&mut self, t: &Target) -> impl Future<Output = Result<(), Skip>> + Send {
-            let over = self.over_quota.contains(&t.backend);
+            let over = self.over_quota.contains(&t.backend.index());
             std::future::ready(if over { Err(Skip::OverQuota) } else { Ok(()) })
         }
         fn release(&mut self, node: usize) {
             self.log.push(format!("release {node}"));
         }
         fn skipped(&mut self, t: &Target, why: Skip) {
-            self.log.push(format!("skip {} {}", t.backend, why.as_str()));
+            self.log.push(format!("skip {} {}", t.backend.index(), why.as_str()));
         }
     }
 
@@ -221,7 +221,14 @@ mod tests {
         let cfg =
             DispatchConfig { max_attempts, backoff_base_ms: 10, backoff_max_ms: 25, ..Default::default() };
         let targets = local.iter().enumerate().map(|(backend, &l)| {
-            (Target { backend, node: 0, reason: Reason::Preferred { rank: backend } }, l)
+            (
+                Target {
+                    backend: BackendId::new(backend),
+                    node: 0,
+                    reason: Reason::Preferred { rank: backend },
+                },
+                l,
+            )
         });
         Walk::new(targets, &cfg)
     }
@@ -235,7 +242,7 @@ mod tests {
         let mut w = walk(&[true, true, false, false], 5);
         let mut g = Scripted { full: vec![0], over_quota: vec![1], ..Default::default() };
         let a = next(&mut w, &mut g).unwrap();
-        assert_eq!((a.target.backend, a.backoff.cap_ms, a.failover_from), (2, 0, None));
+        assert_eq!((a.target.backend.index(), a.backoff.cap_ms, a.failover_from), (2, 0, None));
         assert_eq!(g.log, ["skip 0 node_full", "node 1", "release 1", "skip 1 over_quota", "node 2"]);
         assert_eq!(w.calls(), 1);
     }
@@ -248,16 +255,16 @@ mod tests {
         assert_eq!(w.failed(ErrorClass::Overloaded), AfterFailure::FailOver);
         // Local after local: backoff, capped at base × 2^0.
         let b = next(&mut w, &mut g).unwrap();
-        assert_eq!((b.target.backend, b.backoff.cap_ms), (1, 10));
-        assert_eq!(b.failover_from, Some((0, ErrorClass::Overloaded)));
+        assert_eq!((b.target.backend.index(), b.backoff.cap_ms), (1, 10));
+        assert_eq!(b.failover_from, Some((BackendId::new(0), ErrorClass::Overloaded)));
         w.failed(ErrorClass::Timeout);
         // Hosted after local: no backoff.
         let c = next(&mut w, &mut g).unwrap();
-        assert_eq!((c.target.backend, c.backoff.cap_ms), (2, 0));
+        assert_eq!((c.target.backend.index(), c.backoff.cap_ms), (2, 0));
         w.failed(ErrorClass::Connect);
         // Hosted after hosted: the second retry of its class, capped at the maximum.
         let d = next(&mut w, &mut g).unwrap();
-        assert_eq!((d.target.backend, d.backoff.cap_ms), (3, 20));
+        assert_eq!((d.target.backend.index(), d.backoff.cap_ms), (3, 20));
         w.failed(ErrorClass::Connect);
         assert_eq!(next(&mut w, &mut g).err(), Some(Stop::Exhausted));
         assert_eq!(w.calls(), 4);

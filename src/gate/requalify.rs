@@ -156,7 +156,7 @@ impl Requalifier {
         }
         let snap = self.snapshot.load_full();
         let base_url = snap
-            .backend_index(backend)
+            .backend_id(backend)
             .and_then(|b| snap.backends[b].nodes.iter().find(|n| n.key == node))
             .map(|n| n.base_url.clone())
             .ok_or_else(|| GateError::NodeGone(node.to_string()))?;

@@ -35,7 +35,7 @@ pub struct Subject {
 /// The adapter base URL of a backend's first configured node.
 pub fn first_base_url(config: &Arc<Config>, backend: &str) -> Option<String> {
     let snap = Snapshot::from_config(Arc::clone(config));
-    let b = snap.backend_index(backend)?;
+    let b = snap.backend_id(backend)?;
     snap.backends[b].nodes.first().map(|n| n.base_url.clone())
 }
 

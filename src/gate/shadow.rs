@@ -85,7 +85,7 @@ pub fn targets(
         .iter()
         .filter(|name| *name != primary)
         .filter_map(|name| {
-            let index = snap.backend_index(name)?;
+            let index = snap.backend_id(name)?;
             if crate::policy::refuses(&snap.config, task, &snap.config.backends[index]).is_some()
                 || crate::route::capability::filter(vec![index], request, snap).is_err()
             {

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::canonical::{ChatRequest, ResponseFormat};
+use crate::config::BackendId;
 use crate::snapshot::Snapshot;
 use crate::tokens;
 
@@ -133,7 +134,7 @@ impl Unfit {
 
 /// `eligible` (indices into `snap.backends`, in preference order) without the backends that
 /// cannot serve `req`. `Err` when none is left.
-pub fn filter(eligible: Vec<usize>, req: &ChatRequest, snap: &Snapshot) -> Result<Vec<usize>, Unfit> {
+pub fn filter(eligible: Vec<BackendId>, req: &ChatRequest, snap: &Snapshot) -> Result<Vec<BackendId>, Unfit> {
     let needs = needs(req);
     let output = req.max_tokens.unwrap_or(0);
     // Counted once per distinct counter: estimates share nothing, but two backends with the
@@ -234,8 +235,12 @@ tasks:
         Snapshot::from_config(Arc::new(crate::config::parse(CONFIG).unwrap()))
     }
 
-    fn names(snap: &Snapshot, kept: &[usize]) -> Vec<String> {
+    fn names(snap: &Snapshot, kept: &[BackendId]) -> Vec<String> {
         kept.iter().map(|&i| snap.backends[i].name.clone()).collect()
+    }
+
+    fn ids(indices: &[usize]) -> Vec<BackendId> {
+        indices.iter().map(|&i| BackendId::new(i)).collect()
     }
 
     fn request(text: &str) -> ChatRequest {
@@ -264,7 +269,7 @@ tasks:
     #[test]
     fn a_plain_request_keeps_every_backend() {
         let snap = snap();
-        let kept = filter(vec![0, 1, 2], &request("hello"), &snap).unwrap();
+        let kept = filter(ids(&[0, 1, 2]), &request("hello"), &snap).unwrap();
         assert_eq!(names(&snap, &kept), ["local", "openai", "claude"]);
     }
 
@@ -278,11 +283,11 @@ tasks:
             parameters: Default::default(),
         });
         // vLLM pools have no tools by default; claude says tools: false.
-        assert_eq!(names(&snap, &filter(vec![0, 1, 2], &req, &snap).unwrap()), ["openai"]);
+        assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai"]);
 
         let mut req = request("what is in it?");
         req.messages[0].images.push(Image { url: "https://example.com/a.png".into(), detail: None });
-        assert_eq!(names(&snap, &filter(vec![0, 1, 2], &req, &snap).unwrap()), ["openai", "claude"]);
+        assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai", "claude"]);
 
         let mut req = request("json please");
         req.response_format = ResponseFormat::JsonSchema {
@@ -290,10 +295,13 @@ tasks:
             schema: serde_json::json!({"type": "object"}),
             strict: true,
         };
-        assert_eq!(names(&snap, &filter(vec![0, 1, 2], &req, &snap).unwrap()), ["local", "openai", "claude"]);
+        assert_eq!(
+            names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()),
+            ["local", "openai", "claude"]
+        );
 
         req.tools.push(Tool { name: "f".into(), description: None, parameters: Default::default() });
-        let err = filter(vec![0, 2], &req, &snap).unwrap_err();
+        let err = filter(ids(&[0, 2]), &req, &snap).unwrap_err();
         assert!(!err.is_context_length());
         assert_eq!(err.missing(), [Capability::Tools]);
         assert_eq!(
@@ -312,13 +320,13 @@ tasks:
         // Fits openai's 3000 but not the local pool's 2000.
         assert!(o200k < 2000 && llama < 2000, "{o200k} {llama}");
         req.max_tokens = Some(2000 - llama + 1);
-        let kept = filter(vec![0, 1], &req, &snap).unwrap();
+        let kept = filter(ids(&[0, 1]), &req, &snap).unwrap();
         assert_eq!(names(&snap, &kept), ["openai"]);
         req.max_tokens = Some(2000 - llama);
-        assert_eq!(filter(vec![0, 1], &req, &snap).unwrap().len(), 2);
+        assert_eq!(filter(ids(&[0, 1]), &req, &snap).unwrap().len(), 2);
 
         req.max_tokens = Some(3000);
-        let err = filter(vec![0, 1], &req, &snap).unwrap_err();
+        let err = filter(ids(&[0, 1]), &req, &snap).unwrap_err();
         assert!(err.is_context_length());
         assert_eq!(
             err.refusals,

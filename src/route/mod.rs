@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 
 use crate::canonical::ChatRequest;
-use crate::config::{Priority, TaskConfig};
+use crate::config::{BackendId, Priority, TaskConfig};
 use crate::fleet::headroom::{self, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
 use crate::policy::{self, NoEligibleBackend};
@@ -79,7 +79,7 @@ pub enum Reason {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
     /// Index into `snapshot.backends`.
-    pub backend: usize,
+    pub backend: BackendId,
     /// Index into that backend's `nodes`.
     pub node: usize,
     pub reason: Reason,
@@ -88,7 +88,7 @@ pub struct Target {
 /// A local node that did not take the request, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spill {
-    pub backend: usize,
+    pub backend: BackendId,
     pub node: usize,
     pub reason: SpillReason,
 }
@@ -124,14 +124,14 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
         eligible = capability::filter(eligible, request, snap)?;
     }
     let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin);
-    let mut local: HashMap<usize, Vec<Target>> = HashMap::new();
+    let mut local: HashMap<BackendId, Vec<Target>> = HashMap::new();
     let mut last_resort: Vec<(f64, Target)> = Vec::new();
     let mut spills = Vec::new();
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
         let targets = pool_targets(facts, snap, backend, slo_s, now, &mut spills, &mut last_resort);
         local.insert(backend, targets);
     }
-    let has_headroom = |b: usize| local.get(&b).is_some_and(|t| !t.is_empty());
+    let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty());
     let ordered = strategy::order(facts, snap, &eligible, &has_headroom);
     let mut targets = Vec::new();
     let mut last = Vec::new();
@@ -165,7 +165,7 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
 fn pool_targets(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
-    backend: usize,
+    backend: BackendId,
     slo_s: f64,
     now: Instant,
     spills: &mut Vec<Spill>,
@@ -304,7 +304,10 @@ mod tests {
         let f = RequestFacts { affinity: Some(prefers(1)), load: &heavy, ..facts(task, 0) };
         let p = plan(&f, &snap, now).unwrap();
         assert_eq!(names(&snap, &p)[0], "local-llama#0");
-        assert_eq!(p.spills, vec![Spill { backend: 0, node: 1, reason: SpillReason::Reserve }]);
+        assert_eq!(
+            p.spills,
+            vec![Spill { backend: BackendId::new(0), node: 1, reason: SpillReason::Reserve }]
+        );
         // The same key maps to the same node in every replica (pure function of key and nodes).
         assert_eq!(affinity_node(&snap.backends[0].nodes, prefers(1)), Some(1));
     }
@@ -381,7 +384,7 @@ mod tests {
         assert!(!snap.backends[0].reserve_released);
         let p = plan(&facts(task, 0), &snap, now).unwrap();
         assert_eq!(names(&snap, &p), ["local-llama#1", "anthropic#0", "openai#0"]);
-        assert_eq!(p.spills, vec![Spill { backend: 0, node: 0, reason: SpillReason::Down }]);
+        assert_eq!(p.spills, vec![Spill { backend: BackendId::new(0), node: 0, reason: SpillReason::Down }]);
     }
 
     #[tokio::test(start_paused = true)]

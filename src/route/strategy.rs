@@ -7,16 +7,16 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
 use super::{chain, weights, Reason, RequestFacts, Snapshot};
-use crate::config::Strategy;
+use crate::config::{BackendId, Strategy};
 
-/// Order the eligible backends (indices into `snap.backends`, in preference order).
+/// Order the eligible backends (in preference order).
 /// `has_headroom(b)` says whether local pool `b` has a node that may take this request.
 pub fn order(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
-    eligible: &[usize],
-    has_headroom: &dyn Fn(usize) -> bool,
-) -> Vec<(usize, Reason)> {
+    eligible: &[BackendId],
+    has_headroom: &dyn Fn(BackendId) -> bool,
+) -> Vec<(BackendId, Reason)> {
     match facts.task.strategy {
         Strategy::Adaptive => adaptive(facts, snap, eligible, has_headroom),
         Strategy::Priority => {
@@ -34,9 +34,9 @@ pub fn order(
 fn adaptive(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
-    eligible: &[usize],
-    has_headroom: &dyn Fn(usize) -> bool,
-) -> Vec<(usize, Reason)> {
+    eligible: &[BackendId],
+    has_headroom: &dyn Fn(BackendId) -> bool,
+) -> Vec<(BackendId, Reason)> {
     let availability: Vec<f64> = eligible
         .iter()
         .map(|&b| match snap.backends[b].is_local() {
@@ -58,9 +58,9 @@ fn adaptive(
 /// Sample without replacement in proportion to weight; zero weights follow in preference order.
 /// An exponential race: each backend draws `-ln(u) / weight` and the smallest goes first, which
 /// is exactly a weighted draw without replacement, in O(n log n).
-fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Vec<(usize, Reason)> {
+fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[BackendId]) -> Vec<(BackendId, Reason)> {
     let weights = &facts.task.weights;
-    let weight_of = |b: usize| {
+    let weight_of = |b: BackendId| {
         if weights.is_empty() {
             1.0
         } else {
@@ -68,7 +68,7 @@ fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Ve
         }
     };
     let mut rng = SmallRng::seed_from_u64(facts.seed);
-    let mut drawn: Vec<(f64, usize, f64)> = Vec::with_capacity(eligible.len());
+    let mut drawn: Vec<(f64, BackendId, f64)> = Vec::with_capacity(eligible.len());
     let mut zero = Vec::new();
     for &b in eligible {
         let w = weight_of(b);
@@ -89,9 +89,13 @@ fn weighted(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Ve
 
 /// Estimated dollars for this request on each backend; a backend without a price (a local
 /// pool whose GPUs are already paid for) counts as free. Ties keep preference order.
-fn cheapest_first(facts: &RequestFacts<'_>, snap: &Snapshot, eligible: &[usize]) -> Vec<(usize, Reason)> {
+fn cheapest_first(
+    facts: &RequestFacts<'_>,
+    snap: &Snapshot,
+    eligible: &[BackendId],
+) -> Vec<(BackendId, Reason)> {
     let million = Decimal::from(1_000_000);
-    let mut costed: Vec<(usize, Decimal)> = eligible
+    let mut costed: Vec<(BackendId, Decimal)> = eligible
         .iter()
         .map(|&b| {
             let cost = snap.backends[b].price.as_ref().map_or(Decimal::ZERO, |p| {

@@ -40,9 +40,12 @@ pub fn weights(availabilities_in_preference_order: &[f64]) -> Vec<f64> {
     out
 }
 
-/// An adaptive task's first-choice weights now, by backend index: only the backends its
+/// An adaptive task's first-choice weights now, by backend: only the backends its
 /// policy allows, each local pool counted as having headroom. Empty when nothing is eligible.
-pub fn task_weights(task: &crate::config::TaskConfig, snap: &super::Snapshot) -> Vec<(usize, f64)> {
+pub fn task_weights(
+    task: &crate::config::TaskConfig,
+    snap: &super::Snapshot,
+) -> Vec<(crate::config::BackendId, f64)> {
     let eligible = crate::policy::eligible(task, snap).unwrap_or_default();
     let avail: Vec<f64> = eligible.iter().map(|&i| snap.backends[i].availability).collect();
     eligible.into_iter().zip(weights(&avail)).collect()

@@ -104,7 +104,7 @@ struct Target {
 impl Target {
     /// The node keys this target names in `snap`, or 404 naming what is unknown.
     fn nodes(&self, snap: &Snapshot) -> Result<Vec<NodeKey>, ApiError> {
-        let backend = snap.backend_index(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
+        let backend = snap.backend_id(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
             ApiError::new(ErrorCode::NotFound, format!("no backend `{}`", self.backend)).param("backend")
         })?;
         let keys = backend.nodes.iter().map(|n| &n.key);

@@ -375,7 +375,7 @@ impl Guards for SimGuards<'_> {
     type Charge = ();
 
     fn take_node(&mut self, target: &Target) -> Result<usize, Skip> {
-        let flat = self.node_base[target.backend] + target.node;
+        let flat = self.node_base[target.backend.index()] + target.node;
         let limit = self.snap.backends[target.backend].max_inflight_per_node;
         if limit.is_some_and(|limit| self.router_in_flight[flat] >= limit) {
             return Err(Skip::NodeFull);
@@ -391,7 +391,7 @@ impl Guards for SimGuards<'_> {
     }
 
     fn take_quota(&mut self, target: &Target) -> impl Future<Output = Result<(), Skip>> + Send {
-        let granted = match &mut self.quota[target.backend] {
+        let granted = match &mut self.quota[target.backend.index()] {
             (Some(limits), window) => window.try_take(self.minute, limits, self.estimate, self.ceiling),
             (None, _) => true,
         };
