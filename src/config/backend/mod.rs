@@ -1,15 +1,24 @@
-//! What a backend is: a vLLM pool or a hosted API, its wire format, price, capacity, pins,
-//! discovery, quota, tokenizer and capabilities. Types only; checks live in `validate`, and
+//! What a backend is: a vLLM pool or a hosted API, its wire format, price, tokenizer and
+//! capabilities, and, by kind, what only that kind has (`pool`: nodes, capacity, agent, pins,
+//! discovery, GPU price; `hosted`: API address, quota, model version). Types only: `written`
+//! reads the YAML form into them (and gives their schema), checks live in `validate`, and
 //! `load` reads the one file a backend may name (`tokenizer_file`).
+
+mod hosted;
+mod pool;
+pub(super) mod written;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use rust_decimal::Decimal;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::yes;
+
+pub use hosted::*;
+pub use pool::*;
 
 /// The wire format and nature of a backend.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
@@ -70,20 +79,20 @@ pub struct Price {
     pub output_per_mtok: Decimal,
 }
 
-/// One backend: a vLLM pool or a hosted API with one model.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
+/// One backend: a vLLM pool or a hosted API with one model. The keys every kind takes are its
+/// fields; `kind` and the keys only some kinds take are in `spec`. In YAML they are the keys of
+/// one mapping, and a key the backend's kind does not take is refused (`written`).
+#[derive(Debug, Clone, JsonSchema, PartialEq)]
+#[schemars(
+    description = concat!(
+        "One backend: a vLLM pool or a hosted API with one model. Its kind decides which other keys ",
+        "it takes (a branch per kind)"
+    ),
+    transform = written::by_kind
+)]
 pub struct BackendConfig {
     /// Unique; tasks refer to it.
     pub name: String,
-    /// What it is: a vLLM pool or a hosted API, and its wire format.
-    pub kind: BackendKind,
-    /// Node addresses of a vLLM pool (or of a multi-node OpenAI-compatible backend), without `/v1`.
-    #[serde(default)]
-    pub endpoints: Vec<String>,
-    /// API base URL of a hosted backend; defaults to the provider's public API.
-    #[serde(default)]
-    pub base_url: Option<String>,
     /// Name of the environment variable that holds the API key.
     #[serde(default)]
     pub api_key_env: Option<String>,
@@ -103,30 +112,6 @@ pub struct BackendConfig {
     /// that the first-token deadline and failover work the same for both.
     #[serde(default = "yes")]
     pub stream_upstream: bool,
-    /// vLLM pools: port of the NVML agent beside each node (`spillway agent`), if one runs.
-    #[serde(default)]
-    pub agent_port: Option<u16>,
-    /// vLLM pools: where the agent listens: on the node's own address (`pod`, a sidecar; the
-    /// default) or on the address of the machine it runs on (`host`, a DaemonSet with a
-    /// `hostPort`; needs discovery by pods).
-    #[serde(default)]
-    pub agent_address: AgentAddress,
-    /// vLLM pools: share of capacity kept free in normal operation, released when a hosted
-    /// backend fails so its traffic can come home.
-    #[serde(default = "default_reserve")]
-    pub reserve: f64,
-    /// vLLM pools: sequences one node runs at once (vLLM's `--max-num-seqs`), its capacity.
-    #[serde(default = "default_max_running")]
-    pub max_running: u32,
-    /// vLLM pools: what every node must report; a node that differs is quarantined.
-    #[serde(default)]
-    pub pin: Option<Pin>,
-    /// vLLM pools: find nodes in Kubernetes instead of (or besides) `endpoints`.
-    #[serde(default)]
-    pub discovery: Option<Discovery>,
-    /// Hosted backends: per-minute limits, counted with this backend's tokenizer.
-    #[serde(default)]
-    pub quota: Option<Quota>,
     /// How this backend's tokens are counted (quotas, capacity plan, context check).
     #[serde(default)]
     pub tokenizer: Option<Tokenizer>,
@@ -141,19 +126,80 @@ pub struct BackendConfig {
     /// What requests this backend can serve; each unset key takes the kind's default.
     #[serde(default)]
     pub capabilities: CapabilitiesConfig,
-    /// vLLM pools: GPUs per node, for GPU-hour costing (default 1).
-    #[serde(default = "default_gpu_count")]
-    pub gpu_count: u32,
-    /// vLLM pools: price of one GPU hour in US dollars. A pod's `spillway.dev/gpu-hourly-usd`
-    /// annotation overrides it for that node. Unset and unannotated: the node is unpriced.
-    #[serde(default)]
-    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
-    pub gpu_hourly_usd: Option<Decimal>,
-    /// Hosted backends: a version tag for the model behind `model` (e.g. a dated snapshot).
-    /// With the model name it is the fingerprint the evaluation gate passes or fails; change
-    /// it when the provider changes the model, and the gate runs again.
-    #[serde(default)]
-    pub version: Option<String>,
+    /// The kind, with the settings only it has.
+    pub spec: BackendSpec,
+}
+
+/// A backend's kind with the settings only that kind has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendSpec {
+    /// A pool of self-hosted vLLM nodes.
+    Vllm(PoolSpec),
+    /// OpenAI's API.
+    Openai(HostedSpec),
+    /// Anthropic's Messages API.
+    Anthropic(HostedSpec),
+    /// Google's Gemini API.
+    Gemini(HostedSpec),
+    /// Any other OpenAI-compatible endpoint (or several), treated as hosted.
+    OpenaiCompatible(CompatibleSpec),
+}
+
+impl BackendSpec {
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            BackendSpec::Vllm(_) => BackendKind::Vllm,
+            BackendSpec::Openai(_) => BackendKind::Openai,
+            BackendSpec::Anthropic(_) => BackendKind::Anthropic,
+            BackendSpec::Gemini(_) => BackendKind::Gemini,
+            BackendSpec::OpenaiCompatible(_) => BackendKind::OpenaiCompatible,
+        }
+    }
+}
+
+impl BackendConfig {
+    pub fn kind(&self) -> BackendKind {
+        self.spec.kind()
+    }
+
+    /// The pool settings of a `vllm` backend; `None` for a hosted one.
+    pub fn pool(&self) -> Option<&PoolSpec> {
+        match &self.spec {
+            BackendSpec::Vllm(pool) => Some(pool),
+            _ => None,
+        }
+    }
+
+    /// The hosted settings (`base_url`, `quota`, `version`) of any kind but `vllm`.
+    pub fn hosted(&self) -> Option<&HostedSpec> {
+        match &self.spec {
+            BackendSpec::Vllm(_) => None,
+            BackendSpec::Openai(h) | BackendSpec::Anthropic(h) | BackendSpec::Gemini(h) => Some(h),
+            BackendSpec::OpenaiCompatible(c) => Some(&c.hosted),
+        }
+    }
+
+    /// The configured node addresses: a pool's, or an `openai_compatible` backend's several
+    /// base URLs; none for the other kinds.
+    pub fn endpoints(&self) -> &[String] {
+        match &self.spec {
+            BackendSpec::Vllm(pool) => &pool.endpoints,
+            BackendSpec::OpenaiCompatible(c) => &c.endpoints,
+            _ => &[],
+        }
+    }
+
+    /// This backend's capabilities: what the config says, else its kind's default.
+    pub fn capabilities(&self) -> Capabilities {
+        let d = Capabilities::default_for(self.kind());
+        let c = &self.capabilities;
+        Capabilities {
+            tools: c.tools.unwrap_or(d.tools),
+            vision: c.vision.unwrap_or(d.vision),
+            json_schema: c.json_schema.unwrap_or(d.json_schema),
+            max_context: c.max_context.or(d.max_context),
+        }
+    }
 }
 
 /// `capabilities:` as written; each unset key takes its kind's default.
@@ -203,109 +249,6 @@ impl Capabilities {
     }
 }
 
-impl BackendConfig {
-    /// This backend's capabilities: what the config says, else its kind's default.
-    pub fn capabilities(&self) -> Capabilities {
-        let d = Capabilities::default_for(self.kind);
-        let c = &self.capabilities;
-        Capabilities {
-            tools: c.tools.unwrap_or(d.tools),
-            vision: c.vision.unwrap_or(d.vision),
-            json_schema: c.json_schema.unwrap_or(d.json_schema),
-            max_context: c.max_context.or(d.max_context),
-        }
-    }
-}
-
-fn default_gpu_count() -> u32 {
-    1
-}
-
-fn default_reserve() -> f64 {
-    0.2
-}
-
-fn default_max_running() -> u32 {
-    256
-}
-
-/// Where a pool's NVML agent listens.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentAddress {
-    /// Beside vLLM in the same pod (or at the endpoint's host for static endpoints).
-    #[default]
-    Pod,
-    /// On the Kubernetes node's IP (`status.hostIP`).
-    Host,
-}
-
-/// Pinned metadata of a vLLM pool. Unset fields are not checked.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Pin {
-    /// Weights digest (`spillway.dev/weights-digest`), e.g. `sha256:…`.
-    #[serde(default)]
-    pub weights: Option<String>,
-    /// Quantisation (`spillway.dev/quantization`, or the KV `cache_dtype`), e.g. `fp8`.
-    #[serde(default)]
-    pub quantization: Option<String>,
-    /// Serving engine version (`spillway.dev/engine-version`, or vLLM's `/version`).
-    #[serde(default)]
-    pub engine: Option<String>,
-}
-
-/// Where a pool's nodes come from besides `endpoints`.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Discovery {
-    /// Ready pods matching a label selector in a namespace.
-    pub kubernetes: KubernetesDiscovery,
-}
-
-/// Ready pods matching a label selector in a namespace.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct KubernetesDiscovery {
-    /// The namespace watched.
-    pub namespace: String,
-    /// Label selector, e.g. `app=vllm,pool=llama-8b`.
-    pub selector: String,
-    /// Port of vLLM's HTTP server on each pod.
-    #[serde(default = "default_vllm_port")]
-    pub port: u16,
-    /// Watch `pods` (default) or `endpointslices`.
-    #[serde(default)]
-    pub resource: KubeResource,
-}
-
-fn default_vllm_port() -> u16 {
-    8000
-}
-
-/// What Kubernetes discovery watches.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum KubeResource {
-    /// Ready pods matching the selector.
-    #[default]
-    Pods,
-    /// EndpointSlices matching the selector (their ready endpoints).
-    Endpointslices,
-}
-
-/// Per-minute limits of a hosted backend.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Quota {
-    /// Requests per minute.
-    #[serde(default)]
-    pub rpm: Option<u64>,
-    /// Tokens (input + output cap) per minute, in this backend's tokens.
-    #[serde(default)]
-    pub tpm: Option<u64>,
-}
-
 /// A backend's token counter.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -323,86 +266,4 @@ pub enum Tokenizer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{load_file, parse};
-
-    const TASKS: &str = "tasks: [{name: t, backends: [b], slo: {ttft_ms: 500}}]\n";
-
-    fn backend(yaml: &str) -> Result<BackendConfig, Vec<crate::config::Problem>> {
-        parse(&format!("backends:\n  - {yaml}\n{TASKS}")).map(|c| c.backends[0].clone())
-    }
-
-    #[test]
-    fn capabilities_default_by_kind_and_the_config_overrides_each_key() {
-        let b = backend("{name: b, kind: anthropic, model: m}").unwrap();
-        assert_eq!(
-            b.capabilities(),
-            Capabilities { tools: true, vision: true, json_schema: true, max_context: Some(200_000) }
-        );
-        let b = backend("{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m}").unwrap();
-        assert_eq!(
-            b.capabilities(),
-            Capabilities { tools: false, vision: false, json_schema: true, max_context: None }
-        );
-        let b = backend(
-            "{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m, \
-             capabilities: {tools: true, max_context: 8192}}",
-        )
-        .unwrap();
-        assert_eq!(
-            b.capabilities(),
-            Capabilities { tools: true, vision: false, json_schema: true, max_context: Some(8192) }
-        );
-        let b = backend("{name: b, kind: openai, model: m, capabilities: {vision: false}}").unwrap();
-        assert_eq!(b.capabilities().max_context, Some(128_000));
-        assert!(!b.capabilities().vision && b.capabilities().tools);
-    }
-
-    #[test]
-    fn unknown_capabilities_and_bad_values_are_named() {
-        let problems =
-            backend("{name: b, kind: openai, model: m, capabilities: {streaming: true}}").unwrap_err();
-        assert_eq!(problems[0].path, "backends[0].capabilities.streaming", "{problems:?}");
-        assert!(problems[0].message.contains("unknown field `streaming`"), "{problems:?}");
-        assert!(problems[0].message.contains("max_context"), "{problems:?}");
-        let problems =
-            backend("{name: b, kind: openai, model: m, capabilities: {max_context: 0}}").unwrap_err();
-        assert_eq!(problems[0].path, "backends[0].capabilities.max_context", "{problems:?}");
-        let problems =
-            backend("{name: b, kind: openai, model: m, capabilities: {tools: maybe}}").unwrap_err();
-        assert_eq!(problems[0].path, "backends[0].capabilities.tools", "{problems:?}");
-    }
-
-    #[test]
-    fn a_tokenizer_file_is_read_relative_to_the_config_file_and_counts_exactly() {
-        let dir = std::env::temp_dir().join(format!("spillway-tok-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(dir.join("models")).unwrap();
-        let fixture =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer/tokenizer.json");
-        std::fs::copy(&fixture, dir.join("models/tokenizer.json")).unwrap();
-        let yaml = format!(
-            "backends:\n  - {{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m, \
-             tokenizer_file: models/tokenizer.json}}\n{TASKS}"
-        );
-        std::fs::write(dir.join("spillway.yaml"), &yaml).unwrap();
-        let config = load_file(&dir.join("spillway.yaml")).unwrap_or_else(|p| panic!("{p:?}"));
-        let b = &config.backends[0];
-        assert_eq!(b.tokenizer_file.as_deref(), Some(dir.join("models/tokenizer.json").as_path()));
-        let counter = crate::tokens::counter_for(b);
-        assert_eq!(counter.name(), "tokenizer_file");
-        assert_eq!(counter.count_text("hello world"), 9);
-
-        // Parsed without a file, the same relative path is looked up from the working
-        // directory, where it is not: the problem names the key and the path.
-        let problems = parse(&yaml).unwrap_err();
-        assert_eq!(problems[0].path, "backends[0].tokenizer_file", "{problems:?}");
-        assert!(problems[0].message.contains("models/tokenizer.json"), "{problems:?}");
-        // Both ways of counting at once is a mistake.
-        let both = yaml.replace("tokenizer_file:", "tokenizer: llama_estimate, tokenizer_file:");
-        std::fs::write(dir.join("both.yaml"), both).unwrap();
-        let problems = load_file(&dir.join("both.yaml")).unwrap_err();
-        assert!(problems.iter().any(|p| p.path == "backends[0].tokenizer"), "{problems:?}");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+mod tests;
