@@ -45,7 +45,7 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<BackendId>, No
 /// Why the task's data class may not reach `backend` (a judge, a shadow), if it may not.
 pub fn refuses(config: &Config, task: &TaskConfig, backend: &BackendConfig) -> Option<String> {
     let rule = config.policy.data_classes.get(&task.data_class);
-    refusal(rule, backend.kind.is_local(), backend.region.as_deref())
+    refusal(rule, backend.kind().is_local(), backend.region.as_deref())
 }
 
 fn refusal(rule: Option<&DataClassPolicy>, local: bool, region: Option<&str>) -> Option<String> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::canonical::NodeKey;
-use crate::config::{BackendConfig, BackendId, BackendKind, Config, Price};
+use crate::config::{BackendConfig, BackendId, BackendKind, BackendSpec, Config, PoolSpec, Price};
 use crate::fleet::headroom::{NodeSignals, PoolLimits};
 use crate::guard::node::{NodeBoard, NodeHandle};
 
@@ -72,14 +72,18 @@ fn trim(u: &str) -> String {
 
 /// (origin, adapter base URL) of each of a backend's configured nodes.
 fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
-    match b.kind {
+    match &b.spec {
         // vLLM nodes are listed as bare addresses; their OpenAI API lives under /v1.
-        BackendKind::Vllm => b.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect(),
-        _ if !b.endpoints.is_empty() => b.endpoints.iter().map(|e| (trim(e), trim(e))).collect(),
+        BackendSpec::Vllm(pool) => {
+            pool.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect()
+        }
+        BackendSpec::OpenaiCompatible(c) if !c.endpoints.is_empty() => {
+            c.endpoints.iter().map(|e| (trim(e), trim(e))).collect()
+        }
         _ => b
-            .base_url
-            .as_deref()
-            .or(b.kind.default_base_url())
+            .hosted()
+            .and_then(|h| h.base_url.as_deref())
+            .or(b.kind().default_base_url())
             .map(|u| (trim(u), trim(u)))
             .into_iter()
             .collect(),
@@ -155,12 +159,14 @@ impl Snapshot {
     /// Build a snapshot from config and what the control loops know.
     pub fn build(config: Arc<Config>, inputs: &SnapshotInputs<'_>, version: u64) -> Snapshot {
         let stale_after = Duration::from_millis(config.telemetry.stale_after_ms);
+        // A hosted backend's view carries a pool's default limits (it has no nodes of its own).
+        let hosted_limits = PoolSpec::default();
         let mut backends: Vec<BackendView> = config
             .backends
             .iter()
             .map(|b| {
                 let mut origins = configured_nodes(b);
-                if b.kind == BackendKind::Vllm {
+                if b.kind() == BackendKind::Vllm {
                     for origin in inputs.discovered.get(&b.name).into_iter().flatten() {
                         let origin = trim(origin);
                         if !origins.iter().any(|(o, _)| *o == origin) {
@@ -187,15 +193,18 @@ impl Snapshot {
                     .collect();
                 BackendView {
                     name: b.name.clone(),
-                    kind: b.kind,
+                    kind: b.kind(),
                     model: b.model.clone(),
                     region: b.region.clone(),
                     price: b.price.clone(),
                     stream_upstream: b.stream_upstream,
                     max_inflight_per_node: b.max_inflight_per_node,
-                    limits: PoolLimits { max_running: b.max_running, reserve: b.reserve, stale_after },
+                    limits: {
+                        let pool = b.pool().unwrap_or(&hosted_limits);
+                        PoolLimits { max_running: pool.max_running, reserve: pool.reserve, stale_after }
+                    },
                     reserve_released: false,
-                    availability: if b.kind.is_local() { 1.0 } else { (inputs.availability)(&b.name) },
+                    availability: if b.kind().is_local() { 1.0 } else { (inputs.availability)(&b.name) },
                     nodes,
                 }
             })

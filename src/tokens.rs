@@ -139,7 +139,7 @@ pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
     if let Some(tokenizer) = backend.tokenizer {
         return TokenCounter::from(tokenizer);
     }
-    match backend.kind {
+    match backend.kind() {
         BackendKind::Openai | BackendKind::OpenaiCompatible => TokenCounter::O200kBase,
         BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
         BackendKind::Gemini => TokenCounter::GeminiEstimate,

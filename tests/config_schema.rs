@@ -1,8 +1,9 @@
 //! The config schema has one source, the config types: `spillway config-schema` prints it, the
 //! chart's `values.schema.json` carries it as generated, the example configs pass it, and the
-//! README's "Config reference" lists exactly its keys, with its defaults and required keys.
+//! README's "Config reference" lists exactly its keys, with its defaults and required keys, and
+//! says which kinds of backend take each backend key (the schema's branches by `kind`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -95,25 +96,59 @@ fn the_example_configs_pass_the_schema_and_a_misspelt_key_does_not() {
     assert!(errors.iter().any(|e| e.contains("max_atempts")), "{errors:?}");
 }
 
-/// One key of the schema: its subschema, whether it is a leaf (no keys below it), and whether
-/// every config must have it (it and every key above it required).
+/// One key of the schema: its subschema, whether it is a leaf (no keys below it), whether
+/// every config must have it (it and every key above it required), and, for a key of an
+/// object with a branch per kind (a backend), the kinds whose branch has it.
 struct Key {
     schema: Value,
     leaf: bool,
     required: bool,
+    kinds: BTreeSet<String>,
 }
 
-/// Every key of `schema` by path: `a.b`, list items as `a[]`, map entries as `a.<key>`.
+/// The objects whose keys a subschema has: itself, or each of its branches by `kind` (a
+/// backend's `oneOf`, one closed object per kind).
+fn objects(schema: &Value) -> Vec<&Value> {
+    match schema["oneOf"].as_array() {
+        Some(branches) if branches.iter().all(|b| b["properties"]["kind"].is_object()) => {
+            branches.iter().collect()
+        }
+        _ if schema["properties"].is_object() => vec![schema],
+        _ => Vec::new(),
+    }
+}
+
+/// The kinds a branch is for: the values its `kind` may take.
+fn kinds_of(branch: &Value) -> BTreeSet<String> {
+    let kind = &branch["properties"]["kind"];
+    let consts = kind["oneOf"].as_array().into_iter().flatten().filter_map(|v| v["const"].as_str());
+    let listed = kind["enum"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    consts.chain(listed).chain(kind["const"].as_str()).map(String::from).collect()
+}
+
+/// Every key of `schema` by path: `a.b`, list items as `a[]`, map entries as `a.<key>`; the
+/// keys of an object with branches by kind are those of all its branches.
 fn keys(schema: &Value, path: &str, required: bool, out: &mut BTreeMap<String, Key>) {
     let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
-    if let Some(properties) = schema["properties"].as_object() {
-        let needed = schema["required"].as_array().cloned().unwrap_or_default();
-        for (name, sub) in properties {
-            let key = join(name);
-            let required = required && needed.iter().any(|n| n == name);
-            let leaf = !has_keys(sub);
-            out.insert(key.clone(), Key { schema: sub.clone(), leaf, required });
-            keys(sub, &key, required, out);
+    let objects = objects(schema);
+    let branched = objects.len() > 1;
+    if !objects.is_empty() {
+        for object in &objects {
+            for (name, sub) in object["properties"].as_object().unwrap() {
+                let key = join(name);
+                // Required when every branch requires it.
+                let needed =
+                    |o: &&Value| o["required"].as_array().is_some_and(|r| r.iter().any(|n| n == name));
+                let required = required && objects.iter().all(needed);
+                let kinds = if branched { kinds_of(object) } else { BTreeSet::new() };
+                if let Some(known) = out.get_mut(&key) {
+                    known.kinds.extend(kinds);
+                    continue;
+                }
+                let leaf = !has_keys(sub);
+                out.insert(key.clone(), Key { schema: sub.clone(), leaf, required, kinds });
+                keys(sub, &key, required, out);
+            }
         }
     } else if has_keys(&schema["items"]) {
         keys(&schema["items"], &format!("{path}[]"), required, out);
@@ -122,11 +157,12 @@ fn keys(schema: &Value, path: &str, required: bool, out: &mut BTreeMap<String, K
     }
 }
 
-/// Whether keys lie below this subschema: an object's, list items' or map values'.
+/// Whether keys lie below this subschema: an object's (or its branches'), list items' or map
+/// values'.
 fn has_keys(schema: &Value) -> bool {
-    schema["properties"].is_object()
-        || schema["items"]["properties"].is_object()
-        || schema["additionalProperties"]["properties"].is_object()
+    !objects(schema).is_empty()
+        || !objects(&schema["items"]).is_empty()
+        || !objects(&schema["additionalProperties"]).is_empty()
 }
 
 fn schema_keys() -> BTreeMap<String, Key> {
@@ -135,10 +171,12 @@ fn schema_keys() -> BTreeMap<String, Key> {
     out
 }
 
-/// One row of a Config reference table: its keys (full paths), default cell and whole text.
+/// One row of a Config reference table: its keys (full paths), default cell, kinds cell (in
+/// the table of `backends[]`) and whole text.
 struct Row {
     keys: Vec<String>,
     default: String,
+    kinds: Option<String>,
     text: String,
 }
 
@@ -152,6 +190,7 @@ fn readme_rows() -> Vec<Row> {
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     let ticks = regex::Regex::new(r"`([^`]+)`").unwrap();
     let mut prefix = None;
+    let mut columns: Vec<String> = Vec::new();
     let mut rows = Vec::new();
     for line in section.lines() {
         if let Some(heading) = line.strip_prefix("### ") {
@@ -164,9 +203,14 @@ fn readme_rows() -> Vec<Row> {
             .split('|')
             .map(|c| c.replace('\u{0}', "|").trim().to_string())
             .collect();
-        if cells[0] == "key" || cells[0].starts_with("---") {
+        if cells[0] == "key" {
+            columns = cells.clone();
             continue;
         }
+        if cells[0].starts_with("---") {
+            continue;
+        }
+        let cell = |name: &str| columns.iter().position(|c| c == name).map(|i| cells[i].clone());
         let named: Vec<&str> = ticks.captures_iter(&cells[0]).map(|c| c.get(1).unwrap().as_str()).collect();
         assert!(!named.is_empty(), "README Config reference: a row names no key: {line}");
         let parent = named[0].rsplit_once('.').map(|(p, _)| p);
@@ -184,7 +228,9 @@ fn readme_rows() -> Vec<Row> {
                 format!("{prefix}{}", segments.join("."))
             })
             .collect();
-        rows.push(Row { keys, default: cells[1].clone(), text: cells[1..].join(" | ") });
+        let default =
+            cell("default").unwrap_or_else(|| panic!("README Config reference: no default column: {line}"));
+        rows.push(Row { keys, default, kinds: cell("kinds"), text: cells[1..].join(" | ") });
     }
     assert!(rows.len() > 50, "only {} rows read from the README's Config reference", rows.len());
     rows
@@ -263,4 +309,36 @@ fn the_readme_gives_the_schemas_defaults_and_required_keys() {
         }
     }
     assert!(compared > 40, "only {compared} defaults compared");
+}
+
+#[test]
+fn the_readme_says_which_kinds_take_each_backend_key() {
+    let schema = schema_keys();
+    let all = schema["backends[].kind"].kinds.clone();
+    assert_eq!(all.len(), 5, "a branch for each kind: {all:?}");
+    let hosted: BTreeSet<String> = all.iter().filter(|k| *k != "vllm").cloned().collect();
+    let ticks = regex::Regex::new(r"`([^`]+)`").unwrap();
+    let mut compared = 0;
+    for row in readme_rows().iter().filter(|r| r.keys[0].starts_with("backends[].")) {
+        let cell = row
+            .kinds
+            .as_deref()
+            .unwrap_or_else(|| panic!("{:?}: the backends[] table has no kinds", row.keys));
+        let said: BTreeSet<String> = match cell {
+            "all" => all.clone(),
+            "hosted" => hosted.clone(),
+            _ => ticks.captures_iter(cell).map(|c| c[1].to_string()).collect(),
+        };
+        for key in &row.keys {
+            // A key below a backend's key (`discovery.kubernetes`) goes with the kinds of that key.
+            let top = key.strip_prefix("backends[].").unwrap().split('.').next().unwrap();
+            let taken = &schema[&format!("backends[].{top}")].kinds;
+            assert_eq!(&said, taken, "{key}: the README says {cell:?}, the schema's branches {taken:?}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 25, "only {compared} backend keys compared");
+    // Each kind-specific key is named for some kinds, not all.
+    assert!(schema["backends[].reserve"].kinds == BTreeSet::from(["vllm".to_string()]));
+    assert!(schema["backends[].quota"].kinds == hosted);
 }

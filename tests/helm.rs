@@ -716,6 +716,14 @@ fn an_unknown_key_inside_the_spillway_config_is_refused_by_the_schema() {
 }
 
 #[test]
+fn a_key_of_another_kind_of_backend_is_refused_by_the_schema() {
+    refused(
+        "bad-config-kind-key.yaml",
+        &["/config/backends/1", "additional properties 'reserve' not allowed"],
+    );
+}
+
+#[test]
 fn several_replicas_without_postgres_are_refused() {
     refused("bad-ha-no-postgres.yaml", &["replicaCount > 1", "needs ledger.postgresUrlSecret"]);
     let out = template(Some("bad-ha-no-postgres.yaml"), &[]);

@@ -397,7 +397,7 @@ async fn a_gate_call_never_shows_the_key() {
                 max_tokens: Some(8),
                 ..Default::default()
             };
-            let base_url = backend.base_url.clone().unwrap();
+            let base_url = backend.hosted().and_then(|h| h.base_url.clone()).unwrap();
             let err = caller.ask(None, backend, &base_url, &request).await.unwrap_err();
             assert_eq!(upstream.seen.lock().unwrap().as_deref(), Some(PROVIDER_KEY));
             assert!(!err.message.contains(PROVIDER_KEY), "{wire:?} {mode:?}: {err:?}");

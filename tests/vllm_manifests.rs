@@ -49,7 +49,7 @@ fn the_pods_announce_what_the_pool_pins_and_the_config_is_valid() {
         Command::new(env!("CARGO_BIN_EXE_spillway")).arg("check-config").arg(&config_path).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let config = spillway::config::load_file(&config_path).unwrap();
-    let pool = config.backend("llama-8b").unwrap();
+    let pool = config.backend("llama-8b").and_then(|b| b.pool()).unwrap();
     let selector = &pool.discovery.as_ref().unwrap().kubernetes.selector;
 
     for manifest in MANIFESTS {

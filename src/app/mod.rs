@@ -98,7 +98,7 @@ pub async fn start_with(
     let kube_backends: Vec<_> = config
         .backends
         .iter()
-        .filter_map(|b| b.discovery.as_ref().map(|d| (b.name.clone(), d.kubernetes.clone())))
+        .filter_map(|b| b.pool()?.discovery.as_ref().map(|d| (b.name.clone(), d.kubernetes.clone())))
         .collect();
     if !kube_backends.is_empty() {
         let client = discovery::client_from_env().await.map_err(std::io::Error::other)?;

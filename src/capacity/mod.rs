@@ -148,17 +148,17 @@ pub fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<BackendI
         .map(|b| {
             let counter = counter_for(b);
             let measured = profile.and_then(|p| p.token_ratios.get(&b.name)).copied();
-            let local = b.kind.is_local();
+            let (pool, local) = (b.pool(), b.kind().is_local());
             let (tpm, rpm) = if local {
                 (profile.and_then(|p| p.pools.get(&b.name)).map(|p| p.tokens_per_minute), None)
             } else {
-                let q = b.quota.as_ref();
+                let q = b.hosted().and_then(|h| h.quota.as_ref());
                 (q.and_then(|q| q.tpm).map(|v| v as f64), q.and_then(|q| q.rpm).map(|v| v as f64))
             };
-            let nodes = (local && b.discovery.is_none()).then_some(b.endpoints.len());
+            let nodes = pool.filter(|p| p.discovery.is_none()).map(|p| p.endpoints.len());
             BackendInfo {
                 name: b.name.clone(),
-                kind: b.kind.as_str(),
+                kind: b.kind().as_str(),
                 local,
                 tokenizer: counter.name(),
                 exact: counter.is_exact(),
@@ -170,8 +170,8 @@ pub fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<BackendI
                 },
                 tokens_per_minute: tpm,
                 requests_per_minute: rpm,
-                reserve: local.then_some(b.reserve),
-                concurrency: nodes.map(|n| n as u64 * b.max_running as u64),
+                reserve: pool.map(|p| p.reserve),
+                concurrency: pool.zip(nodes).map(|(p, n)| n as u64 * p.max_running as u64),
                 nodes,
             }
         })

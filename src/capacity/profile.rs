@@ -169,7 +169,7 @@ fn check(profile: &Profile, config: &Config, problems: &mut Vec<Problem>) {
         let at = format!("pools.{name}");
         match config.backend(name) {
             None => p(at, "no backend of that name in the config".into()),
-            Some(b) if !b.kind.is_local() => {
+            Some(b) if !b.kind().is_local() => {
                 p(at, format!("`{name}` is a hosted backend; its capacity is its quota in the config"))
             }
             Some(_) if !(pool.tokens_per_minute.is_finite() && pool.tokens_per_minute > 0.0) => p(

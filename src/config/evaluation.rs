@@ -13,7 +13,7 @@ use crate::config::golden::Grader;
 pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) -> Vec<Problem> {
     let mut problems = Vec::new();
     let backends: Vec<(String, BackendKind)> =
-        config.backends.iter().map(|b| (b.name.clone(), b.kind)).collect();
+        config.backends.iter().map(|b| (b.name.clone(), b.kind())).collect();
     // With `ledger` undecoded its default stands in: the checks that need it say nothing.
     let ledger_on = config.ledger.enabled || undecoded.section("ledger");
     for (i, task) in config.tasks.iter_mut().enumerate() {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
+use super::backend::written::{self, Refusal};
 use super::validate::Undecoded;
 use super::Config;
 
@@ -102,20 +103,20 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
         }
         let before = s.problems.len();
         let decoded = match name {
-            "backends" => s.list::<super::BackendConfig>(name, value, &mut backend_at),
-            "tasks" => s.list::<super::TaskConfig>(name, value, &mut task_at),
-            "listen" => s.peel::<String>(name, value),
-            "client_keys_env" => s.peel::<Vec<String>>(name, value),
-            "policy" => s.peel::<super::PolicyConfig>(name, value),
-            "dispatch" => s.peel::<super::DispatchConfig>(name, value),
-            "limits" => s.peel::<super::LimitsConfig>(name, value),
-            "telemetry" => s.peel::<super::TelemetryConfig>(name, value),
-            "state" => s.peel::<super::StateConfig>(name, value),
-            "ledger" => s.peel::<super::LedgerConfig>(name, value),
-            "canary" => s.peel::<super::CanaryConfig>(name, value),
-            "access_log" => s.peel::<super::AccessLogConfig>(name, value),
-            "admin_token_env" => s.peel::<Option<String>>(name, value),
-            _ => s.peel::<super::BalancingConfig>(name, value),
+            "backends" => s.list(name, value, &mut backend_at, backend),
+            "tasks" => s.list(name, value, &mut task_at, serde::<super::TaskConfig>),
+            "listen" => s.peel(name, value, serde::<String>),
+            "client_keys_env" => s.peel(name, value, serde::<Vec<String>>),
+            "policy" => s.peel(name, value, serde::<super::PolicyConfig>),
+            "dispatch" => s.peel(name, value, serde::<super::DispatchConfig>),
+            "limits" => s.peel(name, value, serde::<super::LimitsConfig>),
+            "telemetry" => s.peel(name, value, serde::<super::TelemetryConfig>),
+            "state" => s.peel(name, value, serde::<super::StateConfig>),
+            "ledger" => s.peel(name, value, serde::<super::LedgerConfig>),
+            "canary" => s.peel(name, value, serde::<super::CanaryConfig>),
+            "access_log" => s.peel(name, value, serde::<super::AccessLogConfig>),
+            "admin_token_env" => s.peel(name, value, serde::<Option<String>>),
+            _ => s.peel(name, value, serde::<super::BalancingConfig>),
         };
         // A list keeps its decoded items (`list` notes the rest); any other key with a problem
         // may be standing on defaults.
@@ -180,7 +181,7 @@ impl Structure {
     /// Decode each item of the list at `path` on its own; `at` gets each decoded item's index
     /// in the file. A backend that does not decode is remembered by name, so that a task
     /// naming it is not reported a second time.
-    fn list<T: DeserializeOwned>(&mut self, path: &str, value: Value, at: &mut Vec<usize>) -> Option<Value> {
+    fn list(&mut self, path: &str, value: Value, at: &mut Vec<usize>, decode: Decode) -> Option<Value> {
         let Value::Sequence(items) = value else {
             self.problems.push(Problem::new(path, "expected a list"));
             self.undecoded.sections.insert(path.to_string());
@@ -189,7 +190,7 @@ impl Structure {
         let mut decoded = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
             let name = item.get("name").and_then(Value::as_str).map(str::to_string);
-            match self.peel::<T>(&format!("{path}[{i}]"), item) {
+            match self.peel(&format!("{path}[{i}]"), item, decode) {
                 Some(item) => {
                     decoded.push(item);
                     at.push(i);
@@ -207,19 +208,17 @@ impl Structure {
         Some(Value::Sequence(decoded))
     }
 
-    /// Decode `value` as `T`; on each error, note the problem, take the offending key out of
+    /// Decode `value` with `decode`; on each error, note the problem, take the offending key out of
     /// the tree and try again, so every unknown key and wrong type of one item is reported,
     /// not only the first. A required key taken out (or missing) takes its parent with it.
     /// `Some`: what is left decodes. `None`: the item itself is unusable.
-    fn peel<T: DeserializeOwned>(&mut self, prefix: &str, mut value: Value) -> Option<Value> {
+    fn peel(&mut self, prefix: &str, mut value: Value, decode: Decode) -> Option<Value> {
         let mut removed: Vec<Vec<Step>> = Vec::new();
         for _ in 0..MAX_PEELS {
-            let err = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-                Ok(_) => return Some(value),
+            let (mut at, message) = match decode(value.clone()) {
+                Ok(()) => return Some(value),
                 Err(err) => err,
             };
-            let mut at = steps(err.path());
-            let message = err.into_inner().to_string();
             // serde's fixed wording is the only place a missing field is named.
             let missing = message.strip_prefix("missing field `").and_then(|r| r.split('`').next());
             match missing {
@@ -243,6 +242,25 @@ impl Structure {
             removed.push(at);
         }
         None
+    }
+}
+
+/// How one item is decoded: `Err` has the path of its first problem within it, and the problem.
+type Decode = fn(Value) -> Result<(), (Vec<Step>, String)>;
+
+/// Decode as `T` (serde, with the path of the error).
+fn serde<T: DeserializeOwned>(value: Value) -> Result<(), (Vec<Step>, String)> {
+    serde_path_to_error::deserialize::<_, T>(value)
+        .map(drop)
+        .map_err(|err| (steps(err.path()), err.into_inner().to_string()))
+}
+
+/// Decode a backend: as serde would, but a key its kind does not take is named by its path.
+fn backend(value: Value) -> Result<(), (Vec<Step>, String)> {
+    match written::decode(value) {
+        Ok(_) => Ok(()),
+        Err(Refusal::Serde(err)) => Err((steps(err.path()), err.into_inner().to_string())),
+        Err(Refusal::Misplaced(m)) => Err((vec![Step::Key(m.key.to_string())], m.message)),
     }
 }
 
@@ -404,6 +422,7 @@ backends:
     model: m
     weight: 3
     reserve: lots
+    gpu_count: 0
     price: {input_per_mtok: -1, output_per_mtok: 1}
     endpoints: [7, "http://127.0.0.1:1"]
   - name: b
@@ -431,6 +450,7 @@ telemetry: {jitter: 0.9}
             "backends[1].kind: unknown variant `martian`",
             "backends[2].api_key: unknown field `api_key`",
             "backends[3].temperature: unknown field",
+            "backends[3].gpu_count: `gpu_count` does not apply to kind anthropic; only kind vllm takes it",
             "tasks[0].slo.margin: invalid type",
             "tasks[0].colour: unknown field",
             "tasks[2].name: missing (required)",
@@ -442,8 +462,7 @@ telemetry: {jitter: 0.9}
             "backends[2].model: must not be empty",
             "backends[2].base_url: `ftp://x`: scheme",
             "backends[3].name: `c` is used by another backend",
-            "backends[3].gpu_count: must be at least 1",
-            "backends[3].gpu_count: only a vllm pool has this",
+            "backends[0].gpu_count: must be at least 1",
             "tasks[0].backends[2]: no backend is named `ghost`",
             "tasks[0].data_class: unknown data class `secret`",
             "tasks[0].slo.objective: must be above 0 and below 1",

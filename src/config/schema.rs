@@ -39,9 +39,13 @@ pub fn chart_schema() -> Value {
          api_key_env, and fills in discovery.kubernetes.namespace"
             .into(),
     );
-    let kubernetes = "/properties/backends/items/properties/discovery/properties/kubernetes";
+    // Only the vllm branch of a backend has discovery.
     let kubernetes = schema
-        .pointer_mut(kubernetes)
+        .pointer_mut("/properties/backends/items/oneOf")
+        .and_then(Value::as_array_mut)
+        .and_then(|kinds| {
+            kinds.iter_mut().find_map(|kind| kind.pointer_mut("/properties/discovery/properties/kubernetes"))
+        })
         .and_then(Value::as_object_mut)
         .expect("backends[].discovery.kubernetes is in the schema, inlined");
     if let Some(Value::Array(required)) = kubernetes.get_mut("required") {

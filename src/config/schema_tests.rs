@@ -69,12 +69,12 @@ fn corpus() -> Vec<String> {
         b("price: {input_per_mtok: cheap, output_per_mtok: 1}"),
         b("price: {input_per_mtok: 1}"),
         b("price: ~"),
-        b("gpu_hourly_usd: '2.50'"),
-        b("max_running: -1"),
-        b("agent_port: 70000"),
-        b("agent_port: 9400, agent_address: host"),
-        b("agent_address: node"),
-        b("reserve: '0.2'"),
+        b("kind: vllm, gpu_hourly_usd: '2.50'"),
+        b("kind: vllm, max_running: -1"),
+        b("kind: vllm, agent_port: 70000"),
+        b("kind: vllm, agent_port: 9400, agent_address: host"),
+        b("kind: vllm, agent_address: node"),
+        b("kind: vllm, reserve: '0.2'"),
         b("quota: {rpm: 10, tpm: 1000}"),
         b("quota: {rpd: 10}"),
         b("capabilities: {tools: true, max_context: 8192}"),
@@ -82,12 +82,23 @@ fn corpus() -> Vec<String> {
         b("tokenizer: o200k_base"),
         b("tokenizer: gpt2"),
         b("tokenizer_file: models/tokenizer.json, version: '2026-01'"),
-        b("pin: {weights: 'sha256:ab', engine: v1}"),
-        b("pin: {digest: x}"),
-        b("discovery: {kubernetes: {namespace: llm, selector: app=vllm, port: 8000, resource: endpointslices}}"),
-        b("discovery: {kubernetes: {namespace: llm, selector: app=vllm, resource: services}}"),
-        b("discovery: {kubernetes: {selector: app=vllm}}"),
-        b("endpoints: 'http://x:1'"),
+        b("kind: vllm, pin: {weights: 'sha256:ab', engine: v1}"),
+        b("kind: vllm, pin: {digest: x}"),
+        b("kind: vllm, discovery: {kubernetes: {namespace: llm, selector: app=vllm, port: 8000, resource: endpointslices}}"),
+        b("kind: vllm, discovery: {kubernetes: {namespace: llm, selector: app=vllm, resource: services}}"),
+        b("kind: vllm, discovery: {kubernetes: {selector: app=vllm}}"),
+        b("kind: vllm, endpoints: 'http://x:1'"),
+        b("kind: vllm, endpoints: ['http://x:1'], reserve: 0.1, gpu_count: 2, pin: ~"),
+        b("kind: openai_compatible, endpoints: ['http://x:1'], quota: {rpm: 1}, version: v1"),
+        b("kind: gemini, base_url: 'http://x:1', quota: {tpm: 5}"),
+        // A key of another kind.
+        b("reserve: 0.1"),
+        b("kind: anthropic, endpoints: ['http://x:1']"),
+        b("kind: gemini, pin: ~"),
+        b("kind: vllm, quota: {rpm: 10}"),
+        b("kind: vllm, version: '2026-01'"),
+        b("kind: vllm, base_url: 'http://x:1'"),
+        b("kind: openai_compatible, max_running: 8"),
         t("strategy: weighted, weights: {b: 2}"),
         t("strategy: fastest"),
         t("weights: [1, 2]"),
@@ -163,6 +174,12 @@ fn a_decimal_string_the_schema_allows_is_one_rust_decimal_reads() {
     assert!(!validator.is_valid(&json!(true)) && !reads(&json!(true)));
 }
 
+/// The branch of a backend's schema for `kind: vllm`.
+fn pool_branch(schema: &Value) -> &Value {
+    let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().expect("a branch per kind");
+    branches.iter().find(|b| b["properties"].get("reserve").is_some()).expect("a vllm branch")
+}
+
 /// Every subschema of `value` that has `properties`, with its JSON pointer.
 fn objects<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
     match value {
@@ -198,7 +215,7 @@ fn the_schema_is_draft_07_with_no_references_and_closed_objects() {
     for (at, object) in found {
         assert_eq!(object["additionalProperties"], json!(false), "{at} accepts unknown keys");
     }
-    let b = &schema["properties"]["backends"]["items"]["properties"];
+    let b = &pool_branch(&schema)["properties"];
     assert!(b["name"]["description"].as_str().is_some_and(|d| !d.contains('\n')), "{}", b["name"]);
     assert_eq!(b["reserve"]["default"], json!(0.2));
     assert_eq!(schema["properties"]["tasks"]["items"]["properties"]["strategy"]["default"], "adaptive");
@@ -216,5 +233,35 @@ fn the_chart_schema_lets_the_chart_fill_in_the_namespace_and_nothing_else() {
     for text in corpus().iter().filter(|t| !namespace_left_out(t)) {
         let instance = json_of(text);
         assert_eq!(file.is_valid(&instance), chart.is_valid(&instance), "{text}");
+    }
+}
+
+#[test]
+fn the_schema_refuses_a_key_of_another_kind_as_the_loader_does() {
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let pool = "name: b, kind: vllm, model: m, endpoints: ['http://10.0.0.5:8000']";
+    let pairs = [
+        // (valid, the same with a key its kind does not take)
+        (
+            "name: b, kind: openai, model: m".to_string(),
+            "name: b, kind: openai, model: m, reserve: 0.1".to_string(),
+        ),
+        (format!("{pool}, reserve: 0.1"), format!("{pool}, quota: {{rpm: 10}}")),
+        (format!("{pool}, gpu_count: 2"), format!("{pool}, version: '2026-01'")),
+        (pool.to_string(), format!("{pool}, base_url: 'http://10.0.0.5:8000/v1'")),
+        (
+            "name: b, kind: anthropic, model: m, version: v".into(),
+            "name: b, kind: anthropic, model: m, agent_port: 1".into(),
+        ),
+    ];
+    for (valid, wrong) in pairs {
+        let text = |backend: &str| config(backend, "", "");
+        assert!(crate::config::parse(&text(&valid)).is_ok(), "{valid}");
+        let instance = json_of(&text(&valid));
+        let errors: Vec<String> = validator.iter_errors(&instance).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{valid}: {errors:?}");
+        let problems = crate::config::parse(&text(&wrong)).unwrap_err();
+        assert!(problems[0].message.contains("does not apply to kind"), "{wrong}: {problems:?}");
+        assert!(!validator.is_valid(&json_of(&text(&wrong))), "the schema accepts {wrong}");
     }
 }

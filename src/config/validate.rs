@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use super::{AgentAddress, BackendKind, Config, KubeResource, Problem, Strategy};
+use super::{AgentAddress, BackendSpec, Config, KubeResource, PoolSpec, Problem, Strategy};
 
 /// Data classes that exist without being listed under `policy.data_classes`.
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
@@ -60,26 +60,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
         if b.model.is_empty() {
             p(at("model"), "must not be empty".into());
         }
-        match b.kind {
-            BackendKind::Vllm if b.endpoints.is_empty() && b.discovery.is_none() => {
-                p(at("endpoints"), "a vllm backend needs at least one node address (or discovery)".into())
-            }
-            BackendKind::OpenaiCompatible if b.endpoints.is_empty() && b.base_url.is_none() => {
-                p(at("base_url"), "an openai_compatible backend needs base_url or endpoints".into())
-            }
-            _ => {}
-        }
-        if b.kind == BackendKind::Vllm && b.base_url.is_some() {
-            p(at("base_url"), "a vllm backend lists its nodes under endpoints".into());
-        }
-        for (j, url) in b.endpoints.iter().enumerate() {
+        for (j, url) in b.endpoints().iter().enumerate() {
             if let Some(why) = bad_url(url) {
                 p(format!("backends[{i}].endpoints[{j}]"), why);
-            }
-        }
-        if let Some(url) = &b.base_url {
-            if let Some(why) = bad_url(url) {
-                p(at("base_url"), why);
             }
         }
         if let Some(env) = &b.api_key_env {
@@ -99,54 +82,21 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
                 }
             }
         }
-        if !(0.0..1.0).contains(&b.reserve) {
-            p(at("reserve"), "must be at least 0 and below 1".into());
+        match &b.spec {
+            BackendSpec::Vllm(pool) => check_pool(pool, &at, &mut p),
+            BackendSpec::OpenaiCompatible(c) if c.endpoints.is_empty() && c.hosted.base_url.is_none() => {
+                p(at("base_url"), "an openai_compatible backend needs base_url or endpoints".into())
+            }
+            _ => {}
         }
-        if b.gpu_count == 0 {
-            p(at("gpu_count"), "must be at least 1".into());
-        }
-        if b.gpu_hourly_usd.is_some_and(|v| v.is_sign_negative()) {
-            p(at("gpu_hourly_usd"), "must not be negative".into());
-        }
-        if b.max_running == 0 {
-            p(at("max_running"), "must be at least 1".into());
-        }
-        if !b.kind.is_local() {
-            for (key, set) in [
-                ("agent_port", b.agent_port.is_some()),
-                ("pin", b.pin.is_some()),
-                ("discovery", b.discovery.is_some()),
-                ("gpu_hourly_usd", b.gpu_hourly_usd.is_some()),
-                ("agent_address", b.agent_address != AgentAddress::Pod),
-                ("gpu_count", b.gpu_count != 1),
-            ] {
-                if set {
-                    p(at(key), "only a vllm pool has this".into());
+        if let Some(hosted) = b.hosted() {
+            if let Some(why) = hosted.base_url.as_deref().and_then(bad_url) {
+                p(at("base_url"), why);
+            }
+            if let Some(q) = &hosted.quota {
+                if q.rpm == Some(0) || q.tpm == Some(0) {
+                    p(at("quota"), "a limit of 0 would refuse everything; leave it out for no limit".into());
                 }
-            }
-        }
-        if b.agent_address == AgentAddress::Host
-            && !b.discovery.as_ref().is_some_and(|d| d.kubernetes.resource == KubeResource::Pods)
-        {
-            p(
-                at("agent_address"),
-                "`host` needs discovery.kubernetes with resource: pods (it reads status.hostIP)".into(),
-            );
-        }
-        if let Some(k) = b.discovery.as_ref().map(|d| &d.kubernetes) {
-            if k.namespace.is_empty() {
-                p(at("discovery.kubernetes.namespace"), "must not be empty".into());
-            }
-            if k.selector.is_empty() {
-                p(
-                    at("discovery.kubernetes.selector"),
-                    "must not be empty (it would select every pod)".into(),
-                );
-            }
-        }
-        if let Some(q) = &b.quota {
-            if q.rpm == Some(0) || q.tpm == Some(0) {
-                p(at("quota"), "a limit of 0 would refuse everything; leave it out for no limit".into());
             }
         }
         if b.max_inflight_per_node == Some(0) {
@@ -328,6 +278,41 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
         p("limits.max_headers".into(), "must be at least 1".into());
     }
     problems
+}
+
+/// What types cannot say about a pool: that it has nodes, and the ranges of its numbers.
+fn check_pool(pool: &PoolSpec, at: &dyn Fn(&str) -> String, p: &mut dyn FnMut(String, String)) {
+    if pool.endpoints.is_empty() && pool.discovery.is_none() {
+        p(at("endpoints"), "a vllm backend needs at least one node address (or discovery)".into());
+    }
+    if !(0.0..1.0).contains(&pool.reserve) {
+        p(at("reserve"), "must be at least 0 and below 1".into());
+    }
+    if pool.gpu_count == 0 {
+        p(at("gpu_count"), "must be at least 1".into());
+    }
+    if pool.gpu_hourly_usd.is_some_and(|v| v.is_sign_negative()) {
+        p(at("gpu_hourly_usd"), "must not be negative".into());
+    }
+    if pool.max_running == 0 {
+        p(at("max_running"), "must be at least 1".into());
+    }
+    if pool.agent_address == AgentAddress::Host
+        && !pool.discovery.as_ref().is_some_and(|d| d.kubernetes.resource == KubeResource::Pods)
+    {
+        p(
+            at("agent_address"),
+            "`host` needs discovery.kubernetes with resource: pods (it reads status.hostIP)".into(),
+        );
+    }
+    if let Some(k) = pool.discovery.as_ref().map(|d| &d.kubernetes) {
+        if k.namespace.is_empty() {
+            p(at("discovery.kubernetes.namespace"), "must not be empty".into());
+        }
+        if k.selector.is_empty() {
+            p(at("discovery.kubernetes.selector"), "must not be empty (it would select every pod)".into());
+        }
+    }
 }
 
 fn is_env_name(s: &str) -> bool {

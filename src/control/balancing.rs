@@ -25,7 +25,7 @@ impl AvailabilityBoard {
     pub fn new(config: &Config) -> Arc<Self> {
         let mut availability = Availability::new(PidConfig::from_settings(&config.balancing));
         let hosted: Vec<String> =
-            config.backends.iter().filter(|b| !b.kind.is_local()).map(|b| b.name.clone()).collect();
+            config.backends.iter().filter(|b| !b.kind().is_local()).map(|b| b.name.clone()).collect();
         for name in &hosted {
             availability.track(name);
         }
@@ -35,7 +35,7 @@ impl AvailabilityBoard {
     /// Start tracking the hosted backends a reloaded config added (kept ones keep their state).
     pub fn track_new(&self, config: &Config) {
         let mut hosted = self.hosted.lock().unwrap_or_else(|e| e.into_inner());
-        for b in config.backends.iter().filter(|b| !b.kind.is_local()) {
+        for b in config.backends.iter().filter(|b| !b.kind().is_local()) {
             if !hosted.contains(&b.name) {
                 self.lock().track(&b.name);
                 hosted.push(b.name.clone());

@@ -42,9 +42,7 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
     let discovered = sources.discovered.borrow();
     let mut samples = Vec::new();
     for (view, config) in snap.backends.iter().zip(&snap.config.backends) {
-        if !view.is_local() {
-            continue;
-        }
+        let Some(pool) = config.pool() else { continue };
         for node in &view.nodes {
             let annotated = discovered
                 .get(&view.name)
@@ -57,8 +55,8 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
             samples.push(NodeSample {
                 backend: view.name.clone(),
                 node: node.key.to_string(),
-                gpu_count: i64::from(config.gpu_count),
-                gpu_hourly_usd: annotated.or(config.gpu_hourly_usd),
+                gpu_count: i64::from(pool.gpu_count),
+                gpu_hourly_usd: annotated.or(pool.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),
             });
         }

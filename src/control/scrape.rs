@@ -53,9 +53,9 @@ const VERSION_EVERY: u32 = 60;
 pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
     let mut out = HashMap::new();
     for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Vllm) {
-        let config = snap.config.backends.iter().find(|c| c.name == b.name);
-        let agent_port = config.and_then(|c| c.agent_port);
-        let on_host = config.is_some_and(|c| c.agent_address == AgentAddress::Host);
+        let pool = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.pool());
+        let agent_port = pool.and_then(|p| p.agent_port);
+        let on_host = pool.is_some_and(|p| p.agent_address == AgentAddress::Host);
         for n in &b.nodes {
             let origin = n.origin.trim_end_matches('/');
             let target = Target {

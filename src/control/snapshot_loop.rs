@@ -93,7 +93,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         }
     }
     for (b, view) in snap.backends.iter_mut().enumerate() {
-        let pin = config.backends[b].pin.as_ref();
+        let pin = config.backends[b].pool().and_then(|p| p.pin.as_ref());
         if !view.is_local() || pin.is_none() {
             continue;
         }

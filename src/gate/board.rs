@@ -113,8 +113,8 @@ impl GateBoard {
 /// A backend's fingerprint now: a pool's under its pin in effect (the gate may have accepted a
 /// newer one than the config's), a hosted backend's from its model and version tag.
 pub fn current_fingerprint(backend: &crate::config::BackendConfig, pins: &PinBoard) -> String {
-    if backend.kind.is_local() {
-        let pin = pins.in_effect(&backend.name, backend.pin.as_ref()).unwrap_or_default();
+    if let Some(pool) = backend.pool() {
+        let pin = pins.in_effect(&backend.name, pool.pin.as_ref()).unwrap_or_default();
         fingerprint::of_pin(&backend.model, &pin)
     } else {
         fingerprint::of_backend(backend)

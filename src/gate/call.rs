@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::adapter::redact::{self, Redactor};
 use crate::adapter::{Transport, Upstream};
 use crate::canonical::{ChatRequest, Event, Usage};
-use crate::config::{BackendConfig, Priority, TaskConfig};
+use crate::config::{BackendConfig, PoolSpec, Priority, TaskConfig};
 use crate::dispatch::{variant, wire_format};
 use crate::guard::quota::{QuotaBoard, QuotaDecision};
 use crate::ledger::hosted_cost;
@@ -132,7 +132,7 @@ impl Caller {
         req.model = backend.model.clone();
         req.stream = true;
         if let Some(task) = task {
-            variant::apply(task, &backend.name, backend.kind, &mut req);
+            variant::apply(task, &backend.name, backend.kind(), &mut req);
         }
         let charged = self.take_quota(backend, &req).await?;
         let upstream = Upstream { base_url: base_url.to_string(), api_key: (self.keys)(&backend.name) };
@@ -157,15 +157,13 @@ impl Caller {
         }
         let mut answered = result?;
         answered.latency = started.elapsed();
-        answered.cost = match (&backend.price, backend.gpu_hourly_usd) {
+        answered.cost = match (&backend.price, backend.pool()) {
             (Some(p), _) => {
                 let u = answered.usage;
                 let (input, cached, output) = (u.input_tokens, u.cached_input_tokens, u.output_tokens);
                 Some(hosted_cost(p, u64::from(input), u64::from(cached), u64::from(output)))
             }
-            (None, Some(hourly)) if backend.kind.is_local() => {
-                Some(slot_cost(backend, hourly, answered.latency))
-            }
+            (None, Some(pool)) => pool.gpu_hourly_usd.map(|hourly| slot_cost(pool, hourly, answered.latency)),
             _ => None,
         };
         Ok(answered)
@@ -200,11 +198,10 @@ impl Caller {
 
 /// A self-hosted answer's cost, estimated: one of the node's `max_running` sequence slots,
 /// for as long as the answer took, at the node's GPU price.
-fn slot_cost(backend: &BackendConfig, gpu_hourly_usd: Decimal, latency: Duration) -> Decimal {
-    let node_hourly = gpu_hourly_usd * Decimal::from(backend.gpu_count);
+fn slot_cost(pool: &PoolSpec, gpu_hourly_usd: Decimal, latency: Duration) -> Decimal {
+    let node_hourly = gpu_hourly_usd * Decimal::from(pool.gpu_count);
     let millis = Decimal::from(latency.as_millis() as u64);
-    (node_hourly * millis / Decimal::from(3_600_000u64) / Decimal::from(backend.max_running.max(1)))
-        .round_dp(9)
+    (node_hourly * millis / Decimal::from(3_600_000u64) / Decimal::from(pool.max_running.max(1))).round_dp(9)
 }
 
 async fn collect(
@@ -219,7 +216,7 @@ async fn collect(
         message: e.to_string(),
         counts_against_backend: e.class.counts_against_backend(),
     };
-    let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind), transport, upstream, req)
+    let mut events = redact::send_scrubbed(redactor(), wire_format(backend.kind()), transport, upstream, req)
         .await
         .map_err(upstream_error)?;
     let mut answered = Answered::default();
@@ -246,7 +243,7 @@ mod tests {
         )
         .unwrap();
         // 2 GPUs × $2.50 = $5/h for the node; 16 slots; 1.8 s → 5 × 1.8 / 3600 / 16.
-        let cost = slot_cost(&pool, Decimal::new(250, 2), Duration::from_millis(1_800));
+        let cost = slot_cost(pool.pool().unwrap(), Decimal::new(250, 2), Duration::from_millis(1_800));
         assert_eq!(cost, Decimal::new(15625, 8));
     }
 }

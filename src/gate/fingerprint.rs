@@ -7,10 +7,10 @@ use crate::control::pins::Reported;
 
 /// The fingerprint of a backend as configured (a pool: its config pin).
 pub fn of_backend(backend: &BackendConfig) -> String {
-    if backend.kind.is_local() {
-        of_pin(&backend.model, backend.pin.as_ref().unwrap_or(&Pin::default()))
+    if let Some(pool) = backend.pool() {
+        of_pin(&backend.model, pool.pin.as_ref().unwrap_or(&Pin::default()))
     } else {
-        match &backend.version {
+        match backend.hosted().and_then(|h| h.version.as_ref()) {
             Some(version) => format!("{}@{version}", backend.model),
             None => backend.model.clone(),
         }
@@ -67,7 +67,7 @@ mod tests {
         let unpinned = backend("{name: p, kind: vllm, model: llama, endpoints: ['http://h:1']}");
         assert_eq!(of_backend(&unpinned), "model=llama");
         let reported = Reported { quantization: Some("awq".into()), ..Reported::default() };
-        let pin = reported_pin(pool.pin.as_ref().unwrap(), &reported);
+        let pin = reported_pin(pool.pool().unwrap().pin.as_ref().unwrap(), &reported);
         assert_eq!(of_pin("llama", &pin), "weights=sha256:aa,quantization=awq,engine=0.9");
     }
 }

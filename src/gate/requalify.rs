@@ -110,7 +110,8 @@ impl Requalifier {
         let Some(backend) = config.backend(&event.backend) else {
             return Requalified::Refused { fingerprint: String::new(), why: "backend gone".into() };
         };
-        let pin = reported_pin(&backend.pin.clone().unwrap_or_default(), &event.reported);
+        let pin =
+            reported_pin(&backend.pool().and_then(|p| p.pin.clone()).unwrap_or_default(), &event.reported);
         let fingerprint = of_pin(&backend.model, &pin);
         let key = (backend.name.clone(), fingerprint.clone());
         if !self.running.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone()) {

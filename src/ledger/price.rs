@@ -17,7 +17,7 @@ impl HostedPrices {
             config
                 .backends
                 .iter()
-                .filter(|b| !b.kind.is_local())
+                .filter(|b| !b.kind().is_local())
                 .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
                 .collect(),
         )

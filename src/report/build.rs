@@ -72,7 +72,7 @@ fn bucket_for(span_ms: i64) -> i64 {
 fn local_pools(config: Option<&Config>, minutes: &[NodeMinute]) -> BTreeSet<String> {
     let mut pools: BTreeSet<String> = minutes.iter().map(|m| m.backend.clone()).collect();
     if let Some(c) = config {
-        pools.extend(c.backends.iter().filter(|b| b.kind.is_local()).map(|b| b.name.clone()));
+        pools.extend(c.backends.iter().filter(|b| b.kind().is_local()).map(|b| b.name.clone()));
     }
     pools
 }

@@ -115,7 +115,7 @@ fn eligible_hosted(config: Option<&Config>) -> BTreeMap<String, Vec<(String, Pri
             let priced = allowed
                 .into_iter()
                 .map(|i| &config.backends[i])
-                .filter(|b| !b.kind.is_local())
+                .filter(|b| !b.kind().is_local())
                 .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
                 .collect();
             (task.name.clone(), priced)

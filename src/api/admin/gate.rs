@@ -58,9 +58,9 @@ pub async fn status(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         .config
         .backends
         .iter()
-        .filter(|b| b.kind.is_local())
-        .map(|b| {
-            let pin = gate.pins.in_effect(&b.name, b.pin.as_ref()).unwrap_or_default();
+        .filter_map(|b| Some((b, b.pool()?)))
+        .map(|(b, pool)| {
+            let pin = gate.pins.in_effect(&b.name, pool.pin.as_ref()).unwrap_or_default();
             (
                 b.name.clone(),
                 json!({"weights": pin.weights, "quantization": pin.quantization, "engine": pin.engine}),

@@ -221,8 +221,8 @@ fn backends(f: &Families<'_>, config: &Config) -> Vec<Value> {
             }
             json!({
                 "backend": name,
-                "kind": b.kind.as_str(),
-                "local": b.kind.is_local(),
+                "kind": b.kind().as_str(),
+                "local": b.kind().is_local(),
                 "availability": availability.map_or(Value::Null, num),
                 "breakers": breakers,
                 "quarantined": quarantined,
@@ -239,7 +239,7 @@ fn counters(f: &Families<'_>, config: &Config) -> Value {
     let (mut local, mut hosted, mut unserved) = (0.0, 0.0, 0.0);
     for (backend, n) in &by_backend {
         match config.backends.iter().find(|b| &b.name == backend) {
-            Some(b) if b.kind.is_local() => local += n,
+            Some(b) if b.kind().is_local() => local += n,
             _ if backend.is_empty() => unserved += n,
             // A backend no longer in the config (reloaded away) counts as hosted.
             _ => hosted += n,

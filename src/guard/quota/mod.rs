@@ -76,7 +76,7 @@ fn limits_of(config: &Config) -> HashMap<String, Limits> {
         .backends
         .iter()
         .filter_map(|b| {
-            let q = b.quota.as_ref()?;
+            let q = b.hosted()?.quota.as_ref()?;
             let limits = Limits { rpm: q.rpm, tpm: q.tpm };
             limits.is_limited().then(|| (b.name.clone(), limits))
         })

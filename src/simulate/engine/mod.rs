@@ -127,7 +127,7 @@ impl<'a> Engine<'a> {
             .iter()
             .filter(|b| match strategy.tracked() {
                 Tracked::None => false,
-                Tracked::Hosted => !b.kind.is_local(),
+                Tracked::Hosted => !b.kind().is_local(),
                 Tracked::All => true,
             })
             .map(|b| b.name.clone())
@@ -138,7 +138,12 @@ impl<'a> Engine<'a> {
         let quota = config
             .backends
             .iter()
-            .map(|b| (b.quota.as_ref().map(|q| Limits { rpm: q.rpm, tpm: q.tpm }), MinuteWindow::default()))
+            .map(|b| {
+                (
+                    b.hosted().and_then(|h| h.quota.as_ref()).map(|q| Limits { rpm: q.rpm, tpm: q.tpm }),
+                    MinuteWindow::default(),
+                )
+            })
             .collect();
         let projects = s.workload.iter().map(|w| w.projects as usize).sum();
         let buckets = (s.duration.as_secs_f64() / s.sample.as_secs_f64()).ceil() as usize;

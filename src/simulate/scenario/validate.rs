@@ -30,7 +30,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut p = |path: String, message: String| problems.push(Problem::new(path, message));
     let config = s.config.clone();
-    let kind_of = |name: &str| config.backend(name).map(|b| b.kind);
+    let kind_of = |name: &str| config.backend(name).map(|b| b.kind());
     if s.duration.is_zero() {
         p("duration".into(), "must be above 0".into());
     }
@@ -136,7 +136,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         }
     }
     for b in &config.backends {
-        if b.kind == BackendKind::Vllm {
+        if b.kind() == BackendKind::Vllm {
             s.nodes.entry(b.name.clone()).or_default();
         } else {
             s.providers.entry(b.name.clone()).or_default();

@@ -1,0 +1,48 @@
+//! What the hosted kinds have beside the keys every backend takes: the API's address, the
+//! provider's per-minute quota and the model's version tag; `openai_compatible` may list
+//! several base URLs instead of one.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The settings of an `openai`, `anthropic` or `gemini` backend (and, within
+/// [`CompatibleSpec`], of an `openai_compatible` one).
+#[derive(Debug, Clone, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HostedSpec {
+    /// API base URL; defaults to the provider's public API (`openai`, `anthropic`, `gemini`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Per-minute limits, counted with this backend's tokenizer.
+    #[serde(default)]
+    pub quota: Option<Quota>,
+    /// A version tag for the model behind `model` (e.g. a dated snapshot). With the model name
+    /// it is the fingerprint the evaluation gate passes or fails; change it when the provider
+    /// changes the model, and the gate runs again.
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// The settings of an `openai_compatible` backend: one `base_url`, or several `endpoints`.
+#[derive(Debug, Clone, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CompatibleSpec {
+    /// Base URLs of several nodes serving the model (each as a `base_url` would be).
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// `base_url`, `quota` and `version`, as the other hosted kinds have them.
+    #[serde(flatten)]
+    pub hosted: HostedSpec,
+}
+
+/// Per-minute limits of a hosted backend.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens (input + output cap) per minute, in this backend's tokens.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+}

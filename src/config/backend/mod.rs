@@ -1,0 +1,269 @@
+//! What a backend is: a vLLM pool or a hosted API, its wire format, price, tokenizer and
+//! capabilities, and, by kind, what only that kind has (`pool`: nodes, capacity, agent, pins,
+//! discovery, GPU price; `hosted`: API address, quota, model version). Types only: `written`
+//! reads the YAML form into them (and gives their schema), checks live in `validate`, and
+//! `load` reads the one file a backend may name (`tokenizer_file`).
+
+mod hosted;
+mod pool;
+pub(super) mod written;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rust_decimal::Decimal;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::yes;
+
+pub use hosted::*;
+pub use pool::*;
+
+/// The wire format and nature of a backend.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// A pool of self-hosted vLLM nodes (OpenAI-compatible wire format).
+    Vllm,
+    /// OpenAI's API.
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Google's Gemini API.
+    Gemini,
+    /// Any other OpenAI-compatible endpoint, treated as hosted.
+    OpenaiCompatible,
+}
+
+impl BackendKind {
+    /// Self-hosted GPUs (the fleet) rather than a hosted API.
+    pub fn is_local(self) -> bool {
+        self == BackendKind::Vllm
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Vllm => "vllm",
+            BackendKind::Openai => "openai",
+            BackendKind::Anthropic => "anthropic",
+            BackendKind::Gemini => "gemini",
+            BackendKind::OpenaiCompatible => "openai_compatible",
+        }
+    }
+
+    /// The public API address used when `base_url` is not given.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            BackendKind::Openai => Some("https://api.openai.com/v1"),
+            BackendKind::Anthropic => Some("https://api.anthropic.com"),
+            BackendKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            BackendKind::Vllm | BackendKind::OpenaiCompatible => None,
+        }
+    }
+}
+
+/// Prices per million tokens, in US dollars.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Input (prompt) tokens.
+    #[schemars(with = "crate::config::schema::DecimalSchema")]
+    pub input_per_mtok: Decimal,
+    /// Defaults to `input_per_mtok` when the provider has no cache discount.
+    #[serde(default)]
+    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
+    pub cached_input_per_mtok: Option<Decimal>,
+    /// Output tokens.
+    #[schemars(with = "crate::config::schema::DecimalSchema")]
+    pub output_per_mtok: Decimal,
+}
+
+/// One backend: a vLLM pool or a hosted API with one model. The keys every kind takes are its
+/// fields; `kind` and the keys only some kinds take are in `spec`. In YAML they are the keys of
+/// one mapping, and a key the backend's kind does not take is refused (`written`).
+#[derive(Debug, Clone, JsonSchema, PartialEq)]
+#[schemars(
+    description = concat!(
+        "One backend: a vLLM pool or a hosted API with one model. Its kind decides which other keys ",
+        "it takes (a branch per kind)"
+    ),
+    transform = written::by_kind
+)]
+pub struct BackendConfig {
+    /// Unique; tasks refer to it.
+    pub name: String,
+    /// Name of the environment variable that holds the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// The provider's model name.
+    pub model: String,
+    /// Where the backend runs, for `policy`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Prices per million tokens (cost strategy, ledger, break-even).
+    #[serde(default)]
+    pub price: Option<Price>,
+    /// Most requests the router keeps in flight on one node (or endpoint); beyond it the node
+    /// counts as full and the request moves on. Unset: no limit.
+    #[serde(default)]
+    pub max_inflight_per_node: Option<u32>,
+    /// Ask the upstream for a streamed answer even when the client did not (default true), so
+    /// that the first-token deadline and failover work the same for both.
+    #[serde(default = "yes")]
+    pub stream_upstream: bool,
+    /// How this backend's tokens are counted (quotas, capacity plan, context check).
+    #[serde(default)]
+    pub tokenizer: Option<Tokenizer>,
+    /// A HuggingFace `tokenizer.json` of this backend's model, for exact counts (self-hosted
+    /// models). Relative paths are read from the config file's directory. Loaded once when
+    /// the config is loaded (never downloaded); it replaces `tokenizer`.
+    #[serde(default)]
+    pub tokenizer_file: Option<PathBuf>,
+    /// The tokenizer loaded from `tokenizer_file` (set by `load`).
+    #[serde(skip)]
+    pub tokenizer_loaded: Option<Arc<crate::tokens::FileTokenizer>>,
+    /// What requests this backend can serve; each unset key takes the kind's default.
+    #[serde(default)]
+    pub capabilities: CapabilitiesConfig,
+    /// The kind, with the settings only it has.
+    pub spec: BackendSpec,
+}
+
+/// A backend's kind with the settings only that kind has.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendSpec {
+    /// A pool of self-hosted vLLM nodes.
+    Vllm(PoolSpec),
+    /// OpenAI's API.
+    Openai(HostedSpec),
+    /// Anthropic's Messages API.
+    Anthropic(HostedSpec),
+    /// Google's Gemini API.
+    Gemini(HostedSpec),
+    /// Any other OpenAI-compatible endpoint (or several), treated as hosted.
+    OpenaiCompatible(CompatibleSpec),
+}
+
+impl BackendSpec {
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            BackendSpec::Vllm(_) => BackendKind::Vllm,
+            BackendSpec::Openai(_) => BackendKind::Openai,
+            BackendSpec::Anthropic(_) => BackendKind::Anthropic,
+            BackendSpec::Gemini(_) => BackendKind::Gemini,
+            BackendSpec::OpenaiCompatible(_) => BackendKind::OpenaiCompatible,
+        }
+    }
+}
+
+impl BackendConfig {
+    pub fn kind(&self) -> BackendKind {
+        self.spec.kind()
+    }
+
+    /// The pool settings of a `vllm` backend; `None` for a hosted one.
+    pub fn pool(&self) -> Option<&PoolSpec> {
+        match &self.spec {
+            BackendSpec::Vllm(pool) => Some(pool),
+            _ => None,
+        }
+    }
+
+    /// The hosted settings (`base_url`, `quota`, `version`) of any kind but `vllm`.
+    pub fn hosted(&self) -> Option<&HostedSpec> {
+        match &self.spec {
+            BackendSpec::Vllm(_) => None,
+            BackendSpec::Openai(h) | BackendSpec::Anthropic(h) | BackendSpec::Gemini(h) => Some(h),
+            BackendSpec::OpenaiCompatible(c) => Some(&c.hosted),
+        }
+    }
+
+    /// The configured node addresses: a pool's, or an `openai_compatible` backend's several
+    /// base URLs; none for the other kinds.
+    pub fn endpoints(&self) -> &[String] {
+        match &self.spec {
+            BackendSpec::Vllm(pool) => &pool.endpoints,
+            BackendSpec::OpenaiCompatible(c) => &c.endpoints,
+            _ => &[],
+        }
+    }
+
+    /// This backend's capabilities: what the config says, else its kind's default.
+    pub fn capabilities(&self) -> Capabilities {
+        let d = Capabilities::default_for(self.kind());
+        let c = &self.capabilities;
+        Capabilities {
+            tools: c.tools.unwrap_or(d.tools),
+            vision: c.vision.unwrap_or(d.vision),
+            json_schema: c.json_schema.unwrap_or(d.json_schema),
+            max_context: c.max_context.or(d.max_context),
+        }
+    }
+}
+
+/// `capabilities:` as written; each unset key takes its kind's default.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilitiesConfig {
+    /// Function calling (`tools` in the request).
+    #[serde(default)]
+    pub tools: Option<bool>,
+    /// Image inputs (`image_url` content parts).
+    #[serde(default)]
+    pub vision: Option<bool>,
+    /// Constrained JSON output for `response_format: json_schema`.
+    #[serde(default)]
+    pub json_schema: Option<bool>,
+    /// The model's context window in its own tokens: prompt + `max_tokens` must fit.
+    #[serde(default)]
+    pub max_context: Option<u32>,
+}
+
+/// What a backend can serve, with the kind's defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    pub tools: bool,
+    pub vision: bool,
+    pub json_schema: bool,
+    /// `None`: not known, not checked (the upstream's own refusal still says so).
+    pub max_context: Option<u32>,
+}
+
+impl Capabilities {
+    /// Defaults by kind. Hosted APIs: tools, vision and JSON schemas, with the context window
+    /// of the provider's smallest current flagship family (OpenAI 128,000 as GPT-4o; Anthropic
+    /// 200,000; Gemini 1,048,576); set `max_context` for the model you run. vLLM pools:
+    /// JSON schemas (guided decoding) only, no known window: vLLM serves tools only with
+    /// `--enable-auto-tool-choice` and images only for multimodal models, so say so in the
+    /// config. Other OpenAI-compatible endpoints: tools and JSON schemas, no vision.
+    pub fn default_for(kind: BackendKind) -> Capabilities {
+        let (tools, vision, json_schema, max_context) = match kind {
+            BackendKind::Openai => (true, true, true, Some(128_000)),
+            BackendKind::Anthropic => (true, true, true, Some(200_000)),
+            BackendKind::Gemini => (true, true, true, Some(1_048_576)),
+            BackendKind::Vllm => (false, false, true, None),
+            BackendKind::OpenaiCompatible => (true, false, true, None),
+        };
+        Capabilities { tools, vision, json_schema, max_context }
+    }
+}
+
+/// A backend's token counter.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later), exact.
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5), exact.
+    Cl100kBase,
+    /// Claude models: calibrated estimate (no public tokenizer).
+    ClaudeEstimate,
+    /// Gemini models: calibrated estimate.
+    GeminiEstimate,
+    /// Llama 3 family (vLLM pools): calibrated estimate.
+    LlamaEstimate,
+}
+
+#[cfg(test)]
+mod tests;

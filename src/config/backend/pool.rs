@@ -1,0 +1,138 @@
+//! What only a vLLM pool has: its nodes, capacity and reserve, the NVML agent beside each
+//! node, the metadata every node must report, Kubernetes discovery and the price of a GPU hour.
+
+use rust_decimal::Decimal;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The settings of a `vllm` backend beside the keys every kind takes.
+#[derive(Debug, Clone, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSpec {
+    /// Node addresses of the pool, without `/v1`.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// Port of the NVML agent beside each node (`spillway agent`), if one runs.
+    #[serde(default)]
+    pub agent_port: Option<u16>,
+    /// Where the agent listens: on the node's own address (`pod`, a sidecar; the default) or on
+    /// the address of the machine it runs on (`host`, a DaemonSet with a `hostPort`; needs
+    /// discovery by pods).
+    #[serde(default)]
+    pub agent_address: AgentAddress,
+    /// Share of capacity kept free in normal operation, released when a hosted backend fails
+    /// so its traffic can come home.
+    #[serde(default = "default_reserve")]
+    pub reserve: f64,
+    /// Sequences one node runs at once (vLLM's `--max-num-seqs`), its capacity.
+    #[serde(default = "default_max_running")]
+    pub max_running: u32,
+    /// What every node must report; a node that differs is quarantined.
+    #[serde(default)]
+    pub pin: Option<Pin>,
+    /// Find nodes in Kubernetes instead of (or besides) `endpoints`.
+    #[serde(default)]
+    pub discovery: Option<Discovery>,
+    /// GPUs per node, for GPU-hour costing (default 1).
+    #[serde(default = "default_gpu_count")]
+    pub gpu_count: u32,
+    /// Price of one GPU hour in US dollars. A pod's `spillway.dev/gpu-hourly-usd` annotation
+    /// overrides it for that node. Unset and unannotated: the node is unpriced.
+    #[serde(default)]
+    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
+    pub gpu_hourly_usd: Option<Decimal>,
+}
+
+/// A pool with no nodes and every setting at its default.
+impl Default for PoolSpec {
+    fn default() -> Self {
+        PoolSpec {
+            endpoints: Vec::new(),
+            agent_port: None,
+            agent_address: AgentAddress::default(),
+            reserve: default_reserve(),
+            max_running: default_max_running(),
+            pin: None,
+            discovery: None,
+            gpu_count: default_gpu_count(),
+            gpu_hourly_usd: None,
+        }
+    }
+}
+
+pub(super) fn default_gpu_count() -> u32 {
+    1
+}
+
+pub(super) fn default_reserve() -> f64 {
+    0.2
+}
+
+pub(super) fn default_max_running() -> u32 {
+    256
+}
+
+/// Where a pool's NVML agent listens.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentAddress {
+    /// Beside vLLM in the same pod (or at the endpoint's host for static endpoints).
+    #[default]
+    Pod,
+    /// On the Kubernetes node's IP (`status.hostIP`).
+    Host,
+}
+
+/// Pinned metadata of a vLLM pool. Unset fields are not checked.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    /// Weights digest (`spillway.dev/weights-digest`), e.g. `sha256:…`.
+    #[serde(default)]
+    pub weights: Option<String>,
+    /// Quantisation (`spillway.dev/quantization`, or the KV `cache_dtype`), e.g. `fp8`.
+    #[serde(default)]
+    pub quantization: Option<String>,
+    /// Serving engine version (`spillway.dev/engine-version`, or vLLM's `/version`).
+    #[serde(default)]
+    pub engine: Option<String>,
+}
+
+/// Where a pool's nodes come from besides `endpoints`.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Discovery {
+    /// Ready pods matching a label selector in a namespace.
+    pub kubernetes: KubernetesDiscovery,
+}
+
+/// Ready pods matching a label selector in a namespace.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesDiscovery {
+    /// The namespace watched.
+    pub namespace: String,
+    /// Label selector, e.g. `app=vllm,pool=llama-8b`.
+    pub selector: String,
+    /// Port of vLLM's HTTP server on each pod.
+    #[serde(default = "default_vllm_port")]
+    pub port: u16,
+    /// Watch `pods` (default) or `endpointslices`.
+    #[serde(default)]
+    pub resource: KubeResource,
+}
+
+fn default_vllm_port() -> u16 {
+    8000
+}
+
+/// What Kubernetes discovery watches.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeResource {
+    /// Ready pods matching the selector.
+    #[default]
+    Pods,
+    /// EndpointSlices matching the selector (their ready endpoints).
+    Endpointslices,
+}

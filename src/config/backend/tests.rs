@@ -1,0 +1,241 @@
+//! Tests of backends as written: capabilities by kind, tokenizer files, and the keys each kind
+//! takes (a key of another kind is refused with its path and the kinds that take it).
+
+use super::*;
+use crate::config::{load_file, parse};
+
+const TASKS: &str = "tasks: [{name: t, backends: [b], slo: {ttft_ms: 500}}]\n";
+
+fn backend(yaml: &str) -> Result<BackendConfig, Vec<crate::config::Problem>> {
+    parse(&format!("backends:\n  - {yaml}\n{TASKS}")).map(|c| c.backends[0].clone())
+}
+
+#[test]
+fn capabilities_default_by_kind_and_the_config_overrides_each_key() {
+    let b = backend("{name: b, kind: anthropic, model: m}").unwrap();
+    assert_eq!(
+        b.capabilities(),
+        Capabilities { tools: true, vision: true, json_schema: true, max_context: Some(200_000) }
+    );
+    let b = backend("{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m}").unwrap();
+    assert_eq!(
+        b.capabilities(),
+        Capabilities { tools: false, vision: false, json_schema: true, max_context: None }
+    );
+    let b = backend(
+        "{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m, \
+         capabilities: {tools: true, max_context: 8192}}",
+    )
+    .unwrap();
+    assert_eq!(
+        b.capabilities(),
+        Capabilities { tools: true, vision: false, json_schema: true, max_context: Some(8192) }
+    );
+    let b = backend("{name: b, kind: openai, model: m, capabilities: {vision: false}}").unwrap();
+    assert_eq!(b.capabilities().max_context, Some(128_000));
+    assert!(!b.capabilities().vision && b.capabilities().tools);
+}
+
+#[test]
+fn unknown_capabilities_and_bad_values_are_named() {
+    let problems = backend("{name: b, kind: openai, model: m, capabilities: {streaming: true}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].capabilities.streaming", "{problems:?}");
+    assert!(problems[0].message.contains("unknown field `streaming`"), "{problems:?}");
+    assert!(problems[0].message.contains("max_context"), "{problems:?}");
+    let problems = backend("{name: b, kind: openai, model: m, capabilities: {max_context: 0}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].capabilities.max_context", "{problems:?}");
+    let problems = backend("{name: b, kind: openai, model: m, capabilities: {tools: maybe}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].capabilities.tools", "{problems:?}");
+}
+
+#[test]
+fn a_tokenizer_file_is_read_relative_to_the_config_file_and_counts_exactly() {
+    let dir = std::env::temp_dir().join(format!("spillway-tok-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(dir.join("models")).unwrap();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer/tokenizer.json");
+    std::fs::copy(&fixture, dir.join("models/tokenizer.json")).unwrap();
+    let yaml = format!(
+        "backends:\n  - {{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m, \
+         tokenizer_file: models/tokenizer.json}}\n{TASKS}"
+    );
+    std::fs::write(dir.join("spillway.yaml"), &yaml).unwrap();
+    let config = load_file(&dir.join("spillway.yaml")).unwrap_or_else(|p| panic!("{p:?}"));
+    let b = &config.backends[0];
+    assert_eq!(b.tokenizer_file.as_deref(), Some(dir.join("models/tokenizer.json").as_path()));
+    let counter = crate::tokens::counter_for(b);
+    assert_eq!(counter.name(), "tokenizer_file");
+    assert_eq!(counter.count_text("hello world"), 9);
+
+    // Parsed without a file, the same relative path is looked up from the working
+    // directory, where it is not: the problem names the key and the path.
+    let problems = parse(&yaml).unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].tokenizer_file", "{problems:?}");
+    assert!(problems[0].message.contains("models/tokenizer.json"), "{problems:?}");
+    // Both ways of counting at once is a mistake.
+    let both = yaml.replace("tokenizer_file:", "tokenizer: llama_estimate, tokenizer_file:");
+    std::fs::write(dir.join("both.yaml"), both).unwrap();
+    let problems = load_file(&dir.join("both.yaml")).unwrap_err();
+    assert!(problems.iter().any(|p| p.path == "backends[0].tokenizer"), "{problems:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A valid value of every key only some kinds take.
+const SPEC_KEYS: &[(&str, &str)] = &[
+    ("endpoints", "['http://10.0.0.5:8000']"),
+    ("base_url", "'http://10.0.0.5:8000/v1'"),
+    ("agent_port", "9400"),
+    ("agent_address", "pod"),
+    ("reserve", "0.1"),
+    ("max_running", "8"),
+    ("pin", "{engine: '0.9'}"),
+    ("discovery", "{kubernetes: {namespace: llm, selector: app=vllm}}"),
+    ("quota", "{rpm: 10}"),
+    ("gpu_count", "2"),
+    ("gpu_hourly_usd", "'2.50'"),
+    ("version", "'2026-01'"),
+];
+
+const KINDS: [BackendKind; 5] = [
+    BackendKind::Vllm,
+    BackendKind::Openai,
+    BackendKind::Anthropic,
+    BackendKind::Gemini,
+    BackendKind::OpenaiCompatible,
+];
+
+#[test]
+fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_take_it() {
+    let text = format!(
+        "backends:\n  - {{name: p, kind: vllm, model: m, endpoints: ['http://10.0.0.5:8000']}}\n  \
+         - {{name: b, kind: openai, model: m, reserve: 0.1}}\n{TASKS}"
+    );
+    let problems = parse(&text).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].path, "backends[1].reserve", "{problems:?}");
+    assert_eq!(problems[0].message, "`reserve` does not apply to kind openai; only kind vllm takes it");
+    // Every such key of one backend, each at its path; `endpoints` names both kinds taking it.
+    let problems =
+        backend("{name: b, kind: anthropic, model: m, endpoints: ['http://h:1'], gpu_hourly_usd: 1, pin: ~}")
+            .unwrap_err();
+    let found: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        found,
+        [
+            "backends[0].endpoints: `endpoints` does not apply to kind anthropic; only kinds vllm, \
+             openai_compatible take it",
+            "backends[0].pin: `pin` does not apply to kind anthropic; only kind vllm takes it",
+            "backends[0].gpu_hourly_usd: `gpu_hourly_usd` does not apply to kind anthropic; only kind vllm \
+             takes it",
+        ]
+    );
+}
+
+#[test]
+fn a_hosted_key_on_a_pool_is_refused_at_its_path_with_the_kinds_that_take_it() {
+    let hosted = "only kinds openai, anthropic, gemini, openai_compatible take it";
+    for (key, value) in [("quota", "{rpm: 10}"), ("version", "'2026-01'"), ("base_url", "'http://h:1/v1'")] {
+        // `kind` need not come first.
+        let problems =
+            backend(&format!("{{{key}: {value}, name: b, model: m, endpoints: ['http://h:1'], kind: vllm}}"))
+                .unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].path, format!("backends[0].{key}"), "{problems:?}");
+        assert!(
+            problems[0].message.starts_with(&format!("`{key}` does not apply to kind vllm; {hosted}")),
+            "{problems:?}"
+        );
+    }
+    let problems =
+        backend("{name: b, kind: vllm, model: m, discovery: ~, base_url: 'http://h:1'}").unwrap_err();
+    assert!(
+        problems[0].message.ends_with("(a vllm backend lists its nodes under endpoints)"),
+        "{problems:?}"
+    );
+    // Read on its own (no loader), the backend is refused too, and the message names the key.
+    let err = serde_yaml_ng::from_str::<BackendConfig>("{name: b, kind: vllm, model: m, quota: {rpm: 1}}")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("`quota` does not apply to kind vllm; {hosted}")), "{err}");
+}
+
+#[test]
+fn problems_inside_a_kinds_keys_keep_their_paths() {
+    let problems = backend(
+        "{name: b, kind: vllm, model: m, discovery: {kubernetes: {namespace: llm, selector: a=b, \
+         resource: services}}, pin: {digest: x}, reserve: lots}",
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["backends[0].discovery.kubernetes.resource", "backends[0].pin.digest", "backends[0].reserve"],
+        "{problems:?}"
+    );
+    assert!(problems[1].message.contains("unknown field `digest`"), "{problems:?}");
+    // A key no kind takes is still serde's unknown field, listing the keys.
+    let problems = backend("{name: b, kind: gemini, model: m, weight: 3}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].weight", "{problems:?}");
+    assert!(problems[0].message.contains("unknown field `weight`, expected one of"), "{problems:?}");
+}
+
+#[test]
+fn each_kind_gets_its_own_settings_with_their_defaults() {
+    let b = backend("{name: b, kind: vllm, model: m, endpoints: ['http://h:1'], gpu_count: 2}").unwrap();
+    let pool = b.pool().unwrap();
+    assert_eq!((pool.reserve, pool.max_running, pool.gpu_count), (0.2, 256, 2));
+    assert_eq!(pool.agent_address, AgentAddress::Pod);
+    assert_eq!(b.endpoints(), ["http://h:1"]);
+    assert!(b.hosted().is_none());
+    let b = backend("{name: b, kind: gemini, model: m, quota: {tpm: 5}, version: v2}").unwrap();
+    assert_eq!(b.kind(), BackendKind::Gemini);
+    assert!(b.pool().is_none() && b.endpoints().is_empty());
+    let hosted = b.hosted().unwrap();
+    assert_eq!((hosted.quota.as_ref().unwrap().tpm, hosted.version.as_deref()), (Some(5), Some("v2")));
+    let b =
+        backend("{name: b, kind: openai_compatible, model: m, endpoints: ['http://h:1'], quota: {rpm: 3}}")
+            .unwrap();
+    assert_eq!(b.endpoints(), ["http://h:1"]);
+    assert_eq!(b.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.rpm), Some(3));
+    let BackendSpec::OpenaiCompatible(compatible) = &b.spec else { panic!("{b:?}") };
+    assert!(compatible.hosted.base_url.is_none());
+}
+
+/// The kind-specific keys of each branch of the schema, by kind.
+fn schema_spec_keys() -> Vec<(BackendKind, Vec<String>)> {
+    let schema = crate::config::schema();
+    let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap().clone();
+    let common = ["name", "kind", "model", "api_key_env", "region", "price", "max_inflight_per_node"];
+    let common = [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities"]].concat();
+    KINDS
+        .iter()
+        .map(|kind| {
+            let branch = branches
+                .iter()
+                .find(|b| b.to_string().contains(&format!("\"const\":\"{}\"", kind.as_str())))
+                .unwrap_or_else(|| panic!("no branch for {kind:?}"));
+            let keys = branch["properties"].as_object().unwrap().keys();
+            (*kind, keys.filter(|k| !common.contains(&k.as_str())).cloned().collect())
+        })
+        .collect()
+}
+
+#[test]
+fn the_keys_each_kind_takes_are_the_keys_of_its_schema_branch() {
+    let by_kind = schema_spec_keys();
+    let mut all: Vec<&String> = by_kind.iter().flat_map(|(_, keys)| keys).collect();
+    all.sort();
+    all.dedup();
+    let mut listed: Vec<&str> = SPEC_KEYS.iter().map(|(k, _)| *k).collect();
+    listed.sort();
+    assert_eq!(all, listed, "SPEC_KEYS lists every kind-specific key of the schema");
+    for (kind, keys) in &by_kind {
+        for (key, value) in SPEC_KEYS {
+            let in_branch = keys.iter().any(|k| k == key);
+            assert_eq!(written::takes(*kind, key), in_branch, "{kind:?} {key}");
+            let yaml = format!("{{name: b, kind: {}, model: m, {key}: {value}}}", kind.as_str());
+            let read = serde_yaml_ng::from_str::<BackendConfig>(&yaml);
+            assert_eq!(read.is_ok(), in_branch, "{yaml}: {read:?}");
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! A backend as written: one YAML mapping whose `kind` decides which other keys it may have.
+//!
+//! Every key is read with its own type wherever it stands (`kind` need not come first, and a
+//! problem inside a key keeps that key's path), then the kind takes its keys into its spec; a
+//! key left over is one the kind does not take, refused with the kinds that do. Nothing is
+//! buffered, so the YAML reads as it did when every key was one struct's. The schema says the
+//! same: one closed branch per kind, each with the keys every kind takes beside its own.
+
+use std::borrow::Cow;
+
+use rust_decimal::Decimal;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::de::{Deserializer, Error as _};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::pool::{default_gpu_count, default_max_running, default_reserve};
+use super::{
+    AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
+    HostedSpec, Pin, PoolSpec, Price, Quota, Tokenizer,
+};
+use crate::config::yes;
+
+/// Every key any kind takes. A kind-specific key is `Some` when written (even as `~`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename = "BackendConfig")]
+struct Written {
+    name: String,
+    kind: BackendKind,
+    #[serde(default, deserialize_with = "given")]
+    endpoints: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "given")]
+    base_url: Option<Option<String>>,
+    #[serde(default)]
+    api_key_env: Option<String>,
+    model: String,
+    #[serde(default)]
+    region: Option<String>,
+    #[serde(default)]
+    price: Option<Price>,
+    #[serde(default)]
+    max_inflight_per_node: Option<u32>,
+    #[serde(default = "yes")]
+    stream_upstream: bool,
+    #[serde(default, deserialize_with = "given")]
+    agent_port: Option<Option<u16>>,
+    #[serde(default, deserialize_with = "given")]
+    agent_address: Option<AgentAddress>,
+    #[serde(default, deserialize_with = "given")]
+    reserve: Option<f64>,
+    #[serde(default, deserialize_with = "given")]
+    max_running: Option<u32>,
+    #[serde(default, deserialize_with = "given")]
+    pin: Option<Option<Pin>>,
+    #[serde(default, deserialize_with = "given")]
+    discovery: Option<Option<Discovery>>,
+    #[serde(default, deserialize_with = "given")]
+    quota: Option<Option<Quota>>,
+    #[serde(default)]
+    tokenizer: Option<Tokenizer>,
+    #[serde(default)]
+    tokenizer_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    capabilities: CapabilitiesConfig,
+    #[serde(default, deserialize_with = "given")]
+    gpu_count: Option<u32>,
+    #[serde(default, deserialize_with = "given")]
+    gpu_hourly_usd: Option<Option<Decimal>>,
+    #[serde(default, deserialize_with = "given")]
+    version: Option<Option<String>>,
+}
+
+/// A key that is there, whatever its value.
+fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// The keys only `vllm` takes.
+const POOL_KEYS: &[&str] = &[
+    "endpoints",
+    "agent_port",
+    "agent_address",
+    "reserve",
+    "max_running",
+    "pin",
+    "discovery",
+    "gpu_count",
+    "gpu_hourly_usd",
+];
+
+/// The keys every kind but `vllm` takes.
+const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
+
+const KINDS: [BackendKind; 5] = [
+    BackendKind::Vllm,
+    BackendKind::Openai,
+    BackendKind::Anthropic,
+    BackendKind::Gemini,
+    BackendKind::OpenaiCompatible,
+];
+
+/// Whether a backend of `kind` takes the kind-specific key `key`.
+pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
+    match kind {
+        BackendKind::Vllm => POOL_KEYS.contains(&key),
+        BackendKind::OpenaiCompatible => key == "endpoints" || HOSTED_KEYS.contains(&key),
+        _ => HOSTED_KEYS.contains(&key),
+    }
+}
+
+/// A key written on a backend whose kind does not take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Misplaced {
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl Misplaced {
+    fn new(key: &'static str, kind: BackendKind) -> Misplaced {
+        let takers: Vec<&str> = KINDS.iter().filter(|k| takes(**k, key)).map(|k| k.as_str()).collect();
+        let only = match takers.as_slice() {
+            [one] => format!("only kind {one} takes it"),
+            all => format!("only kinds {} take it", all.join(", ")),
+        };
+        let mut message = format!("`{key}` does not apply to kind {}; {only}", kind.as_str());
+        if key == "base_url" && kind == BackendKind::Vllm {
+            message.push_str(" (a vllm backend lists its nodes under endpoints)");
+        }
+        Misplaced { key, message }
+    }
+}
+
+impl Written {
+    /// The backend, or the first key its kind does not take.
+    fn into_config(mut self) -> Result<BackendConfig, Misplaced> {
+        let spec = match self.kind {
+            BackendKind::Vllm => BackendSpec::Vllm(self.take_pool()),
+            BackendKind::Openai => BackendSpec::Openai(self.take_hosted()),
+            BackendKind::Anthropic => BackendSpec::Anthropic(self.take_hosted()),
+            BackendKind::Gemini => BackendSpec::Gemini(self.take_hosted()),
+            BackendKind::OpenaiCompatible => BackendSpec::OpenaiCompatible(CompatibleSpec {
+                endpoints: self.endpoints.take().unwrap_or_default(),
+                hosted: self.take_hosted(),
+            }),
+        };
+        if let Some(key) = self.left_over() {
+            return Err(Misplaced::new(key, self.kind));
+        }
+        Ok(BackendConfig {
+            name: self.name,
+            api_key_env: self.api_key_env,
+            model: self.model,
+            region: self.region,
+            price: self.price,
+            max_inflight_per_node: self.max_inflight_per_node,
+            stream_upstream: self.stream_upstream,
+            tokenizer: self.tokenizer,
+            tokenizer_file: self.tokenizer_file,
+            tokenizer_loaded: None,
+            capabilities: self.capabilities,
+            spec,
+        })
+    }
+
+    fn take_pool(&mut self) -> PoolSpec {
+        PoolSpec {
+            endpoints: self.endpoints.take().unwrap_or_default(),
+            agent_port: self.agent_port.take().flatten(),
+            agent_address: self.agent_address.take().unwrap_or_default(),
+            reserve: self.reserve.take().unwrap_or_else(default_reserve),
+            max_running: self.max_running.take().unwrap_or_else(default_max_running),
+            pin: self.pin.take().flatten(),
+            discovery: self.discovery.take().flatten(),
+            gpu_count: self.gpu_count.take().unwrap_or_else(default_gpu_count),
+            gpu_hourly_usd: self.gpu_hourly_usd.take().flatten(),
+        }
+    }
+
+    fn take_hosted(&mut self) -> HostedSpec {
+        HostedSpec {
+            base_url: self.base_url.take().flatten(),
+            quota: self.quota.take().flatten(),
+            version: self.version.take().flatten(),
+        }
+    }
+
+    /// The first kind-specific key the kind did not take, in the order the keys are declared.
+    fn left_over(&self) -> Option<&'static str> {
+        [
+            ("endpoints", self.endpoints.is_some()),
+            ("base_url", self.base_url.is_some()),
+            ("agent_port", self.agent_port.is_some()),
+            ("agent_address", self.agent_address.is_some()),
+            ("reserve", self.reserve.is_some()),
+            ("max_running", self.max_running.is_some()),
+            ("pin", self.pin.is_some()),
+            ("discovery", self.discovery.is_some()),
+            ("quota", self.quota.is_some()),
+            ("gpu_count", self.gpu_count.is_some()),
+            ("gpu_hourly_usd", self.gpu_hourly_usd.is_some()),
+            ("version", self.version.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(key, set)| set.then_some(key))
+    }
+}
+
+/// Why a backend did not decode.
+#[derive(Debug)]
+pub enum Refusal {
+    /// A wrong type, an unknown or missing key: serde's error, with its path in the backend.
+    Serde(serde_path_to_error::Error<serde_yaml_ng::Error>),
+    /// A key the kind does not take, at the backend's top level.
+    Misplaced(Misplaced),
+}
+
+/// Decode one backend from its YAML tree, every problem with its path inside the backend:
+/// what [`BackendConfig`]'s `Deserialize` does, except that a key the kind does not take is
+/// named as a path (there, only in the message).
+pub fn decode(value: serde_yaml_ng::Value) -> Result<BackendConfig, Refusal> {
+    serde_path_to_error::deserialize::<_, Written>(value)
+        .map_err(Refusal::Serde)?
+        .into_config()
+        .map_err(Refusal::Misplaced)
+}
+
+impl<'de> Deserialize<'de> for BackendConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Written::deserialize(d)?.into_config().map_err(|m| D::Error::custom(m.message))
+    }
+}
+
+/// Each kind's branch: its spec's keys and `kind` as one of its kinds. [`by_kind`] puts the
+/// keys every kind takes beside them.
+impl JsonSchema for BackendSpec {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "BackendSpec".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let kinds = BackendKind::json_schema(generator);
+        let hosted = [BackendKind::Openai, BackendKind::Anthropic, BackendKind::Gemini];
+        let branches = [
+            branch(&kinds, &[BackendKind::Vllm], PoolSpec::json_schema(generator)),
+            branch(&kinds, &hosted, HostedSpec::json_schema(generator)),
+            branch(&kinds, &[BackendKind::OpenaiCompatible], CompatibleSpec::json_schema(generator)),
+        ];
+        json_schema!({ "oneOf": branches })
+    }
+}
+
+/// `spec` with `kind` added as a required key that is one of `of`: `kinds` (BackendKind's
+/// schema) cut down to them.
+fn branch(kinds: &Schema, of: &[BackendKind], spec: Schema) -> Value {
+    let names: Vec<Value> = of.iter().map(|k| Value::from(k.as_str())).collect();
+    let mut kind = kinds.as_value().clone();
+    let listed = |v: &Value| v.get("const").or_else(|| v.get("enum").and_then(|e| e.get(0))).is_some();
+    match kind.get_mut("oneOf").and_then(Value::as_array_mut) {
+        Some(variants) if variants.iter().all(listed) => {
+            variants.retain(|v| v.get("const").is_some_and(|c| names.contains(c)));
+        }
+        _ => kind = serde_json::json!({ "type": "string", "enum": names }),
+    }
+    if let Some(kind) = kind.as_object_mut() {
+        kind.insert(
+            "description".into(),
+            "What it is: a vLLM pool or a hosted API, and its wire format".into(),
+        );
+    }
+    let mut spec = spec.to_value();
+    let object = spec.as_object_mut().expect("a spec is an object schema");
+    let of: Vec<&str> = of.iter().map(|k| k.as_str()).collect();
+    object.insert("description".into(), format!("A backend of kind {}", of.join(", ")).into());
+    object.entry("properties").or_insert_with(|| Value::Object(Map::new()))["kind"] = kind;
+    match object.get_mut("required").and_then(Value::as_array_mut) {
+        Some(required) => required.insert(0, "kind".into()),
+        None => {
+            object.insert("required".into(), serde_json::json!(["kind"]));
+        }
+    }
+    spec
+}
+
+/// `#[schemars(transform)]` of [`BackendConfig`]: its properties (the keys every kind takes)
+/// and their required keys go into each branch of its `spec` property, which takes their place:
+/// one closed object per kind (`additionalProperties: false` sees only its own object's keys).
+pub(super) fn by_kind(schema: &mut Schema) {
+    let Some(object) = schema.as_object_mut() else { return };
+    let Some(Value::Object(mut common)) = object.remove("properties") else { return };
+    let Some(mut spec) = common.remove("spec") else { return };
+    let required: Vec<Value> = match object.remove("required") {
+        Some(Value::Array(keys)) => keys.into_iter().filter(|k| k != "spec").collect(),
+        _ => Vec::new(),
+    };
+    object.remove("additionalProperties");
+    let Some(Value::Array(branches)) = spec.get_mut("oneOf").map(Value::take) else { return };
+    let branches: Vec<Value> = branches
+        .into_iter()
+        .map(|mut branch| {
+            let b = branch.as_object_mut().expect("a branch is an object schema");
+            let own = b.remove("required").and_then(|r| r.as_array().cloned()).unwrap_or_default();
+            let mut keys = required.clone();
+            keys.extend(own.into_iter().filter(|k| !required.contains(k)));
+            b.insert("required".into(), Value::Array(keys));
+            let properties = b.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(properties) = properties {
+                properties.extend(common.clone());
+            }
+            b.insert("additionalProperties".into(), false.into());
+            branch
+        })
+        .collect();
+    object.insert("oneOf".into(), Value::Array(branches));
+}
