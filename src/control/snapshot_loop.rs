@@ -167,6 +167,26 @@ tasks:
     }
 
     #[tokio::test(start_paused = true)]
+    async fn each_node_keeps_its_handle_across_rebuilds_and_it_reaches_the_shared_boards() {
+        let (sources, _tx) = sources(DiscoveredNodes::new(), false);
+        let first = rebuild(&sources, 2, Instant::now());
+        let node = &first.backends[0].nodes[0];
+        let _in_flight = node.handle.load.start();
+        let permit = node.handle.breaker.try_acquire(Instant::now()).unwrap();
+        permit.failure(Instant::now());
+
+        let next = rebuild(&sources, 3, Instant::now());
+        let same = &next.backends[0].nodes[0];
+        assert_eq!(same.key, node.key);
+        assert_eq!(same.handle, node.handle, "one node, one handle's state");
+        assert_eq!(same.handle.load.view().in_flight, 1, "what dispatch credited is still there");
+        assert_eq!(sources.nodes.load.view(&node.key).in_flight, 1, "and the admin API sees it by key");
+        sources.nodes.breakers.force(&node.key, Some(crate::guard::breaker::Forced::Open));
+        assert!(same.handle.breaker.try_acquire(Instant::now()).is_none(), "a forced breaker applies");
+        assert_ne!(next.backends[1].nodes[0].handle, node.handle);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn discovered_pods_join_the_pool_and_a_pod_that_differs_from_the_pin_is_quarantined() {
         let pods = [(
             "pool".to_string(),
