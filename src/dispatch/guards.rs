@@ -3,6 +3,7 @@
 //! counted with its own tokenizer. Every target passed over becomes a skipped attempt record.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -73,6 +74,16 @@ impl Guards for LiveGuards<'_> {
 
     fn release(&mut self, node: NodeHold) {
         drop(node);
+    }
+
+    fn failed(&mut self, node: NodeHold, counts_against_backend: bool, retry_after: Option<Duration>) {
+        let now = Instant::now();
+        if let Some(retry_after) = retry_after {
+            node.permit.hold(now, retry_after);
+        }
+        if counts_against_backend {
+            node.permit.failure(now);
+        }
     }
 
     fn skipped(&mut self, target: &Target, why: Skip) {

@@ -219,7 +219,7 @@ impl Dispatcher {
             if !backoff.is_zero() {
                 tokio::time::sleep(backoff).await;
             }
-            let Admitted { target, node: NodeHold { slot, permit }, charge, failover_from, .. } = call;
+            let Admitted { target, node: hold, charge, failover_from, .. } = call;
             let backend = &snap.backends[target.backend];
             let node = &backend.nodes[target.node];
             if let Some((from, class)) = failover_from {
@@ -264,6 +264,7 @@ impl Dispatcher {
                     .with_meta(meta);
                     outcome.spill = spill;
                     outcome.model = backend.model.clone();
+                    let NodeHold { slot, permit } = hold;
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
                     let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft);
                     self.emit(Record::Attempt(served.for_request(&meta.request_id)));
@@ -281,14 +282,7 @@ impl Dispatcher {
                     });
                 }
                 Err(error) => {
-                    if let Some(retry_after) = error.retry_after {
-                        node.handle.breaker.hold(Instant::now(), retry_after);
-                    }
-                    if error.class.counts_against_backend() {
-                        permit.failure(Instant::now());
-                    } else {
-                        drop(permit);
-                    }
+                    let after = walk.failed(&mut guards, hold, error.class, error.retry_after);
                     let record = AttemptRecord::failed(
                         &task.name,
                         &backend.name,
@@ -299,7 +293,7 @@ impl Dispatcher {
                     .for_request(&meta.request_id);
                     self.emit(Record::Attempt(record.clone()));
                     guards.attempts.push(record);
-                    if walk.failed(error.class) == AfterFailure::Reject {
+                    if after == AfterFailure::Reject {
                         let outcome =
                             RequestOutcome::failed(&task.name, &backend.name, calls, error.class, started);
                         self.emit(Record::Request(outcome.with_meta(meta)));

@@ -1,6 +1,7 @@
 //! The walk over a plan as a pure state machine: which target is called next, which are
 //! skipped and why, when the walk stops, how long to back off before a call, and what a
-//! failure before the first token means. [`Dispatcher::dispatch`](super::Dispatcher) drives
+//! failure before the first token means (for the request, and for the node's breaker and its
+//! `Retry-After` hold). [`Dispatcher::dispatch`](super::Dispatcher) drives
 //! it with the live guards and a real upstream; the simulator drives it on virtual time with
 //! modelled ones, so both walk a plan exactly the same way.
 //!
@@ -33,6 +34,10 @@ pub trait Guards {
     fn take_quota(&mut self, target: &Target) -> impl Future<Output = Result<Self::Charge, Skip>> + Send;
     /// A later guard refused: give the node back unused.
     fn release(&mut self, node: Self::Node);
+    /// The call on `node` failed before its first token: feed its breaker when the failure
+    /// counts against the backend (else give the permit back), and hold the node for as long
+    /// as the upstream asked (`Retry-After`).
+    fn failed(&mut self, node: Self::Node, counts_against_backend: bool, retry_after: Option<Duration>);
     /// `target` is passed over (or, for [`Skip::MaxAttempts`] and [`Skip::RetryBudget`], the
     /// walk ends at it).
     fn skipped(&mut self, target: &Target, why: Skip);
@@ -163,8 +168,16 @@ impl Walk {
         }
     }
 
-    /// The call last admitted failed before its first token.
-    pub fn failed(&mut self, class: ErrorClass) -> AfterFailure {
+    /// The call last admitted, on `node`, failed before its first token with `class` (and the
+    /// upstream's `Retry-After`, if it sent one).
+    pub fn failed<G: Guards>(
+        &mut self,
+        guards: &mut G,
+        node: G::Node,
+        class: ErrorClass,
+        retry_after: Option<Duration>,
+    ) -> AfterFailure {
+        guards.failed(node, class.counts_against_backend(), retry_after);
         if !class.may_fail_over() {
             return AfterFailure::Reject;
         }
@@ -212,6 +225,9 @@ mod tests {
         fn release(&mut self, node: usize) {
             self.log.push(format!("release {node}"));
         }
+        fn failed(&mut self, node: usize, counts: bool, retry_after: Option<Duration>) {
+            self.log.push(format!("failed {node} counts={counts} hold={retry_after:?}"));
+        }
         fn skipped(&mut self, t: &Target, why: Skip) {
             self.log.push(format!("skip {} {}", t.backend.index(), why.as_str()));
         }
@@ -247,47 +263,60 @@ mod tests {
         assert_eq!(w.calls(), 1);
     }
 
+    /// Call the next target and fail it with `class`.
+    fn fail_next(w: &mut Walk, g: &mut Scripted, class: ErrorClass) -> (Admitted<usize, ()>, AfterFailure) {
+        let a = next(w, g).unwrap();
+        let after = w.failed(g, a.node, class, None);
+        (a, after)
+    }
+
     #[test]
     fn a_failure_fails_over_with_backoff_within_its_class_only() {
         let mut w = walk(&[true, true, false, false], 5);
         let mut g = Scripted { retries: 10, ..Default::default() };
-        next(&mut w, &mut g).unwrap();
-        assert_eq!(w.failed(ErrorClass::Overloaded), AfterFailure::FailOver);
+        assert_eq!(fail_next(&mut w, &mut g, ErrorClass::Overloaded).1, AfterFailure::FailOver);
         // Local after local: backoff, capped at base × 2^0.
-        let b = next(&mut w, &mut g).unwrap();
+        let (b, _) = fail_next(&mut w, &mut g, ErrorClass::Timeout);
         assert_eq!((b.target.backend.index(), b.backoff.cap_ms), (1, 10));
         assert_eq!(b.failover_from, Some((BackendId::new(0), ErrorClass::Overloaded)));
-        w.failed(ErrorClass::Timeout);
         // Hosted after local: no backoff.
-        let c = next(&mut w, &mut g).unwrap();
+        let (c, _) = fail_next(&mut w, &mut g, ErrorClass::Connect);
         assert_eq!((c.target.backend.index(), c.backoff.cap_ms), (2, 0));
-        w.failed(ErrorClass::Connect);
         // Hosted after hosted: the second retry of its class, capped at the maximum.
-        let d = next(&mut w, &mut g).unwrap();
+        let (d, _) = fail_next(&mut w, &mut g, ErrorClass::Connect);
         assert_eq!((d.target.backend.index(), d.backoff.cap_ms), (3, 20));
-        w.failed(ErrorClass::Connect);
         assert_eq!(next(&mut w, &mut g).err(), Some(Stop::Exhausted));
         assert_eq!(w.calls(), 4);
+    }
+
+    #[test]
+    fn a_failure_feeds_the_breaker_only_when_it_is_the_backends_and_holds_for_retry_after() {
+        let mut w = walk(&[false, false, false], 5);
+        let mut g = Scripted { retries: 10, ..Default::default() };
+        let a = next(&mut w, &mut g).unwrap();
+        let hold = Some(Duration::from_secs(7));
+        assert_eq!(w.failed(&mut g, a.node, ErrorClass::RateLimited, hold), AfterFailure::FailOver);
+        let b = next(&mut w, &mut g).unwrap();
+        assert_eq!(w.failed(&mut g, b.node, ErrorClass::InvalidRequest, None), AfterFailure::Reject);
+        let failed: Vec<&String> = g.log.iter().filter(|l| l.starts_with("failed")).collect();
+        assert_eq!(failed, ["failed 0 counts=true hold=Some(7s)", "failed 1 counts=false hold=None"]);
     }
 
     #[test]
     fn a_client_mistake_is_rejected_and_limits_end_the_walk() {
         let mut w = walk(&[false, false, false], 5);
         let mut g = Scripted { retries: 10, ..Default::default() };
-        next(&mut w, &mut g).unwrap();
-        assert_eq!(w.failed(ErrorClass::InvalidRequest), AfterFailure::Reject);
+        assert_eq!(fail_next(&mut w, &mut g, ErrorClass::InvalidRequest).1, AfterFailure::Reject);
 
         let mut w = walk(&[false, false, false], 1);
-        next(&mut w, &mut g).unwrap();
-        w.failed(ErrorClass::Overloaded);
+        fail_next(&mut w, &mut g, ErrorClass::Overloaded);
         g.log.clear();
         assert_eq!(next(&mut w, &mut g).err(), Some(Stop::MaxAttempts));
         assert_eq!(g.log, ["skip 1 max_attempts"]);
 
         let mut w = walk(&[false, false, false], 5);
         let mut g = Scripted { retries: 0, ..Default::default() };
-        next(&mut w, &mut g).unwrap();
-        w.failed(ErrorClass::Overloaded);
+        fail_next(&mut w, &mut g, ErrorClass::Overloaded);
         g.log.clear();
         assert_eq!(next(&mut w, &mut g).err(), Some(Stop::RetryBudget));
         assert_eq!(g.log, ["node 1", "release 1", "skip 1 retry_budget_exhausted"]);

@@ -291,6 +291,11 @@ pub struct BreakerPermit {
 }
 
 impl BreakerPermit {
+    /// The upstream answered `Retry-After`: no call to the node before then.
+    pub fn hold(&self, now: Instant, retry_after: Duration) {
+        self.breaker.hold(now, retry_after);
+    }
+
     pub fn success(mut self, now: Instant) {
         self.done = true;
         let cfg = Arc::clone(&self.breaker.cfg);

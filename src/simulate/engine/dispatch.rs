@@ -1,10 +1,11 @@
 //! Dispatch on virtual time: a request is planned once on arrival (`route::plan`), then its
 //! plan is walked by the same state machine the router runs (`dispatch::walk`), asking
 //! modelled guards: per-node in-flight limit, breaker permit (the pure `Breaker`, explicit
-//! `now`), the retry budget and the router's per-minute quota windows. Calls take virtual
-//! time: a first-token deadline of SLO × factor, modelled nodes and providers. After the first
-//! token the request is committed, and a node lost mid-stream is a client-visible error.
-//! Outcomes feed breakers and (for tracked backends) PID availability.
+//! `now`, held for a rate-limited provider's `Retry-After`), the retry budget and the
+//! router's per-minute quota windows. Calls take virtual time: a first-token deadline of
+//! SLO × factor, modelled nodes and providers. After the first token the request is
+//! committed, and a node lost mid-stream is a client-visible error. Outcomes feed breakers
+//! and (for tracked backends) PID availability.
 
 use std::future::Future;
 
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 
 use super::{Engine, Ev};
 use crate::canonical::ErrorClass;
-use crate::config::TaskConfig;
+use crate::config::{BreakerConfig, TaskConfig};
 use crate::dispatch::walk::{AfterFailure, Guards, Stop, Walk};
 use crate::fleet::load::{InFlight, LoadView};
 use crate::guard::breaker::Breaker;
@@ -137,20 +138,8 @@ impl Engine<'_> {
 
     /// Move on to the next target the walk admits, as `Dispatcher::dispatch` does.
     fn walk(&mut self, r: usize, now: Micros) {
-        let a = &self.arrivals[self.reqs[r].arrival];
-        let mut guards = SimGuards {
-            at: self.clock.instant(now),
-            minute: self.clock.unix_ms(now) / 60_000,
-            estimate: u64::from(a.prompt_tokens) + u64::from(self.reqs[r].output),
-            ceiling: a.priority.quota_ceiling(),
-            snap: &self.snap,
-            node_base: &self.node_base,
-            router_in_flight: &self.router_in_flight,
-            breakers: &mut self.breakers,
-            budget: &mut self.budget,
-            quota: &mut self.quota,
-        };
-        let next = self.reqs[r].walk.next(&mut guards).now_or_never();
+        let (walk, mut guards) = self.walk_and_guards(r, now);
+        let next = walk.next(&mut guards).now_or_never();
         match next.expect("the simulator's guards answer at once") {
             Err(Stop::RetryBudget) => self.fail(r, "retry_budget"),
             Err(Stop::Exhausted | Stop::MaxAttempts) => self.fail(r, "exhausted"),
@@ -169,6 +158,26 @@ impl Engine<'_> {
         }
     }
 
+    /// Request `r`'s walk, and the router's guards as they stand at `now`.
+    fn walk_and_guards(&mut self, r: usize, now: Micros) -> (&mut Walk, SimGuards<'_>) {
+        let q = &mut self.reqs[r];
+        let a = &self.arrivals[q.arrival];
+        let guards = SimGuards {
+            at: self.clock.instant(now),
+            minute: self.clock.unix_ms(now) / 60_000,
+            estimate: u64::from(a.prompt_tokens) + u64::from(q.output),
+            ceiling: a.priority.quota_ceiling(),
+            snap: &self.snap,
+            node_base: &self.node_base,
+            router_in_flight: &self.router_in_flight,
+            breakers: &mut self.breakers,
+            breaker_cfg: &self.s.config.dispatch.breaker,
+            budget: &mut self.budget,
+            quota: &mut self.quota,
+        };
+        (&mut q.walk, guards)
+    }
+
     /// Send the current attempt.
     pub(super) fn begin(&mut self, r: usize, attempt: u32, now: Micros) {
         if !self.pending(r, attempt) {
@@ -185,16 +194,17 @@ impl Engine<'_> {
         if a.client_error {
             return self.q.push(
                 now + from_ms(30.0),
-                Ev::Failed { req: r, attempt, class: ErrorClass::InvalidRequest },
+                Ev::Failed { req: r, attempt, class: ErrorClass::InvalidRequest, retry_after: None },
             );
         }
         let output = self.reqs[r].output;
         if let Some(node) = self.nodes[flat].as_mut() {
             if !node.alive {
                 let connect = from_ms(self.s.config.dispatch.connect_timeout_ms as f64).min(deadline);
-                return self
-                    .q
-                    .push(now + connect, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
+                return self.q.push(
+                    now + connect,
+                    Ev::Failed { req: r, attempt, class: ErrorClass::Connect, retry_after: None },
+                );
             }
             self.q.push(now + deadline, Ev::Deadline { req: r, attempt });
             let job = Job {
@@ -213,18 +223,25 @@ impl Engine<'_> {
         let call = Call { prompt: a.prompt_tokens, prefix: a.prefix_tokens, output, project: a.project_id };
         let provider = self.providers[b].as_mut().expect("a hosted backend has a provider model");
         match provider.call(call, now, minute, &mut self.rng) {
-            Answer::Served { ttft, .. } if ttft > deadline => {
-                self.q.push(now + deadline, Ev::Failed { req: r, attempt, class: ErrorClass::Timeout })
-            }
+            Answer::Served { ttft, .. } if ttft > deadline => self.q.push(
+                now + deadline,
+                Ev::Failed { req: r, attempt, class: ErrorClass::Timeout, retry_after: None },
+            ),
             Answer::Served { ttft, done, cached } => {
                 self.q.push(now + ttft, Ev::FirstToken { req: r, attempt, cached });
                 self.q.push(now + done, Ev::Done { req: r, attempt });
             }
-            Answer::Failed { after, .. } if after > deadline => {
-                self.q.push(now + deadline, Ev::Failed { req: r, attempt, class: ErrorClass::Timeout })
-            }
+            Answer::Failed { after, .. } if after > deadline => self.q.push(
+                now + deadline,
+                Ev::Failed { req: r, attempt, class: ErrorClass::Timeout, retry_after: None },
+            ),
             Answer::Failed { class, after } => {
-                self.q.push(now + after, Ev::Failed { req: r, attempt, class })
+                // A rate-limited provider says when its window resets, as real ones do.
+                let retry_after = (class == ErrorClass::RateLimited).then(|| {
+                    let into_minute = self.clock.unix_ms(now + after) % 60_000;
+                    from_ms((60_000 - into_minute) as f64)
+                });
+                self.q.push(now + after, Ev::Failed { req: r, attempt, class, retry_after })
             }
         }
     }
@@ -238,21 +255,6 @@ impl Engine<'_> {
             None => self.availability.record(name, true),
             Some(class) => self.availability.record_failure(name, class),
         }
-    }
-
-    /// The attempt in flight ended in `class`: release what it held and tell the breaker and PID.
-    fn end_failed_attempt(&mut self, r: usize, class: ErrorClass, now: Micros) {
-        let at = self.at(now);
-        let q = &mut self.reqs[r];
-        let flat = q.current.take().expect("pending");
-        q.in_flight = None;
-        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
-        if class.counts_against_backend() {
-            self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
-        } else {
-            self.breakers[flat].release();
-        }
-        self.tracked_record(self.flat[flat].0, Some(class));
     }
 
     pub(super) fn first_token(&mut self, r: usize, attempt: u32, cached: u32, now: Micros) {
@@ -306,24 +308,37 @@ impl Engine<'_> {
         }
     }
 
-    pub(super) fn failed(&mut self, r: usize, attempt: u32, class: ErrorClass, now: Micros) {
+    /// The attempt in flight ended in `class` before its first token: release what it held,
+    /// tell PID, and let the walk feed the breaker and go on.
+    pub(super) fn failed(
+        &mut self,
+        r: usize,
+        attempt: u32,
+        class: ErrorClass,
+        retry_after: Option<Micros>,
+        now: Micros,
+    ) {
         if !self.pending(r, attempt) {
             return;
         }
-        let flat = self.reqs[r].current.expect("pending");
+        let flat = self.reqs[r].current.take().expect("pending");
         if let Some(node) = self.nodes[flat].as_mut() {
             let started = node.cancel(r, attempt, now);
             self.schedule(started);
         }
-        self.end_failed_attempt(r, class, now);
-        match self.reqs[r].walk.failed(class) {
+        self.reqs[r].in_flight = None;
+        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        self.tracked_record(self.flat[flat].0, Some(class));
+        let retry_after = retry_after.map(std::time::Duration::from_micros);
+        let (walk, mut guards) = self.walk_and_guards(r, now);
+        match walk.failed(&mut guards, flat, class, retry_after) {
             AfterFailure::Reject => self.fail(r, "client"),
             AfterFailure::FailOver => self.walk(r, now),
         }
     }
 
     pub(super) fn deadline(&mut self, r: usize, attempt: u32, now: Micros) {
-        self.failed(r, attempt, ErrorClass::Timeout, now);
+        self.failed(r, attempt, ErrorClass::Timeout, None, now);
     }
 
     /// A node went away holding these jobs: those before their first token fail over (the
@@ -335,7 +350,8 @@ impl Engine<'_> {
                 continue;
             }
             if !q.committed {
-                self.q.push(now, Ev::Failed { req: r, attempt, class: ErrorClass::Connect });
+                self.q
+                    .push(now, Ev::Failed { req: r, attempt, class: ErrorClass::Connect, retry_after: None });
                 continue;
             }
             let within = q.within_slo;
@@ -365,6 +381,7 @@ struct SimGuards<'a> {
     node_base: &'a [usize],
     router_in_flight: &'a [u32],
     breakers: &'a mut [Breaker],
+    breaker_cfg: &'a BreakerConfig,
     budget: &'a mut RetryBudget,
     quota: &'a mut [(Option<Limits>, MinuteWindow)],
 }
@@ -400,6 +417,23 @@ impl Guards for SimGuards<'_> {
 
     fn release(&mut self, flat: usize) {
         self.breakers[flat].release();
+    }
+
+    fn failed(
+        &mut self,
+        flat: usize,
+        counts_against_backend: bool,
+        retry_after: Option<std::time::Duration>,
+    ) {
+        let breaker = &mut self.breakers[flat];
+        if let Some(retry_after) = retry_after {
+            breaker.hold(self.at, retry_after);
+        }
+        if counts_against_backend {
+            breaker.on_failure(self.at, self.breaker_cfg);
+        } else {
+            breaker.release();
+        }
     }
 
     fn skipped(&mut self, _: &Target, _: Skip) {}

@@ -61,6 +61,8 @@ pub enum Ev {
         req: usize,
         attempt: u32,
         class: ErrorClass,
+        /// How long the provider asked to be left alone (`Retry-After`), if it did.
+        retry_after: Option<Micros>,
     },
     /// The first-token deadline of an attempt.
     Deadline {
@@ -245,7 +247,9 @@ impl<'a> Engine<'a> {
             Ev::Begin { req, attempt } => self.begin(req, attempt, now),
             Ev::FirstToken { req, attempt, cached } => self.first_token(req, attempt, cached, now),
             Ev::Done { req, attempt } => self.done(req, attempt, now),
-            Ev::Failed { req, attempt, class } => self.failed(req, attempt, class, now),
+            Ev::Failed { req, attempt, class, retry_after } => {
+                self.failed(req, attempt, class, retry_after, now)
+            }
             Ev::Deadline { req, attempt } => self.deadline(req, attempt, now),
         }
     }
