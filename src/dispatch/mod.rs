@@ -10,6 +10,7 @@
 mod first_output;
 mod guards;
 mod lease;
+pub mod synthetic;
 pub mod variant;
 pub mod walk;
 
@@ -82,6 +83,8 @@ pub struct Dispatcher {
     records: mpsc::UnboundedSender<Record>,
     load: Arc<NodeLoad>,
     quota: Arc<QuotaBoard>,
+    /// Synthetic calls in flight ([`synthetic`]), at most `max_synthetic_in_flight`.
+    synthetic: Arc<Semaphore>,
 }
 
 /// The secret values dispatch knows: the API keys it sends upstream, and the other secrets
@@ -135,6 +138,7 @@ impl Dispatcher {
         let transport = Transport::new(hosted, plain);
         let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());
         Dispatcher {
+            synthetic: synthetic::bound(cfg.max_synthetic_in_flight),
             transport,
             cfg,
             breakers,
