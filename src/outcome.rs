@@ -136,9 +136,66 @@ pub struct RequestMeta {
     pub priority: crate::config::Priority,
     /// The id in the `x-request-id` response header and in every log line of the request.
     pub request_id: String,
-    /// A canary, not a client's request: ledgered (it costs money) but kept out of the
-    /// request metrics and SLO windows.
+    /// A synthetic call (canary, gate item, judge, shadow), not a client's request: kept out
+    /// of the request metrics and SLO windows; `client_key` names its [`Purpose`].
     pub synthetic: bool,
+}
+
+impl RequestMeta {
+    /// What a synthetic call was for (`None`: a client's request).
+    pub fn purpose(&self) -> Option<Purpose> {
+        self.synthetic.then(|| self.client_key.as_deref().and_then(Purpose::parse)).flatten()
+    }
+
+    /// Whether this request's record goes to the request ledger: every client request and the
+    /// synthetic calls whose cost has no other home (see [`Purpose::ledgered`]).
+    pub fn ledgered(&self) -> bool {
+        !self.synthetic || self.purpose().is_none_or(Purpose::ledgered)
+    }
+}
+
+/// What a call made beside live traffic is for. Its name is the client key it runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// A probe of a fallback backend (`control::canary`).
+    Canary,
+    /// A golden item of a gate run.
+    Gate,
+    /// A judge backend scoring an answer.
+    Judge,
+    /// A copy of a live request to another backend.
+    Shadow,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 4] = [Purpose::Canary, Purpose::Gate, Purpose::Judge, Purpose::Shadow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Canary => "canary",
+            Purpose::Gate => "gate",
+            Purpose::Judge => "judge",
+            Purpose::Shadow => "shadow",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Purpose> {
+        Purpose::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// Whether its calls are rows of the request ledger. Each call's cost is counted once:
+    /// a gate item's cost is in its run's result (`gate_results`) and a shadow's in its own
+    /// row (`shadow_results`), so they stay out; a canary's and a judge's cost has no other
+    /// home, so they are ledgered (under their purpose's client key).
+    pub fn ledgered(self) -> bool {
+        matches!(self, Purpose::Canary | Purpose::Judge)
+    }
+
+    /// Whether a call waits for room (in the synthetic bound, in the backend's quota) rather
+    /// than give up at once: gate items and judges wait, canaries and shadows do not.
+    pub fn waits(self) -> bool {
+        matches!(self, Purpose::Gate | Purpose::Judge)
+    }
 }
 
 impl Default for RequestMeta {

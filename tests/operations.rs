@@ -10,4 +10,5 @@ mod dashboard;
 mod gate;
 mod grafana;
 mod helm;
+mod synthetic;
 mod vllm_manifests;

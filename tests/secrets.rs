@@ -3,7 +3,7 @@
 //! for each wire format, and the planted values are looked for everywhere they could surface:
 //! the client's JSON and streamed answers, the router's log output, the ledger's rows (and
 //! its database file), and the `/admin` answers that show errors (canary results), plus the
-//! results of a call made beside dispatch (a gate call).
+//! results of a synthetic call (a gate item).
 //!
 //! The upstream is a small canned server written here (axum on 127.0.0.1:0) that answers in the
 //! provider's own shapes and quotes back the key the request carried.
@@ -21,7 +21,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use spillway::canonical::{ChatRequest, Message, Role};
-use spillway::gate::call::Caller;
 use spillway::ledger::Store;
 
 const PROVIDER_KEY: &str = "prov-PLANTED-provider-key-7777";
@@ -378,30 +377,44 @@ async fn gemini_error_mid_stream() {
     no_secret_leaves(Wire::Gemini, Mode::MidStream).await;
 }
 
-/// Calls made beside dispatch (gate items, judges, shadows) scrub their errors the same way.
+/// Calls made beside live traffic (gate items, judges, shadows) go through the dispatcher's
+/// synthetic entry point and scrub their errors the same way (here as the CLI makes them: only
+/// the provider keys known, a named node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_call_never_shows_the_key() {
+    use spillway::dispatch::synthetic::{Destination, Purpose, SyntheticCall};
+    use spillway::dispatch::{Dispatcher, Keys};
     for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
         for mode in [Mode::Status(400), Mode::Status(401), Mode::MidStream] {
             let (url, upstream) = echo(wire, mode).await;
             let yaml = config(wire, &url, &common::temp_ledger_url());
-            let config = spillway::config::parse(&yaml).unwrap();
-            let backend = &config.backends[0];
-            let caller = Caller::with_keys(
-                reqwest::Client::new().into(),
-                HashMap::from([("echo".to_string(), PROVIDER_KEY.to_string())]),
-                None,
+            let config = Arc::new(spillway::config::parse(&yaml).unwrap());
+            let (records, _kept) = tokio::sync::mpsc::unbounded_channel();
+            let dispatcher = Dispatcher::new(
+                config.dispatch.clone(),
+                Keys {
+                    api_keys: HashMap::from([("echo".to_string(), PROVIDER_KEY.to_string())]),
+                    ..Keys::default()
+                },
+                records,
+                spillway::guard::quota::QuotaBoard::new(&config, None),
             );
+            let snap = spillway::snapshot::Snapshot::from_config(Arc::clone(&config));
             let request = ChatRequest {
                 messages: vec![Message::new(Role::User, "hi")],
                 max_tokens: Some(8),
                 ..Default::default()
             };
-            let base_url = backend.hosted().and_then(|h| h.base_url.clone()).unwrap();
-            let err = caller.ask(None, backend, &base_url, &request).await.unwrap_err();
+            let call = SyntheticCall {
+                purpose: Purpose::Gate,
+                task: &config.tasks[0],
+                request,
+                to: Destination::Node { backend: spillway::config::BackendId::new(0), node: 0 },
+            };
+            let err = dispatcher.synthetic(&snap, call).await.unwrap_err();
             assert_eq!(upstream.seen.lock().unwrap().as_deref(), Some(PROVIDER_KEY));
-            assert!(!err.message.contains(PROVIDER_KEY), "{wire:?} {mode:?}: {err:?}");
-            assert!(err.message.contains(MARKER), "{wire:?} {mode:?}: {err:?}");
+            assert!(!err.to_string().contains(PROVIDER_KEY), "{wire:?} {mode:?}: {err:?}");
+            assert!(err.message().contains(MARKER), "{wire:?} {mode:?}: {err:?}");
         }
     }
 }

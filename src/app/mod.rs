@@ -168,27 +168,18 @@ pub async fn start_with(
     );
     let dispatcher = Arc::new(dispatcher);
     let gate = {
-        let keys = Arc::clone(&dispatcher);
-        let caller = crate::gate::call::Caller {
-            transport: dispatcher.transport().clone(),
-            keys: Arc::new(move |backend: &str| keys.api_key(backend)),
-            redactor: {
-                let dispatcher = Arc::clone(&dispatcher);
-                Arc::new(move || dispatcher.redactor())
-            },
-            quota: Some(Arc::clone(&quota)),
-            timeout: Duration::from_secs(120),
-            quota_wait: Duration::from_secs(60),
+        let calls = crate::gate::call::Calls {
+            dispatcher: Arc::clone(&dispatcher),
+            snapshot: Arc::clone(&snapshot),
+            planned: true,
         };
         let parts = crate::gate::service::Parts {
             config: Arc::clone(&config_swap),
             snapshot: Arc::clone(&snapshot),
             pins: Arc::clone(&pins),
             store: ledger.as_ref().map(|l| l.store.clone()),
-            caller,
+            calls,
             metrics: Arc::clone(&metrics),
-            load: Arc::clone(&load),
-            breakers: Arc::clone(&breakers),
         };
         crate::gate::service::GateService::start(parts, gate_board, &mut loops).await
     };

@@ -86,6 +86,9 @@ pub struct DispatchConfig {
     pub pool_idle_timeout_ms: u64,
     /// Circuit breakers (one per backend, model and node).
     pub breaker: BreakerConfig,
+    /// Calls made beside live traffic (canaries, gate items, judges, shadows) in flight at
+    /// once; beyond it a shadow is dropped (counted as `busy`) and the others wait.
+    pub max_synthetic_in_flight: usize,
 }
 
 impl Default for DispatchConfig {
@@ -102,6 +105,7 @@ impl Default for DispatchConfig {
             pool_max_idle_per_host: 256,
             pool_idle_timeout_ms: 90_000,
             breaker: BreakerConfig::default(),
+            max_synthetic_in_flight: 64,
         }
     }
 }

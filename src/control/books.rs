@@ -1,5 +1,7 @@
 //! The bookkeeping loop: reads the outcome records dispatch emits, off the request path, and
-//! hands them to the metrics, the hosted availability board and the ledger.
+//! hands them to the metrics, the hosted availability board and the ledger. Synthetic calls
+//! stay out of the request metrics and SLO windows; of them only canaries and judges reach
+//! the ledger (`Purpose::ledgered`: gate items and shadows are costed in their own tables).
 
 use crate::outcome::{Ending, Record};
 
@@ -65,7 +67,8 @@ pub async fn consume(
                 let cost = prices.load().cost(&r);
                 metrics
                     .observe_request(&r, cost.and_then(|c| rust_decimal::prelude::ToPrimitive::to_f64(&c)));
-                if let Some(ledger) = &ledger {
+                // A synthetic call's cost is ledgered only where it has no other home.
+                if let Some(ledger) = ledger.as_ref().filter(|_| r.meta.ledgered()) {
                     ledger.record(&r, cost);
                 }
             }

@@ -4,26 +4,24 @@
 //! work, or known broken, before an outage needs it.
 //!
 //! A canary goes out as the first task that lists the backend as a fallback and whose data
-//! class allows it; a backend no task may send data to is never probed. It is ledgered (it
-//! costs money, under the client key name `canary`) and counted in `spillway_canaries_total`,
-//! but kept out of the request metrics and SLO windows. It never retries elsewhere: its plan
-//! holds only the probed backend.
+//! class allows it; a backend no task may send data to is never probed. It is a synthetic
+//! call ([`Purpose::Canary`]) to the probed backend alone, so it never retries elsewhere; it
+//! is ledgered (it costs money, under the client key name `canary`) and counted in
+//! `spillway_canaries_total`, but kept out of the request metrics and SLO windows.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use futures::StreamExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::canonical::{ChatRequest, Message, Role};
-use crate::config::{BackendId, Priority, TaskId};
-use crate::dispatch::{DispatchError, Dispatcher};
+use crate::config::{BackendId, TaskId};
+use crate::dispatch::synthetic::{Destination, Purpose, SyntheticCall};
+use crate::dispatch::Dispatcher;
 use crate::metrics::Metrics;
-use crate::outcome::RequestMeta;
-use crate::route::{Plan, Reason, Target};
 use crate::snapshot::Snapshot;
 
 /// Which task each fallback backend is probed as.
@@ -94,71 +92,32 @@ impl Canaries {
     }
 
     async fn probe(&self, snap: &Snapshot, backend: BackendId, task: TaskId) -> CanaryResult {
-        let view = &snap.backends[backend];
         let task = &snap.config.tasks[task];
         let canary = &snap.config.canary;
-        let plan = Plan {
-            targets: (0..view.nodes.len())
-                .filter(|&n| view.nodes[n].held.is_none())
-                .map(|node| Target { backend, node, reason: Reason::Preferred { rank: 0 } })
-                .collect(),
-            spills: Vec::new(),
-        };
         let request = ChatRequest {
-            model: task.name.clone(),
             messages: vec![Message::new(Role::User, canary.prompt.clone())],
             max_tokens: Some(canary.max_tokens),
             temperature: Some(0.0),
             ..ChatRequest::default()
         };
-        let meta = RequestMeta {
-            client_key: Some("canary".into()),
-            request_id: format!("canary-{:016x}", rand::random::<u64>()),
-            priority: Priority::Batch,
-            synthetic: true,
-            ..RequestMeta::default()
-        };
-        let started = Instant::now();
         let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let result = |ok: bool, ttft_ms: Option<u64>, error: Option<String>| CanaryResult {
-            backend: view.name.clone(),
+        let call =
+            SyntheticCall { purpose: Purpose::Canary, task, request, to: Destination::Backend(backend) };
+        let answer = self.dispatcher.synthetic(snap, call).await;
+        let (ok, ttft_ms, error) = match answer {
+            Ok(a) => (true, Some(a.ttft.as_millis() as u64), None),
+            Err(e) => {
+                tracing::debug!("canary failed: {e}");
+                (false, None, Some(e.to_string()))
+            }
+        };
+        CanaryResult {
+            backend: snap.backends[backend].name.clone(),
             task: task.name.clone(),
             ok,
             ttft_ms,
             error,
             at,
-        };
-        if plan.targets.is_empty() {
-            return result(false, None, Some("every node is held by an operator".into()));
-        }
-        match self.dispatcher.dispatch(snap, &plan, task, &request, Priority::Batch, &meta).await {
-            Ok(committed) => {
-                let ttft_ms = Some(committed.ttft.as_millis() as u64);
-                let mut events = committed.events;
-                while let Some(event) = events.next().await {
-                    if let Err(e) = event {
-                        return result(
-                            false,
-                            ttft_ms,
-                            Some(format!("broke after the first token: {}", e.message)),
-                        );
-                    }
-                }
-                result(true, ttft_ms, None)
-            }
-            Err(e) => {
-                let why = match e {
-                    DispatchError::Rejected { error, .. } => {
-                        format!("{}: {}", error.class.as_str(), error.message)
-                    }
-                    DispatchError::Exhausted { attempts } => {
-                        attempts.iter().map(|a| a.describe()).collect::<Vec<_>>().join("; ")
-                    }
-                    DispatchError::Shed { why } => why,
-                };
-                tracing::debug!(elapsed_ms = started.elapsed().as_millis() as u64, "canary failed: {why}");
-                result(false, None, Some(why))
-            }
         }
     }
 

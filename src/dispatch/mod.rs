@@ -10,6 +10,7 @@
 mod first_output;
 mod guards;
 mod lease;
+pub mod synthetic;
 pub mod variant;
 pub mod walk;
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 use first_output::first_output;
 use guards::{LiveGuards, NodeHold};
 use lease::{track, Lease};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
@@ -77,6 +78,8 @@ pub struct Dispatcher {
     admin_token: Option<String>,
     records: mpsc::UnboundedSender<Record>,
     quota: Arc<QuotaBoard>,
+    /// Synthetic calls in flight ([`synthetic`]), at most `max_synthetic_in_flight`.
+    synthetic: Arc<Semaphore>,
 }
 
 /// The secret values dispatch knows: the API keys it sends upstream, and the other secrets
@@ -128,6 +131,7 @@ impl Dispatcher {
         let transport = Transport::new(hosted, plain);
         let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());
         Dispatcher {
+            synthetic: synthetic::bound(cfg.max_synthetic_in_flight),
             transport,
             cfg,
             budget: Mutex::new(budget),
@@ -137,22 +141,6 @@ impl Dispatcher {
             records,
             quota,
         }
-    }
-
-    /// A backend's API key, for calls made beside dispatch (gate runs, shadow traffic).
-    pub fn api_key(&self, backend: &str) -> Option<String> {
-        self.secrets.load().get(backend).cloned()
-    }
-
-    /// How dispatch reaches upstreams (its connection pools are shared).
-    pub fn transport(&self) -> &Transport {
-        &self.transport
-    }
-
-    /// What scrubs upstream error texts now, for calls made beside dispatch (gate runs,
-    /// shadow traffic): they go through [`redact::send_scrubbed`] with it, as dispatch does.
-    pub fn redactor(&self) -> Arc<Redactor> {
-        self.redactor.load_full()
     }
 
     /// Use the keys of a reloaded config from now on (and keep redacting the admin token the
@@ -335,7 +323,7 @@ mod tests {
         let text =
             "old-provider-key-1 old-client-key-22 admin-token-333 new-provider-key-4 new-client-key-55";
         assert_eq!(
-            dispatcher.redactor().scrub(text),
+            dispatcher.redactor.load().scrub(text),
             "[redacted] [redacted] [redacted] new-provider-key-4 new-client-key-55"
         );
         dispatcher.set_secrets(Keys {
@@ -343,9 +331,9 @@ mod tests {
             client_keys: vec!["new-client-key-55".into()],
             admin_token: None,
         });
-        assert_eq!(dispatcher.api_key("a").as_deref(), Some("new-provider-key-4"));
+        assert_eq!(dispatcher.secrets.load().get("a").map(String::as_str), Some("new-provider-key-4"));
         assert_eq!(
-            dispatcher.redactor().scrub(text),
+            dispatcher.redactor.load().scrub(text),
             "old-provider-key-1 old-client-key-22 [redacted] [redacted] [redacted]",
             "the new keys are redacted, and the admin token (in effect until a restart) still is"
         );

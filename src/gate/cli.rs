@@ -1,6 +1,7 @@
 //! `spillway gate run` and `spillway gate report`: run a task's golden set against its
 //! backends from the command line (keys from the environment, quota shared through Redis when
-//! the config has it), store the results where the routers read them, and print them.
+//! the config has it), through a dispatcher of its own like a router's, store the results
+//! where the routers read them, and print them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,15 +10,23 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 
 use super::board::{current_fingerprint, GateBoard};
-use super::call::Caller;
+use super::call::Calls;
 use super::error::GateError;
 use super::report::{render, shadow_lines, GateFormat, Line};
 use super::run::{run as run_gate, Subject};
 use super::{shadow, store};
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
+use crate::control::balancing::AvailabilityBoard;
+use crate::control::books::{self, Books};
 use crate::control::pins::PinBoard;
+use crate::dispatch::{Dispatcher, Keys};
 use crate::guard::quota::QuotaBoard;
-use crate::ledger::Store;
+use crate::ledger::{HostedPrices, LedgerBook, Store, WriterHandle};
+use crate::metrics::Metrics;
+use crate::snapshot::Snapshot;
 
 #[derive(Debug, Args)]
 pub struct GateArgs {
@@ -77,21 +86,57 @@ async fn pins_of(store: &Store) -> Result<PinBoard, GateError> {
     Ok(pins)
 }
 
-/// A caller with the config's API keys from the environment and its quotas (shared through
-/// Redis when the config names it).
-pub fn caller_from_env(config: &Config) -> Caller {
-    let keys: HashMap<String, String> = config
-        .backends
-        .iter()
-        .filter_map(|b| Some((b.name.clone(), std::env::var(b.api_key_env.as_ref()?).ok()?)))
-        .collect();
-    let redis = config
-        .state
-        .redis_url
-        .clone()
-        .or_else(|| config.state.redis_url_env.as_ref().and_then(|n| std::env::var(n).ok()));
-    let quota = QuotaBoard::new(config, redis);
-    Caller::with_keys(reqwest::Client::new().into(), keys, Some(quota))
+/// What a CLI command calls through: a dispatcher with the config's API keys from the
+/// environment and its quotas (shared through Redis when the config names it), over a snapshot
+/// of the config alone (no telemetry: a backend is called at its first node), whose records go
+/// through the bookkeeping loop into the ledger store (judges' calls; see `Purpose::ledgered`).
+pub struct CliCalls {
+    pub calls: Calls,
+    books: tokio::task::JoinHandle<()>,
+    writer: WriterHandle,
+}
+
+impl CliCalls {
+    pub fn new(config: &Arc<Config>, store: &Store) -> CliCalls {
+        let env = |name: &str| std::env::var(name).ok();
+        let api_keys: HashMap<String, String> = config
+            .backends
+            .iter()
+            .filter_map(|b| Some((b.name.clone(), env(b.api_key_env.as_ref()?)?)))
+            .collect();
+        let redis =
+            config.state.redis_url.clone().or_else(|| config.state.redis_url_env.as_deref().and_then(env));
+        let (records, rx) = tokio::sync::mpsc::unbounded_channel();
+        let dispatcher = Dispatcher::new(
+            config.dispatch.clone(),
+            Keys { api_keys, ..Keys::default() },
+            records,
+            QuotaBoard::new(config, redis),
+        );
+        let (sender, writer) = crate::ledger::spawn(store.clone(), 1_024);
+        let books = Books {
+            availability: AvailabilityBoard::new(config),
+            ledger: Some(LedgerBook::new(sender)),
+            metrics: Arc::new(Metrics::new()),
+            prices: Arc::new(ArcSwap::from_pointee(HostedPrices::new(config))),
+        };
+        let books = tokio::spawn(books::consume(rx, books, CancellationToken::new()));
+        let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(config))));
+        CliCalls {
+            calls: Calls { dispatcher: Arc::new(dispatcher), snapshot, planned: false },
+            books,
+            writer,
+        }
+    }
+
+    /// Book every record of the calls made, then write them to the store.
+    pub async fn finish(self) {
+        drop(self.calls);
+        let _ = self.books.await;
+        if let Err(rows) = self.writer.shutdown().await {
+            eprintln!("{} ledger rows were not written", rows.len());
+        }
+    }
 }
 
 pub async fn run(args: GateArgs) -> Result<String, GateError> {
@@ -106,8 +151,9 @@ pub async fn run(args: GateArgs) -> Result<String, GateError> {
         GateCommand::Report { config, ledger, task, format } => {
             let config = load(&config)?;
             let store = open_store(&config, ledger.as_ref()).await?;
-            let caller = caller_from_env(&config);
-            let graded = shadow::grade_pending(&store, &config, &caller, None).await;
+            let cli = CliCalls::new(&config, &store);
+            let graded = shadow::grade_pending(&store, &config, &cli.calls, None).await;
+            cli.finish().await;
             let out = match graded {
                 Ok(_) => report(&config, &store, task.as_deref(), format).await,
                 Err(e) => Err(e),
@@ -132,8 +178,25 @@ async fn run_task(
         }
     }
     let items = crate::config::golden::load(&gate.golden).map_err(GateError::Golden)?;
+    let cli = CliCalls::new(config, store);
+    let lines = run_backends(config, store, &cli.calls, task, &items, only).await;
+    cli.finish().await;
+    let lines = lines?;
+    let rendered: Vec<Line<'_>> = lines.iter().map(|result| Line { result, current: true }).collect();
+    Ok(render(&rendered, &Default::default(), GateFormat::Table))
+}
+
+/// Run the golden set on each of the task's backends (or `only` those) its policy allows.
+async fn run_backends(
+    config: &Arc<Config>,
+    store: &Store,
+    calls: &Calls,
+    task: &crate::config::TaskConfig,
+    items: &[crate::config::golden::GoldenItem],
+    only: &[String],
+) -> Result<Vec<store::GateResult>, GateError> {
     let pins = pins_of(store).await?;
-    let caller = caller_from_env(config);
+    let task_name = &task.name;
     let mut lines = Vec::new();
     for name in task.backends.iter().filter(|b| only.is_empty() || only.contains(b)) {
         let backend = config.backend(name).expect("validated");
@@ -152,19 +215,17 @@ async fn run_task(
             task: task.name.clone(),
             backend: name.clone(),
             fingerprint,
-            base_url: None,
             node: None,
             trigger: "cli".into(),
         };
         let result =
-            run_gate(&caller, config, subject, &items, &|done, _| bar.set_position(done as u64)).await?;
+            run_gate(calls, config, subject, items, &|done, _| bar.set_position(done as u64)).await?;
         bar.finish_and_clear();
         store::insert_result(store, &result).await?;
         eprintln!("{name}: {}", if result.summary.passed { "PASS" } else { "FAIL" });
         lines.push(result);
     }
-    let rendered: Vec<Line<'_>> = lines.iter().map(|result| Line { result, current: true }).collect();
-    Ok(render(&rendered, &Default::default(), GateFormat::Table))
+    Ok(lines)
 }
 
 async fn report(

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::call::CallError;
 use crate::config::Problem;
+use crate::dispatch::synthetic::SyntheticError;
 use crate::ledger::StoreError;
 
 /// A failure of a gate run, of grading, or of the gate's tables.
@@ -28,8 +28,8 @@ pub enum GateError {
     JudgeRefused { judge: String, task: String, why: String },
     #[error("judge `{0}` has no node")]
     JudgeNoNode(String),
-    #[error("judge: {}", .source.message)]
-    JudgeCall { source: CallError },
+    #[error("judge: {}", .source.message())]
+    JudgeCall { source: SyntheticError },
     #[error("judge: no 0–10 score in {0:?}")]
     JudgeScore(String),
     /// What is wrong with a golden set file, one problem per entry (each names the file).
@@ -84,10 +84,9 @@ mod tests {
 
     #[test]
     fn messages_say_what_is_wrong_and_keep_the_source() {
-        let call = CallError {
-            class: "timeout".into(),
+        let call = SyntheticError::Failed {
+            class: crate::canonical::ErrorClass::Timeout,
             message: "no answer in 30s".into(),
-            counts_against_backend: true,
         };
         let judge = GateError::JudgeCall { source: call };
         assert_eq!(judge.to_string(), "judge: no answer in 30s");

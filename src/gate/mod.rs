@@ -1,7 +1,7 @@
 //! The evaluation gate: no backend serves a task until it has shown it can do that task.
 //!
-//! A task's golden set (`golden`) is run through a backend (`run`, calls made by `call` with
-//! the backend's prompt variant and quota) and graded (`grade`); the result is kept per
+//! A task's golden set (`golden`) is run through a backend (`run`, each item a synthetic call
+//! of the dispatcher, through `call`) and graded (`grade`); the result is kept per
 //! (task, backend, `fingerprint`) in the ledger store (`store`). The `board` decides from the
 //! results which backends may serve gated tasks; `requalify` re-runs the gate when a pool's
 //! node reports new weights, quantisation or engine; `shadow` sends a sample of live requests

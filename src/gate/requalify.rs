@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
 use super::board::GateBoard;
-use super::call::Caller;
+use super::call::Calls;
 use super::error::GateError;
 use super::fingerprint::{of_pin, reported_pin};
 use super::run::{run, Subject};
@@ -24,7 +24,7 @@ use crate::snapshot::Snapshot;
 
 /// What a re-run needs.
 pub struct Requalifier {
-    pub caller: Caller,
+    pub calls: Calls,
     pub config: Arc<ArcSwap<Config>>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pins: Arc<PinBoard>,
@@ -53,7 +53,7 @@ pub enum Requalified {
 
 impl Requalifier {
     pub fn new(
-        caller: Caller,
+        calls: Calls,
         config: Arc<ArcSwap<Config>>,
         snapshot: Arc<ArcSwap<Snapshot>>,
         pins: Arc<PinBoard>,
@@ -62,7 +62,7 @@ impl Requalifier {
         metrics: Arc<Metrics>,
     ) -> Requalifier {
         Requalifier {
-            caller,
+            calls,
             config,
             snapshot,
             pins,
@@ -156,11 +156,9 @@ impl Requalifier {
             return Err(GateError::NoVouching);
         }
         let snap = self.snapshot.load_full();
-        let base_url = snap
-            .backend_id(backend)
-            .and_then(|b| snap.backends[b].nodes.iter().find(|n| n.key == node))
-            .map(|n| n.base_url.clone())
-            .ok_or_else(|| GateError::NodeGone(node.to_string()))?;
+        if self.calls.to_node(&snap, backend, node).is_none() {
+            return Err(GateError::NodeGone(node.to_string()));
+        }
         let mut failures = Vec::new();
         for task in tasks {
             let gate = task.gate.as_ref().expect("filtered on gate");
@@ -174,11 +172,10 @@ impl Requalifier {
                 task: task.name.clone(),
                 backend: backend.to_string(),
                 fingerprint: fingerprint.to_string(),
-                base_url: Some(base_url.clone()),
                 node: Some(node.to_string()),
                 trigger: "pin_change".into(),
             };
-            let result = run(&self.caller, config, subject, &items, &|_, _| {}).await?;
+            let result = run(&self.calls, config, subject, &items, &|_, _| {}).await?;
             if let Err(e) = store::insert_result(&self.store, &result).await {
                 tracing::error!("gate: result not stored: {e}");
             }

@@ -1,12 +1,13 @@
 //! A gate run: a task's golden set through one backend (or one node of a pool), with bounded
 //! concurrency, graded item by item (a `judge` grader asks the task's judge backend, which
 //! must pass the task's policy filter), summed up and judged against the task's thresholds.
+//! Items and judges are synthetic calls ([`Calls`]): real load on the nodes they reach.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::call::{Answered, Caller};
+use super::call::Calls;
 use super::error::GateError;
 use super::grade::{parse_judge_score, Verdict};
 use super::store::GateResult;
@@ -14,7 +15,8 @@ use super::summary::{summarise, ItemOutcome};
 use crate::canonical::{ChatRequest, Message, Role};
 use crate::config::golden::GoldenItem;
 use crate::config::golden::Grader;
-use crate::config::{BackendConfig, Config, TaskConfig};
+use crate::config::{Config, TaskConfig};
+use crate::dispatch::synthetic::{Answered, Destination, Purpose};
 use crate::ledger::{new_record_id, unix_millis};
 use crate::snapshot::Snapshot;
 
@@ -24,24 +26,22 @@ pub struct Subject {
     pub task: String,
     pub backend: String,
     pub fingerprint: String,
-    /// Send to this node (adapter base URL), else to the backend's first node.
-    pub base_url: Option<String>,
-    /// The node's key, recorded with the result.
+    /// Send every item to this node (its key, recorded with the result), else to the backend
+    /// as planned.
     pub node: Option<String>,
     /// `cli`, `admin` or `pin_change`.
     pub trigger: String,
 }
 
-/// The adapter base URL of a backend's first configured node.
-pub fn first_base_url(config: &Arc<Config>, backend: &str) -> Option<String> {
+/// Whether a backend has a configured node.
+fn has_node(config: &Arc<Config>, backend: &str) -> bool {
     let snap = Snapshot::from_config(Arc::clone(config));
-    let b = snap.backend_id(backend)?;
-    snap.backends[b].nodes.first().map(|n| n.base_url.clone())
+    snap.backend_id(backend).is_some_and(|b| !snap.backends[b].nodes.is_empty())
 }
 
 /// Run `items` for `subject`; `progress(done, total)` after each item.
 pub async fn run(
-    caller: &Caller,
+    calls: &Calls,
     config: &Arc<Config>,
     subject: Subject,
     items: &[GoldenItem],
@@ -54,10 +54,13 @@ pub async fn run(
     if !task.backends.contains(&backend.name) {
         return Err(GateError::NotTaskBackend { backend: backend.name.clone(), task: task.name.clone() });
     }
-    let base_url = match &subject.base_url {
-        Some(url) => url.clone(),
+    let snap = calls.snapshot.load_full();
+    let to = match &subject.node {
+        Some(node) => {
+            calls.to_node(&snap, &backend.name, node).ok_or_else(|| GateError::NodeGone(node.clone()))?
+        }
         None => {
-            first_base_url(config, &backend.name).ok_or_else(|| GateError::NoNode(backend.name.clone()))?
+            calls.to_backend(&snap, &backend.name).ok_or_else(|| GateError::NoNode(backend.name.clone()))?
         }
     };
     let judge = Judge::new(config, task)?;
@@ -67,9 +70,9 @@ pub async fn run(
     // Items go by index: a closure over `&GoldenItem` would not be `Send` in a spawned task.
     let outcomes: Vec<ItemOutcome> = futures::stream::iter(0..items.len())
         .map(|i| {
-            let (item, base_url, judge, done) = (&items[i], &base_url, &judge, &done);
+            let (item, judge, done) = (&items[i], &judge, &done);
             async move {
-                let outcome = run_item(caller, task, backend, base_url, item, judge).await;
+                let outcome = run_item(calls, task, to, item, judge).await;
                 progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, total);
                 outcome
             }
@@ -102,26 +105,25 @@ pub fn item_request(task: &TaskConfig, item: &GoldenItem) -> ChatRequest {
 }
 
 async fn run_item(
-    caller: &Caller,
+    calls: &Calls,
     task: &TaskConfig,
-    backend: &BackendConfig,
-    base_url: &str,
+    to: Destination,
     item: &GoldenItem,
     judge: &Judge,
 ) -> ItemOutcome {
-    let answered = match caller.ask(Some(task), backend, base_url, &item_request(task, item)).await {
+    let answered = match calls.ask(Purpose::Gate, task, item_request(task, item), to).await {
         Ok(a) => a,
         Err(e) => {
             return ItemOutcome {
                 passed: false,
                 latency_ms: 0,
                 cost: None,
-                error: Some(format!("{}: {}", e.class, e.message)),
+                error: Some(e.to_string()),
                 why: None,
             }
         }
     };
-    let verdict = grade(caller, judge, &item.grader, item, &answered.text).await;
+    let verdict = grade(calls, judge, &item.grader, item, &answered.text).await;
     outcome(&answered, verdict)
 }
 
@@ -146,7 +148,7 @@ fn outcome(answered: &Answered, verdict: Result<Verdict, GateError>) -> ItemOutc
 
 /// Grade an answer; a `judge` grader asks the judge backend.
 pub async fn grade(
-    caller: &Caller,
+    calls: &Calls,
     judge: &Judge,
     grader: &Grader,
     item: &GoldenItem,
@@ -157,7 +159,7 @@ pub async fn grade(
             let Grader::Judge { rubric, min_score } = grader else {
                 unreachable!("only judge needs a judge")
             };
-            let score = judge.score(caller, rubric, item, answer).await?;
+            let score = judge.score(calls, rubric, item, answer).await?;
             Ok(if score >= *min_score {
                 Verdict::Pass
             } else {
@@ -170,35 +172,37 @@ pub async fn grade(
 
 /// The task's judge backend, checked against the task's policy filter.
 pub struct Judge {
-    /// The task, for the error when it names no judge.
-    task: String,
-    /// The judge backend and its first node's base URL; `None` when the task names none.
-    target: Option<(BackendConfig, String)>,
+    /// The task whose answers it grades (its policy applies to the judge's calls).
+    task: TaskConfig,
+    /// The judge backend's name; `None` when the task names none.
+    backend: Option<String>,
 }
 
 impl Judge {
     /// The task's judge; an error when it names one the task's policy refuses.
     pub fn new(config: &Arc<Config>, task: &TaskConfig) -> Result<Judge, GateError> {
         let Some(name) = task.gate.as_ref().and_then(|g| g.judge.clone()) else {
-            return Ok(Judge { task: task.name.clone(), target: None });
+            return Ok(Judge { task: task.clone(), backend: None });
         };
         let backend = config.backend(&name).ok_or_else(|| GateError::NoBackend(name.clone()))?;
         if let Some(why) = crate::policy::refuses(config, task, backend) {
             return Err(GateError::JudgeRefused { judge: name, task: task.name.clone(), why });
         }
-        let url = first_base_url(config, &name).ok_or_else(|| GateError::JudgeNoNode(name.clone()))?;
-        Ok(Judge { task: task.name.clone(), target: Some((backend.clone(), url)) })
+        if !has_node(config, &name) {
+            return Err(GateError::JudgeNoNode(name));
+        }
+        Ok(Judge { task: task.clone(), backend: Some(name) })
     }
 
     /// Ask the judge for a 0–10 score of `answer` under `rubric`.
     pub async fn score(
         &self,
-        caller: &Caller,
+        calls: &Calls,
         rubric: &str,
         item: &GoldenItem,
         answer: &str,
     ) -> Result<f64, GateError> {
-        let (backend, url) = self.target.as_ref().ok_or_else(|| GateError::NoJudge(self.task.clone()))?;
+        let backend = self.backend.as_ref().ok_or_else(|| GateError::NoJudge(self.task.name.clone()))?;
         let question =
             item.messages.iter().rev().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str());
         let mut prompt = format!("Rubric:\n{rubric}\n\nQuestion:\n{question}\n\n");
@@ -218,8 +222,10 @@ impl Judge {
             temperature: Some(0.0),
             ..ChatRequest::default()
         };
-        let reply = caller
-            .ask(None, backend, url, &request)
+        let snap = calls.snapshot.load_full();
+        let to = calls.to_backend(&snap, backend).ok_or_else(|| GateError::JudgeNoNode(backend.clone()))?;
+        let reply = calls
+            .ask(Purpose::Judge, &self.task, request, to)
             .await
             .map_err(|source| GateError::JudgeCall { source })?;
         parse_judge_score(&reply.text).ok_or(GateError::JudgeScore(reply.text))

@@ -5,11 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use tokio::sync::Semaphore;
-
 use super::board::{current_fingerprint, GateBoard};
-use super::call::Caller;
+use super::call::Calls;
 use super::error::GateError;
 use super::requalify::Requalifier;
 use super::run::{run, Subject};
@@ -18,11 +15,10 @@ use super::store::{self, GateResult};
 use crate::config::Config;
 use crate::control::pins::PinBoard;
 use crate::control::Loops;
-use crate::fleet::load::NodeLoad;
-use crate::guard::breaker::BreakerBoard;
 use crate::ledger::Store;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
+use arc_swap::ArcSwap;
 
 /// How often results are re-read from the store, and shadows graded.
 const REFRESH: Duration = Duration::from_secs(5);
@@ -43,11 +39,9 @@ pub struct Parts {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pins: Arc<PinBoard>,
     pub store: Option<Store>,
-    pub caller: Caller,
+    /// Every gate item, judge and shadow goes through it.
+    pub calls: Calls,
     pub metrics: Arc<Metrics>,
-    /// What dispatch counts per node, for shadows to count in too.
-    pub load: Arc<NodeLoad>,
-    pub breakers: Arc<BreakerBoard>,
 }
 
 impl GateService {
@@ -60,7 +54,7 @@ impl GateService {
             tracing::error!("gate: results not loaded at start: {e}");
         }
         let requalifier = Arc::new(Requalifier::new(
-            parts.caller.clone(),
+            parts.calls.clone(),
             Arc::clone(&parts.config),
             Arc::clone(&parts.snapshot),
             Arc::clone(&parts.pins),
@@ -80,17 +74,12 @@ impl GateService {
                 }
             }
         });
-        let mut shadow_caller = parts.caller;
-        shadow_caller.quota_wait = Duration::ZERO;
         let shadows = Arc::new(Shadows {
-            caller: shadow_caller.clone(),
+            calls: parts.calls.clone(),
             store: store.clone(),
             metrics: Arc::clone(&parts.metrics),
-            load: parts.load,
-            breakers: parts.breakers,
-            running: Arc::new(Semaphore::new(shadow::MAX_IN_FLIGHT)),
         });
-        loops.spawn(shadow::grade_loop(store, parts.config, shadow_caller, parts.metrics, GRADE_SHADOWS));
+        loops.spawn(shadow::grade_loop(store, parts.config, parts.calls, parts.metrics, GRADE_SHADOWS));
         GateService { board, pins: parts.pins, requalifier: Some(requalifier), shadows: Some(shadows) }
     }
 
@@ -106,11 +95,10 @@ impl GateService {
             task: task.to_string(),
             backend: backend.to_string(),
             fingerprint: current_fingerprint(b, &self.pins),
-            base_url: None,
             node: None,
             trigger: "admin".into(),
         };
-        let result = run(&r.caller, &config, subject, &items, &|_, _| {}).await?;
+        let result = run(&r.calls, &config, subject, &items, &|_, _| {}).await?;
         store::insert_result(&r.store, &result).await?;
         r.metrics.observe_gate_run(task, backend, result.summary.passed);
         self.board.absorb([result.clone()]);

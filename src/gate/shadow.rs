@@ -5,57 +5,40 @@
 //! (`grade_pending`), against the primary's answer with the task's shadow grader, so drift in
 //! a fallback shows before an outage forces traffic onto it.
 //!
-//! A shadow is real load on the node it goes to: it is counted in the node's in-flight
-//! requests (which headroom reads), goes through the node's breaker and feeds it, lands on the
-//! least busy node of a pool that admits it, and at most [`MAX_IN_FLIGHT`] run at once (beyond
-//! that a shadow is dropped, counted as `busy`).
+//! A shadow is a synthetic call ([`Purpose::Shadow`]) through the dispatcher's one entry
+//! point: real load on the node it goes to (counted in its in-flight requests, which headroom
+//! reads; through and feeding its breaker), planned over the shadow backend like any batch
+//! request (a pool's least busy node with headroom, spread over equals), never waiting for
+//! room: beyond `dispatch.max_synthetic_in_flight` calls in flight it is dropped, counted as
+//! `busy`.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-use super::call::{Caller, GradedText};
+use super::call::Calls;
 use super::error::GateError;
 use super::grade::Verdict;
 use super::run::{grade, Judge};
 use super::store::{self, ShadowResult};
 use crate::adapter::EventStream;
 use crate::canonical::ChatRequest;
-use crate::canonical::NodeKey;
 use crate::config::golden::GoldenItem;
 use crate::config::golden::Grader;
-use crate::config::{Config, Priority, TaskConfig};
-use crate::fleet::headroom::{admit, PoolLimits};
-use crate::fleet::load::{LoadView, NodeLoad};
-use crate::guard::breaker::BreakerBoard;
+use crate::config::{BackendId, Config, TaskConfig};
+use crate::dispatch::synthetic::{plan_for, Destination, GradedText, Purpose, SyntheticCall, SyntheticError};
+use crate::fleet::load::LoadView;
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
-use crate::snapshot::{BreakerView, NodeView, Snapshot};
-use tokio::time::Instant;
-
-/// The most shadow calls in flight at once, over every task.
-pub const MAX_IN_FLIGHT: usize = 64;
+use crate::snapshot::{NodeView, Snapshot};
 
 /// Sends shadows and stores them.
 pub struct Shadows {
-    pub caller: Caller,
+    pub calls: Calls,
     pub store: Store,
     pub metrics: Arc<Metrics>,
-    /// The in-flight counts dispatch keeps, credited for each shadow call.
-    pub load: Arc<NodeLoad>,
-    pub breakers: Arc<BreakerBoard>,
-    /// Shadow calls running now (at most [`MAX_IN_FLIGHT`]).
-    pub running: Arc<Semaphore>,
-}
-
-/// One shadow call's destination.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    pub backend: String,
-    /// The node's key (breaker, in-flight count).
-    pub node: NodeKey,
-    pub base_url: String,
 }
 
 /// Whether this request is shadowed (`roll` uniform in 0..1).
@@ -63,12 +46,10 @@ pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
     task.shadow.as_ref().is_some_and(|s| roll < s.rate)
 }
 
-/// Each shadow target: the shadow's backends (else the task's others), minus the primary, any
-/// the task's policy refuses and any that lacks what the request needs (tools, images,
-/// context), at the least busy node that is neither held, quarantined nor behind an open
-/// breaker (`seed` picks among equally busy ones, so a pool's shadows spread over it); a pool
-/// node also needs headroom for a batch request, so shadows never take the fleet's room from
-/// live traffic.
+/// Each shadow backend (index into `snap.backends`): the shadow's backends (else the task's
+/// others), minus the primary, each where a synthetic call would find a node now
+/// ([`plan_for`]: the task's policy, what the request needs, a pool's headroom for batch
+/// work, nodes neither held nor quarantined).
 pub fn targets(
     snap: &Snapshot,
     task: &TaskConfig,
@@ -77,41 +58,14 @@ pub fn targets(
     load: &dyn Fn(&NodeView) -> LoadView,
     now: Instant,
     seed: u64,
-) -> Vec<Target> {
+) -> Vec<BackendId> {
     let Some(shadow) = &task.shadow else { return Vec::new() };
     let names = shadow.backends.as_ref().unwrap_or(&task.backends);
-    let slo_s = task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin);
     names
         .iter()
         .filter(|name| *name != primary)
-        .filter_map(|name| {
-            let index = snap.backend_id(name)?;
-            if crate::policy::refuses(&snap.config, task, &snap.config.backends[index]).is_some()
-                || crate::route::capability::filter(vec![index], request, snap).is_err()
-            {
-                return None;
-            }
-            let view = &snap.backends[index];
-            let limits =
-                PoolLimits { reserve: Priority::Batch.local_reserve(view.limits.reserve), ..view.limits };
-            let prompt = request.estimated_prompt_tokens();
-            let open: Vec<_> = view
-                .nodes
-                .iter()
-                .filter(|n| {
-                    n.held.is_none()
-                        && n.quarantine.is_none()
-                        && n.breaker != BreakerView::Open
-                        && (!view.is_local()
-                            || admit(&n.signals, load(n), &limits, prompt, slo_s, now).is_ok())
-                })
-                .map(|n| (load(n).in_flight, n))
-                .collect();
-            let least = open.iter().map(|(busy, _)| *busy).min()?;
-            let idlest: Vec<_> = open.iter().filter(|(busy, _)| *busy == least).map(|(_, n)| n).collect();
-            let node = idlest[(seed % idlest.len() as u64) as usize];
-            Some(Target { backend: name.clone(), node: node.key.clone(), base_url: node.base_url.clone() })
-        })
+        .filter_map(|name| snap.backend_id(name))
+        .filter(|&b| plan_for(snap, task, request, b, load, now, seed).is_ok_and(|p| !p.targets.is_empty()))
         .collect()
 }
 
@@ -145,10 +99,23 @@ pub struct Job {
     pub task: TaskConfig,
     pub request: ChatRequest,
     /// As [`targets`] chose them.
-    pub targets: Vec<Target>,
+    pub targets: Vec<BackendId>,
     /// The backend that served the client.
     pub primary: String,
     pub request_id: String,
+}
+
+/// The metric label of a shadow's end, and whether it is stored (an answer or an upstream's
+/// error; not a call the router itself declined to make).
+fn result_of(answer: &Result<crate::dispatch::synthetic::Answered, SyntheticError>) -> (&'static str, bool) {
+    match answer {
+        Ok(_) => ("ok", true),
+        Err(SyntheticError::Busy) => ("busy", false),
+        Err(SyntheticError::OverQuota(_)) => ("over_quota", false),
+        Err(SyntheticError::BreakerOpen(_)) => ("breaker_open", false),
+        Err(SyntheticError::Held | SyntheticError::NoCapacity(_)) => ("no_capacity", false),
+        Err(_) => ("error", true),
+    }
 }
 
 impl Shadows {
@@ -162,39 +129,23 @@ impl Shadows {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let at_ms = unix_millis(std::time::SystemTime::now());
-            let calls = targets.iter().map(|target| {
-                let backend = snap.config.backend(&target.backend).cloned();
-                let (this, task, request) = (&this, &task, &request);
-                async move {
-                    let backend = backend?;
-                    let Ok(_running) = Arc::clone(&this.running).try_acquire_owned() else {
-                        this.metrics.observe_shadow(&task.name, &backend.name, "busy");
-                        return None;
-                    };
-                    let Some(permit) = this.breakers.try_acquire(&target.node, Instant::now()) else {
-                        this.metrics.observe_shadow(&task.name, &backend.name, "breaker_open");
-                        return None;
-                    };
-                    let _in_flight = this.load.start(&target.node);
-                    let answer = this.caller.ask(Some(task), &backend, &target.base_url, request).await;
-                    match &answer {
-                        Err(e) if e.counts_against_backend => permit.failure(Instant::now()),
-                        Err(_) => drop(permit),
-                        Ok(_) => permit.success(Instant::now()),
-                    }
-                    Some((backend.clone(), answer))
-                }
-            });
-            let answers: Vec<_> = futures::future::join_all(calls).await.into_iter().flatten().collect();
-            let primary_answer = primary_answer.await.ok();
-            for (backend, answer) in answers {
-                let result = match &answer {
-                    Ok(_) => "ok",
-                    Err(e) if e.class == "over_quota" => "over_quota",
-                    Err(_) => "error",
+            let calls = targets.iter().map(|&b| {
+                let (this, task, snap) = (&this, &task, &snap);
+                let call = SyntheticCall {
+                    purpose: Purpose::Shadow,
+                    task,
+                    request: request.clone(),
+                    to: Destination::Backend(b),
                 };
+                async move { (b, this.calls.dispatcher.synthetic(snap, call).await) }
+            });
+            let answers: Vec<_> = futures::future::join_all(calls).await;
+            let primary_answer = primary_answer.await.ok();
+            for (b, answer) in answers {
+                let backend = &snap.config.backends[b];
+                let (result, stored) = result_of(&answer);
                 this.metrics.observe_shadow(&task.name, &backend.name, result);
-                if result == "over_quota" {
+                if !stored {
                     continue;
                 }
                 let row = ShadowResult {
@@ -205,7 +156,7 @@ impl Shadows {
                     primary_backend: primary.clone(),
                     backend: backend.name.clone(),
                     model: backend.model.clone(),
-                    error_class: answer.as_ref().err().map(|e| e.class.clone()),
+                    error_class: answer.as_ref().err().map(|e| e.class().to_string()),
                     input_tokens: answer.as_ref().map_or(0, |a| i64::from(a.usage.input_tokens)),
                     output_tokens: answer.as_ref().map_or(0, |a| i64::from(a.usage.output_tokens)),
                     duration_ms: answer.as_ref().map_or(0, |a| a.latency.as_millis() as i64),
@@ -233,7 +184,7 @@ pub fn grader_of(task: &TaskConfig) -> Grader {
 pub async fn grade_pending(
     store: &Store,
     config: &Arc<Config>,
-    caller: &Caller,
+    calls: &Calls,
     metrics: Option<&Metrics>,
 ) -> Result<usize, GateError> {
     let pending = store::shadows(store, true).await?;
@@ -249,7 +200,7 @@ pub async fn grade_pending(
             judges.insert(task.name.clone(), Judge::new(config, task)?);
         }
         let judge = &judges[&task.name];
-        let (verdict, why) = match grade(caller, judge, &grader, &item, &row.answer).await {
+        let (verdict, why) = match grade(calls, judge, &grader, &item, &row.answer).await {
             Ok(Verdict::Pass) => ("pass", None),
             Ok(Verdict::Fail(why)) => ("fail", Some(why)),
             Ok(Verdict::NeedsJudge) => continue,
@@ -271,7 +222,7 @@ pub async fn grade_pending(
 pub async fn grade_loop(
     store: Store,
     config: Arc<arc_swap::ArcSwap<Config>>,
-    caller: Caller,
+    calls: Calls,
     metrics: Arc<Metrics>,
     period: std::time::Duration,
 ) {
@@ -282,7 +233,7 @@ pub async fn grade_loop(
         if !config.tasks.iter().any(|t| t.shadow.is_some()) {
             continue;
         }
-        if let Err(e) = grade_pending(&store, &config, &caller, Some(&metrics)).await {
+        if let Err(e) = grade_pending(&store, &config, &calls, Some(&metrics)).await {
             tracing::warn!("shadow grading: {e}");
         }
     }
@@ -346,19 +297,24 @@ policy:
             messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
             ..Default::default()
         };
-        let names = |t: Vec<Target>| t.into_iter().map(|t| t.backend).collect::<Vec<_>>();
+        let names = |snap: &Snapshot, t: Vec<BackendId>| {
+            t.into_iter().map(|b| snap.backends[b].name.clone()).collect::<Vec<_>>()
+        };
         // The pool has no telemetry yet (no headroom known): no shadow there; us-api is refused.
-        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["eu-other"]);
+        assert_eq!(names(&snap, targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["eu-other"]);
         snap.backends[0].nodes[0].signals = crate::fleet::headroom::NodeSignals {
             scraped_at: Some(now),
             running: Some(0.0),
             waiting: Some(0.0),
             ..Default::default()
         };
-        assert_eq!(names(targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["pool", "eu-other"]);
+        assert_eq!(
+            names(&snap, targets(&snap, &task, &plain, "eu-api", &idle, now, 0)),
+            ["pool", "eu-other"]
+        );
         let busy = |_: &NodeView| LoadView { in_flight: 10, ..LoadView::default() };
         assert_eq!(
-            names(targets(&snap, &task, &plain, "eu-api", &busy, now, 0)),
+            names(&snap, targets(&snap, &task, &plain, "eu-api", &busy, now, 0)),
             ["eu-other"],
             "a full pool gets none"
         );
@@ -368,52 +324,13 @@ policy:
             description: None,
             parameters: serde_json::json!({"type": "object"}),
         });
-        let chosen = names(targets(&snap, &task, &tools, "eu-other", &idle, now, 0));
+        let chosen = names(&snap, targets(&snap, &task, &tools, "eu-other", &idle, now, 0));
         assert!(!chosen.contains(&"eu-api".to_string()), "no tools there: {chosen:?}");
         assert!(!chosen.contains(&"eu-other".to_string()), "never the primary");
     }
 
-    #[test]
-    fn a_pools_shadows_go_to_its_least_busy_admitting_node() {
-        let yaml = "backends:
-  - {name: api, kind: openai, model: gpt}
-  - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'], max_running: 10}
-tasks:
-  - {name: t, backends: [api, pool], slo: {ttft_ms: 2000}, shadow: {rate: 1}}
-";
-        let config = Arc::new(crate::config::parse(yaml).unwrap());
-        let mut snap = Snapshot::from_config(Arc::clone(&config));
-        let now = Instant::now();
-        for node in &mut snap.backends[1].nodes {
-            node.signals = crate::fleet::headroom::NodeSignals {
-                scraped_at: Some(now),
-                running: Some(0.0),
-                waiting: Some(0.0),
-                ..Default::default()
-            };
-        }
-        let (first, second) = (snap.backends[1].nodes[0].key.clone(), snap.backends[1].nodes[1].key.clone());
-        let plain = ChatRequest {
-            messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
-            ..Default::default()
-        };
-        let first_busier =
-            |n: &NodeView| LoadView { in_flight: u64::from(n.key == first), ..LoadView::default() };
-        for seed in 0..4 {
-            let chosen = targets(&snap, &config.tasks[0], &plain, "api", &first_busier, now, seed);
-            assert_eq!(chosen.len(), 1);
-            assert_eq!(
-                (chosen[0].node.as_str(), chosen[0].base_url.as_str()),
-                (second.as_str(), "http://10.0.0.2:8000/v1")
-            );
-        }
-        // Equally busy: the seed spreads them.
-        let idle = |_: &NodeView| LoadView::default();
-        let nodes: std::collections::BTreeSet<NodeKey> = (0..4)
-            .map(|seed| targets(&snap, &config.tasks[0], &plain, "api", &idle, now, seed)[0].node.clone())
-            .collect();
-        assert_eq!(nodes, [first, second].into_iter().collect());
-    }
+    // A pool's shadows going to its least busy admitting node, spread over equals by the
+    // seed: `dispatch::synthetic`'s tests (the planning is theirs).
 
     #[test]
     fn sampling_follows_the_rate() {

@@ -119,7 +119,18 @@ fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
 
 /// Order the backends a request may use.
 pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<Plan, PlanError> {
-    let mut eligible = policy::eligible(facts.task, snap)?;
+    plan_among(facts, snap, policy::eligible(facts.task, snap)?, now)
+}
+
+/// [`plan`] over backends the caller has already found eligible (indices into
+/// `snap.backends`): a synthetic call names its backend and applies the data-class policy
+/// itself, since the gate it may be running for must not hold it back.
+pub fn plan_among(
+    facts: &RequestFacts<'_>,
+    snap: &Snapshot,
+    mut eligible: Vec<BackendId>,
+    now: Instant,
+) -> Result<Plan, PlanError> {
     if let Some(request) = facts.request {
         eligible = capability::filter(eligible, request, snap)?;
     }
