@@ -6,7 +6,8 @@
 //!
 //! A call names its [`Destination`]: a backend, planned by [`route::plan_among`] over that one
 //! backend at [`Priority::Batch`] (data-class policy, capabilities, headroom and the batch
-//! reserve on a pool, open breakers last, the seed spreading calls over equally good nodes),
+//! reserve on a pool, open breakers last, the least busy node with headroom first and the seed
+//! spreading calls over equally busy ones),
 //! or one node (a gate run on a node kept out of traffic; the CLI, which has no telemetry),
 //! which skips planning but not the guards. The gate never refuses a synthetic call: a gate
 //! run is how a backend earns its result. At most `dispatch.max_synthetic_in_flight` calls run
@@ -197,17 +198,18 @@ pub fn plan_for(
     Ok(plan)
 }
 
-/// Put the pool's best nodes in the order synthetic calls want: among those with the first
-/// one's predicted TTFT, the least busy first, then a rotation by `seed` among equally busy.
+/// Put a pool's nodes in the order synthetic calls want: every node with headroom for the
+/// SLO is as good as another for batch work, so the least busy of them first, and `seed`
+/// rotates among equally busy ones (a lower predicted TTFT alone would send every call of an
+/// idle pool to one node).
 fn spread(targets: &mut [Target], snap: &Snapshot, load: &dyn Fn(&NodeView) -> LoadView, seed: u64) {
-    let ttft = |t: &Target| match t.reason {
-        Reason::Headroom { predicted_ttft_ms, .. } => Some(predicted_ttft_ms),
-        _ => None,
-    };
-    let Some(best) = targets.first().and_then(ttft) else { return };
-    let ties = targets.iter().take_while(|t| ttft(t) == Some(best)).count();
+    let fits = |t: &Target| matches!(t.reason, Reason::Headroom { .. });
+    let fitting = targets.iter().take_while(|t| fits(t)).count();
+    if fitting == 0 {
+        return;
+    }
     let busy = |t: &Target| load(&snap.backends[t.backend].nodes[t.node]).in_flight;
-    let group = &mut targets[..ties];
+    let group = &mut targets[..fitting];
     group.sort_by_key(busy);
     let least = busy(&group[0]);
     let idlest = group.iter().take_while(|t| busy(t) == least).count();

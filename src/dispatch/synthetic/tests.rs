@@ -104,6 +104,27 @@ tasks:
 }
 
 #[test]
+fn nodes_that_differ_in_predicted_ttft_but_both_have_headroom_share_the_calls() {
+    let yaml = "backends:
+  - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'], max_running: 10}
+tasks:
+  - {name: t, backends: [pool], slo: {ttft_ms: 2000}}
+";
+    let config = Arc::new(crate::config::parse(yaml).unwrap());
+    let mut snap = Snapshot::from_config(Arc::clone(&config));
+    let now = Instant::now();
+    snap.backends[0].nodes[0].signals = reported(now);
+    snap.backends[0].nodes[1].signals = NodeSignals { ttft_s: Some(0.3), ..reported(now) };
+    let idle = |_: &NodeView| LoadView::default();
+    let first = |seed| plan_for(&snap, &config.tasks[0], &hi(), BackendId::new(0), &idle, now, seed).unwrap();
+    let predicted: Vec<Reason> = first(0).targets.iter().map(|t| t.reason).collect();
+    assert_eq!(predicted.len(), 2);
+    assert_ne!(predicted[0], predicted[1], "the two nodes' predictions differ: {predicted:?}");
+    let chosen: BTreeSet<usize> = (0..4).map(|seed| first(seed).targets[0].node).collect();
+    assert_eq!(chosen, [0, 1].into_iter().collect(), "both have headroom: the seed spreads the calls");
+}
+
+#[test]
 fn a_hosted_backend_with_an_open_breaker_is_called_last_and_a_held_one_not_at_all() {
     let yaml = "backends:
   - {name: api, kind: openai, model: gpt, base_url: 'http://10.0.0.9/v1'}
