@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use tokio::sync::broadcast;
 
+use crate::canonical::NodeKey;
 use crate::config::Pin;
 
 /// What a node says it is, from whichever source knows (pod annotations, vLLM's
@@ -43,7 +44,7 @@ pub fn differences(pin: &Pin, reported: &Reported) -> Vec<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuarantineEvent {
     pub backend: String,
-    pub node: String,
+    pub node: NodeKey,
     /// What differs (empty when the node left quarantine).
     pub differences: Vec<String>,
     /// What the node reported: the fingerprint a gate run would test.
@@ -52,12 +53,12 @@ pub struct QuarantineEvent {
 
 /// Who is quarantined now, the pins the gate accepted, and the channel that announces changes.
 pub struct PinBoard {
-    current: Mutex<BTreeMap<String, String>>,
+    current: Mutex<BTreeMap<NodeKey, String>>,
     /// Pins whose fingerprint passed the gate, by backend, oldest first: a node reporting any
     /// of them is not quarantined, and the last is the pin in effect.
     accepted: Mutex<BTreeMap<String, Vec<Pin>>>,
     /// Why the gate kept a quarantined node out, by node key.
-    gate_verdicts: Mutex<BTreeMap<String, String>>,
+    gate_verdicts: Mutex<BTreeMap<NodeKey, String>>,
     events: broadcast::Sender<QuarantineEvent>,
 }
 
@@ -79,7 +80,13 @@ impl PinBoard {
 
     /// Record the verdict for one node; announce it if it changed. Returns the reason the
     /// node is quarantined, if it is.
-    pub fn check(&self, backend: &str, node: &str, pin: Option<&Pin>, reported: &Reported) -> Option<String> {
+    pub fn check(
+        &self,
+        backend: &str,
+        node: &NodeKey,
+        pin: Option<&Pin>,
+        reported: &Reported,
+    ) -> Option<String> {
         let mut diffs = pin.map(|p| differences(p, reported)).unwrap_or_default();
         let accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
         if accepted.get(backend).is_some_and(|pins| pins.iter().any(|p| differences(p, reported).is_empty()))
@@ -93,17 +100,17 @@ impl PinBoard {
         if changed {
             match &reason {
                 Some(r) => {
-                    tracing::warn!(backend, node, "node quarantined: {r}");
-                    current.insert(node.to_string(), r.clone());
+                    tracing::warn!(backend, node = %node, "node quarantined: {r}");
+                    current.insert(node.clone(), r.clone());
                 }
                 None => {
-                    tracing::info!(backend, node, "node left quarantine");
+                    tracing::info!(backend, node = %node, "node left quarantine");
                     current.remove(node);
                 }
             }
             let _ = self.events.send(QuarantineEvent {
                 backend: backend.to_string(),
-                node: node.to_string(),
+                node: node.clone(),
                 differences: diffs,
                 reported: reported.clone(),
             });
@@ -140,8 +147,8 @@ impl PinBoard {
     }
 
     /// Record why the gate keeps a quarantined node out (shown with its quarantine reason).
-    pub fn gate_verdict(&self, node: &str, why: String) {
-        self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.to_string(), why);
+    pub fn gate_verdict(&self, node: &NodeKey, why: String) {
+        self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.clone(), why);
     }
 
     /// Forget nodes that are gone.
@@ -150,7 +157,7 @@ impl PinBoard {
     }
 
     /// Every quarantined node and why.
-    pub fn all(&self) -> BTreeMap<String, String> {
+    pub fn all(&self) -> BTreeMap<NodeKey, String> {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -181,17 +188,21 @@ mod tests {
     fn an_accepted_pin_lets_its_nodes_serve_and_becomes_the_pin_in_effect() {
         let board = PinBoard::default();
         let new = Reported { quantization: Some("awq".into()), ..Reported::default() };
-        assert!(board.check("pool", "n1", Some(&pin()), &new).is_some());
-        board.gate_verdict("n1", "gate failed: 1/10 passed".into());
-        let reason = board.check("pool", "n1", Some(&pin()), &new).unwrap();
+        assert!(board.check("pool", &"n1".into(), Some(&pin()), &new).is_some());
+        board.gate_verdict(&"n1".into(), "gate failed: 1/10 passed".into());
+        let reason = board.check("pool", &"n1".into(), Some(&pin()), &new).unwrap();
         assert!(reason.ends_with("; gate failed: 1/10 passed"), "{reason}");
         assert_eq!(board.in_effect("pool", Some(&pin())), Some(pin()));
         let accepted = Pin { quantization: Some("awq".into()), ..pin() };
         board.accept("pool", accepted.clone());
-        assert_eq!(board.check("pool", "n1", Some(&pin()), &new), None);
+        assert_eq!(board.check("pool", &"n1".into(), Some(&pin()), &new), None);
         assert_eq!(board.in_effect("pool", Some(&pin())), Some(accepted));
         let old = Reported { quantization: Some("fp8".into()), ..Reported::default() };
-        assert_eq!(board.check("pool", "n2", Some(&pin()), &old), None, "the configured pin still serves");
+        assert_eq!(
+            board.check("pool", &"n2".into(), Some(&pin()), &old),
+            None,
+            "the configured pin still serves"
+        );
     }
 
     #[test]
@@ -199,15 +210,15 @@ mod tests {
         let board = PinBoard::default();
         let mut events = board.subscribe();
         let bad = Reported { quantization: Some("awq".into()), ..Reported::default() };
-        let reason = board.check("pool", "n1", Some(&pin()), &bad);
+        let reason = board.check("pool", &"n1".into(), Some(&pin()), &bad);
         assert_eq!(reason.as_deref(), Some("quantization: pinned fp8, reported awq"));
-        assert_eq!(board.check("pool", "n1", Some(&pin()), &bad), reason, "same verdict");
+        assert_eq!(board.check("pool", &"n1".into(), Some(&pin()), &bad), reason, "same verdict");
         let event = events.try_recv().unwrap();
         assert_eq!(event.differences, ["quantization: pinned fp8, reported awq"]);
         assert_eq!(event.reported, bad);
         assert!(events.try_recv().is_err(), "announced once");
         assert_eq!(board.all().len(), 1);
-        assert_eq!(board.check("pool", "n1", Some(&pin()), &Reported::default()), None);
+        assert_eq!(board.check("pool", &"n1".into(), Some(&pin()), &Reported::default()), None);
         assert!(events.try_recv().unwrap().differences.is_empty());
         assert!(board.all().is_empty());
     }

@@ -16,6 +16,7 @@ use super::error::GateError;
 use super::fingerprint::{of_pin, reported_pin};
 use super::run::{run, Subject};
 use super::store;
+use crate::canonical::NodeKey;
 use crate::config::Config;
 use crate::control::pins::{PinBoard, QuarantineEvent};
 use crate::ledger::{unix_millis, Store};
@@ -34,7 +35,7 @@ pub struct Requalifier {
     /// (backend, fingerprint) runs under way, so two nodes with the same change run once.
     running: Mutex<BTreeSet<(String, String)>>,
     /// The last announcement per quarantined node, to run again on an operator's request.
-    quarantined: Mutex<BTreeMap<String, QuarantineEvent>>,
+    quarantined: Mutex<BTreeMap<NodeKey, QuarantineEvent>>,
 }
 
 /// How a re-run ended.
