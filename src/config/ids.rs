@@ -1,7 +1,9 @@
 //! Typed ids of what the config names: a backend is its position in `backends`, a task its
 //! position in `tasks`. Names are resolved to ids once (the snapshot keeps a backend's id by
 //! name), and from then on plans, spills and eligibility carry ids that cannot be mistaken
-//! for another list's index or for a node's.
+//! for another list's index or for a node's. An id is a position in one config, so state that
+//! outlives a reload (quota windows, PID availability, prices, gate results) stays keyed by
+//! name, the identity across configs.
 
 use std::ops::Index;
 
