@@ -10,6 +10,7 @@ mod chunks;
 pub mod dashboard;
 pub mod edge;
 pub mod error;
+mod front;
 pub mod request_id;
 pub mod wire;
 

@@ -46,10 +46,20 @@ pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
     task.shadow.as_ref().is_some_and(|s| roll < s.rate)
 }
 
-/// Each shadow backend (index into `snap.backends`): the shadow's backends (else the task's
-/// others), minus the primary, each where a synthetic call would find a node now
-/// ([`plan_for`]: the task's policy, what the request needs, a pool's headroom for batch
-/// work, nodes neither held nor quarantined).
+/// Where one request's shadows go.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Targets {
+    /// Each backend a synthetic call would find a node on now ([`plan_for`]: a pool's
+    /// headroom for batch work, nodes neither held nor quarantined).
+    pub send: Vec<BackendId>,
+    /// Shadow backends with no room now: no call, but counted (`no_capacity`), so a sampled
+    /// shadow never goes missing without a trace.
+    pub no_room: Vec<BackendId>,
+}
+
+/// The shadow's backends (else the task's others), minus the primary and any the task's
+/// policy refuses or that lacks what the request needs (tools, images, context), split into
+/// those to [`Targets::send`] to and those with [`Targets::no_room`].
 pub fn targets(
     snap: &Snapshot,
     task: &TaskConfig,
@@ -58,15 +68,18 @@ pub fn targets(
     load: &dyn Fn(&NodeView) -> LoadView,
     now: Instant,
     seed: u64,
-) -> Vec<BackendId> {
-    let Some(shadow) = &task.shadow else { return Vec::new() };
+) -> Targets {
+    let mut targets = Targets::default();
+    let Some(shadow) = &task.shadow else { return targets };
     let names = shadow.backends.as_ref().unwrap_or(&task.backends);
-    names
-        .iter()
-        .filter(|name| *name != primary)
-        .filter_map(|name| snap.backend_id(name))
-        .filter(|&b| plan_for(snap, task, request, b, load, now, seed).is_ok_and(|p| !p.targets.is_empty()))
-        .collect()
+    for b in names.iter().filter(|name| *name != primary).filter_map(|name| snap.backend_id(name)) {
+        match plan_for(snap, task, request, b, load, now, seed) {
+            Ok(plan) if !plan.targets.is_empty() => targets.send.push(b),
+            Ok(_) => targets.no_room.push(b),
+            Err(_) => {}
+        }
+    }
+    targets
 }
 
 /// The client's stream, unchanged, and the whole answer once it ended well (text, then tool
@@ -297,8 +310,8 @@ policy:
             messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
             ..Default::default()
         };
-        let names = |snap: &Snapshot, t: Vec<BackendId>| {
-            t.into_iter().map(|b| snap.backends[b].name.clone()).collect::<Vec<_>>()
+        let names = |snap: &Snapshot, t: Targets| {
+            t.send.into_iter().map(|b| snap.backends[b].name.clone()).collect::<Vec<_>>()
         };
         // The pool has no telemetry yet (no headroom known): no shadow there; us-api is refused.
         assert_eq!(names(&snap, targets(&snap, &task, &plain, "eu-api", &idle, now, 0)), ["eu-other"]);
@@ -318,6 +331,8 @@ policy:
             ["eu-other"],
             "a full pool gets none"
         );
+        let full = targets(&snap, &task, &plain, "eu-api", &busy, now, 0);
+        assert_eq!(full.no_room, [BackendId::new(0)], "but its shadow is counted as having no room");
         let mut tools = plain.clone();
         tools.tools.push(crate::canonical::Tool {
             name: "f".into(),
