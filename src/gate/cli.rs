@@ -23,6 +23,9 @@ use crate::control::balancing::AvailabilityBoard;
 use crate::control::books::{self, Books};
 use crate::control::pins::PinBoard;
 use crate::dispatch::{Dispatcher, Keys};
+use crate::fleet::load::NodeLoad;
+use crate::guard::breaker::BreakerBoard;
+use crate::guard::node::NodeBoard;
 use crate::guard::quota::QuotaBoard;
 use crate::ledger::{HostedPrices, LedgerBook, Store, WriterHandle};
 use crate::metrics::Metrics;
@@ -121,7 +124,9 @@ impl CliCalls {
             prices: Arc::new(ArcSwap::from_pointee(HostedPrices::new(config))),
         };
         let books = tokio::spawn(books::consume(rx, books, CancellationToken::new()));
-        let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(config))));
+        // The config's breaker settings and node slots apply to the CLI's calls too.
+        let nodes = NodeBoard::new(BreakerBoard::new(config.dispatch.breaker.clone()), NodeLoad::new());
+        let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config_on(Arc::clone(config), &nodes)));
         CliCalls {
             calls: Calls { dispatcher: Arc::new(dispatcher), snapshot, planned: false },
             books,
