@@ -37,6 +37,14 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    pub const ALL: [BackendKind; 5] = [
+        BackendKind::Vllm,
+        BackendKind::Openai,
+        BackendKind::Anthropic,
+        BackendKind::Gemini,
+        BackendKind::OpenaiCompatible,
+    ];
+
     /// Self-hosted GPUs (the fleet) rather than a hosted API.
     pub fn is_local(self) -> bool {
         self == BackendKind::Vllm

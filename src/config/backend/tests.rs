@@ -96,14 +96,6 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("version", "'2026-01'"),
 ];
 
-const KINDS: [BackendKind; 5] = [
-    BackendKind::Vllm,
-    BackendKind::Openai,
-    BackendKind::Anthropic,
-    BackendKind::Gemini,
-    BackendKind::OpenaiCompatible,
-];
-
 #[test]
 fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_take_it() {
     let text = format!(
@@ -207,7 +199,7 @@ fn schema_spec_keys() -> Vec<(BackendKind, Vec<String>)> {
     let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap().clone();
     let common = ["name", "kind", "model", "api_key_env", "region", "price", "max_inflight_per_node"];
     let common = [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities"]].concat();
-    KINDS
+    BackendKind::ALL
         .iter()
         .map(|kind| {
             let branch = branches

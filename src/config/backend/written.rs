@@ -91,14 +91,6 @@ const POOL_KEYS: &[&str] = &[
 /// The keys every kind but `vllm` takes.
 const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 
-const KINDS: [BackendKind; 5] = [
-    BackendKind::Vllm,
-    BackendKind::Openai,
-    BackendKind::Anthropic,
-    BackendKind::Gemini,
-    BackendKind::OpenaiCompatible,
-];
-
 /// Whether a backend of `kind` takes the kind-specific key `key`.
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
     match kind {
@@ -117,7 +109,8 @@ pub struct Misplaced {
 
 impl Misplaced {
     fn new(key: &'static str, kind: BackendKind) -> Misplaced {
-        let takers: Vec<&str> = KINDS.iter().filter(|k| takes(**k, key)).map(|k| k.as_str()).collect();
+        let takers: Vec<&str> =
+            BackendKind::ALL.iter().filter(|k| takes(**k, key)).map(|k| k.as_str()).collect();
         let only = match takers.as_slice() {
             [one] => format!("only kind {one} takes it"),
             all => format!("only kinds {} take it", all.join(", ")),

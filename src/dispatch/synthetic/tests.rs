@@ -61,15 +61,21 @@ policy:
     assert_eq!(plan(&snap, &hi(), 1, &idle).unwrap().targets.len(), 1);
 }
 
-#[test]
-fn a_pools_calls_go_to_its_least_busy_admitting_node_and_spread_among_equals() {
+/// A pool of two nodes with ten slots each, and its one task.
+fn two_node_pool() -> (Arc<crate::config::Config>, Snapshot) {
     let yaml = "backends:
   - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'], max_running: 10}
 tasks:
   - {name: t, backends: [pool], slo: {ttft_ms: 2000}}
 ";
     let config = Arc::new(crate::config::parse(yaml).unwrap());
-    let mut snap = Snapshot::from_config(Arc::clone(&config));
+    let snap = Snapshot::from_config(Arc::clone(&config));
+    (config, snap)
+}
+
+#[test]
+fn a_pools_calls_go_to_its_least_busy_admitting_node_and_spread_among_equals() {
+    let (config, mut snap) = two_node_pool();
     let now = Instant::now();
     for node in &mut snap.backends[0].nodes {
         node.signals = reported(now);
@@ -105,13 +111,7 @@ tasks:
 
 #[test]
 fn nodes_that_differ_in_predicted_ttft_but_both_have_headroom_share_the_calls() {
-    let yaml = "backends:
-  - {name: pool, kind: vllm, model: m, endpoints: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'], max_running: 10}
-tasks:
-  - {name: t, backends: [pool], slo: {ttft_ms: 2000}}
-";
-    let config = Arc::new(crate::config::parse(yaml).unwrap());
-    let mut snap = Snapshot::from_config(Arc::clone(&config));
+    let (config, mut snap) = two_node_pool();
     let now = Instant::now();
     snap.backends[0].nodes[0].signals = reported(now);
     snap.backends[0].nodes[1].signals = NodeSignals { ttft_s: Some(0.3), ..reported(now) };
