@@ -7,7 +7,6 @@
 //! mistakes a truncated answer for a whole one.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -16,11 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures::StreamExt;
 
-use super::error::{ApiError, ErrorCode};
-use super::front::{self, Arrival, Served};
+use super::error::ApiError;
+use super::front::{self, Served};
 use super::request_id::RequestId;
 use super::wire::{self, completion_json};
-use super::{authenticate, AppState};
+use super::AppState;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 
 pub async fn chat_completions(
@@ -42,19 +41,10 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let arrived_at = SystemTime::now();
-    let key_name = authenticate(&state, &headers)?;
-    let bytes = super::body::read_json(&headers, body, state.max_body_bytes, state.body_read_timeout).await?;
-    // Admission only once the body is in: a slow sender never holds a permit.
-    let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
-        return Err(ApiError::new(
-            ErrorCode::RouterOverloaded,
-            "Spillway is at its concurrency limit; retry shortly",
-        )
-        .retry_after(1));
-    };
-    let request = wire::decode(&bytes)?;
-    let arrival = Arrival { arrived_at, request_id, key_name, headers: &headers };
+    let received = front::receive(&state, &headers, body).await?;
+    let request = wire::decode(&received.body)?;
+    let arrival = received.arrival(request_id, &headers);
+    let admission = received.admission;
     let Served { committed, task, created, headers: spillway_headers } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
             .await?;

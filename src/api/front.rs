@@ -1,5 +1,6 @@
-//! The shared core every dialect's front door calls once it has read and decoded a request:
-//! the task its `model` names, whether the key may use it, the canonical request (the
+//! The shared core of every dialect's front door. [`receive`] authenticates the client, reads
+//! the body and takes an admission permit; the door decodes its wire format; [`serve`] does
+//! the rest: the task its `model` names, whether the key may use it, the canonical request (the
 //! dialect's decoder, given the task), priority and affinity from the headers, the plan,
 //! dispatch up to the first token, the `x-spillway-*` headers, and the shadow tap. So every
 //! dialect's traffic is routed, priced, counted and shadowed the same way; a front door only
@@ -8,7 +9,9 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::error::{ApiError, ErrorCode};
@@ -28,6 +31,38 @@ pub struct Arrival<'a> {
     /// The client key's name, when keys are configured.
     pub key_name: Option<String>,
     pub headers: &'a HeaderMap,
+}
+
+/// A request received by a front door: who sent it, its body, and its share of the router's
+/// concurrency (held until the answer has been written).
+pub struct Received {
+    pub arrived_at: SystemTime,
+    pub key_name: Option<String>,
+    pub body: Bytes,
+    pub admission: OwnedSemaphorePermit,
+}
+
+impl Received {
+    /// What the core needs to know of the request's arrival.
+    pub fn arrival<'a>(&self, request_id: String, headers: &'a HeaderMap) -> Arrival<'a> {
+        Arrival { arrived_at: self.arrived_at, request_id, key_name: self.key_name.clone(), headers }
+    }
+}
+
+/// Authenticate, read the JSON body, then take an admission permit: only once the body is in,
+/// so a slow sender never holds a permit.
+pub async fn receive(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+    let arrived_at = SystemTime::now();
+    let key_name = super::authenticate(state, headers)?;
+    let body = super::body::read_json(headers, body, state.max_body_bytes, state.body_read_timeout).await?;
+    let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
+        return Err(ApiError::new(
+            ErrorCode::RouterOverloaded,
+            "Spillway is at its concurrency limit; retry shortly",
+        )
+        .retry_after(1));
+    };
+    Ok(Received { arrived_at, key_name, body, admission })
 }
 
 /// A request committed to a backend, for the front door to encode.

@@ -91,21 +91,28 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The key name the request authenticated as (`None` when auth is off), or 401.
+/// The key name the request authenticated as (`None` when auth is off), or 401. The key comes
+/// as `Authorization: Bearer <key>` (OpenAI's SDKs) or `x-api-key: <key>` (Anthropic's), on
+/// every route.
 pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let client_keys = state.client_keys.load();
     if client_keys.is_empty() {
         return Ok(None);
     }
     let unauthorized = |m: &str| ApiError::new(ErrorCode::InvalidApiKey, m);
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| unauthorized("missing API key: send Authorization: Bearer <key>"))?;
-    let key = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <key>`"))?;
+    let key = match (headers.get(header::AUTHORIZATION), headers.get("x-api-key")) {
+        (Some(value), _) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <key>`"))?,
+        (None, Some(value)) => {
+            value.to_str().map_err(|_| unauthorized("the x-api-key header is not text"))?
+        }
+        (None, None) => {
+            return Err(unauthorized("missing API key: send Authorization: Bearer <key> or x-api-key: <key>"))
+        }
+    };
     client_keys.get(key.trim()).cloned().map(Some).ok_or_else(|| unauthorized("invalid API key"))
 }
 

@@ -222,16 +222,21 @@ pub struct WireFunction {
     pub parameters: Value,
 }
 
-/// Decode a request body: one JSON object and nothing after it. A wrong type or value names
-/// the field (`param: messages[0].role`); bytes that are not JSON are `invalid_json`.
+/// Decode a chat completion request body.
 pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
+    decode_json(body, "a chat completion request")
+}
+
+/// Decode a request body of any dialect: one JSON object (`what` names it in the error when
+/// it is not one) and nothing after it. A wrong type or value names the field
+/// (`param: messages[0].role`); bytes that are not JSON are `invalid_json`.
+pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
     if body.trim_ascii_start().first() != Some(&b'{') {
         // serde would read a JSON array as a struct's fields in order; a request is an object.
         return Err(match serde_json::from_slice::<IgnoredAny>(body) {
-            Ok(_) => ApiError::new(
-                ErrorCode::InvalidType,
-                "the body must be a JSON object (a chat completion request)",
-            ),
+            Ok(_) => {
+                ApiError::new(ErrorCode::InvalidType, format!("the body must be a JSON object ({what})"))
+            }
             Err(e) => invalid_json(&e),
         });
     }
