@@ -12,6 +12,7 @@ pub mod edge;
 pub mod error;
 mod front;
 pub mod request_id;
+mod responses;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -69,6 +70,7 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

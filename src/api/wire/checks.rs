@@ -12,7 +12,7 @@ use crate::canonical::{compile_schema, Image, ResponseFormat, Tool, ToolChoice};
 
 /// The tools, each a `function` with a name used once and a parameter schema that is a JSON
 /// schema object (or absent), so every adapter can map it as it is.
-pub(super) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
+pub(crate) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
     let mut names = HashSet::new();
     let mut tools = Vec::new();
     for (i, t) in wire.iter().enumerate() {
@@ -58,7 +58,7 @@ pub(super) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
 
 /// OpenAI's `tool_choice`: `"none"`, `"auto"`, `"required"`, or `{"type": "function",
 /// "function": {"name"}}` naming one of `tools`. Like OpenAI, it needs `tools`.
-pub(super) fn tool_choice(value: &Value, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
+pub(crate) fn tool_choice(value: &Value, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
     let bad = |param: &str, why: String| Err(ApiError::bad_request(why).param(param));
     const SHAPES: &str = r#""none", "auto", "required" or {"type": "function", "function": {"name": …}}"#;
     if tools.is_empty() {
@@ -102,7 +102,7 @@ pub(super) fn tool_choice(value: &Value, tools: &[Tool]) -> Result<ToolChoice, A
     }
 }
 
-pub(super) fn image_of(image: &WireImageUrl) -> Result<Image, String> {
+pub(crate) fn image_of(image: &WireImageUrl) -> Result<Image, String> {
     let (url, detail) = match image {
         WireImageUrl::Object { url, detail } => (url, detail.clone()),
         WireImageUrl::Url(url) => (url, None),
@@ -121,7 +121,7 @@ pub(super) fn image_of(image: &WireImageUrl) -> Result<Image, String> {
 /// OpenAI's `response_format`: `{"type": "text" | "json_object"}` or `{"type": "json_schema",
 /// "json_schema": {"name", "schema", "strict"}}`. The schema must compile: a request whose
 /// answer could never be checked is refused here, not after a backend has answered.
-pub(super) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError> {
+pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError> {
     let bad = |param: &str, why: String| Err(ApiError::bad_request(why).param(param));
     let Some(kind) = value.get("type").and_then(Value::as_str) else {
         return bad(

@@ -447,4 +447,4 @@ mod checks;
 mod tests;
 
 pub use answer::{completion_json, WireUsage};
-use checks::{image_of, response_format, tool_choice, tools};
+pub(crate) use checks::{image_of, response_format, tool_choice, tools};

@@ -1,0 +1,311 @@
+//! A `POST /v1/responses` body → the canonical request, with errors that name the field.
+//!
+//! `input` is a string (one user message) or a list of items: messages (`type: message` or the
+//! `{role, content}` shorthand; `developer` is a system message), `function_call` (an assistant
+//! message's tool call; consecutive calls join one message) and `function_call_output` (a tool
+//! message, which must answer an earlier call). `reasoning` items are dropped: no backend
+//! Spillway routes to can read another model's reasoning. Tools, `tool_choice` and
+//! `text.format` are checked by the chat door's checks (`wire::checks`), once, with Responses'
+//! field names in `param`. Spillway's Responses are stateless: anything that needs a stored
+//! response is refused here, naming its field. Nothing here panics on input.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::api::error::{ApiError, ErrorCode};
+use crate::api::wire::{self, WireFunction, WireTool};
+use crate::canonical::{ChatRequest, Message, Role, Tool, ToolChoice};
+
+/// What the client sent, as far as types can say.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    pub model: String,
+    /// A string or a list of items; read by [`ResponsesRequest::to_canonical`].
+    #[serde(default)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub instructions: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<ResponsesTool>>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub text: Option<TextConfig>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub metadata: Option<HashMap<String, String>>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub store: Option<bool>,
+    #[serde(default)]
+    pub background: Option<bool>,
+    #[serde(default)]
+    pub previous_response_id: Option<String>,
+    #[serde(default)]
+    pub conversation: Option<Value>,
+}
+
+/// One of `tools`: only `function` tools are served; the others run inside OpenAI.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesTool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub parameters: Value,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// `text`: the answer's format (`verbosity` is accepted and not forwarded).
+#[derive(Debug, Deserialize)]
+pub struct TextConfig {
+    #[serde(default)]
+    pub format: Option<Value>,
+    #[serde(default)]
+    pub verbosity: Option<String>,
+}
+
+/// Decode a Responses request body.
+pub fn decode(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
+    wire::decode_json(body, "a responses request")
+}
+
+impl ResponsesRequest {
+    pub fn wants_stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// The canonical request (`model` is filled by dispatch); `output_cap` is the task's cap
+    /// on `max_output_tokens`. Each refusal names its field.
+    pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        self.refuse_state()?;
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(invalid("temperature", format!("`temperature` {t} is outside 0 to 2")));
+        }
+        if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(invalid("top_p", format!("`top_p` {p} is outside 0 to 1")));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(invalid("max_output_tokens", "`max_output_tokens` must be at least 1".into()));
+        }
+        let tools = self.tools()?;
+        let tool_choice = self.tool_choice(&tools)?;
+        let response_format = match self.text.as_ref().and_then(|t| t.format.as_ref()) {
+            None | Some(Value::Null) => Default::default(),
+            Some(format) => wire::response_format(&chat_response_format(format))
+                .map_err(|e| renamed(e, &[("response_format.json_schema", "text.format"), ("response_format", "text.format")]))?,
+        };
+        let max_tokens = match (self.max_output_tokens, output_cap) {
+            (Some(asked), Some(cap)) => Some(asked.min(cap)),
+            (asked, cap) => asked.or(cap),
+        };
+        Ok(ChatRequest {
+            model: String::new(),
+            messages: self.messages()?,
+            max_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            stop: Vec::new(),
+            tools,
+            tool_choice,
+            seed: None,
+            stream: self.wants_stream(),
+            response_format,
+            relay: false,
+        })
+    }
+
+    /// Refuse what needs a stored response: Spillway keeps none.
+    fn refuse_state(&self) -> Result<(), ApiError> {
+        let stateless = "Spillway's Responses API is stateless: it stores no responses";
+        let refused = if self.store == Some(true) {
+            Some(("store", "`store: true` is not supported; leave `store` out or set it to false"))
+        } else if self.previous_response_id.is_some() {
+            Some(("previous_response_id", "`previous_response_id` is not supported; send the whole conversation in `input`"))
+        } else if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            Some(("conversation", "`conversation` is not supported; send the whole conversation in `input`"))
+        } else if self.background == Some(true) {
+            Some(("background", "`background: true` is not supported; stream the answer instead"))
+        } else {
+            None
+        };
+        match refused {
+            Some((param, why)) => Err(invalid(param, format!("{stateless}. {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn tools(&self) -> Result<Vec<Tool>, ApiError> {
+        let mut as_chat = Vec::new();
+        for (i, tool) in self.tools.iter().flatten().enumerate() {
+            if tool.kind != "function" {
+                return Err(invalid(
+                    &format!("tools[{i}].type"),
+                    format!(
+                        "tool type `{}` is not supported; only `function` tools are (OpenAI's built-in tools run inside OpenAI)",
+                        tool.kind
+                    ),
+                ));
+            }
+            let Some(name) = &tool.name else {
+                return Err(missing(&format!("tools[{i}]"), "name"));
+            };
+            let function =
+                WireFunction { name: name.clone(), description: tool.description.clone(), parameters: tool.parameters.clone() };
+            as_chat.push(WireTool { kind: Some("function".into()), function });
+        }
+        wire::tools(&as_chat).map_err(|e| renamed(e, &[(".function.", ".")]))
+    }
+
+    /// `auto`, `none`, `required` or `{"type": "function", "name"}`. Without tools, `auto` and
+    /// `none` say nothing and are dropped; anything else needs tools.
+    fn tool_choice(&self, tools: &[Tool]) -> Result<Option<ToolChoice>, ApiError> {
+        let Some(choice) = self.tool_choice.as_ref().filter(|c| !c.is_null()) else { return Ok(None) };
+        if tools.is_empty() && matches!(choice.as_str(), Some("auto" | "none")) {
+            return Ok(None);
+        }
+        let as_chat = match (choice.get("type").and_then(Value::as_str), choice.get("name")) {
+            (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
+            _ => choice.clone(),
+        };
+        wire::tool_choice(&as_chat, tools).map(Some).map_err(|e| renamed(e, &[("tool_choice.function.name", "tool_choice.name")]))
+    }
+
+    /// `instructions` first, then `input` in order.
+    fn messages(&self) -> Result<Vec<Message>, ApiError> {
+        let mut messages = Vec::new();
+        if let Some(instructions) = self.instructions.as_ref().filter(|i| !i.is_empty()) {
+            messages.push(Message::new(Role::System, instructions.as_str()));
+        }
+        match &self.input {
+            None | Some(Value::Null) => return Err(missing_root("input")),
+            Some(Value::String(text)) => messages.push(Message::new(Role::User, text.as_str())),
+            Some(Value::Array(items)) => {
+                let mut calls = HashSet::new();
+                for (i, item) in items.iter().enumerate() {
+                    super::items::add(&mut messages, &mut calls, item, &format!("input[{i}]"))?;
+                }
+            }
+            Some(other) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidType,
+                    format!("`input` must be a string or an array of items, not {}", type_name(other)),
+                )
+                .param("input"))
+            }
+        }
+        if messages.iter().all(|m| m.role == Role::System) {
+            return Err(invalid("input", "`input` must hold at least one message".into()));
+        }
+        Ok(messages)
+    }
+
+    /// The request's settings as the Response object repeats them.
+    pub fn echo(&self) -> Map<String, Value> {
+        let tools: Vec<Value> = self
+            .tools
+            .iter()
+            .flatten()
+            .map(|t| {
+                json!({"type": t.kind, "name": t.name, "description": t.description,
+                       "parameters": t.parameters, "strict": t.strict.unwrap_or(true)})
+            })
+            .collect();
+        let format = self.text.as_ref().and_then(|t| t.format.clone());
+        let verbosity = self.text.as_ref().and_then(|t| t.verbosity.clone());
+        let text = json!({"format": format.unwrap_or_else(|| json!({"type": "text"})), "verbosity": verbosity});
+        let echo = json!({
+            "instructions": self.instructions,
+            "tools": tools,
+            "tool_choice": self.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_output_tokens": self.max_output_tokens,
+            "parallel_tool_calls": self.parallel_tool_calls.unwrap_or(true),
+            "text": text,
+            "metadata": self.metadata.clone().unwrap_or_default(),
+            "user": self.user,
+            "store": false,
+            "previous_response_id": null,
+            "truncation": "disabled",
+        });
+        match echo {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+}
+
+/// Responses' `text.format` in the chat shape the shared check reads (`json_schema` nests its
+/// name, schema and strictness there).
+fn chat_response_format(format: &Value) -> Value {
+    if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return format.clone();
+    }
+    let mut spec = Map::new();
+    for key in ["name", "schema", "strict"] {
+        if let Some(v) = format.get(key) {
+            spec.insert(key.into(), v.clone());
+        }
+    }
+    json!({"type": "json_schema", "json_schema": spec})
+}
+
+/// The shared check's error under Responses' field names (`(chat prefix, responses prefix)`).
+fn renamed(mut e: ApiError, renames: &[(&str, &str)]) -> ApiError {
+    for (chat, responses) in renames {
+        if let Some(param) = e.param.as_mut().filter(|p| p.contains(chat)) {
+            *param = param.replacen(chat, responses, 1);
+            e.message = e.message.replace(chat, responses);
+            break;
+        }
+    }
+    if e.code == ErrorCode::InvalidRequest {
+        e.code(ErrorCode::InvalidValue)
+    } else {
+        e
+    }
+}
+
+pub(super) fn invalid(param: &str, why: String) -> ApiError {
+    ApiError::new(ErrorCode::InvalidValue, why).param(param)
+}
+
+pub(super) fn missing(at: &str, key: &str) -> ApiError {
+    missing_root(&format!("{at}.{key}"))
+}
+
+fn missing_root(param: &str) -> ApiError {
+    ApiError::new(ErrorCode::MissingField, format!("`{param}` is required")).param(param)
+}
+
+pub(super) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+#[path = "decode_tests.rs"]
+mod tests;

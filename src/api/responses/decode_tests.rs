@@ -1,0 +1,178 @@
+use super::*;
+use crate::canonical::{Image, ResponseFormat, ToolCall};
+use serde_json::json;
+
+fn canonical(body: Value) -> Result<ChatRequest, ApiError> {
+    decode(body.to_string().as_bytes())?.to_canonical(Some(100))
+}
+
+/// The refusal of `body`: always a 400, with its `param` and `code`.
+fn refusal(body: Value) -> (String, Option<&'static str>) {
+    let error = canonical(body.clone()).expect_err(&format!("accepted: {body}"));
+    assert_eq!(error.status, 400, "{error:?}");
+    (error.param.clone().unwrap_or_default(), error.code.as_str())
+}
+
+fn with_input(input: Value) -> Value {
+    json!({"model": "t", "input": input})
+}
+
+#[test]
+fn a_string_input_is_one_user_message_after_the_instructions() {
+    let request = canonical(json!({"model": "t", "input": "hello", "instructions": "be brief",
+                                   "max_output_tokens": 500, "temperature": 0.5, "stream": true}))
+    .unwrap();
+    assert_eq!(request.messages, vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "hello")]);
+    assert_eq!(request.max_tokens, Some(100), "capped by the task");
+    assert_eq!(request.temperature, Some(0.5));
+    assert!(request.stream);
+    assert!(!request.relay, "relay is for chat clients only");
+    let uncapped = decode(br#"{"model": "t", "input": "hi", "max_output_tokens": 20}"#).unwrap();
+    assert_eq!(uncapped.to_canonical(Some(100)).unwrap().max_tokens, Some(20));
+    assert_eq!(uncapped.to_canonical(None).unwrap().max_tokens, Some(20));
+}
+
+#[test]
+fn every_item_type_becomes_its_message() {
+    let request = canonical(with_input(json!([
+        {"type": "message", "role": "developer", "content": "rules"},
+        {"role": "user", "content": [
+            {"type": "input_text", "text": "look at "},
+            {"type": "input_text", "text": "this"},
+            {"type": "input_image", "image_url": "https://x.test/cat.png", "detail": "low"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "checking"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{\"q\":1}"},
+        {"type": "function_call", "call_id": "call_2", "name": "lookup", "arguments": "{\"q\":2}"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call_output", "call_id": "call_1", "output": "one"},
+        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "two"}]},
+        {"type": "function_call", "call_id": "call_3", "name": "lookup", "arguments": "{}"},
+        {"role": "system", "content": "late system"},
+    ])))
+    .unwrap();
+    let call = |id: &str, args: &str| ToolCall { id: id.into(), name: "lookup".into(), arguments: args.into() };
+    let tool = |id: &str, text: &str| Message { tool_call_id: Some(id.into()), ..Message::new(Role::Tool, text) };
+    let image = Image { url: "https://x.test/cat.png".into(), detail: Some("low".into()) };
+    assert_eq!(
+        request.messages,
+        vec![
+            Message::new(Role::System, "rules"),
+            Message { images: vec![image], ..Message::new(Role::User, "look at this") },
+            Message {
+                tool_calls: vec![call("call_1", "{\"q\":1}"), call("call_2", "{\"q\":2}")],
+                ..Message::new(Role::Assistant, "checking")
+            },
+            tool("call_1", "one"),
+            tool("call_2", "two"),
+            Message { tool_calls: vec![call("call_3", "{}")], ..Message::new(Role::Assistant, "") },
+            Message::new(Role::System, "late system"),
+        ]
+    );
+}
+
+#[test]
+fn tools_choice_and_format_map_to_the_canonical_request() {
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    let request = canonical(json!({
+        "model": "t", "input": "hi",
+        "tools": [{"type": "function", "name": "lookup", "description": "find", "strict": true,
+                   "parameters": {"type": "object", "properties": {}}}],
+        "tool_choice": {"type": "function", "name": "lookup"},
+        "text": {"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": true}},
+        "parallel_tool_calls": false, "metadata": {"k": "v"}, "user": "u1", "store": false,
+    }))
+    .unwrap();
+    assert_eq!(request.tools.len(), 1);
+    assert_eq!((request.tools[0].name.as_str(), request.tools[0].description.as_deref()), ("lookup", Some("find")));
+    assert_eq!(request.tool_choice, Some(ToolChoice::Function("lookup".into())));
+    assert_eq!(request.response_format, ResponseFormat::JsonSchema { name: "city".into(), schema, strict: true });
+    for (choice, expected) in [("auto", ToolChoice::Auto), ("none", ToolChoice::None), ("required", ToolChoice::Required)] {
+        let request = canonical(json!({"model": "t", "input": "hi", "tool_choice": choice,
+                                       "tools": [{"type": "function", "name": "f"}]}))
+        .unwrap();
+        assert_eq!(request.tool_choice, Some(expected));
+    }
+    let json_mode = canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_object"}}})).unwrap();
+    assert_eq!(json_mode.response_format, ResponseFormat::JsonObject);
+    let no_tools = canonical(json!({"model": "t", "input": "hi", "tool_choice": "auto"})).unwrap();
+    assert_eq!(no_tools.tool_choice, None, "`auto` without tools says nothing");
+}
+
+#[test]
+fn the_echo_repeats_the_settings() {
+    let request = decode(br#"{"model": "t", "input": "hi", "instructions": "be brief", "temperature": 0.2,
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "metadata": {"k": "v"}}"#)
+    .unwrap();
+    let echo = Value::Object(request.echo());
+    assert_eq!(echo["instructions"], "be brief");
+    assert_eq!(echo["temperature"], 0.2);
+    assert_eq!(echo["tools"][0]["name"], "f");
+    assert_eq!(echo["tool_choice"], "auto");
+    assert_eq!(echo["parallel_tool_calls"], true);
+    assert_eq!(echo["text"]["format"], json!({"type": "text"}));
+    assert_eq!(echo["metadata"], json!({"k": "v"}));
+    assert_eq!(echo["store"], false);
+}
+
+#[test]
+fn state_is_refused_naming_its_field() {
+    let stateful = [
+        (json!({"store": true}), "store"),
+        (json!({"previous_response_id": "resp_1"}), "previous_response_id"),
+        (json!({"conversation": "conv_1"}), "conversation"),
+        (json!({"background": true}), "background"),
+    ];
+    for (extra, param) in stateful {
+        let mut body = with_input(json!("hi"));
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let error = canonical(body).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some(param));
+        assert!(error.message.contains("stateless"), "{}", error.message);
+    }
+}
+
+#[test]
+fn each_bad_input_names_its_param() {
+    let cases = [
+        (json!({"model": "t"}), "input", Some("missing_field")),
+        (with_input(json!(3)), "input", Some("invalid_type")),
+        (with_input(json!([])), "input", Some("invalid_value")),
+        (with_input(json!([{"type": "message", "role": "user", "content": "a"}, {"type": "web_search_call"}])), "input[1].type", Some("invalid_value")),
+        (with_input(json!([{"type": "item_reference", "id": "msg_1"}])), "input[0].type", Some("invalid_value")),
+        (with_input(json!([{"content": "no role, no type"}])), "input[0].type", Some("missing_field")),
+        (with_input(json!(["just a string"])), "input[0]", Some("invalid_type")),
+        (with_input(json!([{"type": "function_call_output", "call_id": "call_9", "output": "x"}])), "input[0].call_id", Some("invalid_value")),
+        (with_input(json!([{"type": "function_call", "call_id": "c", "name": "f"}])), "input[0].arguments", Some("missing_field")),
+        (with_input(json!([{"role": "robot", "content": "x"}])), "input[0].role", Some("invalid_value")),
+        (with_input(json!([{"role": "user"}])), "input[0].content", Some("missing_field")),
+        (with_input(json!([{"role": "user", "content": 5}])), "input[0].content", Some("invalid_type")),
+        (with_input(json!([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])), "input[0].content[0].type", Some("invalid_value")),
+        (with_input(json!([{"role": "user", "content": [{"type": "input_text"}]}])), "input[0].content[0].text", Some("missing_field")),
+        (with_input(json!([{"role": "assistant", "content": [{"type": "input_image", "image_url": "https://x.test/a.png"}]}])), "input[0].content[0]", Some("invalid_value")),
+        (with_input(json!([{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x"}]}])), "input[0].content[0].image_url", Some("invalid_value")),
+        (with_input(json!([{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}])), "input[0].content[0].file_id", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "web_search"}]}), "tools[0].type", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "function"}]}), "tools[0].name", Some("missing_field")),
+        (json!({"model": "t", "input": "hi", "tools": [{"name": "f"}]}), "tools[0].type", Some("missing_field")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": 3}]}), "tools[0].parameters", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}), "tools[1].name", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}), "tool_choice.name", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "file_search"}}), "tool_choice.type", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "tool_choice": "required"}), "tool_choice", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}), "text.format.schema", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}), "text.format.name", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}), "text.format.schema", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}}), "text.format.type", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "temperature": 3}), "temperature", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "top_p": 2}), "top_p", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "max_output_tokens": 0}), "max_output_tokens", Some("invalid_value")),
+        (json!({"model": "t", "input": "hi", "max_output_tokens": "ten"}), "max_output_tokens", Some("invalid_type")),
+        (json!({"model": 7, "input": "hi"}), "model", Some("invalid_type")),
+        (json!({"input": "hi"}), "model", Some("missing_field")),
+    ];
+    for (body, param, code) in cases {
+        assert_eq!(refusal(body.clone()), (param.to_string(), code), "{body}");
+    }
+    let error = canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}})).unwrap_err();
+    assert!(error.message.contains("text.format"), "Responses' names in the message: {}", error.message);
+}

@@ -1,0 +1,136 @@
+//! `POST /v1/responses`: OpenAI's Responses dialect, stateless. It decodes the request
+//! (`decode.rs`, `items.rs`), hands it to the shared core (`front::serve`: task, key, plan,
+//! dispatch, ledger, metrics, shadow tap, all as for chat), and encodes the committed event
+//! stream as a Response object or as Responses SSE events (`events.rs`).
+//!
+//! Dispatch commits at the first output event, and `response.created` is written only after
+//! that, so an upstream that fails before its first token is failed over like any other; a
+//! failure after it ends the stream with `response.failed` and `error`, never another model's
+//! text. The admission permit is held until the last byte of the answer is written.
+
+mod decode;
+mod events;
+mod items;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use futures::{FutureExt, Stream, StreamExt};
+
+use super::error::ApiError;
+use super::front::{self, Served};
+use super::request_id::RequestId;
+use super::AppState;
+use crate::adapter::EventStream;
+use events::{Encoder, Head};
+
+/// Most bytes written in one frame when several events are ready at once.
+const BATCH_BYTES: usize = 16 * 1024;
+
+pub async fn responses(
+    State(state): State<Arc<AppState>>,
+    request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
+    match handle(state, request_id, headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn handle(
+    state: Arc<AppState>,
+    request_id: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let received = front::receive(&state, &headers, body).await?;
+    let request = decode::decode(&received.body)?;
+    let arrival = received.arrival(request_id, &headers);
+    let admission = received.admission;
+    let Served { committed, task, headers: spillway_headers, .. } =
+        front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
+            .await?;
+    // When the answer was created: now, after commit (OpenAI's `created_at`).
+    let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let head = Head { id: new_response_id(), created_at, model: task, echo: request.echo() };
+
+    let mut response = if request.wants_stream() {
+        let mut encoder = Encoder::new(head, true);
+        encoder.start();
+        let body = Body::from_stream(sse_body(committed.events, committed.backend, encoder, admission));
+        let mut response = Response::new(body);
+        let h = response.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
+    } else {
+        let mut encoder = Encoder::new(head, false);
+        let mut events = committed.events;
+        while let Some(item) = events.next().await {
+            match item {
+                Ok(event) => encoder.add(&event),
+                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
+            }
+        }
+        drop(admission);
+        axum::Json(encoder.finish()).into_response()
+    };
+    response.headers_mut().extend(spillway_headers);
+    Ok(response)
+}
+
+fn new_response_id() -> String {
+    format!("resp_{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
+}
+
+type Frames = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
+
+/// The SSE body: the encoder's opening events, then one frame per batch of events the upstream
+/// has already delivered (up to [`BATCH_BYTES`]); `hold` lives as long as the body.
+fn sse_body<H: Send + 'static>(events: EventStream, backend: String, encoder: Encoder, hold: H) -> Frames {
+    struct State<H> {
+        events: EventStream,
+        backend: String,
+        encoder: Encoder,
+        ended: bool,
+        _hold: H,
+    }
+    let state = State { events, backend, encoder, ended: false, _hold: hold };
+    Box::pin(futures::stream::unfold(state, |mut s| async move {
+        if s.ended {
+            return None;
+        }
+        let mut next = s.events.next().await;
+        loop {
+            match next {
+                Some(Ok(event)) => s.encoder.add(&event),
+                Some(Err(e)) => {
+                    s.ended = true;
+                    s.encoder.fail(&ApiError::from_upstream(&s.backend, &e));
+                }
+                None => {
+                    s.ended = true;
+                    s.encoder.finish();
+                }
+            }
+            if s.ended || s.encoder.pending() >= BATCH_BYTES {
+                break;
+            }
+            // Take what the upstream has already delivered; never wait for more here.
+            match s.events.next().now_or_never() {
+                Some(ready) => next = ready,
+                None => break,
+            }
+        }
+        Some((Ok(Bytes::from(s.encoder.take_frames())), s))
+    }))
+}
