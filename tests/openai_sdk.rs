@@ -1,4 +1,5 @@
-//! The official `openai` Python package against `spillway serve`, each a real process.
+//! The official `openai` Python package against `spillway serve`, each a real process: chat
+//! completions (`openai_sdk_check.py`) and the Responses API (`openai_responses_check.py`).
 //!
 //! Needs a Python with `openai` installed: `SPILLWAY_PYTHON`, else `.venv/bin/python` (what
 //! `.ci/run` creates). The test fails, rather than skips, when neither works.
@@ -33,8 +34,8 @@ fn sim(args: &[&str]) -> (Killed, String) {
     (Killed(child), url)
 }
 
-/// Local nodes serve only once the router has their telemetry: wait for it (up to 10 s).
-fn wait_until_nodes_are_fresh(url: &str) {
+/// Local nodes serve only once the router has their telemetry: wait for all `nodes` (up to 10 s).
+fn wait_until_nodes_are_fresh(url: &str, nodes: u64) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         crate::common::wait_until(
@@ -42,7 +43,7 @@ fn wait_until_nodes_are_fresh(url: &str) {
             "the router to see its nodes' telemetry",
             || async {
                 let ready = crate::common::get_json(url, "/readyz").await;
-                if ready["fresh_local_nodes"] == 2 {
+                if ready["fresh_local_nodes"] == nodes {
                     Ok(())
                 } else {
                     Err(ready)
@@ -60,28 +61,17 @@ fn python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
 }
 
-#[test]
-fn the_official_openai_python_sdk_works_against_spillway_serve() {
-    let model = "meta-llama/Llama-3.1-8B-Instruct";
-    let (_good, good_url) = sim(&["--kind", "vllm", "--model", model]);
-    let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", model, "--drop-after", "3"]);
+/// `spillway serve` with `backends_and_tasks` (and a ledger), the client key `sk-sdk`, once
+/// its `local_nodes` local nodes have telemetry: the child and the router's URL.
+fn serve(backends_and_tasks: &str, local_nodes: u64) -> (Killed, String) {
     let dir = std::env::temp_dir().join(format!("spillway-sdk-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("spillway.yaml");
     std::fs::write(
         &config,
         format!(
-            r#"listen: 127.0.0.1:0
-client_keys_env: [SDK_TEST_KEY]
-backends:
-  - {{name: local, kind: vllm, endpoints: [{good_url}], model: {model}}}
-  - {{name: flaky, kind: vllm, endpoints: [{bad_url}], model: {model}}}
-tasks:
-  - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
-  - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
-telemetry: {{interval_ms: 200}}
-ledger: {{url: "sqlite://{ledger}"}}
-"#,
+            "listen: 127.0.0.1:0\nclient_keys_env: [SDK_TEST_KEY]\n{backends_and_tasks}\n\
+             telemetry: {{interval_ms: 200}}\nledger: {{url: \"sqlite://{ledger}\"}}\n",
             ledger = dir.join("ledger.db").display()
         ),
     )
@@ -102,14 +92,18 @@ ledger: {{url: "sqlite://{ledger}"}}
         .spawn()
         .expect("spawn spillway serve");
     let stderr = Output::collect(server.stderr.take().unwrap());
-    let _server = Killed(server);
+    let server = Killed(server);
     let url = stderr.wait_url();
-    wait_until_nodes_are_fresh(&url);
+    wait_until_nodes_are_fresh(&url, local_nodes);
+    (server, url)
+}
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_sdk_check.py");
+/// Run `tests/sdk/{script}` with `args`; it must succeed and say `ok`.
+fn run_sdk_script(script: &str, args: &[&str]) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(script);
     let out = Command::new(python())
         .arg(&script)
-        .args([&url, "sk-sdk"])
+        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {:?} (run .ci/run to create the venv): {e}", python()));
     assert!(
@@ -119,4 +113,46 @@ ledger: {{url: "sqlite://{ledger}"}}
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+#[test]
+fn the_official_openai_python_sdk_works_against_spillway_serve() {
+    let (_good, good_url) = sim(&["--kind", "vllm", "--model", MODEL]);
+    let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", MODEL, "--drop-after", "3"]);
+    let (_server, url) = serve(
+        &format!(
+            r#"backends:
+  - {{name: local, kind: vllm, endpoints: [{good_url}], model: {MODEL}}}
+  - {{name: flaky, kind: vllm, endpoints: [{bad_url}], model: {MODEL}}}
+tasks:
+  - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
+  - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}"#
+        ),
+        2,
+    );
+    run_sdk_script("openai_sdk_check.py", &[&url, "sk-sdk"]);
+}
+
+#[test]
+fn the_official_openai_python_sdk_speaks_responses_to_spillway_serve_and_the_sim() {
+    let (_good, good_url) = sim(&["--kind", "vllm", "--model", MODEL]);
+    let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", MODEL, "--drop-after", "3"]);
+    let tool_args = r#"{"city": "Paris"}"#;
+    let (_tools, tools_url) = sim(&["--kind", "vllm", "--model", MODEL, "--tool-call-args", tool_args]);
+    let (_server, url) = serve(
+        &format!(
+            r#"backends:
+  - {{name: local, kind: vllm, endpoints: [{good_url}], model: {MODEL}}}
+  - {{name: flaky, kind: vllm, endpoints: [{bad_url}], model: {MODEL}}}
+  - {{name: caller, kind: vllm, endpoints: [{tools_url}], model: {MODEL}, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
+  - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
+  - {{name: tools, backends: [caller], slo: {{ttft_ms: 2000}}}}"#
+        ),
+        3,
+    );
+    run_sdk_script("openai_responses_check.py", &[&url, "sk-sdk", &good_url]);
 }

@@ -13,5 +13,6 @@ mod metrics;
 mod openai_sdk;
 mod portability;
 mod reload;
+mod responses;
 mod secrets;
 mod sim;

@@ -18,6 +18,7 @@ pub mod generate;
 pub mod metrics;
 mod openai_wire;
 pub mod quota;
+mod responses_wire;
 mod server;
 mod sse;
 pub mod text;
@@ -224,12 +225,14 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
     let r = match kind {
         SimKind::Vllm => r
             .route("/v1/chat/completions", post(openai_wire::chat))
+            .route("/v1/responses", post(responses_wire::responses))
             .route("/v1/models", get(openai_wire::models))
             .route("/health", get(|| async {}))
             .route("/metrics", get(metrics_page))
             .route("/version", get(|| async { Json(serde_json::json!({"version": "0.11.0+sim"})) })),
         SimKind::OpenAi => r
             .route("/v1/chat/completions", post(openai_wire::chat))
+            .route("/v1/responses", post(responses_wire::responses))
             .route("/v1/models", get(openai_wire::models)),
         SimKind::Anthropic => r.route("/v1/messages", post(anthropic_wire::messages)),
         SimKind::Gemini => r.route("/v1beta/models/{model_action}", post(gemini_wire::generate)),

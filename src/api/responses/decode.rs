@@ -108,8 +108,12 @@ impl ResponsesRequest {
         let tool_choice = self.tool_choice(&tools)?;
         let response_format = match self.text.as_ref().and_then(|t| t.format.as_ref()) {
             None | Some(Value::Null) => Default::default(),
-            Some(format) => wire::response_format(&chat_response_format(format))
-                .map_err(|e| renamed(e, &[("response_format.json_schema", "text.format"), ("response_format", "text.format")]))?,
+            Some(format) => wire::response_format(&chat_response_format(format)).map_err(|e| {
+                renamed(
+                    e,
+                    &[("response_format.json_schema", "text.format"), ("response_format", "text.format")],
+                )
+            })?,
         };
         let max_tokens = match (self.max_output_tokens, output_cap) {
             (Some(asked), Some(cap)) => Some(asked.min(cap)),
@@ -137,7 +141,10 @@ impl ResponsesRequest {
         let refused = if self.store == Some(true) {
             Some(("store", "`store: true` is not supported; leave `store` out or set it to false"))
         } else if self.previous_response_id.is_some() {
-            Some(("previous_response_id", "`previous_response_id` is not supported; send the whole conversation in `input`"))
+            Some((
+                "previous_response_id",
+                "`previous_response_id` is not supported; send the whole conversation in `input`",
+            ))
         } else if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
             Some(("conversation", "`conversation` is not supported; send the whole conversation in `input`"))
         } else if self.background == Some(true) {
@@ -166,8 +173,11 @@ impl ResponsesRequest {
             let Some(name) = &tool.name else {
                 return Err(missing(&format!("tools[{i}]"), "name"));
             };
-            let function =
-                WireFunction { name: name.clone(), description: tool.description.clone(), parameters: tool.parameters.clone() };
+            let function = WireFunction {
+                name: name.clone(),
+                description: tool.description.clone(),
+                parameters: tool.parameters.clone(),
+            };
             as_chat.push(WireTool { kind: Some("function".into()), function });
         }
         wire::tools(&as_chat).map_err(|e| renamed(e, &[(".function.", ".")]))
@@ -184,7 +194,9 @@ impl ResponsesRequest {
             (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
             _ => choice.clone(),
         };
-        wire::tool_choice(&as_chat, tools).map(Some).map_err(|e| renamed(e, &[("tool_choice.function.name", "tool_choice.name")]))
+        wire::tool_choice(&as_chat, tools)
+            .map(Some)
+            .map_err(|e| renamed(e, &[("tool_choice.function.name", "tool_choice.name")]))
     }
 
     /// `instructions` first, then `input` in order.
@@ -214,41 +226,6 @@ impl ResponsesRequest {
             return Err(invalid("input", "`input` must hold at least one message".into()));
         }
         Ok(messages)
-    }
-
-    /// The request's settings as the Response object repeats them.
-    pub fn echo(&self) -> Map<String, Value> {
-        let tools: Vec<Value> = self
-            .tools
-            .iter()
-            .flatten()
-            .map(|t| {
-                json!({"type": t.kind, "name": t.name, "description": t.description,
-                       "parameters": t.parameters, "strict": t.strict.unwrap_or(true)})
-            })
-            .collect();
-        let format = self.text.as_ref().and_then(|t| t.format.clone());
-        let verbosity = self.text.as_ref().and_then(|t| t.verbosity.clone());
-        let text = json!({"format": format.unwrap_or_else(|| json!({"type": "text"})), "verbosity": verbosity});
-        let echo = json!({
-            "instructions": self.instructions,
-            "tools": tools,
-            "tool_choice": self.tool_choice.clone().unwrap_or_else(|| json!("auto")),
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_output_tokens": self.max_output_tokens,
-            "parallel_tool_calls": self.parallel_tool_calls.unwrap_or(true),
-            "text": text,
-            "metadata": self.metadata.clone().unwrap_or_default(),
-            "user": self.user,
-            "store": false,
-            "previous_response_id": null,
-            "truncation": "disabled",
-        });
-        match echo {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        }
     }
 }
 

@@ -22,7 +22,10 @@ fn a_string_input_is_one_user_message_after_the_instructions() {
     let request = canonical(json!({"model": "t", "input": "hello", "instructions": "be brief",
                                    "max_output_tokens": 500, "temperature": 0.5, "stream": true}))
     .unwrap();
-    assert_eq!(request.messages, vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "hello")]);
+    assert_eq!(
+        request.messages,
+        vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "hello")]
+    );
     assert_eq!(request.max_tokens, Some(100), "capped by the task");
     assert_eq!(request.temperature, Some(0.5));
     assert!(request.stream);
@@ -50,8 +53,10 @@ fn every_item_type_becomes_its_message() {
         {"role": "system", "content": "late system"},
     ])))
     .unwrap();
-    let call = |id: &str, args: &str| ToolCall { id: id.into(), name: "lookup".into(), arguments: args.into() };
-    let tool = |id: &str, text: &str| Message { tool_call_id: Some(id.into()), ..Message::new(Role::Tool, text) };
+    let call =
+        |id: &str, args: &str| ToolCall { id: id.into(), name: "lookup".into(), arguments: args.into() };
+    let tool =
+        |id: &str, text: &str| Message { tool_call_id: Some(id.into()), ..Message::new(Role::Tool, text) };
     let image = Image { url: "https://x.test/cat.png".into(), detail: Some("low".into()) };
     assert_eq!(
         request.messages,
@@ -83,16 +88,25 @@ fn tools_choice_and_format_map_to_the_canonical_request() {
     }))
     .unwrap();
     assert_eq!(request.tools.len(), 1);
-    assert_eq!((request.tools[0].name.as_str(), request.tools[0].description.as_deref()), ("lookup", Some("find")));
+    assert_eq!(
+        (request.tools[0].name.as_str(), request.tools[0].description.as_deref()),
+        ("lookup", Some("find"))
+    );
     assert_eq!(request.tool_choice, Some(ToolChoice::Function("lookup".into())));
-    assert_eq!(request.response_format, ResponseFormat::JsonSchema { name: "city".into(), schema, strict: true });
-    for (choice, expected) in [("auto", ToolChoice::Auto), ("none", ToolChoice::None), ("required", ToolChoice::Required)] {
+    assert_eq!(
+        request.response_format,
+        ResponseFormat::JsonSchema { name: "city".into(), schema, strict: true }
+    );
+    for (choice, expected) in
+        [("auto", ToolChoice::Auto), ("none", ToolChoice::None), ("required", ToolChoice::Required)]
+    {
         let request = canonical(json!({"model": "t", "input": "hi", "tool_choice": choice,
                                        "tools": [{"type": "function", "name": "f"}]}))
         .unwrap();
         assert_eq!(request.tool_choice, Some(expected));
     }
-    let json_mode = canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_object"}}})).unwrap();
+    let json_mode =
+        canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_object"}}})).unwrap();
     assert_eq!(json_mode.response_format, ResponseFormat::JsonObject);
     let no_tools = canonical(json!({"model": "t", "input": "hi", "tool_choice": "auto"})).unwrap();
     assert_eq!(no_tools.tool_choice, None, "`auto` without tools says nothing");
@@ -103,7 +117,7 @@ fn the_echo_repeats_the_settings() {
     let request = decode(br#"{"model": "t", "input": "hi", "instructions": "be brief", "temperature": 0.2,
         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "metadata": {"k": "v"}}"#)
     .unwrap();
-    let echo = Value::Object(request.echo());
+    let echo = Value::Object(crate::api::responses::object::echo(&request));
     assert_eq!(echo["instructions"], "be brief");
     assert_eq!(echo["temperature"], 0.2);
     assert_eq!(echo["tools"][0]["name"], "f");
@@ -137,42 +151,141 @@ fn each_bad_input_names_its_param() {
         (json!({"model": "t"}), "input", Some("missing_field")),
         (with_input(json!(3)), "input", Some("invalid_type")),
         (with_input(json!([])), "input", Some("invalid_value")),
-        (with_input(json!([{"type": "message", "role": "user", "content": "a"}, {"type": "web_search_call"}])), "input[1].type", Some("invalid_value")),
-        (with_input(json!([{"type": "item_reference", "id": "msg_1"}])), "input[0].type", Some("invalid_value")),
+        (
+            with_input(
+                json!([{"type": "message", "role": "user", "content": "a"}, {"type": "web_search_call"}]),
+            ),
+            "input[1].type",
+            Some("invalid_value"),
+        ),
+        (
+            with_input(json!([{"type": "item_reference", "id": "msg_1"}])),
+            "input[0].type",
+            Some("invalid_value"),
+        ),
         (with_input(json!([{"content": "no role, no type"}])), "input[0].type", Some("missing_field")),
         (with_input(json!(["just a string"])), "input[0]", Some("invalid_type")),
-        (with_input(json!([{"type": "function_call_output", "call_id": "call_9", "output": "x"}])), "input[0].call_id", Some("invalid_value")),
-        (with_input(json!([{"type": "function_call", "call_id": "c", "name": "f"}])), "input[0].arguments", Some("missing_field")),
+        (
+            with_input(json!([{"type": "function_call_output", "call_id": "call_9", "output": "x"}])),
+            "input[0].call_id",
+            Some("invalid_value"),
+        ),
+        (
+            with_input(json!([{"type": "function_call", "call_id": "c", "name": "f"}])),
+            "input[0].arguments",
+            Some("missing_field"),
+        ),
         (with_input(json!([{"role": "robot", "content": "x"}])), "input[0].role", Some("invalid_value")),
         (with_input(json!([{"role": "user"}])), "input[0].content", Some("missing_field")),
         (with_input(json!([{"role": "user", "content": 5}])), "input[0].content", Some("invalid_type")),
-        (with_input(json!([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])), "input[0].content[0].type", Some("invalid_value")),
-        (with_input(json!([{"role": "user", "content": [{"type": "input_text"}]}])), "input[0].content[0].text", Some("missing_field")),
-        (with_input(json!([{"role": "assistant", "content": [{"type": "input_image", "image_url": "https://x.test/a.png"}]}])), "input[0].content[0]", Some("invalid_value")),
-        (with_input(json!([{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x"}]}])), "input[0].content[0].image_url", Some("invalid_value")),
-        (with_input(json!([{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}])), "input[0].content[0].file_id", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "web_search"}]}), "tools[0].type", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "function"}]}), "tools[0].name", Some("missing_field")),
-        (json!({"model": "t", "input": "hi", "tools": [{"name": "f"}]}), "tools[0].type", Some("missing_field")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": 3}]}), "tools[0].parameters", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}), "tools[1].name", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}), "tool_choice.name", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "file_search"}}), "tool_choice.type", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "tool_choice": "required"}), "tool_choice", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}), "text.format.schema", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}), "text.format.name", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}), "text.format.schema", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}}), "text.format.type", Some("invalid_value")),
+        (
+            with_input(json!([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])),
+            "input[0].content[0].type",
+            Some("invalid_value"),
+        ),
+        (
+            with_input(json!([{"role": "user", "content": [{"type": "input_text"}]}])),
+            "input[0].content[0].text",
+            Some("missing_field"),
+        ),
+        (
+            with_input(
+                json!([{"role": "assistant", "content": [{"type": "input_image", "image_url": "https://x.test/a.png"}]}]),
+            ),
+            "input[0].content[0]",
+            Some("invalid_value"),
+        ),
+        (
+            with_input(
+                json!([{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x"}]}]),
+            ),
+            "input[0].content[0].image_url",
+            Some("invalid_value"),
+        ),
+        (
+            with_input(json!([{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}])),
+            "input[0].content[0].file_id",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "web_search"}]}),
+            "tools[0].type",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "function"}]}),
+            "tools[0].name",
+            Some("missing_field"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"name": "f"}]}),
+            "tools[0].type",
+            Some("missing_field"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": 3}]}),
+            "tools[0].parameters",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}),
+            "tools[1].name",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}),
+            "tool_choice.name",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "file_search"}}),
+            "tool_choice.type",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "tool_choice": "required"}),
+            "tool_choice",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}),
+            "text.format.schema",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}),
+            "text.format.name",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}),
+            "text.format.schema",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}}),
+            "text.format.type",
+            Some("invalid_value"),
+        ),
         (json!({"model": "t", "input": "hi", "temperature": 3}), "temperature", Some("invalid_value")),
         (json!({"model": "t", "input": "hi", "top_p": 2}), "top_p", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "max_output_tokens": 0}), "max_output_tokens", Some("invalid_value")),
-        (json!({"model": "t", "input": "hi", "max_output_tokens": "ten"}), "max_output_tokens", Some("invalid_type")),
+        (
+            json!({"model": "t", "input": "hi", "max_output_tokens": 0}),
+            "max_output_tokens",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "t", "input": "hi", "max_output_tokens": "ten"}),
+            "max_output_tokens",
+            Some("invalid_type"),
+        ),
         (json!({"model": 7, "input": "hi"}), "model", Some("invalid_type")),
         (json!({"input": "hi"}), "model", Some("missing_field")),
     ];
     for (body, param, code) in cases {
         assert_eq!(refusal(body.clone()), (param.to_string(), code), "{body}");
     }
-    let error = canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}})).unwrap_err();
+    let error =
+        canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}})).unwrap_err();
     assert!(error.message.contains("text.format"), "Responses' names in the message: {}", error.message);
 }

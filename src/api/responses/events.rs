@@ -13,26 +13,11 @@
 //! them. The encoder only writes bytes; it never waits or decides anything.
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use super::object::{self, output_text, Head, Open};
 use crate::api::error::ApiError;
 use crate::canonical::{Event, FinishReason, Usage};
-
-/// What every Response object of one answer repeats.
-pub struct Head {
-    pub id: String,
-    pub created_at: u64,
-    /// The task's name.
-    pub model: String,
-    /// The request's settings (`instructions`, `tools`, `tool_choice`, …).
-    pub echo: Map<String, Value>,
-}
-
-/// The output item being written.
-enum Open {
-    Message { id: String, text: String },
-    Call { index: u32, id: String, call_id: String, name: String, arguments: String },
-}
 
 /// One answer being encoded.
 pub struct Encoder {
@@ -124,16 +109,13 @@ impl Encoder {
     fn text(&mut self, delta: &str) {
         if !matches!(self.open, Some(Open::Message { .. })) {
             self.close();
-            let id = new_id("msg");
-            let item = json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []});
+            let open = Open::Message { id: new_id("msg"), text: String::new() };
+            let mut item = open.item("in_progress");
+            item["content"] = json!([]);
+            let at = json!({"item_id": item["id"], "output_index": self.output.len(), "content_index": 0});
             self.item_added(item);
-            let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
-            let output_index = self.output.len();
-            self.event(
-                "response.content_part.added",
-                json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": part}),
-            );
-            self.open = Some(Open::Message { id, text: String::new() });
+            self.event("response.content_part.added", with(&at, json!({"part": output_text("")})));
+            self.open = Some(open);
         }
         let output_index = self.output.len();
         if let Some(Open::Message { id, text }) = &mut self.open {
@@ -157,12 +139,15 @@ impl Encoder {
     fn call(&mut self, index: u32, call_id: Option<&str>, name: Option<&str>, delta: &str) {
         if !matches!(&self.open, Some(Open::Call { index: open, .. }) if *open == index) {
             self.close();
-            let id = new_id("fc");
-            let call_id = call_id.map_or_else(|| new_id("call"), str::to_string);
-            let name = name.unwrap_or_default().to_string();
-            self.item_added(json!({"id": id, "type": "function_call", "status": "in_progress",
-                                   "call_id": call_id, "name": name, "arguments": ""}));
-            self.open = Some(Open::Call { index, id, call_id, name, arguments: String::new() });
+            let open = Open::Call {
+                index,
+                id: new_id("fc"),
+                call_id: call_id.map_or_else(|| new_id("call"), str::to_string),
+                name: name.unwrap_or_default().to_string(),
+                arguments: String::new(),
+            };
+            self.item_added(open.item("in_progress"));
+            self.open = Some(open);
         } else if let (Some(Open::Call { name: so_far, .. }), Some(more)) = (&mut self.open, name) {
             so_far.push_str(more);
         }
@@ -195,24 +180,18 @@ impl Encoder {
     fn close(&mut self) {
         let Some(open) = self.open.take() else { return };
         let output_index = self.output.len();
-        let status = self.item_status();
-        let item = match open {
+        let item = open.item(self.item_status());
+        match &open {
             Open::Message { id, text } => {
-                let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
                 let at = json!({"item_id": id, "output_index": output_index, "content_index": 0});
                 self.event("response.output_text.done", with(&at, json!({"text": text, "logprobs": []})));
-                self.event("response.content_part.done", with(&at, json!({"part": part})));
-                json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": [part]})
+                self.event("response.content_part.done", with(&at, json!({"part": output_text(text)})));
             }
-            Open::Call { id, call_id, name, arguments, .. } => {
-                self.event(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": output_index, "name": name, "arguments": arguments}),
-                );
-                json!({"id": id, "type": "function_call", "status": status,
-                       "call_id": call_id, "name": name, "arguments": arguments})
-            }
-        };
+            Open::Call { id, name, arguments, .. } => self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": output_index, "name": name, "arguments": arguments}),
+            ),
+        }
         self.event("response.output_item.done", json!({"output_index": output_index, "item": item}));
         self.output.push(item);
     }
@@ -231,7 +210,9 @@ impl Encoder {
         self.close();
         let (status, kind, reason) = match self.finish {
             Some(FinishReason::Length) => ("incomplete", "response.incomplete", Some("max_output_tokens")),
-            Some(FinishReason::ContentFilter) => ("incomplete", "response.incomplete", Some("content_filter")),
+            Some(FinishReason::ContentFilter) => {
+                ("incomplete", "response.incomplete", Some("content_filter"))
+            }
             _ => ("completed", "response.completed", None),
         };
         let mut response = self.response(status, None);
@@ -246,13 +227,7 @@ impl Encoder {
     /// far, the open item `incomplete`), then an `error` event.
     pub fn fail(&mut self, error: &ApiError) {
         if let Some(open) = self.open.take() {
-            let item = match open {
-                Open::Message { id, text } => json!({"id": id, "type": "message", "status": "incomplete",
-                    "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}),
-                Open::Call { id, call_id, name, arguments, .. } => json!({"id": id, "type": "function_call",
-                    "status": "incomplete", "call_id": call_id, "name": name, "arguments": arguments}),
-            };
-            self.output.push(item);
+            self.output.push(open.item("incomplete"));
         }
         let body = error.body();
         let code = body["error"]["code"].clone();
@@ -264,28 +239,10 @@ impl Encoder {
         self.event("error", json!({"code": code, "message": message, "param": body["error"]["param"]}));
     }
 
-    /// The Response object in its present state.
+    /// The Response object in its present state (usage once the answer has ended).
     fn response(&self, status: &str, error: Option<Value>) -> Value {
-        let usage = match (status, self.usage) {
-            ("in_progress", _) | (_, None) => Value::Null,
-            (_, Some(u)) => json!({
-                "input_tokens": u.input_tokens,
-                "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
-                "output_tokens": u.output_tokens,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": u.input_tokens + u.output_tokens,
-            }),
-        };
-        let mut response = self.head.echo.clone();
-        let own = json!({
-            "id": self.head.id, "object": "response", "created_at": self.head.created_at,
-            "status": status, "error": error, "incomplete_details": null, "model": self.head.model,
-            "output": self.output, "usage": usage,
-        });
-        if let Value::Object(own) = own {
-            response.extend(own);
-        }
-        Value::Object(response)
+        let usage = self.usage.filter(|_| status != "in_progress");
+        object::response(&self.head, status, &self.output, usage.as_ref(), error)
     }
 
     /// Write one event (`type` and `sequence_number` added) when streaming; count it always.

@@ -1,6 +1,7 @@
 use super::*;
 use crate::canonical::{ErrorClass, UpstreamError};
 use futures::StreamExt;
+use serde_json::Map;
 
 fn head() -> Head {
     let mut echo = Map::new();
@@ -13,7 +14,8 @@ fn head() -> Head {
 async fn streamed(events: Vec<Result<Event, UpstreamError>>) -> Vec<Value> {
     let mut encoder = Encoder::new(head(), true);
     encoder.start();
-    let body = crate::api::responses::sse_body(Box::pin(futures::stream::iter(events)), "local".into(), encoder, ());
+    let body =
+        crate::api::responses::sse_body(Box::pin(futures::stream::iter(events)), "local".into(), encoder, ());
     let bytes: Vec<u8> = body.map(|frame| frame.unwrap().to_vec()).concat().await;
     let text = String::from_utf8(bytes).unwrap();
     assert!(text.ends_with("\n\n"), "{text:?}");
@@ -45,8 +47,13 @@ const USAGE: Usage = Usage { input_tokens: 7, cached_input_tokens: 2, output_tok
 
 #[tokio::test]
 async fn a_text_answer_streams_in_openais_order() {
-    let events =
-        streamed(vec![text("Hel"), text("lo"), Ok(Event::Usage(USAGE)), Ok(Event::Finish(FinishReason::Stop))]).await;
+    let events = streamed(vec![
+        text("Hel"),
+        text("lo"),
+        Ok(Event::Usage(USAGE)),
+        Ok(Event::Finish(FinishReason::Stop)),
+    ])
+    .await;
     assert_eq!(
         types(&events),
         [
@@ -75,7 +82,10 @@ async fn a_text_answer_streams_in_openais_order() {
     }
     assert_eq!((events[4]["delta"].as_str(), events[5]["delta"].as_str()), (Some("Hel"), Some("lo")));
     assert_eq!(events[6]["text"], "Hello");
-    assert_eq!(events[7]["part"], json!({"type": "output_text", "text": "Hello", "annotations": [], "logprobs": []}));
+    assert_eq!(
+        events[7]["part"],
+        json!({"type": "output_text", "text": "Hello", "annotations": [], "logprobs": []})
+    );
     let done = &events[9]["response"];
     assert_eq!(done["status"], "completed");
     assert_eq!(done["model"], "summarise");
@@ -94,7 +104,12 @@ async fn a_text_answer_streams_in_openais_order() {
 #[tokio::test]
 async fn text_then_function_calls_are_items_in_turn() {
     let call = |index: u32, id: Option<&str>, name: Option<&str>, arguments: &str| {
-        Ok(Event::ToolCallDelta { index, id: id.map(Into::into), name: name.map(Into::into), arguments: arguments.into() })
+        Ok(Event::ToolCallDelta {
+            index,
+            id: id.map(Into::into),
+            name: name.map(Into::into),
+            arguments: arguments.into(),
+        })
     };
     let events = streamed(vec![
         text("Let me look."),
@@ -140,7 +155,9 @@ async fn text_then_function_calls_are_items_in_turn() {
 
 #[tokio::test]
 async fn an_answer_cut_at_the_token_limit_is_incomplete() {
-    let events = streamed(vec![text("partial"), Ok(Event::Finish(FinishReason::Length)), Ok(Event::Usage(USAGE))]).await;
+    let events =
+        streamed(vec![text("partial"), Ok(Event::Finish(FinishReason::Length)), Ok(Event::Usage(USAGE))])
+            .await;
     let last = events.last().unwrap();
     assert_eq!(last["type"], "response.incomplete");
     assert_eq!(last["response"]["status"], "incomplete");

@@ -103,13 +103,19 @@ fn message(item: &Map<String, Value>, at: &str) -> Result<Message, ApiError> {
         None | Some(Value::Null) => return Err(missing(at, "content")),
         Some(Value::String(s)) => (s.clone(), Vec::new()),
         Some(Value::Array(parts)) => content(parts, role, &format!("{at}.content"))?,
-        Some(other) => return Err(wrong_type(&format!("{at}.content"), "a string or an array of parts", other)),
+        Some(other) => {
+            return Err(wrong_type(&format!("{at}.content"), "a string or an array of parts", other))
+        }
     };
     Ok(Message { images, ..Message::new(role, content) })
 }
 
 /// Content parts: their text joined, and the images of a user message.
-fn content(parts: &[Value], role: Role, at: &str) -> Result<(String, Vec<crate::canonical::Image>), ApiError> {
+fn content(
+    parts: &[Value],
+    role: Role,
+    at: &str,
+) -> Result<(String, Vec<crate::canonical::Image>), ApiError> {
     let mut text_so_far = String::new();
     let mut images = Vec::new();
     for (j, part) in parts.iter().enumerate() {

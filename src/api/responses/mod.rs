@@ -1,7 +1,7 @@
 //! `POST /v1/responses`: OpenAI's Responses dialect, stateless. It decodes the request
 //! (`decode.rs`, `items.rs`), hands it to the shared core (`front::serve`: task, key, plan,
 //! dispatch, ledger, metrics, shadow tap, all as for chat), and encodes the committed event
-//! stream as a Response object or as Responses SSE events (`events.rs`).
+//! stream as a Response object (`object.rs`) or as Responses SSE events (`events.rs`).
 //!
 //! Dispatch commits at the first output event, and `response.created` is written only after
 //! that, so an upstream that fails before its first token is failed over like any other; a
@@ -11,6 +11,7 @@
 mod decode;
 mod events;
 mod items;
+mod object;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,7 +29,8 @@ use super::front::{self, Served};
 use super::request_id::RequestId;
 use super::AppState;
 use crate::adapter::EventStream;
-use events::{Encoder, Head};
+use events::Encoder;
+use object::Head;
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
@@ -61,7 +63,7 @@ async fn handle(
             .await?;
     // When the answer was created: now, after commit (OpenAI's `created_at`).
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let head = Head { id: new_response_id(), created_at, model: task, echo: request.echo() };
+    let head = Head { id: new_response_id(), created_at, model: task, echo: object::echo(&request) };
 
     let mut response = if request.wants_stream() {
         let mut encoder = Encoder::new(head, true);

@@ -1,0 +1,219 @@
+//! `POST /v1/responses` end to end: a real router in front of real simulators, over sockets.
+//! A Responses request is routed, priced and counted exactly as a chat request is; an upstream
+//! that fails before its first token is failed over; one that breaks after it ends the stream
+//! with `response.failed` and `error`; bad input is a 400 naming its field.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use spillway::sim::SimKind;
+
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+/// A task `t` over a local node then hosted OpenAI, with the ledger at `ledger`.
+fn config(local: &str, hosted: &str, ledger: &str) -> String {
+    format!(
+        r#"
+backends:
+  - {{name: local, kind: vllm, endpoints: [{local}], model: {LLAMA}}}
+  - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: t, backends: [local, hosted], slo: {{ttft_ms: 2000}}}}
+dispatch: {{backoff_base_ms: 1, backoff_max_ms: 5}}
+ledger: {{url: "{ledger}"}}
+"#
+    )
+}
+
+/// The chat body of `common::body` said as a Responses request.
+fn responses_body(stream: bool) -> Value {
+    json!({"model": "t", "stream": stream, "max_output_tokens": 12, "instructions": "be brief", "input": "hello there"})
+}
+
+async fn post(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{url}/v1/responses")).json(body).send().await.unwrap()
+}
+
+/// A streamed answer's events (`type` and data), checking each `event:` line names its type.
+async fn events(response: reqwest::Response) -> Vec<Value> {
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream().eventsource();
+    let mut events = Vec::new();
+    while let Some(Ok(event)) = stream.next().await {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        assert_eq!(data["type"], event.event.as_str(), "{data}");
+        events.push(data);
+    }
+    events
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap_or_default()).collect()
+}
+
+fn streamed_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_responses_request_is_routed_priced_and_counted_like_a_chat_request() {
+    let local = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let ledger = temp_ledger_url();
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &ledger), &[]).await;
+
+    let (status, chat_headers, _) = post_json(&router.url, &body("t", false)).await;
+    assert_eq!(status, 200);
+    let whole = post(&router.url, &responses_body(false)).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(whole.headers()["x-spillway-backend"], chat_headers["x-spillway-backend"]);
+    assert_eq!(whole.headers()["x-spillway-attempts"], "1");
+    let whole: Value = whole.json().await.unwrap();
+    assert!(whole["id"].as_str().unwrap().starts_with("resp_"), "{whole}");
+    assert_eq!((whole["object"].as_str(), whole["model"].as_str()), (Some("response"), Some("t")));
+    assert_eq!(whole["status"], "incomplete", "12 tokens of the sim's 64: {whole}");
+    assert_eq!(whole["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(whole["usage"]["output_tokens"], 12);
+    assert!(!whole["output"][0]["content"][0]["text"].as_str().unwrap().is_empty(), "{whole}");
+    let streamed = events(post(&router.url, &responses_body(true)).await).await;
+    assert_eq!(types(&streamed)[..2], ["response.created", "response.in_progress"]);
+    assert_eq!(types(&streamed).last(), Some(&"response.incomplete"));
+    assert!(!streamed_text(&streamed).is_empty());
+
+    // One counter for every dialect, and one ledger row per request with the same usage.
+    let series = r#"spillway_requests_total{backend="local",outcome="completed",task="t"}"#;
+    assert_eq!(wait_metric(&router, series, 3.0, Duration::from_secs(5)).await, 3.0);
+    wait_ledger_written(&router).await;
+    let store = spillway::ledger::Store::open(&ledger).await.unwrap();
+    let rows = store.query(0, i64::MAX).await.unwrap();
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    for row in &rows {
+        assert_eq!((row.task.as_str(), row.backend.as_str()), ("t", "local"));
+        assert_eq!(row.outcome, spillway::ledger::Outcome::Completed);
+        assert_eq!(
+            (row.input_tokens, row.output_tokens),
+            (rows[0].input_tokens, 12),
+            "the same prompt reached the node for each dialect: {rows:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_that_fails_before_its_first_token_is_failed_over() {
+    let local = sim(SimKind::Vllm, LLAMA, |a| a.error_rate = 1.0).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+    let response = post(&router.url, &responses_body(true)).await;
+    assert_eq!(response.headers()["x-spillway-backend"], "hosted");
+    assert_eq!(response.headers()["x-spillway-attempts"], "2");
+    let streamed = events(response).await;
+    assert_eq!(types(&streamed).iter().filter(|t| **t == "response.created").count(), 1);
+    assert_eq!(types(&streamed).last(), Some(&"response.incomplete"), "{streamed:#?}");
+    let done = &streamed.last().unwrap()["response"];
+    assert_eq!(done["output"][0]["content"][0]["text"].as_str(), Some(streamed_text(&streamed).as_str()));
+}
+
+#[tokio::test]
+async fn a_break_after_the_first_token_ends_with_response_failed_and_error() {
+    let local = sim(SimKind::Vllm, LLAMA, |a| a.drop_after = Some(3)).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+    let response = post(&router.url, &responses_body(true)).await;
+    assert_eq!(response.headers()["x-spillway-backend"], "local");
+    let streamed = events(response).await;
+    let kinds = types(&streamed);
+    assert_eq!(kinds[kinds.len() - 2..], ["response.failed", "error"], "{kinds:?}");
+    assert!(!kinds.contains(&"response.completed") && !kinds.contains(&"response.incomplete"));
+    let failed = &streamed[kinds.len() - 2]["response"];
+    assert_eq!(failed["status"], "failed");
+    assert!(failed["error"]["message"].as_str().unwrap().contains("backend `local`"), "{failed}");
+    // Nothing stitched: only the local node's three words reached the client.
+    let words = streamed_text(&streamed).split_whitespace().count();
+    assert!((1..=3).contains(&words), "{streamed:#?}");
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_in_openais_envelope_naming_the_field() {
+    let local = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+    let cases = [
+        (
+            json!({"input": [{"role": "user", "content": "hi"}, {"type": "computer_call", "id": "c"}]}),
+            "input[1].type",
+        ),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "call_9", "output": "42"}]}),
+            "input[0].call_id",
+        ),
+        (json!({"input": "hi", "previous_response_id": "resp_1"}), "previous_response_id"),
+        (json!({"input": "hi", "store": true}), "store"),
+        (json!({"input": "hi", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+        (json!({"input": "hi", "max_output_tokens": -1}), "max_output_tokens"),
+    ];
+    for (mut body, param) in cases {
+        body["model"] = json!("t");
+        let response = post(&router.url, &body).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["param"], param, "{error}");
+        assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+        assert!(error["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{error}");
+    }
+    let response = post(&router.url, &json!({"model": "no-such-task", "input": "hi"})).await;
+    assert_eq!(response.status(), 404);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(
+        (error["error"]["code"].as_str(), error["error"]["param"].as_str()),
+        (Some("model_not_found"), Some("model"))
+    );
+}
+
+#[tokio::test]
+async fn the_simulator_serves_responses_with_tool_calls_and_faults() {
+    let node =
+        sim(SimKind::OpenAi, "gpt-5.6", |a| a.tool_call_args = Some(r#"{"city": "Paris"}"#.into())).await;
+    let url = node.base_url();
+    let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]);
+    let whole: Value = post(&url, &json!({"model": "gpt-5.6", "input": "weather?", "tools": tools}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let call = &whole["output"][0];
+    assert_eq!(
+        (call["type"].as_str(), call["name"].as_str()),
+        (Some("function_call"), Some("get_weather")),
+        "{whole}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"city": "Paris"})
+    );
+    assert_eq!(whole["status"], "completed");
+
+    let faulty = |fault: &str| {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/responses"))
+            .header(spillway::sim::FAULT_HEADER, fault)
+            .json(&json!({"model": "gpt-5.6", "input": "hi", "stream": true}))
+            .send()
+    };
+    let streamed = events(faulty("error_event").await.unwrap()).await;
+    let kinds = types(&streamed);
+    assert_eq!(kinds[..3], ["response.created", "response.in_progress", "response.output_item.added"]);
+    assert_eq!(kinds[kinds.len() - 2..], ["response.failed", "error"], "{kinds:?}");
+    let refused = faulty("status=503").await.unwrap();
+    assert_eq!(refused.status(), 503, "a fault before the first token is an HTTP error");
+    let error: Value = refused.json().await.unwrap();
+    assert!(error["error"]["message"].is_string(), "{error}");
+}
