@@ -15,7 +15,8 @@ use spillway::sim::SimKind;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
-/// A task `t` over a local node then hosted OpenAI, with the ledger at `ledger`.
+/// A task `t` over a local node then hosted OpenAI, `local-only` over the node alone (a vLLM
+/// pool: no vision), with the ledger at `ledger`.
 fn config(local: &str, hosted: &str, ledger: &str) -> String {
     format!(
         r#"
@@ -24,6 +25,7 @@ backends:
   - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt-5.6}}
 tasks:
   - {{name: t, backends: [local, hosted], slo: {{ttft_ms: 2000}}}}
+  - {{name: local-only, backends: [local], slo: {{ttft_ms: 2000}}}}
 dispatch: {{backoff_base_ms: 1, backoff_max_ms: 5}}
 ledger: {{url: "{ledger}"}}
 "#
@@ -169,6 +171,12 @@ async fn bad_input_is_a_400_in_openais_envelope_naming_the_field() {
         assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
         assert!(error["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{error}");
     }
+    // The core's own refusals name Responses' fields too.
+    let image = json!({"type": "input_image", "image_url": "https://x.test/cat.png"});
+    let body = json!({"model": "local-only", "input": [{"role": "user", "content": [image]}]});
+    let error: Value = post(&router.url, &body).await.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "unsupported_capability", "{error}");
+    assert_eq!(error["error"]["param"], "input", "{error}");
     let response = post(&router.url, &json!({"model": "no-such-task", "input": "hi"})).await;
     assert_eq!(response.status(), 404);
     let error: Value = response.json().await.unwrap();

@@ -260,6 +260,18 @@ fn renamed(mut e: ApiError, renames: &[(&str, &str)]) -> ApiError {
     }
 }
 
+/// An error of the shared core (which names chat's fields: a context or image refusal names
+/// `messages`, a JSON schema one `response_format`) under Responses' field names.
+pub fn in_responses_terms(mut e: ApiError) -> ApiError {
+    let renamed = match e.param.as_deref() {
+        Some("messages") => "input",
+        Some("response_format") => "text.format",
+        _ => return e,
+    };
+    e.param = Some(renamed.into());
+    e
+}
+
 pub(super) fn invalid(param: &str, why: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidValue, why).param(param)
 }

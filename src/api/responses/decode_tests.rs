@@ -289,3 +289,12 @@ fn each_bad_input_names_its_param() {
         canonical(json!({"model": "t", "input": "hi", "text": {"format": {"type": "xml"}}})).unwrap_err();
     assert!(error.message.contains("text.format"), "Responses' names in the message: {}", error.message);
 }
+
+#[test]
+fn the_cores_refusals_are_said_in_responses_terms() {
+    let core = |param: &str| ApiError::new(ErrorCode::UnsupportedCapability, "no backend").param(param);
+    assert_eq!(in_responses_terms(core("messages")).param.as_deref(), Some("input"));
+    assert_eq!(in_responses_terms(core("response_format")).param.as_deref(), Some("text.format"));
+    assert_eq!(in_responses_terms(core("tools")).param.as_deref(), Some("tools"));
+    assert_eq!(in_responses_terms(core("messages")).code, ErrorCode::UnsupportedCapability);
+}

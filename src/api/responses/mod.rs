@@ -60,7 +60,8 @@ async fn handle(
     let admission = received.admission;
     let Served { committed, task, headers: spillway_headers, .. } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
-            .await?;
+            .await
+            .map_err(decode::in_responses_terms)?;
     // When the answer was created: now, after commit (OpenAI's `created_at`).
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let head = Head { id: new_response_id(), created_at, model: task, echo: object::echo(&request) };
