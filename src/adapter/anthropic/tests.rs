@@ -52,6 +52,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         stream,
         response_format: ResponseFormat::Text,
         relay: false,
+        ..ChatRequest::default()
     }
 }
 
@@ -120,7 +121,7 @@ fn every_tool_choice_and_schema_is_mapped_as_it_is() {
 #[test]
 fn parses_non_stream_responses() {
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/fixtures/anthropic/message.json")).unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -130,7 +131,8 @@ fn parses_non_stream_responses() {
         ]
     );
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message_tool_use.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/fixtures/anthropic/message_tool_use.json"))
+            .unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -149,9 +151,11 @@ fn parses_non_stream_responses() {
 
 #[tokio::test]
 async fn parses_text_stream_in_any_chunking() {
-    let events =
-        run_sse(include_str!("../../tests/fixtures/anthropic/message_stream.sse"), AnthropicStream::default)
-            .await;
+    let events = run_sse(
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+        AnthropicStream::default,
+    )
+    .await;
     assert_eq!(
         events,
         vec![
@@ -166,7 +170,7 @@ async fn parses_text_stream_in_any_chunking() {
 #[tokio::test]
 async fn parses_tool_use_stream() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -196,7 +200,7 @@ async fn parses_tool_use_stream() {
 #[tokio::test]
 async fn truncated_stream_ends_with_stream_broken() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -208,7 +212,7 @@ async fn truncated_stream_ends_with_stream_broken() {
 #[tokio::test]
 async fn overloaded_error_event_is_classified_and_last() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_error.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_error.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -223,7 +227,7 @@ async fn overloaded_error_event_is_classified_and_last() {
 fn classifies_error_bodies() {
     let mut h = HeaderMap::new();
     h.insert("retry-after", "30".parse().unwrap());
-    let e = classify(429, &h, include_str!("../../tests/fixtures/anthropic/error_429_rate_limit.json"));
+    let e = classify(429, &h, include_str!("../../../tests/fixtures/anthropic/error_429_rate_limit.json"));
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
     assert!(e.message.starts_with("This request would exceed the rate limit"));
@@ -232,23 +236,27 @@ fn classifies_error_bodies() {
     let cases = [
         (
             529,
-            include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_529_overloaded.json"),
             ErrorClass::Overloaded,
         ),
         (
             400,
-            include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
             ErrorClass::ContextLength,
         ),
         (
             400,
-            include_str!("../../tests/fixtures/anthropic/error_400_invalid_request.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_400_invalid_request.json"),
             ErrorClass::InvalidRequest,
         ),
-        (401, include_str!("../../tests/fixtures/anthropic/error_401_authentication.json"), ErrorClass::Auth),
+        (
+            401,
+            include_str!("../../../tests/fixtures/anthropic/error_401_authentication.json"),
+            ErrorClass::Auth,
+        ),
         (
             500,
-            include_str!("../../tests/fixtures/anthropic/error_500_api_error.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_500_api_error.json"),
             ErrorClass::ServerError,
         ),
         (502, "upstream connect error", ErrorClass::ServerError),
@@ -257,8 +265,11 @@ fn classifies_error_bodies() {
         let e = classify(status, &none, body);
         assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
     }
-    let e =
-        classify(400, &none, include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"));
+    let e = classify(
+        400,
+        &none,
+        include_str!("../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+    );
     assert_eq!(e.message, "prompt is too long: 215064 tokens > 200000 maximum");
 }
 
@@ -267,10 +278,10 @@ async fn send_streams_over_http_with_anthropic_headers() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()) };
+    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -288,10 +299,10 @@ async fn send_classifies_529() {
     let (base, _) = canned_server(
         529,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+        include_str!("../../../tests/fixtures/anthropic/error_529_overloaded.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
 }
@@ -301,10 +312,10 @@ async fn send_reports_cut_stream_as_broken() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -315,10 +326,10 @@ async fn send_non_stream_over_http() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/anthropic/message_tool_use.json"),
+        include_str!("../../../tests/fixtures/anthropic/message_tool_use.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);
