@@ -9,6 +9,7 @@ mod api;
 mod edge;
 mod failover;
 mod logs;
+mod messages;
 mod metrics;
 mod openai_sdk;
 mod portability;

@@ -276,9 +276,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                     };
                     let block =
                         json!({"type": "content_block_start", "index": main, "content_block": content_block});
-                    if !(tx.event("message_start", &start).await
-                        && tx.event("ping", &json!({"type": "ping"})).await)
-                    {
+                    if !tx.event("message_start", &start).await {
                         return;
                     }
                     if let Some((thinking, signature)) = &thought {
@@ -286,7 +284,10 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                             return;
                         }
                     }
-                    if !tx.event("content_block_start", &block).await {
+                    // Anthropic's order: the first block opens, then a ping.
+                    if !(tx.event("content_block_start", &block).await
+                        && tx.event("ping", &json!({"type": "ping"})).await)
+                    {
                         return;
                     }
                 }
