@@ -5,6 +5,7 @@
 mod common;
 
 mod adapters;
+mod anthropic_sdk;
 mod api;
 mod edge;
 mod failover;
