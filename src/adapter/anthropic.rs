@@ -76,8 +76,12 @@ pub(crate) async fn send_to(
         (Some(key), native::Speaker::Anthropic) => {
             headers.push((HeaderName::from_static("x-api-key"), key.clone()))
         }
-        // Self-hosted engines check the key as their OpenAI routes do.
-        (Some(key), native::Speaker::Node) => headers.push((AUTHORIZATION, format!("Bearer {key}"))),
+        // Self-hosted engines check the key as their OpenAI routes do (some also read
+        // `x-api-key` on their Messages route): both, to the same server.
+        (Some(key), native::Speaker::Node) => {
+            headers.push((AUTHORIZATION, format!("Bearer {key}")));
+            headers.push((HeaderName::from_static("x-api-key"), key.clone()));
+        }
         (None, _) => {}
     }
     if req.stream {

@@ -3,9 +3,11 @@
 //! public tokenizer where the config names one, and a labelled estimate otherwise. No
 //! generation, so none of the dispatch walk's guards apply.
 
+use std::time::Duration;
+
 use super::Dispatcher;
 use crate::adapter::{anthropic, Upstream};
-use crate::canonical::{ChatRequest, UpstreamError};
+use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendId, BackendKind};
 use crate::snapshot::Snapshot;
 use crate::tokens;
@@ -34,7 +36,18 @@ impl Dispatcher {
                 api_key: self.secrets.load().get(&view.name).cloned(),
                 serves_messages: false,
             };
-            let counted = anthropic::count_tokens(&self.transport, &upstream, &req).await;
+            // A count is one short call: it gets the time an answer's silence may last.
+            let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
+            let counted =
+                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &upstream, &req))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(UpstreamError::new(
+                            ErrorClass::Timeout,
+                            None,
+                            format!("no count within {} ms", wait.as_millis()),
+                        ))
+                    });
             return counted
                 .map(|input_tokens| TokenCount { input_tokens, exact: true })
                 .map_err(|e| self.redactor.load().scrub_error(e));
