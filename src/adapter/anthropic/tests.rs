@@ -418,3 +418,83 @@ async fn parallel_tool_use_blocks_stream_their_inputs_by_block_index() {
         ]
     );
 }
+
+/// A Messages request as a client wrote it, with the client's beta header.
+fn messages_client(stream: bool) -> ChatRequest {
+    let body = json!({"model": "coder", "max_tokens": 50, "context_management": {"edits": []},
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]});
+    let Value::Object(body) = body else { unreachable!() };
+    ChatRequest {
+        model: "claude-sonnet-4-5".into(),
+        messages: vec![Message::new(Role::User, "hi")],
+        max_tokens: Some(40),
+        stream,
+        relay: true,
+        native: Some(crate::canonical::NativeRequest {
+            dialect: crate::canonical::Dialect::AnthropicMessages,
+            body: std::sync::Arc::new(body),
+            headers: vec![
+                ("anthropic-version", "2023-06-01".into()),
+                ("anthropic-beta", "context-management-2025-06-27".into()),
+            ],
+        }),
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn a_messages_client_passes_through_to_anthropic_with_its_beta_header_and_relays_events() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
+    let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &messages_client(true))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let natives = events.iter().filter(|e| matches!(e, Ok(Event::Native(_)))).count();
+    assert!(natives >= 5, "every upstream event is relayed: {events:?}");
+    assert!(matches!(events[0], Ok(Event::Native(ref n)) if &*n.name == "message_start"));
+    assert!(events.iter().any(|e| matches!(e, Ok(Event::TextDelta(_)))), "and read: {events:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.headers["anthropic-beta"], "context-management-2025-06-27");
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!((body["model"].clone(), body["max_tokens"].clone()), (json!("claude-sonnet-4-5"), json!(40)));
+    assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(body["context_management"], json!({"edits": []}));
+}
+
+#[tokio::test]
+async fn a_node_serving_messages_gets_them_without_beta_fields() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+    )
+    .await;
+    let upstream =
+        Upstream { base_url: format!("{base}/v1"), api_key: Some("node-key".into()), serves_messages: true };
+    let req = messages_client(true);
+    let events: Vec<_> = crate::adapter::send(
+        crate::adapter::WireFormat::OpenAi,
+        &reqwest::Client::new().into(),
+        &upstream,
+        &req,
+    )
+    .await
+    .unwrap()
+    .collect()
+    .await;
+    assert!(events.iter().any(|e| matches!(e, Ok(Event::Native(_)))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1/messages");
+    assert_eq!(seen.headers["authorization"], "Bearer node-key");
+    assert!(seen.headers.get("anthropic-beta").is_none());
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert!(body.get("context_management").is_none(), "{body}");
+    assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
+}
