@@ -49,6 +49,8 @@ pub struct BackendView {
     pub price: Option<Price>,
     /// Ask the upstream for a stream even when the client did not.
     pub stream_upstream: bool,
+    /// The nodes serve Anthropic Messages requests themselves (`messages: native`).
+    pub serves_messages: bool,
     /// Most requests in flight per node, if limited.
     pub max_inflight_per_node: Option<u32>,
     /// vLLM pools: capacity, the reserve in force now, staleness bound.
@@ -198,6 +200,7 @@ impl Snapshot {
                     region: b.region.clone(),
                     price: b.price.clone(),
                     stream_upstream: b.stream_upstream,
+                    serves_messages: b.serves_messages(),
                     max_inflight_per_node: b.max_inflight_per_node,
                     limits: {
                         let pool = b.pool().unwrap_or(&hosted_limits);

@@ -47,8 +47,11 @@ async fn collect(
     req: ChatRequest,
 ) -> Result<Vec<Result<Event, UpstreamError>>, UpstreamError> {
     let sim = common::sim(case.kind, case.model, tune).await;
-    let upstream =
-        Upstream { base_url: format!("{}{}", sim.base_url(), case.suffix), api_key: Some("test-key".into()) };
+    let upstream = Upstream {
+        base_url: format!("{}{}", sim.base_url(), case.suffix),
+        api_key: Some("test-key".into()),
+        serves_messages: false,
+    };
     let client = adapter::Transport::from(reqwest::Client::new());
     let stream = adapter::send(case.format, &client, &upstream, &req).await?;
     Ok(stream.collect().await)
@@ -64,7 +67,7 @@ fn summarise(
             Event::TextDelta(t) => text.push_str(t),
             Event::Finish(f) => finish = Some(*f),
             Event::Usage(u) => usage = Some(*u),
-            Event::ToolCallDelta { .. } | Event::Relay(_) => {}
+            Event::ToolCallDelta { .. } | Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) => {}
         }
     }
     (text, finish, usage)
@@ -156,8 +159,11 @@ async fn a_cut_stream_ends_with_stream_broken_never_a_clean_finish() {
 async fn quotas_answer_429_in_each_providers_format() {
     for case in &CASES[1..] {
         let sim = common::sim(case.kind, case.model, |a| a.rpm = 1).await;
-        let upstream =
-            Upstream { base_url: format!("{}{}", sim.base_url(), case.suffix), api_key: Some("k".into()) };
+        let upstream = Upstream {
+            base_url: format!("{}{}", sim.base_url(), case.suffix),
+            api_key: Some("k".into()),
+            serves_messages: false,
+        };
         let client = adapter::Transport::from(reqwest::Client::new());
         let first = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3)).await;
         assert!(first.is_ok(), "{:?}", case.kind);

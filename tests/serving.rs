@@ -5,10 +5,12 @@
 mod common;
 
 mod adapters;
+mod anthropic_sdk;
 mod api;
 mod edge;
 mod failover;
 mod logs;
+mod messages;
 mod metrics;
 mod openai_sdk;
 mod portability;

@@ -16,16 +16,21 @@
 
 use std::collections::HashMap;
 
-use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::{EventStream, Transport, Upstream};
 use crate::canonical::{
-    ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
-    Usage,
+    ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
+    ToolChoice, UpstreamError, Usage,
 };
+
+mod count;
+pub(crate) mod native;
+
+pub use count::count_tokens;
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -43,19 +48,58 @@ pub async fn send(
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let url = format!("{}/v1/messages", upstream.base_url.trim_end_matches('/'));
+    send_to(transport, &url, upstream, req, native::Speaker::Anthropic).await
+}
+
+/// `POST url` in the Messages format: to Anthropic itself, or to a node that serves the
+/// Messages API natively. A request that came in Messages form goes as the client wrote it
+/// (see [`native`]); any other is translated from the canonical request.
+pub(crate) async fn send_to(
+    transport: &Transport,
+    url: &str,
+    upstream: &Upstream,
+    req: &ChatRequest,
+    speaker: native::Speaker,
+) -> Result<EventStream, UpstreamError> {
+    let client = req.native.as_ref().filter(|n| n.dialect == Dialect::AnthropicMessages);
+    let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
     let mut headers = vec![
-        (HeaderName::from_static("anthropic-version"), API_VERSION.to_string()),
+        (HeaderName::from_static("anthropic-version"), version.to_string()),
         (CONTENT_TYPE, "application/json".to_string()),
     ];
-    if let Some(key) = &upstream.api_key {
-        headers.push((HeaderName::from_static("x-api-key"), key.clone()));
+    if let (Some(beta), native::Speaker::Anthropic) =
+        (client.and_then(|n| n.header("anthropic-beta")), speaker)
+    {
+        headers.push((HeaderName::from_static("anthropic-beta"), beta.to_string()));
+    }
+    match (&upstream.api_key, speaker) {
+        (Some(key), native::Speaker::Anthropic) => {
+            headers.push((HeaderName::from_static("x-api-key"), key.clone()))
+        }
+        // Self-hosted engines check the key as their OpenAI routes do (some also read
+        // `x-api-key` on their Messages route): both, to the same server.
+        (Some(key), native::Speaker::Node) => {
+            headers.push((AUTHORIZATION, format!("Bearer {key}")));
+            headers.push((HeaderName::from_static("x-api-key"), key.clone()));
+        }
+        (None, _) => {}
     }
     if req.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = request_body(req).to_string().into_bytes();
-    let answer = http::post(transport, &url, &headers, body, classify).await?;
-    Ok(http::answer_events(answer, req.stream, AnthropicStream::default(), parse_response))
+    let body = match client {
+        Some(client) => native::body(req, client, speaker),
+        None => request_body(req),
+    };
+    let answer = http::post(transport, url, &headers, body.to_string().into_bytes(), classify).await?;
+    let relay = req.relay && client.is_some();
+    let parse = if relay { parse_response_relayed } else { parse_response };
+    Ok(http::answer_events(
+        answer,
+        req.stream,
+        AnthropicStream { relay, ..AnthropicStream::default() },
+        parse,
+    ))
 }
 
 /// The Messages request body for `req`.
@@ -81,6 +125,12 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     }
     if let Some(top_p) = req.top_p {
         body.insert("top_p".into(), json!(top_p));
+    }
+    if let Some(top_k) = req.top_k {
+        body.insert("top_k".into(), json!(top_k));
+    }
+    if let Some(user) = &req.user {
+        body.insert("metadata".into(), json!({"user_id": user}));
     }
     if !req.stop.is_empty() {
         body.insert("stop_sequences".into(), json!(req.stop));
@@ -250,6 +300,14 @@ fn usage(value: &Value) -> Usage {
     }
 }
 
+/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`.
+fn parse_response_relayed(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+    let mut events = parse_response(body)?;
+    let data = serde_json::to_vec(body).unwrap_or_default().into();
+    events.insert(0, Event::Native(NativeEvent { name: "message".into(), data }));
+    Ok(events)
+}
+
 /// Every event of a non-streamed `message` body.
 pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if body.get("type").and_then(Value::as_str) == Some("error") {
@@ -266,6 +324,11 @@ pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> 
             Some("text") => {
                 if let Some(text) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                     events.push(Event::TextDelta(text.to_string()));
+                }
+            }
+            Some("thinking") => {
+                if let Some(text) = block.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    events.push(Event::ReasoningDelta(text.to_string()));
                 }
             }
             Some("tool_use") => {
@@ -291,6 +354,8 @@ pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> 
 /// Parser state of one streamed answer.
 #[derive(Debug, Default)]
 pub(crate) struct AnthropicStream {
+    /// Hand each event on raw, as an [`Event::Native`] ahead of the events read from it.
+    relay: bool,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     /// Content block index → canonical tool call index.
@@ -303,6 +368,10 @@ impl StreamParser for AnthropicStream {
         let payload: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
         let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
         let mut events = Vec::new();
+        if self.relay && kind != "error" {
+            let data = bytes::Bytes::copy_from_slice(data.as_bytes());
+            events.push(Event::Native(NativeEvent { name: kind.into(), data }));
+        }
         match kind {
             "message_start" => {
                 if let Some(u) = payload.pointer("/message/usage").filter(|u| u.is_object()) {
@@ -330,7 +399,7 @@ impl StreamParser for AnthropicStream {
                             arguments: String::new(),
                         });
                     }
-                    // thinking, redacted_thinking, server tools: not part of the answer.
+                    // thinking (its text comes in deltas), redacted_thinking, server tools.
                     _ => {}
                 }
             }
@@ -343,6 +412,13 @@ impl StreamParser for AnthropicStream {
                             delta.get("text").and_then(Value::as_str).filter(|t| !t.is_empty())
                         {
                             events.push(Event::TextDelta(text.to_string()));
+                        }
+                    }
+                    Some("thinking_delta") => {
+                        if let Some(text) =
+                            delta.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty())
+                        {
+                            events.push(Event::ReasoningDelta(text.to_string()));
                         }
                     }
                     Some("input_json_delta") => {
@@ -406,5 +482,4 @@ impl StreamParser for AnthropicStream {
 }
 
 #[cfg(test)]
-#[path = "anthropic_tests.rs"]
 mod tests;

@@ -65,6 +65,9 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if let Some(top_p) = req.top_p {
         config.insert("topP".into(), json!(top_p));
     }
+    if let Some(top_k) = req.top_k {
+        config.insert("topK".into(), json!(top_k));
+    }
     if !req.stop.is_empty() {
         config.insert("stopSequences".into(), json!(req.stop));
     }

@@ -105,6 +105,17 @@ pub(crate) fn answer_events<P: StreamParser>(
     }
 }
 
+/// A 2xx answer's whole body as JSON (an answer that is not an event stream).
+pub(crate) async fn read_json(answer: Answer) -> Result<Value, UpstreamError> {
+    let mut body = answer.body;
+    let mut whole = Vec::new();
+    while let Some(piece) = body.next().await {
+        whole.extend_from_slice(&piece?);
+    }
+    serde_json::from_slice(&whole)
+        .map_err(|e| UpstreamError::new(ErrorClass::StreamBroken, None, format!("malformed JSON body: {e}")))
+}
+
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
 fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>) -> EventStream {
@@ -326,7 +337,7 @@ mod tests {
 
     async fn answer(content_type: &'static str, body: &'static str, stream: bool) -> Vec<Event> {
         let (base, _) = canned_server(200, &[("content-type", content_type)], body).await;
-        let upstream = Upstream { base_url: base, api_key: None };
+        let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
         let req =
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
         let transport = Transport::from(reqwest::Client::new());

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-use crate::canonical::{ChatRequest, Event, UpstreamError};
+use crate::canonical::{ChatRequest, Dialect, Event, UpstreamError};
 
 /// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
 /// the stream broke (it is the last item).
@@ -41,6 +41,9 @@ pub struct Upstream {
     pub base_url: String,
     /// The secret itself (already read from the environment), if the upstream needs one.
     pub api_key: Option<String>,
+    /// An OpenAI-format server that also serves Anthropic Messages at `{base_url}/messages`:
+    /// a request that came in that dialect goes there as the client wrote it.
+    pub serves_messages: bool,
 }
 
 /// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
@@ -75,7 +78,12 @@ pub async fn send(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
+    let messages_client = req.native.as_ref().is_some_and(|n| n.dialect == Dialect::AnthropicMessages);
     match format {
+        WireFormat::OpenAi if upstream.serves_messages && messages_client => {
+            let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
+            anthropic::send_to(transport, &url, upstream, req, anthropic::native::Speaker::Node).await
+        }
         WireFormat::OpenAi => openai_compat::send(transport, upstream, req).await,
         WireFormat::Anthropic => anthropic::send(transport, upstream, req).await,
         WireFormat::Gemini => gemini::send(transport, upstream, req).await,

@@ -38,7 +38,12 @@ pub async fn send(
     }
     let body = serde_json::to_vec(&request_body(req)).expect("a JSON value serialises");
     let answer = http::post(transport, &url, &headers, body, classify).await?;
-    Ok(http::answer_events(answer, req.stream, OpenAiStream::new(req.relay), parse_response))
+    Ok(http::answer_events(
+        answer,
+        req.stream,
+        OpenAiStream::new(req.relay && req.native.is_none()),
+        parse_response,
+    ))
 }
 
 /// The Chat Completions request body for `req`.
@@ -64,6 +69,9 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     }
     if let Some(seed) = req.seed {
         body.insert("seed".into(), json!(seed));
+    }
+    if let Some(user) = &req.user {
+        body.insert("user".into(), json!(user));
     }
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
@@ -323,6 +331,12 @@ struct ChoiceIn<'a> {
 struct DeltaIn<'a> {
     #[serde(default, borrow)]
     content: Option<Cow<'a, str>>,
+    /// vLLM's reasoning parsers write `reasoning_content`; newer releases `reasoning` (some
+    /// both, with the same text).
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolCallIn<'a>>>,
 }
@@ -392,6 +406,9 @@ impl OpenAiStream {
             return Ok(events);
         };
         if let Some(delta) = choice.delta {
+            if let Some(text) = delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty()) {
+                events.push(Event::ReasoningDelta(text.into_owned()));
+            }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 events.push(Event::TextDelta(text.into_owned()));
             }

@@ -113,7 +113,7 @@ impl ChunkWriter {
                 self.choice(out, Delta { tool_calls: Some([call]), ..Delta::default() }, None)
             }
             Event::Finish(reason) => self.finish(out, *reason),
-            Event::Usage(_) | Event::Relay(_) => {}
+            Event::Usage(_) | Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) => {}
         }
     }
 

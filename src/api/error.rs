@@ -122,12 +122,22 @@ pub struct ApiError {
     pub param: Option<String>,
     pub message: String,
     pub retry_after_secs: Option<u64>,
+    /// For an upstream's failure passed on: the upstream's own message, for dialects whose
+    /// clients match on the provider's wording (Anthropic's).
+    pub upstream_message: Option<String>,
 }
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         let status = code.table().0;
-        ApiError { code, status, param: None, message: message.into(), retry_after_secs: None }
+        ApiError {
+            code,
+            status,
+            param: None,
+            message: message.into(),
+            retry_after_secs: None,
+            upstream_message: None,
+        }
     }
 
     /// The same error under another code (its status from the table).
@@ -166,6 +176,12 @@ impl ApiError {
     /// fault), or broken after the first token.
     pub fn from_upstream(backend: &str, e: &UpstreamError) -> Self {
         let reason = format!("backend `{backend}`: {}", e.message);
+        let mut error = Self::from_upstream_class(reason, e);
+        error.upstream_message = Some(e.message.clone());
+        error
+    }
+
+    fn from_upstream_class(reason: String, e: &UpstreamError) -> Self {
         match e.class {
             ErrorClass::InvalidRequest => {
                 let mut error = Self::new(ErrorCode::UpstreamRejected, reason);

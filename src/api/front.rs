@@ -22,7 +22,7 @@ use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::route::{self, PlanError, RequestFacts};
-use crate::snapshot::NodeView;
+use crate::snapshot::{NodeView, Snapshot};
 
 /// What a front door knows of a request before the core takes it.
 pub struct Arrival<'a> {
@@ -97,15 +97,7 @@ pub async fn serve(
     let project = header_str(headers, "x-spillway-project")?;
 
     let snap = state.snapshot.load_full();
-    let task = snap.config.task(model).ok_or_else(|| {
-        ApiError::new(ErrorCode::ModelNotFound, format!("no task named `{model}`")).param("model")
-    })?;
-    if !super::key_may_use(key_name.as_deref(), task) {
-        return Err(ApiError::new(
-            ErrorCode::PermissionDenied,
-            format!("this key may not use task `{}`", task.name),
-        ));
-    }
+    let task = task_for(&snap, model, key_name.as_deref())?;
     let canonical = to_canonical(task)?;
 
     let priority = priority.unwrap_or(task.priority);
@@ -177,6 +169,24 @@ pub async fn serve(
         }
     }
     Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers })
+}
+
+/// The task a request's `model` names (by name or alias), if the key may use it.
+pub fn task_for<'s>(
+    snap: &'s Snapshot,
+    model: &str,
+    key_name: Option<&str>,
+) -> Result<&'s TaskConfig, ApiError> {
+    let task = snap.config.task(model).ok_or_else(|| {
+        ApiError::new(ErrorCode::ModelNotFound, format!("no task named `{model}`")).param("model")
+    })?;
+    if !super::key_may_use(key_name, task) {
+        return Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("this key may not use task `{}`", task.name),
+        ));
+    }
+    Ok(task)
 }
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {

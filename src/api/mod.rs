@@ -11,6 +11,7 @@ pub mod dashboard;
 pub mod edge;
 pub mod error;
 mod front;
+mod messages;
 pub mod request_id;
 mod responses;
 pub mod wire;
@@ -71,6 +72,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -126,18 +129,36 @@ pub fn key_may_use(key_name: Option<&str>, task: &TaskConfig) -> bool {
     }
 }
 
+/// The tasks this key may use, and their aliases: in OpenAI's list shape, or in Anthropic's
+/// when the request carries `anthropic-version` (Anthropic's SDKs always send it).
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let anthropic = headers.contains_key("anthropic-version");
     let key = match authenticate(&state, &headers) {
         Ok(key) => key,
+        Err(e) if anthropic => return messages::error_response(&e),
         Err(e) => return e.into_response(),
     };
     let snap = state.snapshot.load();
-    let data: Vec<_> = snap
+    let ids: Vec<&str> = snap
         .config
         .tasks
         .iter()
         .filter(|t| key_may_use(key.as_deref(), t))
-        .map(|t| json!({"id": t.name, "object": "model", "created": 0, "owned_by": "spillway"}))
+        .flat_map(|t| std::iter::once(t.name.as_str()).chain(t.aliases.iter().map(String::as_str)))
+        .collect();
+    if anthropic {
+        let data: Vec<_> = ids
+            .iter()
+            .map(|id| json!({"type": "model", "id": id, "display_name": id, "created_at": "1970-01-01T00:00:00Z"}))
+            .collect();
+        return Json(
+            json!({"data": data, "has_more": false, "first_id": ids.first(), "last_id": ids.last()}),
+        )
+        .into_response();
+    }
+    let data: Vec<_> = ids
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "spillway"}))
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }

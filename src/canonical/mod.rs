@@ -6,11 +6,13 @@
 
 mod error;
 mod id;
+mod native;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
+pub use native::{Dialect, NativeEvent, NativeRequest};
 use serde_json::Value;
 
 /// Who wrote a message.
@@ -232,6 +234,14 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// Sample from the k likeliest tokens (Anthropic, Gemini; dropped for OpenAI-format
+    /// backends, whose public APIs refuse it).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// Who the end user is, for the provider's abuse monitoring (OpenAI `user`, Anthropic
+    /// `metadata.user_id`).
+    #[serde(default)]
+    pub user: Option<String>,
     #[serde(default)]
     pub stop: Vec<String>,
     #[serde(default)]
@@ -249,6 +259,12 @@ pub struct ChatRequest {
     /// gets the upstream's own fields (logprobs, reasoning text, fingerprints) unchanged.
     #[serde(skip)]
     pub relay: bool,
+    /// The client's own request, for a backend that speaks the client's dialect: sent with
+    /// only `model`, `max_tokens` and `stream` rewritten, so every field Spillway does not
+    /// model reaches it. With `relay`, such a backend also hands each of its events on raw as
+    /// [`Event::Native`] (before the canonical events read from it).
+    #[serde(skip)]
+    pub native: Option<NativeRequest>,
 }
 
 impl ChatRequest {
@@ -304,10 +320,14 @@ impl FinishReason {
 
 /// One step of a model's answer. A well-formed stream has deltas, then at most one `Usage`
 /// and one `Finish` (in either order), then ends. With [`ChatRequest::relay`], an OpenAI
-/// adapter also yields each upstream chunk as a `Relay`, ahead of the events read from it.
+/// adapter also yields each upstream chunk as a `Relay`, and a backend serving the client's
+/// dialect each of its events as a `Native`, ahead of the events read from it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     TextDelta(String),
+    /// The model's reasoning before its answer (Anthropic `thinking`, vLLM
+    /// `reasoning_content`). Output: the first piece commits dispatch like text does.
+    ReasoningDelta(String),
     /// A piece of a tool call; `id` and `name` come with the first piece of each index.
     ToolCallDelta {
         index: u32,
@@ -319,6 +339,8 @@ pub enum Event {
     Finish(FinishReason),
     /// One upstream chat completion chunk, to be passed on with only its head rewritten.
     Relay(RelayChunk),
+    /// One upstream event in the client's own dialect, to be passed on as it came.
+    Native(NativeEvent),
 }
 
 /// An upstream chat completion chunk less its head (`id`, `object`, `created`, `model`), which
@@ -337,7 +359,7 @@ pub struct RelayChunk {
 impl Event {
     /// Whether this event is model output, the moment dispatch commits to a backend.
     pub fn is_output(&self) -> bool {
-        matches!(self, Event::TextDelta(_) | Event::ToolCallDelta { .. })
+        matches!(self, Event::TextDelta(_) | Event::ReasoningDelta(_) | Event::ToolCallDelta { .. })
     }
 }
 

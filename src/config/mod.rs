@@ -90,8 +90,12 @@ impl Config {
         self.backends.iter().find(|b| b.name == name)
     }
 
+    /// The task a client's `model` names: by its name, else by one of its aliases.
     pub fn task(&self, name: &str) -> Option<&TaskConfig> {
-        self.tasks.iter().find(|t| t.name == name)
+        self.tasks
+            .iter()
+            .find(|t| t.name == name)
+            .or_else(|| self.tasks.iter().find(|t| t.aliases.iter().any(|a| a == name)))
     }
 
     /// Every environment variable name the config refers to, with the key path that names it.

@@ -109,6 +109,11 @@ impl Priority {
 pub struct TaskConfig {
     /// What clients put in `model`.
     pub name: String,
+    /// Other names clients may put in `model` for this task (for example
+    /// `claude-sonnet-4-6`, for clients that offer only model ids they know); listed by
+    /// `GET /v1/models` beside the name.
+    #[serde(default)]
+    pub aliases: Vec<String>,
     /// Backends in preference order.
     pub backends: Vec<String>,
     /// How the backends are ordered for each request.

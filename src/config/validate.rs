@@ -125,6 +125,13 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
         } else if !task_names.insert(t.name.as_str()) {
             p(at("name"), format!("`{}` is used by another task", t.name));
         }
+        for (j, alias) in t.aliases.iter().enumerate() {
+            if alias.is_empty() {
+                p(at(&format!("aliases[{j}]")), "must not be empty".into());
+            } else if !task_names.insert(alias.as_str()) {
+                p(at(&format!("aliases[{j}]")), format!("`{alias}` already names a task or an alias"));
+            }
+        }
         if t.backends.is_empty() {
             p(at("backends"), "must name at least one backend".into());
         }

@@ -7,12 +7,15 @@
 //! first token commits the request to that backend: what follows is streamed to the client as
 //! is, and an upstream failure after it is the client's error, never another model's text.
 
+mod count;
 mod first_output;
 mod guards;
 mod lease;
 pub mod synthetic;
 pub mod variant;
 pub mod walk;
+
+pub use count::TokenCount;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -227,6 +230,7 @@ impl Dispatcher {
             let upstream = Upstream {
                 base_url: node.base_url.clone(),
                 api_key: self.secrets.load().get(&backend.name).cloned(),
+                serves_messages: backend.serves_messages,
             };
             let call_started = Instant::now();
             let format = wire_format(backend.kind);

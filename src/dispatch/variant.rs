@@ -14,6 +14,9 @@ pub fn for_backend<'t>(task: &'t TaskConfig, backend: &str, kind: BackendKind) -
 pub fn apply(task: &TaskConfig, backend: &str, kind: BackendKind, request: &mut ChatRequest) {
     if let Some(text) = for_backend(task, backend, kind) {
         request.messages.insert(0, Message::new(Role::System, text));
+        if let Some(native) = &mut request.native {
+            native.prepend_system(text);
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
 use super::server::{AppState, SimError};
-use super::sse;
+use super::{sse, SimKind};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -62,7 +62,31 @@ fn blocks_text(c: &Value, cache_control: &mut bool) -> String {
     }
 }
 
-fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
+/// What a decoded request asks beyond the generation itself.
+struct Asked {
+    model: Option<String>,
+    stream: bool,
+    /// `thinking: {type: enabled}`: a thinking block comes before the answer.
+    thinking: bool,
+}
+
+/// Like Anthropic, refuse a thinking block of an earlier turn that carries no signature.
+fn check_signatures(messages: &[Value]) -> Result<(), SimError> {
+    for (i, m) in messages.iter().enumerate() {
+        for (j, b) in m.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let thinking = b.get("type").and_then(Value::as_str) == Some("thinking");
+            if thinking && b.get("signature").and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(SimError::new(
+                    400,
+                    format!("messages.{i}.content.{j}.thinking.signature: Field required"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decode(kind: SimKind, body: &[u8]) -> Result<(GenRequest, Asked), SimError> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
     let max_tokens = v
@@ -74,6 +98,9 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
         .ok_or_else(|| SimError::new(400, "messages: Field required"))?;
+    if kind == SimKind::Anthropic {
+        check_signatures(messages)?;
+    }
     let mut cache_control = false;
     let mut prompt = String::new();
     if let Some(system) = v.get("system") {
@@ -92,7 +119,8 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
             blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
         });
     let tool = requested_tool(&v).filter(|_| !answered);
-    Ok((GenRequest { prompt, max_tokens, cache_control, tool }, model, stream))
+    let thinking = v.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");
+    Ok((GenRequest { prompt, max_tokens, cache_control, tool }, Asked { model, stream, thinking }))
 }
 
 /// The tool `tool_choice` names, else the first declared one (none for `tool_choice: none`).
@@ -129,13 +157,45 @@ pub async fn messages(State(st): State<Arc<AppState>>, headers: HeaderMap, body:
     }
 }
 
+/// The key a client presented: Anthropic's `x-api-key`, or a bearer token (what a
+/// self-hosted engine's Messages route checks).
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let header = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    header("x-api-key").or_else(|| header("authorization").and_then(|v| v.strip_prefix("Bearer ")))
+}
+
+/// `POST /v1/messages/count_tokens`: the simulator's own count of the prompt.
+pub async fn count_tokens(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let counted = (|| {
+        st.check_key(presented_key(&headers))?;
+        let mut v: Value = serde_json::from_slice(&body)
+            .map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+        if v.get("max_tokens").is_some() {
+            return Err(SimError::new(400, "max_tokens: Extra inputs are not permitted"));
+        }
+        v["max_tokens"] = json!(1);
+        let (req, _) = decode(st.kind, v.to_string().as_bytes())?;
+        Ok(super::text::prompt_tokens(&req.prompt))
+    })();
+    match counted {
+        Ok(n) => Json(json!({"input_tokens": n})).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
 async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
-    st.check_key(headers.get("x-api-key").and_then(|v| v.to_str().ok()))?;
-    if !headers.contains_key("anthropic-version") {
+    st.check_key(presented_key(headers))?;
+    if st.kind == SimKind::Anthropic && !headers.contains_key("anthropic-version") {
         return Err(SimError::new(400, "anthropic-version: header is required"));
     }
-    let (req, model, stream) = decode(body)?;
+    let (req, asked) = decode(st.kind, body)?;
+    let Asked { model, stream, thinking } = asked;
     let model = model.unwrap_or_else(|| st.model.clone());
+    // Anthropic signs its thinking; a self-hosted engine's reasoning carries no signature.
+    let thought = thinking.then(|| {
+        let signature = (st.kind == SimKind::Anthropic).then(|| format!("sim-signature-{}", st.seed));
+        ("Considering the request.".to_string(), signature)
+    });
     let started = st.start(headers, &req)?;
     let mut extra = HeaderMap::new();
     extra.insert("request-id", HeaderValue::from_str(&format!("req_sim{:08x}", started.id)).expect("ascii"));
@@ -170,6 +230,18 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                     }
                     None => (json!([{"type": "text", "text": text}]), stop_reason(finish)),
                 };
+                let content = match &thought {
+                    Some((thinking, signature)) => {
+                        let mut block = json!({"type": "thinking", "thinking": thinking});
+                        if let Some(signature) = signature {
+                            block["signature"] = json!(signature);
+                        }
+                        let mut all = vec![block];
+                        all.extend(content.as_array().cloned().unwrap_or_default());
+                        Value::Array(all)
+                    }
+                    None => content,
+                };
                 let mut resp = Json(json!({
                     "id": id, "type": "message", "role": "assistant", "model": model,
                     "content": content,
@@ -184,6 +256,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
             Err(_) => sse::dropped_response(),
         });
     }
+    let main = u32::from(thought.is_some());
     let (tx, resp) = sse::response(extra);
     tokio::spawn(async move {
         let mut emitted = 0u32;
@@ -202,9 +275,17 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                         None => json!({"type": "text", "text": ""}),
                     };
                     let block =
-                        json!({"type": "content_block_start", "index": 0, "content_block": content_block});
-                    if !(tx.event("message_start", &start).await
-                        && tx.event("content_block_start", &block).await
+                        json!({"type": "content_block_start", "index": main, "content_block": content_block});
+                    if !tx.event("message_start", &start).await {
+                        return;
+                    }
+                    if let Some((thinking, signature)) = &thought {
+                        if !thinking_block(&tx, thinking, signature.as_deref()).await {
+                            return;
+                        }
+                    }
+                    // Anthropic's order: the first block opens, then a ping.
+                    if !(tx.event("content_block_start", &block).await
                         && tx.event("ping", &json!({"type": "ping"})).await)
                     {
                         return;
@@ -212,10 +293,10 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                 }
             }
             let delta = |t: &str| match &tool_call {
-                Some(_) => json!({"type": "content_block_delta", "index": 0,
+                Some(_) => json!({"type": "content_block_delta", "index": main,
                                   "delta": {"type": "input_json_delta", "partial_json": t}}),
                 None => {
-                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}})
+                    json!({"type": "content_block_delta", "index": main, "delta": {"type": "text_delta", "text": t}})
                 }
             };
             match ev {
@@ -227,7 +308,8 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                 }
                 Some(GenEvent::Final(t, usage, finish)) => {
                     tx.event("content_block_delta", &delta(&t)).await;
-                    tx.event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})).await;
+                    tx.event("content_block_stop", &json!({"type": "content_block_stop", "index": main}))
+                        .await;
                     let stop = if tool_call.is_some() { "tool_use" } else { stop_reason(finish) };
                     let md = json!({"type": "message_delta",
                         "delta": {"stop_reason": stop, "stop_sequence": null},
@@ -245,4 +327,24 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
         }
     });
     Ok(resp)
+}
+
+/// A thinking block at index 0: its text, then its signature when it has one.
+async fn thinking_block(tx: &sse::FrameTx, thinking: &str, signature: Option<&str>) -> bool {
+    let delta = |delta: Value| json!({"type": "content_block_delta", "index": 0, "delta": delta});
+    let start = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}});
+    let mut ok = tx.event("content_block_start", &start).await
+        && tx
+            .event("content_block_delta", &delta(json!({"type": "thinking_delta", "thinking": thinking})))
+            .await;
+    if let Some(signature) = signature {
+        ok = ok
+            && tx
+                .event(
+                    "content_block_delta",
+                    &delta(json!({"type": "signature_delta", "signature": signature})),
+                )
+                .await;
+    }
+    ok && tx.event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})).await
 }

@@ -226,6 +226,8 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
         SimKind::Vllm => r
             .route("/v1/chat/completions", post(openai_wire::chat))
             .route("/v1/responses", post(responses_wire::responses))
+            // vLLM serves the Messages API natively (since v0.11).
+            .route("/v1/messages", post(anthropic_wire::messages))
             .route("/v1/models", get(openai_wire::models))
             .route("/health", get(|| async {}))
             .route("/metrics", get(metrics_page))
@@ -234,7 +236,9 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
             .route("/v1/chat/completions", post(openai_wire::chat))
             .route("/v1/responses", post(responses_wire::responses))
             .route("/v1/models", get(openai_wire::models)),
-        SimKind::Anthropic => r.route("/v1/messages", post(anthropic_wire::messages)),
+        SimKind::Anthropic => r
+            .route("/v1/messages", post(anthropic_wire::messages))
+            .route("/v1/messages/count_tokens", post(anthropic_wire::count_tokens)),
         SimKind::Gemini => r.route("/v1beta/models/{model_action}", post(gemini_wire::generate)),
     };
     r.with_state(state)

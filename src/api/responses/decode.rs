@@ -125,6 +125,8 @@ impl ResponsesRequest {
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,
+            top_k: None,
+            user: self.user.clone(),
             stop: Vec::new(),
             tools,
             tool_choice,
@@ -132,6 +134,7 @@ impl ResponsesRequest {
             stream: self.wants_stream(),
             response_format,
             relay: false,
+            native: None,
         })
     }
 

@@ -93,6 +93,7 @@ fn tools_choice_and_format_map_to_the_canonical_request() {
         ("lookup", Some("find"))
     );
     assert_eq!(request.tool_choice, Some(ToolChoice::Function("lookup".into())));
+    assert_eq!(request.user.as_deref(), Some("u1"), "`user` is forwarded");
     assert_eq!(
         request.response_format,
         ResponseFormat::JsonSchema { name: "city".into(), schema, strict: true }

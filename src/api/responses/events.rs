@@ -102,7 +102,9 @@ impl Encoder {
             }
             Event::Usage(usage) => self.usage = Some(*usage),
             Event::Finish(reason) => self.finish = Some(*reason),
-            Event::Relay(_) => {}
+            // Reasoning is not written (no reasoning items); relayed and native events are
+            // for chat and Messages clients.
+            Event::ReasoningDelta(_) | Event::Relay(_) | Event::Native(_) => {}
         }
     }
 

@@ -46,6 +46,8 @@ pub struct ChatCompletionRequest {
     pub seed: Option<u64>,
     #[serde(default)]
     pub n: Option<u32>,
+    #[serde(default)]
+    pub user: Option<String>,
     /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
     #[serde(default)]
     pub response_format: Option<Value>,
@@ -249,6 +251,14 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> R
     Ok(request)
 }
 
+/// Read an already parsed JSON value as `T`, a wrong type or value naming its field.
+pub fn decode_value<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        decode_error(path, err.into_inner())
+    })
+}
+
 fn invalid_json(e: &serde_json::Error) -> ApiError {
     ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {e}"))
 }
@@ -421,6 +431,9 @@ impl ChatCompletionRequest {
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,
+            top_k: None,
+            user: self.user.clone(),
+            native: None,
             stop: match &self.stop {
                 None => Vec::new(),
                 Some(StopField::One(s)) => vec![s.clone()],

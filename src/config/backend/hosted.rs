@@ -30,6 +30,9 @@ pub struct CompatibleSpec {
     /// Base URLs of several nodes serving the model (each as a `base_url` would be).
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// As a `vllm` backend's `messages`: `native` when the server has its own `/v1/messages`.
+    #[serde(default)]
+    pub messages: super::MessagesApi,
     /// `base_url`, `quota` and `version`, as the other hosted kinds have them.
     #[serde(flatten)]
     pub hosted: HostedSpec,

@@ -187,6 +187,15 @@ impl BackendConfig {
         }
     }
 
+    /// Whether the nodes serve Anthropic Messages requests themselves (`messages: native`).
+    pub fn serves_messages(&self) -> bool {
+        match &self.spec {
+            BackendSpec::Vllm(pool) => pool.messages == MessagesApi::Native,
+            BackendSpec::OpenaiCompatible(c) => c.messages == MessagesApi::Native,
+            _ => false,
+        }
+    }
+
     /// The configured node addresses: a pool's, or an `openai_compatible` backend's several
     /// base URLs; none for the other kinds.
     pub fn endpoints(&self) -> &[String] {

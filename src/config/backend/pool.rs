@@ -41,6 +41,20 @@ pub struct PoolSpec {
     #[serde(default)]
     #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
     pub gpu_hourly_usd: Option<Decimal>,
+    /// How Anthropic Messages requests reach the nodes: `translate` (the default) turns them
+    /// into chat completions and back; `native` sends them as the client wrote them to the
+    /// node's own `/v1/messages` (vLLM, SGLang and llama.cpp serve it).
+    #[serde(default)]
+    pub messages: MessagesApi,
+}
+
+/// Whether a self-hosted backend's nodes serve the Anthropic Messages API themselves.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MessagesApi {
+    #[default]
+    Translate,
+    Native,
 }
 
 /// A pool with no nodes and every setting at its default.
@@ -56,6 +70,7 @@ impl Default for PoolSpec {
             discovery: None,
             gpu_count: default_gpu_count(),
             gpu_hourly_usd: None,
+            messages: MessagesApi::default(),
         }
     }
 }

@@ -94,6 +94,7 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("gpu_count", "2"),
     ("gpu_hourly_usd", "'2.50'"),
     ("version", "'2026-01'"),
+    ("messages", "native"),
 ];
 
 #[test]

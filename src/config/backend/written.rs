@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
     AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
-    HostedSpec, Pin, PoolSpec, Price, Quota, Tokenizer,
+    HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
 };
 use crate::config::yes;
 
@@ -68,6 +68,8 @@ struct Written {
     gpu_hourly_usd: Option<Option<Decimal>>,
     #[serde(default, deserialize_with = "given")]
     version: Option<Option<String>>,
+    #[serde(default, deserialize_with = "given")]
+    messages: Option<MessagesApi>,
 }
 
 /// A key that is there, whatever its value.
@@ -86,6 +88,7 @@ const POOL_KEYS: &[&str] = &[
     "discovery",
     "gpu_count",
     "gpu_hourly_usd",
+    "messages",
 ];
 
 /// The keys every kind but `vllm` takes.
@@ -95,7 +98,9 @@ const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
     match kind {
         BackendKind::Vllm => POOL_KEYS.contains(&key),
-        BackendKind::OpenaiCompatible => key == "endpoints" || HOSTED_KEYS.contains(&key),
+        BackendKind::OpenaiCompatible => {
+            key == "endpoints" || key == "messages" || HOSTED_KEYS.contains(&key)
+        }
         _ => HOSTED_KEYS.contains(&key),
     }
 }
@@ -133,6 +138,7 @@ impl Written {
             BackendKind::Gemini => BackendSpec::Gemini(self.take_hosted()),
             BackendKind::OpenaiCompatible => BackendSpec::OpenaiCompatible(CompatibleSpec {
                 endpoints: self.endpoints.take().unwrap_or_default(),
+                messages: self.messages.take().unwrap_or_default(),
                 hosted: self.take_hosted(),
             }),
         };
@@ -166,6 +172,7 @@ impl Written {
             discovery: self.discovery.take().flatten(),
             gpu_count: self.gpu_count.take().unwrap_or_else(default_gpu_count),
             gpu_hourly_usd: self.gpu_hourly_usd.take().flatten(),
+            messages: self.messages.take().unwrap_or_default(),
         }
     }
 
@@ -192,6 +199,7 @@ impl Written {
             ("gpu_count", self.gpu_count.is_some()),
             ("gpu_hourly_usd", self.gpu_hourly_usd.is_some()),
             ("version", self.version.is_some()),
+            ("messages", self.messages.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))

@@ -52,6 +52,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         stream,
         response_format: ResponseFormat::Text,
         relay: false,
+        ..ChatRequest::default()
     }
 }
 
@@ -120,7 +121,7 @@ fn every_tool_choice_and_schema_is_mapped_as_it_is() {
 #[test]
 fn parses_non_stream_responses() {
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/fixtures/anthropic/message.json")).unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -130,7 +131,8 @@ fn parses_non_stream_responses() {
         ]
     );
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/anthropic/message_tool_use.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/fixtures/anthropic/message_tool_use.json"))
+            .unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -149,9 +151,11 @@ fn parses_non_stream_responses() {
 
 #[tokio::test]
 async fn parses_text_stream_in_any_chunking() {
-    let events =
-        run_sse(include_str!("../../tests/fixtures/anthropic/message_stream.sse"), AnthropicStream::default)
-            .await;
+    let events = run_sse(
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+        AnthropicStream::default,
+    )
+    .await;
     assert_eq!(
         events,
         vec![
@@ -166,7 +170,7 @@ async fn parses_text_stream_in_any_chunking() {
 #[tokio::test]
 async fn parses_tool_use_stream() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -196,7 +200,7 @@ async fn parses_tool_use_stream() {
 #[tokio::test]
 async fn truncated_stream_ends_with_stream_broken() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -208,7 +212,7 @@ async fn truncated_stream_ends_with_stream_broken() {
 #[tokio::test]
 async fn overloaded_error_event_is_classified_and_last() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/anthropic/message_stream_error.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_error.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -223,7 +227,7 @@ async fn overloaded_error_event_is_classified_and_last() {
 fn classifies_error_bodies() {
     let mut h = HeaderMap::new();
     h.insert("retry-after", "30".parse().unwrap());
-    let e = classify(429, &h, include_str!("../../tests/fixtures/anthropic/error_429_rate_limit.json"));
+    let e = classify(429, &h, include_str!("../../../tests/fixtures/anthropic/error_429_rate_limit.json"));
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
     assert!(e.message.starts_with("This request would exceed the rate limit"));
@@ -232,23 +236,27 @@ fn classifies_error_bodies() {
     let cases = [
         (
             529,
-            include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_529_overloaded.json"),
             ErrorClass::Overloaded,
         ),
         (
             400,
-            include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
             ErrorClass::ContextLength,
         ),
         (
             400,
-            include_str!("../../tests/fixtures/anthropic/error_400_invalid_request.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_400_invalid_request.json"),
             ErrorClass::InvalidRequest,
         ),
-        (401, include_str!("../../tests/fixtures/anthropic/error_401_authentication.json"), ErrorClass::Auth),
+        (
+            401,
+            include_str!("../../../tests/fixtures/anthropic/error_401_authentication.json"),
+            ErrorClass::Auth,
+        ),
         (
             500,
-            include_str!("../../tests/fixtures/anthropic/error_500_api_error.json"),
+            include_str!("../../../tests/fixtures/anthropic/error_500_api_error.json"),
             ErrorClass::ServerError,
         ),
         (502, "upstream connect error", ErrorClass::ServerError),
@@ -257,8 +265,11 @@ fn classifies_error_bodies() {
         let e = classify(status, &none, body);
         assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
     }
-    let e =
-        classify(400, &none, include_str!("../../tests/fixtures/anthropic/error_400_prompt_too_long.json"));
+    let e = classify(
+        400,
+        &none,
+        include_str!("../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+    );
     assert_eq!(e.message, "prompt is too long: 215064 tokens > 200000 maximum");
 }
 
@@ -267,10 +278,10 @@ async fn send_streams_over_http_with_anthropic_headers() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()) };
+    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -288,10 +299,10 @@ async fn send_classifies_529() {
     let (base, _) = canned_server(
         529,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/anthropic/error_529_overloaded.json"),
+        include_str!("../../../tests/fixtures/anthropic/error_529_overloaded.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
 }
@@ -301,10 +312,10 @@ async fn send_reports_cut_stream_as_broken() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -315,10 +326,10 @@ async fn send_non_stream_over_http() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/anthropic/message_tool_use.json"),
+        include_str!("../../../tests/fixtures/anthropic/message_tool_use.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None };
+    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);
@@ -406,4 +417,84 @@ async fn parallel_tool_use_blocks_stream_their_inputs_by_block_index() {
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ]
     );
+}
+
+/// A Messages request as a client wrote it, with the client's beta header.
+fn messages_client(stream: bool) -> ChatRequest {
+    let body = json!({"model": "coder", "max_tokens": 50, "context_management": {"edits": []},
+                      "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]});
+    let Value::Object(body) = body else { unreachable!() };
+    ChatRequest {
+        model: "claude-sonnet-4-5".into(),
+        messages: vec![Message::new(Role::User, "hi")],
+        max_tokens: Some(40),
+        stream,
+        relay: true,
+        native: Some(crate::canonical::NativeRequest {
+            dialect: crate::canonical::Dialect::AnthropicMessages,
+            body: std::sync::Arc::new(body),
+            headers: vec![
+                ("anthropic-version", "2023-06-01".into()),
+                ("anthropic-beta", "context-management-2025-06-27".into()),
+            ],
+        }),
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn a_messages_client_passes_through_to_anthropic_with_its_beta_header_and_relays_events() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+    )
+    .await;
+    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
+    let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &messages_client(true))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let natives = events.iter().filter(|e| matches!(e, Ok(Event::Native(_)))).count();
+    assert!(natives >= 5, "every upstream event is relayed: {events:?}");
+    assert!(matches!(events[0], Ok(Event::Native(ref n)) if &*n.name == "message_start"));
+    assert!(events.iter().any(|e| matches!(e, Ok(Event::TextDelta(_)))), "and read: {events:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.headers["anthropic-beta"], "context-management-2025-06-27");
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!((body["model"].clone(), body["max_tokens"].clone()), (json!("claude-sonnet-4-5"), json!(40)));
+    assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(body["context_management"], json!({"edits": []}));
+}
+
+#[tokio::test]
+async fn a_node_serving_messages_gets_them_without_beta_fields() {
+    let (base, seen) = canned_server(
+        200,
+        &[("content-type", "text/event-stream")],
+        include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+    )
+    .await;
+    let upstream =
+        Upstream { base_url: format!("{base}/v1"), api_key: Some("node-key".into()), serves_messages: true };
+    let req = messages_client(true);
+    let events: Vec<_> = crate::adapter::send(
+        crate::adapter::WireFormat::OpenAi,
+        &reqwest::Client::new().into(),
+        &upstream,
+        &req,
+    )
+    .await
+    .unwrap()
+    .collect()
+    .await;
+    assert!(events.iter().any(|e| matches!(e, Ok(Event::Native(_)))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1/messages");
+    assert_eq!(seen.headers["authorization"], "Bearer node-key");
+    assert!(seen.headers.get("anthropic-beta").is_none());
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert!(body.get("context_management").is_none(), "{body}");
+    assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
 }

@@ -1,0 +1,122 @@
+//! A Messages request sent on as the client wrote it. Only `model`, `max_tokens` and `stream`
+//! are rewritten (the backend's model, the task's output cap, whether dispatch streams), so
+//! `cache_control` marks, thinking blocks, `metadata`, `top_k` and fields Spillway has never
+//! heard of reach the backend unchanged. What each kind of backend cannot take is removed:
+//!
+//! - Anthropic checks the signature of every thinking block in the history. A block another
+//!   model wrote (a local node's reasoning, before a spill) has none and would make Anthropic
+//!   refuse the whole request, so unsigned thinking blocks are dropped for Anthropic.
+//! - A node serving the Messages API natively (vLLM, SGLang, llama.cpp) implements the
+//!   generally available API only: the beta body fields in [`BETA_FIELDS`] are dropped for it,
+//!   and it gets no `anthropic-beta` header.
+
+use serde_json::{json, Map, Value};
+
+use crate::canonical::{ChatRequest, NativeRequest};
+
+/// Who receives the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaker {
+    Anthropic,
+    /// A self-hosted engine's own `/v1/messages`.
+    Node,
+}
+
+/// Body fields of Anthropic beta features, dropped for a node.
+pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
+
+/// The body for `speaker`: the client's, with the call's `model`, `max_tokens` and `stream`.
+pub fn body(req: &ChatRequest, client: &NativeRequest, speaker: Speaker) -> Value {
+    let mut body: Map<String, Value> = (*client.body).clone();
+    body.insert("model".into(), json!(req.model));
+    if let Some(max_tokens) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(max_tokens));
+    }
+    body.insert("stream".into(), json!(req.stream));
+    match speaker {
+        Speaker::Anthropic => {
+            if let Some(Value::Array(messages)) = body.get_mut("messages") {
+                messages.iter_mut().for_each(drop_unsigned_thinking);
+            }
+        }
+        Speaker::Node => {
+            for field in BETA_FIELDS {
+                body.remove(field);
+            }
+        }
+    }
+    Value::Object(body)
+}
+
+/// Remove an assistant message's thinking blocks that carry no signature (unless that would
+/// leave it empty, which Anthropic refuses for another reason).
+fn drop_unsigned_thinking(message: &mut Value) {
+    let Some(Value::Array(blocks)) = message.get_mut("content") else { return };
+    let unsigned = |b: &Value| {
+        b.get("type").and_then(Value::as_str) == Some("thinking")
+            && b.get("signature").and_then(Value::as_str).is_none_or(str::is_empty)
+    };
+    if blocks.iter().any(|b| !unsigned(b)) {
+        blocks.retain(|b| !unsigned(b));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::canonical::Dialect;
+
+    fn client(body: Value) -> NativeRequest {
+        let Value::Object(body) = body else { panic!("an object") };
+        NativeRequest { dialect: Dialect::AnthropicMessages, body: Arc::new(body), headers: Vec::new() }
+    }
+
+    #[test]
+    fn only_model_max_tokens_and_stream_are_rewritten() {
+        let native = client(json!({
+            "model": "claude-sonnet-4-6", "max_tokens": 9000, "stream": false, "top_k": 5,
+            "metadata": {"user_id": "u1"}, "context_management": {"edits": []},
+            "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "hi"}],
+        }));
+        let req =
+            ChatRequest { model: "qwen".into(), max_tokens: Some(512), stream: true, ..Default::default() };
+        let to_anthropic = body(&req, &native, Speaker::Anthropic);
+        assert_eq!(to_anthropic["model"], "qwen");
+        assert_eq!(to_anthropic["max_tokens"], 512);
+        assert_eq!(to_anthropic["stream"], true);
+        assert_eq!(to_anthropic["top_k"], 5);
+        assert_eq!(to_anthropic["metadata"]["user_id"], "u1");
+        assert_eq!(to_anthropic["system"][0]["cache_control"]["type"], "ephemeral");
+        assert_eq!(to_anthropic["context_management"], json!({"edits": []}));
+        let to_node = body(&req, &native, Speaker::Node);
+        assert!(to_node.get("context_management").is_none());
+        assert_eq!(to_node["system"], to_anthropic["system"]);
+    }
+
+    #[test]
+    fn unsigned_thinking_is_dropped_for_anthropic_only() {
+        let native = client(json!({"max_tokens": 10, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "local reasoning"},
+                {"type": "thinking", "thinking": "signed", "signature": "sig"},
+                {"type": "text", "text": "hello"}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "alone"}]},
+        ]}));
+        let req = ChatRequest::default();
+        let to_anthropic = body(&req, &native, Speaker::Anthropic);
+        let kept: Vec<&str> = to_anthropic["messages"][1]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.get("thinking").or(b.get("text")).and_then(Value::as_str).unwrap())
+            .collect();
+        assert_eq!(kept, ["signed", "hello"]);
+        assert_eq!(to_anthropic["messages"][2]["content"][0]["thinking"], "alone");
+        let to_node = body(&req, &native, Speaker::Node);
+        assert_eq!(to_node["messages"][1]["content"].as_array().unwrap().len(), 3);
+    }
+}

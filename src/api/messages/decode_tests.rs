@@ -1,0 +1,141 @@
+use axum::http::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::api::error::ErrorCode;
+
+fn decoded(body: Value) -> Decoded {
+    decode(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("refused: {e:?}"))
+}
+
+fn refused(body: Value) -> ApiError {
+    match decode(body.to_string().as_bytes()) {
+        Err(e) => e,
+        Ok(d) => d.to_canonical(&HeaderMap::new(), None).expect_err("accepted"),
+    }
+}
+
+#[test]
+fn a_full_request_becomes_the_canonical_one_and_keeps_its_body() {
+    let body = json!({
+        "model": "coder", "max_tokens": 4000, "stream": true, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+        "stop_sequences": ["END"], "metadata": {"user_id": "dev-7"},
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "Use tools."}],
+        "tools": [{"name": "read_file", "description": "read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+        "tool_choice": {"type": "any"},
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "open a.rs"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "I should read it", "signature": "s1"},
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.rs"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "fn main() {}"}]},
+                {"type": "text", "text": "explain"}]},
+        ],
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert("anthropic-beta", HeaderValue::from_static("interleaved-thinking-2025-05-14"));
+    let d = decoded(body.clone());
+    assert!(d.wants_stream());
+    let c = d.to_canonical(&headers, Some(1000)).unwrap();
+    assert_eq!(c.max_tokens, Some(1000), "capped by the task");
+    assert_eq!((c.temperature, c.top_p, c.top_k), (Some(0.5), Some(0.9), Some(40)));
+    assert_eq!(c.stop, ["END"]);
+    assert_eq!(c.user.as_deref(), Some("dev-7"));
+    assert_eq!(c.tool_choice, Some(ToolChoice::Required));
+    assert_eq!(c.tools[0].parameters["properties"]["path"]["type"], "string");
+    let roles: Vec<Role> = c.messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool, Role::User]);
+    assert_eq!(c.messages[0].content, "You are terse.\n\nUse tools.");
+    assert_eq!(c.messages[1].images[0].url, "data:image/png;base64,AAAA");
+    assert_eq!(c.messages[2].content, "Reading.");
+    assert_eq!(c.messages[2].tool_calls[0].arguments, r#"{"path":"a.rs"}"#);
+    assert_eq!(c.messages[3].tool_call_id.as_deref(), Some("toolu_1"));
+    assert_eq!(c.messages[3].content, "fn main() {}");
+    assert_eq!(c.messages[4].content, "explain");
+    let native = c.native.as_ref().unwrap();
+    assert_eq!(native.body["system"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(native.body["messages"][1]["content"][0]["signature"], "s1");
+    assert_eq!(native.header("anthropic-beta"), Some("interleaved-thinking-2025-05-14"));
+    assert_eq!(native.header("anthropic-version"), Some(DEFAULT_VERSION), "defaulted");
+    assert!(c.relay && c.stream);
+}
+
+#[test]
+fn each_mistake_is_a_400_naming_its_field() {
+    let base =
+        || json!({"model": "coder", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = base();
+        f(&mut b);
+        refused(b)
+    };
+    let cases: Vec<(ApiError, &str)> = vec![
+        (
+            with(&|b| {
+                b.as_object_mut().unwrap().remove("max_tokens");
+            }),
+            "max_tokens",
+        ),
+        (with(&|b| b["max_tokens"] = json!(0)), "max_tokens"),
+        (with(&|b| b["messages"] = json!([])), "messages"),
+        (with(&|b| b["temperature"] = json!(1.5)), "temperature"),
+        (with(&|b| b["messages"][0]["role"] = json!("system")), "messages[0].role"),
+        (
+            with(
+                &|b| b["messages"] = json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}]),
+            ),
+            "messages.0.content.0.tool_use_id",
+        ),
+        (
+            with(&|b| b["messages"][0]["content"] = json!([{"type": "video", "url": "x"}])),
+            "messages.0.content.0.type",
+        ),
+        (
+            with(&|b| {
+                b["messages"][0]["content"] =
+                    json!([{"type": "tool_use", "id": "t", "name": "n", "input": {}}])
+            }),
+            "messages.0.content.0.type",
+        ),
+        (with(&|b| b["messages"][0]["content"] = json!(7)), "messages.0.content"),
+        (with(&|b| b["tools"] = json!([{"name": "f", "input_schema": "nope"}])), "tools.0.input_schema"),
+        (
+            with(&|b| b["tools"] = json!([{"type": "web_search_20250305", "name": "web_search"}])),
+            "tools.0.type",
+        ),
+        (
+            with(&|b| {
+                b["tools"] = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+                b["tool_choice"] = json!({"type": "tool", "name": "g"});
+            }),
+            "tool_choice.name",
+        ),
+        (
+            with(&|b| b["thinking"] = json!({"type": "enabled", "budget_tokens": 50})),
+            "thinking.budget_tokens",
+        ),
+        (with(&|b| b["system"] = json!([{"type": "image"}])), "system.0"),
+    ];
+    for (error, param) in cases {
+        assert_eq!(error.status, 400, "{error:?}");
+        assert_eq!(error.param.as_deref(), Some(param), "{error:?}");
+        assert_ne!(error.code, ErrorCode::InvalidJson);
+    }
+    let not_json = decode(b"{\"model\": ").err().unwrap();
+    assert_eq!(not_json.code, ErrorCode::InvalidJson);
+    let array = decode(b"[1]").err().unwrap();
+    assert_eq!(array.status, 400);
+}
+
+#[test]
+fn a_string_system_and_string_contents_are_taken_as_they_are() {
+    let d = decoded(json!({"model": "m", "max_tokens": 5, "system": "be kind",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]}));
+    let c = d.to_canonical(&HeaderMap::new(), None).unwrap();
+    let texts: Vec<&str> = c.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["be kind", "hi", "hello", "bye"]);
+    assert_eq!(c.max_tokens, Some(5));
+    assert!(!d.wants_stream());
+}

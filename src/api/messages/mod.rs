@@ -1,0 +1,136 @@
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's Messages dialect, for
+//! the coding agents that speak only it. The door reads and decodes the request (keeping the
+//! client's body for backends that speak Messages themselves), hands it to the shared core
+//! (`front::serve`: task, key, plan, spill, dispatch, ledger, metrics), and answers as a
+//! `message` object or Anthropic's event stream. Every error leaves in Anthropic's envelope.
+
+mod answer;
+mod decode;
+mod error;
+mod stream;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::error::{ApiError, ErrorCode};
+use super::front::{self, Served};
+use super::request_id::RequestId;
+use super::AppState;
+use crate::canonical::ChatRequest;
+use crate::config::{BackendId, TaskConfig};
+use crate::route::{self, RequestFacts};
+use crate::snapshot::{NodeView, Snapshot};
+
+pub use error::response as error_response;
+
+pub async fn messages(
+    State(state): State<Arc<AppState>>,
+    request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
+    handle(state, request_id, headers, body).await.unwrap_or_else(|e| error::response(&e))
+}
+
+async fn handle(
+    state: Arc<AppState>,
+    request_id: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let received = front::receive(&state, &headers, body).await?;
+    let decoded = decode::decode(&received.body)?;
+    let arrival = received.arrival(request_id, &headers);
+    let admission = received.admission;
+    let mut estimated_input_tokens = 0;
+    let Served { committed, headers: spillway_headers, .. } =
+        front::serve(&state, arrival, &decoded.model, |task| {
+            let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
+            estimated_input_tokens = canonical.estimated_prompt_tokens();
+            Ok(canonical)
+        })
+        .await?;
+    let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
+    let mut response = if decoded.wants_stream() {
+        let head = stream::Head { id, model: decoded.model.clone(), estimated_input_tokens };
+        stream::response(committed.events, committed.backend.clone(), head, admission)
+    } else {
+        let mut events = committed.events;
+        let mut answer = answer::Answer::default();
+        while let Some(item) = events.next().await {
+            match item {
+                Ok(event) => answer.add(event),
+                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
+            }
+        }
+        drop(admission);
+        axum::Json(answer.into_json(&id, &decoded.model)).into_response()
+    };
+    response.headers_mut().extend(spillway_headers);
+    Ok(response)
+}
+
+/// `POST /v1/messages/count_tokens`: the request's input tokens for the backend that would
+/// serve it now (the plan's first choice). `x-spillway-token-count` says `exact` or
+/// `estimate`, `x-spillway-backend` whose count it is.
+pub async fn count_tokens(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    count(state, headers, body).await.unwrap_or_else(|e| error::response(&e))
+}
+
+async fn count(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let received = front::receive(&state, &headers, body).await?;
+    // A count takes a request without `max_tokens`; any placeholder will do.
+    let mut body: serde_json::Map<String, Value> =
+        super::wire::decode_json(&received.body, "a Messages request")?;
+    body.entry("max_tokens").or_insert(json!(1));
+    let decoded = decode::decode(Value::Object(body).to_string().as_bytes())?;
+    let snap = state.snapshot.load_full();
+    let task = front::task_for(&snap, &decoded.model, received.key_name.as_deref())?;
+    let request = decoded.to_canonical(&headers, None)?;
+    let backend = first_choice(&snap, task, &request)?;
+    let counted = state
+        .dispatcher
+        .count_tokens(&snap, backend, &request)
+        .await
+        .map_err(|e| ApiError::from_upstream(&snap.backends[backend].name, &e))?;
+    let mut response = axum::Json(json!({"input_tokens": counted.input_tokens})).into_response();
+    let label = if counted.exact { "exact" } else { "estimate" };
+    response.headers_mut().insert("x-spillway-token-count", HeaderValue::from_static(label));
+    if let Ok(name) = HeaderValue::from_str(&snap.backends[backend].name) {
+        response.headers_mut().insert("x-spillway-backend", name);
+    }
+    Ok(response)
+}
+
+/// The backend the plan would try first now; the task's first backend when nothing has room.
+fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Result<BackendId, ApiError> {
+    let load = |node: &NodeView| node.handle.load.view();
+    let facts = RequestFacts {
+        task,
+        prompt_tokens: request.estimated_prompt_tokens(),
+        max_output_tokens: 1,
+        seed: rand::random(),
+        affinity: None,
+        window: 0,
+        priority: task.priority,
+        load: &load,
+        request: Some(request),
+    };
+    match route::plan(&facts, snap, Instant::now()) {
+        Ok(plan) if !plan.targets.is_empty() => Ok(plan.targets[0].backend),
+        _ => task
+            .backends
+            .first()
+            .and_then(|name| snap.backend_id(name))
+            .ok_or_else(|| ApiError::new(ErrorCode::NoEligibleBackend, "the task has no backend")),
+    }
+}

@@ -1,0 +1,59 @@
+//! How many input tokens a request is for one backend, counted the way that backend counts:
+//! Anthropic's own count route for an Anthropic backend, the model's `tokenizer.json` or a
+//! public tokenizer where the config names one, and a labelled estimate otherwise. No
+//! generation, so none of the dispatch walk's guards apply.
+
+use std::time::Duration;
+
+use super::Dispatcher;
+use crate::adapter::{anthropic, Upstream};
+use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
+use crate::config::{BackendId, BackendKind};
+use crate::snapshot::Snapshot;
+use crate::tokens;
+
+/// A count, and whether it is exact (else an estimate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCount {
+    pub input_tokens: u32,
+    pub exact: bool,
+}
+
+impl Dispatcher {
+    /// Count `request`'s input tokens as `backend` would.
+    pub async fn count_tokens(
+        &self,
+        snap: &Snapshot,
+        backend: BackendId,
+        request: &ChatRequest,
+    ) -> Result<TokenCount, UpstreamError> {
+        let view = &snap.backends[backend];
+        let mut req = request.clone();
+        req.model = view.model.clone();
+        if let (BackendKind::Anthropic, Some(node)) = (view.kind, view.nodes.first()) {
+            let upstream = Upstream {
+                base_url: node.base_url.clone(),
+                api_key: self.secrets.load().get(&view.name).cloned(),
+                serves_messages: false,
+            };
+            // A count is one short call: it gets the time an answer's silence may last.
+            let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
+            let counted =
+                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &upstream, &req))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(UpstreamError::new(
+                            ErrorClass::Timeout,
+                            None,
+                            format!("no count within {} ms", wait.as_millis()),
+                        ))
+                    });
+            return counted
+                .map(|input_tokens| TokenCount { input_tokens, exact: true })
+                .map_err(|e| self.redactor.load().scrub_error(e));
+        }
+        let counter =
+            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, tokens::counter_for);
+        Ok(TokenCount { input_tokens: counter.count_request(&req), exact: counter.is_exact() })
+    }
+}

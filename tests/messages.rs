@@ -1,0 +1,282 @@
+//! `POST /v1/messages` through a real router in front of simulators: translated to a vLLM
+//! node's chat completions, passed through to Anthropic and to a node that serves Messages
+//! natively, spilled from a full fleet to Anthropic, counted, listed, and refused in
+//! Anthropic's envelope.
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use spillway::sim::SimKind;
+
+use crate::common::{self, router, sim, Router};
+
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+const CLAUDE: &str = "claude-sonnet-4-5";
+
+/// A fleet node (`local`), Anthropic (`claude`), and tasks over them: `coder` prefers the
+/// fleet and spills to Anthropic, `claude-only` and `native` have one backend each.
+fn config(local: &str, anthropic: &str, native: &str, ledger: &str, local_extra: &str) -> String {
+    format!(
+        r#"
+backends:
+  - {{name: local, kind: vllm, endpoints: ["{local}"], model: {LLAMA}{local_extra}}}
+  - {{name: native, kind: vllm, endpoints: ["{native}"], model: {LLAMA}, messages: native}}
+  - {{name: claude, kind: anthropic, base_url: "{anthropic}", model: {CLAUDE}, api_key_env: ANTHROPIC_KEY,
+      price: {{input_per_mtok: "3", output_per_mtok: "15"}}}}
+tasks:
+  - {{name: coder, aliases: [claude-sonnet-4-6], backends: [local, claude], slo: {{ttft_ms: 5000}}}}
+  - {{name: claude-only, backends: [claude], slo: {{ttft_ms: 5000}}}}
+  - {{name: native, backends: [native], slo: {{ttft_ms: 5000}}}}
+ledger: {{url: "{ledger}"}}
+"#
+    )
+}
+
+struct Setup {
+    router: Router,
+    ledger: String,
+    _sims: Vec<spillway::sim::SimHandle>,
+}
+
+async fn setup(local_extra: &str, tune_local: impl FnOnce(&mut spillway::sim::SimArgs)) -> Setup {
+    let local = sim(SimKind::Vllm, LLAMA, tune_local).await;
+    let native = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let anthropic = sim(SimKind::Anthropic, CLAUDE, |a| a.api_key = Some("sk-ant-sim".into())).await;
+    let ledger = common::temp_ledger_url();
+    let yaml = config(&local.base_url(), &anthropic.base_url(), &native.base_url(), &ledger, local_extra);
+    let router = router(&yaml, &[("ANTHROPIC_KEY", "sk-ant-sim")]).await;
+    Setup { router, ledger, _sims: vec![local, native, anthropic] }
+}
+
+fn request(model: &str, stream: bool) -> Value {
+    json!({"model": model, "max_tokens": 16, "stream": stream, "system": "be brief",
+           "messages": [{"role": "user", "content": "summarise: disk full on node 3"}]})
+}
+
+async fn post(router: &Router, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}{path}", router.url))
+        .header("anthropic-version", "2023-06-01")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A streamed answer's events, as (name, data).
+async fn events(response: reqwest::Response) -> Vec<(String, Value)> {
+    let mut events = response.bytes_stream().eventsource();
+    let mut out = Vec::new();
+    while let Some(Ok(event)) = events.next().await {
+        out.push((event.event, serde_json::from_str(&event.data).unwrap()));
+    }
+    out
+}
+
+/// One coherent Messages stream: one start, blocks opened, filled and closed in index order,
+/// one stop; returns the text of its text blocks.
+fn coherent_text(events: &[(String, Value)]) -> String {
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).filter(|n| *n != "ping").collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{names:?}");
+    assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"], "{names:?}");
+    assert_eq!(names.iter().filter(|n| **n == "message_start").count(), 1);
+    let (mut open, mut next, mut text) = (None, 0, String::new());
+    for (name, data) in events {
+        match name.as_str() {
+            "content_block_start" => {
+                assert_eq!((open, data["index"].as_u64()), (None, Some(next)), "{events:?}");
+                open = Some(next);
+                next += 1;
+            }
+            "content_block_delta" => {
+                assert_eq!(data["index"].as_u64(), open, "{events:?}");
+                text.push_str(data["delta"]["text"].as_str().unwrap_or(""));
+            }
+            "content_block_stop" => open = None,
+            "error" => panic!("the stream failed: {data}"),
+            _ => {}
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_messages_request_is_routed_priced_and_counted_like_chat() {
+    let s = setup("", |_| {}).await;
+    let response = post(&s.router, "/v1/messages", &request("coder", false)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-spillway-backend"], "local");
+    let message: Value = response.json().await.unwrap();
+    assert_eq!((message["type"].clone(), message["role"].clone()), (json!("message"), json!("assistant")));
+    assert_eq!(message["model"], "coder");
+    assert!(message["id"].as_str().unwrap().starts_with("msg_"));
+    assert!(!message["content"][0]["text"].as_str().unwrap().is_empty(), "{message}");
+    assert_eq!(message["stop_reason"], "max_tokens");
+    assert_eq!(message["usage"]["output_tokens"], 16);
+
+    // The alias names the same task; streamed to Anthropic, it is priced.
+    let streamed = post(&s.router, "/v1/messages", &request("claude-only", true)).await;
+    assert_eq!(streamed.headers()["content-type"], "text/event-stream");
+    assert!(!coherent_text(&events(streamed).await).is_empty());
+    let alias = post(&s.router, "/v1/messages", &request("claude-sonnet-4-6", false)).await;
+    assert_eq!(alias.status(), 200);
+
+    common::wait_ledger_written(&s.router).await;
+    let store = spillway::ledger::Store::open(&s.ledger).await.unwrap();
+    let rows = store.query(i64::MIN, i64::MAX).await.unwrap();
+    let row = |task: &str| {
+        rows.iter().find(|r| r.task == task).unwrap_or_else(|| panic!("no row for {task}: {rows:?}"))
+    };
+    assert_eq!((row("coder").backend.as_str(), row("coder").output_tokens), ("local", 16));
+    assert_eq!(rows.iter().filter(|r| r.task == "coder").count(), 2, "the alias is counted under its task");
+    let claude = row("claude-only");
+    assert_eq!(claude.backend, "claude");
+    assert!(claude.input_tokens > 0 && claude.output_tokens > 0, "{claude:?}");
+    assert!(claude.cost_usd.is_some_and(|c| c > rust_decimal::Decimal::ZERO), "{claude:?}");
+    let metrics = common::metrics_text(&s.router).await;
+    let served =
+        |task| common::series_sum(&metrics, "spillway_requests_total", &[("task", task)]).unwrap_or(0.0);
+    assert_eq!((served("coder"), served("claude-only")), (2.0, 1.0), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_messages_stream_spills_from_a_full_fleet_to_anthropic_as_one_answer() {
+    let s = setup(", max_inflight_per_node: 1", |a| a.token_delay_ms = 30).await;
+    // A long answer holds the fleet's only slot; its headers mean it has committed there.
+    let mut long = request("coder", true);
+    long["max_tokens"] = json!(400);
+    let holder = post(&s.router, "/v1/messages", &long).await;
+    assert_eq!(holder.headers()["x-spillway-backend"], "local");
+
+    let spilled = post(&s.router, "/v1/messages", &request("coder", true)).await;
+    assert_eq!(spilled.status(), 200);
+    assert_eq!(spilled.headers()["x-spillway-backend"], "claude");
+    let events = events(spilled).await;
+    let text = coherent_text(&events);
+    assert!(!text.is_empty(), "{events:?}");
+    assert_eq!(events[0].1["message"]["model"], "coder", "the client sees the model it asked for");
+    assert_eq!(events.iter().rev().nth(1).unwrap().1["delta"]["stop_reason"], "max_tokens");
+    drop(holder);
+}
+
+#[tokio::test]
+async fn anthropic_gets_the_body_as_written_and_its_signatures_come_back() {
+    let s = setup("", |_| {}).await;
+    let mut body = request("claude-only", false);
+    body["max_tokens"] = json!(2048);
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    // A thinking block a local model wrote before a spill has no signature: Anthropic would
+    // refuse the request (as the simulator does), so it is dropped for Anthropic.
+    body["messages"] = json!([
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "local reasoning"}, {"type": "text", "text": "an answer"}]},
+        {"role": "user", "content": [{"type": "text", "text": "and now?", "cache_control": {"type": "ephemeral"}}]},
+    ]);
+    let response = post(&s.router, "/v1/messages", &body).await;
+    assert_eq!(response.status(), 200);
+    let message: Value = response.json().await.unwrap();
+    assert!(message["id"].as_str().unwrap().starts_with("msg_sim"), "Anthropic's own message: {message}");
+    assert_eq!(message["content"][0]["type"], "thinking", "{message}");
+    assert!(message["content"][0]["signature"].as_str().unwrap().starts_with("sim-signature"), "{message}");
+    assert_eq!(message["model"], "claude-only");
+
+    body["stream"] = json!(true);
+    let events = events(post(&s.router, "/v1/messages", &body).await).await;
+    coherent_text(&events);
+    let signature = events.iter().find(|(_, d)| d["delta"]["type"] == "signature_delta");
+    assert!(signature.is_some(), "the signature is relayed: {events:?}");
+}
+
+#[tokio::test]
+async fn a_node_that_serves_messages_gets_them_natively() {
+    let s = setup("", |_| {}).await;
+    let response = post(&s.router, "/v1/messages", &request("native", false)).await;
+    assert_eq!(response.status(), 200);
+    let message: Value = response.json().await.unwrap();
+    assert!(message["id"].as_str().unwrap().starts_with("msg_sim"), "the node's own message: {message}");
+    assert_eq!(message["usage"]["output_tokens"], 16);
+    let translated: Value =
+        post(&s.router, "/v1/messages", &request("coder", false)).await.json().await.unwrap();
+    assert!(
+        !translated["id"].as_str().unwrap().starts_with("msg_sim"),
+        "a chat node's answer is Spillway's: {translated}"
+    );
+}
+
+#[tokio::test]
+async fn count_tokens_says_whose_count_and_whether_it_is_exact() {
+    let s = setup("", |_| {}).await;
+    let mut body = request("claude-only", false);
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let exact = post(&s.router, "/v1/messages/count_tokens", &body).await;
+    assert_eq!(exact.status(), 200);
+    assert_eq!(exact.headers()["x-spillway-token-count"], "exact");
+    assert_eq!(exact.headers()["x-spillway-backend"], "claude");
+    let count: Value = exact.json().await.unwrap();
+    assert!(count["input_tokens"].as_u64().unwrap() > 5, "{count}");
+
+    body["model"] = json!("coder");
+    let estimate = post(&s.router, "/v1/messages/count_tokens", &body).await;
+    assert_eq!(estimate.headers()["x-spillway-token-count"], "estimate");
+    assert_eq!(estimate.headers()["x-spillway-backend"], "local");
+}
+
+#[tokio::test]
+async fn models_are_listed_in_anthropics_shape_with_aliases() {
+    let s = setup("", |_| {}).await;
+    let client = reqwest::Client::new();
+    let anthropic: Value = client
+        .get(format!("{}/v1/models", s.router.url))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> =
+        anthropic["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["coder", "claude-sonnet-4-6", "claude-only", "native"]);
+    assert_eq!(anthropic["data"][0]["type"], "model");
+    assert_eq!(anthropic["has_more"], false);
+    let openai: Value =
+        client.get(format!("{}/v1/models", s.router.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(openai["object"], "list");
+    assert_eq!(openai["data"][1]["id"], "claude-sonnet-4-6");
+}
+
+#[tokio::test]
+async fn mistakes_and_failures_come_back_in_anthropics_envelope() {
+    let s = setup("", |a| a.drop_after = Some(3)).await;
+    let refused = |status: u16, kind: &'static str, needle: &'static str| {
+        move |(got, body): (u16, Value)| {
+            assert_eq!(got, status, "{body}");
+            assert_eq!(body["type"], "error", "{body}");
+            assert_eq!(body["error"]["type"], kind, "{body}");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains(needle), "{message}");
+        }
+    };
+    let send = |body: Value| {
+        let router = &s.router;
+        async move {
+            let response = post(router, "/v1/messages", &body).await;
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let mut no_max = request("coder", false);
+    no_max.as_object_mut().unwrap().remove("max_tokens");
+    refused(400, "invalid_request_error", "max_tokens")(send(no_max).await);
+    let mut orphan = request("coder", false);
+    orphan["messages"] = json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "42"}]}]);
+    refused(400, "invalid_request_error", "tool_use_id")(send(orphan).await);
+    refused(404, "not_found_error", "no-such-task")(send(request("no-such-task", false)).await);
+
+    // The local node drops every stream after three tokens: once a token has reached the
+    // client, the break ends the stream with an error event, never another model's text.
+    let events = events(post(&s.router, "/v1/messages", &request("coder", true)).await).await;
+    let last = events.last().unwrap();
+    assert_eq!(last.0, "error", "{events:?}");
+    assert_eq!(last.1["type"], "error");
+    assert!(events.iter().all(|(n, _)| n != "message_stop"), "{events:?}");
+}
