@@ -64,7 +64,7 @@ fn summarise(
             Event::TextDelta(t) => text.push_str(t),
             Event::Finish(f) => finish = Some(*f),
             Event::Usage(u) => usage = Some(*u),
-            Event::ToolCallDelta { .. } | Event::Relay(_) => {}
+            Event::ToolCallDelta { .. } | Event::Relay(_) | Event::Embeddings(_) => {}
         }
     }
     (text, finish, usage)

@@ -42,6 +42,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         stream,
         response_format: ResponseFormat::Text,
         relay: false,
+        ..ChatRequest::default()
     }
 }
 

@@ -105,6 +105,15 @@ pub(crate) fn answer_events<P: StreamParser>(
     }
 }
 
+/// The events of a 2xx answer that is JSON whatever its content type says (embeddings, which
+/// are never streamed).
+pub(crate) fn json_answer_events(
+    answer: Answer,
+    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+) -> EventStream {
+    json_events(answer.body, parse)
+}
+
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
 fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>) -> EventStream {

@@ -7,10 +7,13 @@ mod admin;
 mod body;
 mod chat;
 mod chunks;
+mod completions;
 pub mod dashboard;
 pub mod edge;
+mod embeddings;
 pub mod error;
 mod front;
+mod input;
 pub mod request_id;
 pub mod wire;
 
@@ -69,6 +72,8 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

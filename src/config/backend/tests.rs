@@ -198,7 +198,9 @@ fn schema_spec_keys() -> Vec<(BackendKind, Vec<String>)> {
     let schema = crate::config::schema();
     let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap().clone();
     let common = ["name", "kind", "model", "api_key_env", "region", "price", "max_inflight_per_node"];
-    let common = [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities"]].concat();
+    let common =
+        [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities", "embedding_space"]]
+            .concat();
     BackendKind::ALL
         .iter()
         .map(|kind| {

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
     AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
-    HostedSpec, Pin, PoolSpec, Price, Quota, Tokenizer,
+    EmbeddingSpace, HostedSpec, Pin, PoolSpec, Price, Quota, Tokenizer,
 };
 use crate::config::yes;
 
@@ -62,6 +62,8 @@ struct Written {
     tokenizer_file: Option<std::path::PathBuf>,
     #[serde(default)]
     capabilities: CapabilitiesConfig,
+    #[serde(default)]
+    embedding_space: Option<EmbeddingSpace>,
     #[serde(default, deserialize_with = "given")]
     gpu_count: Option<u32>,
     #[serde(default, deserialize_with = "given")]
@@ -151,6 +153,7 @@ impl Written {
             tokenizer_file: self.tokenizer_file,
             tokenizer_loaded: None,
             capabilities: self.capabilities,
+            embedding_space: self.embedding_space,
             spec,
         })
     }

@@ -51,7 +51,7 @@ impl GradedText {
                 self.calls[i].0.push_str(name.as_deref().unwrap_or_default());
                 self.calls[i].1.push_str(arguments);
             }
-            Event::Usage(_) | Event::Finish(_) | Event::Relay(_) => {}
+            Event::Usage(_) | Event::Finish(_) | Event::Relay(_) | Event::Embeddings(_) => {}
         }
     }
 
