@@ -5,11 +5,14 @@
 //! that the router's headroom logic sees queues, KV use and TTFT that react to load. The
 //! `openai`, `anthropic` and `gemini` sims speak those providers' real wire formats
 //! (streaming included) with a fixed TTFT and token rate, per-minute quotas, and prompt-cache
-//! usage figures. Every kind can inject faults, by flag or per request (`x-sim-fault`), and
+//! usage figures; `vllm` and `openai` also serve legacy completions and deterministic
+//! embeddings. Every kind can inject faults, by flag or per request (`x-sim-fault`), and
 //! replies are deterministic under `--seed`. This file holds the flags and the lifecycle;
 //! it must stay free of modelling and wire details.
 
 mod anthropic_wire;
+mod completions_wire;
+mod embeddings_wire;
 pub mod engine;
 mod engine_loop;
 pub mod faults;
@@ -224,12 +227,16 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
     let r = match kind {
         SimKind::Vllm => r
             .route("/v1/chat/completions", post(openai_wire::chat))
+            .route("/v1/completions", post(completions_wire::completions))
+            .route("/v1/embeddings", post(embeddings_wire::embeddings))
             .route("/v1/models", get(openai_wire::models))
             .route("/health", get(|| async {}))
             .route("/metrics", get(metrics_page))
             .route("/version", get(|| async { Json(serde_json::json!({"version": "0.11.0+sim"})) })),
         SimKind::OpenAi => r
             .route("/v1/chat/completions", post(openai_wire::chat))
+            .route("/v1/completions", post(completions_wire::completions))
+            .route("/v1/embeddings", post(embeddings_wire::embeddings))
             .route("/v1/models", get(openai_wire::models)),
         SimKind::Anthropic => r.route("/v1/messages", post(anthropic_wire::messages)),
         SimKind::Gemini => r.route("/v1beta/models/{model_action}", post(gemini_wire::generate)),
