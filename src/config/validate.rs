@@ -114,14 +114,6 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
                     at("embedding_space"),
                     "must not be empty (leave it out for a backend without embeddings)".into(),
                 );
-            } else if !b.kind().speaks_openai() {
-                p(
-                    at("embedding_space"),
-                    format!(
-                        "kind {} serves no embeddings; only kinds vllm, openai and openai_compatible do",
-                        b.kind().as_str()
-                    ),
-                );
             }
         }
         if let Some(file) = &b.tokenizer_file {
@@ -428,7 +420,8 @@ dispatch: {max_attempts: 0}
         .unwrap_err();
         assert_eq!(
             problems[0].to_string(),
-            "backends[0].embedding_space: kind anthropic serves no embeddings; only kinds vllm, openai and openai_compatible do"
+            "backends[0].embedding_space: `embedding_space` does not apply to kind anthropic; \
+             only kinds vllm, openai, openai_compatible take it"
         );
     }
 

@@ -137,8 +137,10 @@ pub struct BackendConfig {
     /// The vector space of this backend's embeddings (a name you choose, such as the
     /// embedding model's): only backends that declare one serve `/v1/embeddings`, and a task's
     /// backends must all declare the same, since vectors of different models cannot be
-    /// compared. Kinds vllm, openai and openai_compatible only.
+    /// compared. Kinds vllm, openai and openai_compatible only (`written` refuses it on the
+    /// others, and puts it in those kinds' schema branches).
     #[serde(default)]
+    #[schemars(skip)]
     pub embedding_space: Option<EmbeddingSpace>,
     /// The kind, with the settings only it has.
     pub spec: BackendSpec,

@@ -94,6 +94,7 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("gpu_count", "2"),
     ("gpu_hourly_usd", "'2.50'"),
     ("version", "'2026-01'"),
+    ("embedding_space", "e5-large"),
 ];
 
 #[test]
@@ -198,9 +199,7 @@ fn schema_spec_keys() -> Vec<(BackendKind, Vec<String>)> {
     let schema = crate::config::schema();
     let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap().clone();
     let common = ["name", "kind", "model", "api_key_env", "region", "price", "max_inflight_per_node"];
-    let common =
-        [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities", "embedding_space"]]
-            .concat();
+    let common = [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities"]].concat();
     BackendKind::ALL
         .iter()
         .map(|kind| {
