@@ -138,8 +138,11 @@ async fn embeddings_fail_over_inside_their_space_and_never_leave_it() {
     let failing = sim(SimKind::OpenAi, "e5", |a| a.error_rate = 1.0).await;
     let steady = sim(SimKind::OpenAi, "e5", |_| {}).await;
     let chat_only = sim(SimKind::OpenAi, "gpt-4o-mini", |_| {}).await;
+    let ledger = temp_ledger_url();
     let yaml = format!(
         r#"
+admin_token_env: ADMIN
+ledger: {{url: "{ledger}"}}
 backends:
   - {{name: e5-failing, kind: openai_compatible, base_url: "{failing}/v1", model: e5, embedding_space: e5}}
   - {{name: e5-steady, kind: openai_compatible, base_url: "{steady}/v1", model: e5, embedding_space: e5}}
@@ -153,7 +156,7 @@ dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
         steady = steady.base_url(),
         chat_only = chat_only.base_url(),
     );
-    let r = router(&yaml, &[]).await;
+    let r = router(&yaml, &[("ADMIN", "admin-token")]).await;
     let body =
         |task: &str| json!({"model": task, "input": "where is my parcel", "encoding_format": "base64"});
 
@@ -182,6 +185,28 @@ dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
         None,
         "{text}"
     );
+
+    // A fallback with an embedding space is probed with an embeddings request (no output
+    // tokens in its ledger row), never with a chat one it may not serve.
+    let probe: Value = reqwest::Client::new()
+        .post(format!("{}/admin/canary", r.url))
+        .bearer_auth("admin-token")
+        .json(&json!({"backend": "e5-steady"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(probe["results"][0]["ok"], true, "{probe}");
+    let store = spillway::ledger::Store::open(&ledger).await.unwrap();
+    let row = wait_until(Duration::from_secs(5), "the canary's ledger row", || async {
+        let rows = store.query(0, i64::MAX).await.unwrap();
+        rows.into_iter().find(|row| row.client_key.as_deref() == Some("canary"))
+    })
+    .await;
+    assert_eq!((row.backend.as_str(), row.output_tokens), ("e5-steady", 0), "{row:?}");
+    assert!(row.input_tokens > 0, "{row:?}");
 }
 
 #[tokio::test]

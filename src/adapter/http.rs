@@ -105,8 +105,8 @@ pub(crate) fn answer_events<P: StreamParser>(
     }
 }
 
-/// The events of a 2xx answer that is JSON whatever its content type says (embeddings, which
-/// are never streamed).
+/// The events of a 2xx answer that must be JSON whatever its content type says (embeddings,
+/// which are never streamed; a legacy completion asked for whole, which is relayed whole).
 pub(crate) fn json_answer_events(
     answer: Answer,
     parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,

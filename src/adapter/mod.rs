@@ -1,8 +1,8 @@
 //! Adapters: the canonical request in, a stream of canonical events (or a classified error) out.
 //!
 //! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
-//! `openai_compat` for chat (and `openai_completions`, `openai_embeddings` for the other
-//! operations only they serve); Anthropic Messages and Gemini have their own. Adapters never retry and
+//! `openai_compat` for chat (and `openai_completions`, `openai_embeddings` for the operations
+//! only they serve); Anthropic Messages and Gemini have their own. Adapters never retry and
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;

@@ -37,7 +37,13 @@ pub async fn send(
     }
     let body = request_body(req, completion).to_string().into_bytes();
     let answer = http::post(transport, &url, &headers, body, classify).await?;
-    Ok(http::answer_events(answer, completion.stream, CompletionStream::default(), parse_response))
+    if completion.stream {
+        // A whole JSON answer to a stream request is relayed as its one chunk.
+        Ok(http::answer_events(answer, true, CompletionStream::default(), parse_response))
+    } else {
+        // Relayed whole, so it must be whole: an event stream here is a broken answer.
+        Ok(http::json_answer_events(answer, parse_response))
+    }
 }
 
 /// The completions request body: the client's other members, then the checked ones.

@@ -129,3 +129,27 @@ async fn a_stream_that_breaks_ends_with_the_error() {
     let error = events.last().unwrap().as_ref().unwrap_err();
     assert_eq!((error.class, error.message.as_str()), (ErrorClass::ServerError, "engine died"));
 }
+
+#[tokio::test]
+async fn a_whole_completion_must_come_whole_and_a_stream_may() {
+    let transport = Transport::from(reqwest::Client::new());
+    // Asked whole, answered as an event stream: broken (so dispatch may fail over), never
+    // a relay of its last chunk alone.
+    let (base, _) = canned_server(200, &[("content-type", "text/event-stream")], STREAM).await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let whole = completion(false);
+    let events: Vec<_> = send(&transport, &upstream, &request(&whole), &whole).await.unwrap().collect().await;
+    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken, "{events:?}");
+    // Asked to stream, answered whole: the answer is its one chunk.
+    let (base, _) = canned_server(200, &[("content-type", "application/json")], WHOLE).await;
+    let upstream = Upstream { base_url: base, api_key: None };
+    let streamed = completion(true);
+    let events: Vec<Event> = send(&transport, &upstream, &request(&streamed), &streamed)
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(events.iter().filter(|e| matches!(e, Event::Relay(_))).count(), 1);
+    assert_eq!(events.last(), Some(&Event::Finish(FinishReason::Length)));
+}

@@ -4,9 +4,10 @@
 //! `vision`; one with a `json_schema` response format needs `json_schema`; and its prompt,
 //! counted with each backend's own tokenizer, plus its `max_tokens` must fit that backend's
 //! `max_context`. A legacy completion needs a backend that speaks OpenAI's wire (vLLM, OpenAI,
-//! OpenAI-compatible), and embeddings one that declares an `embedding_space`. Applied right after the policy filter, before any ordering, so a fallback
-//! never lands on a backend that would refuse the request or, worse, ignore its tools. Pure:
-//! reads the request and the snapshot's config, no I/O, no clock.
+//! OpenAI-compatible), and embeddings one that declares an `embedding_space`. Applied right
+//! after the policy filter, before any ordering, so a fallback never lands on a backend that
+//! would refuse the request or, worse, ignore its tools. Pure: reads the request and the
+//! snapshot's config, no I/O, no clock.
 
 use std::collections::HashMap;
 
@@ -151,10 +152,11 @@ impl Unfit {
             Some((_, Refusal::Unserved(u))) => *u,
             _ => return None,
         };
-        let all = self.refusals.iter().all(|(_, r)| match r {
-            Refusal::Unserved(u) => u.what() == first.what(),
-            _ => false,
-        });
+        let same = std::mem::discriminant(&first);
+        let all = self
+            .refusals
+            .iter()
+            .all(|(_, r)| matches!(r, Refusal::Unserved(u) if std::mem::discriminant(u) == same));
         all.then_some(first)
     }
 
@@ -182,9 +184,9 @@ impl Unfit {
             let each: Vec<String> = self
                 .refusals
                 .iter()
-                .map(|(name, r)| match r {
-                    Refusal::Unserved(u) => format!("{name} {}", u.why()),
-                    _ => name.clone(),
+                .filter_map(|(name, r)| match r {
+                    Refusal::Unserved(u) => Some(format!("{name} {}", u.why())),
+                    Refusal::Missing(_) | Refusal::TooLong { .. } => None,
                 })
                 .collect();
             return format!(

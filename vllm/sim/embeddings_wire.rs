@@ -101,8 +101,7 @@ fn pieces(input: Option<&Value>) -> Result<Vec<Piece>, SimError> {
     let ids = |v: &[Value]| v.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>();
     match input.ok_or_else(bad)? {
         Value::String(s) => Ok(vec![Piece::Text(s.clone())]),
-        Value::Array(items) if items.is_empty() => Err(bad()),
-        Value::Array(items) => match &items[0] {
+        Value::Array(items) => match items.first().ok_or_else(bad)? {
             Value::String(_) => {
                 items.iter().map(|i| i.as_str().map(|s| Piece::Text(s.into())).ok_or_else(bad)).collect()
             }
