@@ -230,7 +230,8 @@ impl TokenCounter {
     /// [`REPLY_PRIMING`] once (OpenAI's documented framing), plus the tool definitions as
     /// OpenAI-style JSON (providers render tools in their own formats; JSON is a close,
     /// slightly high approximation), plus a JSON response schema the same way, plus
-    /// [`TOKENS_PER_IMAGE`] per image. Estimated counters scale the whole `o200k_base` figure.
+    /// [`TOKENS_PER_IMAGE`] per image, plus a completion's prompt or an embeddings input (its
+    /// token ids as given). Estimated counters scale the whole `o200k_base` figure.
     /// The output (`max_tokens`) is not included: add it where a quota counts the output cap.
     pub fn count_request(&self, req: &ChatRequest) -> u32 {
         let count = |text: &str| match self {
@@ -271,10 +272,20 @@ impl TokenCounter {
                 .collect();
             total = total.saturating_add(count(&serde_json::Value::Array(tools).to_string()));
         }
-        match self {
+        // A completion's prompt or an embeddings input: its texts are counted, its token ids
+        // are already this backend's tokens (not scaled).
+        let mut given_ids = 0;
+        if let Some(input) = req.operation.input() {
+            for text in input.texts() {
+                total = total.saturating_add(count(text));
+            }
+            given_ids = saturate(input.token_ids());
+        }
+        let total = match self {
             TokenCounter::O200kBase | TokenCounter::Cl100kBase | TokenCounter::File(_) => total,
             _ => self.scale(total),
-        }
+        };
+        total.saturating_add(given_ids)
     }
 
     fn scale(&self, o200k_tokens: u32) -> u32 {

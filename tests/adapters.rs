@@ -67,7 +67,11 @@ fn summarise(
             Event::TextDelta(t) => text.push_str(t),
             Event::Finish(f) => finish = Some(*f),
             Event::Usage(u) => usage = Some(*u),
-            Event::ToolCallDelta { .. } | Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) => {}
+            Event::ToolCallDelta { .. }
+            | Event::Relay(_)
+            | Event::Native(_)
+            | Event::ReasoningDelta(_)
+            | Event::Embeddings(_) => {}
         }
     }
     (text, finish, usage)

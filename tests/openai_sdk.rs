@@ -156,3 +156,25 @@ tasks:
     );
     run_sdk_script("openai_responses_check.py", &[&url, "sk-sdk", &good_url]);
 }
+
+#[test]
+fn the_official_openai_python_sdk_embeds_and_completes_against_spillway_serve() {
+    let (_pool, pool_url) = sim(&["--kind", "vllm", "--model", MODEL]);
+    let (_flaky, flaky_url) = sim(&["--kind", "vllm", "--model", MODEL, "--drop-after", "3"]);
+    let (_embedder, embedder_url) = sim(&["--kind", "openai", "--model", "text-embedding-3-small"]);
+    let (_router, url) = serve(
+        &format!(
+            r#"backends:
+  - {{name: local, kind: vllm, endpoints: [{pool_url}], model: {MODEL}}}
+  - {{name: flaky, kind: vllm, endpoints: [{flaky_url}], model: {MODEL}}}
+  - {{name: embedder, kind: openai, base_url: "{embedder_url}/v1", model: text-embedding-3-small,
+     embedding_space: te3-small, price: {{input_per_mtok: 0.02, output_per_mtok: 0}}}}
+tasks:
+  - {{name: legacy, backends: [local], slo: {{ttft_ms: 2000}}}}
+  - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
+  - {{name: search, backends: [embedder], slo: {{ttft_ms: 2000}}}}"#
+        ),
+        2,
+    );
+    run_sdk_script("openai_embeddings_check.py", &[&url, "sk-sdk"]);
+}

@@ -1,4 +1,4 @@
-//! The serving path end to end: the API, the HTTP edge, failover, each adapter and SDK, secrets, metrics and logs.
+//! The serving path end to end: the API (chat, embeddings, completions), the HTTP edge, failover, each adapter and SDK, secrets, metrics and logs.
 //!
 //! One test binary per area (each links the whole crate); each module is one file beside this.
 
@@ -8,6 +8,7 @@ mod adapters;
 mod anthropic_sdk;
 mod api;
 mod edge;
+mod embeddings;
 mod failover;
 mod logs;
 mod messages;

@@ -116,6 +116,15 @@ pub(crate) async fn read_json(answer: Answer) -> Result<Value, UpstreamError> {
         .map_err(|e| UpstreamError::new(ErrorClass::StreamBroken, None, format!("malformed JSON body: {e}")))
 }
 
+/// The events of a 2xx answer that must be JSON whatever its content type says (embeddings,
+/// which are never streamed; a legacy completion asked for whole, which is relayed whole).
+pub(crate) fn json_answer_events(
+    answer: Answer,
+    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+) -> EventStream {
+    json_events(answer.body, parse)
+}
+
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
 fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>) -> EventStream {

@@ -1,7 +1,8 @@
 //! Adapters: the canonical request in, a stream of canonical events (or a classified error) out.
 //!
 //! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
-//! `openai_compat`; Anthropic Messages and Gemini have their own. Adapters never retry and
+//! `openai_compat` for chat (and `openai_completions`, `openai_embeddings` for the operations
+//! only they serve); Anthropic Messages and Gemini have their own. Adapters never retry and
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
@@ -10,6 +11,8 @@ pub mod gemini;
 pub mod h1;
 mod http;
 pub mod openai_compat;
+pub mod openai_completions;
+pub mod openai_embeddings;
 mod openai_relay;
 pub mod redact;
 
@@ -18,7 +21,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-use crate::canonical::{ChatRequest, Dialect, Event, UpstreamError};
+use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
 
 /// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
 /// the stream broke (it is the last item).
@@ -79,13 +82,25 @@ pub async fn send(
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let messages_client = req.native.as_ref().is_some_and(|n| n.dialect == Dialect::AnthropicMessages);
-    match format {
-        WireFormat::OpenAi if upstream.serves_messages && messages_client => {
+    match (&req.operation, format) {
+        (Operation::Chat, WireFormat::OpenAi) if upstream.serves_messages && messages_client => {
             let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
             anthropic::send_to(transport, &url, upstream, req, anthropic::native::Speaker::Node).await
         }
-        WireFormat::OpenAi => openai_compat::send(transport, upstream, req).await,
-        WireFormat::Anthropic => anthropic::send(transport, upstream, req).await,
-        WireFormat::Gemini => gemini::send(transport, upstream, req).await,
+        (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, upstream, req).await,
+        (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, upstream, req).await,
+        (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, upstream, req).await,
+        (Operation::Completion(c), WireFormat::OpenAi) => {
+            openai_completions::send(transport, upstream, req, c).await
+        }
+        (Operation::Embedding(e), WireFormat::OpenAi) => {
+            openai_embeddings::send(transport, upstream, req, e).await
+        }
+        // The capability filter keeps these from being planned; said plainly if one is.
+        (operation, _) => Err(UpstreamError::new(
+            ErrorClass::InvalidRequest,
+            None,
+            format!("a {format:?} backend serves no {}", operation.describe()),
+        )),
     }
 }

@@ -227,12 +227,12 @@ fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
 }
 
 /// An error that arrived inside a 2xx stream or body.
-fn in_band_error(error: &Value) -> UpstreamError {
+pub(crate) fn in_band_error(error: &Value) -> UpstreamError {
     let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
     UpstreamError::new(class_of(None, error), None, message)
 }
 
-fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
+pub(crate) fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
     Ok(match reason {
         "stop" => FinishReason::Stop,
         "length" => FinishReason::Length,
@@ -250,7 +250,7 @@ fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
     })
 }
 
-fn usage(value: &Value) -> Option<Usage> {
+pub(crate) fn usage(value: &Value) -> Option<Usage> {
     if !value.is_object() {
         return None;
     }

@@ -107,7 +107,7 @@ impl Answer {
             }
             Event::Usage(u) => self.usage = u,
             Event::Finish(f) => self.finish = Some(f),
-            Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) => {}
+            Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) | Event::Embeddings(_) => {}
         }
     }
 

@@ -31,6 +31,9 @@ const BATCH_BYTES: usize = 16 * 1024;
 pub struct ChunkWriter {
     /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…`
     head: Vec<u8>,
+    /// Legacy completions: only relayed upstream chunks are written (a canonical event has no
+    /// `text_completion` form of its own).
+    relay_only: bool,
 }
 
 #[derive(Serialize)]
@@ -77,11 +80,13 @@ struct FunctionDelta<'a> {
 
 impl ChunkWriter {
     pub fn new(id: &str, model: &str, created: u64) -> ChunkWriter {
-        let mut head = b"data: ".to_vec();
-        serde_json::to_writer(&mut head, &Head { id, object: "chat.completion.chunk", created, model })
-            .expect("a struct of strings and numbers serialises");
-        head.pop(); // the closing brace: the other members follow
-        ChunkWriter { head }
+        ChunkWriter { head: head(id, "chat.completion.chunk", model, created), relay_only: false }
+    }
+
+    /// The writer of a legacy completion's stream: its upstream's chunks, relayed under this
+    /// head, and the usage chunk.
+    pub fn text_completion(id: &str, model: &str, created: u64) -> ChunkWriter {
+        ChunkWriter { head: head(id, "text_completion", model, created), relay_only: true }
     }
 
     fn choice(&self, out: &mut Vec<u8>, delta: Delta<'_>, finish_reason: Option<&'static str>) {
@@ -94,11 +99,17 @@ impl ChunkWriter {
 
     /// The first chunk: the assistant role with empty content.
     pub fn role(&self, out: &mut Vec<u8>) {
+        if self.relay_only {
+            return;
+        }
         self.choice(out, Delta { role: Some("assistant"), content: Some(""), ..Delta::default() }, None);
     }
 
     /// The chunk for one canonical event (`Usage` is written by [`ChunkWriter::usage`]).
     pub fn event(&self, out: &mut Vec<u8>, event: &Event) {
+        if self.relay_only {
+            return;
+        }
         match event {
             Event::TextDelta(text) => {
                 self.choice(out, Delta { content: Some(text), ..Delta::default() }, None)
@@ -113,7 +124,11 @@ impl ChunkWriter {
                 self.choice(out, Delta { tool_calls: Some([call]), ..Delta::default() }, None)
             }
             Event::Finish(reason) => self.finish(out, *reason),
-            Event::Usage(_) | Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) => {}
+            Event::Usage(_)
+            | Event::Relay(_)
+            | Event::Native(_)
+            | Event::ReasoningDelta(_)
+            | Event::Embeddings(_) => {}
         }
     }
 
@@ -146,6 +161,16 @@ impl ChunkWriter {
         serde_json::to_writer(&mut *out, &WireUsage::from(usage)).expect("numbers serialise");
         out.extend_from_slice(b"}\n\n");
     }
+}
+
+/// `data: {"id":…,"object":…,"created":…,"model":…` without its closing brace: the other
+/// members follow.
+fn head(id: &str, object: &'static str, model: &str, created: u64) -> Vec<u8> {
+    let mut head = b"data: ".to_vec();
+    serde_json::to_writer(&mut head, &Head { id, object, created, model })
+        .expect("a struct of strings and numbers serialises");
+    head.pop();
+    head
 }
 
 /// Canonical events → the SSE response; `hold` (the admission permit) lives as long as the body.

@@ -7,10 +7,13 @@ mod admin;
 mod body;
 mod chat;
 mod chunks;
+mod completions;
 pub mod dashboard;
 pub mod edge;
+mod embeddings;
 pub mod error;
 mod front;
+mod input;
 mod messages;
 pub mod request_id;
 mod responses;
@@ -74,6 +77,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/responses", post(responses::responses))
         .route("/v1/messages", post(messages::messages))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

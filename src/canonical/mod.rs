@@ -7,12 +7,16 @@
 mod error;
 mod id;
 mod native;
+mod operation;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
 pub use native::{Dialect, NativeEvent, NativeRequest};
+pub use operation::{
+    vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
+};
 use serde_json::Value;
 
 /// Who wrote a message.
@@ -265,6 +269,9 @@ pub struct ChatRequest {
     /// [`Event::Native`] (before the canonical events read from it).
     #[serde(skip)]
     pub native: Option<NativeRequest>,
+    /// What is asked for: a chat answer to `messages` unless a front door says otherwise.
+    #[serde(default)]
+    pub operation: Operation,
 }
 
 impl ChatRequest {
@@ -283,7 +290,10 @@ impl ChatRequest {
     /// A rough prompt size in tokens (4 characters a token), for estimates made before a
     /// backend has counted: cost ordering and capacity planning.
     pub fn estimated_prompt_tokens(&self) -> u32 {
-        let chars: usize = self.messages.iter().map(|m| m.content.len() + 4).sum();
+        let mut chars: usize = self.messages.iter().map(|m| m.content.len() + 4).sum();
+        if let Some(input) = self.operation.input() {
+            chars += input.texts().iter().map(|t| t.len()).sum::<usize>() + 4 * input.token_ids();
+        }
         (chars / 4) as u32 + 1
     }
 }
@@ -337,10 +347,13 @@ pub enum Event {
     },
     Usage(Usage),
     Finish(FinishReason),
-    /// One upstream chat completion chunk, to be passed on with only its head rewritten.
+    /// One upstream chat completion chunk (or legacy completion, whole or chunk), to be passed
+    /// on with only its head rewritten.
     Relay(RelayChunk),
     /// One upstream event in the client's own dialect, to be passed on as it came.
     Native(NativeEvent),
+    /// An embeddings answer: one vector per input, in the inputs' order.
+    Embeddings(Vec<Vec<f32>>),
 }
 
 /// An upstream chat completion chunk less its head (`id`, `object`, `created`, `model`), which
@@ -359,7 +372,13 @@ pub struct RelayChunk {
 impl Event {
     /// Whether this event is model output, the moment dispatch commits to a backend.
     pub fn is_output(&self) -> bool {
-        matches!(self, Event::TextDelta(_) | Event::ReasoningDelta(_) | Event::ToolCallDelta { .. })
+        matches!(
+            self,
+            Event::TextDelta(_)
+                | Event::ReasoningDelta(_)
+                | Event::ToolCallDelta { .. }
+                | Event::Embeddings(_)
+        )
     }
 }
 

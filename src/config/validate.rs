@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use super::{AgentAddress, BackendSpec, Config, KubeResource, PoolSpec, Problem, Strategy};
+use super::{AgentAddress, BackendSpec, Config, EmbeddingSpace, KubeResource, PoolSpec, Problem, Strategy};
 
 /// Data classes that exist without being listed under `policy.data_classes`.
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
@@ -108,6 +108,14 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
                 "must be at least 1 (leave it out for the kind's default)".into(),
             );
         }
+        if let Some(space) = &b.embedding_space {
+            if space.as_str().trim().is_empty() {
+                p(
+                    at("embedding_space"),
+                    "must not be empty (leave it out for a backend without embeddings)".into(),
+                );
+            }
+        }
         if let Some(file) = &b.tokenizer_file {
             if file.as_os_str().is_empty() {
                 p(at("tokenizer_file"), "must not be empty".into());
@@ -136,14 +144,32 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(at("backends"), "must name at least one backend".into());
         }
         let mut seen = HashSet::new();
+        // The first backend of the task with an embedding space, and that space.
+        let mut space: Option<(&str, &EmbeddingSpace)> = None;
         for (j, name) in t.backends.iter().enumerate() {
-            if config.backend(name).is_none() {
+            let Some(backend) = config.backend(name) else {
                 if undecoded.may_be_backend(name) {
                     continue;
                 }
                 p(format!("tasks[{i}].backends[{j}]"), format!("no backend is named `{name}`"));
-            } else if !seen.insert(name) {
+                continue;
+            };
+            if !seen.insert(name) {
                 p(format!("tasks[{i}].backends[{j}]"), format!("`{name}` is listed twice"));
+            }
+            match (backend.embedding_space.as_ref(), space) {
+                (Some(own), None) => space = Some((name, own)),
+                (Some(own), Some((first, first_space))) if own != first_space => p(
+                    format!("tasks[{i}].backends[{j}]"),
+                    format!(
+                        "task `{}` mixes embedding spaces: `{name}` has embedding_space `{}`, `{first}` has `{}`; \
+                         vectors of different spaces cannot be compared, so a task's backends must share one",
+                        t.name,
+                        own.as_str(),
+                        first_space.as_str()
+                    ),
+                ),
+                _ => {}
             }
         }
         for (name, weight) in &t.weights {
@@ -366,6 +392,44 @@ dispatch: {max_attempts: 0}
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }
+    }
+
+    #[test]
+    fn a_task_may_not_mix_embedding_spaces_and_only_openai_wire_kinds_have_one() {
+        let config = |spaces: [&str; 3]| {
+            let backend = |name: &str, kind: &str, space: &str| {
+                match space {
+                "" => format!("  - {{name: {name}, kind: {kind}, model: m, base_url: \"http://h:1/v1\"}}\n"),
+                space => format!(
+                    "  - {{name: {name}, kind: {kind}, model: m, base_url: \"http://h:1/v1\", embedding_space: {space}}}\n"
+                ),
+            }
+            };
+            format!(
+                "backends:\n{}{}{}tasks:\n  - {{name: search, backends: [a, b, c], slo: {{ttft_ms: 500}}}}\n",
+                backend("a", "openai_compatible", spaces[0]),
+                backend("b", "openai", spaces[1]),
+                backend("c", "openai_compatible", spaces[2]),
+            )
+        };
+        // One space, and a backend without embeddings beside it: fine.
+        assert!(parse(&config(["e5", "e5", ""])).is_ok());
+        let problems = parse(&config(["e5", "", "bge"])).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        let text = problems[0].to_string();
+        assert!(text.starts_with("tasks[0].backends[2]: task `search` mixes embedding spaces"), "{text}");
+        assert!(text.contains("`c` has embedding_space `bge`, `a` has `e5`"), "{text}");
+
+        let problems = parse(
+            "backends: [{name: a, kind: anthropic, model: m, embedding_space: e5}]\n\
+             tasks: [{name: t, backends: [a], slo: {ttft_ms: 500}}]\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            problems[0].to_string(),
+            "backends[0].embedding_space: `embedding_space` does not apply to kind anthropic; \
+             only kinds vllm, openai, openai_compatible take it"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Canaries for untested exits: on an interval, one small synthetic request to every fallback
 //! backend (a backend listed after the first in some task), through the same policy filter and
 //! dispatch as live traffic, so that a backend that has served nothing for months is known to
-//! work, or known broken, before an outage needs it.
+//! work, or known broken, before an outage needs it. A backend with an `embedding_space` is
+//! probed with an embeddings request (the prompt, embedded), the only kind it serves.
 //!
 //! A canary goes out as the first task that lists the backend as a fallback and whose data
 //! class allows it; a backend no task may send data to is never probed. It is a synthetic
@@ -17,7 +18,7 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::canonical::{ChatRequest, Message, Role};
+use crate::canonical::{ChatRequest, Embedding, EncodingFormat, Input, Message, Operation, Role};
 use crate::config::{BackendId, TaskId};
 use crate::dispatch::synthetic::{Destination, Purpose, SyntheticCall};
 use crate::dispatch::Dispatcher;
@@ -94,11 +95,24 @@ impl Canaries {
     async fn probe(&self, snap: &Snapshot, backend: BackendId, task: TaskId) -> CanaryResult {
         let task = &snap.config.tasks[task];
         let canary = &snap.config.canary;
-        let request = ChatRequest {
-            messages: vec![Message::new(Role::User, canary.prompt.clone())],
-            max_tokens: Some(canary.max_tokens),
-            temperature: Some(0.0),
-            ..ChatRequest::default()
+        let request = match snap.config.backends[backend].embedding_space {
+            // An embeddings backend is probed with what it serves: the prompt, embedded.
+            Some(_) => ChatRequest {
+                max_tokens: Some(0),
+                operation: Operation::Embedding(Embedding {
+                    input: Input::Text(canary.prompt.clone()),
+                    encoding_format: EncodingFormat::Float,
+                    dimensions: None,
+                    user: None,
+                }),
+                ..ChatRequest::default()
+            },
+            None => ChatRequest {
+                messages: vec![Message::new(Role::User, canary.prompt.clone())],
+                max_tokens: Some(canary.max_tokens),
+                temperature: Some(0.0),
+                ..ChatRequest::default()
+            },
         };
         let at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let call =

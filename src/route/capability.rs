@@ -3,14 +3,16 @@
 //! A request that declares tools needs a backend with `tools`; one with images needs
 //! `vision`; one with a `json_schema` response format needs `json_schema`; and its prompt,
 //! counted with each backend's own tokenizer, plus its `max_tokens` must fit that backend's
-//! `max_context`. Applied right after the policy filter, before any ordering, so a fallback
-//! never lands on a backend that would refuse the request or, worse, ignore its tools. Pure:
-//! reads the request and the snapshot's config, no I/O, no clock.
+//! `max_context`. A legacy completion needs a backend that speaks OpenAI's wire (vLLM, OpenAI,
+//! OpenAI-compatible), and embeddings one that declares an `embedding_space`. Applied right
+//! after the policy filter, before any ordering, so a fallback never lands on a backend that
+//! would refuse the request or, worse, ignore its tools. Pure: reads the request and the
+//! snapshot's config, no I/O, no clock.
 
 use std::collections::HashMap;
 
-use crate::canonical::{ChatRequest, ResponseFormat};
-use crate::config::BackendId;
+use crate::canonical::{ChatRequest, Operation, ResponseFormat};
+use crate::config::{BackendConfig, BackendId, BackendKind};
 use crate::snapshot::Snapshot;
 use crate::tokens;
 
@@ -57,9 +59,57 @@ pub fn needs(req: &ChatRequest) -> Vec<Capability> {
     needs
 }
 
+/// An operation some backends cannot do at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unserved {
+    /// Legacy completions, on a backend of this kind (one that does not speak OpenAI's wire).
+    Completions(BackendKind),
+    /// Embeddings, on a backend that declares no `embedding_space`.
+    Embeddings,
+}
+
+impl Unserved {
+    /// Whether `backend` cannot do `operation` (and why); `None` when it can.
+    pub fn check(operation: &Operation, backend: &BackendConfig) -> Option<Unserved> {
+        match operation {
+            Operation::Chat => None,
+            Operation::Completion(_) => {
+                (!backend.kind().speaks_openai()).then_some(Unserved::Completions(backend.kind()))
+            }
+            Operation::Embedding(_) => backend.embedding_space.is_none().then_some(Unserved::Embeddings),
+        }
+    }
+
+    /// The operation, in words.
+    fn what(self) -> &'static str {
+        match self {
+            Unserved::Completions(_) => "legacy completions",
+            Unserved::Embeddings => "embeddings",
+        }
+    }
+
+    /// Which backends do serve it.
+    fn who_does(self) -> &'static str {
+        match self {
+            Unserved::Completions(_) => "only vllm, openai and openai_compatible backends do",
+            Unserved::Embeddings => "only backends that declare an embedding_space do",
+        }
+    }
+
+    /// Why this backend does not, after its name.
+    fn why(self) -> String {
+        match self {
+            Unserved::Completions(kind) => format!("is kind {}", kind.as_str()),
+            Unserved::Embeddings => "declares no embedding_space".to_string(),
+        }
+    }
+}
+
 /// Why one backend cannot serve the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
+    /// It cannot do the request's operation at all.
+    Unserved(Unserved),
     Missing(Capability),
     /// Prompt (in this backend's tokens) + `max_tokens` is more than its context window.
     TooLong {
@@ -88,12 +138,26 @@ impl Unfit {
             .iter()
             .filter_map(|(_, r)| match r {
                 Refusal::Missing(c) => Some(*c),
-                Refusal::TooLong { .. } => None,
+                Refusal::TooLong { .. } | Refusal::Unserved(_) => None,
             })
             .collect();
         missing.sort();
         missing.dedup();
         missing
+    }
+
+    /// The operation no backend could do, when that is why every one was refused.
+    pub fn unserved(&self) -> Option<Unserved> {
+        let first = match self.refusals.first() {
+            Some((_, Refusal::Unserved(u))) => *u,
+            _ => return None,
+        };
+        let same = std::mem::discriminant(&first);
+        let all = self
+            .refusals
+            .iter()
+            .all(|(_, r)| matches!(r, Refusal::Unserved(u) if std::mem::discriminant(u) == same));
+        all.then_some(first)
     }
 
     /// For the client: the limit that was hit, with numbers and backend names.
@@ -104,7 +168,7 @@ impl Unfit {
                 .iter()
                 .filter_map(|(name, r)| match r {
                     Refusal::TooLong { needed, max_context } => Some((*max_context, *needed, name)),
-                    Refusal::Missing(_) => None,
+                    Refusal::Missing(_) | Refusal::Unserved(_) => None,
                 })
                 .max_by_key(|(max_context, _, _)| *max_context);
             if let Some((max_context, needed, name)) = largest {
@@ -116,10 +180,27 @@ impl Unfit {
                 );
             }
         }
+        if let Some(unserved) = self.unserved() {
+            let each: Vec<String> = self
+                .refusals
+                .iter()
+                .filter_map(|(name, r)| match r {
+                    Refusal::Unserved(u) => Some(format!("{name} {}", u.why())),
+                    Refusal::Missing(_) | Refusal::TooLong { .. } => None,
+                })
+                .collect();
+            return format!(
+                "no eligible backend serves {}; {} ({})",
+                unserved.what(),
+                unserved.who_does(),
+                each.join(", ")
+            );
+        }
         let each: Vec<String> = self
             .refusals
             .iter()
             .map(|(name, r)| match r {
+                Refusal::Unserved(u) => format!("{name}: serves no {}", u.what()),
                 Refusal::Missing(c) => format!("{name}: no `{}` capability", c.as_str()),
                 Refusal::TooLong { needed, max_context } => format!(
                     "{name}: needs {} tokens, context is {}",
@@ -145,6 +226,10 @@ pub fn filter(eligible: Vec<BackendId>, req: &ChatRequest, snap: &Snapshot) -> R
     let mut refusals = Vec::new();
     for index in eligible {
         let backend = &snap.config.backends[index];
+        if let Some(unserved) = Unserved::check(&req.operation, backend) {
+            refusals.push((backend.name.clone(), Refusal::Unserved(unserved)));
+            continue;
+        }
         let caps = backend.capabilities();
         let missing = needs.iter().copied().find(|need| match need {
             Capability::Tools => !caps.tools,
@@ -341,6 +426,65 @@ tasks:
             message.contains("the largest context among eligible backends is 3,000 (openai)"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn only_openai_wire_backends_complete_and_only_backends_with_a_space_embed() {
+        use crate::canonical::{Completion, Embedding, EncodingFormat, Input, Operation};
+        let snap = Snapshot::from_config(Arc::new(
+            crate::config::parse(
+                r#"
+backends:
+  - {name: local, kind: vllm, endpoints: ["http://10.0.0.5:8000"], model: e5, embedding_space: e5}
+  - {name: openai, kind: openai, model: text-embedding-3-small}
+  - {name: claude, kind: anthropic, model: claude}
+  - {name: gemini, kind: gemini, model: gemini}
+tasks:
+  - {name: t, backends: [local, openai, claude, gemini], slo: {ttft_ms: 1000}}
+"#,
+            )
+            .unwrap(),
+        ));
+        let completion = ChatRequest {
+            operation: Operation::Completion(Completion {
+                prompt: Input::Text("Once".into()),
+                stream: false,
+                echo: None,
+                logprobs: None,
+                suffix: None,
+                n: None,
+                passthrough: Default::default(),
+            }),
+            ..Default::default()
+        };
+        let all = ids(&[0, 1, 2, 3]);
+        assert_eq!(names(&snap, &filter(all.clone(), &completion, &snap).unwrap()), ["local", "openai"]);
+        let err = filter(ids(&[2, 3]), &completion, &snap).unwrap_err();
+        assert!(!err.is_context_length() && err.missing().is_empty());
+        assert_eq!(
+            err.to_string(),
+            "no eligible backend serves legacy completions; only vllm, openai and openai_compatible backends do \
+             (claude is kind anthropic, gemini is kind gemini)"
+        );
+
+        let embedding = ChatRequest {
+            operation: Operation::Embedding(Embedding {
+                input: Input::Texts(vec!["a".into()]),
+                encoding_format: EncodingFormat::Float,
+                dimensions: None,
+                user: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(names(&snap, &filter(all, &embedding, &snap).unwrap()), ["local"]);
+        let err = filter(ids(&[1, 2]), &embedding, &snap).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no eligible backend serves embeddings; only backends that declare an embedding_space do \
+             (openai declares no embedding_space, claude declares no embedding_space)"
+        );
+        // Chat is every backend's.
+        assert_eq!(filter(ids(&[0, 1, 2, 3]), &request("hi"), &snap).unwrap().len(), 4);
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! that the router's headroom logic sees queues, KV use and TTFT that react to load. The
 //! `openai`, `anthropic` and `gemini` sims speak those providers' real wire formats
 //! (streaming included) with a fixed TTFT and token rate, per-minute quotas, and prompt-cache
-//! usage figures. Every kind can inject faults, by flag or per request (`x-sim-fault`), and
+//! usage figures; `vllm` and `openai` also serve legacy completions and deterministic
+//! embeddings. Every kind can inject faults, by flag or per request (`x-sim-fault`), and
 //! replies are deterministic under `--seed`. This file holds the flags and the lifecycle;
 //! it must stay free of modelling and wire details.
 
 mod anthropic_wire;
+mod completions_wire;
+mod embeddings_wire;
 pub mod engine;
 mod engine_loop;
 pub mod faults;
@@ -228,6 +231,8 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
             .route("/v1/responses", post(responses_wire::responses))
             // vLLM serves the Messages API natively (since v0.11).
             .route("/v1/messages", post(anthropic_wire::messages))
+            .route("/v1/completions", post(completions_wire::completions))
+            .route("/v1/embeddings", post(embeddings_wire::embeddings))
             .route("/v1/models", get(openai_wire::models))
             .route("/health", get(|| async {}))
             .route("/metrics", get(metrics_page))
@@ -235,6 +240,8 @@ fn router(kind: SimKind, state: Arc<server::AppState>) -> Router {
         SimKind::OpenAi => r
             .route("/v1/chat/completions", post(openai_wire::chat))
             .route("/v1/responses", post(responses_wire::responses))
+            .route("/v1/completions", post(completions_wire::completions))
+            .route("/v1/embeddings", post(embeddings_wire::embeddings))
             .route("/v1/models", get(openai_wire::models)),
         SimKind::Anthropic => r
             .route("/v1/messages", post(anthropic_wire::messages))

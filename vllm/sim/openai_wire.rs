@@ -56,7 +56,7 @@ pub fn error_response(kind: SimKind, e: &SimError) -> Response {
     resp
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     v.strip_prefix("Bearer ").map(str::trim)
 }
@@ -108,7 +108,7 @@ fn requested_tool(v: &Value) -> Option<String> {
     }
 }
 
-fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,

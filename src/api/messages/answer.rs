@@ -50,7 +50,7 @@ impl Answer {
             }
             Event::Usage(usage) => self.usage = usage,
             Event::Finish(finish) => self.finish = Some(finish),
-            Event::Relay(_) => {}
+            Event::Relay(_) | Event::Embeddings(_) => {}
         }
     }
 

@@ -136,7 +136,7 @@ impl Blocks {
             }
             Event::Usage(usage) => self.usage = Some(usage),
             Event::Finish(reason) => self.finish = Some(reason),
-            Event::Relay(_) | Event::Native(_) => {}
+            Event::Relay(_) | Event::Native(_) | Event::Embeddings(_) => {}
         }
     }
 

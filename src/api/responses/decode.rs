@@ -135,6 +135,7 @@ impl ResponsesRequest {
             response_format,
             relay: false,
             native: None,
+            operation: crate::canonical::Operation::Chat,
         })
     }
 

@@ -104,7 +104,7 @@ impl Encoder {
             Event::Finish(reason) => self.finish = Some(*reason),
             // Reasoning is not written (no reasoning items); relayed and native events are
             // for chat and Messages clients.
-            Event::ReasoningDelta(_) | Event::Relay(_) | Event::Native(_) => {}
+            Event::ReasoningDelta(_) | Event::Relay(_) | Event::Native(_) | Event::Embeddings(_) => {}
         }
     }
 

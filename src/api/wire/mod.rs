@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Message, Role, ToolCall};
+use crate::canonical::{ChatRequest, Message, Operation, Role, ToolCall};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
@@ -450,6 +450,7 @@ impl ChatCompletionRequest {
                 .map(response_format)
                 .transpose()?
                 .unwrap_or_default(),
+            operation: Operation::Chat,
         })
     }
 }

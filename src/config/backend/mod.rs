@@ -134,6 +134,14 @@ pub struct BackendConfig {
     /// What requests this backend can serve; each unset key takes the kind's default.
     #[serde(default)]
     pub capabilities: CapabilitiesConfig,
+    /// The vector space of this backend's embeddings (a name you choose, such as the
+    /// embedding model's): only backends that declare one serve `/v1/embeddings`, and a task's
+    /// backends must all declare the same, since vectors of different models cannot be
+    /// compared. Kinds vllm, openai and openai_compatible only (`written` refuses it on the
+    /// others, and puts it in those kinds' schema branches).
+    #[serde(default)]
+    #[schemars(skip)]
+    pub embedding_space: Option<EmbeddingSpace>,
     /// The kind, with the settings only it has.
     pub spec: BackendSpec,
 }
@@ -216,6 +224,25 @@ impl BackendConfig {
             json_schema: c.json_schema.unwrap_or(d.json_schema),
             max_context: c.max_context.or(d.max_context),
         }
+    }
+}
+
+/// The name of a vector space: embeddings of one space are interchangeable, of two are not.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(transparent)]
+pub struct EmbeddingSpace(pub String);
+
+impl EmbeddingSpace {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl BackendKind {
+    /// Whether this kind speaks OpenAI's wire, and so can serve legacy completions and
+    /// embeddings as well as chat.
+    pub fn speaks_openai(self) -> bool {
+        matches!(self, BackendKind::Vllm | BackendKind::Openai | BackendKind::OpenaiCompatible)
     }
 }
 

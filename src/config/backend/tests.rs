@@ -95,6 +95,7 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("gpu_hourly_usd", "'2.50'"),
     ("version", "'2026-01'"),
     ("messages", "native"),
+    ("embedding_space", "e5-large"),
 ];
 
 #[test]

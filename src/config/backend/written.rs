@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
     AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
-    HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
+    EmbeddingSpace, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
 };
 use crate::config::yes;
 
@@ -63,6 +63,8 @@ struct Written {
     #[serde(default)]
     capabilities: CapabilitiesConfig,
     #[serde(default, deserialize_with = "given")]
+    embedding_space: Option<Option<EmbeddingSpace>>,
+    #[serde(default, deserialize_with = "given")]
     gpu_count: Option<u32>,
     #[serde(default, deserialize_with = "given")]
     gpu_hourly_usd: Option<Option<Decimal>>,
@@ -96,6 +98,9 @@ const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 
 /// Whether a backend of `kind` takes the kind-specific key `key`.
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
+    if key == "embedding_space" {
+        return kind.speaks_openai();
+    }
     match kind {
         BackendKind::Vllm => POOL_KEYS.contains(&key),
         BackendKind::OpenaiCompatible => {
@@ -131,6 +136,8 @@ impl Misplaced {
 impl Written {
     /// The backend, or the first key its kind does not take.
     fn into_config(mut self) -> Result<BackendConfig, Misplaced> {
+        let embedding_space =
+            if self.kind.speaks_openai() { self.embedding_space.take().flatten() } else { None };
         let spec = match self.kind {
             BackendKind::Vllm => BackendSpec::Vllm(self.take_pool()),
             BackendKind::Openai => BackendSpec::Openai(self.take_hosted()),
@@ -157,6 +164,7 @@ impl Written {
             tokenizer_file: self.tokenizer_file,
             tokenizer_loaded: None,
             capabilities: self.capabilities,
+            embedding_space,
             spec,
         })
     }
@@ -200,6 +208,7 @@ impl Written {
             ("gpu_hourly_usd", self.gpu_hourly_usd.is_some()),
             ("version", self.version.is_some()),
             ("messages", self.messages.is_some()),
+            ("embedding_space", self.embedding_space.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
@@ -244,14 +253,43 @@ impl JsonSchema for BackendSpec {
 
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         let kinds = BackendKind::json_schema(generator);
-        let hosted = [BackendKind::Openai, BackendKind::Anthropic, BackendKind::Gemini];
+        let space = embedding_space(generator);
+        let with_space = |mut spec: Value| {
+            if let Some(properties) = spec.get_mut("properties").and_then(Value::as_object_mut) {
+                properties.insert("embedding_space".into(), space.clone());
+            }
+            spec
+        };
+        let hosted = HostedSpec::json_schema(generator);
         let branches = [
-            branch(&kinds, &[BackendKind::Vllm], PoolSpec::json_schema(generator)),
-            branch(&kinds, &hosted, HostedSpec::json_schema(generator)),
-            branch(&kinds, &[BackendKind::OpenaiCompatible], CompatibleSpec::json_schema(generator)),
+            with_space(branch(&kinds, &[BackendKind::Vllm], PoolSpec::json_schema(generator))),
+            with_space(branch(&kinds, &[BackendKind::Openai], hosted.clone())),
+            branch(&kinds, &[BackendKind::Anthropic, BackendKind::Gemini], hosted),
+            with_space(branch(
+                &kinds,
+                &[BackendKind::OpenaiCompatible],
+                CompatibleSpec::json_schema(generator),
+            )),
         ];
         json_schema!({ "oneOf": branches })
     }
+}
+
+/// The schema of `embedding_space`, which only the kinds that speak OpenAI's wire take.
+fn embedding_space(generator: &mut SchemaGenerator) -> Value {
+    let mut schema = <Option<EmbeddingSpace>>::json_schema(generator).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "description".into(),
+            concat!(
+                "The vector space of this backend's embeddings (a name you choose, such as the embedding ",
+                "model's): only backends that declare one serve /v1/embeddings, and a task's backends must ",
+                "all declare the same"
+            )
+            .into(),
+        );
+    }
+    schema
 }
 
 /// `spec` with `kind` added as a required key that is one of `of`: `kinds` (BackendKind's

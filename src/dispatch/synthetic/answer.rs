@@ -55,7 +55,8 @@ impl GradedText {
             | Event::Finish(_)
             | Event::Relay(_)
             | Event::Native(_)
-            | Event::ReasoningDelta(_) => {}
+            | Event::ReasoningDelta(_)
+            | Event::Embeddings(_) => {}
         }
     }
 

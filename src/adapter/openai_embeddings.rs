@@ -1,0 +1,188 @@
+//! OpenAI embeddings, as spoken by vLLM, OpenAI and any OpenAI-compatible endpoint.
+//!
+//! `POST {base_url}/embeddings` with `model` rewritten to the backend's and the client's
+//! `input`, `encoding_format`, `dimensions` and `user` as given. The answer's vectors, written
+//! as JSON numbers or as base64 of little-endian `f32` (whichever the upstream chose), come back
+//! as one [`Event::Embeddings`] in input order, then the usage and the finish. An answer with a
+//! vector missing, doubled or unreadable is a broken answer, found before dispatch commits, so
+//! the request can still fail over. Never streamed: `stream` and `stream_upstream` do not apply.
+
+use futures::StreamExt;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use serde_json::{json, Map, Value};
+
+use super::http;
+use super::openai_compat::{classify, in_band_error};
+use super::{EventStream, Transport, Upstream};
+use crate::canonical::{
+    vector_from_base64, ChatRequest, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
+};
+
+pub async fn send(
+    transport: &Transport,
+    upstream: &Upstream,
+    req: &ChatRequest,
+    embedding: &Embedding,
+) -> Result<EventStream, UpstreamError> {
+    let url = format!("{}/embeddings", upstream.base_url.trim_end_matches('/'));
+    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
+    if let Some(key) = &upstream.api_key {
+        headers.push((AUTHORIZATION, format!("Bearer {key}")));
+    }
+    let body = request_body(&req.model, embedding).to_string().into_bytes();
+    let answer = http::post(transport, &url, &headers, body, classify).await?;
+    let inputs = embedding.input.len();
+    let events = http::json_answer_events(answer, parse_response).map(move |item| match item {
+        Ok(Event::Embeddings(vectors)) if vectors.len() != inputs => {
+            Err(broken(format!("the upstream answered {} embeddings for {inputs} inputs", vectors.len())))
+        }
+        other => other,
+    });
+    Ok(Box::pin(events))
+}
+
+/// The embeddings request body for the backend's `model`.
+pub(crate) fn request_body(model: &str, embedding: &Embedding) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("input".into(), json!(embedding.input));
+    body.insert("encoding_format".into(), json!(embedding.encoding_format.as_str()));
+    if let Some(dimensions) = embedding.dimensions {
+        body.insert("dimensions".into(), json!(dimensions));
+    }
+    if let Some(user) = &embedding.user {
+        body.insert("user".into(), json!(user));
+    }
+    Value::Object(body)
+}
+
+fn broken(why: impl Into<String>) -> UpstreamError {
+    UpstreamError::new(ErrorClass::StreamBroken, None, why)
+}
+
+/// The events of an embeddings answer: its vectors in `index` order, its usage, the finish.
+pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+    if let Some(error) = body.get("error").filter(|e| e.is_object()) {
+        return Err(in_band_error(error));
+    }
+    let data = body
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| broken("the embeddings answer has no `data` list"))?;
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; data.len()];
+    for (position, item) in data.iter().enumerate() {
+        let index = item.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
+        let slot = vectors.get_mut(index).ok_or_else(|| {
+            broken(format!("embedding index {index} is outside the {} answered", data.len()))
+        })?;
+        if slot.is_some() {
+            return Err(broken(format!("embedding index {index} is answered twice")));
+        }
+        *slot = Some(vector(item.get("embedding")).ok_or_else(|| {
+            broken(format!("embedding {index} is neither a list of numbers nor base64 of f32s"))
+        })?);
+    }
+    // Every slot is filled: `data.len()` distinct indices below `data.len()`.
+    let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+    let input_tokens = http::as_u32(body.pointer("/usage/prompt_tokens"));
+    Ok(vec![
+        Event::Embeddings(vectors),
+        Event::Usage(Usage { input_tokens, ..Usage::default() }),
+        Event::Finish(FinishReason::Stop),
+    ])
+}
+
+fn vector(value: Option<&Value>) -> Option<Vec<f32>> {
+    match value? {
+        Value::Array(numbers) => numbers.iter().map(|n| n.as_f64().map(|x| x as f32)).collect(),
+        Value::String(text) => vector_from_base64(text),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapter::http::testing::canned_server;
+    use crate::canonical::{vector_to_base64, EncodingFormat, Input, Operation};
+
+    fn embedding(input: Input, encoding_format: EncodingFormat) -> Embedding {
+        Embedding { input, encoding_format, dimensions: Some(3), user: Some("u-1".into()) }
+    }
+
+    async fn call(answer: &'static str, input: Input) -> (Result<Vec<Event>, UpstreamError>, Value) {
+        let (base, seen) = canned_server(200, &[("content-type", "application/json")], answer).await;
+        let upstream = Upstream {
+            base_url: format!("{base}/v1"),
+            api_key: Some("sk-test-key".into()),
+            serves_messages: false,
+        };
+        let embedding = embedding(input, EncodingFormat::Base64);
+        let req = ChatRequest {
+            model: "e5-large".into(),
+            stream: true,
+            operation: Operation::Embedding(embedding.clone()),
+            ..ChatRequest::default()
+        };
+        let transport = Transport::from(reqwest::Client::new());
+        let events = send(&transport, &upstream, &req, &embedding).await.unwrap();
+        let events: Vec<_> = events.collect().await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.uri, "/v1/embeddings");
+        assert_eq!(seen.headers["authorization"], "Bearer sk-test-key");
+        (events.into_iter().collect(), serde_json::from_str(&seen.body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_request_carries_the_backends_model_and_the_clients_input_as_written() {
+        let answer = r#"{"object":"list","data":[{"object":"embedding","index":1,"embedding":[0.5,0.25]},{"object":"embedding","index":0,"embedding":"AACAPwAAAL8="}],"model":"e5","usage":{"prompt_tokens":7,"total_tokens":7}}"#;
+        let (events, body) = call(answer, Input::TokenLists(vec![vec![1, 2], vec![3]])).await;
+        assert_eq!(
+            body,
+            json!({"model": "e5-large", "input": [[1, 2], [3]], "encoding_format": "base64",
+                   "dimensions": 3, "user": "u-1"}),
+            "never `stream`, whatever dispatch set"
+        );
+        assert_eq!(
+            events.unwrap(),
+            [
+                Event::Embeddings(vec![vec![1.0, -0.5], vec![0.5, 0.25]]),
+                Event::Usage(Usage { input_tokens: 7, ..Usage::default() }),
+                Event::Finish(FinishReason::Stop),
+            ],
+            "vectors in index order, base64 and floats alike"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_with_too_few_vectors_is_broken_before_it_commits() {
+        let answer = r#"{"data":[{"index":0,"embedding":[1.0]}],"usage":{"prompt_tokens":2}}"#;
+        let (events, _) = call(answer, Input::Texts(vec!["a".into(), "b".into()])).await;
+        let error = events.unwrap_err();
+        assert_eq!(error.class, ErrorClass::StreamBroken);
+        assert!(error.message.contains("1 embeddings for 2 inputs"), "{}", error.message);
+    }
+
+    #[test]
+    fn unreadable_answers_say_what_is_wrong() {
+        let cases = [
+            (json!({"object": "list"}), "no `data` list"),
+            (json!({"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [2.0]}]}), "twice"),
+            (json!({"data": [{"index": 5, "embedding": [1.0]}]}), "index 5 is outside"),
+            (json!({"data": [{"index": 0, "embedding": {"x": 1}}]}), "neither a list of numbers nor base64"),
+            (json!({"data": [{"index": 0, "embedding": "AAA"}]}), "neither a list of numbers nor base64"),
+        ];
+        for (body, expected) in cases {
+            let error = parse_response(&body).unwrap_err();
+            assert_eq!(error.class, ErrorClass::StreamBroken);
+            assert!(error.message.contains(expected), "{body}: {}", error.message);
+        }
+        let error =
+            parse_response(&json!({"error": {"message": "bad input", "type": "invalid_request_error"}}))
+                .unwrap_err();
+        assert_eq!(error.message, "bad input");
+        let floats = parse_response(&json!({"data": [{"embedding": vector_to_base64(&[0.75])}]})).unwrap();
+        assert_eq!(floats[0], Event::Embeddings(vec![vec![0.75]]), "no index: by position");
+        assert_eq!(floats[1], Event::Usage(Usage::default()), "no usage: zero");
+    }
+}
