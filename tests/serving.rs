@@ -7,6 +7,7 @@ mod common;
 mod adapters;
 mod anthropic_sdk;
 mod api;
+mod dialects;
 mod edge;
 mod embeddings;
 mod failover;

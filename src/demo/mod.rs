@@ -191,6 +191,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     }
     println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
+    println!("  With the openai SDK's Responses API (what Codex-family agents speak):\n    python3 -c \"import openai; c = openai.OpenAI(base_url='{url}/v1', api_key='unused'); print(c.responses.create(model='summarise-ticket', max_output_tokens=64, input='Summarise: disk full on db-2').output_text)\"");
     println!("  With the anthropic SDK (Messages, the dialect Claude Code speaks):\n    python3 -c \"import anthropic; c = anthropic.Anthropic(base_url='{url}', api_key='unused'); print(c.messages.create(model='summarise-ticket', max_tokens=64, messages=[{{'role': 'user', 'content': 'Summarise: disk full on db-2'}}]).content[0].text)\"");
     println!("\nWatch it:\n  dashboard:       {url}/dashboard\n  metrics:         {url}/metrics");
     println!("  log:             {} (this terminal shows warnings only)", args.log_file.display());
