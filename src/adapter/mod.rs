@@ -1,7 +1,8 @@
 //! Adapters: the canonical request in, a stream of canonical events (or a classified error) out.
 //!
 //! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
-//! `openai_compat`; Anthropic Messages and Gemini have their own. Adapters never retry and
+//! `openai_compat`; Anthropic Messages and Gemini have their own, and OpenAI's Responses API
+//! (`openai_responses`) serves the Responses requests pinned to OpenAI for its stored state. Adapters never retry and
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
@@ -11,6 +12,7 @@ pub mod h1;
 mod http;
 pub mod openai_compat;
 mod openai_relay;
+pub mod openai_responses;
 pub mod redact;
 
 use std::pin::Pin;
@@ -44,6 +46,9 @@ pub struct Upstream {
     /// An OpenAI-format server that also serves Anthropic Messages at `{base_url}/messages`:
     /// a request that came in that dialect goes there as the client wrote it.
     pub serves_messages: bool,
+    /// OpenAI itself, which serves the Responses API at `{base_url}/responses` and keeps the
+    /// responses it stores: a request pinned there for that state goes as the client wrote it.
+    pub serves_responses: bool,
 }
 
 /// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
@@ -78,11 +83,14 @@ pub async fn send(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    let messages_client = req.native.as_ref().is_some_and(|n| n.dialect == Dialect::AnthropicMessages);
+    let dialect = req.native.as_ref().map(|n| n.dialect);
     match format {
-        WireFormat::OpenAi if upstream.serves_messages && messages_client => {
+        WireFormat::OpenAi if upstream.serves_messages && dialect == Some(Dialect::AnthropicMessages) => {
             let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
             anthropic::send_to(transport, &url, upstream, req, anthropic::native::Speaker::Node).await
+        }
+        WireFormat::OpenAi if upstream.serves_responses && dialect == Some(Dialect::OpenAiResponses) => {
+            openai_responses::send(transport, upstream, req).await
         }
         WireFormat::OpenAi => openai_compat::send(transport, upstream, req).await,
         WireFormat::Anthropic => anthropic::send(transport, upstream, req).await,

@@ -227,7 +227,7 @@ fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
 }
 
 /// An error that arrived inside a 2xx stream or body.
-fn in_band_error(error: &Value) -> UpstreamError {
+pub(crate) fn in_band_error(error: &Value) -> UpstreamError {
     let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
     UpstreamError::new(class_of(None, error), None, message)
 }
