@@ -51,6 +51,7 @@ async fn collect(
         base_url: format!("{}{}", sim.base_url(), case.suffix),
         api_key: Some("test-key".into()),
         serves_messages: false,
+        serves_responses: false,
     };
     let client = adapter::Transport::from(reqwest::Client::new());
     let stream = adapter::send(case.format, &client, &upstream, &req).await?;
@@ -167,6 +168,7 @@ async fn quotas_answer_429_in_each_providers_format() {
             base_url: format!("{}{}", sim.base_url(), case.suffix),
             api_key: Some("k".into()),
             serves_messages: false,
+            serves_responses: false,
         };
         let client = adapter::Transport::from(reqwest::Client::new());
         let first = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3)).await;

@@ -141,16 +141,19 @@ fn the_official_openai_python_sdk_speaks_responses_to_spillway_serve_and_the_sim
     let (_bad, bad_url) = sim(&["--kind", "vllm", "--model", MODEL, "--drop-after", "3"]);
     let tool_args = r#"{"city": "Paris"}"#;
     let (_tools, tools_url) = sim(&["--kind", "vllm", "--model", MODEL, "--tool-call-args", tool_args]);
+    let (_openai, openai_url) = sim(&["--kind", "openai", "--model", "gpt-5.6"]);
     let (_server, url) = serve(
         &format!(
             r#"backends:
   - {{name: local, kind: vllm, endpoints: [{good_url}], model: {MODEL}}}
   - {{name: flaky, kind: vllm, endpoints: [{bad_url}], model: {MODEL}}}
   - {{name: caller, kind: vllm, endpoints: [{tools_url}], model: {MODEL}, capabilities: {{tools: true}}}}
+  - {{name: openai, kind: openai, base_url: "{openai_url}/v1", model: gpt-5.6}}
 tasks:
   - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
   - {{name: broken, backends: [flaky], slo: {{ttft_ms: 2000}}}}
-  - {{name: tools, backends: [caller], slo: {{ttft_ms: 2000}}}}"#
+  - {{name: tools, backends: [caller], slo: {{ttft_ms: 2000}}}}
+  - {{name: stored, backends: [openai, local], slo: {{ttft_ms: 2000}}}}"#
         ),
         3,
     );

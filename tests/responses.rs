@@ -1,7 +1,9 @@
 //! `POST /v1/responses` end to end: a real router in front of real simulators, over sockets.
 //! A Responses request is routed, priced and counted exactly as a chat request is; an upstream
 //! that fails before its first token is failed over; one that breaks after it ends the stream
-//! with `response.failed` and `error`; bad input is a 400 naming its field.
+//! with `response.failed` and `error`; bad input is a 400 naming its field. State kept at
+//! OpenAI (`previous_response_id`, `store: true`) passes through to a task whose first backend
+//! is OpenAI, pinned there, and is refused for any other.
 
 use crate::common;
 
@@ -16,7 +18,8 @@ use spillway::sim::SimKind;
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 /// A task `t` over a local node then hosted OpenAI, `local-only` over the node alone (a vLLM
-/// pool: no vision), with the ledger at `ledger`.
+/// pool: no vision), `openai-first` over hosted OpenAI then the node, with the ledger at
+/// `ledger`.
 fn config(local: &str, hosted: &str, ledger: &str) -> String {
     format!(
         r#"
@@ -26,6 +29,7 @@ backends:
 tasks:
   - {{name: t, backends: [local, hosted], slo: {{ttft_ms: 2000}}}}
   - {{name: local-only, backends: [local], slo: {{ttft_ms: 2000}}}}
+  - {{name: openai-first, backends: [hosted, local], slo: {{ttft_ms: 2000}}}}
 dispatch: {{backoff_base_ms: 1, backoff_max_ms: 5}}
 ledger: {{url: "{ledger}"}}
 "#
@@ -224,4 +228,79 @@ async fn the_simulator_serves_responses_with_tool_calls_and_faults() {
     assert_eq!(refused.status(), 503, "a fault before the first token is an HTTP error");
     let error: Value = refused.json().await.unwrap();
     assert!(error["error"]["message"].is_string(), "{error}");
+}
+
+/// A request that continues a stored response, for the task `model`.
+fn continuing(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "max_output_tokens": 12, "input": "and then?",
+           "previous_response_id": "resp_prev", "store": true})
+}
+
+#[tokio::test]
+async fn state_kept_at_openai_passes_through_to_an_openai_first_task_and_is_relayed() {
+    let local = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+
+    let whole = post(&router.url, &continuing("openai-first", false)).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(whole.headers()["x-spillway-backend"], "hosted");
+    let whole: Value = whole.json().await.unwrap();
+    assert_eq!(
+        (whole["previous_response_id"].as_str(), whole["store"].as_bool()),
+        (Some("resp_prev"), Some(true)),
+        "OpenAI got the fields and echoed them: {whole}"
+    );
+    assert!(whole["id"].as_str().unwrap().starts_with("resp_sim"), "OpenAI's own response id: {whole}");
+    assert_eq!(whole["model"], "openai-first");
+    assert_eq!(whole["usage"]["output_tokens"], 12);
+
+    let streamed = events(post(&router.url, &continuing("openai-first", true)).await).await;
+    let kinds = types(&streamed);
+    assert_eq!(kinds[..2], ["response.created", "response.in_progress"]);
+    assert_eq!(kinds.last(), Some(&"response.incomplete"), "{kinds:?}");
+    for event in streamed.iter().filter(|e| e.get("response").is_some()) {
+        let response = &event["response"];
+        assert!(response["id"].as_str().unwrap().starts_with("resp_sim"), "{event}");
+        assert_eq!(
+            (response["model"].as_str(), response["previous_response_id"].as_str()),
+            (Some("openai-first"), Some("resp_prev"))
+        );
+    }
+    assert!(!streamed_text(&streamed).is_empty());
+
+    // A tool output may answer a call that only the stored response holds.
+    let mut answer = continuing("openai-first", false);
+    answer["input"] = json!([{"type": "function_call_output", "call_id": "call_stored", "output": "42"}]);
+    assert_eq!(post(&router.url, &answer).await.status(), 200);
+
+    // A task whose first backend is not OpenAI still refuses, naming the field.
+    let refused = post(&router.url, &continuing("t", false)).await;
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "store", "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("first backend is OpenAI"), "{error}");
+}
+
+#[tokio::test]
+async fn a_request_pinned_to_openai_is_never_failed_over() {
+    let local = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |a| a.error_rate = 1.0).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+
+    // Stateless, the same task fails over to the node...
+    let stateless =
+        post(&router.url, &json!({"model": "openai-first", "input": "hi", "max_output_tokens": 4})).await;
+    assert_eq!(stateless.status(), 200);
+    assert_eq!(stateless.headers()["x-spillway-backend"], "local");
+    assert_eq!(stateless.headers()["x-spillway-attempts"], "2");
+    // ...pinned, the client gets OpenAI's failure, streamed or not: the node was never asked.
+    for stream in [false, true] {
+        let pinned = post(&router.url, &continuing("openai-first", stream)).await;
+        assert_eq!(pinned.status(), 503, "stream: {stream}");
+        assert!(pinned.headers().get("x-spillway-backend").is_none());
+        let error: Value = pinned.json().await.unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains("hosted") && !message.contains("local"), "{error}");
+    }
 }

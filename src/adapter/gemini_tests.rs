@@ -278,6 +278,7 @@ async fn send_streams_over_http_with_gemini_url_and_key() {
         base_url: format!("{base}/v1beta"),
         api_key: Some("g-key".into()),
         serves_messages: false,
+        serves_responses: false,
     };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
@@ -296,7 +297,8 @@ async fn send_classifies_status() {
         include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
     assert_eq!(err.message, "The model is overloaded. Please try again later.");
@@ -310,7 +312,8 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../tests/fixtures/gemini/stream_truncated.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -324,7 +327,8 @@ async fn send_non_stream_over_http() {
         include_str!("../../tests/fixtures/gemini/generate_content.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 3);

@@ -2,7 +2,8 @@
 //!
 //! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
 //! `openai_compat` for chat (and `openai_completions`, `openai_embeddings` for the operations
-//! only they serve); Anthropic Messages and Gemini have their own. Adapters never retry and
+//! only they serve, `openai_responses` for Responses requests pinned to OpenAI for its stored
+//! state); Anthropic Messages and Gemini have their own. Adapters never retry and
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
@@ -14,6 +15,7 @@ pub mod openai_compat;
 pub mod openai_completions;
 pub mod openai_embeddings;
 mod openai_relay;
+pub mod openai_responses;
 pub mod redact;
 
 use std::pin::Pin;
@@ -47,6 +49,9 @@ pub struct Upstream {
     /// An OpenAI-format server that also serves Anthropic Messages at `{base_url}/messages`:
     /// a request that came in that dialect goes there as the client wrote it.
     pub serves_messages: bool,
+    /// OpenAI itself, which serves the Responses API at `{base_url}/responses` and keeps the
+    /// responses it stores: a request pinned there for that state goes as the client wrote it.
+    pub serves_responses: bool,
 }
 
 /// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
@@ -81,11 +86,18 @@ pub async fn send(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    let messages_client = req.native.as_ref().is_some_and(|n| n.dialect == Dialect::AnthropicMessages);
+    let dialect = req.native.as_ref().map(|n| n.dialect);
     match (&req.operation, format) {
-        (Operation::Chat, WireFormat::OpenAi) if upstream.serves_messages && messages_client => {
+        (Operation::Chat, WireFormat::OpenAi)
+            if upstream.serves_messages && dialect == Some(Dialect::AnthropicMessages) =>
+        {
             let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
             anthropic::send_to(transport, &url, upstream, req, anthropic::native::Speaker::Node).await
+        }
+        (Operation::Chat, WireFormat::OpenAi)
+            if upstream.serves_responses && dialect == Some(Dialect::OpenAiResponses) =>
+        {
+            openai_responses::send(transport, upstream, req).await
         }
         (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, upstream, req).await,
         (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, upstream, req).await,

@@ -271,8 +271,12 @@ async fn send_streams_over_http() {
         include_str!("../../tests/fixtures/openai/chat_stream.sse"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: format!("{base}/v1"), api_key: Some("sk-test".into()), serves_messages: false };
+    let upstream = Upstream {
+        base_url: format!("{base}/v1"),
+        api_key: Some("sk-test".into()),
+        serves_messages: false,
+        serves_responses: false,
+    };
     let client: Transport = reqwest::Client::new().into();
     let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
@@ -293,7 +297,8 @@ async fn send_non_stream_over_http() {
         include_str!("../../tests/fixtures/openai/chat_completion.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -308,7 +313,8 @@ async fn send_classifies_status_and_retry_after() {
         include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::RateLimited);
     assert_eq!(err.status, Some(429));
@@ -323,7 +329,8 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events[0], Ok(text("Hello")));
@@ -335,8 +342,12 @@ async fn send_maps_refused_connection() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
-    let upstream =
-        Upstream { base_url: format!("http://127.0.0.1:{port}/v1"), api_key: None, serves_messages: false };
+    let upstream = Upstream {
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+        api_key: None,
+        serves_messages: false,
+        serves_responses: false,
+    };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::Connect);
 }

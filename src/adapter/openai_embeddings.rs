@@ -116,6 +116,7 @@ mod tests {
             base_url: format!("{base}/v1"),
             api_key: Some("sk-test-key".into()),
             serves_messages: false,
+            serves_responses: false,
         };
         let embedding = embedding(input, EncodingFormat::Base64);
         let req = ChatRequest {

@@ -5,6 +5,10 @@
 //! dispatch up to the first token, the `x-spillway-*` headers, and the shadow tap. So every
 //! dialect's traffic is routed, priced, counted and shadowed the same way; a front door only
 //! decodes its wire format and encodes the committed event stream back into it.
+//!
+//! A door may pin a request ([`Pinning`]) to the task's first backend, one that holds state
+//! the client leans on: it is then planned over that backend alone, so nothing fails over or
+//! spills, and no shadow copies it elsewhere.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,10 +21,11 @@ use tokio::time::Instant;
 use super::error::{ApiError, ErrorCode};
 use super::AppState;
 use crate::canonical::{ChatRequest, ErrorClass};
-use crate::config::{Priority, TaskConfig};
+use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
+use crate::policy;
 use crate::route::{self, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 
@@ -31,6 +36,16 @@ pub struct Arrival<'a> {
     /// The client key's name, when keys are configured.
     pub key_name: Option<String>,
     pub headers: &'a HeaderMap,
+    /// Serve only on the task's first backend, if the door says so.
+    pub pin: Option<Pinning>,
+}
+
+/// A request that only the task's first backend may serve, and only when it is of `kind`
+/// (the backend keeps state the request leans on, such as the responses OpenAI stores).
+/// When the task's first backend is of another kind, the answer is `refusal`.
+pub struct Pinning {
+    pub kind: BackendKind,
+    pub refusal: ApiError,
 }
 
 /// A request received by a front door: who sent it, its body, and its share of the router's
@@ -45,7 +60,13 @@ pub struct Received {
 impl Received {
     /// What the core needs to know of the request's arrival.
     pub fn arrival<'a>(&self, request_id: String, headers: &'a HeaderMap) -> Arrival<'a> {
-        Arrival { arrived_at: self.arrived_at, request_id, key_name: self.key_name.clone(), headers }
+        Arrival {
+            arrived_at: self.arrived_at,
+            request_id,
+            key_name: self.key_name.clone(),
+            headers,
+            pin: None,
+        }
     }
 }
 
@@ -84,7 +105,7 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, key_name, headers } = arrival;
+    let Arrival { arrived_at, request_id, key_name, headers, pin } = arrival;
     let priority = header_str(headers, "x-spillway-priority")?
         .map(|p| {
             Priority::parse(p).ok_or_else(|| {
@@ -98,6 +119,7 @@ pub async fn serve(
 
     let snap = state.snapshot.load_full();
     let task = task_for(&snap, model, key_name.as_deref())?;
+    let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
     let canonical = to_canonical(task)?;
 
     let priority = priority.unwrap_or(task.priority);
@@ -107,7 +129,20 @@ pub async fn serve(
     let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
     let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let load = |node: &NodeView| node.handle.load.view();
-    let plan = route::plan(
+    let eligible = policy::eligible(task, &snap).map_err(|e| plan_error(PlanError::Policy(e)))?;
+    let eligible = match pinned {
+        None => eligible,
+        Some(backend) if eligible.contains(&backend) => vec![backend],
+        Some(backend) => {
+            let (task, backend) = (&task.name, &snap.backends[backend].name);
+            let why = format!(
+                "the request is pinned to `{backend}`, task `{task}`'s first backend, \
+                 which its policy refuses"
+            );
+            return Err(ApiError::new(ErrorCode::NoEligibleBackend, why));
+        }
+    };
+    let plan = route::plan_among(
         &RequestFacts {
             task,
             prompt_tokens: canonical.estimated_prompt_tokens(),
@@ -120,6 +155,7 @@ pub async fn serve(
             request: Some(&canonical),
         },
         &snap,
+        eligible,
         Instant::now(),
     )
     .map_err(plan_error)?;
@@ -139,7 +175,9 @@ pub async fn serve(
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
     let mut committed = committed;
-    if let Some(shadows) = state.gate.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) {
+    // A pinned request leans on its backend's state: a copy elsewhere would answer another question.
+    let shadows = state.gate.shadows.as_ref().filter(|_| pinned.is_none());
+    if let Some(shadows) = shadows.filter(|_| shadow::sampled(task, rand::random())) {
         let load = |node: &NodeView| node.handle.load.view();
         let targets = shadow::targets(
             &snap,
@@ -169,6 +207,15 @@ pub async fn serve(
         }
     }
     Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers })
+}
+
+/// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.
+fn pinned_backend(snap: &Snapshot, task: &TaskConfig, pin: Pinning) -> Result<BackendId, ApiError> {
+    task.backends
+        .first()
+        .and_then(|name| snap.backend_id(name))
+        .filter(|&id| snap.backends[id].kind == pin.kind)
+        .ok_or(pin.refusal)
 }
 
 /// The task a request's `model` names (by name or alias), if the key may use it.

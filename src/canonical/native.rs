@@ -14,15 +14,19 @@ use serde_json::{Map, Value};
 pub enum Dialect {
     /// Anthropic Messages (`POST /v1/messages`).
     AnthropicMessages,
+    /// OpenAI Responses (`POST /v1/responses`), kept only for a request that leans on state
+    /// OpenAI stores (`previous_response_id`, `store: true`, …) and is pinned to OpenAI.
+    OpenAiResponses,
 }
 
 /// The client's request body in its dialect, and the headers a backend of that dialect gets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeRequest {
     pub dialect: Dialect,
-    /// The body as decoded: `model`, `max_tokens` and `stream` are rewritten per call.
+    /// The body as decoded: `model`, the output cap and `stream` are rewritten per call.
     pub body: Arc<Map<String, Value>>,
-    /// The dialect's own headers the client sent (`anthropic-version`, `anthropic-beta`).
+    /// The dialect's own headers the client sent (`anthropic-version`, `anthropic-beta`); none
+    /// for Responses.
     pub headers: Vec<(&'static str, String)>,
 }
 
@@ -32,10 +36,15 @@ impl NativeRequest {
         self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
     }
 
-    /// Put `text` before the system prompt (a task's prompt variant for one backend).
+    /// Put `text` before the system prompt (a task's prompt variant for one backend): Messages'
+    /// `system`, Responses' `instructions`.
     pub fn prepend_system(&mut self, text: &str) {
+        let field = match self.dialect {
+            Dialect::AnthropicMessages => "system",
+            Dialect::OpenAiResponses => "instructions",
+        };
         let body = Arc::make_mut(&mut self.body);
-        let system = match body.remove("system") {
+        let system = match body.remove(field) {
             None | Some(Value::Null) => Value::String(text.to_string()),
             Some(Value::String(s)) if s.is_empty() => Value::String(text.to_string()),
             Some(Value::String(s)) => Value::String(format!("{text}\n\n{s}")),
@@ -45,14 +54,37 @@ impl NativeRequest {
             }
             Some(other) => other,
         };
-        body.insert("system".into(), system);
+        body.insert(field.into(), system);
     }
 }
 
 /// One upstream event in the client's dialect: for a stream, one SSE event (its name and its
-/// data); for a whole answer, the answer's body under the name `message`.
+/// data); for a whole answer, the answer's body under the dialect's name for it (`message`
+/// for Messages, `response` for Responses).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeEvent {
     pub name: Box<str>,
     pub data: Bytes,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn native(dialect: Dialect, body: Value) -> NativeRequest {
+        let Value::Object(body) = body else { panic!("an object") };
+        NativeRequest { dialect, body: Arc::new(body), headers: Vec::new() }
+    }
+
+    #[test]
+    fn a_variant_goes_before_each_dialects_system_prompt() {
+        let mut messages = native(Dialect::AnthropicMessages, json!({"system": "be brief"}));
+        messages.prepend_system("Use JSON.");
+        assert_eq!(messages.body["system"], "Use JSON.\n\nbe brief");
+        let mut responses = native(Dialect::OpenAiResponses, json!({"input": "hi"}));
+        responses.prepend_system("Use JSON.");
+        assert_eq!(responses.body["instructions"], "Use JSON.");
+        assert!(responses.body.get("system").is_none());
+    }
 }

@@ -35,6 +35,7 @@ impl Dispatcher {
                 base_url: node.base_url.clone(),
                 api_key: self.secrets.load().get(&view.name).cloned(),
                 serves_messages: false,
+                serves_responses: false,
             };
             // A count is one short call: it gets the time an answer's silence may last.
             let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);

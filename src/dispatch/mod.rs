@@ -231,6 +231,7 @@ impl Dispatcher {
                 base_url: node.base_url.clone(),
                 api_key: self.secrets.load().get(&backend.name).cloned(),
                 serves_messages: backend.serves_messages,
+                serves_responses: backend.kind == BackendKind::Openai,
             };
             let call_started = Instant::now();
             let format = wire_format(backend.kind);

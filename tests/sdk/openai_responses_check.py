@@ -3,7 +3,8 @@
 
 Usage: python openai_responses_check.py ROUTER_URL API_KEY SIM_URL
 The router serves tasks `chat` (a healthy node), `broken` (a node that drops its stream after
-three tokens) and `tools` (a node that calls the declared tool with {"city": "Paris"}).
+three tokens), `tools` (a node that calls the declared tool with {"city": "Paris"}) and
+`stored` (an OpenAI simulator first, then the healthy node).
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
 import json
@@ -94,6 +95,21 @@ try:
     raise AssertionError("unknown item type accepted")
 except openai.BadRequestError as e:
     assert e.param == "input[0].type", e
+
+# ...unless the task's first backend is OpenAI: then it passes through, pinned there, and the
+# answer is OpenAI's own (its response id, the fields echoed), streamed or not.
+kept = client.responses.with_raw_response.create(
+    model="stored", input="and then?", previous_response_id="resp_123", store=True, max_output_tokens=5
+)
+assert kept.headers["x-spillway-backend"] == "openai", kept.headers
+kept = kept.parse()
+assert kept.previous_response_id == "resp_123" and kept.store is True and kept.model == "stored", kept
+assert kept.id.startswith("resp_sim") and kept.output_text.strip(), kept
+with client.responses.stream(model="stored", input="hi", previous_response_id="resp_123") as stream:
+    relayed = [event.type for event in stream]
+    final = stream.get_final_response()
+assert relayed[0] == "response.created" and relayed[-1] == "response.completed", relayed
+assert final.previous_response_id == "resp_123" and final.id.startswith("resp_sim"), final
 
 # A stream that breaks after its first tokens ends with response.failed and error.
 broken = list(client.responses.create(model="broken", input="hi", max_output_tokens=30, stream=True))

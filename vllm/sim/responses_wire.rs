@@ -7,7 +7,9 @@
 //! `response.completed`, every event with its `sequence_number`). With `--tool-call-args`, a
 //! request that declares tools and whose last item is not a `function_call_output` is answered
 //! with a `function_call` item whose arguments stream as `response.function_call_arguments.delta`
-//! events. Faults are the shared ones: an error status before the first token, an abrupt close
+//! events. `store` and `previous_response_id` are accepted and echoed in the Response object,
+//! as OpenAI does (nothing is stored: a test sees that they reached the backend). Faults are
+//! the shared ones: an error status before the first token, an abrupt close
 //! (`drop_after`), or `response.failed` then `error` after the first token (`error_event`).
 
 use super::generate::{GenEvent, GenRequest, Usage};
@@ -30,8 +32,14 @@ pub async fn responses(State(st): State<Arc<AppState>>, headers: HeaderMap, body
     }
 }
 
-/// Decode a Responses request into a `GenRequest` plus (model, stream).
-fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
+/// What the Response object repeats of the request: `store` and `previous_response_id`.
+struct Echo {
+    store: bool,
+    previous_response_id: Value,
+}
+
+/// Decode a Responses request into a `GenRequest` plus (model, stream, echo).
+fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, Echo), SimError> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
     let mut prompt = String::new();
@@ -71,7 +79,11 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool), SimError> {
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let tool = requested_tool(&v).filter(|_| !answered);
-    Ok((GenRequest { prompt, max_tokens, cache_control: false, tool }, model, stream))
+    let echo = Echo {
+        store: v.get("store").and_then(Value::as_bool).unwrap_or(false),
+        previous_response_id: v.get("previous_response_id").cloned().unwrap_or(Value::Null),
+    };
+    Ok((GenRequest { prompt, max_tokens, cache_control: false, tool }, model, stream, echo))
 }
 
 fn content_text(c: &Value) -> String {
@@ -113,6 +125,7 @@ struct Answer {
     call: Option<(String, String)>,
     model: String,
     created: u64,
+    echo: Echo,
 }
 
 impl Answer {
@@ -121,8 +134,8 @@ impl Answer {
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "error": null, "incomplete_details": null, "instructions": null, "model": self.model,
             "output": output, "parallel_tool_calls": true, "temperature": 1.0, "tool_choice": "auto",
-            "tools": [], "top_p": 1.0, "store": false, "text": {"format": {"type": "text"}},
-            "usage": usage, "metadata": {},
+            "tools": [], "top_p": 1.0, "store": self.echo.store, "text": {"format": {"type": "text"}},
+            "previous_response_id": self.echo.previous_response_id, "usage": usage, "metadata": {},
         })
     }
 
@@ -152,7 +165,7 @@ impl Answer {
 async fn respond(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
     let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     st.check_key(bearer.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim))?;
-    let (req, model, stream) = decode(body)?;
+    let (req, model, stream, echo) = decode(body)?;
     let model = model.unwrap_or_else(|| st.model.clone());
     if st.kind == super::SimKind::Vllm && model != st.model {
         return Err(SimError::new(404, format!("The model `{model}` does not exist.")));
@@ -164,6 +177,7 @@ async fn respond(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result
         call: started.tool_call.map(|name| (format!("call_sim{:08x}", started.id), name)),
         model,
         created: st.created,
+        echo,
     };
     let mut gen = started.gen;
     if !stream {

@@ -281,7 +281,12 @@ async fn send_streams_over_http_with_anthropic_headers() {
         include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
+    let upstream = Upstream {
+        base_url: base,
+        api_key: Some("sk-ant-test".into()),
+        serves_messages: false,
+        serves_responses: false,
+    };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -302,7 +307,8 @@ async fn send_classifies_529() {
         include_str!("../../../tests/fixtures/anthropic/error_529_overloaded.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
 }
@@ -315,7 +321,8 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -329,7 +336,8 @@ async fn send_non_stream_over_http() {
         include_str!("../../../tests/fixtures/anthropic/message_tool_use.json"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: None, serves_messages: false };
+    let upstream =
+        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);
@@ -450,7 +458,12 @@ async fn a_messages_client_passes_through_to_anthropic_with_its_beta_header_and_
         include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
-    let upstream = Upstream { base_url: base, api_key: Some("sk-ant-test".into()), serves_messages: false };
+    let upstream = Upstream {
+        base_url: base,
+        api_key: Some("sk-ant-test".into()),
+        serves_messages: false,
+        serves_responses: false,
+    };
     let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &messages_client(true))
         .await
         .unwrap()
@@ -476,8 +489,12 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
         include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: format!("{base}/v1"), api_key: Some("node-key".into()), serves_messages: true };
+    let upstream = Upstream {
+        base_url: format!("{base}/v1"),
+        api_key: Some("node-key".into()),
+        serves_messages: true,
+        serves_responses: false,
+    };
     let req = messages_client(true);
     let events: Vec<_> = crate::adapter::send(
         crate::adapter::WireFormat::OpenAi,

@@ -6,17 +6,23 @@
 //! message, which must answer an earlier call). `reasoning` items are dropped: no backend
 //! Spillway routes to can read another model's reasoning. Tools, `tool_choice` and
 //! `text.format` are checked by the chat door's checks (`wire::checks`), once, with Responses'
-//! field names in `param`. Spillway's Responses are stateless: anything that needs a stored
-//! response is refused here, naming its field. Nothing here panics on input.
+//! field names in `param`. Spillway's Responses are stateless: what leans on state OpenAI
+//! keeps (`store: true`, `previous_response_id`, `conversation`, `item_reference` items) is
+//! refused here, naming its field, unless the request is pinned to OpenAI (the task's first
+//! backend is OpenAI itself): then the client's body is kept, to go there as it was written.
+//! `background: true` is always refused (its answer is fetched later from a route Spillway does
+//! not serve). Nothing here panics on input.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::items::Calls;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireFunction, WireTool};
-use crate::canonical::{ChatRequest, Message, Role, Tool, ToolChoice};
+use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
 
 /// What the client sent, as far as types can say.
 #[derive(Debug, Deserialize)]
@@ -94,7 +100,32 @@ impl ResponsesRequest {
     /// The canonical request (`model` is filled by dispatch); `output_cap` is the task's cap
     /// on `max_output_tokens`. Each refusal names its field.
     pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-        self.refuse_state()?;
+        self.build(output_cap, None)
+    }
+
+    /// [`Self::to_canonical`] for a request pinned to OpenAI: the state it leans on is OpenAI's
+    /// to keep, and `body` (the client's, as sent) goes there with the canonical request, whose
+    /// events are relayed as they come.
+    pub fn to_canonical_pinned(
+        &self,
+        output_cap: Option<u32>,
+        body: Map<String, Value>,
+    ) -> Result<ChatRequest, ApiError> {
+        let native =
+            NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(body), headers: Vec::new() };
+        self.build(output_cap, Some(native))
+    }
+
+    fn build(&self, output_cap: Option<u32>, native: Option<NativeRequest>) -> Result<ChatRequest, ApiError> {
+        if let (Some(refusal), None) = (self.needs_openai_state(), &native) {
+            return Err(refusal);
+        }
+        if self.background == Some(true) {
+            return Err(invalid(
+                "background",
+                format!("{STATELESS}. `background: true` is not supported; stream the answer instead"),
+            ));
+        }
         if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
             return Err(invalid("temperature", format!("`temperature` {t} is outside 0 to 2")));
         }
@@ -119,9 +150,10 @@ impl ResponsesRequest {
             (Some(asked), Some(cap)) => Some(asked.min(cap)),
             (asked, cap) => asked.or(cap),
         };
+        let calls = if native.is_some() { Calls::Stored } else { Calls::Seen(Default::default()) };
         Ok(ChatRequest {
             model: String::new(),
-            messages: self.messages()?,
+            messages: self.messages(calls)?,
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,
@@ -133,33 +165,40 @@ impl ResponsesRequest {
             seed: None,
             stream: self.wants_stream(),
             response_format,
-            relay: false,
-            native: None,
+            relay: native.is_some(),
+            native,
             operation: crate::canonical::Operation::Chat,
         })
     }
 
-    /// Refuse what needs a stored response: Spillway keeps none.
-    fn refuse_state(&self) -> Result<(), ApiError> {
-        let stateless = "Spillway's Responses API is stateless: it stores no responses";
-        let refused = if self.store == Some(true) {
-            Some(("store", "`store: true` is not supported; leave `store` out or set it to false"))
-        } else if self.previous_response_id.is_some() {
-            Some((
-                "previous_response_id",
-                "`previous_response_id` is not supported; send the whole conversation in `input`",
-            ))
-        } else if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
-            Some(("conversation", "`conversation` is not supported; send the whole conversation in `input`"))
-        } else if self.background == Some(true) {
-            Some(("background", "`background: true` is not supported; stream the answer instead"))
-        } else {
-            None
+    /// The refusal, naming its field, of the first thing that leans on state OpenAI keeps:
+    /// `store: true`, `previous_response_id`, `conversation`, an `item_reference` item. `None`
+    /// when there is none; when there is, the request may still be pinned to OpenAI.
+    pub fn needs_openai_state(&self) -> Option<ApiError> {
+        let reference = match &self.input {
+            Some(Value::Array(items)) => {
+                items.iter().position(|i| i.get("type").and_then(Value::as_str) == Some("item_reference"))
+            }
+            _ => None,
         };
-        match refused {
-            Some((param, why)) => Err(invalid(param, format!("{stateless}. {why}"))),
-            None => Ok(()),
-        }
+        let (param, why) = if self.store == Some(true) {
+            ("store".to_string(), "`store: true` is not supported; leave `store` out or set it to false")
+        } else if self.previous_response_id.is_some() {
+            (
+                "previous_response_id".into(),
+                "`previous_response_id` is not supported; send the whole conversation in `input`",
+            )
+        } else if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            ("conversation".into(), "`conversation` is not supported; send the whole conversation in `input`")
+        } else if let Some(i) = reference {
+            (format!("input[{i}].type"), "`item_reference` items refer to stored items; send the item itself")
+        } else {
+            return None;
+        };
+        Some(invalid(
+            &param,
+            format!("{STATELESS}. {why} (it passes through only to a task whose first backend is OpenAI)"),
+        ))
     }
 
     fn tools(&self) -> Result<Vec<Tool>, ApiError> {
@@ -203,8 +242,8 @@ impl ResponsesRequest {
             .map_err(|e| renamed(e, &[("tool_choice.function.name", "tool_choice.name")]))
     }
 
-    /// `instructions` first, then `input` in order.
-    fn messages(&self) -> Result<Vec<Message>, ApiError> {
+    /// `instructions` first, then `input` in order; `calls` says which calls an output answers.
+    fn messages(&self, mut calls: Calls) -> Result<Vec<Message>, ApiError> {
         let mut messages = Vec::new();
         if let Some(instructions) = self.instructions.as_ref().filter(|i| !i.is_empty()) {
             messages.push(Message::new(Role::System, instructions.as_str()));
@@ -213,7 +252,6 @@ impl ResponsesRequest {
             None | Some(Value::Null) => return Err(missing_root("input")),
             Some(Value::String(text)) => messages.push(Message::new(Role::User, text.as_str())),
             Some(Value::Array(items)) => {
-                let mut calls = HashSet::new();
                 for (i, item) in items.iter().enumerate() {
                     super::items::add(&mut messages, &mut calls, item, &format!("input[{i}]"))?;
                 }
@@ -226,12 +264,16 @@ impl ResponsesRequest {
                 .param("input"))
             }
         }
-        if messages.iter().all(|m| m.role == Role::System) {
+        // A pinned request's turns may all be stored (`item_reference` items).
+        if matches!(calls, Calls::Seen(_)) && messages.iter().all(|m| m.role == Role::System) {
             return Err(invalid("input", "`input` must hold at least one message".into()));
         }
         Ok(messages)
     }
 }
+
+/// The first words of every refusal of state.
+const STATELESS: &str = "Spillway's Responses API is stateless: it stores no responses";
 
 /// Responses' `text.format` in the chat shape the shared check reads (`json_schema` nests its
 /// name, schema and strictness there).

@@ -1,5 +1,5 @@
 use super::*;
-use crate::canonical::{Image, ResponseFormat, ToolCall};
+use crate::canonical::{Dialect, Image, ResponseFormat, ToolCall};
 use serde_json::json;
 
 fn canonical(body: Value) -> Result<ChatRequest, ApiError> {
@@ -298,4 +298,36 @@ fn the_cores_refusals_are_said_in_responses_terms() {
     assert_eq!(in_responses_terms(core("response_format")).param.as_deref(), Some("text.format"));
     assert_eq!(in_responses_terms(core("tools")).param.as_deref(), Some("tools"));
     assert_eq!(in_responses_terms(core("messages")).code, ErrorCode::UnsupportedCapability);
+}
+
+#[test]
+fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
+    let body = json!({"model": "t", "previous_response_id": "resp_1", "store": true, "include": ["x"],
+        "input": [{"type": "item_reference", "id": "msg_1"},
+                  {"type": "function_call_output", "call_id": "call_stored", "output": "42"}]});
+    let request = decode(body.to_string().as_bytes()).unwrap();
+    let refusal = request.needs_openai_state().expect("it leans on stored state");
+    assert_eq!(refusal.param.as_deref(), Some("store"));
+    assert!(refusal.message.contains("first backend is OpenAI"), "{}", refusal.message);
+    let Value::Object(map) = body.clone() else { unreachable!() };
+    let pinned = request.to_canonical_pinned(Some(100), map).unwrap();
+    assert!(pinned.relay);
+    let native = pinned.native.expect("the client's body");
+    assert_eq!(native.dialect, Dialect::OpenAiResponses);
+    assert_eq!(Value::Object((*native.body).clone()), body);
+    assert_eq!(
+        pinned.messages,
+        vec![Message { tool_call_id: Some("call_stored".into()), ..Message::new(Role::Tool, "42") }]
+    );
+
+    // Each field alone is what pins; `background` is refused even pinned.
+    let reference = with_input(json!([{"type": "item_reference", "id": "msg_1"}]));
+    let only_reference = decode(reference.to_string().as_bytes()).unwrap();
+    assert_eq!(only_reference.needs_openai_state().unwrap().param.as_deref(), Some("input[0].type"));
+    assert!(decode(with_input(json!("hi")).to_string().as_bytes()).unwrap().needs_openai_state().is_none());
+    let background = json!({"model": "t", "input": "hi", "store": true, "background": true});
+    let Value::Object(map) = background.clone() else { unreachable!() };
+    let error =
+        decode(background.to_string().as_bytes()).unwrap().to_canonical_pinned(None, map).unwrap_err();
+    assert_eq!(error.param.as_deref(), Some("background"));
 }

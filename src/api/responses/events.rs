@@ -75,6 +75,11 @@ impl Encoder {
         }
     }
 
+    /// The task's name, the answer's model.
+    pub fn model(&self) -> &str {
+        &self.head.model
+    }
+
     /// How many SSE bytes are waiting to be taken.
     pub fn pending(&self) -> usize {
         self.frames.len()

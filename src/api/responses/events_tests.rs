@@ -12,8 +12,7 @@ fn head() -> Head {
 /// The SSE body the handler writes for `events`: each event's data, after checking that its
 /// `event:` line names its `type` and that sequence numbers count up from 0.
 async fn streamed(events: Vec<Result<Event, UpstreamError>>) -> Vec<Value> {
-    let mut encoder = Encoder::new(head(), true);
-    encoder.start();
+    let encoder = Encoder::new(head(), true);
     let body =
         crate::api::responses::sse_body(Box::pin(futures::stream::iter(events)), "local".into(), encoder, ());
     let bytes: Vec<u8> = body.map(|frame| frame.unwrap().to_vec()).concat().await;

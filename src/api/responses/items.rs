@@ -5,8 +5,10 @@
 //! than as "no variant matched". What is read: `message` items (also without `type`), whose
 //! content is a string or `input_text` / `output_text` / `input_image` parts; `function_call`
 //! items, which become tool calls of an assistant message; `function_call_output` items,
-//! which become tool messages and must answer a call made earlier in the same `input`.
-//! `reasoning` items are dropped; `item_reference` needs stored items and is refused.
+//! which become tool messages and must answer a call made earlier in the same `input` (or,
+//! for a request pinned to OpenAI, in its stored turns). `reasoning` items are dropped, and so
+//! are `item_reference` items, which reach here only in a request pinned to OpenAI (elsewhere
+//! the decoder has refused them): they stay in the body that goes there.
 
 use std::collections::HashSet;
 
@@ -20,10 +22,18 @@ use crate::canonical::{Message, Role, ToolCall};
 /// The item types Spillway reads, for the refusal of any other.
 const ITEM_TYPES: &str = "message, function_call, function_call_output (reasoning items are dropped)";
 
-/// Add the item at `at` to `messages`; `calls` holds the call ids seen so far.
+/// Which calls a `function_call_output` may answer.
+pub(super) enum Calls {
+    /// Those made earlier in `input`: their ids so far.
+    Seen(HashSet<String>),
+    /// Any: the earlier turns are stored at OpenAI, where the request is pinned.
+    Stored,
+}
+
+/// Add the item at `at` to `messages`.
 pub(super) fn add(
     messages: &mut Vec<Message>,
-    calls: &mut HashSet<String>,
+    calls: &mut Calls,
     item: &Value,
     at: &str,
 ) -> Result<(), ApiError> {
@@ -45,16 +55,20 @@ pub(super) fn add(
                 name: text(item, at, "name")?.to_string(),
                 arguments: text(item, at, "arguments")?.to_string(),
             };
-            calls.insert(call.id.clone());
+            if let Calls::Seen(seen) = calls {
+                seen.insert(call.id.clone());
+            }
             // Calls that follow an assistant turn (text or other calls) belong to it.
             match messages.last_mut().filter(|m| m.role == Role::Assistant) {
                 Some(turn) => turn.tool_calls.push(call),
-                None => messages.push(Message { tool_calls: vec![call], ..Message::new(Role::Assistant, "") }),
+                None => {
+                    messages.push(Message { tool_calls: vec![call], ..Message::new(Role::Assistant, "") })
+                }
             }
         }
         "function_call_output" => {
             let call_id = text(item, at, "call_id")?;
-            if !calls.contains(call_id) {
+            if matches!(calls, Calls::Seen(seen) if !seen.contains(call_id)) {
                 return Err(invalid(
                     &format!("{at}.call_id"),
                     format!("no earlier `function_call` item in `input` has call_id `{call_id}`"),
@@ -64,18 +78,16 @@ pub(super) fn add(
                 None | Some(Value::Null) => return Err(missing(at, "output")),
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Array(parts)) => content(parts, Role::Tool, &format!("{at}.output"))?.0,
-                Some(other) => return Err(wrong_type(&format!("{at}.output"), "a string or an array", other)),
+                Some(other) => {
+                    return Err(wrong_type(&format!("{at}.output"), "a string or an array", other))
+                }
             };
-            messages.push(Message { tool_call_id: Some(call_id.to_string()), ..Message::new(Role::Tool, output) });
+            messages.push(Message {
+                tool_call_id: Some(call_id.to_string()),
+                ..Message::new(Role::Tool, output)
+            });
         }
-        "reasoning" => {}
-        "item_reference" => {
-            return Err(invalid(
-                &format!("{at}.type"),
-                "`item_reference` items refer to stored items; Spillway's Responses API is stateless: send the item itself"
-                    .into(),
-            ))
-        }
+        "reasoning" | "item_reference" => {}
         other => {
             return Err(invalid(
                 &format!("{at}.type"),

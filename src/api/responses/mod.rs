@@ -7,11 +7,17 @@
 //! that, so an upstream that fails before its first token is failed over like any other; a
 //! failure after it ends the stream with `response.failed` and `error`, never another model's
 //! text. The admission permit is held until the last byte of the answer is written.
+//!
+//! What leans on state OpenAI keeps (`store: true`, `previous_response_id`, `conversation`,
+//! `item_reference` items) pins the request to the task's first backend when that is OpenAI
+//! itself (`front::Pinning`): the client's body goes there as written, and OpenAI's own events
+//! come back as they came (`relay.rs`). For any other task it is refused, naming the field.
 
 mod decode;
 mod events;
 mod items;
 mod object;
+mod relay;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,12 +31,17 @@ use axum::Extension;
 use futures::{FutureExt, Stream, StreamExt};
 
 use super::error::ApiError;
-use super::front::{self, Served};
+use super::front::{self, Pinning, Served};
 use super::request_id::RequestId;
+use super::wire;
 use super::AppState;
 use crate::adapter::EventStream;
+use crate::canonical::Event;
+use crate::config::{BackendKind, TaskConfig};
 use events::Encoder;
 use object::Head;
+use relay::Relay;
+use serde_json::{Map, Value};
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
@@ -56,10 +67,22 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let received = front::receive(&state, &headers, body).await?;
     let request = decode::decode(&received.body)?;
-    let arrival = received.arrival(request_id, &headers);
+    let mut arrival = received.arrival(request_id, &headers);
+    // State kept at OpenAI pins the request there (or is refused), with the body as sent.
+    let pinned_body = match request.needs_openai_state() {
+        Some(refusal) => {
+            arrival.pin = Some(Pinning { kind: BackendKind::Openai, refusal });
+            Some(wire::decode_json::<Map<String, Value>>(&received.body, "a responses request")?)
+        }
+        None => None,
+    };
     let admission = received.admission;
+    let to_canonical = |task: &TaskConfig| match pinned_body {
+        Some(body) => request.to_canonical_pinned(task.max_output_tokens, body),
+        None => request.to_canonical(task.max_output_tokens),
+    };
     let Served { committed, task, headers: spillway_headers, .. } =
-        front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
+        front::serve(&state, arrival, &request.model, to_canonical)
             .await
             .map_err(decode::in_responses_terms)?;
     // When the answer was created: now, after commit (OpenAI's `created_at`).
@@ -67,8 +90,7 @@ async fn handle(
     let head = Head { id: new_response_id(), created_at, model: task, echo: object::echo(&request) };
 
     let mut response = if request.wants_stream() {
-        let mut encoder = Encoder::new(head, true);
-        encoder.start();
+        let encoder = Encoder::new(head, true);
         let body = Body::from_stream(sse_body(committed.events, committed.backend, encoder, admission));
         let mut response = Response::new(body);
         let h = response.headers_mut();
@@ -77,15 +99,19 @@ async fn handle(
         response
     } else {
         let mut encoder = Encoder::new(head, false);
+        let mut relayed = None;
         let mut events = committed.events;
         while let Some(item) = events.next().await {
             match item {
+                Ok(Event::Native(native)) => {
+                    relayed = relay::final_response(&native, encoder.model()).or(relayed)
+                }
                 Ok(event) => encoder.add(&event),
                 Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
             }
         }
         drop(admission);
-        axum::Json(encoder.finish()).into_response()
+        axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
     };
     response.headers_mut().extend(spillway_headers);
     Ok(response)
@@ -97,35 +123,55 @@ fn new_response_id() -> String {
 
 type Frames = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
 
-/// The SSE body: the encoder's opening events, then one frame per batch of events the upstream
-/// has already delivered (up to [`BATCH_BYTES`]); `hold` lives as long as the body.
+/// The SSE body: the opening events (the encoder's, unless the first event is relayed), then
+/// one frame per batch of events the upstream has already delivered (up to [`BATCH_BYTES`]);
+/// `hold` lives as long as the body. A relayed answer is written by [`Relay`] (its canonical
+/// events are not written), any other by the encoder.
 fn sse_body<H: Send + 'static>(events: EventStream, backend: String, encoder: Encoder, hold: H) -> Frames {
     struct State<H> {
         events: EventStream,
         backend: String,
         encoder: Encoder,
+        relay: Option<Relay>,
+        started: bool,
         ended: bool,
         _hold: H,
     }
-    let state = State { events, backend, encoder, ended: false, _hold: hold };
+    let state = State { events, backend, encoder, relay: None, started: false, ended: false, _hold: hold };
     Box::pin(futures::stream::unfold(state, |mut s| async move {
         if s.ended {
             return None;
         }
         let mut next = s.events.next().await;
-        loop {
+        if !s.started {
+            s.started = true;
             match next {
-                Some(Ok(event)) => s.encoder.add(&event),
-                Some(Err(e)) => {
+                Some(Ok(Event::Native(_))) => s.relay = Some(Relay::new(s.encoder.model().to_string())),
+                _ => s.encoder.start(),
+            }
+        }
+        loop {
+            match (next, &mut s.relay) {
+                (Some(Ok(Event::Native(event))), Some(relay)) => relay.event(&event),
+                (Some(Ok(_)), Some(_)) => {}
+                (Some(Ok(event)), None) => s.encoder.add(&event),
+                (Some(Err(e)), relay) => {
                     s.ended = true;
-                    s.encoder.fail(&ApiError::from_upstream(&s.backend, &e));
+                    let error = ApiError::from_upstream(&s.backend, &e);
+                    match relay {
+                        Some(relay) => relay.fail(&error),
+                        None => s.encoder.fail(&error),
+                    }
                 }
-                None => {
+                (None, relay) => {
                     s.ended = true;
-                    s.encoder.finish();
+                    if relay.is_none() {
+                        s.encoder.finish();
+                    }
                 }
             }
-            if s.ended || s.encoder.pending() >= BATCH_BYTES {
+            let pending = s.relay.as_ref().map_or(s.encoder.pending(), Relay::pending);
+            if s.ended || pending >= BATCH_BYTES {
                 break;
             }
             // Take what the upstream has already delivered; never wait for more here.
@@ -134,6 +180,10 @@ fn sse_body<H: Send + 'static>(events: EventStream, backend: String, encoder: En
                 None => break,
             }
         }
-        Some((Ok(Bytes::from(s.encoder.take_frames())), s))
+        let frames = match &mut s.relay {
+            Some(relay) => relay.take_frames(),
+            None => s.encoder.take_frames(),
+        };
+        Some((Ok(Bytes::from(frames)), s))
     }))
 }

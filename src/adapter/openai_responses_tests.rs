@@ -1,0 +1,253 @@
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::*;
+use crate::adapter::http::testing::{canned_server, run_sse};
+
+fn sse(events: &[Value]) -> String {
+    events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect()
+}
+
+fn opening() -> Vec<Value> {
+    let response = json!({"id": "resp_up", "object": "response", "status": "in_progress", "model": "gpt-5.6",
+                          "output": [], "previous_response_id": "resp_prev", "store": true});
+    vec![
+        json!({"type": "response.created", "sequence_number": 0, "response": response}),
+        json!({"type": "response.in_progress", "sequence_number": 1, "response": response}),
+    ]
+}
+
+fn completed(status: &str, extra: Value) -> Value {
+    let mut response = json!({"id": "resp_up", "status": status, "output": [],
+        "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3}});
+    if let (Some(r), Value::Object(extra)) = (response.as_object_mut(), extra) {
+        r.extend(extra);
+    }
+    json!({"type": format!("response.{status}"), "sequence_number": 9, "response": response})
+}
+
+fn text_answer() -> Vec<Value> {
+    let mut events = opening();
+    events.extend([
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+        json!({"type": "response.content_part.added", "output_index": 0, "content_index": 0,
+               "part": {"type": "output_text", "text": ""}}),
+        json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hel"}),
+        json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "lo"}),
+        json!({"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": "Hello"}),
+        completed("completed", json!({})),
+    ]);
+    events
+}
+
+fn canonical(events: &[Result<Event, UpstreamError>]) -> Vec<Event> {
+    events.iter().filter_map(|e| e.clone().ok()).filter(|e| !matches!(e, Event::Native(_))).collect()
+}
+
+const USAGE: Usage = Usage { input_tokens: 9, cached_input_tokens: 4, output_tokens: 3 };
+
+#[tokio::test]
+async fn a_text_stream_is_read_and_nothing_before_the_first_delta_is_output() {
+    let events = run_sse(&sse(&text_answer()), || ResponsesStream::new(false)).await;
+    assert_eq!(
+        canonical(&events),
+        [
+            Event::TextDelta("Hel".into()),
+            Event::TextDelta("lo".into()),
+            Event::Usage(USAGE),
+            Event::Finish(FinishReason::Stop)
+        ],
+        "the done event's text is not repeated"
+    );
+    assert!(events.iter().all(|e| !matches!(e, Ok(Event::Native(_)))), "no relay unless asked");
+}
+
+#[tokio::test]
+async fn relayed_each_event_comes_first_as_it_came() {
+    let upstream = text_answer();
+    let events = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await;
+    let natives: Vec<&NativeEvent> = events
+        .iter()
+        .filter_map(|e| match e {
+            Ok(Event::Native(n)) => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(natives.len(), upstream.len());
+    for (native, sent) in natives.iter().zip(&upstream) {
+        assert_eq!(*native.name, *sent["type"].as_str().unwrap());
+        assert_eq!(serde_json::from_slice::<Value>(&native.data).unwrap(), *sent);
+    }
+    // Opening events are relayed but are not output: dispatch has not committed yet.
+    let first_output = events.iter().position(|e| e.as_ref().is_ok_and(Event::is_output)).unwrap();
+    let before: Vec<&str> = events[..first_output]
+        .iter()
+        .filter_map(|e| match e {
+            Ok(Event::Native(n)) => Some(&*n.name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        before,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_function_call_takes_its_id_and_name_from_the_added_item() {
+    let mut upstream = opening();
+    upstream.extend([
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "fc_1",
+               "type": "function_call", "call_id": "call_7", "name": "get_weather", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": "{\"city\""}),
+        json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": ":\"Paris\"}"}),
+        json!({"type": "response.function_call_arguments.done", "output_index": 0,
+               "arguments": "{\"city\":\"Paris\"}"}),
+        // A second call whose arguments come only whole.
+        json!({"type": "response.output_item.added", "output_index": 1, "item": {"id": "fc_2",
+               "type": "function_call", "call_id": "call_8", "name": "get_time", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.done", "output_index": 1, "arguments": "{}"}),
+        completed("completed", json!({})),
+    ]);
+    let events = canonical(&run_sse(&sse(&upstream), || ResponsesStream::new(true)).await);
+    let call = |index, id: Option<&str>, name: Option<&str>, arguments: &str| Event::ToolCallDelta {
+        index,
+        id: id.map(str::to_string),
+        name: name.map(str::to_string),
+        arguments: arguments.into(),
+    };
+    assert_eq!(
+        events,
+        [
+            call(0, Some("call_7"), Some("get_weather"), ""),
+            call(0, None, None, "{\"city\""),
+            call(0, None, None, ":\"Paris\"}"),
+            call(1, Some("call_8"), Some("get_time"), ""),
+            call(1, None, None, "{}"),
+            Event::Usage(USAGE),
+            Event::Finish(FinishReason::ToolCalls),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn failures_are_classified_and_never_relayed() {
+    // Failed right after opening: an error before any output, so dispatch has not committed.
+    let mut upstream = opening();
+    upstream.push(json!({"type": "response.failed", "response": {"id": "resp_up", "status": "failed",
+        "error": {"code": "server_error", "message": "The server had an error"}}}));
+    let events = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await;
+    assert!(events.iter().all(|e| !e.as_ref().is_ok_and(Event::is_output)));
+    let error = events.last().unwrap().clone().unwrap_err();
+    assert_eq!((error.class, error.message.as_str()), (ErrorClass::ServerError, "The server had an error"));
+    let relayed = events.iter().filter(|e| matches!(e, Ok(Event::Native(_)))).count();
+    assert_eq!(relayed, 2, "response.failed is the door's to write");
+
+    let mut upstream = opening();
+    upstream
+        .push(json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": null}));
+    let error = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await.pop().unwrap().unwrap_err();
+    assert_eq!(error.class, ErrorClass::RateLimited);
+    assert!(error.class.may_fail_over());
+
+    let error = run_sse(&sse(&opening()), || ResponsesStream::new(false)).await.pop().unwrap().unwrap_err();
+    assert_eq!(error.class, ErrorClass::StreamBroken, "ended without response.completed: {error:?}");
+}
+
+#[test]
+fn a_whole_response_is_read_and_relayed_whole() {
+    let body = json!({"id": "resp_up", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+            {"type": "message", "content": [{"type": "output_text", "text": "Hi"}, {"type": "refusal", "refusal": "no"}]},
+            {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}],
+        "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3}});
+    let events = parse_response_relayed(&body).unwrap();
+    assert!(matches!(&events[0], Event::Native(n) if &*n.name == "response"));
+    assert_eq!(
+        events[1..],
+        [
+            Event::ReasoningDelta("think".into()),
+            Event::TextDelta("Hi".into()),
+            Event::TextDelta("no".into()),
+            Event::ToolCallDelta {
+                index: 0,
+                id: Some("call_1".into()),
+                name: Some("f".into()),
+                arguments: "{}".into()
+            },
+            Event::Usage(USAGE),
+            Event::Finish(FinishReason::Length),
+        ]
+    );
+    let failed =
+        json!({"status": "failed", "error": {"code": "invalid_prompt", "message": "bad"}, "output": []});
+    assert_eq!(parse_response(&failed).unwrap_err().class, ErrorClass::InvalidRequest);
+}
+
+fn client(body: Value) -> NativeRequest {
+    let Value::Object(body) = body else { panic!("an object") };
+    NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(body), headers: Vec::new() }
+}
+
+#[test]
+fn only_model_stream_and_the_cap_are_rewritten() {
+    let native =
+        client(json!({"model": "t", "stream": false, "input": [{"type": "item_reference", "id": "msg_1"}],
+        "previous_response_id": "resp_prev", "store": true, "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": "low"}, "max_output_tokens": 9000}));
+    let req =
+        ChatRequest { model: "gpt-5.6".into(), max_tokens: Some(512), stream: true, ..Default::default() };
+    let sent = body(&req, &native);
+    assert_eq!((sent["model"].as_str(), sent["stream"].as_bool()), (Some("gpt-5.6"), Some(true)));
+    assert_eq!(sent["max_output_tokens"], 512);
+    for field in ["input", "previous_response_id", "store", "include", "reasoning"] {
+        assert_eq!(sent[field], native.body[field], "{field}");
+    }
+    let uncapped = body(&ChatRequest { max_tokens: None, ..req }, &client(json!({"input": "hi"})));
+    assert!(uncapped.get("max_output_tokens").is_none());
+}
+
+#[tokio::test]
+async fn send_posts_the_body_to_responses_and_relays_the_answer() {
+    let answer: &'static str = Box::leak(sse(&text_answer()).into_boxed_str());
+    let (base, seen) = canned_server(200, &[("content-type", "text/event-stream")], answer).await;
+    let upstream = Upstream {
+        base_url: format!("{base}/v1"),
+        api_key: Some("sk-test".into()),
+        serves_messages: false,
+        serves_responses: true,
+    };
+    let req = ChatRequest {
+        model: "gpt-5.6".into(),
+        stream: true,
+        relay: true,
+        native: Some(client(json!({"model": "t", "input": "hi", "previous_response_id": "resp_prev"}))),
+        ..Default::default()
+    };
+    let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &req).await.unwrap().collect().await;
+    assert!(matches!(&events[0], Ok(Event::Native(n)) if &*n.name == "response.created"));
+    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.uri, "/v1/responses");
+    assert_eq!(seen.headers["authorization"], "Bearer sk-test");
+    let sent: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!(
+        (sent["previous_response_id"].as_str(), sent["model"].as_str()),
+        (Some("resp_prev"), Some("gpt-5.6"))
+    );
+
+    let plain = ChatRequest { native: None, ..req };
+    assert_eq!(
+        send(&reqwest::Client::new().into(), &upstream, &plain).await.err().unwrap().class,
+        ErrorClass::InvalidRequest
+    );
+}
