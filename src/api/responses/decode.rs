@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::items::Calls;
+use super::refuse::{invalid, missing, missing_root, type_name};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireFunction, WireTool};
 use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
@@ -316,29 +317,6 @@ pub fn in_responses_terms(mut e: ApiError) -> ApiError {
     };
     e.param = Some(renamed.into());
     e
-}
-
-pub(super) fn invalid(param: &str, why: String) -> ApiError {
-    ApiError::new(ErrorCode::InvalidValue, why).param(param)
-}
-
-pub(super) fn missing(at: &str, key: &str) -> ApiError {
-    missing_root(&format!("{at}.{key}"))
-}
-
-fn missing_root(param: &str) -> ApiError {
-    ApiError::new(ErrorCode::MissingField, format!("`{param}` is required")).param(param)
-}
-
-pub(super) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use super::decode::{invalid, missing, type_name};
+use super::refuse::{invalid, missing, type_name};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireImageUrl};
 use crate::canonical::{Message, Role, ToolCall};

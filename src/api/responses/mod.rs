@@ -17,6 +17,7 @@ mod decode;
 mod events;
 mod items;
 mod object;
+mod refuse;
 mod relay;
 
 use std::pin::Pin;
