@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
-use crate::fleet::metrics::{parse_agent, parse_vllm_means, VllmSample};
+use crate::fleet::metrics::{parse_agent, parse_vllm_means, NodeSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::snapshot::Snapshot;
 
@@ -208,7 +208,7 @@ struct NodeScraper {
     cfg: TelemetryConfig,
     /// The last page and what it parsed to: an idle node's page does not change between
     /// scrapes, and parsing is most of a scrape's cost.
-    last_page: Option<(String, VllmSample)>,
+    last_page: Option<(String, NodeSample)>,
     /// Good scrapes until the engine version is asked for again (0: at the next one).
     version_in: u32,
 }

@@ -1,6 +1,8 @@
-//! The self-hosted fleet as the router sees it: what each vLLM node reports, what the router
+//! The self-hosted fleet as the router sees it: what each node's engine reports, what the router
 //! itself has sent it, and (pure) whether it has headroom for a request.
 
+pub mod engines;
+pub mod exposition;
 pub mod headroom;
 pub mod load;
 pub mod metrics;

@@ -1,5 +1,7 @@
-//! Why a `/metrics` page could not be read into a sample (see [`crate::fleet::metrics`]): the
+//! Why a `/metrics` page could not be read into a sample (see [`crate::fleet::engines`]): the
 //! text could not be read at some line, or it is not the page it should be.
+
+use super::engines::Engine;
 
 /// A failure to read a Prometheus exposition page.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +12,9 @@ pub enum ParseError {
     /// The page holds no `vllm:` series: not a vLLM node's page.
     #[error("no vllm: series in the page")]
     NotVllm,
+    /// The page holds no series of this engine (see `fleet::engines::Engine::prefixes`).
+    #[error("no {0} series in the page")]
+    NotEngine(Engine),
     /// The page has no `spillway_nvml_up`: not the NVML agent's page.
     #[error("no spillway_nvml_up in the page")]
     NotAgent,
@@ -29,5 +34,6 @@ mod tests {
         assert_eq!(ParseError::NotVllm.to_string(), "no vllm: series in the page");
         assert_eq!(ParseError::NotAgent.to_string(), "no spillway_nvml_up in the page");
         assert!(ParseError::NotVllm.source().is_none());
+        assert_eq!(ParseError::NotEngine(Engine::Sglang).to_string(), "no sglang series in the page");
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::headroom::NodeSignals;
-use super::metrics::{AgentSample, HistogramSample, VllmSample};
+use super::metrics::{AgentSample, HistogramSample, NodeSample};
 use crate::canonical::NodeKey;
 
 /// Weight of the newest interval in the recent figures: a figure is mostly forgotten after
@@ -75,8 +75,8 @@ fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
 }
 
 /// Did any cumulative series go backwards between `prev` and `cur`?
-fn went_backwards(prev: &VllmSample, cur: &VllmSample) -> bool {
-    let counters = |s: &VllmSample| {
+fn went_backwards(prev: &NodeSample, cur: &NodeSample) -> bool {
+    let counters = |s: &NodeSample| {
         let mut v = vec![
             s.prompt_tokens,
             s.generation_tokens,
@@ -94,7 +94,7 @@ fn went_backwards(prev: &VllmSample, cur: &VllmSample) -> bool {
     counters(prev).into_iter().zip(counters(cur)).any(|(p, c)| matches!((p, c), (Some(p), Some(c)) if c < p))
 }
 
-fn interval(prev: &VllmSample, cur: &VllmSample, dt: f64) -> Interval {
+fn interval(prev: &NodeSample, cur: &NodeSample, dt: f64) -> Interval {
     let ttft_s = interval_mean(&prev.ttft, &cur.ttft);
     let queue_s = interval_mean(&prev.queue_time, &cur.queue_time);
     let prefill_s = if cur.prefill_time.is_some() {
@@ -145,7 +145,7 @@ impl RecentStats {
 #[derive(Debug, Clone, Default)]
 pub struct NodeTelemetry {
     /// The latest good scrape (shared: copying telemetry into a snapshot is cheap).
-    pub sample: Option<Arc<VllmSample>>,
+    pub sample: Option<Arc<NodeSample>>,
     /// When the latest good scrape landed.
     pub last_ok: Option<Instant>,
     /// When the latest scrape, good or bad, ended.
@@ -174,7 +174,7 @@ impl NodeTelemetry {
     }
 
     /// A good scrape landed at `now`.
-    pub fn on_scrape(&mut self, sample: VllmSample, now: Instant) {
+    pub fn on_scrape(&mut self, sample: NodeSample, now: Instant) {
         if let (Some(prev), Some(at)) = (&self.sample, self.last_ok) {
             if went_backwards(prev, &sample) {
                 self.restarts += 1;
@@ -272,7 +272,7 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_scrape`].
-    pub fn on_scrape(&self, key: &NodeKey, sample: VllmSample, now: Instant) {
+    pub fn on_scrape(&self, key: &NodeKey, sample: NodeSample, now: Instant) {
         self.with(key, |n| n.on_scrape(sample, now));
     }
 
@@ -325,8 +325,8 @@ mod tests {
 
     /// A node that has completed `done` requests, each with the given per-request figures
     /// (seconds, tokens), and served `hits` of `queries` prompt tokens from cache.
-    fn node(done: f64, ttft: f64, queue: f64, prompt: f64, hits: f64, queries: f64) -> VllmSample {
-        VllmSample {
+    fn node(done: f64, ttft: f64, queue: f64, prompt: f64, hits: f64, queries: f64) -> NodeSample {
+        NodeSample {
             running: Some(1.0),
             waiting: Some(0.0),
             ttft: hist(ttft * done, done),
@@ -337,12 +337,12 @@ mod tests {
             prefix_cache_hits: Some(hits),
             prefix_cache_queries: Some(queries),
             request_success: Some(done),
-            ..VllmSample::default()
+            ..NodeSample::default()
         }
     }
 
     /// Sample whose counters are `base` plus one interval of `n` requests with the given means.
-    fn plus(base: &VllmSample, n: f64, ttft: f64, queue: f64, prompt: f64) -> VllmSample {
+    fn plus(base: &NodeSample, n: f64, ttft: f64, queue: f64, prompt: f64) -> NodeSample {
         let add = |h: &Option<HistogramSample>, mean: f64, k: f64| {
             h.as_ref().map(|h| HistogramSample {
                 buckets: vec![],
@@ -350,7 +350,7 @@ mod tests {
                 count: Some(h.count.unwrap() + n * k),
             })
         };
-        VllmSample {
+        NodeSample {
             ttft: add(&base.ttft, ttft, 1.0),
             queue_time: add(&base.queue_time, queue, 1.0),
             itl: add(&base.itl, 0.0625, 10.0),
@@ -449,7 +449,7 @@ mod tests {
     fn missing_series_stay_unknown() {
         let t0 = Instant::now();
         let mut n = NodeTelemetry::new();
-        let bare = VllmSample { running: Some(2.0), ..VllmSample::default() };
+        let bare = NodeSample { running: Some(2.0), ..NodeSample::default() };
         n.on_scrape(bare.clone(), t0);
         n.on_scrape(bare, t0 + Duration::from_secs(1));
         assert_eq!(n.recent, RecentStats::default());
@@ -462,7 +462,7 @@ mod tests {
         let mut n = NodeTelemetry::new();
         assert!(n.is_stale(t0, stale), "never scraped is stale");
         assert_eq!(n.age(t0), None);
-        n.on_scrape(VllmSample::default(), t0);
+        n.on_scrape(NodeSample::default(), t0);
         assert!(!n.is_stale(t0 + stale, stale));
         assert!(n.is_stale(t0 + stale + Duration::from_millis(1), stale));
         n.on_failure("refused".into(), t0 + Duration::from_secs(1));
@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(n.consecutive_failures, 2);
         assert_eq!(n.age(t0 + Duration::from_secs(2)), Some(Duration::from_secs(2)));
         assert!(n.sample.is_some(), "the last good sample stays");
-        n.on_scrape(VllmSample::default(), t0 + Duration::from_secs(3));
+        n.on_scrape(NodeSample::default(), t0 + Duration::from_secs(3));
         assert_eq!(n.consecutive_failures, 0);
         assert_eq!(n.last_error.as_deref(), Some("refused"));
     }
@@ -479,7 +479,7 @@ mod tests {
     fn agent_down_leaves_vllm_telemetry() {
         let board = TelemetryBoard::new();
         let t0 = Instant::now();
-        board.on_scrape(&"n".into(), VllmSample { running: Some(3.0), ..VllmSample::default() }, t0);
+        board.on_scrape(&"n".into(), NodeSample { running: Some(3.0), ..NodeSample::default() }, t0);
         board
             .on_agent(&"n".into(), AgentSample { up: false, reason: Some("no driver".into()), gpus: vec![] });
         board.on_agent_failure(&"n".into(), "refused".into());

@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::clock::{from_ms, from_secs, secs, Micros};
 use super::scenario::NodeModel;
-use crate::fleet::metrics::{CacheConfig, HistogramSample, VllmSample};
+use crate::fleet::metrics::{CacheConfig, HistogramSample, NodeSample};
 
 /// One request sent to the node by one dispatch attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,11 +199,11 @@ impl Node {
     }
 
     /// What `/metrics` would say now.
-    pub fn sample(&self) -> VllmSample {
+    pub fn sample(&self) -> NodeSample {
         let c = &self.counters;
         let kv: u64 = self.running.iter().map(|r| u64::from(r.job.prompt + r.job.output)).sum();
         let kv_tokens = self.model.kv_tokens.max(BLOCK);
-        VllmSample {
+        NodeSample {
             running: Some(self.running.len() as f64),
             waiting: Some(self.queue.len() as f64),
             kv_cache_usage: Some((kv as f64 / kv_tokens as f64).min(1.0)),
@@ -222,7 +222,7 @@ impl Node {
             prefix_cache_queries: Some(c.cache_queries),
             prefix_cache_hits: Some(c.cache_hits),
             request_success: Some(c.success),
-            ..VllmSample::default()
+            ..NodeSample::default()
         }
     }
 }
