@@ -22,8 +22,9 @@ use tokio::time::Instant;
 
 use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
+use crate::fleet::engines::vllm::parse_vllm_means;
 use crate::fleet::load::NodeLoad;
-use crate::fleet::metrics::{parse_agent, parse_vllm_means, NodeSample};
+use crate::fleet::metrics::{parse_agent, NodeSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::snapshot::Snapshot;
 

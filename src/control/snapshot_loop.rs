@@ -227,7 +227,11 @@ tasks:
         let text =
             "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"int8\",num_gpu_blocks=\"100\"} 1\n\
                     vllm:num_requests_running{model_name=\"m\"} 0\n";
-        sources.telemetry.on_scrape(key, crate::fleet::metrics::parse_vllm(text).unwrap(), Instant::now());
+        sources.telemetry.on_scrape(
+            key,
+            crate::fleet::engines::vllm::parse_vllm(text).unwrap(),
+            Instant::now(),
+        );
         let snap = rebuild(&sources, 2, Instant::now());
         assert_eq!(
             snap.backends[0].nodes[0].quarantine.as_deref(),

@@ -14,8 +14,28 @@ use std::io;
 
 use prometheus_parse::{Sample, Scrape, Value};
 
-use super::metrics::HistogramSample;
 use super::parse_error::ParseError;
+
+/// One histogram, summed over engines (and any other label).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HistogramSample {
+    /// `(le, cumulative count)`, ascending `le`; `+Inf` included where the page has it.
+    pub buckets: Vec<(f64, f64)>,
+    /// `_sum`, if the page has it.
+    pub sum: Option<f64>,
+    /// `_count`, else the `+Inf` bucket; `None` if neither is there.
+    pub count: Option<f64>,
+}
+
+impl HistogramSample {
+    /// Mean observation, when both `sum` and a non-zero `count` are known.
+    pub fn mean(&self) -> Option<f64> {
+        match (self.sum, self.count) {
+            (Some(s), Some(c)) if c > 0.0 => Some(s / c),
+            _ => None,
+        }
+    }
+}
 
 /// What stands in for `:` in metric names while `prometheus-parse` reads them. `\w`-only, so
 /// the crate accepts it, and unlikely in a real name.

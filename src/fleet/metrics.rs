@@ -5,34 +5,12 @@
 //! Pure: text in, sample out; no I/O and no clock. The telemetry loop calls these in the
 //! background, never on the request path. A series that is absent is `None` (unknown), never
 //! 0: a node that stopped exporting a gauge must not look idle. A page that cannot be read is a
-//! [`ParseError`]. The Prometheus reading itself lives in `fleet::exposition`, and vLLM's page
-//! in `fleet::engines::vllm`; both are re-exported here for the callers that predate them.
+//! [`ParseError`]. The Prometheus reading itself lives in `fleet::exposition`, each engine's page
+//! in `fleet::engines`.
 
-pub use super::engines::vllm::{parse_vllm, parse_vllm_means, vllm_from_samples, VLLM_FAMILIES};
-pub use super::exposition::{normalise_line, parse_exposition, parse_exposition_where};
-use super::exposition::{scalar, sum_of};
+pub use super::exposition::HistogramSample;
+use super::exposition::{parse_exposition, scalar, sum_of};
 pub use super::parse_error::ParseError;
-
-/// One histogram, summed over engines (and any other label).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct HistogramSample {
-    /// `(le, cumulative count)`, ascending `le`; `+Inf` included where the page has it.
-    pub buckets: Vec<(f64, f64)>,
-    /// `_sum`, if the page has it.
-    pub sum: Option<f64>,
-    /// `_count`, else the `+Inf` bucket; `None` if neither is there.
-    pub count: Option<f64>,
-}
-
-impl HistogramSample {
-    /// Mean observation, when both `sum` and a non-zero `count` are known.
-    pub fn mean(&self) -> Option<f64> {
-        match (self.sum, self.count) {
-            (Some(s), Some(c)) if c > 0.0 => Some(s / c),
-            _ => None,
-        }
-    }
-}
 
 /// The labels of `vllm:cache_config_info` that size the KV cache.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -14,60 +14,16 @@ pub mod tgi;
 pub mod trtllm;
 pub mod vllm;
 
-use std::fmt;
-
 use prometheus_parse::Sample;
 
 use super::exposition::{metric_names, parse_exposition_where, parse_means_where};
 use super::metrics::{NodeSample, ParseError};
 
-/// A serving engine whose `/metrics` page Spillway can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Engine {
-    Vllm,
-    Sglang,
-    Llamacpp,
-    Trtllm,
-    Tgi,
-}
+pub(super) mod engine;
+pub use engine::Engine;
 
+/// What each engine's adapter reads.
 impl Engine {
-    /// Every engine, in the order [`detect`] tries them.
-    pub const ALL: [Engine; 5] =
-        [Engine::Vllm, Engine::Sglang, Engine::Llamacpp, Engine::Trtllm, Engine::Tgi];
-
-    /// The name used in config and on admin pages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
-            Engine::Llamacpp => "llamacpp",
-            Engine::Trtllm => "trtllm",
-            Engine::Tgi => "tgi",
-        }
-    }
-
-    /// The engine of a [`Engine::name`], if it is one.
-    pub fn from_name(name: &str) -> Option<Engine> {
-        Engine::ALL.into_iter().find(|e| e.name() == name)
-    }
-
-    /// Metric-name prefixes that only this engine's pages carry (TensorRT-LLM: `trtllm-serve`'s
-    /// own, and Triton's TensorRT-LLM backend's).
-    pub fn prefixes(self) -> &'static [&'static str] {
-        match self {
-            Engine::Vllm => &["vllm:"],
-            Engine::Sglang => &["sglang:", "sglang_"],
-            Engine::Llamacpp => &["llamacpp:"],
-            Engine::Trtllm => &["trtllm_", "nv_trt_llm_"],
-            Engine::Tgi => &["tgi_"],
-        }
-    }
-
-    fn owns(self, name: &str) -> bool {
-        self.prefixes().iter().any(|p| name.starts_with(p))
-    }
-
     /// Is `name` a line this engine's adapter reads? (Others are not even parsed.)
     fn keeps(self, name: &str) -> bool {
         match self {
@@ -84,12 +40,6 @@ impl Engine {
             Engine::Trtllm => trtllm::from_samples(samples),
             Engine::Tgi => tgi::from_samples(samples),
         }
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
