@@ -5,6 +5,7 @@
 //! `message` object or Anthropic's event stream. Every error leaves in Anthropic's envelope.
 
 mod answer;
+mod blocks;
 mod decode;
 mod error;
 mod stream;
