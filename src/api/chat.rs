@@ -6,41 +6,16 @@
 //! from then on ends the stream with an in-band error event and no `[DONE]`, so no client
 //! mistakes a truncated answer for a whole one.
 
-use std::sync::Arc;
-
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures::StreamExt;
 
 use super::error::ApiError;
-use super::front::{self, Served};
-use super::request_id::RequestId;
+use super::front::{self, Incoming, Served};
 use super::wire::{self, completion_json};
-use super::AppState;
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 
-pub async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    request_id: Option<Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
-    match handle(state, request_id, headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
-}
-
-async fn handle(
-    state: Arc<AppState>,
-    request_id: String,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request = wire::decode(&received.body)?;
     let arrival = received.arrival(request_id, &headers);

@@ -10,24 +10,18 @@
 //! router's. After the first token an upstream failure ends the stream with an in-band error
 //! and no `[DONE]`, as chat does. It must not route, retry or price anything itself.
 
-use std::sync::Arc;
-
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::chunks::{self, ChunkWriter};
 use super::error::{ApiError, ErrorCode};
-use super::front::{self, Served};
+use super::front::{self, Incoming, Served};
 use super::input::{self, EmptyText};
-use super::request_id::RequestId;
 use super::wire::{self, StopField, StreamOptions, WireUsage};
-use super::AppState;
 use crate::canonical::{ChatRequest, Completion, Event, Operation, RelayChunk, Usage};
 
 #[derive(Debug, Deserialize)]
@@ -110,25 +104,8 @@ impl CompletionsRequest {
     }
 }
 
-pub async fn completions(
-    State(state): State<Arc<AppState>>,
-    request_id: Option<Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
-    match handle(state, request_id, headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
-}
-
-async fn handle(
-    state: Arc<AppState>,
-    request_id: String,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request: CompletionsRequest = wire::decode_json(&received.body, "a completions request")?;
     let arrival = received.arrival(request_id, &headers);

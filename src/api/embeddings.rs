@@ -8,22 +8,15 @@
 //! task's backends share one space (config validation), so a failover never mixes vectors of
 //! two models. It must not route, retry or price anything itself.
 
-use std::sync::Arc;
-
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ErrorCode};
-use super::front::{self, Served};
+use super::front::{self, Incoming, Served};
 use super::input::{self, EmptyText};
-use super::request_id::RequestId;
-use super::{wire, AppState};
+use super::wire;
 use crate::canonical::{vector_to_base64, ChatRequest, Embedding, EncodingFormat, Event, Operation, Usage};
 
 /// The most inputs one request may hold (OpenAI's limit).
@@ -85,25 +78,8 @@ impl EmbeddingsRequest {
     }
 }
 
-pub async fn embeddings(
-    State(state): State<Arc<AppState>>,
-    request_id: Option<Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
-    match handle(state, request_id, headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
-}
-
-async fn handle(
-    state: Arc<AppState>,
-    request_id: String,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request: EmbeddingsRequest = wire::decode_json(&received.body, "an embeddings request")?;
     let arrival = received.arrival(request_id, &headers);

@@ -13,12 +13,16 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::convert::Infallible;
+
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::error::{ApiError, ErrorCode};
+use super::request_id::RequestId;
 use super::AppState;
 use crate::canonical::{ChatRequest, ErrorClass};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
@@ -67,6 +71,26 @@ impl Received {
             headers,
             pin: None,
         }
+    }
+}
+
+/// What a front door's route is handed: the shared state, the request's id (set by the
+/// request-id layer) and the request itself, unread.
+pub struct Incoming {
+    pub state: Arc<AppState>,
+    pub request_id: String,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+impl FromRequest<Arc<AppState>> for Incoming {
+    type Rejection = Infallible;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Incoming, Infallible> {
+        let (parts, body) = request.into_parts();
+        let request_id =
+            parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
+        Ok(Incoming { state: Arc::clone(state), request_id, headers: parts.headers, body })
     }
 }
 

@@ -80,8 +80,14 @@ pub struct Decoded {
 
 /// Parse the body: one JSON object with every field Anthropic requires.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
-    let body: Map<String, Value> = wire::decode_json(bytes, "a Messages request")?;
-    let request: MessagesRequest = wire::decode_value(&Value::Object(body.clone()))?;
+    from_body(wire::decode_json(bytes, "a Messages request")?)
+}
+
+/// A body already parsed into a JSON object: its fields read, the object itself kept.
+pub fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
+    let body = Value::Object(body);
+    let request: MessagesRequest = wire::decode_value(&body)?;
+    let Value::Object(body) = body else { unreachable!("built as an object above") };
     Ok(Decoded { model: request.model.clone(), request, body: Arc::new(body) })
 }
 

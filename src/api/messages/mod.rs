@@ -10,21 +10,14 @@ mod decode;
 mod error;
 mod stream;
 
-use std::sync::Arc;
-
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::error::{ApiError, ErrorCode};
-use super::front::{self, Served};
-use super::request_id::RequestId;
-use super::AppState;
+use super::front::{self, Incoming, Served};
 use crate::canonical::ChatRequest;
 use crate::config::{BackendId, TaskConfig};
 use crate::route::{self, RequestFacts};
@@ -32,22 +25,12 @@ use crate::snapshot::{NodeView, Snapshot};
 
 pub use error::response as error_response;
 
-pub async fn messages(
-    State(state): State<Arc<AppState>>,
-    request_id: Option<Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
-    handle(state, request_id, headers, body).await.unwrap_or_else(|e| error::response(&e))
+pub async fn messages(incoming: Incoming) -> Response {
+    handle(incoming).await.unwrap_or_else(|e| error::response(&e))
 }
 
-async fn handle(
-    state: Arc<AppState>,
-    request_id: String,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let decoded = decode::decode(&received.body)?;
     let arrival = received.arrival(request_id, &headers);
@@ -83,17 +66,18 @@ async fn handle(
 /// `POST /v1/messages/count_tokens`: the request's input tokens for the backend that would
 /// serve it now (the plan's first choice). `x-spillway-token-count` says `exact` or
 /// `estimate`, `x-spillway-backend` whose count it is.
-pub async fn count_tokens(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    count(state, headers, body).await.unwrap_or_else(|e| error::response(&e))
+pub async fn count_tokens(incoming: Incoming) -> Response {
+    count(incoming).await.unwrap_or_else(|e| error::response(&e))
 }
 
-async fn count(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn count(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, headers, body, .. } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     // A count takes a request without `max_tokens`; any placeholder will do.
     let mut body: serde_json::Map<String, Value> =
         super::wire::decode_json(&received.body, "a Messages request")?;
     body.entry("max_tokens").or_insert(json!(1));
-    let decoded = decode::decode(Value::Object(body).to_string().as_bytes())?;
+    let decoded = decode::from_body(body)?;
     let snap = state.snapshot.load_full();
     let task = front::task_for(&snap, &decoded.model, received.key_name.as_deref())?;
     let request = decoded.to_canonical(&headers, None)?;

@@ -21,21 +21,16 @@ mod refuse;
 mod relay;
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures::{FutureExt, Stream, StreamExt};
 
 use super::error::ApiError;
-use super::front::{self, Pinning, Served};
-use super::request_id::RequestId;
+use super::front::{self, Incoming, Pinning, Served};
 use super::wire;
-use super::AppState;
 use crate::adapter::EventStream;
 use crate::canonical::Event;
 use crate::config::{BackendKind, TaskConfig};
@@ -47,25 +42,8 @@ use serde_json::{Map, Value};
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
 
-pub async fn responses(
-    State(state): State<Arc<AppState>>,
-    request_id: Option<Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let request_id = request_id.map_or_else(String::new, |Extension(RequestId(id))| id);
-    match handle(state, request_id, headers, body).await {
-        Ok(response) => response,
-        Err(error) => error.into_response(),
-    }
-}
-
-async fn handle(
-    state: Arc<AppState>,
-    request_id: String,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request = decode::decode(&received.body)?;
     let mut arrival = received.arrival(request_id, &headers);
