@@ -76,7 +76,7 @@ fn trim(u: &str) -> String {
 fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
     match &b.spec {
         // vLLM nodes are listed as bare addresses; their OpenAI API lives under /v1.
-        BackendSpec::Vllm(pool) => {
+        BackendSpec::Local(pool) => {
             pool.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect()
         }
         BackendSpec::OpenaiCompatible(c) if !c.endpoints.is_empty() => {
@@ -168,7 +168,7 @@ impl Snapshot {
             .iter()
             .map(|b| {
                 let mut origins = configured_nodes(b);
-                if b.kind() == BackendKind::Vllm {
+                if b.kind() == BackendKind::Local {
                     for origin in inputs.discovered.get(&b.name).into_iter().flatten() {
                         let origin = trim(origin);
                         if !origins.iter().any(|(o, _)| *o == origin) {

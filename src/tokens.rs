@@ -143,7 +143,7 @@ pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
         BackendKind::Openai | BackendKind::OpenaiCompatible => TokenCounter::O200kBase,
         BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
         BackendKind::Gemini => TokenCounter::GeminiEstimate,
-        BackendKind::Vllm => TokenCounter::LlamaEstimate,
+        BackendKind::Local => TokenCounter::LlamaEstimate,
     }
 }
 

@@ -118,12 +118,16 @@ fn objects(schema: &Value) -> Vec<&Value> {
     }
 }
 
-/// The kinds a branch is for: the values its `kind` may take.
+/// The kinds a branch is for: the values its `kind` may take, less `vllm` (the older name of
+/// `local`, which the README names once, not in every row).
 fn kinds_of(branch: &Value) -> BTreeSet<String> {
     let kind = &branch["properties"]["kind"];
     let consts = kind["oneOf"].as_array().into_iter().flatten().filter_map(|v| v["const"].as_str());
     let listed = kind["enum"].as_array().into_iter().flatten().filter_map(Value::as_str);
-    consts.chain(listed).chain(kind["const"].as_str()).map(String::from).collect()
+    let names: BTreeSet<String> =
+        consts.chain(listed).chain(kind["const"].as_str()).map(String::from).collect();
+    assert_eq!(names.contains("vllm"), names.contains("local"), "vllm is local's older name: {names:?}");
+    names.into_iter().filter(|k| k != "vllm").collect()
 }
 
 /// Every key of `schema` by path: `a.b`, list items as `a[]`, map entries as `a.<key>`; the
@@ -316,7 +320,7 @@ fn the_readme_says_which_kinds_take_each_backend_key() {
     let schema = schema_keys();
     let all = schema["backends[].kind"].kinds.clone();
     assert_eq!(all.len(), 5, "a branch for each kind: {all:?}");
-    let hosted: BTreeSet<String> = all.iter().filter(|k| *k != "vllm").cloned().collect();
+    let hosted: BTreeSet<String> = all.iter().filter(|k| *k != "local").cloned().collect();
     let ticks = regex::Regex::new(r"`([^`]+)`").unwrap();
     let mut compared = 0;
     for row in readme_rows().iter().filter(|r| r.keys[0].starts_with("backends[].")) {
@@ -339,6 +343,6 @@ fn the_readme_says_which_kinds_take_each_backend_key() {
     }
     assert!(compared >= 25, "only {compared} backend keys compared");
     // Each kind-specific key is named for some kinds, not all.
-    assert!(schema["backends[].reserve"].kinds == BTreeSet::from(["vllm".to_string()]));
+    assert!(schema["backends[].reserve"].kinds == BTreeSet::from(["local".to_string()]));
     assert!(schema["backends[].quota"].kinds == hosted);
 }

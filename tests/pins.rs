@@ -61,8 +61,8 @@ async fn a_node_that_matches_its_pin_serves() {
     // The router has read the node's engine, and a snapshot since has checked it against the pin.
     wait_until(Duration::from_secs(5), "the router to read the node's engine", || async {
         let listing = admin_json(&router.url, "/admin/backends", ADMIN).await;
-        let engine = &listing["backends"][0]["nodes"][0]["engine"];
-        if engine == "0.11.0+sim" {
+        let node = &listing["backends"][0]["nodes"][0];
+        if node["engine_version"] == "0.11.0+sim" && node["engine"] == "vllm" {
             Ok(())
         } else {
             Err(listing)

@@ -186,6 +186,12 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             n.signals.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= b.limits.stale_after)
         })
         .count();
+    // How many nodes each engine's adapter reads ("unknown": no good scrape yet).
+    let mut engines = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, n) in &local {
+        let engine = state.telemetry.get(&n.key).and_then(|t| t.engine);
+        *engines.entry(engine.map_or("unknown", |e| e.name())).or_default() += 1;
+    }
     let quarantined: Vec<_> = local
         .iter()
         .filter_map(|(_, n)| n.quarantine.as_ref().map(|q| json!({"node": n.key, "why": q})))
@@ -197,6 +203,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         "nodes": nodes,
         "local_nodes": local.len(),
         "fresh_local_nodes": fresh,
+        "engines": engines,
         "quarantined": quarantined,
     });
     (StatusCode::OK, Json(body)).into_response()

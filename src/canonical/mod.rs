@@ -4,6 +4,7 @@
 //! provider's wire format and translate the provider's answer back into [`Event`]s. Nothing in
 //! here knows about HTTP or any provider.
 
+mod engine;
 mod error;
 mod id;
 mod native;
@@ -11,6 +12,7 @@ mod operation;
 
 use serde::{Deserialize, Serialize};
 
+pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
 pub use native::{Dialect, NativeEvent, NativeRequest};

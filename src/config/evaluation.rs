@@ -79,12 +79,12 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
         }
         let mut texts = std::collections::BTreeMap::new();
         for (key, path) in task.prompt_variants.iter_mut() {
-            let known = backends.iter().any(|(name, kind)| name == key || kind.as_str() == key)
+            let known = backends.iter().any(|(name, kind)| name == key || kind.is_named(key))
                 || undecoded.some_backend();
             if !known {
                 p(
                     &format!("prompt_variants.{key}"),
-                    "is neither a backend name nor a backend kind (vllm, openai, anthropic, gemini, openai_compatible)"
+                    "is neither a backend name nor a backend kind (local, openai, anthropic, gemini, openai_compatible)"
                         .into(),
                 );
                 continue;

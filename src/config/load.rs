@@ -450,7 +450,7 @@ telemetry: {jitter: 0.9}
             "backends[1].kind: unknown variant `martian`",
             "backends[2].api_key: unknown field `api_key`",
             "backends[3].temperature: unknown field",
-            "backends[3].gpu_count: `gpu_count` does not apply to kind anthropic; only kind vllm takes it",
+            "backends[3].gpu_count: `gpu_count` does not apply to kind anthropic; only kind local takes it",
             "tasks[0].slo.margin: invalid type",
             "tasks[0].colour: unknown field",
             "tasks[2].name: missing (required)",

@@ -83,7 +83,7 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             }
         }
         match &b.spec {
-            BackendSpec::Vllm(pool) => check_pool(pool, &at, &mut p),
+            BackendSpec::Local(pool) => check_pool(pool, &at, &mut p),
             BackendSpec::OpenaiCompatible(c) if c.endpoints.is_empty() && c.hosted.base_url.is_none() => {
                 p(at("base_url"), "an openai_compatible backend needs base_url or endpoints".into())
             }
@@ -316,7 +316,7 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
 /// What types cannot say about a pool: that it has nodes, and the ranges of its numbers.
 fn check_pool(pool: &PoolSpec, at: &dyn Fn(&str) -> String, p: &mut dyn FnMut(String, String)) {
     if pool.endpoints.is_empty() && pool.discovery.is_none() {
-        p(at("endpoints"), "a vllm backend needs at least one node address (or discovery)".into());
+        p(at("endpoints"), "a local backend needs at least one node address (or discovery)".into());
     }
     if !(0.0..1.0).contains(&pool.reserve) {
         p(at("reserve"), "must be at least 0 and below 1".into());
@@ -381,7 +381,7 @@ dispatch: {max_attempts: 0}
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
         for expected in [
             "listen: `not-an-address`",
-            "backends[0].endpoints: a vllm backend needs",
+            "backends[0].endpoints: a local backend needs",
             "backends[1].name: `a` is used by another backend",
             "backends[1].base_url: `ftp://x`: scheme",
             "backends[1].price.input_per_mtok: must not be negative",
@@ -428,7 +428,7 @@ dispatch: {max_attempts: 0}
         assert_eq!(
             problems[0].to_string(),
             "backends[0].embedding_space: `embedding_space` does not apply to kind anthropic; \
-             only kinds vllm, openai, openai_compatible take it"
+             only kinds local, openai, openai_compatible take it"
         );
     }
 

@@ -1,12 +1,14 @@
-//! The telemetry loop: scrape every vLLM node's `/metrics` (and its NVML agent's, where one
-//! runs) and keep the [`TelemetryBoard`] current.
+//! The telemetry loop: scrape every self-hosted node's metrics page (and its NVML agent's,
+//! where one runs) with its engine's adapter, and keep the [`TelemetryBoard`] current.
 //!
 //! Each node gets its own task and schedule: a scrape every `interval_ms`, stretched or
 //! shrunk at random by up to `jitter` so a hundred nodes do not fire together, and doubling
 //! (up to `backoff_max_ms`) while the node keeps failing. A slow or dead node therefore never
 //! delays another's schedule; a semaphore bounds how many scrapes run at once. The node set is
 //! re-read from the snapshot every interval (discovery adds and removes nodes); nodes that
-//! left are forgotten. Parsing happens here, in the background, never on the request path;
+//! left are forgotten. A pool with `engine: auto` tells each node's engine from the metric names
+//! of its first good page (TensorRT-LLM's at `/prometheus/metrics` when `/metrics` has none),
+//! and tells it again when a page stops reading as that engine's. Parsing happens here, in the background, never on the request path;
 //! a page identical to the node's previous one (an idle node) is not parsed again.
 //! This loop writes only the board and the router's "seen by a scrape" marks; it does not
 //! publish snapshots.
@@ -20,9 +22,10 @@ use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::canonical::NodeKey;
-use crate::config::{AgentAddress, BackendKind, TelemetryConfig};
-use crate::fleet::engines::vllm::parse_vllm_means;
+use crate::canonical::{Engine, NodeKey};
+use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
+use crate::fleet::engines::info::{info_path, metrics_path, read_info, OTHER_METRICS_PATH};
+use crate::fleet::engines::{detect, read_means};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, NodeSample};
 use crate::fleet::telemetry::TelemetryBoard;
@@ -33,35 +36,44 @@ pub use super::scrape_error::ScrapeError;
 /// Most scrapes in flight at once, over all nodes.
 pub const MAX_CONCURRENT_SCRAPES: usize = 32;
 
-/// Largest `/metrics` body accepted (a vLLM page is tens of KiB).
+/// Largest metrics page accepted (a vLLM page is tens of KiB).
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
 /// Where one node is scraped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// `origin + "/metrics"`.
-    pub metrics_url: String,
+    /// The node's address, without a trailing `/`; the engine's pages are under it.
+    pub origin: String,
+    /// The pool's `engine`.
+    pub engine: EngineSetting,
     /// `http://<node host>:<agent_port>/metrics`, when the backend has an agent.
     pub agent_url: Option<String>,
-    /// `origin + "/version"`: vLLM's engine version, checked against the pool's pin.
-    pub version_url: String,
 }
 
-/// The engine version is asked for on the first good scrape and then every this many.
-const VERSION_EVERY: u32 = 60;
+impl Target {
+    /// The metrics page of the node as `engine`'s (`None`: not yet known).
+    pub fn metrics_url(&self, engine: Option<Engine>) -> String {
+        format!("{}{}", self.origin, metrics_path(engine))
+    }
+}
 
-/// Every vLLM node in `snap`, by node key.
+/// The engine's side page (version, limits) is asked for on the first good scrape and then
+/// every this many.
+const INFO_EVERY: u32 = 60;
+
+/// Every self-hosted node in `snap`, by node key.
 pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
     let mut out = HashMap::new();
-    for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Vllm) {
+    for b in snap.backends.iter().filter(|b| b.kind == BackendKind::Local) {
         let pool = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.pool());
         let agent_port = pool.and_then(|p| p.agent_port);
         let on_host = pool.is_some_and(|p| p.agent_address == AgentAddress::Host);
+        let engine = pool.map_or(EngineSetting::Auto, |p| p.engine);
         for n in &b.nodes {
             let origin = n.origin.trim_end_matches('/');
             let target = Target {
-                metrics_url: format!("{origin}/metrics"),
-                version_url: format!("{origin}/version"),
+                origin: origin.to_string(),
+                engine,
                 agent_url: agent_port.and_then(|p| {
                     // A DaemonSet's hostPort answers on the machine's IP, not the pod's.
                     let host = n.host_ip.as_deref().filter(|_| on_host);
@@ -106,7 +118,7 @@ pub fn next_delay(interval: Duration, jitter: f64, backoff_max: Duration, failur
     }
 }
 
-/// Scrape every vLLM node of the current snapshot until the task is aborted (aborting it
+/// Scrape every self-hosted node of the current snapshot until the task is aborted (aborting it
 /// stops every node's task too).
 pub async fn run(
     snapshot: Arc<ArcSwap<Snapshot>>,
@@ -143,8 +155,9 @@ pub async fn run(
                 client: client.clone(),
                 permits: permits.clone(),
                 cfg: cfg.clone(),
+                engine: target.engine.fixed(),
                 last_page: None,
-                version_in: 0,
+                info_in: 0,
             };
             let task = tasks.spawn(node.run());
             nodes.insert(key, (target, task));
@@ -207,11 +220,14 @@ struct NodeScraper {
     client: reqwest::Client,
     permits: Arc<Semaphore>,
     cfg: TelemetryConfig,
+    /// The engine whose adapter reads this node's pages: the pool's, or the one detected
+    /// (`None` until a page tells, with `engine: auto`).
+    engine: Option<Engine>,
     /// The last page and what it parsed to: an idle node's page does not change between
     /// scrapes, and parsing is most of a scrape's cost.
     last_page: Option<(String, NodeSample)>,
-    /// Good scrapes until the engine version is asked for again (0: at the next one).
-    version_in: u32,
+    /// Good scrapes until the engine's side page is asked for again (0: at the next one).
+    info_in: u32,
 }
 
 impl NodeScraper {
@@ -235,8 +251,8 @@ impl NodeScraper {
         }
     }
 
-    /// Scrape vLLM (and the agent, at the same time); record the outcome. Returns whether
-    /// the vLLM scrape succeeded (the agent does not count).
+    /// Scrape the node's metrics (and the agent's, at the same time); record the outcome.
+    /// Returns whether the node's own scrape succeeded (the agent does not count).
     async fn scrape_once(&mut self) -> bool {
         let timeout = Duration::from_millis(self.cfg.timeout_ms.max(1));
         let agent = async {
@@ -245,14 +261,14 @@ impl NodeScraper {
                 None => None,
             }
         };
-        let (vllm, agent) = tokio::join!(fetch(&self.client, &self.target.metrics_url, timeout), agent);
+        let (page, agent) = tokio::join!(self.fetch_page(timeout), agent);
         let now = Instant::now();
-        let parsed = vllm.and_then(|body| match &self.last_page {
-            Some((page, sample)) if *page == body => Ok(sample.clone()),
+        let parsed = page.and_then(|(engine, body)| match &self.last_page {
+            Some((last, sample)) if *last == body => Ok((engine, sample.clone())),
             _ => {
-                let sample = parse_vllm_means(&body)?;
+                let sample = read_means(engine, &body)?;
                 self.last_page = Some((body, sample.clone()));
-                Ok(sample)
+                Ok((engine, sample))
             }
         });
         // The agent's reading lands first, so whoever sees this scrape sees both.
@@ -261,30 +277,62 @@ impl NodeScraper {
             Some(Ok(a)) => self.board.on_agent(&self.key, a),
             Some(Err(e)) => self.board.on_agent_failure(&self.key, e.to_string()),
         }
-        let ok = match parsed {
-            Ok(sample) => {
-                self.board.on_scrape(&self.key, sample, now);
+        match parsed {
+            Ok((engine, sample)) => {
+                self.engine = Some(engine);
+                self.board.on_scrape(&self.key, engine, sample, now);
                 self.load.mark_scraped(&self.key);
-                if self.version_in == 0 {
-                    let version =
-                        fetch(&self.client, &self.target.version_url, timeout).await.ok().and_then(|body| {
-                            serde_json::from_str::<serde_json::Value>(&body).ok()?["version"]
-                                .as_str()
-                                .map(str::to_string)
-                        });
-                    self.board.on_engine_version(&self.key, version);
-                    self.version_in = VERSION_EVERY;
+                if self.info_in == 0 {
+                    self.read_info(engine, timeout).await;
+                    self.info_in = INFO_EVERY;
                 }
-                self.version_in -= 1;
+                self.info_in -= 1;
                 true
             }
             Err(e) => {
+                // Under `auto`, a page that no longer reads as the engine told before is
+                // told again at the next scrape (the node may have been replaced).
+                if self.target.engine == EngineSetting::Auto {
+                    self.engine = None;
+                    self.info_in = 0;
+                }
                 let n = self.board.on_failure(&self.key, e.to_string(), now);
-                tracing::debug!(node = %self.key, failures = n, error = %e, "vLLM scrape failed");
+                tracing::debug!(node = %self.key, failures = n, error = %e, "node scrape failed");
                 false
             }
-        };
-        ok
+        }
+    }
+
+    /// The node's metrics page, and the engine that reads it: the pool's or the one told
+    /// before, else the engine whose names the page (at `/metrics`, or at TensorRT-LLM's
+    /// `/prometheus/metrics` when `/metrics` has no engine's) carries.
+    async fn fetch_page(&self, timeout: Duration) -> Result<(Engine, String), ScrapeError> {
+        if let Some(engine) = self.engine {
+            let body = fetch(&self.client, &self.target.metrics_url(Some(engine)), timeout).await?;
+            return Ok((engine, body));
+        }
+        let url = self.target.metrics_url(None);
+        let first = fetch(&self.client, &url, timeout).await;
+        if let Some(engine) = first.as_ref().ok().and_then(|body| detect(body)) {
+            return first.map(|body| (engine, body));
+        }
+        let other = format!("{}{OTHER_METRICS_PATH}", self.target.origin);
+        match fetch(&self.client, &other, timeout).await {
+            Ok(body) => match detect(&body) {
+                Some(engine) => Ok((engine, body)),
+                None => first.and(Err(ScrapeError::NoEngine { url })),
+            },
+            // Report what `/metrics` said: the likelier page by far.
+            Err(_) => first.and(Err(ScrapeError::NoEngine { url })),
+        }
+    }
+
+    /// Ask the engine's side page for its version and limits (an engine without one: nothing).
+    async fn read_info(&self, engine: Engine, timeout: Duration) {
+        let Some(path) = info_path(engine) else { return };
+        let url = format!("{}{path}", self.target.origin);
+        let body = fetch(&self.client, &url, timeout).await.unwrap_or_default();
+        self.board.on_engine_info(&self.key, read_info(engine, &body));
     }
 }
 
@@ -369,7 +417,9 @@ mod tests {
             let t = targets(&snap);
             let node = t.values().next().unwrap();
             assert_eq!(node.agent_url.as_deref(), Some(want), "{address}");
-            assert_eq!(node.metrics_url, "http://10.0.0.5:8000/metrics");
+            assert_eq!(node.metrics_url(None), "http://10.0.0.5:8000/metrics");
+            assert_eq!(node.metrics_url(Some(Engine::Trtllm)), "http://10.0.0.5:8000/prometheus/metrics");
+            assert_eq!(node.engine, EngineSetting::Auto, "each node's engine is told from its page");
         }
     }
 }

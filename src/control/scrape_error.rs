@@ -19,6 +19,11 @@ pub enum ScrapeError {
     NotUtf8 { url: String, source: std::string::FromUtf8Error },
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// A page with no known engine's metric names (`engine: auto`).
+    #[error(
+        "{url}: no metrics of a known engine (vllm, sglang, llamacpp, trtllm, tgi); set the pool's `engine`"
+    )]
+    NoEngine { url: String },
 }
 
 /// `e: its cause: its cause's cause…`.

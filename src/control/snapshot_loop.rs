@@ -58,7 +58,7 @@ fn reported(
         quantization: meta.and_then(|m| m.metadata.quantization.clone()).or(dtype),
         engine: meta
             .and_then(|m| m.metadata.engine_version.clone())
-            .or_else(|| telemetry.and_then(|t| t.engine_version)),
+            .or_else(|| telemetry.and_then(|t| t.info.version)),
     }
 }
 
@@ -229,6 +229,7 @@ tasks:
                     vllm:num_requests_running{model_name=\"m\"} 0\n";
         sources.telemetry.on_scrape(
             key,
+            crate::canonical::Engine::Vllm,
             crate::fleet::engines::vllm::parse_vllm(text).unwrap(),
             Instant::now(),
         );

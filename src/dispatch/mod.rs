@@ -109,7 +109,7 @@ pub fn wire_format(kind: BackendKind) -> WireFormat {
     match kind {
         BackendKind::Anthropic => WireFormat::Anthropic,
         BackendKind::Gemini => WireFormat::Gemini,
-        BackendKind::Vllm | BackendKind::Openai | BackendKind::OpenaiCompatible => WireFormat::OpenAi,
+        BackendKind::Local | BackendKind::Openai | BackendKind::OpenaiCompatible => WireFormat::OpenAi,
     }
 }
 

@@ -7,7 +7,8 @@ use crate::config::{BackendKind, TaskConfig};
 
 /// The variant text for this backend, if the task has one: its name wins over its kind.
 pub fn for_backend<'t>(task: &'t TaskConfig, backend: &str, kind: BackendKind) -> Option<&'t str> {
-    task.variant_texts.get(backend).or_else(|| task.variant_texts.get(kind.as_str())).map(String::as_str)
+    let by_kind = || kind.names().iter().find_map(|name| task.variant_texts.get(*name));
+    task.variant_texts.get(backend).or_else(by_kind).map(String::as_str)
 }
 
 /// Put the backend's variant first in the request, as a system message.
@@ -33,12 +34,12 @@ mod tests {
         let base = ChatRequest { messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
 
         let mut req = base.clone();
-        apply(&task, "pool", BackendKind::Vllm, &mut req);
+        apply(&task, "pool", BackendKind::Local, &mut req);
         assert_eq!(req.messages[0], Message::new(Role::System, "Be brief."));
         assert_eq!(req.messages[1], base.messages[0]);
 
         let mut req = base.clone();
-        apply(&task, "special", BackendKind::Vllm, &mut req);
+        apply(&task, "special", BackendKind::Local, &mut req);
         assert_eq!(req.messages[0].content, "Use JSON.");
 
         let mut req = base.clone();

@@ -23,10 +23,16 @@ pub struct NodeSignals {
     pub scraped_at: Option<Instant>,
     pub running: Option<f64>,
     pub waiting: Option<f64>,
+    /// The node's own limit on requests at once (llama.cpp's slots, TensorRT-LLM's active
+    /// requests, TGI's concurrent requests), where it reports one; below the pool's
+    /// `max_running`, it is the node's capacity.
+    pub max_running: Option<f64>,
     /// KV-cache use, 0–1.
     pub kv_usage: Option<f64>,
     pub kv_blocks: Option<u64>,
     pub block_size: Option<u64>,
+    /// KV-cache capacity in tokens, where the engine reports it as one number (SGLang, TGI).
+    pub kv_capacity_tokens: Option<f64>,
     /// Recent mean time to first token, seconds.
     pub ttft_s: Option<f64>,
     /// Recent mean time spent queued, seconds.
@@ -92,10 +98,16 @@ const DEFAULT_STEP_S: f64 = 0.02;
 const DEFAULT_PREFILL_TPS: f64 = 10_000.0;
 const DEFAULT_SERVICE_S: f64 = 2.0;
 
+/// Sequences the node runs at once: the pool's `max_running`, or the node's own smaller limit.
+pub fn slots(sig: &NodeSignals, limits: &PoolLimits) -> f64 {
+    let pool = f64::from(limits.max_running.max(1));
+    sig.max_running.filter(|n| *n >= 1.0).map_or(pool, |n| n.floor().min(pool))
+}
+
 /// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node.
 pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prompt_tokens: u32) -> f64 {
     let at_node = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + load.unseen as f64;
-    let slots = f64::from(limits.max_running.max(1));
+    let slots = slots(sig, limits);
     // Requests ahead of this one in the queue once every slot is busy.
     let ahead = (at_node + 1.0 - slots).max(0.0);
     let queue_wait = ahead * sig.service_s.unwrap_or(DEFAULT_SERVICE_S) / slots;
@@ -114,6 +126,26 @@ pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prom
     queue_wait + to_first_token
 }
 
+/// Each input of [`predict_ttft`] and [`admit`], and whether the node's telemetry gave it
+/// (`false`: planning uses the pool's setting or a default). What `/admin/backends` shows per
+/// node, since engines report different things.
+pub fn predictor_inputs(sig: &NodeSignals) -> [(&'static str, bool); 11] {
+    let kv_capacity = sig.kv_blocks.zip(sig.block_size).is_some() || sig.kv_capacity_tokens.is_some();
+    [
+        ("running", sig.running.is_some()),
+        ("waiting", sig.waiting.is_some()),
+        ("slots", sig.max_running.is_some()),
+        ("kv_cache", sig.kv_usage.is_some() && kv_capacity),
+        ("ttft", sig.ttft_s.is_some()),
+        ("queue_time", sig.queue_s.is_some()),
+        ("prefill_rate", sig.prefill_tps.is_some()),
+        ("step_time", sig.itl_s.is_some()),
+        ("service_time", sig.service_s.is_some()),
+        ("prefix_hit_rate", sig.prefix_hit_rate.is_some()),
+        ("prompt_mean", sig.prompt_tokens_mean.is_some()),
+    ]
+}
+
 /// Why the node may not take the request, or `None` with the predicted TTFT if it may.
 /// `slo_s` already includes the safety margin.
 pub fn admit(
@@ -128,7 +160,7 @@ pub fn admit(
     if !fresh {
         return Err(SpillReason::Stale);
     }
-    let slots = f64::from(limits.max_running.max(1));
+    let slots = slots(sig, limits);
     let seen = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0);
     // The router's own in-flight count is a floor on what the node holds, whatever it reported.
     let at_node = (seen + load.unseen as f64).max(load.in_flight as f64);
@@ -139,12 +171,19 @@ pub fn admit(
     if sig.waiting.unwrap_or(0.0) > 0.0 || at_node + 1.0 > slots {
         return Err(SpillReason::Queue);
     }
-    if let (Some(kv), Some(blocks), Some(size)) = (sig.kv_usage, sig.kv_blocks, sig.block_size) {
-        if blocks > 0 && size > 0 {
-            let need = f64::from(prompt_tokens).div_euclid(size as f64) + 1.0;
-            // Requests sent since the scrape hold blocks too: count each like this one.
-            let after = kv + need * (1.0 + load.unseen as f64) / blocks as f64;
-            if after > (1.0 - limits.reserve).min(0.95) {
+    if let Some(kv) = sig.kv_usage {
+        // The share of the cache this request would take: whole blocks where the engine has
+        // them, else tokens of the capacity it reports; unknown capacity, no check.
+        let share = match (sig.kv_blocks, sig.block_size, sig.kv_capacity_tokens) {
+            (Some(blocks), Some(size), _) if blocks > 0 && size > 0 => {
+                Some((f64::from(prompt_tokens).div_euclid(size as f64) + 1.0) / blocks as f64)
+            }
+            (_, _, Some(capacity)) if capacity >= 1.0 => Some(f64::from(prompt_tokens) / capacity),
+            _ => None,
+        };
+        // Requests sent since the scrape hold cache too: count each like this one.
+        if let Some(share) = share {
+            if kv + share * (1.0 + load.unseen as f64) > (1.0 - limits.reserve).min(0.95) {
                 return Err(SpillReason::Kv);
             }
         }
@@ -169,9 +208,11 @@ mod tests {
             scraped_at: Some(now),
             running: Some(2.0),
             waiting: Some(0.0),
+            max_running: None,
             kv_usage: Some(0.1),
             kv_blocks: Some(1000),
             block_size: Some(16),
+            kv_capacity_tokens: None,
             ttft_s: Some(0.05),
             queue_s: Some(0.0),
             prefill_tps: Some(5000.0),
@@ -239,6 +280,63 @@ mod tests {
         assert!(admit(&full_kv, LoadView::default(), &l, 100, 9.0, now).is_ok());
         // TTFT: 3500 tokens more than usual at 5000 tok/s = 0.7 s more > a 0.5 s target.
         assert_eq!(admit(&sig(now), LoadView::default(), &l, 4000, 0.5, now), Err(SpillReason::Ttft));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_reports_fewer_slots_is_held_to_them() {
+        let now = Instant::now();
+        let open = PoolLimits { reserve: 0.0, ..limits() };
+        // llama.cpp with 2 slots in a pool configured for 10: the third request would queue.
+        let two = NodeSignals { max_running: Some(2.0), running: Some(1.0), ..sig(now) };
+        assert!(admit(&two, LoadView::default(), &open, 10, 1.0, now).is_ok());
+        let full = NodeSignals { running: Some(2.0), ..two.clone() };
+        assert_eq!(admit(&full, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        // Queue turnover is over the node's 2 slots: 3 ahead × 1 s / 2 slots = 1.5 s, + 0.05 s.
+        let four = NodeSignals { running: Some(4.0), ..two.clone() };
+        let t = predict_ttft(&four, LoadView::default(), &open, 500);
+        assert!((t - 1.55).abs() < 1e-9, "{t}");
+        // A limit above the pool's does not raise it; a nonsense one is ignored.
+        assert_eq!(slots(&NodeSignals { max_running: Some(64.0), ..sig(now) }, &open), 10.0);
+        assert_eq!(slots(&NodeSignals { max_running: Some(0.0), ..sig(now) }, &open), 10.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_reported_in_tokens_is_checked_in_tokens() {
+        let now = Instant::now();
+        let l = limits();
+        // 0.7 of 10 000 tokens used, no block geometry: a 1500-token prompt would make 0.85 > 0.8.
+        let tokens = NodeSignals {
+            kv_usage: Some(0.7),
+            kv_blocks: None,
+            block_size: None,
+            kv_capacity_tokens: Some(10_000.0),
+            ..sig(now)
+        };
+        assert_eq!(admit(&tokens, LoadView::default(), &l, 1500, 9.0, now), Err(SpillReason::Kv));
+        assert!(admit(&tokens, LoadView::default(), &l, 500, 9.0, now).is_ok());
+        // Unknown capacity: no KV check at all.
+        let unknown = NodeSignals { kv_capacity_tokens: None, ..tokens };
+        assert!(admit(&unknown, LoadView::default(), &l, 1500, 9.0, now).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_inputs_say_what_the_telemetry_gave() {
+        let now = Instant::now();
+        let given = |s: &NodeSignals| -> Vec<&str> {
+            predictor_inputs(s).into_iter().filter(|(_, had)| *had).map(|(n, _)| n).collect()
+        };
+        assert_eq!(given(&NodeSignals::default()), Vec::<&str>::new());
+        // What llama.cpp gives: counts, slots, counter rates; no latency histograms, no KV.
+        let llamacpp = NodeSignals {
+            running: Some(0.0),
+            waiting: Some(0.0),
+            max_running: Some(2.0),
+            prefill_tps: Some(900.0),
+            itl_s: Some(0.01),
+            ..NodeSignals::default()
+        };
+        assert_eq!(given(&llamacpp), ["running", "waiting", "slots", "prefill_rate", "step_time"]);
+        assert_eq!(predictor_inputs(&sig(now)).iter().filter(|(_, had)| *had).count(), 10);
     }
 
     #[tokio::test(start_paused = true)]

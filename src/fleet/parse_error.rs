@@ -1,7 +1,7 @@
 //! Why a `/metrics` page could not be read into a sample (see [`crate::fleet::engines`]): the
 //! text could not be read at some line, or it is not the page it should be.
 
-use super::engines::engine::Engine;
+use crate::canonical::Engine;
 
 /// A failure to read a Prometheus exposition page.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
-//! Each vLLM node's telemetry as planning uses it: the latest scrape, how old it is, how often
-//! scraping has failed, the NVML agent's view, and *recent* latency and throughput figures
-//! derived from the change between consecutive scrapes.
+//! Each self-hosted node's telemetry as planning uses it: the engine that reads its pages, the
+//! latest scrape, how old it is, how often scraping has failed, what the engine's side page and
+//! the NVML agent say, and *recent* latency and throughput figures derived from the change
+//! between consecutive scrapes.
 //!
 //! Pure: time comes in as an argument, nothing here does I/O. The scrape loop
 //! (`control::scrape`) is the only writer of the [`TelemetryBoard`]; the snapshot loop copies
@@ -14,9 +15,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::engines::info::EngineInfo;
 use super::headroom::NodeSignals;
 use super::metrics::{AgentSample, HistogramSample, NodeSample};
-use crate::canonical::NodeKey;
+use crate::canonical::{Engine, NodeKey};
 
 /// Weight of the newest interval in the recent figures: a figure is mostly forgotten after
 /// about three intervals that have something to say about it.
@@ -31,8 +33,12 @@ pub struct RecentStats {
     pub queue_s: Option<f64>,
     /// Mean prefill time, seconds: the prefill histogram if the node has it, else TTFT − queue.
     pub prefill_s: Option<f64>,
-    /// Prompt tokens per request over mean prefill time: one request's prefill speed, tokens/s.
+    /// Prompt tokens per request over mean prefill time: one request's prefill speed, tokens/s;
+    /// where the engine has no latency histograms, [`RecentStats::counted_prefill_tps`].
     pub prefill_tokens_per_s: Option<f64>,
+    /// Prompt tokens over seconds spent in prefill, from the engine's cumulative counters
+    /// (llama.cpp `prompt_tokens_total` / `prompt_seconds_total`), tokens/s.
+    pub counted_prefill_tps: Option<f64>,
     /// Mean inter-token latency, seconds.
     pub itl_s: Option<f64>,
     /// Mean end-to-end latency, seconds.
@@ -56,6 +62,9 @@ struct Interval {
     completions_per_s: Option<f64>,
     prompt_tokens_per_request: Option<f64>,
     prefix_cache_hit_rate: Option<f64>,
+    counted_prefill_tps: Option<f64>,
+    /// Seconds generating per generated token, from cumulative counters (llama.cpp).
+    counted_itl_s: Option<f64>,
 }
 
 fn delta(prev: Option<f64>, cur: Option<f64>) -> Option<f64> {
@@ -84,6 +93,9 @@ fn went_backwards(prev: &NodeSample, cur: &NodeSample) -> bool {
             s.prefix_cache_hits,
             s.request_success,
             s.preemptions,
+            s.prompt_seconds,
+            s.generation_seconds,
+            s.decode_calls,
         ];
         for h in [&s.ttft, &s.itl, &s.e2e, &s.queue_time, &s.prefill_time] {
             v.push(h.as_ref().and_then(|h| h.count));
@@ -116,6 +128,14 @@ fn interval(prev: &NodeSample, cur: &NodeSample, dt: f64) -> Interval {
             delta(prev.prefix_cache_hits, cur.prefix_cache_hits),
             delta(prev.prefix_cache_queries, cur.prefix_cache_queries),
         ),
+        counted_prefill_tps: ratio(
+            delta(prev.prompt_tokens, cur.prompt_tokens),
+            delta(prev.prompt_seconds, cur.prompt_seconds),
+        ),
+        counted_itl_s: ratio(
+            delta(prev.generation_seconds, cur.generation_seconds),
+            delta(prev.generation_tokens, cur.generation_tokens),
+        ),
     }
 }
 
@@ -132,18 +152,22 @@ impl RecentStats {
         self.ttft_s = ewma(self.ttft_s, i.ttft_s);
         self.queue_s = ewma(self.queue_s, i.queue_s);
         self.prefill_s = ewma(self.prefill_s, i.prefill_s);
-        self.itl_s = ewma(self.itl_s, i.itl_s);
+        self.itl_s = ewma(self.itl_s, i.itl_s.or(i.counted_itl_s));
         self.e2e_s = ewma(self.e2e_s, i.e2e_s);
         self.completions_per_s = ewma(self.completions_per_s, i.completions_per_s);
         self.prompt_tokens_per_request = ewma(self.prompt_tokens_per_request, i.prompt_tokens_per_request);
         self.prefix_cache_hit_rate = ewma(self.prefix_cache_hit_rate, i.prefix_cache_hit_rate);
-        self.prefill_tokens_per_s = ratio(self.prompt_tokens_per_request, self.prefill_s);
+        self.counted_prefill_tps = ewma(self.counted_prefill_tps, i.counted_prefill_tps);
+        self.prefill_tokens_per_s =
+            ratio(self.prompt_tokens_per_request, self.prefill_s).or(self.counted_prefill_tps);
     }
 }
 
 /// One node's telemetry.
 #[derive(Debug, Clone, Default)]
 pub struct NodeTelemetry {
+    /// The engine whose adapter read the latest good scrape (configured, or detected).
+    pub engine: Option<Engine>,
     /// The latest good scrape (shared: copying telemetry into a snapshot is cheap).
     pub sample: Option<Arc<NodeSample>>,
     /// When the latest good scrape landed.
@@ -164,8 +188,8 @@ pub struct NodeTelemetry {
     pub agent: Option<AgentSample>,
     /// Why the agent did not answer, if it did not.
     pub agent_error: Option<String>,
-    /// What the node's `/version` said (vLLM's engine version), if it answered.
-    pub engine_version: Option<String>,
+    /// What the engine's side page said (vLLM `/version`, llama.cpp `/props`, TGI `/info`).
+    pub info: EngineInfo,
 }
 
 impl NodeTelemetry {
@@ -173,8 +197,15 @@ impl NodeTelemetry {
         NodeTelemetry::default()
     }
 
-    /// A good scrape landed at `now`.
-    pub fn on_scrape(&mut self, sample: NodeSample, now: Instant) {
+    /// A good scrape, read as `engine`'s page, landed at `now`. A page of another engine than
+    /// the last (the node was replaced) starts the recent figures afresh.
+    pub fn on_scrape(&mut self, engine: Engine, sample: NodeSample, now: Instant) {
+        if self.engine != Some(engine) {
+            self.recent = RecentStats::default();
+            self.info = EngineInfo::default();
+            self.sample = None;
+            self.engine = Some(engine);
+        }
         if let (Some(prev), Some(at)) = (&self.sample, self.last_ok) {
             if went_backwards(prev, &sample) {
                 self.restarts += 1;
@@ -219,31 +250,37 @@ impl NodeTelemetry {
         self.age(now).is_none_or(|a| a > stale_after)
     }
 
-    /// What planning reads of this node (see [`NodeSignals`]).
+    /// What planning reads of this node (see [`NodeSignals`]). Where the engine reports a
+    /// figure itself (a throughput or hit-rate gauge, a limit on its side page) it stands in for
+    /// the one the router would derive, and only then.
     pub fn signals(&self) -> NodeSignals {
         let s = self.sample.as_deref();
         let cache = s.and_then(|s| s.cache.as_ref());
         let r = &self.recent;
+        let kv_capacity_tokens = s.and_then(|s| s.kv_capacity_tokens).or(self.info.kv_capacity_tokens);
+        let kv_used_share = s.and_then(|s| ratio(s.kv_used_tokens, kv_capacity_tokens));
         NodeSignals {
             scraped_at: self.last_ok,
             running: s.and_then(|s| s.running),
             waiting: s.and_then(|s| s.waiting),
-            kv_usage: s.and_then(|s| s.kv_cache_usage),
+            max_running: s.and_then(|s| s.max_running).or(self.info.max_running),
+            kv_usage: s.and_then(|s| s.kv_cache_usage).or(kv_used_share),
             kv_blocks: cache.and_then(|c| c.num_gpu_blocks),
             block_size: cache.and_then(|c| c.block_size),
+            kv_capacity_tokens,
             ttft_s: r.ttft_s,
             queue_s: r.queue_s,
-            prefill_tps: r.prefill_tokens_per_s,
+            prefill_tps: r.prefill_tokens_per_s.or(s.and_then(|s| s.reported_prefill_tps)),
             itl_s: r.itl_s,
             // A request holds a slot from leaving the queue to its end.
             service_s: r.e2e_s.map(|e| r.queue_s.map_or(e, |q| (e - q).max(0.0))),
-            prefix_hit_rate: r.prefix_cache_hit_rate,
+            prefix_hit_rate: r.prefix_cache_hit_rate.or(s.and_then(|s| s.reported_prefix_hit_rate)),
             prompt_tokens_mean: r.prompt_tokens_per_request,
         }
     }
 }
 
-/// Every vLLM node's telemetry, by node key. Written by the scrape loop, read (copied) by
+/// Every self-hosted node's telemetry, by node key. Written by the scrape loop, read (copied) by
 /// the snapshot loop.
 #[derive(Debug, Default)]
 pub struct TelemetryBoard {
@@ -272,8 +309,8 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_scrape`].
-    pub fn on_scrape(&self, key: &NodeKey, sample: NodeSample, now: Instant) {
-        self.with(key, |n| n.on_scrape(sample, now));
+    pub fn on_scrape(&self, key: &NodeKey, engine: Engine, sample: NodeSample, now: Instant) {
+        self.with(key, |n| n.on_scrape(engine, sample, now));
     }
 
     /// See [`NodeTelemetry::on_failure`]; returns the node's consecutive failures.
@@ -294,9 +331,9 @@ impl TelemetryBoard {
         self.with(key, |n| n.on_agent_failure(error));
     }
 
-    /// Record what the node's `/version` said (`None`: it did not answer or had no version).
-    pub fn on_engine_version(&self, key: &NodeKey, version: Option<String>) {
-        self.with(key, |n| n.engine_version = version);
+    /// Record what the engine's side page said (all `None`: it did not answer).
+    pub fn on_engine_info(&self, key: &NodeKey, info: EngineInfo) {
+        self.with(key, |n| n.info = info);
     }
 
     /// [`NodeTelemetry::signals`] of one node, without copying the rest.
@@ -368,13 +405,13 @@ mod tests {
         let t0 = Instant::now();
         let mut n = NodeTelemetry::new();
         let s0 = node(10.0, 0.5, 0.25, 1000.0, 0.0, 0.0);
-        n.on_scrape(s0.clone(), t0);
+        n.on_scrape(Engine::Vllm, s0.clone(), t0);
         // One sample: nothing recent known yet.
         assert_eq!(n.recent, RecentStats::default());
 
         // 4 requests in 2 s: TTFT 0.75, queue 0.25 → prefill 0.5; 2000 prompt tokens each.
         let s1 = plus(&s0, 4.0, 0.75, 0.25, 2000.0);
-        n.on_scrape(s1.clone(), t0 + Duration::from_secs(2));
+        n.on_scrape(Engine::Vllm, s1.clone(), t0 + Duration::from_secs(2));
         assert_eq!(
             n.recent,
             RecentStats {
@@ -387,13 +424,14 @@ mod tests {
                 completions_per_s: Some(2.0),
                 prompt_tokens_per_request: Some(2000.0),
                 prefix_cache_hit_rate: Some(0.25),
+                counted_prefill_tps: None,
             }
         );
 
         // Next 1 s: 2 requests, TTFT 0.25, queue 0.25 → prefill 0; 1000 prompt tokens each.
         // EWMA with alpha 1/2 halves the way to each new value.
         let s2 = plus(&s1, 2.0, 0.25, 0.25, 1000.0);
-        n.on_scrape(s2.clone(), t0 + Duration::from_secs(3));
+        n.on_scrape(Engine::Vllm, s2.clone(), t0 + Duration::from_secs(3));
         let r = n.recent;
         assert_eq!(r.ttft_s, Some(0.5));
         assert_eq!(r.queue_s, Some(0.25));
@@ -403,7 +441,7 @@ mod tests {
         assert_eq!(r.prefill_tokens_per_s, Some(6000.0));
 
         // A quiet second: latencies kept, throughput halves towards 0.
-        n.on_scrape(s2.clone(), t0 + Duration::from_secs(4));
+        n.on_scrape(Engine::Vllm, s2.clone(), t0 + Duration::from_secs(4));
         assert_eq!(n.recent.ttft_s, Some(0.5));
         assert_eq!(n.recent.prompt_tokens_per_request, Some(1500.0));
         assert_eq!(n.recent.completions_per_s, Some(1.0));
@@ -416,10 +454,10 @@ mod tests {
         let mut n = NodeTelemetry::new();
         let mut s0 = node(1.0, 0.5, 0.25, 100.0, 0.0, 0.0);
         s0.prefill_time = hist(0.125, 1.0);
-        n.on_scrape(s0.clone(), t0);
+        n.on_scrape(Engine::Vllm, s0.clone(), t0);
         let mut s1 = plus(&s0, 1.0, 0.5, 0.25, 100.0);
         s1.prefill_time = hist(0.125 + 0.0625, 2.0);
-        n.on_scrape(s1, t0 + Duration::from_secs(1));
+        n.on_scrape(Engine::Vllm, s1, t0 + Duration::from_secs(1));
         assert_eq!(n.recent.prefill_s, Some(0.0625));
         assert_eq!(n.recent.prefill_tokens_per_s, Some(1600.0));
     }
@@ -429,18 +467,18 @@ mod tests {
         let t0 = Instant::now();
         let mut n = NodeTelemetry::new();
         let s0 = node(100.0, 0.5, 0.25, 1000.0, 0.0, 0.0);
-        n.on_scrape(s0.clone(), t0);
+        n.on_scrape(Engine::Vllm, s0.clone(), t0);
         let s1 = plus(&s0, 2.0, 0.5, 0.25, 1000.0);
-        n.on_scrape(s1, t0 + Duration::from_secs(1));
+        n.on_scrape(Engine::Vllm, s1, t0 + Duration::from_secs(1));
         let before = n.recent;
         assert_eq!(before.completions_per_s, Some(2.0));
         // The node restarted: its counters start again from a few requests.
         let fresh = node(1.0, 0.25, 0.0, 10.0, 0.0, 0.0);
-        n.on_scrape(fresh.clone(), t0 + Duration::from_secs(2));
+        n.on_scrape(Engine::Vllm, fresh.clone(), t0 + Duration::from_secs(2));
         assert_eq!(n.restarts, 1);
         assert_eq!(n.recent, before, "no negative rates from a restart");
         // The next interval is measured from the new baseline.
-        n.on_scrape(plus(&fresh, 3.0, 0.5, 0.25, 10.0), t0 + Duration::from_secs(3));
+        n.on_scrape(Engine::Vllm, plus(&fresh, 3.0, 0.5, 0.25, 10.0), t0 + Duration::from_secs(3));
         assert_eq!(n.recent.completions_per_s, Some(2.5));
         assert!(n.recent.ttft_s.unwrap() > 0.0);
     }
@@ -450,8 +488,8 @@ mod tests {
         let t0 = Instant::now();
         let mut n = NodeTelemetry::new();
         let bare = NodeSample { running: Some(2.0), ..NodeSample::default() };
-        n.on_scrape(bare.clone(), t0);
-        n.on_scrape(bare, t0 + Duration::from_secs(1));
+        n.on_scrape(Engine::Vllm, bare.clone(), t0);
+        n.on_scrape(Engine::Vllm, bare, t0 + Duration::from_secs(1));
         assert_eq!(n.recent, RecentStats::default());
     }
 
@@ -462,7 +500,7 @@ mod tests {
         let mut n = NodeTelemetry::new();
         assert!(n.is_stale(t0, stale), "never scraped is stale");
         assert_eq!(n.age(t0), None);
-        n.on_scrape(NodeSample::default(), t0);
+        n.on_scrape(Engine::Vllm, NodeSample::default(), t0);
         assert!(!n.is_stale(t0 + stale, stale));
         assert!(n.is_stale(t0 + stale + Duration::from_millis(1), stale));
         n.on_failure("refused".into(), t0 + Duration::from_secs(1));
@@ -470,7 +508,7 @@ mod tests {
         assert_eq!(n.consecutive_failures, 2);
         assert_eq!(n.age(t0 + Duration::from_secs(2)), Some(Duration::from_secs(2)));
         assert!(n.sample.is_some(), "the last good sample stays");
-        n.on_scrape(NodeSample::default(), t0 + Duration::from_secs(3));
+        n.on_scrape(Engine::Vllm, NodeSample::default(), t0 + Duration::from_secs(3));
         assert_eq!(n.consecutive_failures, 0);
         assert_eq!(n.last_error.as_deref(), Some("refused"));
     }
@@ -479,7 +517,12 @@ mod tests {
     fn agent_down_leaves_vllm_telemetry() {
         let board = TelemetryBoard::new();
         let t0 = Instant::now();
-        board.on_scrape(&"n".into(), NodeSample { running: Some(3.0), ..NodeSample::default() }, t0);
+        board.on_scrape(
+            &"n".into(),
+            Engine::Vllm,
+            NodeSample { running: Some(3.0), ..NodeSample::default() },
+            t0,
+        );
         board
             .on_agent(&"n".into(), AgentSample { up: false, reason: Some("no driver".into()), gpus: vec![] });
         board.on_agent_failure(&"n".into(), "refused".into());
@@ -491,5 +534,61 @@ mod tests {
         board.retain(|k| k != "n");
         assert!(board.get("n").is_none());
         assert!(board.all().is_empty());
+    }
+
+    /// llama.cpp has no latency histograms: prefill rate and step time come from its counters,
+    /// its slots from `/props`; a page of another engine starts the recent figures afresh.
+    #[tokio::test(start_paused = true)]
+    async fn counters_stand_in_for_histograms_and_the_side_page_for_limits() {
+        let t0 = Instant::now();
+        let page = |prompt: f64, prompt_s: f64, gen: f64, gen_s: f64| NodeSample {
+            running: Some(1.0),
+            waiting: Some(0.0),
+            prompt_tokens: Some(prompt),
+            prompt_seconds: Some(prompt_s),
+            generation_tokens: Some(gen),
+            generation_seconds: Some(gen_s),
+            reported_prefill_tps: Some(123.0),
+            ..NodeSample::default()
+        };
+        let mut n = NodeTelemetry::new();
+        n.on_scrape(Engine::Llamacpp, page(100.0, 0.1, 50.0, 0.5), t0);
+        // Before two pages: only the engine's own gauge tells the prefill rate.
+        assert_eq!(n.signals().prefill_tps, Some(123.0));
+        n.info = EngineInfo { max_running: Some(2.0), ..EngineInfo::default() };
+        // 900 prompt tokens in 0.5 s; 100 tokens generated in 2 s of generating.
+        n.on_scrape(Engine::Llamacpp, page(1000.0, 0.6, 150.0, 2.5), t0 + Duration::from_secs(1));
+        let s = n.signals();
+        assert_eq!(s.prefill_tps, Some(1800.0));
+        assert_eq!(s.itl_s, Some(0.02));
+        assert_eq!(s.max_running, Some(2.0));
+        assert_eq!((s.ttft_s, s.queue_s, s.service_s, s.kv_usage), (None, None, None, None));
+        // The node now answers as vLLM: what llama.cpp's counters said is forgotten.
+        n.on_scrape(
+            Engine::Vllm,
+            NodeSample { running: Some(0.0), ..NodeSample::default() },
+            t0 + Duration::from_secs(2),
+        );
+        assert_eq!(n.engine, Some(Engine::Vllm));
+        assert_eq!(n.recent, RecentStats::default());
+        assert_eq!((n.signals().max_running, n.signals().prefill_tps), (None, None));
+    }
+
+    /// Used and total tokens stand in for a KV ratio the engine does not print (TGI, with its
+    /// batch token budget from `/info`); a reported hit rate stands in for the counters.
+    #[test]
+    fn token_counts_give_the_kv_share_where_no_ratio_is_printed() {
+        let mut n = NodeTelemetry::new();
+        let sample = NodeSample {
+            kv_used_tokens: Some(8000.0),
+            reported_prefix_hit_rate: Some(0.4),
+            ..NodeSample::default()
+        };
+        n.on_scrape(Engine::Tgi, sample, Instant::now());
+        assert_eq!(n.signals().kv_usage, None, "no capacity known yet");
+        n.info = EngineInfo { kv_capacity_tokens: Some(32000.0), ..EngineInfo::default() };
+        let s = n.signals();
+        assert_eq!((s.kv_usage, s.kv_capacity_tokens), (Some(0.25), Some(32000.0)));
+        assert_eq!(s.prefix_hit_rate, Some(0.4));
     }
 }

@@ -38,6 +38,25 @@ fn breaker_str(b: BreakerView) -> &'static str {
     }
 }
 
+/// A self-hosted node's engine as telemetry knows it: which adapter reads its pages (`null`
+/// before the first good scrape of an `auto` pool), what its side page said, and which of the
+/// TTFT predictor's inputs its telemetry gives (the rest are defaults).
+fn engine_of(state: &AppState, n: &crate::snapshot::NodeView) -> serde_json::Map<String, Value> {
+    let telemetry = state.telemetry.get(&n.key);
+    let (measured, defaulted): (Vec<_>, Vec<_>) =
+        crate::fleet::headroom::predictor_inputs(&n.signals).into_iter().partition(|(_, had)| *had);
+    let names = |v: Vec<(&'static str, bool)>| v.into_iter().map(|(name, _)| name).collect::<Vec<_>>();
+    let mut out = serde_json::Map::new();
+    out.insert("engine".into(), json!(telemetry.as_ref().and_then(|t| t.engine).map(|e| e.name())));
+    out.insert("engine_version".into(), json!(telemetry.as_ref().and_then(|t| t.info.version.clone())));
+    out.insert("slots".into(), json!(n.signals.max_running));
+    out.insert(
+        "predictor_inputs".into(),
+        json!({"measured": names(measured), "defaulted": names(defaulted)}),
+    );
+    out
+}
+
 /// `GET /admin/backends`.
 pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     reply(authorize(&state, &headers).map(|_| {
@@ -53,24 +72,29 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                     .map(|n| {
                         let age =
                             n.signals.scraped_at.map(|at| now.saturating_duration_since(at).as_secs_f64());
-                        json!({
+                        let mut node = json!({
                             "node": n.key,
                             "origin": n.origin,
                             "breaker": breaker_str(n.breaker),
                             "breaker_forced": n.handle.breaker.forced(),
                             "held": n.held,
                             "quarantined": n.quarantine,
-                            "engine": state.telemetry.get(&n.key).and_then(|t| t.engine_version),
                             "in_flight": n.handle.load.view().in_flight,
                             "running": n.signals.running,
                             "waiting": n.signals.waiting,
                             "telemetry_age_s": age,
-                        })
+                        });
+                        if b.is_local() {
+                            node.as_object_mut().expect("an object").extend(engine_of(&state, n));
+                        }
+                        node
                     })
                     .collect();
+                let engine = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.pool());
                 json!({
                     "backend": b.name,
                     "kind": b.kind.as_str(),
+                    "engine": engine.map(|p| p.engine.as_str()),
                     "model": b.model,
                     "local": b.is_local(),
                     "availability": b.availability,

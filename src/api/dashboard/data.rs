@@ -222,6 +222,7 @@ fn backends(f: &Families<'_>, config: &Config) -> Vec<Value> {
             json!({
                 "backend": name,
                 "kind": b.kind().as_str(),
+                "engine": b.pool().map(|p| p.engine.as_str()),
                 "local": b.kind().is_local(),
                 "availability": availability.map_or(Value::Null, num),
                 "breakers": breakers,

@@ -261,7 +261,7 @@
           ...gates.map(([task, state]) => el('span', { class: state === 'fail' ? 'bad' : '' }, `${task} ${state}`)))
         : el('span', { class: 'muted' }, dash);
       const tr = el('tr', { 'data-backend': b.backend },
-        el('td', {}, b.backend), el('td', {}, b.local ? `${b.kind} (local)` : b.kind),
+        el('td', {}, b.backend), el('td', {}, b.local ? `${b.kind} (${b.engine})` : b.kind),
         el('td', {}, fmtCount(b.requests)), el('td', {}, avail), el('td', {}, weightCell),
         el('td', {}, breakers), el('td', { class: b.quarantined > 0 ? 'bad' : '' }, String(b.quarantined)),
         el('td', { 'data-field': 'gate' }, gateCell));

@@ -1,4 +1,4 @@
-//! What a backend is: a vLLM pool or a hosted API, its wire format, price, tokenizer and
+//! What a backend is: a pool of self-hosted nodes or a hosted API, its wire format, price, tokenizer and
 //! capabilities, and, by kind, what only that kind has (`pool`: nodes, capacity, agent, pins,
 //! discovery, GPU price; `hosted`: API address, quota, model version). Types only: `written`
 //! reads the YAML form into them (and gives their schema), checks live in `validate`, and
@@ -24,8 +24,10 @@ pub use pool::*;
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
-    /// A pool of self-hosted vLLM nodes (OpenAI-compatible wire format).
-    Vllm,
+    /// A pool of self-hosted nodes (vLLM, SGLang, llama.cpp, TensorRT-LLM, TGI; OpenAI-compatible
+    /// wire format). Written `local`, or `vllm` (its older name).
+    #[serde(alias = "vllm")]
+    Local,
     /// OpenAI's API.
     Openai,
     /// Anthropic's Messages API.
@@ -38,7 +40,7 @@ pub enum BackendKind {
 
 impl BackendKind {
     pub const ALL: [BackendKind; 5] = [
-        BackendKind::Vllm,
+        BackendKind::Local,
         BackendKind::Openai,
         BackendKind::Anthropic,
         BackendKind::Gemini,
@@ -47,12 +49,28 @@ impl BackendKind {
 
     /// Self-hosted GPUs (the fleet) rather than a hosted API.
     pub fn is_local(self) -> bool {
-        self == BackendKind::Vllm
+        self == BackendKind::Local
+    }
+
+    /// What config may call this kind: its name, and for `local` its older name `vllm`.
+    pub fn names(self) -> &'static [&'static str] {
+        match self {
+            BackendKind::Local => &["local", "vllm"],
+            BackendKind::Openai => &["openai"],
+            BackendKind::Anthropic => &["anthropic"],
+            BackendKind::Gemini => &["gemini"],
+            BackendKind::OpenaiCompatible => &["openai_compatible"],
+        }
+    }
+
+    /// Whether `name` is one of [`BackendKind::names`].
+    pub fn is_named(self, name: &str) -> bool {
+        self.names().contains(&name)
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            BackendKind::Vllm => "vllm",
+            BackendKind::Local => "local",
             BackendKind::Openai => "openai",
             BackendKind::Anthropic => "anthropic",
             BackendKind::Gemini => "gemini",
@@ -66,7 +84,7 @@ impl BackendKind {
             BackendKind::Openai => Some("https://api.openai.com/v1"),
             BackendKind::Anthropic => Some("https://api.anthropic.com"),
             BackendKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            BackendKind::Vllm | BackendKind::OpenaiCompatible => None,
+            BackendKind::Local | BackendKind::OpenaiCompatible => None,
         }
     }
 }
@@ -137,7 +155,7 @@ pub struct BackendConfig {
     /// The vector space of this backend's embeddings (a name you choose, such as the
     /// embedding model's): only backends that declare one serve `/v1/embeddings`, and a task's
     /// backends must all declare the same, since vectors of different models cannot be
-    /// compared. Kinds vllm, openai and openai_compatible only (`written` refuses it on the
+    /// compared. Kinds local, openai and openai_compatible only (`written` refuses it on the
     /// others, and puts it in those kinds' schema branches).
     #[serde(default)]
     #[schemars(skip)]
@@ -149,8 +167,8 @@ pub struct BackendConfig {
 /// A backend's kind with the settings only that kind has.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendSpec {
-    /// A pool of self-hosted vLLM nodes.
-    Vllm(PoolSpec),
+    /// A pool of self-hosted nodes.
+    Local(PoolSpec),
     /// OpenAI's API.
     Openai(HostedSpec),
     /// Anthropic's Messages API.
@@ -164,7 +182,7 @@ pub enum BackendSpec {
 impl BackendSpec {
     pub fn kind(&self) -> BackendKind {
         match self {
-            BackendSpec::Vllm(_) => BackendKind::Vllm,
+            BackendSpec::Local(_) => BackendKind::Local,
             BackendSpec::Openai(_) => BackendKind::Openai,
             BackendSpec::Anthropic(_) => BackendKind::Anthropic,
             BackendSpec::Gemini(_) => BackendKind::Gemini,
@@ -178,18 +196,18 @@ impl BackendConfig {
         self.spec.kind()
     }
 
-    /// The pool settings of a `vllm` backend; `None` for a hosted one.
+    /// The pool settings of a `local` backend; `None` for a hosted one.
     pub fn pool(&self) -> Option<&PoolSpec> {
         match &self.spec {
-            BackendSpec::Vllm(pool) => Some(pool),
+            BackendSpec::Local(pool) => Some(pool),
             _ => None,
         }
     }
 
-    /// The hosted settings (`base_url`, `quota`, `version`) of any kind but `vllm`.
+    /// The hosted settings (`base_url`, `quota`, `version`) of any kind but `local`.
     pub fn hosted(&self) -> Option<&HostedSpec> {
         match &self.spec {
-            BackendSpec::Vllm(_) => None,
+            BackendSpec::Local(_) => None,
             BackendSpec::Openai(h) | BackendSpec::Anthropic(h) | BackendSpec::Gemini(h) => Some(h),
             BackendSpec::OpenaiCompatible(c) => Some(&c.hosted),
         }
@@ -198,7 +216,7 @@ impl BackendConfig {
     /// Whether the nodes serve Anthropic Messages requests themselves (`messages: native`).
     pub fn serves_messages(&self) -> bool {
         match &self.spec {
-            BackendSpec::Vllm(pool) => pool.messages == MessagesApi::Native,
+            BackendSpec::Local(pool) => pool.messages == MessagesApi::Native,
             BackendSpec::OpenaiCompatible(c) => c.messages == MessagesApi::Native,
             _ => false,
         }
@@ -208,7 +226,7 @@ impl BackendConfig {
     /// base URLs; none for the other kinds.
     pub fn endpoints(&self) -> &[String] {
         match &self.spec {
-            BackendSpec::Vllm(pool) => &pool.endpoints,
+            BackendSpec::Local(pool) => &pool.endpoints,
             BackendSpec::OpenaiCompatible(c) => &c.endpoints,
             _ => &[],
         }
@@ -242,7 +260,7 @@ impl BackendKind {
     /// Whether this kind speaks OpenAI's wire, and so can serve legacy completions and
     /// embeddings as well as chat.
     pub fn speaks_openai(self) -> bool {
-        matches!(self, BackendKind::Vllm | BackendKind::Openai | BackendKind::OpenaiCompatible)
+        matches!(self, BackendKind::Local | BackendKind::Openai | BackendKind::OpenaiCompatible)
     }
 }
 
@@ -286,7 +304,7 @@ impl Capabilities {
             BackendKind::Openai => (true, true, true, Some(128_000)),
             BackendKind::Anthropic => (true, true, true, Some(200_000)),
             BackendKind::Gemini => (true, true, true, Some(1_048_576)),
-            BackendKind::Vllm => (false, false, true, None),
+            BackendKind::Local => (false, false, true, None),
             BackendKind::OpenaiCompatible => (true, false, true, None),
         };
         Capabilities { tools, vision, json_schema, max_context }

@@ -1,17 +1,27 @@
-//! What only a vLLM pool has: its nodes, capacity and reserve, the NVML agent beside each
-//! node, the metadata every node must report, Kubernetes discovery and the price of a GPU hour.
+//! What only a pool of self-hosted nodes has: its nodes and their serving engine, capacity and
+//! reserve, the NVML agent beside each node, the metadata every node must report, Kubernetes
+//! discovery and the price of a GPU hour.
+
+use std::borrow::Cow;
 
 use rust_decimal::Decimal;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Deserializer, Serialize};
 
-/// The settings of a `vllm` backend beside the keys every kind takes.
+use crate::canonical::Engine;
+
+/// The settings of a `local` backend beside the keys every kind takes.
 #[derive(Debug, Clone, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSpec {
     /// Node addresses of the pool, without `/v1`.
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// The serving engine of the pool's nodes, whose metrics tell their headroom: `vllm`,
+    /// `sglang`, `llamacpp`, `trtllm`, `tgi`, or `auto` (the default): each node's engine is told
+    /// from the metric names of its first good scrape, so a pool may mix engines.
+    #[serde(default)]
+    pub engine: EngineSetting,
     /// Port of the NVML agent beside each node (`spillway agent`), if one runs.
     #[serde(default)]
     pub agent_port: Option<u16>,
@@ -24,7 +34,9 @@ pub struct PoolSpec {
     /// so its traffic can come home.
     #[serde(default = "default_reserve")]
     pub reserve: f64,
-    /// Sequences one node runs at once (vLLM's `--max-num-seqs`), its capacity.
+    /// Sequences one node runs at once (vLLM's `--max-num-seqs`), its capacity. A node that
+    /// reports a smaller limit of its own (llama.cpp's slots, TensorRT-LLM's active requests) is
+    /// held to that.
     #[serde(default = "default_max_running")]
     pub max_running: u32,
     /// What every node must report; a node that differs is quarantined.
@@ -48,6 +60,55 @@ pub struct PoolSpec {
     pub messages: MessagesApi,
 }
 
+/// Which engine a pool's nodes run: one named, or told per node from its metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EngineSetting {
+    /// Each node's engine is detected from its first good scrape.
+    #[default]
+    Auto,
+    /// Every node runs this engine.
+    Is(Engine),
+}
+
+impl EngineSetting {
+    /// The engine named, if one is.
+    pub fn fixed(self) -> Option<Engine> {
+        match self {
+            EngineSetting::Auto => None,
+            EngineSetting::Is(e) => Some(e),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.fixed().map_or("auto", Engine::name)
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineSetting {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = Cow::<str>::deserialize(d)?;
+        if name == "auto" {
+            return Ok(EngineSetting::Auto);
+        }
+        Engine::from_name(&name).map(EngineSetting::Is).ok_or_else(|| {
+            let all: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+            serde::de::Error::custom(format!("unknown engine `{name}`, expected auto, {}", all.join(", ")))
+        })
+    }
+}
+
+impl JsonSchema for EngineSetting {
+    fn schema_name() -> Cow<'static, str> {
+        "EngineSetting".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let mut names = vec!["auto"];
+        names.extend(Engine::ALL.iter().map(|e| e.name()));
+        json_schema!({ "type": "string", "enum": names })
+    }
+}
+
 /// Whether a self-hosted backend's nodes serve the Anthropic Messages API themselves.
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +123,7 @@ impl Default for PoolSpec {
     fn default() -> Self {
         PoolSpec {
             endpoints: Vec::new(),
+            engine: EngineSetting::default(),
             agent_port: None,
             agent_address: AgentAddress::default(),
             reserve: default_reserve(),
@@ -98,7 +160,7 @@ pub enum AgentAddress {
     Host,
 }
 
-/// Pinned metadata of a vLLM pool. Unset fields are not checked.
+/// Pinned metadata of a pool. Unset fields are not checked.
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Pin {
@@ -129,7 +191,7 @@ pub struct KubernetesDiscovery {
     pub namespace: String,
     /// Label selector, e.g. `app=vllm,pool=llama-8b`.
     pub selector: String,
-    /// Port of vLLM's HTTP server on each pod.
+    /// Port of the serving engine's HTTP server on each pod.
     #[serde(default = "default_vllm_port")]
     pub port: u16,
     /// Watch `pods` (default) or `endpointslices`.

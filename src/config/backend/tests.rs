@@ -2,7 +2,9 @@
 //! takes (a key of another kind is refused with its path and the kinds that take it).
 
 use super::*;
+use crate::canonical::Engine;
 use crate::config::{load_file, parse};
+use serde_json::Value;
 
 const TASKS: &str = "tasks: [{name: t, backends: [b], slo: {ttft_ms: 500}}]\n";
 
@@ -83,6 +85,7 @@ fn a_tokenizer_file_is_read_relative_to_the_config_file_and_counts_exactly() {
 /// A valid value of every key only some kinds take.
 const SPEC_KEYS: &[(&str, &str)] = &[
     ("endpoints", "['http://10.0.0.5:8000']"),
+    ("engine", "llamacpp"),
     ("base_url", "'http://10.0.0.5:8000/v1'"),
     ("agent_port", "9400"),
     ("agent_address", "pod"),
@@ -107,7 +110,7 @@ fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_tak
     let problems = parse(&text).unwrap_err();
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].path, "backends[1].reserve", "{problems:?}");
-    assert_eq!(problems[0].message, "`reserve` does not apply to kind openai; only kind vllm takes it");
+    assert_eq!(problems[0].message, "`reserve` does not apply to kind openai; only kind local takes it");
     // Every such key of one backend, each at its path; `endpoints` names both kinds taking it.
     let problems =
         backend("{name: b, kind: anthropic, model: m, endpoints: ['http://h:1'], gpu_hourly_usd: 1, pin: ~}")
@@ -116,10 +119,10 @@ fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_tak
     assert_eq!(
         found,
         [
-            "backends[0].endpoints: `endpoints` does not apply to kind anthropic; only kinds vllm, \
+            "backends[0].endpoints: `endpoints` does not apply to kind anthropic; only kinds local, \
              openai_compatible take it",
-            "backends[0].pin: `pin` does not apply to kind anthropic; only kind vllm takes it",
-            "backends[0].gpu_hourly_usd: `gpu_hourly_usd` does not apply to kind anthropic; only kind vllm \
+            "backends[0].pin: `pin` does not apply to kind anthropic; only kind local takes it",
+            "backends[0].gpu_hourly_usd: `gpu_hourly_usd` does not apply to kind anthropic; only kind local \
              takes it",
         ]
     );
@@ -136,21 +139,21 @@ fn a_hosted_key_on_a_pool_is_refused_at_its_path_with_the_kinds_that_take_it() {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].path, format!("backends[0].{key}"), "{problems:?}");
         assert!(
-            problems[0].message.starts_with(&format!("`{key}` does not apply to kind vllm; {hosted}")),
+            problems[0].message.starts_with(&format!("`{key}` does not apply to kind local; {hosted}")),
             "{problems:?}"
         );
     }
     let problems =
         backend("{name: b, kind: vllm, model: m, discovery: ~, base_url: 'http://h:1'}").unwrap_err();
     assert!(
-        problems[0].message.ends_with("(a vllm backend lists its nodes under endpoints)"),
+        problems[0].message.ends_with("(a local backend lists its nodes under endpoints)"),
         "{problems:?}"
     );
     // Read on its own (no loader), the backend is refused too, and the message names the key.
     let err = serde_yaml_ng::from_str::<BackendConfig>("{name: b, kind: vllm, model: m, quota: {rpm: 1}}")
         .unwrap_err()
         .to_string();
-    assert!(err.contains(&format!("`quota` does not apply to kind vllm; {hosted}")), "{err}");
+    assert!(err.contains(&format!("`quota` does not apply to kind local; {hosted}")), "{err}");
 }
 
 #[test]
@@ -193,6 +196,39 @@ fn each_kind_gets_its_own_settings_with_their_defaults() {
     assert_eq!(b.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.rpm), Some(3));
     let BackendSpec::OpenaiCompatible(compatible) = &b.spec else { panic!("{b:?}") };
     assert!(compatible.hosted.base_url.is_none());
+}
+
+#[test]
+fn a_local_pool_is_also_written_vllm_and_names_its_engine_or_detects_it() {
+    for kind in ["local", "vllm"] {
+        let b = backend(&format!("{{name: b, kind: {kind}, model: m, endpoints: ['http://h:1']}}")).unwrap();
+        assert_eq!(b.kind(), BackendKind::Local);
+        assert_eq!(b.pool().unwrap().engine, EngineSetting::Auto, "{kind}");
+    }
+    for engine in Engine::ALL {
+        let yaml = format!("{{name: b, kind: local, model: m, endpoints: ['http://h:1'], engine: {engine}}}");
+        assert_eq!(backend(&yaml).unwrap().pool().unwrap().engine, EngineSetting::Is(engine));
+    }
+    let problems =
+        backend("{name: b, kind: local, model: m, endpoints: ['http://h:1'], engine: ollama}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].engine", "{problems:?}");
+    assert!(
+        problems[0]
+            .message
+            .contains("unknown engine `ollama`, expected auto, vllm, sglang, llamacpp, trtllm, tgi"),
+        "{problems:?}"
+    );
+    let problems = backend("{name: b, kind: openai, model: m, engine: vllm}").unwrap_err();
+    assert!(problems[0].message.starts_with("`engine` does not apply to kind openai; only kind local"));
+    // The schema takes both names of the kind, and every engine.
+    let schema = crate::config::schema();
+    let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap();
+    let local = branches.iter().find(|b| b["properties"].get("engine").is_some()).unwrap();
+    let kinds: Vec<&Value> =
+        local["properties"]["kind"]["oneOf"].as_array().unwrap().iter().map(|v| &v["const"]).collect();
+    assert_eq!(kinds, ["local", "vllm"]);
+    let engines = local["properties"]["engine"]["enum"].as_array().unwrap();
+    assert_eq!(engines.len(), 6);
 }
 
 /// The kind-specific keys of each branch of the schema, by kind.

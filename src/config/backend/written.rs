@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
     AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
-    EmbeddingSpace, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
+    EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
 };
 use crate::config::yes;
 
@@ -42,6 +42,8 @@ struct Written {
     max_inflight_per_node: Option<u32>,
     #[serde(default = "yes")]
     stream_upstream: bool,
+    #[serde(default, deserialize_with = "given")]
+    engine: Option<EngineSetting>,
     #[serde(default, deserialize_with = "given")]
     agent_port: Option<Option<u16>>,
     #[serde(default, deserialize_with = "given")]
@@ -79,9 +81,10 @@ fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<
     T::deserialize(d).map(Some)
 }
 
-/// The keys only `vllm` takes.
+/// The keys only `local` takes.
 const POOL_KEYS: &[&str] = &[
     "endpoints",
+    "engine",
     "agent_port",
     "agent_address",
     "reserve",
@@ -93,7 +96,7 @@ const POOL_KEYS: &[&str] = &[
     "messages",
 ];
 
-/// The keys every kind but `vllm` takes.
+/// The keys every kind but `local` takes.
 const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 
 /// Whether a backend of `kind` takes the kind-specific key `key`.
@@ -102,7 +105,7 @@ pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
         return kind.speaks_openai();
     }
     match kind {
-        BackendKind::Vllm => POOL_KEYS.contains(&key),
+        BackendKind::Local => POOL_KEYS.contains(&key),
         BackendKind::OpenaiCompatible => {
             key == "endpoints" || key == "messages" || HOSTED_KEYS.contains(&key)
         }
@@ -126,8 +129,8 @@ impl Misplaced {
             all => format!("only kinds {} take it", all.join(", ")),
         };
         let mut message = format!("`{key}` does not apply to kind {}; {only}", kind.as_str());
-        if key == "base_url" && kind == BackendKind::Vllm {
-            message.push_str(" (a vllm backend lists its nodes under endpoints)");
+        if key == "base_url" && kind == BackendKind::Local {
+            message.push_str(" (a local backend lists its nodes under endpoints)");
         }
         Misplaced { key, message }
     }
@@ -139,7 +142,7 @@ impl Written {
         let embedding_space =
             if self.kind.speaks_openai() { self.embedding_space.take().flatten() } else { None };
         let spec = match self.kind {
-            BackendKind::Vllm => BackendSpec::Vllm(self.take_pool()),
+            BackendKind::Local => BackendSpec::Local(self.take_pool()),
             BackendKind::Openai => BackendSpec::Openai(self.take_hosted()),
             BackendKind::Anthropic => BackendSpec::Anthropic(self.take_hosted()),
             BackendKind::Gemini => BackendSpec::Gemini(self.take_hosted()),
@@ -172,6 +175,7 @@ impl Written {
     fn take_pool(&mut self) -> PoolSpec {
         PoolSpec {
             endpoints: self.endpoints.take().unwrap_or_default(),
+            engine: self.engine.take().unwrap_or_default(),
             agent_port: self.agent_port.take().flatten(),
             agent_address: self.agent_address.take().unwrap_or_default(),
             reserve: self.reserve.take().unwrap_or_else(default_reserve),
@@ -197,6 +201,7 @@ impl Written {
         [
             ("endpoints", self.endpoints.is_some()),
             ("base_url", self.base_url.is_some()),
+            ("engine", self.engine.is_some()),
             ("agent_port", self.agent_port.is_some()),
             ("agent_address", self.agent_address.is_some()),
             ("reserve", self.reserve.is_some()),
@@ -262,7 +267,7 @@ impl JsonSchema for BackendSpec {
         };
         let hosted = HostedSpec::json_schema(generator);
         let branches = [
-            with_space(branch(&kinds, &[BackendKind::Vllm], PoolSpec::json_schema(generator))),
+            with_space(branch(&kinds, &[BackendKind::Local], PoolSpec::json_schema(generator))),
             with_space(branch(&kinds, &[BackendKind::Openai], hosted.clone())),
             branch(&kinds, &[BackendKind::Anthropic, BackendKind::Gemini], hosted),
             with_space(branch(
@@ -295,19 +300,27 @@ fn embedding_space(generator: &mut SchemaGenerator) -> Value {
 /// `spec` with `kind` added as a required key that is one of `of`: `kinds` (BackendKind's
 /// schema) cut down to them.
 fn branch(kinds: &Schema, of: &[BackendKind], spec: Schema) -> Value {
-    let names: Vec<Value> = of.iter().map(|k| Value::from(k.as_str())).collect();
+    let names: Vec<Value> = of.iter().flat_map(|k| k.names()).map(|n| Value::from(*n)).collect();
     let mut kind = kinds.as_value().clone();
     let listed = |v: &Value| v.get("const").or_else(|| v.get("enum").and_then(|e| e.get(0))).is_some();
     match kind.get_mut("oneOf").and_then(Value::as_array_mut) {
         Some(variants) if variants.iter().all(listed) => {
             variants.retain(|v| v.get("const").is_some_and(|c| names.contains(c)));
+            // Older names (serde aliases) are not in the derived schema.
+            let missing: Vec<&Value> =
+                names.iter().filter(|n| !variants.iter().any(|v| v.get("const") == Some(*n))).collect();
+            for name in missing {
+                variants.push(
+                    serde_json::json!({ "const": name, "description": "An older name of the kind above" }),
+                );
+            }
         }
         _ => kind = serde_json::json!({ "type": "string", "enum": names }),
     }
     if let Some(kind) = kind.as_object_mut() {
         kind.insert(
             "description".into(),
-            "What it is: a vLLM pool or a hosted API, and its wire format".into(),
+            "What it is: a pool of self-hosted nodes or a hosted API, and its wire format".into(),
         );
     }
     let mut spec = spec.to_value();

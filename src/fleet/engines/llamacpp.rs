@@ -2,8 +2,9 @@
 //!
 //! Names follow `tools/server/server.cpp` (the `/metrics` handler) and the server README:
 //! `requests_processing` (running), `requests_deferred` (the queue), the prompt and predict
-//! counters, the throughput gauges, `n_decode_total`, and older builds' `kv_cache_usage_ratio`
-//! and `kv_cache_tokens`. There is no latency histogram and often no KV gauge; capacity is the
+//! counters, the throughput gauges, `n_decode_total`, newer builds' `prompt_tokens_cached_total`
+//! (prompt tokens reused from a slot's cache: the prefix-cache hits), and older builds'
+//! `kv_cache_usage_ratio` and `kv_cache_tokens`. There is no latency histogram and often no KV gauge; capacity is the
 //! slot count of `GET /props` ([`slots_from_props`]). Parsed defensively: a non-finite value is
 //! unknown, and a throughput gauge of 0 (llama.cpp's "nothing processed since the last
 //! `/metrics` call") is unknown too, not a speed. Pure.
@@ -36,6 +37,10 @@ pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
         reported_prefill_tps: rate(samples, "prompt_tokens_seconds"),
         reported_decode_tps: rate(samples, "predicted_tokens_seconds"),
         prompt_tokens: num(samples, "prompt_tokens_total"),
+        // Newer builds count prompt tokens reused from a slot's cache apart from those processed.
+        prefix_cache_hits: num(samples, "prompt_tokens_cached_total"),
+        prefix_cache_queries: num(samples, "prompt_tokens_cached_total")
+            .and_then(|cached| Some(cached + num(samples, "prompt_tokens_total")?)),
         prompt_seconds: num(samples, "prompt_seconds_total"),
         generation_tokens: num(samples, "tokens_predicted_total"),
         generation_seconds: num(samples, "tokens_predicted_seconds_total"),
@@ -127,5 +132,23 @@ mod tests {
         assert_eq!(slots_from_props(r#"{"default_generation_settings": {}}"#), None);
         assert_eq!(slots_from_props("<html>404</html>"), None);
         assert_eq!(slots_from_props(r#"{"total_slots": 99999999999}"#), None);
+    }
+
+    /// A page captured from a real llama-server (the build the tests run): every series the
+    /// adapter knows is read, the cached-prompt counter gives the prefix-cache figures.
+    #[test]
+    fn reads_a_page_captured_from_a_real_server() {
+        let page = include_str!("../../../tests/fixtures/engines/llamacpp-real.prom");
+        let s = read(Engine::Llamacpp, page).unwrap();
+        assert_eq!((s.running, s.waiting), (Some(0.0), Some(0.0)));
+        assert_eq!(
+            (s.prompt_tokens, s.prefix_cache_hits, s.prefix_cache_queries),
+            (Some(41.0), Some(27.0), Some(68.0))
+        );
+        assert_eq!(s.generation_tokens, Some(32.0));
+        assert!(s.prompt_seconds.is_some_and(|v| v > 0.0) && s.generation_seconds.is_some_and(|v| v > 0.0));
+        assert_eq!(s.decode_calls, Some(32.0));
+        assert!(s.reported_prefill_tps.is_some() && s.reported_decode_tps.is_some());
+        assert_eq!((s.kv_cache_usage, s.kv_used_tokens, s.ttft), (None, None, None));
     }
 }

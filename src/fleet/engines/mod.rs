@@ -8,6 +8,7 @@
 //! (unknown), never 0: no adapter derives a signal from another that means something else.
 //! Choosing an adapter per node (config `engine:`, `auto`) is the caller's business.
 
+pub mod info;
 pub mod llamacpp;
 pub mod sglang;
 pub mod tgi;
@@ -19,8 +20,7 @@ use prometheus_parse::Sample;
 use super::exposition::{metric_names, parse_exposition_where, parse_means_where};
 use super::metrics::{NodeSample, ParseError};
 
-pub(super) mod engine;
-pub use engine::Engine;
+pub use crate::canonical::Engine;
 
 /// What each engine's adapter reads.
 impl Engine {
@@ -80,11 +80,12 @@ fn model_names(samples: &[Sample]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const PAGES: [(Engine, &str); 7] = [
+    const PAGES: [(Engine, &str); 8] = [
         (Engine::Vllm, include_str!("../../../tests/fixtures/vllm/v0-engine.prom")),
         (Engine::Vllm, include_str!("../../../tests/fixtures/vllm/v1-engine-excerpt.prom")),
         (Engine::Sglang, include_str!("../../../tests/fixtures/engines/sglang.prom")),
         (Engine::Llamacpp, include_str!("../../../tests/fixtures/engines/llamacpp.prom")),
+        (Engine::Llamacpp, include_str!("../../../tests/fixtures/engines/llamacpp-real.prom")),
         (Engine::Trtllm, include_str!("../../../tests/fixtures/engines/trtllm.prom")),
         (Engine::Trtllm, include_str!("../../../tests/fixtures/engines/triton_trtllm.prom")),
         (Engine::Tgi, include_str!("../../../tests/fixtures/engines/tgi.prom")),

@@ -261,7 +261,7 @@ impl<'a> Engine<'a> {
         for (i, node) in self.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
             if node.alive {
-                self.telemetry[i].on_scrape(node.sample(), at);
+                self.telemetry[i].on_scrape(crate::canonical::Engine::Vllm, node.sample(), at);
                 self.load.mark_scraped(&self.flat[i].2);
             } else {
                 self.telemetry[i].on_failure("connection refused".into(), at);

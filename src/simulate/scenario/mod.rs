@@ -330,7 +330,7 @@ impl Scenario {
     /// The `(backend index, node index)` a `backend#index` reference names.
     pub fn node_ref(&self, reference: &str) -> Option<(usize, usize)> {
         let (name, index) = reference.split_once('#')?;
-        let b = self.config.backends.iter().position(|b| b.name == name && b.kind() == BackendKind::Vllm)?;
+        let b = self.config.backends.iter().position(|b| b.name == name && b.kind() == BackendKind::Local)?;
         let i: usize = index.parse().ok()?;
         (i < self.config.backends[b].endpoints().len()).then_some((b, i))
     }

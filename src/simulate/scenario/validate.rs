@@ -46,7 +46,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     }
     for (name, node) in &s.nodes {
         match kind_of(name) {
-            Some(BackendKind::Vllm) => {}
+            Some(BackendKind::Local) => {}
             Some(_) => p(format!("nodes.{name}"), "is a hosted backend: describe it under providers".into()),
             None => p(format!("nodes.{name}"), "not a backend of the router config".into()),
         }
@@ -58,7 +58,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     }
     for (name, m) in &s.providers {
         match kind_of(name) {
-            Some(BackendKind::Vllm) => {
+            Some(BackendKind::Local) => {
                 p(format!("providers.{name}"), "is a vLLM pool: describe it under nodes".into())
             }
             Some(_) => {}
@@ -114,7 +114,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         if e.until.is_some_and(|u| u <= e.at) {
             problems.push(Problem::new(at("until"), "must be after `at`"));
         }
-        let hosted = |name: &str| kind_of(name).is_some_and(|k| k != BackendKind::Vllm);
+        let hosted = |name: &str| kind_of(name).is_some_and(|k| k != BackendKind::Local);
         let named = [
             ("outage", e.outage.as_deref()),
             ("quota.backend", e.quota.as_ref().map(|q| q.backend.as_str())),
@@ -136,7 +136,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         }
     }
     for b in &config.backends {
-        if b.kind() == BackendKind::Vllm {
+        if b.kind() == BackendKind::Local {
             s.nodes.entry(b.name.clone()).or_default();
         } else {
             s.providers.entry(b.name.clone()).or_default();

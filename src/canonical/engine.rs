@@ -1,8 +1,11 @@
 //! Which serving engine a node runs: the name config and admin pages use, and the metric-name
-//! prefixes that tell its pages apart.
+//! prefixes that tell its pages apart. Vocabulary shared by config, telemetry and the simulator.
+
+use serde::{Deserialize, Serialize};
 
 /// A serving engine whose `/metrics` page Spillway can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Engine {
     Vllm,
     Sglang,
@@ -12,7 +15,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// Every engine, in the order [`detect`] tries them.
+    /// Every engine, in the order `fleet::engines::detect` tries them.
     pub const ALL: [Engine; 5] =
         [Engine::Vllm, Engine::Sglang, Engine::Llamacpp, Engine::Trtllm, Engine::Tgi];
 
@@ -44,7 +47,8 @@ impl Engine {
         }
     }
 
-    pub(super) fn owns(self, name: &str) -> bool {
+    /// Does the metric `name` belong to this engine's pages?
+    pub fn owns(self, name: &str) -> bool {
         self.prefixes().iter().any(|p| name.starts_with(p))
     }
 }
