@@ -228,6 +228,9 @@ pub struct RequestOutcome {
     /// Why the fleet did not serve it, when local nodes were in its plan and a hosted backend
     /// served instead.
     pub spill: Option<SpillReason>,
+    /// A local node served it without telemetry: its pool had no fresh scrape and nothing
+    /// else could take it (`route::Reason::Unmeasured`).
+    pub unmeasured: bool,
     pub meta: RequestMeta,
     started: Instant,
 }
@@ -252,6 +255,7 @@ impl RequestOutcome {
             usage: Usage::default(),
             ending: Ending::InFlight,
             spill: None,
+            unmeasured: false,
             meta: RequestMeta::default(),
             started,
         }

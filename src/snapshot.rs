@@ -57,6 +57,9 @@ pub struct BackendView {
     pub limits: PoolLimits,
     /// vLLM pools: the reserve is released because a hosted backend sharing a task is down.
     pub reserve_released: bool,
+    /// Hosted backends: down now (every breaker open, its quota used up, or availability below
+    /// [`DOWN_BELOW`]), so it cannot take traffic in a pool's place. Always false for a pool.
+    pub down: bool,
     /// Hosted backends: PID availability in [0, 1] from recent outcomes (1 until measured).
     pub availability: f64,
     pub nodes: Vec<NodeView>,
@@ -207,6 +210,7 @@ impl Snapshot {
                         PoolLimits { max_running: pool.max_running, reserve: pool.reserve, stale_after }
                     },
                     reserve_released: false,
+                    down: false,
                     availability: if b.kind().is_local() { 1.0 } else { (inputs.availability)(&b.name) },
                     nodes,
                 }
@@ -216,16 +220,12 @@ impl Snapshot {
         // PID availability is near zero (a breaker that went half-open sees few probes once the
         // backend's weight is 0, so breakers alone would flap); then each pool that shares a
         // task with it releases its reserve for the traffic coming home.
-        let down: Vec<&str> = backends
-            .iter()
-            .filter(|b| !b.is_local())
-            .filter(|b| {
-                (!b.nodes.is_empty() && b.nodes.iter().all(|n| n.breaker == BreakerView::Open))
-                    || (inputs.over_quota)(&b.name)
-                    || b.availability < DOWN_BELOW
-            })
-            .map(|b| b.name.as_str())
-            .collect::<Vec<_>>();
+        for b in backends.iter_mut().filter(|b| !b.is_local()) {
+            b.down = (!b.nodes.is_empty() && b.nodes.iter().all(|n| n.breaker == BreakerView::Open))
+                || (inputs.over_quota)(&b.name)
+                || b.availability < DOWN_BELOW;
+        }
+        let down: Vec<&str> = backends.iter().filter(|b| b.down).map(|b| b.name.as_str()).collect();
         let released: Vec<String> = config
             .tasks
             .iter()

@@ -4,9 +4,6 @@
 
 use crate::common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use common::{body, post_json, router, sim};
 use prometheus_parse::{Sample, Scrape, Value};
 use spillway::sim::SimKind;
@@ -56,21 +53,7 @@ dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
     let text = reqwest::get(format!("{}/metrics", r.url)).await.unwrap().text().await.unwrap();
 
     // Prometheus's own linter accepts the exposition.
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; .ci/run installs it)");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::promtool_check(&text);
 
     let s = scrape_text(&text);
     let req = |task, backend, outcome| {

@@ -30,7 +30,7 @@ use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
-use crate::route::{self, PlanError, RequestFacts};
+use crate::route::{self, PlanError, Reason, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 
 /// What a front door knows of a request before the core takes it.
@@ -283,6 +283,11 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
     }
     if let Some(predicted) = c.predicted_ttft_ms {
         headers.insert("x-spillway-predicted-ttft-ms", HeaderValue::from(predicted));
+    }
+    // A local node served without telemetry (its pool has no fresh scrape and nothing else
+    // could take the request): there was no headroom to predict from.
+    if matches!(c.reason, Reason::Unmeasured { .. }) {
+        headers.insert("x-spillway-headroom", HeaderValue::from_static("unmeasured"));
     }
 }
 

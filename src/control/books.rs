@@ -62,6 +62,7 @@ pub async fn consume(
                     output_tokens = r.usage.output_tokens,
                     ending = ?r.ending,
                     spill = r.spill.map(|s| s.as_str()),
+                    unmeasured = r.unmeasured,
                     "request"
                 );
                 let cost = prices.load().cost(&r);

@@ -51,6 +51,8 @@ pub struct Committed {
     pub predicted_ttft_ms: Option<u32>,
     /// Why the fleet did not serve it, when a hosted backend did.
     pub spill: Option<SpillReason>,
+    /// Why the serving target was in the plan (a local node served blind: `Reason::Unmeasured`).
+    pub reason: Reason,
     /// Every event of the answer from the start; ends with an `Err` if the upstream broke.
     pub events: EventStream,
 }
@@ -256,6 +258,7 @@ impl Dispatcher {
                     )
                     .with_meta(meta);
                     outcome.spill = spill;
+                    outcome.unmeasured = matches!(target.reason, Reason::Unmeasured { .. });
                     outcome.model = backend.model.clone();
                     let NodeHold { slot, permit } = hold;
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
@@ -267,6 +270,7 @@ impl Dispatcher {
                         attempts: calls,
                         ttft,
                         spill,
+                        reason: target.reason,
                         predicted_ttft_ms: match target.reason {
                             Reason::Headroom { predicted_ttft_ms, .. } => Some(predicted_ttft_ms),
                             _ => None,

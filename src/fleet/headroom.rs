@@ -8,7 +8,9 @@
 //! prompt plus engine steps), corrected for how much longer or shorter this request's uncached
 //! prompt is than the average, at the node's prefill rate. Before the node has measured
 //! anything: prefill at the prefill rate (or a default) plus one step. A missing signal is
-//! unknown, and a node with no fresh scrape is not admitted.
+//! unknown, and a node with no fresh scrape is not admitted (planning may still serve a pool
+//! none of whose nodes is fresh, by in-flight count alone, when nothing else can take the
+//! request: `route::blind`).
 
 use std::time::Duration;
 
@@ -146,6 +148,11 @@ pub fn predictor_inputs(sig: &NodeSignals) -> [(&'static str, bool); 11] {
     ]
 }
 
+/// Whether the node's last good scrape is within the staleness bound.
+pub fn fresh(sig: &NodeSignals, limits: &PoolLimits, now: Instant) -> bool {
+    sig.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= limits.stale_after)
+}
+
 /// Why the node may not take the request, or `None` with the predicted TTFT if it may.
 /// `slo_s` already includes the safety margin.
 pub fn admit(
@@ -156,8 +163,7 @@ pub fn admit(
     slo_s: f64,
     now: Instant,
 ) -> Result<f64, SpillReason> {
-    let fresh = sig.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= limits.stale_after);
-    if !fresh {
+    if !fresh(sig, limits, now) {
         return Err(SpillReason::Stale);
     }
     let slots = slots(sig, limits);

@@ -32,6 +32,7 @@ use crate::dispatch::synthetic::{plan_for, Destination, GradedText, Purpose, Syn
 use crate::fleet::load::LoadView;
 use crate::ledger::{new_record_id, unix_millis, Store};
 use crate::metrics::Metrics;
+use crate::route::Reason;
 use crate::snapshot::{NodeView, Snapshot};
 
 /// Sends shadows and stores them.
@@ -50,7 +51,8 @@ pub fn sampled(task: &TaskConfig, roll: f64) -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Targets {
     /// Each backend a synthetic call would find a node on now ([`plan_for`]: a pool's
-    /// headroom for batch work, nodes neither held nor quarantined).
+    /// headroom for batch work, nodes neither held nor quarantined), other than by serving a
+    /// pool blind (`route::blind`): a shadow is optional load, not for a node of unknown load.
     pub send: Vec<BackendId>,
     /// Shadow backends with no room now: no call, but counted (`no_capacity`), so a sampled
     /// shadow never goes missing without a trace.
@@ -74,7 +76,10 @@ pub fn targets(
     let names = shadow.backends.as_ref().unwrap_or(&task.backends);
     for b in names.iter().filter(|name| *name != primary).filter_map(|name| snap.backend_id(name)) {
         match plan_for(snap, task, request, b, load, now, seed) {
-            Ok(plan) if !plan.targets.is_empty() => targets.send.push(b),
+            // A pool served blind (no fresh telemetry) takes no optional load: no room.
+            Ok(plan) if plan.targets.iter().any(|t| !matches!(t.reason, Reason::Unmeasured { .. })) => {
+                targets.send.push(b)
+            }
             Ok(_) => targets.no_room.push(b),
             Err(_) => {}
         }

@@ -40,6 +40,7 @@ pub struct RequestFamilies {
     pub tokens: Family<IntCounterVec, TaskBackendKind<'static>>,
     pub cost: Family<CounterVec, TaskBackend<'static>>,
     pub spills: Family<IntCounterVec, TaskReason<'static>>,
+    pub unmeasured: Family<IntCounterVec, TaskBackend<'static>>,
     pub shed: Family<IntCounterVec, TaskPriority<'static>>,
     pub failovers: Family<IntCounterVec, Failover<'static>>,
     pub first_choice: Family<IntCounterVec, TaskBackend<'static>>,
@@ -87,6 +88,11 @@ impl RequestFamilies {
                 r,
                 "spillway_spills_total",
                 "Requests the fleet did not serve although it was in their plan, by reason.",
+            ),
+            unmeasured: counter(
+                r,
+                "spillway_unmeasured_requests_total",
+                "Requests a local pool served without telemetry (no node of it freshly scraped, nothing else eligible), within each node's capacity by the router's in-flight count.",
             ),
             shed: counter(
                 r,

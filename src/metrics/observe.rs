@@ -141,6 +141,9 @@ impl Metrics {
         if let Some(reason) = r.spill {
             self.requests.spills.get(TaskReason { task: &r.task, reason: reason.as_str() }).inc();
         }
+        if r.unmeasured {
+            self.requests.unmeasured.get(tb).inc();
+        }
         if let Some(ttft) = r.ttft {
             self.requests.ttft.get(tb).observe(ttft.as_secs_f64());
             let output = r.usage.output_tokens;

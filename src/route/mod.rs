@@ -5,6 +5,7 @@
 //! the result; it never reorders it.
 
 pub mod availability;
+pub mod blind;
 pub mod capability;
 pub mod chain;
 
@@ -71,6 +72,10 @@ pub enum Reason {
     Headroom { predicted_ttft_ms: u32, affinity: bool },
     /// A local node without headroom, tried only after everything else (interactive requests).
     LastResort { why: SpillReason },
+    /// A node of a pool none of whose nodes has fresh telemetry, served because no other
+    /// eligible backend can take the request: `in_flight` of its `capacity` when planned
+    /// ([`blind`]).
+    Unmeasured { in_flight: u32, capacity: u32 },
     /// Its breaker is open: last resort, after every healthy target.
     BreakerOpen,
 }
@@ -125,6 +130,9 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
 /// [`plan`] over backends the caller has already found eligible (indices into
 /// `snap.backends`): a synthetic call names its backend and applies the data-class policy
 /// itself, since the gate it may be running for must not hold it back.
+///
+/// When no eligible backend can take the request (no pool has headroom, every hosted backend
+/// is down), a pool none of whose nodes has fresh telemetry is served blind ([`blind`]).
 pub fn plan_among(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
@@ -141,6 +149,12 @@ pub fn plan_among(
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
         let targets = pool_targets(facts, snap, backend, slo_s, now, &mut spills, &mut last_resort);
         local.insert(backend, targets);
+    }
+    let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty());
+    if !eligible.iter().any(|&b| blind::alternative(snap, b, &has_headroom)) {
+        for (&backend, pool) in local.iter_mut() {
+            *pool = blind::targets(facts, snap, backend, now);
+        }
     }
     let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty());
     let ordered = strategy::order(facts, snap, &eligible, &has_headroom);

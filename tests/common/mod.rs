@@ -66,6 +66,13 @@ pub async fn router(yaml: &str, env: &[(&str, &str)]) -> Router {
 
 /// [`router`], built with `options` (a quota clock the test moves).
 pub async fn router_with(yaml: &str, env: &[(&str, &str)], options: spillway::app::Options) -> Router {
+    let router = router_unscraped(yaml, env, options).await;
+    router.wait_fresh().await;
+    router
+}
+
+/// [`router_with`], without waiting for any scrape (a node whose telemetry cannot be read).
+pub async fn router_unscraped(yaml: &str, env: &[(&str, &str)], options: spillway::app::Options) -> Router {
     let mut yaml =
         if yaml.contains("telemetry:") { yaml.to_string() } else { format!("{yaml}\n{FAST_TELEMETRY}") };
     if !yaml.contains("ledger:") {
@@ -80,9 +87,7 @@ pub async fn router_with(yaml: &str, env: &[(&str, &str)], options: spillway::ap
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let handle =
         spillway::app::start_with(config, secrets, listener, std::future::pending(), options).await.unwrap();
-    let router = Router { url: format!("http://{}", handle.addr), handle };
-    router.wait_fresh().await;
-    router
+    Router { url: format!("http://{}", handle.addr), handle }
 }
 
 impl Router {
@@ -246,6 +251,26 @@ pub fn series_sum(text: &str, family: &str, labels: &[(&str, &str)]) -> Option<f
         }
     }
     sum
+}
+
+/// Prometheus's own linter, `promtool check metrics`, accepts the exposition `text`.
+pub fn promtool_check(text: &str) {
+    use std::io::Write;
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; .ci/run installs it)");
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// One sample of a Prometheus counter or gauge from the router's `/metrics` (0 when absent);

@@ -42,8 +42,13 @@ policy:
     let refused = plan(&snap, &hi(), 2, &idle).unwrap_err();
     assert_eq!(refused.class(), "refused", "{refused}");
     assert!(refused.to_string().contains("us-api: region us"), "{refused}");
-    // No telemetry from the pool yet: no headroom known, nothing to call.
-    assert!(plan(&snap, &hi(), 0, &idle).unwrap().targets.is_empty());
+    // No telemetry from the pool yet: no headroom known, but a call planned over the pool
+    // alone has nothing else to go to, so it is served blind within the node's capacity.
+    let blind = plan(&snap, &hi(), 0, &idle).unwrap().targets;
+    assert_eq!(
+        blind.iter().map(|t| t.reason).collect::<Vec<_>>(),
+        [Reason::Unmeasured { in_flight: 0, capacity: 10 }]
+    );
     snap.backends[0].nodes[0].signals = reported(now);
     assert_eq!(plan(&snap, &hi(), 0, &idle).unwrap().targets.len(), 1);
     // Seven of ten slots in use: batch work keeps out of the reserve.
