@@ -12,5 +12,6 @@ mod paused_clock;
 mod pins;
 mod quota;
 mod quota_routing;
+mod real_engine;
 mod scenarios;
 mod telemetry;

@@ -170,8 +170,9 @@ pub fn admit(
     let seen = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0);
     // The router's own in-flight count is a floor on what the node holds, whatever it reported.
     let at_node = (seen + load.unseen as f64).max(load.in_flight as f64);
-    let ceiling = slots * (1.0 - limits.reserve);
-    if at_node + 1.0 > ceiling.max(1.0) && limits.reserve > 0.0 {
+    // The reserve keeps whole slots free: a 2-slot node has none to keep at 20 %.
+    let reserved = (slots * limits.reserve.max(0.0) + 1e-9).floor();
+    if reserved >= 1.0 && at_node + 1.0 > (slots - reserved).max(1.0) {
         return Err(SpillReason::Reserve);
     }
     if sig.waiting.unwrap_or(0.0) > 0.0 || at_node + 1.0 > slots {
@@ -297,6 +298,9 @@ mod tests {
         assert!(admit(&two, LoadView::default(), &open, 10, 1.0, now).is_ok());
         let full = NodeSignals { running: Some(2.0), ..two.clone() };
         assert_eq!(admit(&full, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        // The reserve keeps whole slots: 20 % of 2 slots is none, so both serve.
+        let reserved = PoolLimits { reserve: 0.2, ..open };
+        assert!(admit(&two, LoadView::default(), &reserved, 10, 1.0, now).is_ok());
         // Queue turnover is over the node's 2 slots: 3 ahead × 1 s / 2 slots = 1.5 s, + 0.05 s.
         let four = NodeSignals { running: Some(4.0), ..two.clone() };
         let t = predict_ttft(&four, LoadView::default(), &open, 500);
