@@ -104,7 +104,8 @@ pub enum Command {
     },
     /// Start simulated vLLM nodes and hosted providers on loopback, and the router in front.
     Demo(crate::demo::DemoArgs),
-    /// Run one simulated vLLM node or hosted provider (OpenAI, Anthropic, Gemini).
+    /// Run one simulated self-hosted node (vLLM, or another engine with --engine) or hosted
+    /// provider (OpenAI, Anthropic, Gemini).
     Sim(crate::sim::SimArgs),
     /// Serve this machine's NVIDIA GPU readings (NVML) as Prometheus text, beside vLLM.
     Agent(crate::agent::AgentArgs),

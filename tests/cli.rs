@@ -25,7 +25,9 @@ fn every_command_has_help() {
     }
     let sim = Command::new(BIN).args(["sim", "--help"]).output().unwrap();
     let text = String::from_utf8_lossy(&sim.stdout);
-    for flag in ["--kind", "--max-num-seqs", "--error-rate", "--drop-after", "--legacy-metrics", "--rpm"] {
+    for flag in
+        ["--kind", "--engine", "--max-num-seqs", "--error-rate", "--drop-after", "--legacy-metrics", "--rpm"]
+    {
         assert!(text.contains(flag), "sim --help lacks {flag}");
     }
 }

@@ -20,3 +20,4 @@ mod reload;
 mod responses;
 mod secrets;
 mod sim;
+mod sim_engines;

@@ -2,13 +2,14 @@
 //!
 //! It owns the core, takes submissions from a channel, runs one step at a time, sleeps for
 //! the step's modelled duration, then hands each produced token (deterministic text) to its
-//! request's channel and records vLLM's metrics. A request whose reader has gone away is
-//! aborted, freeing its KV blocks, as vLLM does on client disconnect. All modelling lives in
-//! `engine.rs`; this file only moves tokens and time.
+//! request's channel and tells the node's engine page (`pages/`) what happened, with the
+//! timings each engine's series need. A request whose reader has gone away is aborted,
+//! freeing its KV blocks, as vLLM does on client disconnect. All modelling lives in
+//! `engine.rs` and every metric name in `pages/`; this file only moves tokens and time.
 
 use super::engine::{EngineConfig, EngineCore, SeqSpec};
 use super::generate::{GenEvent, Usage};
-use super::metrics::SimMetrics;
+use super::pages::{Admission, Finished, Load, Page, Step, Token};
 use super::text::TextGen;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,9 +34,9 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// Start the engine loop on the current tokio runtime.
-    pub fn spawn(cfg: EngineConfig, metrics: Arc<SimMetrics>) -> (EngineHandle, tokio::task::JoinHandle<()>) {
+    pub fn spawn(cfg: EngineConfig, page: Arc<dyn Page>) -> (EngineHandle, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(EngineCore::new(cfg.clone()), metrics, rx));
+        let task = tokio::spawn(run(EngineCore::new(cfg.clone()), page, rx));
         (EngineHandle { tx, next_id: AtomicU64::new(1), probe: EngineCore::new(cfg) }, task)
     }
 
@@ -69,47 +70,81 @@ struct Live {
     sub: Submission,
     cached: u32,
     generated: u32,
+    queue_secs: f64,
+    admitted: Option<Instant>,
+    first_token: Option<Instant>,
     last_token: Option<Instant>,
 }
 
-fn publish(core: &EngineCore, m: &SimMetrics) {
-    m.running.set(core.num_running() as i64);
-    m.waiting.set(core.num_waiting() as i64);
-    m.kv_usage.set(core.kv_usage());
+fn secs(from: Instant, to: Instant) -> f64 {
+    to.duration_since(from).as_secs_f64()
 }
 
-fn add(core: &mut EngineCore, s: Submission, live: &mut HashMap<u64, Live>) {
+fn publish(core: &EngineCore, page: &dyn Page) {
+    page.load(&Load {
+        running: core.num_running(),
+        waiting: core.num_waiting(),
+        used_blocks: core.used_blocks(),
+        kv_usage: core.kv_usage(),
+    });
+}
+
+fn add(core: &mut EngineCore, s: Submission, live: &mut HashMap<u64, Live>, page: &dyn Page) {
+    page.arrived(s.spec.prompt_tokens, s.spec.output_tokens);
     core.submit(s.spec.clone());
-    live.insert(s.spec.id, Live { sub: s, cached: 0, generated: 0, last_token: None });
+    let l = Live {
+        sub: s,
+        cached: 0,
+        generated: 0,
+        queue_secs: 0.0,
+        admitted: None,
+        first_token: None,
+        last_token: None,
+    };
+    live.insert(l.sub.spec.id, l);
 }
 
-async fn run(mut core: EngineCore, m: Arc<SimMetrics>, mut rx: mpsc::UnboundedReceiver<Submission>) {
+async fn run(mut core: EngineCore, page: Arc<dyn Page>, mut rx: mpsc::UnboundedReceiver<Submission>) {
+    let page = page.as_ref();
     let mut live: HashMap<u64, Live> = HashMap::new();
     loop {
         if core.is_idle() {
-            publish(&core, &m);
+            publish(&core, page);
             match rx.recv().await {
-                Some(s) => add(&mut core, s, &mut live),
+                Some(s) => add(&mut core, s, &mut live, page),
                 None => return,
             }
         }
         while let Ok(s) = rx.try_recv() {
-            add(&mut core, s, &mut live);
+            add(&mut core, s, &mut live, page);
         }
         let out = core.step();
         let started = Instant::now();
+        let mut prefill_tokens = 0u64;
         for a in &out.admitted {
+            prefill_tokens += a.prompt_tokens.saturating_sub(a.cached_tokens) as u64;
             let Some(l) = live.get_mut(&a.id) else { continue };
             if !a.readmitted {
                 l.cached = a.cached_tokens;
-                m.queue_time.observe(started.duration_since(l.sub.arrival).as_secs_f64());
-                m.prompt_tokens.inc_by(a.prompt_tokens as u64);
-                m.prefix_queries.inc_by(a.prompt_tokens as u64);
-                m.prefix_hits.inc_by(a.cached_tokens as u64);
+                l.admitted = Some(started);
+                l.queue_secs = secs(l.sub.arrival, started);
+                page.admitted(&Admission {
+                    prompt_tokens: a.prompt_tokens,
+                    cached_tokens: a.cached_tokens,
+                    queue_secs: l.queue_secs,
+                });
             }
         }
-        m.preemptions.inc_by(out.preempted.len() as u64);
-        publish(&core, &m);
+        page.preempted(out.preempted.len());
+        if !out.tokens.is_empty() {
+            page.stepped(&Step {
+                secs: out.duration.as_secs_f64(),
+                scheduled: out.tokens.len(),
+                prefilling: out.admitted.len(),
+                prefill_tokens,
+            });
+        }
+        publish(&core, page);
         if out.duration.is_zero() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         } else {
@@ -121,11 +156,16 @@ async fn run(mut core: EngineCore, m: Arc<SimMetrics>, mut rx: mpsc::UnboundedRe
             let Some(l) = live.get_mut(id) else { continue };
             let text = l.sub.text.next_token();
             let fin = out.finished.iter().find(|(f, _)| f == id).map(|(_, r)| *r);
-            m.generation_tokens.inc();
-            match l.last_token {
-                None => m.ttft.observe(now.duration_since(l.sub.arrival).as_secs_f64()),
-                Some(t) => m.itl.observe(now.duration_since(t).as_secs_f64()),
-            }
+            let first = *l.first_token.get_or_insert(now);
+            page.token(&match l.last_token {
+                None => Token::First {
+                    ttft: secs(l.sub.arrival, now),
+                    prefill_secs: l.admitted.map_or(0.0, |a| secs(a, now)),
+                    prompt_tokens: l.sub.spec.prompt_tokens,
+                    cached_tokens: l.cached,
+                },
+                Some(t) => Token::Next { gap: secs(t, now) },
+            });
             l.last_token = Some(now);
             l.generated += 1;
             let ev = match fin {
@@ -137,8 +177,16 @@ async fn run(mut core: EngineCore, m: Arc<SimMetrics>, mut rx: mpsc::UnboundedRe
                         cache_write_tokens: 0,
                         completion_tokens: l.generated,
                     };
-                    m.success.with_label_values(&[reason.as_str()]).inc();
-                    m.e2e.observe(now.duration_since(l.sub.arrival).as_secs_f64());
+                    page.finished(&Finished {
+                        reason,
+                        prompt_tokens: l.sub.spec.prompt_tokens,
+                        cached_tokens: l.cached,
+                        generated: l.generated,
+                        e2e: secs(l.sub.arrival, now),
+                        queue_secs: l.queue_secs,
+                        ttft: secs(l.sub.arrival, first),
+                        decode_secs: secs(first, now),
+                    });
                     GenEvent::Final(text, usage, reason)
                 }
             };
@@ -152,9 +200,9 @@ async fn run(mut core: EngineCore, m: Arc<SimMetrics>, mut rx: mpsc::UnboundedRe
         for id in gone {
             if live.remove(&id).is_some() {
                 core.abort(id);
-                m.success.with_label_values(&["abort"]).inc();
+                page.aborted();
             }
         }
-        publish(&core, &m);
+        publish(&core, page);
     }
 }

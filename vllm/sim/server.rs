@@ -8,7 +8,7 @@
 use super::engine_loop::EngineHandle;
 use super::faults::{Faults, FAULT_HEADER};
 use super::generate::{output_len, GenRequest, Generation, HostedPacer, Usage};
-use super::metrics::SimMetrics;
+use super::pages::Page;
 use super::quota::{Quota, Remaining};
 use super::text::{self, TextGen};
 use super::SimKind;
@@ -59,7 +59,8 @@ pub struct AppState {
     pub faults: Faults,
     pub quota: Quota,
     pub engine: Option<EngineHandle>,
-    pub metrics: Option<Arc<SimMetrics>>,
+    /// A self-hosted node's engine page (`--engine`).
+    pub page: Option<Arc<dyn Page>>,
     pub pacer: HostedPacer,
     pub hosted_cache: Mutex<HashSet<u64>>,
     pub shutdown: watch::Receiver<bool>,
@@ -82,7 +83,7 @@ impl AppState {
         faults: Faults,
         quota: Quota,
         engine: Option<EngineHandle>,
-        metrics: Option<Arc<SimMetrics>>,
+        page: Option<Arc<dyn Page>>,
         pacer: HostedPacer,
         shutdown: watch::Receiver<bool>,
     ) -> AppState {
@@ -96,7 +97,7 @@ impl AppState {
             faults,
             quota,
             engine,
-            metrics,
+            page,
             pacer,
             hosted_cache: Mutex::new(HashSet::new()),
             shutdown,

@@ -1,0 +1,179 @@
+//! The flags of `spillway sim` (which backend, its sizing and speed, its faults) and the
+//! checks between them: kept apart from the lifecycle in `mod.rs`. `--engine` is the typed
+//! [`Engine`] of the router's engine readers, so a sim and a reader never disagree on a name.
+
+use crate::fleet::engines::Engine;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Parser;
+use std::net::SocketAddr;
+
+/// Which backend to simulate.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SimKind {
+    Vllm,
+    #[value(name = "openai")]
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+impl SimKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SimKind::Vllm => "vllm",
+            SimKind::OpenAi => "openai",
+            SimKind::Anthropic => "anthropic",
+            SimKind::Gemini => "gemini",
+        }
+    }
+
+    /// The model served when `--model` is not given.
+    pub fn default_model(self) -> &'static str {
+        match self {
+            SimKind::Vllm => "meta-llama/Llama-3.1-8B-Instruct",
+            SimKind::OpenAi => "gpt-4o-mini",
+            SimKind::Anthropic => "claude-3-5-haiku-latest",
+            SimKind::Gemini => "gemini-2.0-flash",
+        }
+    }
+}
+
+/// `--engine`: one of [`Engine::name`], parsed into the engine.
+fn engine_parser() -> impl TypedValueParser<Value = Engine> {
+    PossibleValuesParser::new(Engine::ALL.map(Engine::name))
+        .map(|name| Engine::from_name(&name).expect("only engine names are accepted"))
+}
+
+/// Flags of `spillway sim`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// Backend to simulate.
+    #[arg(long, value_enum, default_value_t = SimKind::Vllm)]
+    pub kind: SimKind,
+    /// Model name served (vllm: requests for another model get 404). Default per kind.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Seed for reply text and fault draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Require this API key (Bearer / x-api-key / x-goog-api-key, by kind).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Reply length in tokens when the request sets no lower max_tokens.
+    #[arg(long, default_value_t = 64)]
+    pub output_tokens: u32,
+
+    /// vllm: the serving engine the node presents itself as, over the same model and
+    /// OpenAI-compatible API: that engine's metric names, metrics path (trtllm:
+    /// /prometheus/metrics, JSON iteration stats on /metrics) and identity endpoint (/version:
+    /// vllm, trtllm; /props: llamacpp; /info: tgi). Refused for hosted kinds.
+    #[arg(long, value_parser = engine_parser(), default_value = "vllm")]
+    pub engine: Engine,
+    /// vllm: most sequences running at once (llamacpp: its slots).
+    #[arg(long, default_value_t = 16)]
+    pub max_num_seqs: usize,
+    /// vllm: KV-cache blocks on the GPU.
+    #[arg(long, default_value_t = 4096)]
+    pub num_gpu_blocks: usize,
+    /// vllm: tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// vllm: prefill time per uncached prompt token, in µs.
+    #[arg(long, default_value_t = 50.0)]
+    pub prefill_us_per_token: f64,
+    /// vllm: decode step time with an empty batch, in ms.
+    #[arg(long, default_value_t = 8.0)]
+    pub itl_base_ms: f64,
+    /// vllm: extra decode step time per running sequence, in ms.
+    #[arg(long, default_value_t = 0.5)]
+    pub itl_per_seq_ms: f64,
+    /// vllm: disable prefix caching.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// vllm engine: expose V0-era metric names (gpu_cache_usage_perc, time_per_output_token_seconds).
+    #[arg(long)]
+    pub legacy_metrics: bool,
+
+    /// hosted kinds: time to first token, in ms.
+    #[arg(long, default_value_t = 50)]
+    pub ttft_ms: u64,
+    /// hosted kinds: output tokens per second after the first.
+    #[arg(long, default_value_t = 200.0)]
+    pub tokens_per_sec: f64,
+    /// hosted kinds: requests per minute (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub rpm: u64,
+    /// hosted kinds: tokens per minute, prompt + max_tokens (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub tpm: u64,
+
+    /// Share of requests that fail with --error-status.
+    #[arg(long, default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Status for --error-rate failures; 0 = the provider's overload status (529 for
+    /// anthropic, 503 otherwise).
+    #[arg(long, default_value_t = 0)]
+    pub error_status: u16,
+    /// Share of requests accepted and never answered.
+    #[arg(long, default_value_t = 0.0)]
+    pub hang_rate: f64,
+    /// Cut every stream abruptly after this many tokens.
+    #[arg(long)]
+    pub drop_after: Option<u32>,
+    /// Extra delay before every token, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub token_delay_ms: u64,
+
+    /// Answer with exactly this text (streamed in pieces of a few characters) instead of
+    /// generated words.
+    #[arg(long)]
+    pub reply: Option<String>,
+    /// When a request declares tools and its last message is not a tool result, answer by
+    /// calling the tool `tool_choice` names (else the first declared) with these JSON
+    /// arguments, streamed in pieces in the provider's own format.
+    #[arg(long)]
+    pub tool_call_args: Option<String>,
+}
+
+#[derive(Parser)]
+struct DefaultsOnly {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+impl SimArgs {
+    /// The flag defaults for `kind` serving `model`, listening on 127.0.0.1:0.
+    pub fn for_kind(kind: SimKind, model: &str) -> SimArgs {
+        let mut a = DefaultsOnly::parse_from(["sim"]).args;
+        a.kind = kind;
+        a.model = Some(model.to_string());
+        a.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        a
+    }
+
+    /// The served model name.
+    pub fn model_name(&self) -> String {
+        self.model.clone().unwrap_or_else(|| self.kind.default_model().to_string())
+    }
+
+    /// Flags that contradict each other: `--engine` describes a self-hosted node only.
+    pub fn check(&self) -> Result<(), String> {
+        if self.kind != SimKind::Vllm && self.engine != Engine::Vllm {
+            return Err(format!(
+                "--engine {} needs --kind vllm: a serving engine belongs to a self-hosted node, and --kind {} simulates a hosted provider",
+                self.engine,
+                self.kind.as_str()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for SimArgs {
+    fn default() -> SimArgs {
+        SimArgs::for_kind(SimKind::Vllm, SimKind::Vllm.default_model())
+    }
+}
