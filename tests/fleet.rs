@@ -8,6 +8,7 @@ mod agent;
 mod canary;
 mod capacity;
 mod discovery;
+mod engines;
 mod paused_clock;
 mod pins;
 mod quota;

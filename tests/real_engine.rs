@@ -208,11 +208,16 @@ async fn an_idle_real_node_serves_every_request_and_shows_in_the_books_and_the_d
     })
     .await;
 
-    let dashboard = get_json(&router.url, "/dashboard/data").await;
-    let row = dashboard["nodes"].as_array().unwrap().iter().find(|n| n["backend"] == "pool").cloned();
-    let row = row.unwrap_or_else(|| panic!("no pool node on the dashboard: {dashboard}"));
+    // The dashboard's node table shows the node, idle once its last request has left it.
+    let dashboard = wait_until(Duration::from_secs(10), "the dashboard to show the node idle", || async {
+        let dashboard = get_json(&router.url, "/dashboard/data").await;
+        let row = dashboard["nodes"].as_array().unwrap().iter().find(|n| n["backend"] == "pool").cloned();
+        row.filter(|r| r["running"] == 0.0).map(|_| dashboard.clone()).ok_or(dashboard)
+    })
+    .await;
+    let row = dashboard["nodes"].as_array().unwrap().iter().find(|n| n["backend"] == "pool").unwrap();
     assert!(row["node"].as_str().unwrap().contains(node.url.trim_start_matches("http://")), "{row}");
-    assert_eq!((row["running"].as_f64(), row["breaker"].as_str()), (Some(0.0), Some("closed")), "{row}");
+    assert_eq!((&row["breaker"], &row["waiting"]), (&json!("closed"), &json!(0.0)), "{row}");
     let pool = dashboard["backends"].as_array().unwrap().iter().find(|b| b["backend"] == "pool").unwrap();
     assert_eq!((&pool["kind"], &pool["engine"]), (&json!("local"), &json!("auto")));
 
@@ -229,25 +234,33 @@ async fn an_idle_real_node_serves_every_request_and_shows_in_the_books_and_the_d
     store.close().await;
 }
 
-/// Streams sent straight to the node (not through the router), long enough to hold its slots.
-fn flood(node: &str, n: usize, tokens: u32) -> Vec<tokio::task::JoinHandle<Duration>> {
+/// Streams sent straight to the node (not through the router), long enough to hold its slots:
+/// each says when its first token came, then reads on until it ends or is aborted.
+fn flood(
+    node: &str,
+    n: usize,
+    tokens: u32,
+) -> Vec<(tokio::task::JoinHandle<()>, tokio::sync::oneshot::Receiver<Duration>)> {
     (0..n)
         .map(|i| {
             let url = format!("{node}/v1/chat/completions");
-            tokio::spawn(async move {
+            let (first, first_seen) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(async move {
                 let body = json!({"stream": true, "max_tokens": tokens, "ignore_eos": true,
                                   "messages": [{"role": "user", "content": format!("Count to a thousand. ({i})")}]});
                 let started = Instant::now();
-                let resp = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+                let Ok(resp) = reqwest::Client::new().post(url).json(&body).send().await else { return };
                 let mut bytes = resp.bytes_stream();
-                let mut first = None;
+                let mut first = Some(first);
                 while let Some(Ok(chunk)) = bytes.next().await {
-                    if first.is_none() && chunk.windows(9).any(|w| w == b"\"content\"") {
-                        first = Some(started.elapsed());
+                    if chunk.windows(9).any(|w| w == b"\"content\"") {
+                        if let Some(first) = first.take() {
+                            let _ = first.send(started.elapsed());
+                        }
                     }
                 }
-                first.unwrap_or_else(|| started.elapsed())
-            })
+            });
+            (task, first_seen)
         })
         .collect()
 }
@@ -263,7 +276,7 @@ async fn a_real_node_driven_past_its_slots_queues_and_the_router_spills_then_com
     assert_eq!((status, header(&headers, "x-spillway-backend")), (200, Some("pool")));
 
     // Four long streams on two slots: two run, two wait in llama.cpp's queue.
-    let streams = flood(&node.url, 4, 1500);
+    let mut streams = flood(&node.url, 4, 800);
     let queued = wait_until(Duration::from_secs(30), "the node to report a queue", || async {
         let node = router.node().await;
         (node["waiting"].as_f64().unwrap_or(0.0) > 0.0).then_some(node.clone()).ok_or(node)
@@ -281,11 +294,15 @@ async fn a_real_node_driven_past_its_slots_queues_and_the_router_spills_then_com
 
     // What staying would have cost: the queued streams' first tokens came after the SLO.
     let mut firsts = Vec::new();
-    for s in streams {
-        firsts.push(s.await.unwrap());
+    for (_, first) in &mut streams {
+        firsts.push(first.await.unwrap());
     }
     firsts.sort();
     assert!(firsts[3] > Duration::from_millis(u64::from(SLO_MS)), "the queue cost no time: {firsts:?}");
+    // Hang up on the rest: llama.cpp frees the slots of closed connections.
+    for (task, _) in streams {
+        task.abort();
+    }
 
     // The queue drained: traffic comes home.
     wait_until(Duration::from_secs(30), "the node to be idle again", || async {

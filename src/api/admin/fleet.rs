@@ -50,6 +50,8 @@ fn engine_of(state: &AppState, n: &crate::snapshot::NodeView) -> serde_json::Map
     out.insert("engine".into(), json!(telemetry.as_ref().and_then(|t| t.engine).map(|e| e.name())));
     out.insert("engine_version".into(), json!(telemetry.as_ref().and_then(|t| t.info.version.clone())));
     out.insert("slots".into(), json!(n.signals.max_running));
+    let failing = telemetry.as_ref().filter(|t| t.consecutive_failures > 0);
+    out.insert("telemetry_error".into(), json!(failing.and_then(|t| t.last_error.clone())));
     out.insert(
         "predictor_inputs".into(),
         json!({"measured": names(measured), "defaulted": names(defaulted)}),

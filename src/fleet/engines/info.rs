@@ -22,10 +22,10 @@ pub const OTHER_METRICS_PATH: &str = "/prometheus/metrics";
 /// The page that tells `engine`'s version and limits, if it has one.
 pub fn info_path(engine: Engine) -> Option<&'static str> {
     match engine {
-        Engine::Vllm => Some("/version"),
+        Engine::Vllm | Engine::Trtllm => Some("/version"),
         Engine::Llamacpp => Some("/props"),
         Engine::Tgi => Some("/info"),
-        Engine::Sglang | Engine::Trtllm => None,
+        Engine::Sglang => None,
     }
 }
 
@@ -34,8 +34,8 @@ pub fn info_path(engine: Engine) -> Option<&'static str> {
 pub struct EngineInfo {
     /// The engine's version or build.
     pub version: Option<String>,
-    /// Requests the engine runs (or admits) at once: llama.cpp's slots, TGI's
-    /// `max_concurrent_requests`.
+    /// Requests the engine runs at once: llama.cpp's slots, TGI's `max_batch_size` (when set;
+    /// its `max_concurrent_requests` bounds the queue, not the batch).
     pub max_running: Option<f64>,
     /// Tokens the engine's batch (its KV cache) holds at most: TGI's `max_batch_total_tokens`.
     pub kv_capacity_tokens: Option<f64>,
@@ -47,7 +47,7 @@ pub fn read_info(engine: Engine, body: &str) -> EngineInfo {
     let text = |key: &str| v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
     let positive = |key: &str| v.get(key).and_then(Value::as_f64).filter(|n| n.is_finite() && *n > 0.0);
     match engine {
-        Engine::Vllm => EngineInfo { version: text("version"), ..EngineInfo::default() },
+        Engine::Vllm | Engine::Trtllm => EngineInfo { version: text("version"), ..EngineInfo::default() },
         Engine::Llamacpp => EngineInfo {
             version: text("build_info"),
             max_running: llamacpp::slots_from_props(body).map(f64::from),
@@ -55,10 +55,10 @@ pub fn read_info(engine: Engine, body: &str) -> EngineInfo {
         },
         Engine::Tgi => EngineInfo {
             version: text("version"),
-            max_running: positive("max_concurrent_requests"),
+            max_running: positive("max_batch_size"),
             kv_capacity_tokens: positive("max_batch_total_tokens"),
         },
-        Engine::Sglang | Engine::Trtllm => EngineInfo::default(),
+        Engine::Sglang => EngineInfo::default(),
     }
 }
 
@@ -74,6 +74,7 @@ mod tests {
             assert_eq!(metrics_path(Some(e)), "/metrics", "{e}");
         }
         assert_eq!(info_path(Engine::Llamacpp), Some("/props"));
+        assert_eq!(info_path(Engine::Trtllm), Some("/version"));
         assert_eq!(info_path(Engine::Sglang), None);
     }
 
@@ -84,15 +85,19 @@ mod tests {
         assert_eq!(info.max_running, Some(2.0));
         assert_eq!(info.version.as_deref(), Some("b5000-0123abcd"));
         let tgi = r#"{"model_id":"m","max_concurrent_requests":128,"max_batch_total_tokens":32000,
-                      "max_input_tokens":1024,"version":"3.0.1","sha":"abc"}"#;
+                      "max_batch_size":8,"max_input_tokens":1024,"version":"3.0.1","sha":"abc"}"#;
         assert_eq!(
             read_info(Engine::Tgi, tgi),
             EngineInfo {
                 version: Some("3.0.1".into()),
-                max_running: Some(128.0),
+                max_running: Some(8.0),
                 kv_capacity_tokens: Some(32000.0)
             }
         );
+        // TGI's default: no batch size limit of its own; the queue bound is not one.
+        let unbounded =
+            read_info(Engine::Tgi, &tgi.replace(r#""max_batch_size":8,"#, r#""max_batch_size":null,"#));
+        assert_eq!(unbounded.max_running, None);
         assert_eq!(read_info(Engine::Vllm, r#"{"version":"0.8.5"}"#).version.as_deref(), Some("0.8.5"));
         // Not JSON, or missing figures: nothing is invented.
         assert_eq!(read_info(Engine::Tgi, "<html>"), EngineInfo::default());

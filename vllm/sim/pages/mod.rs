@@ -130,13 +130,9 @@ pub fn page(engine: Engine, facts: &NodeFacts) -> Arc<dyn Page> {
     }
 }
 
-/// Where `engine`'s server answers with Prometheus text: `trtllm-serve` mounts it at
-/// `/prometheus/metrics` (its `/metrics` is JSON iteration stats); the others at `/metrics`.
+/// Where `engine`'s server answers with Prometheus text: where the router reads it.
 pub fn metrics_path(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Trtllm => "/prometheus/metrics",
-        _ => "/metrics",
-    }
+    crate::fleet::engines::info::metrics_path(Some(engine))
 }
 
 /// Every page, fed the same facts, reads back through the router's reader for its engine.
@@ -198,14 +194,6 @@ mod tests {
             let lacks_ttft = matches!(engine, Engine::Llamacpp | Engine::Tgi);
             assert_eq!(s.ttft.is_none(), lacks_ttft, "{engine}");
             assert_eq!(p.iteration_stats().is_some(), engine == Engine::Trtllm, "{engine}");
-        }
-    }
-
-    #[test]
-    fn only_trtllm_moves_its_prometheus_page() {
-        for engine in Engine::ALL {
-            let expected = if engine == Engine::Trtllm { "/prometheus/metrics" } else { "/metrics" };
-            assert_eq!(metrics_path(engine), expected);
         }
     }
 }
