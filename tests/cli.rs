@@ -187,6 +187,7 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
     let stdout = String::from_utf8_lossy(&demo.stdout);
     assert!(stdout.contains("spillway report --config"));
+    assert!(stdout.contains("sglang node b"), "the demo's pool mixes engines: {stdout}");
     assert!(stdout.contains("last 5s:"), "the five-second summary is on the terminal: {stdout}");
     // The terminal gets warnings only; every line goes to the log file the demo names.
     let stderr = String::from_utf8_lossy(&demo.stderr);
@@ -213,6 +214,7 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     let requests = json["totals"]["requests"].as_u64().unwrap();
     assert!(requests >= 40, "about 15 req/s for 7 s were ledgered: {requests}");
     let pool = &json["pools"][0];
+    // Both nodes, the vLLM one and the SGLang one, were read and paid for.
     assert_eq!((pool["pool"].as_str(), pool["nodes"].as_u64()), (Some("local-llama"), Some(2)));
     let gpu: f64 = json["totals"]["gpu_usd"].as_str().unwrap().parse().unwrap();
     assert!(gpu > 0.0, "two priced nodes were paid for: {json}");

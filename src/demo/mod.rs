@@ -1,6 +1,7 @@
 //! `spillway demo`: the whole system on loopback with nothing to configure.
 //!
-//! Starts two simulated vLLM nodes, simulated OpenAI, Anthropic and Gemini endpoints, and the
+//! Starts two simulated self-hosted nodes (one vLLM, one SGLang, in one pool whose engine is told
+//! per node), simulated OpenAI, Anthropic and Gemini endpoints, and the
 //! router in front of them with an embedded config; optionally drives traffic so that local
 //! serving and spill to hosted show within seconds.
 
@@ -81,7 +82,11 @@ async fn start_sim(
 pub async fn start_fleet(listen: SocketAddr, seed: u64, ledger: &str) -> std::io::Result<DemoFleet> {
     let llama = "meta-llama/Llama-3.1-8B-Instruct";
     let node_a = start_sim(SimKind::Vllm, llama, seed, |a| a.max_num_seqs = 16).await?;
-    let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |a| a.max_num_seqs = 16).await?;
+    let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |a| {
+        a.max_num_seqs = 16;
+        a.engine = crate::canonical::Engine::Sglang;
+    })
+    .await?;
     let openai = start_sim(SimKind::OpenAi, "gpt-5.6", seed + 2, |_| {}).await?;
     let anthropic = start_sim(SimKind::Anthropic, "claude-sonnet-4-6", seed + 3, |_| {}).await?;
     let gemini = start_sim(SimKind::Gemini, "gemini-3.5-pro", seed + 4, |_| {}).await?;
@@ -92,7 +97,8 @@ admin_token_env: SPILLWAY_ADMIN_TOKEN
 ledger: {{url: "{ledger}"}}
 backends:
   - name: local-llama
-    kind: vllm
+    kind: local
+    engine: auto             # node a runs vLLM, node b SGLang: each is told from its metrics
     endpoints: [{a}, {b}]
     model: {llama}
     region: eu-west-1
@@ -185,7 +191,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!("Spillway demo is up.");
     println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
     for (name, s) in
-        ["vllm node a", "vllm node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims)
+        ["vllm node a", "sglang node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims)
     {
         println!("  {name:<16} {}", s.base_url());
     }
