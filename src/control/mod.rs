@@ -12,6 +12,7 @@ pub mod pins;
 pub mod reload;
 pub mod scrape;
 mod scrape_error;
+mod scrape_node;
 pub mod snapshot_loop;
 
 /// The router's background loops, stopped together by one cancellation token: each ends at

@@ -8,8 +8,9 @@
 //! re-read from the snapshot every interval (discovery adds and removes nodes); nodes that
 //! left are forgotten. A pool with `engine: auto` tells each node's engine from the metric names
 //! of its first good page (TensorRT-LLM's at `/prometheus/metrics` when `/metrics` has none),
-//! and tells it again when a page stops reading as that engine's. Parsing happens here, in the background, never on the request path;
-//! a page identical to the node's previous one (an idle node) is not parsed again.
+//! and tells it again when a page stops reading as that engine's. Parsing happens here, in the
+//! background, never on the request path; a page identical to the node's previous one (an idle
+//! node) is not parsed again.
 //! This loop writes only the board and the router's "seen by a scrape" marks; it does not
 //! publish snapshots.
 
@@ -20,14 +21,12 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
-use tokio::time::Instant;
 
-use crate::canonical::{Engine, NodeKey};
+use super::scrape_node::NodeScraper;
+pub use super::scrape_node::{next_delay, Target, MAX_BODY_BYTES};
+use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
-use crate::fleet::engines::info::{info_path, metrics_path, read_info, OTHER_METRICS_PATH};
-use crate::fleet::engines::{detect, read_means};
 use crate::fleet::load::NodeLoad;
-use crate::fleet::metrics::{parse_agent, NodeSample};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::snapshot::Snapshot;
 
@@ -35,31 +34,6 @@ pub use super::scrape_error::ScrapeError;
 
 /// Most scrapes in flight at once, over all nodes.
 pub const MAX_CONCURRENT_SCRAPES: usize = 32;
-
-/// Largest metrics page accepted (a vLLM page is tens of KiB).
-pub const MAX_BODY_BYTES: usize = 8 << 20;
-
-/// Where one node is scraped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The node's address, without a trailing `/`; the engine's pages are under it.
-    pub origin: String,
-    /// The pool's `engine`.
-    pub engine: EngineSetting,
-    /// `http://<node host>:<agent_port>/metrics`, when the backend has an agent.
-    pub agent_url: Option<String>,
-}
-
-impl Target {
-    /// The metrics page of the node as `engine`'s (`None`: not yet known).
-    pub fn metrics_url(&self, engine: Option<Engine>) -> String {
-        format!("{}{}", self.origin, metrics_path(engine))
-    }
-}
-
-/// The engine's side page (version, limits) is asked for on the first good scrape and then
-/// every this many.
-const INFO_EVERY: u32 = 60;
 
 /// Every self-hosted node in `snap`, by node key.
 pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
@@ -96,26 +70,6 @@ fn agent_url(origin: &str, port: u16) -> Option<String> {
     u.set_path("/metrics");
     u.set_query(None);
     Some(u.to_string())
-}
-
-/// Wait before a node's next scrape: `interval` while it answers; after `failures`
-/// consecutive failures, `interval × 2^(failures−1)` up to `backoff_max`. Either is scaled by
-/// `1 + jitter × (2r − 1)`, with `r` uniform in [0, 1), and never exceeds `backoff_max` when
-/// backing off.
-pub fn next_delay(interval: Duration, jitter: f64, backoff_max: Duration, failures: u32, r: f64) -> Duration {
-    let base = if failures == 0 {
-        interval
-    } else {
-        let factor = 1u32 << (failures - 1).min(20);
-        interval.saturating_mul(factor).min(backoff_max.max(interval))
-    };
-    let scale = 1.0 + jitter.clamp(0.0, 1.0) * (2.0 * r.clamp(0.0, 1.0) - 1.0);
-    let d = base.mul_f64(scale);
-    if failures > 0 {
-        d.min(backoff_max.max(interval))
-    } else {
-        d
-    }
 }
 
 /// Scrape every self-hosted node of the current snapshot until the task is aborted (aborting it
@@ -211,152 +165,10 @@ impl Drop for ScrapeThread {
     }
 }
 
-/// One node's scrape schedule.
-struct NodeScraper {
-    key: NodeKey,
-    target: Target,
-    board: Arc<TelemetryBoard>,
-    load: Arc<NodeLoad>,
-    client: reqwest::Client,
-    permits: Arc<Semaphore>,
-    cfg: TelemetryConfig,
-    /// The engine whose adapter reads this node's pages: the pool's, or the one detected
-    /// (`None` until a page tells, with `engine: auto`).
-    engine: Option<Engine>,
-    /// The last page and what it parsed to: an idle node's page does not change between
-    /// scrapes, and parsing is most of a scrape's cost.
-    last_page: Option<(String, NodeSample)>,
-    /// Good scrapes until the engine's side page is asked for again (0: at the next one).
-    info_in: u32,
-}
-
-impl NodeScraper {
-    async fn run(mut self) {
-        let interval = Duration::from_millis(self.cfg.interval_ms.max(1));
-        let backoff_max = Duration::from_millis(self.cfg.backoff_max_ms);
-        // The first scrape lands anywhere in the first interval, so nodes spread out.
-        let mut due = Instant::now() + interval.mul_f64(rand::random::<f64>());
-        let mut failures = 0u32;
-        loop {
-            tokio::time::sleep_until(due).await;
-            let started = Instant::now();
-            let ok = {
-                let permits = Arc::clone(&self.permits);
-                let Ok(_permit) = permits.acquire().await else { return };
-                self.scrape_once().await
-            };
-            failures = if ok { 0 } else { failures.saturating_add(1) };
-            let wait = next_delay(interval, self.cfg.jitter, backoff_max, failures, rand::random::<f64>());
-            due = (started + wait).max(Instant::now());
-        }
-    }
-
-    /// Scrape the node's metrics (and the agent's, at the same time); record the outcome.
-    /// Returns whether the node's own scrape succeeded (the agent does not count).
-    async fn scrape_once(&mut self) -> bool {
-        let timeout = Duration::from_millis(self.cfg.timeout_ms.max(1));
-        let agent = async {
-            match &self.target.agent_url {
-                Some(url) => Some(fetch(&self.client, url, timeout).await),
-                None => None,
-            }
-        };
-        let (page, agent) = tokio::join!(self.fetch_page(timeout), agent);
-        let now = Instant::now();
-        let parsed = page.and_then(|(engine, body)| match &self.last_page {
-            Some((last, sample)) if *last == body => Ok((engine, sample.clone())),
-            _ => {
-                let sample = read_means(engine, &body)?;
-                self.last_page = Some((body, sample.clone()));
-                Ok((engine, sample))
-            }
-        });
-        // The agent's reading lands first, so whoever sees this scrape sees both.
-        match agent.map(|r| r.and_then(|body| parse_agent(&body).map_err(ScrapeError::from))) {
-            None => {}
-            Some(Ok(a)) => self.board.on_agent(&self.key, a),
-            Some(Err(e)) => self.board.on_agent_failure(&self.key, e.to_string()),
-        }
-        match parsed {
-            Ok((engine, sample)) => {
-                self.engine = Some(engine);
-                self.board.on_scrape(&self.key, engine, sample, now);
-                self.load.mark_scraped(&self.key);
-                if self.info_in == 0 {
-                    self.read_info(engine, timeout).await;
-                    self.info_in = INFO_EVERY;
-                }
-                self.info_in -= 1;
-                true
-            }
-            Err(e) => {
-                // Under `auto`, a page that no longer reads as the engine told before is
-                // told again at the next scrape (the node may have been replaced).
-                if self.target.engine == EngineSetting::Auto {
-                    self.engine = None;
-                    self.info_in = 0;
-                }
-                let n = self.board.on_failure(&self.key, e.to_string(), now);
-                tracing::debug!(node = %self.key, failures = n, error = %e, "node scrape failed");
-                false
-            }
-        }
-    }
-
-    /// The node's metrics page, and the engine that reads it: the pool's or the one told
-    /// before, else the engine whose names the page (at `/metrics`, or at TensorRT-LLM's
-    /// `/prometheus/metrics` when `/metrics` has no engine's) carries.
-    async fn fetch_page(&self, timeout: Duration) -> Result<(Engine, String), ScrapeError> {
-        if let Some(engine) = self.engine {
-            let body = fetch(&self.client, &self.target.metrics_url(Some(engine)), timeout).await?;
-            return Ok((engine, body));
-        }
-        let url = self.target.metrics_url(None);
-        let first = fetch(&self.client, &url, timeout).await;
-        if let Some(engine) = first.as_ref().ok().and_then(|body| detect(body)) {
-            return first.map(|body| (engine, body));
-        }
-        let other = format!("{}{OTHER_METRICS_PATH}", self.target.origin);
-        match fetch(&self.client, &other, timeout).await {
-            Ok(body) => match detect(&body) {
-                Some(engine) => Ok((engine, body)),
-                None => first.and(Err(ScrapeError::NoEngine { url })),
-            },
-            // Report what `/metrics` said: the likelier page by far.
-            Err(_) => first.and(Err(ScrapeError::NoEngine { url })),
-        }
-    }
-
-    /// Ask the engine's side page for its version and limits (an engine without one: nothing).
-    async fn read_info(&self, engine: Engine, timeout: Duration) {
-        let Some(path) = info_path(engine) else { return };
-        let url = format!("{}{path}", self.target.origin);
-        let body = fetch(&self.client, &url, timeout).await.unwrap_or_default();
-        self.board.on_engine_info(&self.key, read_info(engine, &body));
-    }
-}
-
-/// GET `url` within `timeout`; the body as text, or why not.
-async fn fetch(client: &reqwest::Client, url: &str, timeout: Duration) -> Result<String, ScrapeError> {
-    let request = |source| ScrapeError::Request { source };
-    let mut resp = client.get(url).timeout(timeout).send().await.map_err(request)?;
-    if !resp.status().is_success() {
-        return Err(ScrapeError::Status { url: url.to_string(), status: resp.status() });
-    }
-    let mut body =
-        Vec::with_capacity(resp.content_length().unwrap_or(16 << 10).min(MAX_BODY_BYTES as u64) as usize);
-    while let Some(chunk) = resp.chunk().await.map_err(request)? {
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(ScrapeError::TooLarge { url: url.to_string(), limit: MAX_BODY_BYTES });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    String::from_utf8(body).map_err(|source| ScrapeError::NotUtf8 { url: url.to_string(), source })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::Engine;
 
     #[test]
     fn backs_off_by_doubling_up_to_the_cap() {
