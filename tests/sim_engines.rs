@@ -134,6 +134,7 @@ async fn as_sglang_the_page_follows_the_load() {
     assert_eq!(count(&done.itl), Some((REQUESTS as u32 * (OUTPUT - 1)) as f64));
     assert_eq!(done.prefix_cache_queries, done.prompt_tokens);
     assert!(done.prefix_cache_hits.is_some());
+    assert_eq!(done.request_success, N, "sglang:num_requests_total counts finished requests");
     // SGLang has no cache-config family and no prefill histogram.
     assert_eq!((done.cache, done.prefill_time), (None, None));
     assert_eq!(statuses(&s, &["/version", "/props", "/info"]).await, [404, 404, 404]);

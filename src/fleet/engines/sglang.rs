@@ -46,6 +46,8 @@ pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
         queue_time: histogram(s, "sglang:queue_time_seconds"),
         prompt_tokens,
         generation_tokens: sum_of(s, "sglang:generation_tokens_total"),
+        // Counted as each request finishes (the tokenizer manager's metrics collector).
+        request_success: sum_of(s, "sglang:num_requests_total"),
         prefix_cache_hits: cached,
         prefix_cache_queries: cached.and(prompt_tokens),
         ..NodeSample::default()
@@ -80,6 +82,7 @@ mod tests {
         assert_eq!((q.sum, q.count), (Some(96.75), Some(1402.0)));
         let e2e = s.e2e.as_ref().unwrap();
         assert_eq!((e2e.sum, e2e.count), (Some(4210.5), Some(1390.0)));
+        assert_eq!(s.request_success, Some(1390.0), "num_requests_total: requests finished");
         assert_eq!(s.prompt_tokens, Some(1_843_210.0));
         assert_eq!(s.generation_tokens, Some(178_321.0));
         // Summed over cache_source="device" and "host".
@@ -93,7 +96,6 @@ mod tests {
         let s = read(Engine::Sglang, PAGE).unwrap();
         assert_eq!(s.cache, None);
         assert_eq!(s.prefill_time, None);
-        assert_eq!(s.request_success, None);
         assert_eq!(s.preemptions, None);
         assert_eq!((s.max_running, s.scheduled, s.prefilling), (None, None, None));
         assert_eq!(
