@@ -18,7 +18,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use spillway::sim::SimKind;
 
-use crate::common::{admin_json, get_json, sim, temp_ledger_url, wait_until, Output};
+use crate::common::{self, admin_json, get_json, sim, temp_ledger_url, wait_until, Output};
 
 const ADMIN: &str = "real-engine-admin";
 
@@ -88,12 +88,12 @@ async fn llama_server((server, model): &(PathBuf, PathBuf), slots: u32) -> Llama
 }
 
 /// A router over the real node (`pool`) and a hosted simulator (`hosted`), serving task `t`
-/// local first; the sender stops it gracefully (the ledger and GPU minutes flush).
+/// local first; [`Router::stop`] stops it gracefully (the ledger and GPU minutes flush).
 struct Router {
+    router: common::Router,
     url: String,
     ledger: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Router {
@@ -109,21 +109,13 @@ impl Router {
              telemetry: {{interval_ms: 100, stale_after_ms: 2000, backoff_max_ms: 300}}\n\
              ledger: {{url: \"{ledger}\"}}\n"
         );
-        let config = spillway::config::parse(&yaml).unwrap_or_else(|p| panic!("{p:#?}"));
-        let env = [("OPENAI_KEY", "sk-test"), ("ADMIN_TOKEN", ADMIN)];
-        let secrets = spillway::config::secrets::read_secrets(&config, |name| {
-            env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
-        })
-        .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let stopped = async move {
             let _ = stopped.await;
         };
-        let options = spillway::app::Options::default();
-        let handle = spillway::app::start_with(config, secrets, listener, stopped, options).await.unwrap();
-        let router =
-            Router { url: format!("http://{}", handle.addr), ledger, stop: Some(stop), task: handle.task };
+        let env = [("OPENAI_KEY", "sk-test"), ("ADMIN_TOKEN", ADMIN)];
+        let router = common::router_until(&yaml, &env, Default::default(), stopped).await;
+        let router = Router { url: router.url.clone(), router, ledger, stop: Some(stop) };
         router.wait_read_as_llamacpp().await;
         router
     }
@@ -145,7 +137,7 @@ impl Router {
     /// Stop accepting, flush, and wait for the router to end.
     async fn stop(mut self) -> String {
         let _ = self.stop.take().unwrap().send(());
-        (&mut self.task).await.unwrap().unwrap();
+        (&mut self.router.handle.task).await.unwrap().unwrap();
         self.ledger.clone()
     }
 }

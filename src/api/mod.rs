@@ -189,7 +189,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     // How many nodes each engine's adapter reads ("unknown": no good scrape yet).
     let mut engines = std::collections::BTreeMap::<&str, usize>::new();
     for (_, n) in &local {
-        let engine = state.telemetry.get(&n.key).and_then(|t| t.engine);
+        let engine = state.telemetry.engine(&n.key);
         *engines.entry(engine.map_or("unknown", |e| e.name())).or_default() += 1;
     }
     let quarantined: Vec<_> = local

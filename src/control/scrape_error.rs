@@ -20,10 +20,13 @@ pub enum ScrapeError {
     #[error(transparent)]
     Parse(#[from] ParseError),
     /// A page with no known engine's metric names (`engine: auto`).
-    #[error(
-        "{url}: no metrics of a known engine (vllm, sglang, llamacpp, trtllm, tgi); set the pool's `engine`"
-    )]
+    #[error("{url}: no metrics of a known engine ({}); set the pool's `engine`", known_engines())]
     NoEngine { url: String },
+}
+
+/// The engines whose pages can be read, by name.
+fn known_engines() -> String {
+    crate::canonical::Engine::ALL.map(|e| e.name()).join(", ")
 }
 
 /// `e: its cause: its cause's cause…`.
@@ -53,6 +56,12 @@ mod tests {
         assert_eq!(status.to_string(), "http://n:8000/metrics: HTTP 502 Bad Gateway");
         let big = ScrapeError::TooLarge { url: "http://n:8000/metrics".into(), limit: 8 };
         assert_eq!(big.to_string(), "http://n:8000/metrics: body larger than 8 bytes");
+        let none = ScrapeError::NoEngine { url: "http://n:8000/metrics".into() };
+        assert_eq!(
+            none.to_string(),
+            "http://n:8000/metrics: no metrics of a known engine (vllm, sglang, llamacpp, trtllm, tgi); \
+             set the pool's `engine`"
+        );
         let utf8 = ScrapeError::NotUtf8 {
             url: "http://n:8000/metrics".into(),
             source: String::from_utf8(vec![0xff]).unwrap_err(),

@@ -341,6 +341,11 @@ impl TelemetryBoard {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).map(NodeTelemetry::signals)
     }
 
+    /// The engine that reads the node's pages (`None`: not yet told), without copying the rest.
+    pub fn engine(&self, key: &str) -> Option<Engine> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|n| n.engine)
+    }
+
     /// Drop a node that left the fleet.
     pub fn forget(&self, key: &str) {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).remove(key);

@@ -73,6 +73,17 @@ pub async fn router_with(yaml: &str, env: &[(&str, &str)], options: spillway::ap
 
 /// [`router_with`], without waiting for any scrape (a node whose telemetry cannot be read).
 pub async fn router_unscraped(yaml: &str, env: &[(&str, &str)], options: spillway::app::Options) -> Router {
+    router_until(yaml, env, options, std::future::pending()).await
+}
+
+/// [`router_unscraped`] that stops gracefully (flushing the ledger and GPU minutes) when
+/// `shutdown` completes; await `handle.task` to see it end.
+pub async fn router_until(
+    yaml: &str,
+    env: &[(&str, &str)],
+    options: spillway::app::Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Router {
     let mut yaml =
         if yaml.contains("telemetry:") { yaml.to_string() } else { format!("{yaml}\n{FAST_TELEMETRY}") };
     if !yaml.contains("ledger:") {
@@ -85,8 +96,7 @@ pub async fn router_unscraped(yaml: &str, env: &[(&str, &str)], options: spillwa
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let handle =
-        spillway::app::start_with(config, secrets, listener, std::future::pending(), options).await.unwrap();
+    let handle = spillway::app::start_with(config, secrets, listener, shutdown, options).await.unwrap();
     Router { url: format!("http://{}", handle.addr), handle }
 }
 
