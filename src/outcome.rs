@@ -52,6 +52,9 @@ pub struct AttemptRecord {
     /// How long the upstream asked to be left alone (`Retry-After`), or, for a node skipped
     /// under such a hold, how long the hold still lasts.
     pub retry_after: Option<Duration>,
+    /// Served, but its first token came later than the task's TTFT SLO (counted against the
+    /// backend's availability: `route::availability`).
+    pub slow: bool,
 }
 
 impl AttemptRecord {
@@ -67,6 +70,7 @@ impl AttemptRecord {
             message: None,
             elapsed: Duration::ZERO,
             retry_after: None,
+            slow: false,
         }
     }
 
@@ -85,8 +89,9 @@ impl AttemptRecord {
         }
     }
 
-    pub fn served(task: &str, backend: &str, node: &NodeKey, ttft: Duration) -> Self {
-        AttemptRecord { elapsed: ttft, ..Self::base(task, backend, node) }
+    /// Served after `ttft`; `slo`: the task's TTFT target.
+    pub fn served(task: &str, backend: &str, node: &NodeKey, ttft: Duration, slo: Duration) -> Self {
+        AttemptRecord { elapsed: ttft, slow: ttft > slo, ..Self::base(task, backend, node) }
     }
 
     /// The same record, for the request with this id.

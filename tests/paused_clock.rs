@@ -84,6 +84,7 @@ impl Loop {
             over_quota,
             availability: AvailabilityBoard::new(&config),
             holds: Arc::clone(&holds),
+            shares: Default::default(),
         };
         let task = tokio::spawn(snapshot_loop::run(Arc::clone(&current), sources, PERIOD));
         let l = Loop { config, current, breakers, holds, task, _discovered: discovered };

@@ -6,8 +6,15 @@ use std::time::{Duration, Instant};
 
 use spillway::simulate::{self, Scenario, ScenarioReport, SimulateArgs, Stats, StrategyName};
 
-const SHIPPED: [&str; 5] =
-    ["steady", "ramp-150", "hosted-outage-40m", "primary-rate-limited", "fleet-node-loss"];
+const SHIPPED: [&str; 7] = [
+    "steady",
+    "ramp-150",
+    "hosted-outage-40m",
+    "primary-rate-limited",
+    "fleet-node-loss",
+    "hosted-slowdown",
+    "flash-crowd",
+];
 
 fn path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/scenarios/{name}.yaml"))

@@ -131,6 +131,7 @@ pub async fn start_with(
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
         availability: Arc::clone(&availability),
         holds: Arc::clone(&holds),
+        shares: Default::default(),
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);

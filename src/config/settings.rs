@@ -235,6 +235,40 @@ pub struct BalancingConfig {
     pub kd: f64,
     /// A project keeps its fallback chain for this long (prompt caches stay warm).
     pub affinity_window_secs: u64,
+    /// How many successes one slow answer (first token later than the task's TTFT SLO)
+    /// cancels in the availability score, as `error_weight` does for an error.
+    pub slow_weight: f64,
+    /// Which projects a full pool keeps, and for how long a spilled one stays spilled.
+    pub sticky_spill: StickySpillConfig,
+}
+
+/// Sticky spill (`route::sticky`): a pool that cannot take every project takes a fixed share
+/// of them first.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StickySpillConfig {
+    /// Off: every request is admitted or spilled on its own, as before.
+    pub enabled: bool,
+    /// Clear headroom: the pool's occupancy is this far below its reserve line.
+    pub margin: f64,
+    /// A spilled project comes back no sooner than this after the pool was last full.
+    pub hold_secs: u64,
+    /// How fast the share shrinks while the pool is full (fraction per second).
+    pub down_per_sec: f64,
+    /// How fast it grows back with clear headroom (share per second).
+    pub up_per_sec: f64,
+}
+
+impl Default for StickySpillConfig {
+    fn default() -> Self {
+        StickySpillConfig {
+            enabled: true,
+            margin: 0.15,
+            hold_secs: 60,
+            down_per_sec: 0.05,
+            up_per_sec: 0.005,
+        }
+    }
 }
 
 impl Default for BalancingConfig {
@@ -246,6 +280,8 @@ impl Default for BalancingConfig {
             ki: 0.05,
             kd: 0.0,
             affinity_window_secs: 300,
+            slow_weight: 20.0,
+            sticky_spill: StickySpillConfig::default(),
         }
     }
 }

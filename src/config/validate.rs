@@ -258,9 +258,18 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if !(b.error_weight.is_finite() && b.error_weight > 0.0) {
         p("balancing.error_weight".into(), "must be above 0".into());
     }
-    for (key, gain) in [("kp", b.kp), ("ki", b.ki), ("kd", b.kd)] {
+    for (key, gain) in [("kp", b.kp), ("ki", b.ki), ("kd", b.kd), ("slow_weight", b.slow_weight)] {
         if !(gain.is_finite() && gain >= 0.0) {
             p(format!("balancing.{key}"), "must be a number ≥ 0".into());
+        }
+    }
+    let s = &b.sticky_spill;
+    if !(s.margin.is_finite() && s.margin > 0.0 && s.margin < 1.0) {
+        p("balancing.sticky_spill.margin".into(), "must be between 0 and 1".into());
+    }
+    for (key, rate) in [("down_per_sec", s.down_per_sec), ("up_per_sec", s.up_per_sec)] {
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1.0) {
+            p(format!("balancing.sticky_spill.{key}"), "must be above 0 and at most 1".into());
         }
     }
     let l = &config.ledger;

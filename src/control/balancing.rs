@@ -47,13 +47,14 @@ impl AvailabilityBoard {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An upstream call to `backend` reached its first token (`None`) or failed.
-    pub fn record(&self, backend: &str, failure: Option<ErrorClass>) {
+    /// An upstream call to `backend` reached its first token (`None`; `slow` when later than
+    /// its task's SLO) or failed.
+    pub fn record(&self, backend: &str, failure: Option<ErrorClass>, slow: bool) {
         if !self.hosted.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|h| h == backend) {
             return;
         }
         match failure {
-            None => self.lock().record(backend, true),
+            None => self.lock().record_served(backend, slow),
             Some(class) => self.lock().record_failure(backend, class),
         }
     }
@@ -95,9 +96,9 @@ mod tests {
         let config = crate::config::parse(include_str!("../../spillway.example.yaml")).unwrap();
         let board = AvailabilityBoard::new(&config);
         for _ in 0..20 {
-            board.record("openai", Some(ErrorClass::InvalidRequest));
-            board.record("anthropic", Some(ErrorClass::Overloaded));
-            board.record("local-llama", Some(ErrorClass::Overloaded));
+            board.record("openai", Some(ErrorClass::InvalidRequest), false);
+            board.record("anthropic", Some(ErrorClass::Overloaded), false);
+            board.record("local-llama", Some(ErrorClass::Overloaded), false);
         }
         let handle = tokio::spawn(run(Arc::clone(&board), Duration::from_secs(30)));
         tokio::time::sleep(Duration::from_secs(31)).await;

@@ -46,7 +46,7 @@ pub async fn consume(
                 metrics.observe_attempt(&a);
                 tracing::debug!(request_id = %a.request_id, task = %a.task, node = %a.node, "{}", a.describe());
                 if a.skipped.is_none() {
-                    availability.record(&a.backend, a.error_class);
+                    availability.record(&a.backend, a.error_class, a.slow);
                 }
             }
             Record::Request(r) if r.ending == Ending::InFlight => {}

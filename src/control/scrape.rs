@@ -223,6 +223,7 @@ mod tests {
                 quarantine: &|_| None,
                 over_quota: &|_| false,
                 availability: &|_| 1.0,
+                share: &|_| 1.0,
             };
             let mut snap = Snapshot::build(config, &inputs, 1);
             snap.backends[0].nodes[0].host_ip = Some("192.168.1.7".into());

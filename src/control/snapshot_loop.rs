@@ -3,7 +3,7 @@
 //! of the snapshot; planning reads whatever it last published.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -16,7 +16,8 @@ use crate::canonical::NodeKey;
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::node::NodeBoard;
-use crate::snapshot::{Snapshot, SnapshotInputs};
+use crate::route::sticky::PoolShares;
+use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
 
 /// Where the snapshot's parts come from.
 pub struct Sources {
@@ -35,6 +36,8 @@ pub struct Sources {
     pub availability: Arc<super::balancing::AvailabilityBoard>,
     /// Drains and disables from the admin API.
     pub holds: Arc<crate::guard::holds::HoldBoard>,
+    /// Each pool's sticky-spill share, stepped after every rebuild.
+    pub shares: Mutex<PoolShares>,
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
@@ -80,6 +83,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         quarantine: &|_| None,
         over_quota: &*sources.over_quota,
         availability: &|b| sources.availability.get(b),
+        share: &|b| sources.shares.lock().unwrap_or_else(|e| e.into_inner()).get(b),
     };
     let config = sources.config.load_full();
     let mut snap = Snapshot::build(Arc::clone(&config), &inputs, version);
@@ -105,6 +109,8 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     let live: Vec<&str> = snap.backends.iter().flat_map(|b| b.nodes.iter().map(|n| n.key.as_str())).collect();
     sources.pins.retain(|k| live.contains(&k));
     snap.gate_refusals = sources.gate.refusals(&config, &sources.pins);
+    let load = |node: &NodeView| node.handle.load.view();
+    sources.shares.lock().unwrap_or_else(|e| e.into_inner()).step(&snap, &load, now);
     snap
 }
 
@@ -161,6 +167,7 @@ tasks:
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
             holds: Default::default(),
+            shares: Default::default(),
             config: Arc::new(ArcSwap::new(config)),
         };
         (sources, tx)

@@ -262,7 +262,8 @@ impl Dispatcher {
                     outcome.model = backend.model.clone();
                     let NodeHold { slot, permit } = hold;
                     let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
-                    let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft);
+                    let slo = Duration::from_millis(task.slo.ttft_ms);
+                    let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft, slo);
                     self.emit(Record::Attempt(served.for_request(&meta.request_id)));
                     return Ok(Committed {
                         backend: backend.name.clone(),

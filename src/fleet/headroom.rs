@@ -79,6 +79,9 @@ pub enum SpillReason {
     Kv,
     /// Its predicted time to first token breaks the task's SLO.
     Ttft,
+    /// The pool had room, but it takes this request's project second while it cannot take
+    /// them all (`route::sticky`): the project keeps its hosted chain.
+    Sticky,
 }
 
 impl SpillReason {
@@ -91,6 +94,7 @@ impl SpillReason {
             SpillReason::Queue => "queue",
             SpillReason::Kv => "kv",
             SpillReason::Ttft => "ttft",
+            SpillReason::Sticky => "sticky",
         }
     }
 }

@@ -168,6 +168,7 @@ impl ProviderFamilies {
 pub struct FleetFamilies {
     pub breaker: Family<IntGaugeVec, Node<'static>>,
     pub availability: Family<GaugeVec, Backend<'static>>,
+    pub share: Family<GaugeVec, Backend<'static>>,
     pub weight: Family<GaugeVec, TaskBackend<'static>>,
     pub node_running: Family<GaugeVec, Node<'static>>,
     pub node_waiting: Family<GaugeVec, Node<'static>>,
@@ -192,6 +193,11 @@ impl FleetFamilies {
                 r,
                 "spillway_backend_availability",
                 "Hosted backend availability from the PID loop (0-1).",
+            ),
+            share: gauge(
+                r,
+                "spillway_pool_share",
+                "Share of projects a local pool takes first while it cannot take them all (0-1; sticky spill).",
             ),
             weight: gauge(
                 r,

@@ -38,7 +38,9 @@ impl Metrics {
         f.breaker.reset();
         f.weight.reset();
         for b in &snap.backends {
-            if !b.is_local() {
+            if b.is_local() {
+                f.share.get(Backend { backend: &b.name }).set(b.share);
+            } else {
                 f.availability.get(Backend { backend: &b.name }).set(b.availability);
             }
             for n in &b.nodes {

@@ -25,6 +25,17 @@
 //! unused provider climbs back *slowly*. The zero crossing (the error target) does not depend
 //! on the denominator.
 //!
+//! **Slow answers.** A provider that stays up but answers late hurts the SLO as surely as
+//! one that fails. An answer whose first token came later than its task's TTFT SLO counts as
+//! *slow*, and each slow answer takes `S = slow_weight` off the score beside the success it
+//! also is ([`latency_aware_score`]): `successes − E × errors − S × slow + 1`. With `S = 20`
+//! the zero crossing is at about 5 % slow answers (`1/S`, errors aside): a provider all of
+//! whose answers are late gets a signal near `1 − S = −19` per request and loses its weight
+//! within an interval or two, like a hard outage, while a few late answers from jitter stay
+//! well below it. It regains weight as its answers come back in time (or, with no traffic,
+//! through the bias). `S = 0` turns the term off. The default was chosen with `spillway
+//! simulate` on the shipped `hosted-slowdown` scenario (see `benches/README.md`).
+//!
 //! **Anti-windup** is by clamping: the integral term (kept in availability units, i.e. already
 //! multiplied by `ki`) is held in `[0, integral_limit]`, default `[0, 1]`. It can represent any
 //! equilibrium availability and nothing beyond, so a long outage cannot bank negative credit
@@ -78,6 +89,8 @@ pub struct PidConfig {
     /// Pseudo-count added to the request count when normalising the score (must be > 0 for
     /// an idle interval to yield a finite signal; values ≤ 0 are treated as a tiny positive).
     pub prior_requests: f64,
+    /// `S`: how many successes one slow answer (first token after the task's SLO) cancels.
+    pub slow_weight: f64,
 }
 
 impl Default for PidConfig {
@@ -88,6 +101,7 @@ impl Default for PidConfig {
             interval: Duration::from_secs(30),
             integral_limit: 1.0,
             prior_requests: 4.0,
+            slow_weight: 20.0,
         }
     }
 }
@@ -102,6 +116,14 @@ pub fn score(successes: u64, errors: u64, error_weight: f64) -> f64 {
 pub fn normalised_score(successes: u64, errors: u64, cfg: &PidConfig) -> f64 {
     let requests = successes as f64 + errors as f64;
     score(successes, errors, cfg.error_weight) / (requests + cfg.prior_requests.max(1e-9))
+}
+
+/// [`normalised_score`] less `S` for each slow answer (already counted among `successes`),
+/// on the same denominator.
+pub fn latency_aware_score(successes: u64, slow: u64, errors: u64, cfg: &PidConfig) -> f64 {
+    let requests = successes as f64 + errors as f64;
+    normalised_score(successes, errors, cfg)
+        - cfg.slow_weight * slow.min(successes) as f64 / (requests + cfg.prior_requests.max(1e-9))
 }
 
 /// One provider's controller state. Starts at availability 1.
@@ -155,6 +177,8 @@ impl Pid {
 struct Provider {
     pid: Pid,
     successes: u64,
+    /// Successes whose first token came after the task's SLO.
+    slow: u64,
     errors: u64,
 }
 
@@ -176,7 +200,7 @@ impl Availability {
 
     fn provider(&mut self, backend: &str) -> &mut Provider {
         if !self.providers.contains_key(backend) {
-            let fresh = Provider { pid: Pid::new(&self.cfg), successes: 0, errors: 0 };
+            let fresh = Provider { pid: Pid::new(&self.cfg), successes: 0, slow: 0, errors: 0 };
             self.providers.insert(backend.to_string(), fresh);
         }
         self.providers.get_mut(backend).expect("inserted above")
@@ -198,6 +222,15 @@ impl Availability {
             self.record_counts(backend, 1, 0);
         } else {
             self.record_counts(backend, 0, 1);
+        }
+    }
+
+    /// Count an answer that reached its first token; `slow`: later than its task's SLO.
+    pub fn record_served(&mut self, backend: &str, slow: bool) {
+        self.record_counts(backend, 1, 0);
+        if slow {
+            let p = self.provider(backend);
+            p.slow = p.slow.saturating_add(1);
         }
     }
 
@@ -224,9 +257,10 @@ impl Availability {
         let cfg = self.cfg;
         for p in self.providers.values_mut() {
             if secs > 0.0 {
-                let e = normalised_score(p.successes, p.errors, &cfg);
+                let e = latency_aware_score(p.successes, p.slow, p.errors, &cfg);
                 p.pid.step(e, secs, &cfg);
                 p.successes = 0;
+                p.slow = 0;
                 p.errors = 0;
             }
         }
@@ -257,6 +291,7 @@ impl PidConfig {
             gains: PidGains { kp: b.kp, ki: b.ki, kd: b.kd },
             error_weight: b.error_weight,
             interval: Duration::from_secs(b.interval_secs),
+            slow_weight: b.slow_weight,
             ..PidConfig::default()
         }
     }
@@ -447,5 +482,42 @@ mod tests {
         av.retain(|name| name != "idle");
         assert_eq!(av.all().keys().collect::<Vec<_>>(), ["busy", "flaky"]);
         assert_eq!(av.pid("flaky").unwrap().integral, 0.0);
+    }
+
+    #[test]
+    fn slow_answers_lower_availability_smoothly_and_it_comes_back() {
+        let cfg = PidConfig::default();
+        // No slow answers: the plain score. 96 in time: 97 / 100.
+        assert_eq!(latency_aware_score(96, 0, 0, &cfg), 0.97);
+        // 4 of 96 slow: (97 − 20 × 4) / 100 = 0.17, still positive (about 4 % slow).
+        assert_close(latency_aware_score(96, 4, 0, &cfg), 0.17);
+        // 6 of 96 slow: (97 − 120) / 100 = −0.23: above the 5 % line, it starts to give way.
+        assert_close(latency_aware_score(96, 6, 0, &cfg), -0.23);
+        // Everything slow: (97 − 1920) / 100 = −18.23.
+        assert_close(latency_aware_score(96, 96, 0, &cfg), -18.23);
+        // Slow counts only among successes; S = 0 turns the term off.
+        assert_eq!(latency_aware_score(10, 50, 0, &cfg), latency_aware_score(10, 10, 0, &cfg));
+        let off = PidConfig { slow_weight: 0.0, ..cfg };
+        assert_eq!(latency_aware_score(96, 96, 0, &off), 0.97);
+
+        let mut av = Availability::new(cfg);
+        // Slightly slow (6 %): e = −0.23, integral 1 − 0.05 × 0.23 = 0.9885, output 0.9839.
+        for i in 0..96 {
+            av.record_served("slowish", i < 6);
+        }
+        assert_close(av.tick(Duration::from_secs(30))["slowish"], 0.9885 - 0.02 * 0.23);
+        // All slow: e = −18.23 → integral 0.9885 − 0.9115 = 0.077, output 0.077 − 0.3646 → 0.
+        for _ in 0..96 {
+            av.record_served("slowish", true);
+        }
+        assert_eq!(av.tick(Duration::from_secs(30))["slowish"], 0.0);
+        assert_close(av.pid("slowish").unwrap().integral, 0.9885 - 0.05 * 18.23);
+        // Answers in time again (20 a probe interval): e = 21 / 24 = 0.875, integral + 0.04375,
+        // output + 0.0175 on top.
+        for _ in 0..20 {
+            av.record_served("slowish", false);
+        }
+        let integral = 0.9885 - 0.05 * 18.23 + 0.05 * 0.875;
+        assert_close(av.tick(Duration::from_secs(30))["slowish"], integral + 0.02 * 0.875);
     }
 }

@@ -9,6 +9,7 @@ pub mod blind;
 pub mod capability;
 pub mod chain;
 
+pub mod sticky;
 mod strategy;
 pub mod weights;
 
@@ -146,8 +147,24 @@ pub fn plan_among(
     let mut local: HashMap<BackendId, Vec<Target>> = HashMap::new();
     let mut last_resort: Vec<(f64, Target)> = Vec::new();
     let mut spills = Vec::new();
+    // Pools that take this request's project second (`sticky`): planned after the hosted chain.
+    let mut second = Vec::new();
+    let key = facts.affinity.unwrap_or(facts.seed);
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
-        let targets = pool_targets(facts, snap, backend, slo_s, now, &mut spills, &mut last_resort);
+        let member = sticky::membership(
+            &snap.backends[backend],
+            &snap.config.balancing.sticky_spill,
+            facts.task.strategy,
+            key,
+        );
+        let stay = member == Some(true);
+        let targets = pool_targets(facts, snap, backend, slo_s, stay, now, &mut spills, &mut last_resort);
+        if member == Some(false) {
+            if let Some(first) = targets.first() {
+                spills.push(Spill { backend, node: first.node, reason: SpillReason::Sticky });
+                second.push(backend);
+            }
+        }
         local.insert(backend, targets);
     }
     let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty());
@@ -156,7 +173,7 @@ pub fn plan_among(
             *pool = blind::targets(facts, snap, backend, now);
         }
     }
-    let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty());
+    let has_headroom = |b: BackendId| local.get(&b).is_some_and(|t| !t.is_empty()) && !second.contains(&b);
     let ordered = strategy::order(facts, snap, &eligible, &has_headroom);
     let mut targets = Vec::new();
     let mut last = Vec::new();
@@ -186,18 +203,23 @@ pub fn plan_among(
 
 /// The nodes of one local pool that may take the request, affinity node first while it has
 /// headroom, then the soonest predicted first token. The others are recorded as spills, and
-/// (for interactive requests) as last resorts.
+/// (for interactive requests) as last resorts. `stay`: the pool takes this project first
+/// while it cannot take them all (`sticky`), so the failover reserve is not held against it.
+#[allow(clippy::too_many_arguments)]
 fn pool_targets(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
     backend: BackendId,
     slo_s: f64,
+    stay: bool,
     now: Instant,
     spills: &mut Vec<Spill>,
     last_resort: &mut Vec<(f64, Target)>,
 ) -> Vec<Target> {
     let view = &snap.backends[backend];
-    let limits = PoolLimits { reserve: facts.priority.local_reserve(view.limits.reserve), ..view.limits };
+    let pool = view.limits.reserve;
+    let reserve = facts.priority.local_reserve(pool) - if stay { pool } else { 0.0 };
+    let limits = PoolLimits { reserve: reserve.max(0.0), ..view.limits };
     let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
     for (i, node) in view.nodes.iter().enumerate() {
@@ -262,6 +284,7 @@ mod tests {
             quarantine: &|_| None,
             over_quota: &|_| false,
             availability: &|_| 1.0,
+            share: &|_| 1.0,
         };
         Snapshot::build(config(), &inputs, 2)
     }
@@ -478,6 +501,7 @@ mod tests {
             quarantine: &|_| None,
             over_quota: &|_| false,
             availability: &availability,
+            share: &|_| 1.0,
         };
         let snap = Snapshot::build(config(), &inputs, 2);
         let mut task = snap.config.task("summarise-ticket").unwrap().clone();
@@ -504,6 +528,88 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_their_hosted_chain() {
+        let now = Instant::now();
+        let none = BTreeMap::new();
+        // Both nodes past the reserve line (205 of 256, the line at 204.8 → 204).
+        let busy = |_: &NodeKey| {
+            Some(NodeSignals {
+                scraped_at: Some(now),
+                running: Some(205.0),
+                waiting: Some(0.0),
+                ..NodeSignals::default()
+            })
+        };
+        let build = |share: f64| {
+            let share = move |_: &str| share;
+            let inputs = SnapshotInputs {
+                discovered: &none,
+                breaker: &closed,
+                handle: &NodeHandle::detached,
+                signals: &busy,
+                quarantine: &|_| None,
+                over_quota: &|_| false,
+                availability: &|_| 1.0,
+                share: &share,
+            };
+            Snapshot::build(config(), &inputs, 2)
+        };
+        let snap = build(0.5);
+        assert_eq!(snap.backends[0].share, 0.5);
+        let mut task = snap.config.task("summarise-ticket").unwrap().clone();
+        task.strategy = Strategy::Adaptive;
+        let (mut inside, mut outside) = (0, 0);
+        for key in 0..400u64 {
+            let f = RequestFacts { affinity: Some(key), window: 3, ..facts(&task, key) };
+            let p = plan(&f, &snap, now).unwrap();
+            if sticky::takes_first(key, "local-llama", 0.5) {
+                inside += 1;
+                // In the share: the fleet first, past the reserve (the node is within its SLO).
+                assert!(names(&snap, &p)[..2].iter().all(|n| n.starts_with("local-llama")), "key {key}");
+                assert!(p.spills.is_empty(), "{:?}", p.spills);
+            } else {
+                outside += 1;
+                // Outside: the hosted chain first, the pool after it as a fallback (held to the
+                // reserve, which these nodes are past: nothing of the pool is left to try).
+                assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"], "key {key}");
+                assert_eq!(p.spill_reason(), Some(SpillReason::Reserve));
+            }
+        }
+        assert!(inside > 150 && outside > 150, "{inside} in, {outside} out");
+        // Below the reserve line, keys outside the share still go hosted first, with the pool
+        // after the hosted chain and the reason `sticky`.
+        let idle_snap = {
+            let share = |_: &str| 0.5;
+            let idle = |_: &NodeKey| Some(NodeSignals { scraped_at: Some(now), ..idle("") });
+            let inputs = SnapshotInputs {
+                discovered: &none,
+                breaker: &closed,
+                handle: &NodeHandle::detached,
+                signals: &idle,
+                quarantine: &|_| None,
+                over_quota: &|_| false,
+                availability: &|_| 1.0,
+                share: &share,
+            };
+            Snapshot::build(config(), &inputs, 2)
+        };
+        let key = (0..100u64).find(|&k| !sticky::takes_first(k, "local-llama", 0.5)).unwrap();
+        let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &idle_snap, now).unwrap();
+        let order = names(&idle_snap, &p);
+        assert_eq!(order[0], "anthropic#0");
+        assert!(order[1..3].iter().all(|n| n.starts_with("local-llama")), "{order:?}");
+        assert_eq!(p.spill_reason(), Some(SpillReason::Sticky));
+        // A share of 1 is planning without stickiness: the reserve holds for every key.
+        let full = build(1.0);
+        let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &full, now).unwrap();
+        assert_eq!(names(&full, &p), ["anthropic#0", "openai#0"]);
+        // Sticky spill only shapes adaptive tasks.
+        task.strategy = Strategy::Priority;
+        let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &idle_snap, now).unwrap();
+        assert_eq!(names(&idle_snap, &p)[0], "local-llama#0");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_hosted_backend_the_pid_has_written_off_releases_the_reserve() {
         let none = BTreeMap::new();
         let build = |anthropic: f64| {
@@ -516,6 +622,7 @@ mod tests {
                 quarantine: &|_| None,
                 over_quota: &|_| false,
                 availability: &availability,
+                share: &|_| 1.0,
             };
             Snapshot::build(config(), &inputs, 2)
         };

@@ -50,6 +50,8 @@ pub struct Provider {
     pub error_rate: f64,
     /// Outages in force (they may overlap).
     pub outages: u32,
+    /// A slowdown in force: (ttft × factor, tokens per second ÷ factor); 1 and 1 without one.
+    pub slowdown: (f64, f64),
     minute: u64,
     requests: u64,
     tokens: u64,
@@ -64,6 +66,7 @@ impl Provider {
             tpm: model.tpm,
             error_rate: model.error_rate,
             outages: 0,
+            slowdown: (1.0, 1.0),
             minute: 0,
             requests: 0,
             tokens: 0,
@@ -102,8 +105,10 @@ impl Provider {
         }
         self.cache.insert(call.project, now);
         let base = self.model.ttft_ms * (self.model.ttft_jitter * normal(rng)).exp();
-        let ttft = from_ms(base + self.model.per_1k_prompt_ms * f64::from(call.prompt - cached) / 1000.0);
-        let done = ttft + from_secs(f64::from(call.output) / self.model.tokens_per_sec);
+        let prefill = self.model.per_1k_prompt_ms * f64::from(call.prompt - cached) / 1000.0;
+        let (ttft_factor, tps_factor) = self.slowdown;
+        let ttft = from_ms((base + prefill) * ttft_factor);
+        let done = ttft + from_secs(f64::from(call.output) * tps_factor / self.model.tokens_per_sec);
         Answer::Served { ttft, done, cached }
     }
 }
@@ -130,6 +135,13 @@ mod tests {
             Answer::Failed { class: ErrorClass::RateLimited, .. }
         ));
         assert!(matches!(p.call(call, 61_000_000, 1, &mut rng), Answer::Served { .. }), "a new minute");
+        // Slowed down three times (first token) and twice (output): the cache is warm, so 400
+        // uncached tokens at 40 ms per 1k on 450 ms; 80 tokens at half the default speed.
+        p.slowdown = (3.0, 2.0);
+        let Answer::Served { ttft, done, .. } = p.call(call, 200_000_000, 3, &mut rng) else { panic!() };
+        assert_eq!(ttft, from_ms(466.0 * 3.0));
+        assert_eq!(done - ttft, from_secs(80.0 * 2.0 / model.tokens_per_sec));
+        p.slowdown = (1.0, 1.0);
         p.outages = 1;
         assert!(matches!(
             p.call(call, 62_000_000, 1, &mut rng),

@@ -100,6 +100,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                     "model": b.model,
                     "local": b.is_local(),
                     "availability": b.availability,
+                    "share": b.is_local().then_some(b.share),
                     "reserve_released": b.reserve_released,
                     "nodes": nodes,
                 })

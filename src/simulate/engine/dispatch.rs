@@ -46,6 +46,8 @@ pub struct Req {
     pub in_flight: Option<InFlight>,
     /// Output tokens after the task's cap.
     pub output: u32,
+    /// When the current attempt was sent.
+    pub sent_at: Micros,
 }
 
 impl Engine<'_> {
@@ -110,6 +112,7 @@ impl Engine<'_> {
             finished: false,
             in_flight: None,
             output,
+            sent_at: now,
         });
         match planned {
             Err(_) => self.fail(r, "no_backend"),
@@ -188,6 +191,7 @@ impl Engine<'_> {
         let b = *b;
         self.router_in_flight[flat] += 1;
         self.reqs[r].in_flight = Some(self.load.start(key));
+        self.reqs[r].sent_at = now;
         self.stats.attempts += 1;
         let a = &self.arrivals[self.reqs[r].arrival];
         let deadline = self.first_token_deadline(a.task);
@@ -246,13 +250,15 @@ impl Engine<'_> {
         }
     }
 
-    fn tracked_record(&mut self, backend: usize, failure: Option<ErrorClass>) {
+    /// Tell PID (for tracked backends) how an attempt went: served (`slow` when its first
+    /// token came after the task's SLO) or failed.
+    fn tracked_record(&mut self, backend: usize, failure: Option<ErrorClass>, slow: bool) {
         let name = &self.s.config.backends[backend].name;
         if self.availability.pid(name).is_none() {
             return;
         }
         match failure {
-            None => self.availability.record(name, true),
+            None => self.availability.record_served(name, slow),
             Some(class) => self.availability.record_failure(name, class),
         }
     }
@@ -268,7 +274,10 @@ impl Engine<'_> {
         }
         let at = self.at(now);
         self.breakers[flat].on_success(at, &self.s.config.dispatch.breaker);
-        self.tracked_record(backend, None);
+        let a = &self.arrivals[self.reqs[r].arrival];
+        let slo_ms = self.s.config.tasks[a.task].slo.ttft_ms as f64;
+        let slow = (now - self.reqs[r].sent_at) as f64 / 1000.0 > slo_ms;
+        self.tracked_record(backend, None, slow);
         let a = &self.arrivals[self.reqs[r].arrival];
         let ttft_ms = (now - a.at_us) as f64 / 1000.0;
         let within = ttft_ms <= self.s.config.tasks[a.task].slo.ttft_ms as f64;
@@ -328,7 +337,7 @@ impl Engine<'_> {
         }
         self.reqs[r].in_flight = None;
         self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
-        self.tracked_record(self.flat[flat].0, Some(class));
+        self.tracked_record(self.flat[flat].0, Some(class), false);
         let retry_after = retry_after.map(std::time::Duration::from_micros);
         let (walk, mut guards) = self.walk_and_guards(r, now);
         match walk.failed(&mut guards, flat, class, retry_after) {
@@ -359,7 +368,7 @@ impl Engine<'_> {
             self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
             let at = self.at(now);
             self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
-            self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken));
+            self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken), false);
             let bucket = self.bucket_of(self.arrivals[self.reqs[r].arrival].at_us);
             let q = &mut self.reqs[r];
             q.finished = true;

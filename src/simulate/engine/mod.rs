@@ -24,14 +24,15 @@ use super::strategies::{self, Tracked};
 use super::workload::Arrival;
 use crate::canonical::{ErrorClass, NodeKey};
 use crate::config::TaskConfig;
-use crate::fleet::load::NodeLoad;
+use crate::fleet::load::{LoadView, NodeLoad};
 use crate::fleet::telemetry::NodeTelemetry;
 use crate::guard::breaker::Breaker;
 use crate::guard::node::NodeHandle;
 use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
 use crate::route::availability::{Availability, PidConfig};
-use crate::snapshot::{Snapshot, SnapshotInputs};
+use crate::route::sticky::PoolShares;
+use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
 use dispatch::Req;
 
 /// Something that happens at a virtual instant.
@@ -93,6 +94,8 @@ pub struct Engine<'a> {
     pub(super) breakers: Vec<Breaker>,
     pub(super) router_in_flight: Vec<u32>,
     pub(super) availability: Availability,
+    /// Each pool's sticky-spill share, stepped after every rebuild as the snapshot loop does.
+    shares: PoolShares,
     tracked: Vec<String>,
     pub(super) budget: RetryBudget,
     pub(super) quota: Vec<(Option<Limits>, MinuteWindow)>,
@@ -168,6 +171,7 @@ impl<'a> Engine<'a> {
             key_to_flat,
             load: NodeLoad::new(),
             availability,
+            shares: PoolShares::default(),
             tracked,
             budget: RetryBudget::new(dispatch.retry_budget_ratio, dispatch.retry_budget_min_per_sec, base),
             quota,
@@ -290,6 +294,7 @@ impl<'a> Engine<'a> {
             _ => false,
         };
         let availability = |name: &str| self.availability.get(name);
+        let share = |name: &str| self.shares.get(name);
         let none = BTreeMap::new();
         let inputs = SnapshotInputs {
             discovered: &none,
@@ -299,9 +304,13 @@ impl<'a> Engine<'a> {
             quarantine: &|_| None,
             over_quota: &over_quota,
             availability: &availability,
+            share: &share,
         };
         let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
         self.version += 1;
+        let load = &self.load;
+        let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
+        self.shares.step(&snap, &view, at);
         self.snap = snap;
     }
 
@@ -349,6 +358,11 @@ impl<'a> Engine<'a> {
             let b = provider(&change.backend, self);
             let p = self.providers[b].as_mut().expect("validated: hosted");
             p.error_rate = if start { change.rate } else { p.model().error_rate };
+        }
+        if let Some(change) = &e.slowdown {
+            let b = provider(&change.backend, self);
+            let p = self.providers[b].as_mut().expect("validated: hosted");
+            p.slowdown = if start { (change.ttft_factor, change.tps_factor) } else { (1.0, 1.0) };
         }
         if let Some(reference) = &e.node_down {
             let (b, n) = self.s.node_ref(reference).expect("validated");

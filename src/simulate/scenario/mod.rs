@@ -255,8 +255,20 @@ pub struct ErrorChange {
     pub rate: f64,
 }
 
+/// A provider that stays up but answers slower for a while: its time to first token is
+/// multiplied by `ttft_factor` and its output speed divided by `tps_factor`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    pub backend: String,
+    #[serde(default = "one")]
+    pub ttft_factor: f64,
+    #[serde(default = "one")]
+    pub tps_factor: f64,
+}
+
 /// Something that happens at `at` and (if `until` is given) is undone then. Exactly one of
-/// `outage`, `node_down`, `quota`, `errors` is set.
+/// `outage`, `node_down`, `quota`, `errors`, `slowdown` is set.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TimelineEvent {
@@ -275,6 +287,9 @@ pub struct TimelineEvent {
     /// The provider's error rate changes (restored at `until`).
     #[serde(default)]
     pub errors: Option<ErrorChange>,
+    /// The provider answers slower (restored at `until`).
+    #[serde(default)]
+    pub slowdown: Option<Slowdown>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

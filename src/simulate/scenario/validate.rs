@@ -104,11 +104,17 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
     }
     for (i, e) in s.timeline.iter().enumerate() {
         let at = |k: &str| format!("timeline[{i}].{k}");
-        let set = [e.outage.is_some(), e.node_down.is_some(), e.quota.is_some(), e.errors.is_some()];
+        let set = [
+            e.outage.is_some(),
+            e.node_down.is_some(),
+            e.quota.is_some(),
+            e.errors.is_some(),
+            e.slowdown.is_some(),
+        ];
         if set.iter().filter(|x| **x).count() != 1 {
             problems.push(Problem::new(
                 format!("timeline[{i}]"),
-                "set exactly one of outage, node_down, quota, errors",
+                "set exactly one of outage, node_down, quota, errors, slowdown",
             ));
         }
         if e.until.is_some_and(|u| u <= e.at) {
@@ -119,6 +125,7 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
             ("outage", e.outage.as_deref()),
             ("quota.backend", e.quota.as_ref().map(|q| q.backend.as_str())),
             ("errors.backend", e.errors.as_ref().map(|q| q.backend.as_str())),
+            ("slowdown.backend", e.slowdown.as_ref().map(|q| q.backend.as_str())),
         ];
         for (key, name) in named {
             if let Some(name) = name.filter(|n| !hosted(n)) {
@@ -133,6 +140,13 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         }
         if let Some(rate) = e.errors.as_ref().map(|e| e.rate) {
             share(at("errors.rate"), rate, &mut problems);
+        }
+        if let Some(slow) = &e.slowdown {
+            for (key, f) in [("ttft_factor", slow.ttft_factor), ("tps_factor", slow.tps_factor)] {
+                if !(f.is_finite() && f > 0.0) {
+                    problems.push(Problem::new(at(&format!("slowdown.{key}")), "must be a number above 0"));
+                }
+            }
         }
     }
     for b in &config.backends {
