@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::canonical::{ErrorClass, NodeKey, UpstreamError};
+use crate::canonical::{Affinity, ErrorClass, NodeKey, UpstreamError};
 use crate::canonical::{Event, Usage};
 use crate::fleet::headroom::SpillReason;
 
@@ -135,9 +135,8 @@ pub struct RequestMeta {
     pub arrived_at: SystemTime,
     /// The name of the client key the request authenticated with (never the key).
     pub client_key: Option<String>,
-    /// The affinity key (`x-spillway-project`, else the client key name). The ledger stores
-    /// only its hash.
-    pub affinity_key: Option<String>,
+    /// Where the affinity key came from and its hash (`api::affinity`); never the key.
+    pub affinity: Option<Affinity>,
     pub priority: crate::config::Priority,
     /// The id in the `x-request-id` response header and in every log line of the request.
     pub request_id: String,
@@ -210,7 +209,7 @@ impl Default for RequestMeta {
             synthetic: false,
             arrived_at: SystemTime::now(),
             client_key: None,
-            affinity_key: None,
+            affinity: None,
             priority: crate::config::Priority::default(),
         }
     }

@@ -14,15 +14,6 @@ use spillway::sim::SimKind;
 
 const ADMIN: &str = "admin-secret-for-the-drill";
 
-/// `vllm:request_success_total` of a simulated node: how many requests it finished.
-async fn node_served(base_url: &str) -> f64 {
-    let text = reqwest::get(format!("{base_url}/metrics")).await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("vllm:request_success_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_game_day_drain_moves_traffic_and_nothing_fails() {
     let node_a = sim(SimKind::Vllm, "llama", |_| {}).await;
@@ -221,7 +212,7 @@ tasks:
         }
     })
     .await;
-    let before = node_served(&drained_url).await;
+    let before = common::node_completed(&drained_url).await;
     for _ in 0..8 {
         let resp = client
             .post(format!("{}/v1/chat/completions", r.url))
@@ -234,7 +225,7 @@ tasks:
             .unwrap();
         assert_eq!(resp.status(), 200);
     }
-    assert_eq!(node_served(&drained_url).await, before, "the disabled node took nothing");
+    assert_eq!(common::node_completed(&drained_url).await, before, "the disabled node took nothing");
 
     // Bad requests get clear errors in the OpenAI envelope.
     let (status, e) = admin("POST", "/admin/hold", Some(json!({"backend": "nope"})), ADMIN).await;

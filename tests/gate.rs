@@ -645,11 +645,7 @@ tasks:
 
 /// Requests a vLLM simulator has completed, from its own `/metrics`.
 async fn completed(sim: &spillway::sim::SimHandle) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", sim.base_url())).await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("vllm:request_success_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    common::node_completed(&sim.base_url()).await
 }
 
 #[tokio::test]

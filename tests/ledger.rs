@@ -28,7 +28,7 @@ fn record(i: usize) -> LedgerRecord {
         at_ms: T0 + i as i64,
         task: format!("task-{}", i % 3),
         client_key: i.is_multiple_of(2).then(|| "TEAM_A_KEY".to_string()),
-        affinity_hash: i.is_multiple_of(3).then(|| ledger::hash_affinity_key(&format!("project-{i}"))),
+        affinity_hash: i.is_multiple_of(3).then(|| format!("{i:016x}")),
         backend: if failed { String::new() } else { "fleet".into() },
         model: if failed { String::new() } else { "llama-3.1-8b".into() },
         node: if i.is_multiple_of(5) { String::new() } else { format!("node-{}", i % 7) },

@@ -11,6 +11,7 @@ use spillway::sim::SimKind;
 const CLIENT_KEY: &str = "ck-PLANTED-client-key-4242";
 const PROVIDER_KEY: &str = "sk-PLANTED-provider-key-7777";
 const PROMPT: &str = "PLANTED-PROMPT the launch code is 0000";
+const SESSION: &str = "PLANTED-session-5150";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn json_logs_carry_the_request_id_and_no_secret_or_prompt() {
@@ -47,9 +48,13 @@ ledger: {{url: "sqlite://{ledger}"}}
     let (mut server, url, stderr) = common::serve_process(&config, &env).await;
     let client = reqwest::Client::new();
     let chat = |task: &str, request_id: Option<&str>| {
-        let mut req = client.post(format!("{url}/v1/chat/completions")).bearer_auth(CLIENT_KEY).json(
-            &json!({"model": task, "max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]}),
-        );
+        let mut req = client
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(CLIENT_KEY)
+            .header("x-session-id", SESSION)
+            .json(
+                &json!({"model": task, "max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]}),
+            );
         if let Some(id) = request_id {
             req = req.header("x-request-id", id);
         }
@@ -77,7 +82,7 @@ ledger: {{url: "sqlite://{ledger}"}}
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect();
     assert!(lines.len() > 10, "debug logs were written: {stderr}");
-    for planted in [CLIENT_KEY, PROVIDER_KEY, "PLANTED-PROMPT", "launch code"] {
+    for planted in [CLIENT_KEY, PROVIDER_KEY, "PLANTED-PROMPT", "launch code", SESSION] {
         assert!(!stderr.contains(planted), "`{planted}` leaked into the logs");
     }
     let with_id = |id: &str| -> Vec<&Value> {
@@ -89,6 +94,12 @@ ledger: {{url: "sqlite://{ledger}"}}
         local_lines.iter().any(|l| l["fields"]["message"] == "request"),
         "the outcome line: {local_lines:?}"
     );
+    // Which affinity source keyed the request is logged, with the key's hash, never the key.
+    let affinity = local_lines.iter().find(|l| l["fields"]["message"] == "affinity");
+    let affinity = affinity.unwrap_or_else(|| panic!("an affinity line: {local_lines:?}"));
+    assert_eq!(affinity["fields"]["affinity_source"], "session_header", "{affinity}");
+    let hash = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(SESSION.as_bytes()));
+    assert_eq!(affinity["fields"]["affinity_hash"], hash.as_str(), "{affinity}");
     let failover_lines = with_id("client-chosen-id-1");
     assert!(
         failover_lines.iter().any(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("broken"))),

@@ -5,6 +5,7 @@
 mod common;
 
 mod adapters;
+mod affinity;
 mod anthropic_sdk;
 mod api;
 mod dialects;

@@ -36,7 +36,7 @@ pub async fn send(
     if req.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = serde_json::to_vec(&request_body(req)).expect("a JSON value serialises");
+    let body = serde_json::to_vec(&upstream_body(req, upstream)).expect("a JSON value serialises");
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     Ok(http::answer_events(
         answer,
@@ -44,6 +44,17 @@ pub async fn send(
         OpenAiStream::new(req.relay && req.native.is_none()),
         parse_response,
     ))
+}
+
+/// What `upstream` is sent: [`request_body`], and to OpenAI itself (the upstream that serves
+/// Responses) the fields only it reads: `prompt_cache_key`. vLLM logs a warning for every
+/// request with a field it does not know, and other OpenAI-compatible servers may refuse one.
+fn upstream_body(req: &ChatRequest, upstream: &Upstream) -> Value {
+    let mut body = request_body(req);
+    if let (true, Some(key)) = (upstream.serves_responses, &req.prompt_cache_key) {
+        body["prompt_cache_key"] = json!(key);
+    }
+    body
 }
 
 /// The Chat Completions request body for `req`.

@@ -99,6 +99,33 @@ fn request_body_carries_every_field() {
 }
 
 #[test]
+fn only_openai_itself_gets_the_prompt_cache_key() {
+    let req = ChatRequest {
+        model: "m".into(),
+        messages: vec![Message::new(Role::User, "hi")],
+        user: Some("u-1".into()),
+        prompt_cache_key: Some("session-9".into()),
+        ..Default::default()
+    };
+    let upstream = |serves_responses| Upstream {
+        base_url: "http://x.test/v1".into(),
+        api_key: None,
+        serves_messages: false,
+        serves_responses,
+    };
+    let openai = upstream_body(&req, &upstream(true));
+    assert_eq!(
+        (openai["prompt_cache_key"].as_str(), openai["user"].as_str()),
+        (Some("session-9"), Some("u-1"))
+    );
+    let node = upstream_body(&req, &upstream(false));
+    assert!(node.get("prompt_cache_key").is_none(), "{node}");
+    assert_eq!(node["user"], "u-1", "`user` goes to every OpenAI-format upstream, as before");
+    let without = ChatRequest { prompt_cache_key: None, ..req };
+    assert!(upstream_body(&without, &upstream(true)).get("prompt_cache_key").is_none());
+}
+
+#[test]
 fn every_tool_choice_is_sent_in_openai_words() {
     assert_eq!(tool_choice(&ToolChoice::None), json!("none"));
     assert_eq!(tool_choice(&ToolChoice::Auto), json!("auto"));

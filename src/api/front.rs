@@ -1,7 +1,8 @@
 //! The shared core of every dialect's front door. [`receive`] authenticates the client, reads
 //! the body and takes an admission permit; the door decodes its wire format; [`serve`] does
 //! the rest: the task its `model` names, whether the key may use it, the canonical request (the
-//! dialect's decoder, given the task), priority and affinity from the headers, the plan,
+//! dialect's decoder, given the task), priority from the headers, affinity from what the
+//! client sent ([`super::affinity`]), the plan,
 //! dispatch up to the first token, the `x-spillway-*` headers, and the shadow tap. So every
 //! dialect's traffic is routed, priced, counted and shadowed the same way; a front door only
 //! decodes its wire format and encodes the committed event stream back into it.
@@ -21,6 +22,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::affinity;
 use super::error::{ApiError, ErrorCode};
 use super::request_id::RequestId;
 use super::AppState;
@@ -139,7 +141,6 @@ pub async fn serve(
             })
         })
         .transpose()?;
-    let project = header_str(headers, "x-spillway-project")?;
 
     let snap = state.snapshot.load_full();
     let task = task_for(&snap, model, key_name.as_deref())?;
@@ -148,9 +149,15 @@ pub async fn serve(
 
     let priority = priority.unwrap_or(task.priority);
 
-    // The affinity key (project, else client key) keeps a project on the node that holds its
-    // prefix cache; without one, requests spread at random.
-    let affinity = project.or(key_name.as_deref()).map(|key| xxhash_rust::xxh3::xxh3_64(key.as_bytes()));
+    // The affinity key keeps a project, session or conversation on the node that holds its
+    // prefix cache; without one, requests spread at random. Logged as its source and hash only.
+    let affinity =
+        affinity::derive(headers, &canonical, key_name.as_deref(), &task.name, &snap.config.affinity);
+    match affinity {
+        Some(a) => tracing::debug!(affinity_source = a.source.as_str(), affinity_hash = %a.hex(), "affinity"),
+        None => tracing::debug!(affinity_source = "none", "affinity"),
+    }
+    let affinity_hash = affinity.map(|a| a.hash);
     let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let load = |node: &NodeView| node.handle.load.view();
     let eligible = policy::eligible(task, &snap).map_err(|e| plan_error(PlanError::Policy(e)))?;
@@ -171,8 +178,8 @@ pub async fn serve(
             task,
             prompt_tokens: canonical.estimated_prompt_tokens(),
             max_output_tokens: canonical.max_tokens.unwrap_or(1024),
-            seed: affinity.unwrap_or_else(rand::random),
-            affinity,
+            seed: affinity_hash.unwrap_or_else(rand::random),
+            affinity: affinity_hash,
             window: route::chain::window_index(created, snap.config.balancing.affinity_window_secs),
             priority,
             load: &load,
@@ -183,14 +190,8 @@ pub async fn serve(
         Instant::now(),
     )
     .map_err(plan_error)?;
-    let meta = RequestMeta {
-        arrived_at,
-        affinity_key: project.or(key_name.as_deref()).map(str::to_string),
-        client_key: key_name,
-        priority,
-        request_id,
-        synthetic: false,
-    };
+    let meta =
+        RequestMeta { arrived_at, affinity, client_key: key_name, priority, request_id, synthetic: false };
     let committed = state
         .dispatcher
         .dispatch(&snap, &plan, task, &canonical, priority, &meta)

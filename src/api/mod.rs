@@ -4,6 +4,7 @@
 //! Every error leaves as an OpenAI error envelope.
 
 mod admin;
+mod affinity;
 mod body;
 mod chat;
 mod chunks;

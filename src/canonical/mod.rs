@@ -4,6 +4,7 @@
 //! provider's wire format and translate the provider's answer back into [`Event`]s. Nothing in
 //! here knows about HTTP or any provider.
 
+mod affinity;
 mod engine;
 mod error;
 mod id;
@@ -12,6 +13,7 @@ mod operation;
 
 use serde::{Deserialize, Serialize};
 
+pub use affinity::{Affinity, AffinitySource};
 pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
@@ -248,6 +250,10 @@ pub struct ChatRequest {
     /// `metadata.user_id`).
     #[serde(default)]
     pub user: Option<String>,
+    /// OpenAI's `prompt_cache_key`: which requests share a prompt cache. Sent on to OpenAI
+    /// itself only; an affinity source either way.
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
     #[serde(default)]
     pub stop: Vec<String>,
     #[serde(default)]

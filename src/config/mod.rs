@@ -59,6 +59,9 @@ pub struct Config {
     /// Adaptive balancing: PID availability per hosted backend, and affinity windows.
     #[serde(default)]
     pub balancing: BalancingConfig,
+    /// Where a request's affinity key comes from: session headers, the prompt's start.
+    #[serde(default)]
+    pub affinity: AffinityConfig,
     /// Where the cost ledger is kept.
     #[serde(default)]
     pub ledger: LedgerConfig,

@@ -286,6 +286,28 @@ impl Default for BalancingConfig {
     }
 }
 
+/// Where a request's affinity key comes from after `x-spillway-project` (`api::affinity`).
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AffinityConfig {
+    /// Request headers that carry a client's session id, tried in this order after
+    /// `x-spillway-project` (names are case-insensitive).
+    pub session_headers: Vec<String>,
+    /// A request with no identity at all is keyed by its task and the first this many bytes of
+    /// its first system and first user message (cut on a character boundary); 0: it has no
+    /// key and spreads at random.
+    pub prefix_bytes: u32,
+}
+
+impl Default for AffinityConfig {
+    fn default() -> Self {
+        AffinityConfig {
+            session_headers: vec!["x-session-id".into(), "x-claude-code-session-id".into()],
+            prefix_bytes: 1024,
+        }
+    }
+}
+
 /// Where the cost ledger is kept.
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]

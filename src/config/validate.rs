@@ -319,6 +319,11 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if limits.max_headers == 0 {
         p("limits.max_headers".into(), "must be at least 1".into());
     }
+    for (i, name) in config.affinity.session_headers.iter().enumerate() {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            p(format!("affinity.session_headers[{i}]"), format!("`{name}` is not an HTTP header name"));
+        }
+    }
     problems
 }
 
@@ -385,6 +390,7 @@ backends:
 tasks:
   - {name: t, backends: [a, ghost], data_class: secret, slo: {ttft_ms: 0}}
 dispatch: {max_attempts: 0}
+affinity: {session_headers: [X-Session-Id, "x session"]}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -398,9 +404,11 @@ dispatch: {max_attempts: 0}
             "tasks[0].data_class: unknown data class `secret`",
             "tasks[0].slo.ttft_ms: must be above 0",
             "dispatch.max_attempts: must be at least 1",
+            "affinity.session_headers[1]: `x session` is not an HTTP header name",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }
+        assert!(!text.iter().any(|t| t.starts_with("affinity.session_headers[0]")), "any case: {text:#?}");
     }
 
     #[test]

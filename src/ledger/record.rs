@@ -9,7 +9,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::outcome::{Ending, RequestOutcome};
 
@@ -54,7 +53,8 @@ pub struct LedgerRecord {
     pub task: String,
     /// The *name* of the client key (its env var), never the key itself.
     pub client_key: Option<String>,
-    /// [`hash_affinity_key`] of the affinity key.
+    /// The affinity key's hash ([`crate::canonical::Affinity::hex`]: 16 hex digits, as in the
+    /// debug log), never the key.
     pub affinity_hash: Option<String>,
     /// Empty when no backend served.
     pub backend: String,
@@ -111,7 +111,7 @@ impl LedgerRecord {
             at_ms: unix_millis(o.meta.arrived_at),
             task: o.task.clone(),
             client_key: o.meta.client_key.clone(),
-            affinity_hash: o.meta.affinity_key.as_deref().map(hash_affinity_key),
+            affinity_hash: o.meta.affinity.map(|a| a.hex()),
             backend: o.backend.clone(),
             model: o.model.clone(),
             node: o.node.to_string(),
@@ -145,25 +145,19 @@ pub fn new_record_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// SHA-256 of the affinity key, as 64 lowercase hex digits.
-pub fn hash_affinity_key(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::canonical::ErrorClass;
+    use crate::canonical::{Affinity, AffinitySource, ErrorClass};
     use crate::outcome::RequestMeta;
 
     fn meta() -> RequestMeta {
         RequestMeta {
             arrived_at: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             client_key: Some("TEAM_A_KEY".into()),
-            affinity_key: Some("project-42".into()),
+            affinity: Some(Affinity { source: AffinitySource::Project, hash: 0x42 }),
             ..RequestMeta::default()
         }
     }
@@ -191,8 +185,7 @@ mod tests {
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Completed, None));
         assert_eq!((r.attempts, r.ttft_ms, r.duration_ms), (2, Some(87), 950));
         assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
-        assert_eq!(r.affinity_hash.as_deref(), Some(hash_affinity_key("project-42").as_str()));
-        assert!(!r.affinity_hash.unwrap().contains("project"));
+        assert_eq!(r.affinity_hash.as_deref(), Some("0000000000000042"));
         assert_eq!(r.id.len(), 32);
     }
 
@@ -205,13 +198,5 @@ mod tests {
         assert_eq!((r.ttft_ms, r.cost_usd), (None, None));
         let in_flight = RequestOutcome::started("t", "b", &"n".into(), 1, Duration::ZERO, start);
         assert!(LedgerRecord::from_outcome(&in_flight, None).is_none());
-    }
-
-    #[test]
-    fn hash_is_sha256_hex() {
-        assert_eq!(
-            hash_affinity_key("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }

@@ -33,8 +33,9 @@ pub struct RequestFacts<'a> {
     pub max_output_tokens: u32,
     /// Drives every random choice of this plan: same seed, same plan.
     pub seed: u64,
-    /// Hash of the affinity key (project, else client key): its prefix cache lives on one node
-    /// and, with `strategy: adaptive`, it keeps one fallback chain per window.
+    /// Hash of the affinity key (`api::affinity`: project, session, body identity, client key
+    /// or prompt prefix): its prefix cache lives on one node and, with `strategy: adaptive`, it
+    /// keeps one fallback chain per window.
     pub affinity: Option<u64>,
     /// The affinity window this request falls in (`route::chain::window_index` of the wall
     /// clock), so a project's chain is redrawn every window.

@@ -235,6 +235,16 @@ pub async fn next_snapshot(base: impl AsRef<str>) {
     .await
 }
 
+/// Requests a simulated vLLM node at `base_url` has finished (`vllm:request_success_total`
+/// on its own `/metrics`).
+pub async fn node_completed(base_url: &str) -> f64 {
+    let text = reqwest::get(format!("{base_url}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("vllm:request_success_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The router's `/metrics` exposition.
 pub async fn metrics_text(base: impl AsRef<str>) -> String {
     reqwest::get(format!("{}/metrics", base.as_ref())).await.unwrap().text().await.unwrap()

@@ -55,6 +55,8 @@ pub struct ResponsesRequest {
     #[serde(default)]
     pub user: Option<String>,
     #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+    #[serde(default)]
     pub store: Option<bool>,
     #[serde(default)]
     pub background: Option<bool>,
@@ -160,6 +162,7 @@ impl ResponsesRequest {
             top_p: self.top_p,
             top_k: None,
             user: self.user.clone(),
+            prompt_cache_key: self.prompt_cache_key.clone(),
             stop: Vec::new(),
             tools,
             tool_choice,

@@ -85,6 +85,7 @@ fn tools_choice_and_format_map_to_the_canonical_request() {
         "tool_choice": {"type": "function", "name": "lookup"},
         "text": {"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": true}},
         "parallel_tool_calls": false, "metadata": {"k": "v"}, "user": "u1", "store": false,
+        "prompt_cache_key": "pck-1",
     }))
     .unwrap();
     assert_eq!(request.tools.len(), 1);
@@ -94,6 +95,7 @@ fn tools_choice_and_format_map_to_the_canonical_request() {
     );
     assert_eq!(request.tool_choice, Some(ToolChoice::Function("lookup".into())));
     assert_eq!(request.user.as_deref(), Some("u1"), "`user` is forwarded");
+    assert_eq!(request.prompt_cache_key.as_deref(), Some("pck-1"));
     assert_eq!(
         request.response_format,
         ResponseFormat::JsonSchema { name: "city".into(), schema, strict: true }

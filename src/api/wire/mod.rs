@@ -48,6 +48,8 @@ pub struct ChatCompletionRequest {
     pub n: Option<u32>,
     #[serde(default)]
     pub user: Option<String>,
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
     /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
     #[serde(default)]
     pub response_format: Option<Value>,
@@ -433,6 +435,7 @@ impl ChatCompletionRequest {
             top_p: self.top_p,
             top_k: None,
             user: self.user.clone(),
+            prompt_cache_key: self.prompt_cache_key.clone(),
             native: None,
             stop: match &self.stop {
                 None => Vec::new(),

@@ -260,6 +260,16 @@ fn output_is_capped_by_the_task_and_parts_are_joined() {
     assert_eq!(bad.to_canonical(None).unwrap_err().param.as_deref(), Some("temperature"));
 }
 
+#[test]
+fn identities_are_decoded_and_a_wrong_type_names_its_field() {
+    let c = canonical(&with(r#","user":"u-7","prompt_cache_key":"pck-1""#)).unwrap();
+    assert_eq!((c.user.as_deref(), c.prompt_cache_key.as_deref()), (Some("u-7"), Some("pck-1")));
+    let c = canonical(&with("")).unwrap();
+    assert_eq!((c.user, c.prompt_cache_key), (None, None));
+    let err = refused(with(r#","prompt_cache_key":7"#).as_bytes());
+    assert_eq!(err.param.as_deref(), Some("prompt_cache_key"), "{err:?}");
+}
+
 fn canonical(body: &str) -> Result<ChatRequest, ApiError> {
     decode(body.as_bytes())?.to_canonical(None)
 }
