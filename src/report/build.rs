@@ -304,6 +304,7 @@ policy:
             error_class: None,
             input_tokens: if backend.is_empty() { 0 } else { 1_000 },
             cached_input_tokens: 0,
+            cache_write_tokens: 0,
             output_tokens: if backend.is_empty() { 0 } else { 500 },
             ttft_ms: Some(50),
             duration_ms: 400,

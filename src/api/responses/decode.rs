@@ -169,6 +169,7 @@ impl ResponsesRequest {
             relay: native.is_some(),
             native,
             operation: crate::canonical::Operation::Chat,
+            cache_placement: None,
         })
     }
 

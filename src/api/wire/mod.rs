@@ -451,6 +451,7 @@ impl ChatCompletionRequest {
                 .transpose()?
                 .unwrap_or_default(),
             operation: Operation::Chat,
+            cache_placement: None,
         })
     }
 }
