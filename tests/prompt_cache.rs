@@ -197,3 +197,43 @@ async fn a_clients_own_breakpoints_go_through_as_written_and_its_answer_says_wha
     cache.sort();
     assert_eq!(cache, [(0, written as i64), (written as i64, 0)], "{rows:?}");
 }
+
+#[tokio::test]
+async fn a_quota_counts_cache_reads_only_where_the_backend_says_its_provider_does() {
+    let (reads_free, reads_count) =
+        (sim(SimKind::Anthropic, CLAUDE, |_| {}).await, sim(SimKind::Anthropic, CLAUDE, |_| {}).await);
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: free, kind: anthropic, base_url: "{}", model: {CLAUDE}, quota: {{tpm: 6000}}}}
+  - {{name: counted, kind: anthropic, base_url: "{}", model: {CLAUDE},
+      quota: {{tpm: 6000, count_cached_tokens: true}}}}
+tasks:
+  - {{name: free, backends: [free], slo: {{ttft_ms: 5000}}}}
+  - {{name: counted, backends: [counted], slo: {{ttft_ms: 5000}}}}
+"#,
+        reads_free.base_url(),
+        reads_count.base_url()
+    );
+    // One quota minute for the whole test: 30 s into it, never moved.
+    let minute = 29_000_000 * 60_000 + 30_000;
+    let options = spillway::app::Options { quota_clock: Some(std::sync::Arc::new(move || minute)) };
+    let router = common::router_with(&yaml, &[], options).await;
+    let served = |task: &'static str| {
+        let url = router.url.clone();
+        async move {
+            let mut served = 0;
+            for _ in 0..5 {
+                let (status, _, _) = common::post_json(&url, &conversation(task)).await;
+                served += usize::from(status == 200);
+            }
+            served
+        }
+    };
+    // About 1,900 prompt tokens a request (the router's estimate before sending is somewhat
+    // more), written once and then read back. Leaving reads out, each later request counts
+    // only its few fresh tokens and its output once answered: all five fit in 6,000.
+    // Counting them, two whole prompts are counted and the third's estimate does not fit.
+    assert_eq!(served("free").await, 5);
+    assert_eq!(served("counted").await, 2);
+}
