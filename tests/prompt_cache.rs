@@ -146,6 +146,13 @@ async fn breakpoints_are_placed_as_configured_and_the_ledger_prices_the_write_th
         second_cost * Decimal::from(5) < first_cost,
         "a read costs a fraction: {first_cost} {second_cost}"
     );
+    let metrics = common::metrics_text(&router).await;
+    let tokens = |kind| {
+        common::series_sum(&metrics, "spillway_tokens_total", &[("task", "agent"), ("kind", kind)])
+            .unwrap_or(0.0)
+    };
+    assert_eq!(tokens("cache_write"), written.cache_write_tokens as f64, "{metrics}");
+    assert_eq!(tokens("cached_input"), read.cached_input_tokens as f64, "{metrics}");
 
     // A task with placement off sends none, and so caches nothing.
     let (status, _, _) = common::post_json(&router.url, &conversation("agent-uncached")).await;
