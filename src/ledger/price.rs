@@ -48,6 +48,15 @@ impl Tokens {
     }
 }
 
+impl std::ops::AddAssign for Tokens {
+    fn add_assign(&mut self, other: Tokens) {
+        self.input += other.input;
+        self.cached_input += other.cached_input;
+        self.cache_write += other.cache_write;
+        self.output += other.output;
+    }
+}
+
 /// The list prices of the config's priced hosted backends.
 #[derive(Debug, Clone, Default)]
 pub struct HostedPrices(HashMap<String, Price>);

@@ -366,6 +366,21 @@ policy:
     }
 
     #[test]
+    fn lines_count_cache_reads_and_writes_and_every_format_shows_them() {
+        let mut cached = record("t", "openai", Some("0.01"));
+        (cached.cached_input_tokens, cached.cache_write_tokens) = (600, 300);
+        let records = [cached, record("t", "openai", Some("0.02"))];
+        let r = build(&query(), &records, &[], None);
+        let tokens = Tokens { input: 2_000, cached_input: 600, cache_write: 300, output: 1_000 };
+        assert_eq!(r.lines[0].tokens, tokens);
+        let csv = crate::report::render::csv(&r).unwrap();
+        assert!(csv.contains(",input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,"), "{csv}");
+        assert!(csv.contains("line,t,2,0,2000,600,300,1000,0.03,"), "{csv}");
+        let table = crate::report::render::table(&r);
+        assert!(table.contains("cached_tok  cache_write_tok  output_tok"), "{table}");
+    }
+
+    #[test]
     fn series_buckets_cover_the_period_and_sum_to_the_costs() {
         let records = [record("t", "pool", None), record("t", "openai", Some("0.015"))];
         let minutes = [minute(0, true), minute(59, false)];

@@ -67,9 +67,7 @@ impl Line {
     pub(super) fn absorb(&mut self, other: &Line) {
         self.requests += other.requests;
         self.failed += other.failed;
-        self.tokens.input += other.tokens.input;
-        self.tokens.cached_input += other.tokens.cached_input;
-        self.tokens.output += other.tokens.output;
+        self.tokens += other.tokens;
         self.hosted_usd += other.hosted_usd;
         self.gpu_busy_usd += other.gpu_busy_usd;
         self.gpu_idle_usd += other.gpu_idle_usd;
