@@ -37,6 +37,7 @@ fn record(i: usize) -> LedgerRecord {
         error_class: failed.then(|| "overloaded".to_string()),
         input_tokens: 1_000 + i as i64,
         cached_input_tokens: 500,
+        cache_write_tokens: (i % 5) as i64 * 100,
         output_tokens: 3_000_000_000 + i as i64, // above i32::MAX: the columns are 64-bit
         ttft_ms: (!failed).then_some(80 + (i % 50) as i64),
         duration_ms: 900 + i as i64,

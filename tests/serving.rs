@@ -17,6 +17,7 @@ mod messages;
 mod metrics;
 mod openai_sdk;
 mod portability;
+mod prompt_cache;
 mod reload;
 mod responses;
 mod secrets;

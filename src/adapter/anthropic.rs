@@ -27,6 +27,7 @@ use crate::canonical::{
     ToolChoice, UpstreamError, Usage,
 };
 
+pub mod cache;
 mod count;
 pub(crate) mod native;
 
@@ -87,10 +88,17 @@ pub(crate) async fn send_to(
     if req.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = match client {
+    let mut body = match client {
         Some(client) => native::body(req, client, speaker),
         None => request_body(req),
     };
+    // Only Anthropic caches where told to; a node caches every prefix on its own.
+    if let (Some(placement), native::Speaker::Anthropic, Some(body)) =
+        (&req.cache_placement, speaker, body.as_object_mut())
+    {
+        let placed = cache::place(body, placement);
+        tracing::debug!(?placed, "prompt-cache breakpoints");
+    }
     let answer = http::post(transport, url, &headers, body.to_string().into_bytes(), classify).await?;
     let relay = req.relay && client.is_some();
     let parse = if relay { parse_response_relayed } else { parse_response };
@@ -288,8 +296,9 @@ fn finish_reason(reason: &str) -> FinishReason {
     }
 }
 
-/// Canonical usage from an Anthropic `usage` object: input counts every prompt token, cached
-/// ones (read from or written to the cache) included.
+/// Canonical usage from an Anthropic `usage` object, whose `input_tokens` counts only the
+/// uncached prompt: canonical input counts every prompt token, those read from the cache
+/// (`cache_read_input_tokens`) and written to it (`cache_creation_input_tokens`) included.
 fn usage(value: &Value) -> Usage {
     let read = http::as_u32(value.get("cache_read_input_tokens"));
     let created = http::as_u32(value.get("cache_creation_input_tokens"));
@@ -297,6 +306,7 @@ fn usage(value: &Value) -> Usage {
         input_tokens: http::as_u32(value.get("input_tokens")).saturating_add(read).saturating_add(created),
         cached_input_tokens: read,
         output_tokens: http::as_u32(value.get("output_tokens")),
+        cache_write_tokens: created,
     }
 }
 
@@ -450,6 +460,7 @@ impl StreamParser for AnthropicStream {
                         let update = usage(u);
                         current.input_tokens = update.input_tokens;
                         current.cached_input_tokens = update.cached_input_tokens;
+                        current.cache_write_tokens = update.cache_write_tokens;
                     }
                     self.usage = Some(current);
                 }

@@ -271,6 +271,8 @@ fn usage(meta: &Value) -> Usage {
         cached_input_tokens: http::as_u32(meta.get("cachedContentTokenCount")),
         output_tokens: http::as_u32(meta.get("candidatesTokenCount"))
             .saturating_add(http::as_u32(meta.get("thoughtsTokenCount"))),
+        // Implicit caching bills no writes (explicit cached contents are made apart).
+        cache_write_tokens: 0,
     }
 }
 

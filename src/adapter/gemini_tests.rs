@@ -112,7 +112,12 @@ fn parses_non_stream_responses() {
         parse_response(&body).unwrap(),
         vec![
             text("AI learns patterns from data to make predictions or decisions."),
-            Event::Usage(Usage { input_tokens: 4120, cached_input_tokens: 4096, output_tokens: 62 }),
+            Event::Usage(Usage {
+                input_tokens: 4120,
+                cached_input_tokens: 4096,
+                output_tokens: 62,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::Stop),
         ]
     );
@@ -131,7 +136,7 @@ fn parses_non_stream_responses() {
                 name: Some("schedule_meeting".into()),
                 arguments: r#"{"attendees":["Bob","Alice"],"date":"2025-03-27","time":"10:00","topic":"Q3 planning"}"#.into(),
             },
-            Event::Usage(Usage { input_tokens: 111, cached_input_tokens: 0, output_tokens: 37 }),
+            Event::Usage(Usage { input_tokens: 111, cached_input_tokens: 0, output_tokens: 37, cache_write_tokens: 0 }),
             Event::Finish(FinishReason::ToolCalls),
         ]
     );
@@ -162,7 +167,12 @@ async fn parses_crlf_text_stream_in_any_chunking() {
             Ok(text("The")),
             Ok(text(" sky appears blue because of Rayleigh scattering — été.")),
             Ok(text("\n")),
-            Ok(Event::Usage(Usage { input_tokens: 9, cached_input_tokens: 0, output_tokens: 24 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 9,
+                cached_input_tokens: 0,
+                output_tokens: 24,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::Stop)),
         ]
     );
@@ -188,7 +198,12 @@ async fn parses_function_call_stream() {
             Ok(text("Let me check both cities.")),
             call(0, "t_0", "Paris"),
             call(1, "t_1", "London"),
-            Ok(Event::Usage(Usage { input_tokens: 60, cached_input_tokens: 0, output_tokens: 20 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 60,
+                cached_input_tokens: 0,
+                output_tokens: 20,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ]
     );

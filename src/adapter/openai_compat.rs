@@ -269,6 +269,8 @@ pub(crate) fn usage(value: &Value) -> Option<Usage> {
         input_tokens: http::as_u32(value.get("prompt_tokens")),
         cached_input_tokens: http::as_u32(value.pointer("/prompt_tokens_details/cached_tokens")),
         output_tokens: http::as_u32(value.get("completion_tokens")),
+        // OpenAI-format servers cache on their own and bill no writes.
+        cache_write_tokens: 0,
     })
 }
 
@@ -393,6 +395,7 @@ impl UsageIn {
             input_tokens: n(self.prompt_tokens),
             cached_input_tokens: n(self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
             output_tokens: n(self.completion_tokens),
+            cache_write_tokens: 0,
         }
     }
 }

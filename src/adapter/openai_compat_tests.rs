@@ -145,7 +145,12 @@ fn parses_non_stream_response() {
         events,
         vec![
             text("Hello! How can I assist you today?"),
-            Event::Usage(Usage { input_tokens: 19, cached_input_tokens: 0, output_tokens: 10 }),
+            Event::Usage(Usage {
+                input_tokens: 19,
+                cached_input_tokens: 0,
+                output_tokens: 10,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::Stop),
         ]
     );
@@ -166,7 +171,12 @@ fn parses_non_stream_tool_calls() {
                 name: Some("get_current_weather".into()),
                 arguments: "{\n\"location\": \"Boston, MA\"\n}".into(),
             },
-            Event::Usage(Usage { input_tokens: 2082, cached_input_tokens: 1920, output_tokens: 17 }),
+            Event::Usage(Usage {
+                input_tokens: 2082,
+                cached_input_tokens: 1920,
+                output_tokens: 17,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::ToolCalls),
         ]
     );
@@ -182,7 +192,12 @@ async fn parses_text_stream_in_any_chunking() {
             Ok(text("Hello")),
             Ok(text(" — café")),
             Ok(text(" time!")),
-            Ok(Event::Usage(Usage { input_tokens: 1200, cached_input_tokens: 1024, output_tokens: 5 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 1200,
+                cached_input_tokens: 1024,
+                output_tokens: 5,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::Stop)),
         ]
     );
@@ -211,7 +226,12 @@ async fn parses_tool_call_stream() {
             delta(0, None, None, "cation\": \"Paris\"}"),
             delta(1, Some("call_q2nKxXyVXbZ7e4Rb1jT8hY5a"), Some("get_time"), ""),
             delta(1, None, None, "{\"tz\": \"Europe/Paris\"}"),
-            Ok(Event::Usage(Usage { input_tokens: 85, cached_input_tokens: 0, output_tokens: 42 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 85,
+                cached_input_tokens: 0,
+                output_tokens: 42,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ]
     );
@@ -460,7 +480,12 @@ async fn escaped_text_nulls_and_unknown_fields_in_chunks_are_read_as_before() {
         events,
         vec![
             Ok(text("a\"b\né")),
-            Ok(Event::Usage(Usage { input_tokens: 3, cached_input_tokens: 0, output_tokens: 2 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 3,
+                cached_input_tokens: 0,
+                output_tokens: 2,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::Length)),
         ]
     );

@@ -76,7 +76,12 @@ async fn a_whole_answer_is_relayed_without_its_head_and_read_for_text_and_usage(
         [
             Event::TextDelta(" there was".into()),
             Event::TextDelta(" a cat".into()),
-            Event::Usage(Usage { input_tokens: 4, cached_input_tokens: 0, output_tokens: 5 }),
+            Event::Usage(Usage {
+                input_tokens: 4,
+                cached_input_tokens: 0,
+                output_tokens: 5,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::Length),
         ]
     );
@@ -115,7 +120,12 @@ async fn a_stream_relays_each_chunk_then_what_it_read_from_it() {
         [
             Event::TextDelta(" there".into()),
             Event::TextDelta(" was".into()),
-            Event::Usage(Usage { input_tokens: 4, cached_input_tokens: 0, output_tokens: 2 }),
+            Event::Usage(Usage {
+                input_tokens: 4,
+                cached_input_tokens: 0,
+                output_tokens: 2,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::Length),
         ]
     );

@@ -90,6 +90,8 @@ fn usage(value: &Value) -> Usage {
         input_tokens: http::as_u32(value.get("input_tokens")),
         cached_input_tokens: http::as_u32(value.pointer("/input_tokens_details/cached_tokens")),
         output_tokens: http::as_u32(value.get("output_tokens")),
+        // OpenAI caches on its own and bills no writes.
+        cache_write_tokens: 0,
     }
 }
 

@@ -46,7 +46,8 @@ fn canonical(events: &[Result<Event, UpstreamError>]) -> Vec<Event> {
     events.iter().filter_map(|e| e.clone().ok()).filter(|e| !matches!(e, Event::Native(_))).collect()
 }
 
-const USAGE: Usage = Usage { input_tokens: 9, cached_input_tokens: 4, output_tokens: 3 };
+const USAGE: Usage =
+    Usage { input_tokens: 9, cached_input_tokens: 4, output_tokens: 3, cache_write_tokens: 0 };
 
 #[tokio::test]
 async fn a_text_stream_is_read_and_nothing_before_the_first_delta_is_output() {

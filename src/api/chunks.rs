@@ -312,7 +312,12 @@ mod tests {
                 arguments: "{\"q\"".into(),
             }),
             Ok(Event::ToolCallDelta { index: 0, id: None, name: None, arguments: ":1}".into() }),
-            Ok(Event::Usage(Usage { input_tokens: 7, cached_input_tokens: 2, output_tokens: 3 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 7,
+                cached_input_tokens: 2,
+                output_tokens: 3,
+                cache_write_tokens: 0,
+            })),
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ];
         let chunks = body_of(events, true).await;
@@ -397,7 +402,12 @@ mod tests {
                 Some(r#"{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}"#),
                 true,
             ),
-            Ok(Event::Usage(Usage { input_tokens: 5, cached_input_tokens: 0, output_tokens: 1 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 5,
+                cached_input_tokens: 0,
+                output_tokens: 1,
+                cache_write_tokens: 0,
+            })),
             Ok(Event::Finish(FinishReason::Stop)),
         ]
     }

@@ -73,7 +73,7 @@ fn a_whole_answer_is_the_upstreams_under_the_routers_head() {
         usage: Some(r#"{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}"#.as_bytes().to_vec().into()),
         no_choices: false,
     };
-    let usage = Usage { input_tokens: 3, cached_input_tokens: 0, output_tokens: 1 };
+    let usage = Usage { input_tokens: 3, cached_input_tokens: 0, output_tokens: 1, cache_write_tokens: 0 };
     let body: Value =
         serde_json::from_slice(&answer_body("cmpl-1", "legacy", 7, Some(relayed.clone()), &usage)).unwrap();
     assert_eq!(

@@ -5,6 +5,7 @@
 //! here knows about HTTP or any provider.
 
 mod affinity;
+mod cache;
 mod engine;
 mod error;
 mod id;
@@ -14,6 +15,7 @@ mod operation;
 use serde::{Deserialize, Serialize};
 
 pub use affinity::{Affinity, AffinitySource};
+pub use cache::{CachePlacement, MAX_BREAKPOINTS};
 pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
@@ -280,6 +282,10 @@ pub struct ChatRequest {
     /// What is asked for: a chat answer to `messages` unless a front door says otherwise.
     #[serde(default)]
     pub operation: Operation,
+    /// Where the adapter places prompt-cache breakpoints for a backend that needs them
+    /// (Anthropic), set by dispatch per call; `None`: none placed.
+    #[serde(skip)]
+    pub cache_placement: Option<CachePlacement>,
 }
 
 impl ChatRequest {
@@ -309,10 +315,37 @@ impl ChatRequest {
 /// Tokens as the serving backend counted them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Every prompt token: uncached, read from the cache and written to it.
     pub input_tokens: u32,
     /// Input tokens served from the provider's prompt cache (a subset of `input_tokens`).
     pub cached_input_tokens: u32,
     pub output_tokens: u32,
+    /// Input tokens written to the provider's prompt cache (a subset of `input_tokens`, apart
+    /// from `cached_input_tokens`; Anthropic's `cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u32,
+}
+
+impl Usage {
+    /// Input tokens neither read from the cache nor written to it.
+    pub fn uncached_input_tokens(&self) -> u32 {
+        self.input_tokens.saturating_sub(self.cached_input_tokens).saturating_sub(self.cache_write_tokens)
+    }
+
+    /// What counts toward a per-minute token limit: every token, less those read from the
+    /// cache where the provider does not count them (`counts_cached` false). Nothing when
+    /// the backend reported no usage (zero input and output).
+    pub fn quota_tokens(&self, counts_cached: bool) -> u64 {
+        let input = if counts_cached {
+            self.input_tokens
+        } else {
+            self.input_tokens.saturating_sub(self.cached_input_tokens)
+        };
+        if self.input_tokens == 0 && self.output_tokens == 0 {
+            return 0;
+        }
+        u64::from(input) + u64::from(self.output_tokens)
+    }
 }
 
 /// Why the model stopped, in OpenAI's vocabulary.
@@ -417,6 +450,22 @@ mod tests {
         assert!(schema.check(r#"{"city": "Paris"}"#).is_err());
         assert!(schema.check(r#"{"city": "Paris", "days": 3, "extra": true}"#).is_err());
         assert!(schema.check("").is_err());
+    }
+
+    #[test]
+    fn quota_tokens_leave_cache_reads_out_only_where_the_provider_does() {
+        let u = Usage {
+            input_tokens: 10_000,
+            cached_input_tokens: 8_000,
+            output_tokens: 300,
+            cache_write_tokens: 1_500,
+        };
+        assert_eq!(u.uncached_input_tokens(), 500);
+        assert_eq!(u.quota_tokens(true), 10_300);
+        assert_eq!(u.quota_tokens(false), 2_300, "writes and fresh input still count");
+        assert_eq!(Usage::default().quota_tokens(false), 0);
+        let odd = Usage { input_tokens: 5, cached_input_tokens: 9, output_tokens: 0, cache_write_tokens: 0 };
+        assert_eq!((odd.uncached_input_tokens(), odd.quota_tokens(false)), (0, 0));
     }
 
     #[test]

@@ -149,6 +149,10 @@ pub struct TaskConfig {
     /// The variants' text by the same keys, read when the config is loaded.
     #[serde(skip)]
     pub variant_texts: BTreeMap<String, String>,
+    /// Place prompt-cache breakpoints (a backend's `prompt_cache`) in this task's requests
+    /// (default true); false: none are placed, a client's own are still sent as written.
+    #[serde(default = "crate::config::yes")]
+    pub prompt_cache: bool,
 }
 
 /// A task's evaluation gate.

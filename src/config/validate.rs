@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use super::{AgentAddress, BackendSpec, Config, EmbeddingSpace, KubeResource, PoolSpec, Problem, Strategy};
+use crate::canonical::MAX_BREAKPOINTS;
 
 /// Data classes that exist without being listed under `policy.data_classes`.
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
@@ -75,12 +76,20 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
                 ("input_per_mtok", Some(price.input_per_mtok)),
                 ("cached_input_per_mtok", price.cached_input_per_mtok),
                 ("output_per_mtok", Some(price.output_per_mtok)),
+                ("cache_write_per_mtok", price.cache_write_per_mtok),
             ];
             for (key, value) in parts {
                 if value.is_some_and(|v| v.is_sign_negative()) {
                     p(at(&format!("price.{key}")), "must not be negative".into());
                 }
             }
+        }
+        if let Some(cache) = b.prompt_cache.filter(|c| c.last_turns > MAX_BREAKPOINTS) {
+            let why = format!(
+                "at most {MAX_BREAKPOINTS} (Anthropic takes 4 breakpoints a request), not {}",
+                cache.last_turns
+            );
+            p(at("prompt_cache.last_turns"), why);
         }
         match &b.spec {
             BackendSpec::Local(pool) => check_pool(pool, &at, &mut p),

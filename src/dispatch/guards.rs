@@ -61,13 +61,17 @@ impl Guards for LiveGuards<'_> {
         if quota.limits(name).is_none() {
             return Ok(None);
         }
-        let counter = tokens::counter_for(&self.snap.config.backends[target.backend]);
+        let config = &self.snap.config.backends[target.backend];
+        let counter = tokens::counter_for(config);
         let estimate = u64::from(counter.count_request(self.request))
             + u64::from(self.request.max_tokens.unwrap_or(1024));
         match quota.try_take(name, estimate, self.priority.quota_ceiling()).await {
-            QuotaDecision::Granted => {
-                Ok(Some(Charge { board: Arc::clone(quota), backend: name.clone(), estimate }))
-            }
+            QuotaDecision::Granted => Ok(Some(Charge {
+                board: Arc::clone(quota),
+                backend: name.clone(),
+                estimate,
+                counts_cached: config.quota_counts_cached(),
+            })),
             QuotaDecision::OverQuota { .. } => Err(Skip::OverQuota),
         }
     }

@@ -23,6 +23,8 @@ pub(super) struct Charge {
     pub board: Arc<QuotaBoard>,
     pub backend: String,
     pub estimate: u64,
+    /// Whether tokens read from the prompt cache count toward the backend's limits.
+    pub counts_cached: bool,
 }
 
 /// What a committed request holds until its stream ends: the breaker permit, the node slot,
@@ -68,9 +70,11 @@ impl Lease {
             }
         }
         self.outcome.finish(error.map(|e| e.class), now);
-        let used = u64::from(self.outcome.usage.input_tokens) + u64::from(self.outcome.usage.output_tokens);
-        if let Some(c) = self.charge.take().filter(|_| used > 0) {
-            c.board.refund(&c.backend, c.estimate, used);
+        if let Some(c) = self.charge.take() {
+            let used = self.outcome.usage.quota_tokens(c.counts_cached);
+            if used > 0 {
+                c.board.refund(&c.backend, c.estimate, used);
+            }
         }
         let _ = self.records.send(Record::Request(self.outcome.clone()));
     }

@@ -228,6 +228,8 @@ impl Dispatcher {
             let mut req = request.clone();
             req.model = backend.model.clone();
             variant::apply(task, &backend.name, backend.kind, &mut req);
+            req.cache_placement =
+                snap.config.backends[target.backend].cache_placement().filter(|_| task.prompt_cache);
             req.stream = request.stream || backend.stream_upstream;
             let upstream = Upstream {
                 base_url: node.base_url.clone(),

@@ -19,7 +19,7 @@ mod writer;
 
 pub use book::LedgerBook;
 pub use error::{RedactedUrl, StoreError};
-pub use price::{call_cost, hosted_cost, slot_cost, HostedPrices};
+pub use price::{call_cost, hosted_cost, slot_cost, HostedPrices, Tokens};
 pub use record::{new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use store::{Store, StoreKind};
 pub use writer::{spawn, spawn_with, LedgerSender, WriterConfig, WriterHandle};

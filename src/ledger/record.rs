@@ -67,8 +67,11 @@ pub struct LedgerRecord {
     /// [`crate::canonical::ErrorClass::as_str`] when the request failed.
     pub error_class: Option<String>,
     pub input_tokens: i64,
-    /// A subset of `input_tokens`.
+    /// Read from the provider's prompt cache: a subset of `input_tokens`.
     pub cached_input_tokens: i64,
+    /// Written to the provider's prompt cache: a subset of `input_tokens`, apart from
+    /// `cached_input_tokens`.
+    pub cache_write_tokens: i64,
     pub output_tokens: i64,
     pub ttft_ms: Option<i64>,
     pub duration_ms: i64,
@@ -120,6 +123,7 @@ impl LedgerRecord {
             error_class,
             input_tokens: i64::from(o.usage.input_tokens),
             cached_input_tokens: i64::from(o.usage.cached_input_tokens),
+            cache_write_tokens: i64::from(o.usage.cache_write_tokens),
             output_tokens: i64::from(o.usage.output_tokens),
             ttft_ms: o.ttft.map(|t| millis_i64(t.as_millis())),
             duration_ms: millis_i64(o.duration.as_millis()),
@@ -177,6 +181,7 @@ mod tests {
         o.model = "llama-3.1-8b".into();
         o.usage.input_tokens = 1200;
         o.usage.cached_input_tokens = 1000;
+        o.usage.cache_write_tokens = 150;
         o.usage.output_tokens = 40;
         o.finish(None, start + Duration::from_millis(950));
         let r = LedgerRecord::from_outcome(&o, Some("0.0012".parse().unwrap())).unwrap();
@@ -185,6 +190,7 @@ mod tests {
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Completed, None));
         assert_eq!((r.attempts, r.ttft_ms, r.duration_ms), (2, Some(87), 950));
         assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
+        assert_eq!(r.cache_write_tokens, 150);
         assert_eq!(r.affinity_hash.as_deref(), Some("0000000000000042"));
         assert_eq!(r.id.len(), 32);
     }

@@ -18,7 +18,7 @@ use super::record::{LedgerRecord, LedgerRow, Outcome};
 use super::usage::NodeMinute;
 
 /// Columns in insert order; `row_to_record` reads them by name.
-const COLUMNS: [&str; 17] = [
+const COLUMNS: [&str; 18] = [
     "id",
     "at_ms",
     "task",
@@ -36,9 +36,10 @@ const COLUMNS: [&str; 17] = [
     "ttft_ms",
     "duration_ms",
     "cost_usd",
+    "cache_write_tokens",
 ];
 
-/// Rows per `INSERT` statement: 17 × 50 = 850 bind parameters, far below both databases' limits.
+/// Rows per `INSERT` statement: 18 × 50 = 900 bind parameters, far below both databases' limits.
 const ROWS_PER_STATEMENT: usize = 50;
 
 /// Per SQLite connection: wait up to 2 s for another writer's lock before a write fails, and
@@ -169,7 +170,8 @@ impl Store {
                     .bind(r.output_tokens)
                     .bind(r.ttft_ms)
                     .bind(r.duration_ms)
-                    .bind(r.cost_usd.map(|c| c.to_string()));
+                    .bind(r.cost_usd.map(|c| c.to_string()))
+                    .bind(r.cache_write_tokens);
             }
             q.execute(&mut *tx).await.map_err(StoreError::statement("insert"))?;
         }
@@ -287,6 +289,7 @@ fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, StoreError> {
         error_class: opt_text("error_class")?,
         input_tokens: int("input_tokens")?,
         cached_input_tokens: int("cached_input_tokens")?,
+        cache_write_tokens: int("cache_write_tokens")?,
         output_tokens: int("output_tokens")?,
         ttft_ms: row.try_get::<Option<i64>, _>("ttft_ms").map_err(|e| bad("ttft_ms", e))?,
         duration_ms: int("duration_ms")?,
@@ -308,7 +311,7 @@ mod tests {
     fn insert_sql_numbers_parameters_per_row() {
         let sql = insert_sql(2);
         assert!(sql.contains("($1, $2,"));
-        assert!(sql.contains("($18, $19,"));
-        assert!(sql.ends_with("$34) ON CONFLICT (id) DO NOTHING"));
+        assert!(sql.contains("($19, $20,"));
+        assert!(sql.ends_with("$36) ON CONFLICT (id) DO NOTHING"));
     }
 }

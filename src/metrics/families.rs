@@ -77,7 +77,7 @@ impl RequestFamilies {
             tokens: counter(
                 r,
                 "spillway_tokens_total",
-                "Tokens by kind (input, cached_input, output) as the serving backend counted them.",
+                "Tokens by kind (input, cached_input, cache_write, output) as the serving backend counted them.",
             ),
             cost: float_counter(
                 r,

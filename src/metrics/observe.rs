@@ -158,6 +158,7 @@ impl Metrics {
             for (kind, n) in [
                 ("input", u.input_tokens),
                 ("cached_input", u.cached_input_tokens),
+                ("cache_write", u.cache_write_tokens),
                 ("output", u.output_tokens),
             ] {
                 self.requests

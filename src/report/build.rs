@@ -304,6 +304,7 @@ policy:
             error_class: None,
             input_tokens: if backend.is_empty() { 0 } else { 1_000 },
             cached_input_tokens: 0,
+            cache_write_tokens: 0,
             output_tokens: if backend.is_empty() { 0 } else { 500 },
             ttft_ms: Some(50),
             duration_ms: 400,
@@ -362,6 +363,21 @@ policy:
         assert_eq!(restricted.by_backend[0].backend, NO_BACKEND);
         let rsh = &restricted.self_hosted[0];
         assert_eq!((rsh.cheapest_hosted.as_deref(), rsh.break_even_utilisation), (None, None));
+    }
+
+    #[test]
+    fn lines_count_cache_reads_and_writes_and_every_format_shows_them() {
+        let mut cached = record("t", "openai", Some("0.01"));
+        (cached.cached_input_tokens, cached.cache_write_tokens) = (600, 300);
+        let records = [cached, record("t", "openai", Some("0.02"))];
+        let r = build(&query(), &records, &[], None);
+        let tokens = Tokens { input: 2_000, cached_input: 600, cache_write: 300, output: 1_000 };
+        assert_eq!(r.lines[0].tokens, tokens);
+        let csv = crate::report::render::csv(&r).unwrap();
+        assert!(csv.contains(",input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,"), "{csv}");
+        assert!(csv.contains("line,t,2,0,2000,600,300,1000,0.03,"), "{csv}");
+        let table = crate::report::render::table(&r);
+        assert!(table.contains("cached_tok  cache_write_tok  output_tok"), "{table}");
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub(super) fn economics(
                 backend: backend.to_string(),
                 local,
                 requests,
-                tokens: tokens.clone(),
+                tokens,
                 cost_usd: money(busy + rest),
             });
             if local {
@@ -133,7 +133,7 @@ fn self_hosted(
 ) -> SelfHosted {
     let cheapest = alternatives
         .iter()
-        .map(|(name, p)| (name.clone(), hosted_cost(p, tokens.input, tokens.cached_input, tokens.output)))
+        .map(|(name, p)| (name.clone(), hosted_cost(p, &tokens)))
         .min_by(|a, b| a.1.cmp(&b.1));
     let n = tokens.total();
     let loaded_per_mtok = per(loaded, n, 1_000_000);

@@ -5,29 +5,11 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::ledger::LedgerRecord;
-
 /// Money in reports is kept to a millionth of a dollar.
 const MONEY_DP: u32 = 6;
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Tokens {
-    pub input: u64,
-    pub cached_input: u64,
-    pub output: u64,
-}
-
-impl Tokens {
-    pub(super) fn add(&mut self, r: &LedgerRecord) {
-        self.input += r.input_tokens.max(0) as u64;
-        self.cached_input += r.cached_input_tokens.max(0) as u64;
-        self.output += r.output_tokens.max(0) as u64;
-    }
-
-    pub fn total(&self) -> u64 {
-        self.input + self.output
-    }
-}
+/// Token counts: the ledger's, so that a report prices them as the ledger did.
+pub use crate::ledger::Tokens;
 
 /// One group's requests and cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -85,9 +67,7 @@ impl Line {
     pub(super) fn absorb(&mut self, other: &Line) {
         self.requests += other.requests;
         self.failed += other.failed;
-        self.tokens.input += other.tokens.input;
-        self.tokens.cached_input += other.tokens.cached_input;
-        self.tokens.output += other.tokens.output;
+        self.tokens += other.tokens;
         self.hosted_usd += other.hosted_usd;
         self.gpu_busy_usd += other.gpu_busy_usd;
         self.gpu_idle_usd += other.gpu_idle_usd;

@@ -238,7 +238,8 @@ fn row(class: &str, keys: &[String], cells: &[String]) -> String {
 
 fn line_cells(l: &Line) -> Vec<String> {
     let t = &l.tokens;
-    let counts = [l.requests, l.failed, t.input, t.cached_input, t.output].map(|n| n.to_string());
+    let counts =
+        [l.requests, l.failed, t.input, t.cached_input, t.cache_write, t.output].map(|n| n.to_string());
     let money = [l.hosted_usd, l.gpu_busy_usd, l.gpu_idle_usd, l.total_usd].map(usd);
     let per = [opt_usd(l.per_request_usd), opt_usd(l.per_mtok_output_usd)];
     counts.into_iter().chain(money).chain(per).collect()
@@ -247,7 +248,7 @@ fn line_cells(l: &Line) -> Vec<String> {
 /// The lines, then idle (already in them), unallocated and total rows.
 fn lines_table(r: &Report) -> String {
     let columns =
-        "requests,failed,tokens in,cached in,tokens out,hosted,GPU busy,GPU idle,total,per request,per M out";
+        "requests,failed,tokens in,cache reads,cache writes,tokens out,hosted,GPU busy,GPU idle,total,per request,per M out";
     let keys = r.group_by.len().max(1);
     let names = r.group_by.iter().map(|g| g.as_str()).chain((r.group_by.is_empty()).then_some("task"));
     let header: String = names.chain(columns.split(',')).map(|c| format!("<th>{c}</th>")).collect();
@@ -260,10 +261,10 @@ fn lines_table(r: &Report) -> String {
         r#"<table><tr>{header}</tr>{lines}
 <tr class="sum"><td class="k" colspan="{}">idle GPU (included above)</td><td>{idle}</td><td colspan="3"></td></tr>
 <tr class="sum"><td class="k" colspan="{}">unallocated GPU</td><td>{unallocated}</td><td colspan="2"></td></tr>
-<tr class="total"><td class="k" colspan="{keys}">TOTAL</td><td>{}</td><td colspan="4"></td>{}<td colspan="2"></td></tr>
+<tr class="total"><td class="k" colspan="{keys}">TOTAL</td><td>{}</td><td colspan="5"></td>{}<td colspan="2"></td></tr>
 </table>"#,
-        keys + 7,
         keys + 8,
+        keys + 9,
         t.requests,
         sums.concat()
     )
@@ -345,7 +346,7 @@ mod tests {
     fn self_hosted(pool: &str, utilisation: f64, break_even: Option<f64>) -> SelfHosted {
         SelfHosted {
             pool: pool.into(),
-            tokens: Tokens { input: 1_000, cached_input: 0, output: 500 },
+            tokens: Tokens { input: 1_000, cached_input: 0, cache_write: 0, output: 500 },
             marginal_usd: usd(30),
             loaded_usd: usd(90),
             marginal_per_mtok: Some(usd(200)),
@@ -361,7 +362,7 @@ mod tests {
         let line = |task: &str| Line {
             group: vec![task.into()],
             requests: 3,
-            tokens: Tokens { input: 1_000, cached_input: 100, output: 500 },
+            tokens: Tokens { input: 1_000, cached_input: 100, cache_write: 40, output: 500 },
             total_usd: usd(90),
             per_request_usd: Some(usd(30)),
             ..Line::default()

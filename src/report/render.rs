@@ -50,6 +50,7 @@ fn line_cells(l: &Line) -> Vec<String> {
         l.failed.to_string(),
         l.tokens.input.to_string(),
         l.tokens.cached_input.to_string(),
+        l.tokens.cache_write.to_string(),
         l.tokens.output.to_string(),
         usd(l.hosted_usd),
         usd(l.gpu_busy_usd),
@@ -60,11 +61,12 @@ fn line_cells(l: &Line) -> Vec<String> {
     ]
 }
 
-const LINE_COLUMNS: [&str; 11] = [
+const LINE_COLUMNS: [&str; 12] = [
     "requests",
     "failed",
     "input_tok",
     "cached_tok",
+    "cache_write_tok",
     "output_tok",
     "hosted",
     "gpu_busy",
@@ -89,14 +91,14 @@ pub fn table(r: &Report) -> String {
     let t = &r.totals;
     let blank = |n: usize| vec![String::new(); n];
     let mut idle = pad("(idle GPU, in the lines above)");
-    idle.extend(blank(7));
+    idle.extend(blank(8));
     idle.extend([usd(t.gpu_idle_usd), String::new(), String::new(), String::new()]);
     let mut unallocated = pad("(GPU no task used)");
-    unallocated.extend(blank(8));
+    unallocated.extend(blank(9));
     unallocated.extend([usd(t.gpu_unallocated_usd), String::new(), String::new()]);
     let mut total = pad("TOTAL");
     total.extend([t.requests.to_string()]);
-    total.extend(blank(4));
+    total.extend(blank(5));
     total.extend([usd(t.hosted_usd), usd(t.gpu_busy_usd), usd(t.gpu_idle_usd), usd(t.total_usd)]);
     total.extend(blank(2));
     rows.extend([idle, unallocated, total]);
@@ -205,6 +207,7 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
         "failed",
         "input_tokens",
         "cached_input_tokens",
+        "cache_write_tokens",
         "output_tokens",
         "hosted_usd",
         "gpu_busy_usd",
@@ -223,6 +226,7 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
             l.failed.to_string(),
             l.tokens.input.to_string(),
             l.tokens.cached_input.to_string(),
+            l.tokens.cache_write.to_string(),
             l.tokens.output.to_string(),
             l.hosted_usd.to_string(),
             l.gpu_busy_usd.to_string(),
@@ -240,6 +244,7 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
             row.extend(keys.iter().map(|_| String::new()));
             row.extend([
                 requests,
+                String::new(),
                 String::new(),
                 String::new(),
                 String::new(),

@@ -1,8 +1,11 @@
 //! A modelled hosted provider: a log-normal time to first token that grows with the uncached
 //! prompt, a fixed output speed, its own per-minute request and token limits (429 beyond them,
-//! counting uncached input plus output, as providers mostly do), a background error rate,
+//! counting input plus output, less the prompt read from its cache where the backend's
+//! `quota.count_cached_tokens` says the provider leaves those out), a background error rate,
 //! outage windows (503), and a prompt cache per project that is warm when the project's
-//! previous request here came within the cache window.
+//! previous request here came within the cache window: a warm prefix is read from the cache,
+//! a cold one is written to it (priced at `cache_write_per_mtok`, which router-placed
+//! breakpoints make happen on Anthropic too).
 //!
 //! It decides each call's fate the moment the call is made; the engine turns the answer into
 //! events. It must not know about the router's quotas or breakers: those are the router's
@@ -25,7 +28,10 @@ pub enum Answer {
     Served {
         ttft: Micros,
         done: Micros,
+        /// Prompt tokens read from the cache.
         cached: u32,
+        /// Prompt tokens written to the cache.
+        written: u32,
     },
     Failed {
         class: ErrorClass,
@@ -52,6 +58,8 @@ pub struct Provider {
     pub outages: u32,
     /// A slowdown in force: (ttft × factor, tokens per second ÷ factor); 1 and 1 without one.
     pub slowdown: (f64, f64),
+    /// Whether tokens read from the cache count toward `tpm`.
+    counts_cached: bool,
     minute: u64,
     requests: u64,
     tokens: u64,
@@ -59,7 +67,7 @@ pub struct Provider {
 }
 
 impl Provider {
-    pub fn new(model: &ProviderModel) -> Provider {
+    pub fn new(model: &ProviderModel, counts_cached: bool) -> Provider {
         Provider {
             model: model.clone(),
             rpm: model.rpm,
@@ -67,6 +75,7 @@ impl Provider {
             error_rate: model.error_rate,
             outages: 0,
             slowdown: (1.0, 1.0),
+            counts_cached,
             minute: 0,
             requests: 0,
             tokens: 0,
@@ -91,8 +100,10 @@ impl Provider {
             .cache
             .get(&call.project)
             .is_some_and(|last| now.saturating_sub(*last) <= from_secs(self.model.prompt_cache.0));
-        let cached = if warm { call.prefix.min(call.prompt) } else { 0 };
-        let tokens = u64::from(call.prompt - cached) + u64::from(call.output);
+        let prefix = call.prefix.min(call.prompt);
+        let (cached, written) = if warm { (prefix, 0) } else { (0, prefix) };
+        let counted = if self.counts_cached { call.prompt } else { call.prompt - cached };
+        let tokens = u64::from(counted) + u64::from(call.output);
         let over = self.rpm.is_some_and(|rpm| self.requests + 1 > rpm)
             || self.tpm.is_some_and(|tpm| self.tokens + tokens > tpm);
         if over {
@@ -109,7 +120,7 @@ impl Provider {
         let (ttft_factor, tps_factor) = self.slowdown;
         let ttft = from_ms((base + prefill) * ttft_factor);
         let done = ttft + from_secs(f64::from(call.output) * tps_factor / self.model.tokens_per_sec);
-        Answer::Served { ttft, done, cached }
+        Answer::Served { ttft, done, cached, written }
     }
 }
 
@@ -122,13 +133,15 @@ mod tests {
     fn quota_outage_and_cache() {
         let model =
             ProviderModel { rpm: Some(2), error_rate: 0.0, ttft_jitter: 0.0, ..ProviderModel::default() };
-        let mut p = Provider::new(&model);
+        let mut p = Provider::new(&model, false);
         let mut rng = StdRng::seed_from_u64(1);
         let call = Call { prompt: 1000, prefix: 600, output: 80, project: 3 };
-        let Answer::Served { cached, .. } = p.call(call, 0, 0, &mut rng) else { panic!() };
-        assert_eq!(cached, 0);
-        let Answer::Served { cached, ttft, .. } = p.call(call, 1_000_000, 0, &mut rng) else { panic!() };
-        assert_eq!(cached, 600);
+        let Answer::Served { cached, written, .. } = p.call(call, 0, 0, &mut rng) else { panic!() };
+        assert_eq!((cached, written), (0, 600), "a cold prefix is written");
+        let Answer::Served { cached, written, ttft, .. } = p.call(call, 1_000_000, 0, &mut rng) else {
+            panic!()
+        };
+        assert_eq!((cached, written), (600, 0), "and read back");
         assert_eq!(ttft, from_ms(450.0 + 40.0 * 0.4));
         assert!(matches!(
             p.call(call, 2_000_000, 0, &mut rng),
@@ -147,5 +160,22 @@ mod tests {
             p.call(call, 62_000_000, 1, &mut rng),
             Answer::Failed { class: ErrorClass::Overloaded, .. }
         ));
+    }
+
+    #[test]
+    fn the_token_limit_counts_cache_reads_only_where_the_provider_does() {
+        let model = ProviderModel { tpm: Some(2_000), error_rate: 0.0, ..ProviderModel::default() };
+        let call = Call { prompt: 1000, prefix: 900, output: 0, project: 1 };
+        let served = |counts_cached: bool| {
+            let mut p = Provider::new(&model, counts_cached);
+            let mut rng = StdRng::seed_from_u64(1);
+            (0..5)
+                .take_while(|i| matches!(p.call(call, i * 1_000_000, 0, &mut rng), Answer::Served { .. }))
+                .count()
+        };
+        // Counting reads: 1,000 tokens each, two fit in 2,000.
+        assert_eq!(served(true), 2);
+        // Leaving them out: 1,000, then 100 a request once the prefix is warm.
+        assert_eq!(served(false), 5);
     }
 }

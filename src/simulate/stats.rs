@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::scenario::StrategyName;
 use crate::config::Price;
+use crate::ledger::{hosted_cost, Tokens};
 
 /// One chart bucket: requests that *arrived* in it, and what was sampled at its end.
 #[derive(Debug, Clone, Default)]
@@ -85,11 +86,9 @@ pub struct ServedRequest<'a> {
     pub within_slo: bool,
     pub prompt: u32,
     pub cached: u32,
+    /// Prompt tokens written to a hosted provider's cache.
+    pub cache_write: u32,
     pub output: u32,
-}
-
-fn per_million(tokens: u64, price: Decimal) -> Decimal {
-    Decimal::from(tokens) * price / Decimal::from(1_000_000)
 }
 
 impl Stats {
@@ -142,10 +141,13 @@ impl Stats {
             self.hosted_cached += u64::from(r.cached);
             self.hosted_output += u64::from(r.output);
             if let Some(p) = r.price {
-                let cached_price = p.cached_input_per_mtok.unwrap_or(p.input_per_mtok);
-                self.hosted_cost += per_million(uncached, p.input_per_mtok)
-                    + per_million(u64::from(r.cached), cached_price)
-                    + per_million(u64::from(r.output), p.output_per_mtok);
+                let tokens = Tokens {
+                    input: u64::from(r.prompt),
+                    cached_input: u64::from(r.cached),
+                    cache_write: u64::from(r.cache_write),
+                    output: u64::from(r.output),
+                };
+                self.hosted_cost += hosted_cost(p, &tokens);
             }
         }
         if let Some(last) = self.last_backend.get_mut(r.project) {

@@ -10,6 +10,7 @@
 
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
+use super::prompt_cache::BlockEnd;
 use super::server::{AppState, SimError};
 use super::{sse, SimKind};
 use axum::body::Bytes;
@@ -47,18 +48,54 @@ pub fn error_response(e: &SimError) -> Response {
     resp
 }
 
-fn blocks_text(c: &Value, cache_control: &mut bool) -> String {
-    match c {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| {
-                *cache_control |= b.get("cache_control").is_some();
-                b.get("text")?.as_str()
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+/// A prompt being written out block by block, remembering where each block ends.
+#[derive(Default)]
+struct PromptText {
+    text: String,
+    blocks: Vec<BlockEnd>,
+}
+
+impl PromptText {
+    fn push(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
+    /// Append one content block's text and mark its end.
+    fn block(&mut self, text: &str, block: &Value) {
+        self.text.push_str(text);
+        self.blocks.push(BlockEnd { at: self.text.len(), marked: block.get("cache_control").is_some() });
+    }
+
+    /// A system prompt or a message's content: a string (one block) or blocks, joined by
+    /// newlines.
+    fn content(&mut self, content: &Value) {
+        match content {
+            Value::String(s) => self.block(s, content),
+            Value::Array(blocks) => {
+                for (i, b) in blocks.iter().enumerate() {
+                    let text = block_text(b);
+                    let sep = if i > 0 && !text.is_empty() { "\n" } else { "" };
+                    self.block(&format!("{sep}{text}"), b);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The text a content block adds to the prompt: a text block's text, a tool call's input, a
+/// tool result's content; nothing for images and thinking.
+fn block_text(block: &Value) -> String {
+    match block.get("type").and_then(Value::as_str) {
+        Some("tool_use") => block.get("input").map(Value::to_string).unwrap_or_default(),
+        Some("tool_result") => match block.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                parts.iter().filter_map(|p| p.get("text")?.as_str()).collect::<Vec<_>>().join("\n")
+            }
+            _ => String::new(),
+        },
+        _ => block.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
     }
 }
 
@@ -89,6 +126,10 @@ fn check_signatures(messages: &[Value]) -> Result<(), SimError> {
 fn decode(kind: SimKind, body: &[u8]) -> Result<(GenRequest, Asked), SimError> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+    decode_value(kind, &v)
+}
+
+fn decode_value(kind: SimKind, v: &Value) -> Result<(GenRequest, Asked), SimError> {
     let max_tokens = v
         .get("max_tokens")
         .and_then(Value::as_u64)
@@ -101,16 +142,29 @@ fn decode(kind: SimKind, body: &[u8]) -> Result<(GenRequest, Asked), SimError> {
     if kind == SimKind::Anthropic {
         check_signatures(messages)?;
     }
-    let mut cache_control = false;
-    let mut prompt = String::new();
+    // Tools, system, messages: the order in which Anthropic caches a prompt's prefixes.
+    let mut prompt = PromptText::default();
+    for tool in v.get("tools").and_then(Value::as_array).into_iter().flatten() {
+        let mut unmarked = tool.clone();
+        if let Some(tool) = unmarked.as_object_mut() {
+            tool.remove("cache_control");
+        }
+        prompt.block(&format!("tool: {unmarked}\n"), tool);
+    }
     if let Some(system) = v.get("system") {
-        prompt.push_str(&format!("system: {}\n", blocks_text(system, &mut cache_control)));
+        prompt.push("system: ");
+        prompt.content(system);
+        prompt.push("\n");
     }
     for m in messages {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let content = m.get("content").map(|c| blocks_text(c, &mut cache_control)).unwrap_or_default();
-        prompt.push_str(&format!("{role}: {content}\n"));
+        prompt.push(&format!("{role}: "));
+        if let Some(content) = m.get("content") {
+            prompt.content(content);
+        }
+        prompt.push("\n");
     }
+    let PromptText { text: prompt, blocks: cache_blocks } = prompt;
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let max_tokens = Some(max_tokens.min(u32::MAX as u64) as u32);
@@ -118,9 +172,9 @@ fn decode(kind: SimKind, body: &[u8]) -> Result<(GenRequest, Asked), SimError> {
         messages.last().and_then(|m| m.get("content")).and_then(Value::as_array).is_some_and(|blocks| {
             blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
         });
-    let tool = requested_tool(&v).filter(|_| !answered);
+    let tool = requested_tool(v).filter(|_| !answered);
     let thinking = v.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");
-    Ok((GenRequest { prompt, max_tokens, cache_control, tool }, Asked { model, stream, thinking }))
+    Ok((GenRequest { prompt, max_tokens, cache_blocks, tool }, Asked { model, stream, thinking }))
 }
 
 /// The tool `tool_choice` names, else the first declared one (none for `tool_choice: none`).
@@ -188,7 +242,10 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
     if st.kind == SimKind::Anthropic && !headers.contains_key("anthropic-version") {
         return Err(SimError::new(400, "anthropic-version: header is required"));
     }
-    let (req, asked) = decode(st.kind, body)?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+    st.log(&v);
+    let (req, asked) = decode_value(st.kind, &v)?;
     let Asked { model, stream, thinking } = asked;
     let model = model.unwrap_or_else(|| st.model.clone());
     // Anthropic signs its thinking; a self-hosted engine's reasoning carries no signature.

@@ -90,7 +90,7 @@ async fn answer(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<
     let gen_req = GenRequest {
         prompt: req.prompt.clone(),
         max_tokens: Some(req.max_tokens),
-        cache_control: false,
+        cache_blocks: Vec::new(),
         tool: None,
     };
     let started = st.start(headers, &gen_req)?;

@@ -91,7 +91,7 @@ fn decode(body: &[u8]) -> Result<GenRequest, SimError> {
         .and_then(Value::as_array)
         .is_some_and(|parts| parts.iter().any(|p| p.get("functionResponse").is_some()));
     let tool = requested_tool(&v).filter(|_| !answered);
-    Ok(GenRequest { prompt, max_tokens, cache_control: false, tool })
+    Ok(GenRequest { prompt, max_tokens, cache_blocks: Vec::new(), tool })
 }
 
 /// The function `toolConfig` allows (its first allowed name), else the first declared one;

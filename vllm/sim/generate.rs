@@ -41,8 +41,9 @@ pub struct GenRequest {
     /// All prompt text (system + messages) in order; drives token counts and the reply.
     pub prompt: String,
     pub max_tokens: Option<u32>,
-    /// Anthropic `cache_control` was present somewhere in the request.
-    pub cache_control: bool,
+    /// Anthropic Messages: where each content block of `prompt` ends (tools, system,
+    /// messages) and which carry `cache_control`; empty for the other wire formats.
+    pub cache_blocks: Vec<super::prompt_cache::BlockEnd>,
     /// The tool this request would have called (the one `tool_choice` names, else the first
     /// declared), when it declares tools and its last message is not a tool result.
     pub tool: Option<String>,

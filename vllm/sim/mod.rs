@@ -7,7 +7,8 @@
 //! instead (that engine's metric names, metrics path and identity endpoints: `pages/`, wired
 //! in `routes.rs`). The `openai`, `anthropic` and `gemini` sims speak those providers' real
 //! wire formats (streaming included) with a fixed TTFT and token rate, per-minute quotas, and
-//! prompt-cache usage figures; `vllm` and `openai` also serve legacy completions and
+//! prompt-cache usage figures (Anthropic's from the request's `cache_control` breakpoints,
+//! `prompt_cache.rs`), and keep a log of the Messages requests they were sent for tests; `vllm` and `openai` also serve legacy completions and
 //! deterministic embeddings. Every kind can inject faults, by flag or per request
 //! (`x-sim-fault`), and replies are deterministic under `--seed`. The flags are `args.rs`'s;
 //! this file holds the lifecycle and must stay free of modelling and wire details.
@@ -23,6 +24,7 @@ mod gemini_wire;
 pub mod generate;
 mod openai_wire;
 pub mod pages;
+pub mod prompt_cache;
 pub mod quota;
 mod responses_wire;
 mod routes;
@@ -49,6 +51,7 @@ pub struct SimHandle {
     pub model: String,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    state: Arc<server::AppState>,
 }
 
 impl SimHandle {
@@ -60,6 +63,13 @@ impl SimHandle {
     /// Where this node's Prometheus page is (`/metrics`, or trtllm's `/prometheus/metrics`).
     pub fn metrics_url(&self) -> String {
         format!("{}{}", self.base_url(), pages::metrics_path(self.engine))
+    }
+
+    /// The request log: the bodies of the last 256 Messages requests (`POST /v1/messages`)
+    /// this sim was sent, oldest first, as they arrived, for tests to check what a client
+    /// (the router) put in them.
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        self.state.logged()
     }
 
     /// Stop serving (same as dropping the handle).
@@ -143,13 +153,14 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         SimKind::Vllm => routes::Serves::Node(args.engine, &facts),
         hosted => routes::Serves::Hosted(hosted),
     };
-    let app = routes::router(serves, Arc::new(state));
+    let state = Arc::new(state);
+    let app = routes::router(serves, Arc::clone(&state));
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "sim server stopped");
         }
     }));
-    Ok(SimHandle { addr, kind: args.kind, engine: args.engine, model, shutdown: shutdown_tx, tasks })
+    Ok(SimHandle { addr, kind: args.kind, engine: args.engine, model, shutdown: shutdown_tx, tasks, state })
 }
 
 /// Bind `args.listen`, serve until ctrl-c.

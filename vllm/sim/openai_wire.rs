@@ -93,7 +93,7 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, bool), SimEr
     let include_usage = v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let answered = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some("tool");
     let tool = requested_tool(&v).filter(|_| !answered);
-    Ok((GenRequest { prompt, max_tokens, cache_control: false, tool }, model, stream, include_usage))
+    Ok((GenRequest { prompt, max_tokens, cache_blocks: Vec::new(), tool }, model, stream, include_usage))
 }
 
 /// The tool `tool_choice` names, else the first declared one (none for `tool_choice: none`).

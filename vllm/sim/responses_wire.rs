@@ -83,7 +83,7 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, Echo), SimEr
         store: v.get("store").and_then(Value::as_bool).unwrap_or(false),
         previous_response_id: v.get("previous_response_id").cloned().unwrap_or(Value::Null),
     };
-    Ok((GenRequest { prompt, max_tokens, cache_control: false, tool }, model, stream, echo))
+    Ok((GenRequest { prompt, max_tokens, cache_blocks: Vec::new(), tool }, model, stream, echo))
 }
 
 fn content_text(c: &Value) -> String {

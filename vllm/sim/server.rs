@@ -9,11 +9,13 @@ use super::engine_loop::EngineHandle;
 use super::faults::{Faults, FAULT_HEADER};
 use super::generate::{output_len, GenRequest, Generation, HostedPacer, Usage};
 use super::pages::Page;
+use super::prompt_cache::BreakpointCache;
 use super::quota::{Quota, Remaining};
 use super::text::{self, TextGen};
 use super::SimKind;
 use axum::http::HeaderMap;
-use std::collections::HashSet;
+use serde_json::Value;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,6 +24,9 @@ use tokio::sync::{mpsc, watch};
 /// Hosted prompt caches work on 128-token blocks of prompts of at least 1024 tokens.
 const HOSTED_CACHE_BLOCK: usize = 128;
 const HOSTED_CACHE_MIN_TOKENS: u32 = 1024;
+
+/// Request bodies kept for [`AppState::logged`].
+const REQUEST_LOG: usize = 256;
 
 /// An error to render in the provider's format.
 #[derive(Clone, Debug)]
@@ -63,6 +68,10 @@ pub struct AppState {
     pub page: Option<Arc<dyn Page>>,
     pub pacer: HostedPacer,
     pub hosted_cache: Mutex<HashSet<u64>>,
+    /// Anthropic's cache, which works from the request's breakpoints.
+    pub breakpoint_cache: Mutex<BreakpointCache>,
+    /// The last [`REQUEST_LOG`] Messages request bodies, oldest first.
+    requests: Mutex<VecDeque<Value>>,
     pub shutdown: watch::Receiver<bool>,
     pub created: u64,
     /// `--reply`: answer with exactly this text.
@@ -100,6 +109,8 @@ impl AppState {
             page,
             pacer,
             hosted_cache: Mutex::new(HashSet::new()),
+            breakpoint_cache: Mutex::new(BreakpointCache::default()),
+            requests: Mutex::new(VecDeque::new()),
             shutdown,
             created,
             reply: None,
@@ -116,6 +127,20 @@ impl AppState {
             (Some(_), None) => Err(SimError::new(401, "missing API key")),
             (Some(_), Some(_)) => Err(SimError::new(401, "invalid API key")),
         }
+    }
+
+    /// Keep a request's body for tests to read back ([`super::SimHandle::requests`]).
+    pub fn log(&self, body: &Value) {
+        let mut log = self.requests.lock().expect("request log");
+        if log.len() == REQUEST_LOG {
+            log.pop_front();
+        }
+        log.push_back(body.clone());
+    }
+
+    /// The logged request bodies, oldest first.
+    pub fn logged(&self) -> Vec<Value> {
+        self.requests.lock().expect("request log").iter().cloned().collect()
     }
 
     /// Quota, faults, then start producing tokens for `req`.
@@ -185,13 +210,19 @@ impl AppState {
         Ok(Started { gen, remaining, id, usage: start_usage, tool_call })
     }
 
-    /// Prompt-cache accounting for hosted kinds (automatic caching of long prompts; for
-    /// Anthropic only when the request asks with `cache_control`).
+    /// Prompt-cache accounting for hosted kinds: Anthropic's from the request's
+    /// breakpoints ([`BreakpointCache`]), the others' automatic, on 128-token blocks of
+    /// prompts of at least 1024 tokens.
     fn hosted_usage(&self, prompt_tokens: u32, req: &GenRequest) -> Usage {
         let mut usage = Usage { prompt_tokens, ..Usage::default() };
-        let eligible = prompt_tokens >= HOSTED_CACHE_MIN_TOKENS
-            && (self.kind != SimKind::Anthropic || req.cache_control);
-        if !eligible {
+        if self.kind == SimKind::Anthropic {
+            let mut cache = self.breakpoint_cache.lock().expect("breakpoint cache");
+            let used = cache.account(&req.prompt, &req.cache_blocks);
+            usage.cached_tokens = used.read.min(prompt_tokens);
+            usage.cache_write_tokens = used.written.min(prompt_tokens - usage.cached_tokens);
+            return usage;
+        }
+        if prompt_tokens < HOSTED_CACHE_MIN_TOKENS {
             return usage;
         }
         let hashes = text::block_hashes(&req.prompt, HOSTED_CACHE_BLOCK);
@@ -199,9 +230,6 @@ impl AppState {
         let hits = hashes.iter().take_while(|h| cache.contains(h)).count();
         cache.extend(hashes.iter().copied());
         usage.cached_tokens = (hits * HOSTED_CACHE_BLOCK) as u32;
-        if self.kind == SimKind::Anthropic {
-            usage.cache_write_tokens = ((hashes.len() - hits) * HOSTED_CACHE_BLOCK) as u32;
-        }
         usage
     }
 }

@@ -126,7 +126,12 @@ fn parses_non_stream_responses() {
         parse_response(&body).unwrap(),
         vec![
             text("Hi! My name is Claude."),
-            Event::Usage(Usage { input_tokens: 3895, cached_input_tokens: 1800, output_tokens: 503 }),
+            Event::Usage(Usage {
+                input_tokens: 3895,
+                cached_input_tokens: 1800,
+                output_tokens: 503,
+                cache_write_tokens: 0
+            }),
             Event::Finish(FinishReason::Stop),
         ]
     );
@@ -143,7 +148,12 @@ fn parses_non_stream_responses() {
                 name: Some("get_weather".into()),
                 arguments: r#"{"location":"San Francisco, CA","unit":"celsius"}"#.into(),
             },
-            Event::Usage(Usage { input_tokens: 572, cached_input_tokens: 0, output_tokens: 91 }),
+            Event::Usage(Usage {
+                input_tokens: 572,
+                cached_input_tokens: 0,
+                output_tokens: 91,
+                cache_write_tokens: 100
+            }),
             Event::Finish(FinishReason::ToolCalls),
         ]
     );
@@ -161,7 +171,12 @@ async fn parses_text_stream_in_any_chunking() {
         vec![
             Ok(text("Hello")),
             Ok(text("! Ça va?")),
-            Ok(Event::Usage(Usage { input_tokens: 1035, cached_input_tokens: 1000, output_tokens: 15 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 1035,
+                cached_input_tokens: 1000,
+                output_tokens: 15,
+                cache_write_tokens: 10
+            })),
             Ok(Event::Finish(FinishReason::Stop)),
         ]
     );
@@ -191,7 +206,12 @@ async fn parses_tool_use_stream() {
                 name: None,
                 arguments: " \"San Francisco, CA\"}".into(),
             }),
-            Ok(Event::Usage(Usage { input_tokens: 472, cached_input_tokens: 0, output_tokens: 89 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 472,
+                cached_input_tokens: 0,
+                output_tokens: 89,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ]
     );
@@ -421,7 +441,12 @@ async fn parallel_tool_use_blocks_stream_their_inputs_by_block_index() {
             piece(0, "ris\"}"),
             start(1, "toolu_b", "get_time"),
             piece(1, "{\"tz\": \"CET\"}"),
-            Ok(Event::Usage(Usage { input_tokens: 50, cached_input_tokens: 0, output_tokens: 40 })),
+            Ok(Event::Usage(Usage {
+                input_tokens: 50,
+                cached_input_tokens: 0,
+                output_tokens: 40,
+                cache_write_tokens: 0
+            })),
             Ok(Event::Finish(FinishReason::ToolCalls)),
         ]
     );
@@ -514,4 +539,74 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
     let body: Value = serde_json::from_str(&seen.body).unwrap();
     assert!(body.get("context_management").is_none(), "{body}");
     assert_eq!(body["messages"][0]["content"][0]["cache_control"]["type"], "ephemeral");
+}
+
+#[tokio::test]
+async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own() {
+    let sent = |req: ChatRequest, serves_messages: bool| async move {
+        let (base, seen) = canned_server(
+            200,
+            &[("content-type", "text/event-stream")],
+            include_str!("../../../tests/fixtures/anthropic/message_stream.sse"),
+        )
+        .await;
+        let base = if serves_messages { format!("{base}/v1") } else { base };
+        let upstream = Upstream { base_url: base, api_key: None, serves_messages, serves_responses: false };
+        let format = if serves_messages {
+            crate::adapter::WireFormat::OpenAi
+        } else {
+            crate::adapter::WireFormat::Anthropic
+        };
+        let transport = reqwest::Client::new().into();
+        let _: Vec<_> =
+            crate::adapter::send(format, &transport, &upstream, &req).await.unwrap().collect().await;
+        let body = seen.lock().unwrap().body.clone();
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    let placement = Some(crate::canonical::CachePlacement::default());
+    let mut canonical = sample_request(true);
+    canonical.tools =
+        vec![Tool { name: "get_weather".into(), description: None, parameters: json!({"type": "object"}) }];
+    canonical.cache_placement = placement;
+    let body = sent(canonical.clone(), false).await;
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(body["tools"][0]["cache_control"], ephemeral);
+    assert_eq!(body["system"][0]["cache_control"], ephemeral);
+    assert_eq!(body["system"][0]["text"], "Be brief.\n\nAnswer in French.");
+    // The tool results are the last user turn, the two questions the one before.
+    assert_eq!(body["messages"][2]["content"][1]["cache_control"], ephemeral);
+    assert_eq!(body["messages"][0]["content"][1]["cache_control"], ephemeral);
+    assert!(body["messages"][0]["content"][0].get("cache_control").is_none(), "{body}");
+    canonical.cache_placement = None;
+    assert!(!sent(canonical, false).await.to_string().contains("cache_control"), "none asked for");
+
+    // A Messages client that marked its request itself gets it as written.
+    let mut client = messages_client(true);
+    client.cache_placement = placement;
+    let body = sent(client.clone(), false).await;
+    assert_eq!(body["messages"], client.native.as_ref().unwrap().body["messages"]);
+    // A node caches by itself: no marks of ours for it.
+    let mut unmarked = client.clone();
+    let native = unmarked.native.as_mut().unwrap();
+    std::sync::Arc::make_mut(&mut native.body)["messages"] = json!([{"role": "user", "content": "hi"}]);
+    let node = sent(unmarked.clone(), true).await;
+    assert_eq!(node["messages"], json!([{"role": "user", "content": "hi"}]));
+    let anthropic = sent(unmarked, false).await;
+    assert_eq!(anthropic["messages"][0]["content"][0]["cache_control"], ephemeral);
+}
+
+#[tokio::test]
+async fn cache_writes_and_reads_are_read_from_the_final_message_delta() {
+    let sse = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":2048,\"cache_read_input_tokens\":4096,\"output_tokens\":7}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let events = run_sse(sse, AnthropicStream::default).await;
+    let usage =
+        Usage { input_tokens: 6156, cached_input_tokens: 4096, output_tokens: 7, cache_write_tokens: 2048 };
+    assert_eq!(events, vec![Ok(text("ok")), Ok(Event::Usage(usage)), Ok(Event::Finish(FinishReason::Stop))]);
+    assert_eq!(usage.uncached_input_tokens(), 12);
 }

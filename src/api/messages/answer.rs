@@ -119,14 +119,19 @@ impl Answer {
             let text = self.blocks[at]["input"].as_str().unwrap_or("").to_string();
             self.blocks[at]["input"] = serde_json::from_str(&text).unwrap_or_else(|_| json!({}));
         }
-        let cached = self.usage.cached_input_tokens.min(self.usage.input_tokens);
         json!({
             "id": id, "type": "message", "role": "assistant", "model": model, "content": self.blocks,
             "stop_reason": stop_reason(self.finish.unwrap_or(FinishReason::Stop)), "stop_sequence": null,
-            "usage": {"input_tokens": self.usage.input_tokens - cached, "cache_read_input_tokens": cached,
-                      "cache_creation_input_tokens": 0, "output_tokens": self.usage.output_tokens},
+            "usage": usage_json(&self.usage),
         })
     }
+}
+
+/// Canonical usage in Messages' words, where `input_tokens` leaves out the prompt tokens
+/// read from the cache and written to it.
+pub(super) fn usage_json(usage: &Usage) -> Value {
+    json!({"input_tokens": usage.uncached_input_tokens(), "cache_read_input_tokens": usage.cached_input_tokens,
+           "cache_creation_input_tokens": usage.cache_write_tokens, "output_tokens": usage.output_tokens})
 }
 
 fn push_str(value: &mut Value, text: &str) {
@@ -179,7 +184,12 @@ mod tests {
                 arguments: "{\"a\"".into(),
             },
             Event::ToolCallDelta { index: 0, id: None, name: None, arguments: ":1}".into() },
-            Event::Usage(Usage { input_tokens: 10, cached_input_tokens: 4, output_tokens: 3 }),
+            Event::Usage(Usage {
+                input_tokens: 10,
+                cached_input_tokens: 4,
+                output_tokens: 3,
+                cache_write_tokens: 2,
+            }),
             Event::Finish(FinishReason::ToolCalls),
         ] {
             answer.add(event);
@@ -193,8 +203,9 @@ mod tests {
             json!({"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"a": 1}})
         );
         assert_eq!(message["stop_reason"], "tool_use");
-        assert_eq!(message["usage"]["input_tokens"], 6);
+        assert_eq!(message["usage"]["input_tokens"], 4);
         assert_eq!(message["usage"]["cache_read_input_tokens"], 4);
+        assert_eq!(message["usage"]["cache_creation_input_tokens"], 2);
     }
 
     #[test]

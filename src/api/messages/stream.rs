@@ -146,8 +146,7 @@ impl Blocks {
         self.close(out);
         let usage = self.usage.unwrap_or_default();
         let delta = json!({"stop_reason": stop_reason(self.finish.unwrap_or(FinishReason::Stop)), "stop_sequence": null});
-        let usage = json!({"input_tokens": usage.input_tokens - usage.cached_input_tokens.min(usage.input_tokens),
-                           "cache_read_input_tokens": usage.cached_input_tokens, "output_tokens": usage.output_tokens});
+        let usage = super::answer::usage_json(&usage);
         write(out, "message_delta", &json!({"type": "message_delta", "delta": delta, "usage": usage}));
         write(out, "message_stop", &json!({"type": "message_stop"}));
     }

@@ -43,7 +43,12 @@ async fn translated_events_follow_anthropics_sequence() {
             arguments: String::new(),
         }),
         Ok(Event::ToolCallDelta { index: 0, id: None, name: None, arguments: "{\"a\":1}".into() }),
-        Ok(Event::Usage(Usage { input_tokens: 30, cached_input_tokens: 10, output_tokens: 7 })),
+        Ok(Event::Usage(Usage {
+            input_tokens: 30,
+            cached_input_tokens: 10,
+            output_tokens: 7,
+            cache_write_tokens: 5,
+        })),
         Ok(Event::Finish(FinishReason::ToolCalls)),
     ])
     .await;
@@ -84,7 +89,7 @@ async fn translated_events_follow_anthropics_sequence() {
     assert_eq!(events[12].1["delta"]["stop_reason"], "tool_use");
     assert_eq!(
         events[12].1["usage"],
-        json!({"input_tokens": 20, "cache_read_input_tokens": 10, "output_tokens": 7})
+        json!({"input_tokens": 15, "cache_read_input_tokens": 10, "cache_creation_input_tokens": 5, "output_tokens": 7})
     );
 }
 

@@ -172,6 +172,7 @@ impl ResponsesRequest {
             relay: native.is_some(),
             native,
             operation: crate::canonical::Operation::Chat,
+            cache_placement: None,
         })
     }
 

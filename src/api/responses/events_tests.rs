@@ -42,7 +42,8 @@ fn text(t: &str) -> Result<Event, UpstreamError> {
     Ok(Event::TextDelta(t.into()))
 }
 
-const USAGE: Usage = Usage { input_tokens: 7, cached_input_tokens: 2, output_tokens: 3 };
+const USAGE: Usage =
+    Usage { input_tokens: 7, cached_input_tokens: 2, output_tokens: 3, cache_write_tokens: 0 };
 
 #[tokio::test]
 async fn a_text_answer_streams_in_openais_order() {

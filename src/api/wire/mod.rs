@@ -454,6 +454,7 @@ impl ChatCompletionRequest {
                 .transpose()?
                 .unwrap_or_default(),
             operation: Operation::Chat,
+            cache_placement: None,
         })
     }
 }

@@ -48,4 +48,9 @@ pub struct Quota {
     /// Tokens (input + output cap) per minute, in this backend's tokens.
     #[serde(default)]
     pub tpm: Option<u64>,
+    /// Whether prompt tokens read from the provider's cache count toward `tpm` (tokens
+    /// written to it always do). Default: as the provider counts them, false for kind
+    /// anthropic (its input limits leave cache reads out), true for the others.
+    #[serde(default)]
+    pub count_cached_tokens: Option<bool>,
 }

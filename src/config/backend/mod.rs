@@ -103,6 +103,11 @@ pub struct Price {
     /// Output tokens.
     #[schemars(with = "crate::config::schema::DecimalSchema")]
     pub output_per_mtok: Decimal,
+    /// Input tokens written to the provider's prompt cache (Anthropic: 1.25 × input for its
+    /// five-minute cache); defaults to `input_per_mtok`.
+    #[serde(default)]
+    #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
+    pub cache_write_per_mtok: Option<Decimal>,
 }
 
 /// One backend: a vLLM pool or a hosted API with one model. The keys every kind takes are its
@@ -160,6 +165,12 @@ pub struct BackendConfig {
     #[serde(default)]
     #[schemars(skip)]
     pub embedding_space: Option<EmbeddingSpace>,
+    /// Where Spillway places prompt-cache breakpoints (`cache_control`) in requests that carry
+    /// none of the client's own. Kind anthropic only, where it is on by default (`written`
+    /// sets it; it puts it in that kind's schema branch).
+    #[serde(default)]
+    #[schemars(skip)]
+    pub prompt_cache: Option<crate::canonical::CachePlacement>,
     /// The kind, with the settings only it has.
     pub spec: BackendSpec,
 }
@@ -220,6 +231,19 @@ impl BackendConfig {
             BackendSpec::OpenaiCompatible(c) => c.messages == MessagesApi::Native,
             _ => false,
         }
+    }
+
+    /// The breakpoints to place in this backend's requests, if it needs any and any are on.
+    pub fn cache_placement(&self) -> Option<crate::canonical::CachePlacement> {
+        self.prompt_cache.filter(|p| !p.is_off())
+    }
+
+    /// Whether prompt tokens read from the provider's cache count toward this backend's
+    /// `quota.tpm`: as written, else as the provider counts them (Anthropic's input limits
+    /// leave cache reads out; OpenAI and Gemini count every prompt token).
+    pub fn quota_counts_cached(&self) -> bool {
+        let written = self.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.count_cached_tokens);
+        written.unwrap_or(self.kind() != BackendKind::Anthropic)
     }
 
     /// The configured node addresses: a pool's, or an `openai_compatible` backend's several

@@ -99,6 +99,7 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("version", "'2026-01'"),
     ("messages", "native"),
     ("embedding_space", "e5-large"),
+    ("prompt_cache", "{last_turns: 1}"),
 ];
 
 #[test]
@@ -268,4 +269,42 @@ fn the_keys_each_kind_takes_are_the_keys_of_its_schema_branch() {
             assert_eq!(read.is_ok(), in_branch, "{yaml}: {read:?}");
         }
     }
+}
+
+#[test]
+fn anthropic_places_breakpoints_by_default_and_quotas_count_cache_reads_as_the_provider_does() {
+    use crate::canonical::CachePlacement;
+    let b = backend("{name: b, kind: anthropic, model: m}").unwrap();
+    assert_eq!(b.cache_placement(), Some(CachePlacement { system: true, tools: true, last_turns: 2 }));
+    assert!(!b.quota_counts_cached(), "Anthropic's input limits leave cache reads out");
+    let b =
+        backend("{name: b, kind: anthropic, model: m, prompt_cache: {tools: false, last_turns: 1}}").unwrap();
+    assert_eq!(b.cache_placement(), Some(CachePlacement { system: true, tools: false, last_turns: 1 }));
+    let b = backend(
+        "{name: b, kind: anthropic, model: m, prompt_cache: {system: false, tools: false, last_turns: 0}, \
+         quota: {tpm: 1000, count_cached_tokens: true}}",
+    )
+    .unwrap();
+    assert_eq!(b.cache_placement(), None, "all off places none");
+    assert!(b.quota_counts_cached());
+    let b = backend("{name: b, kind: openai, model: m}").unwrap();
+    assert_eq!((b.cache_placement(), b.quota_counts_cached()), (None, true));
+
+    let problems =
+        backend("{name: b, kind: anthropic, model: m, prompt_cache: {last_turns: 5}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].prompt_cache.last_turns", "{problems:?}");
+    assert!(problems[0].message.starts_with("at most 4"), "{problems:?}");
+    let problems = backend("{name: b, kind: anthropic, model: m, prompt_cache: {turns: 1}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].prompt_cache.turns", "{problems:?}");
+    let problems = backend("{name: b, kind: gemini, model: m, prompt_cache: {}}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].prompt_cache", "{problems:?}");
+    assert_eq!(
+        problems[0].message,
+        "`prompt_cache` does not apply to kind gemini; only kind anthropic takes it"
+    );
+    let problems = backend(
+        "{name: b, kind: anthropic, model: m, price: {input_per_mtok: 3, output_per_mtok: 15, cache_write_per_mtok: -1}}",
+    )
+    .unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].price.cache_write_per_mtok", "{problems:?}");
 }

@@ -19,6 +19,7 @@ use super::{
     AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
     EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
 };
+use crate::canonical::CachePlacement;
 use crate::config::yes;
 
 /// Every key any kind takes. A kind-specific key is `Some` when written (even as `~`).
@@ -74,6 +75,8 @@ struct Written {
     version: Option<Option<String>>,
     #[serde(default, deserialize_with = "given")]
     messages: Option<MessagesApi>,
+    #[serde(default, deserialize_with = "given")]
+    prompt_cache: Option<CachePlacement>,
 }
 
 /// A key that is there, whatever its value.
@@ -103,6 +106,9 @@ const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
     if key == "embedding_space" {
         return kind.speaks_openai();
+    }
+    if key == "prompt_cache" {
+        return kind == BackendKind::Anthropic;
     }
     match kind {
         BackendKind::Local => POOL_KEYS.contains(&key),
@@ -141,6 +147,10 @@ impl Written {
     fn into_config(mut self) -> Result<BackendConfig, Misplaced> {
         let embedding_space =
             if self.kind.speaks_openai() { self.embedding_space.take().flatten() } else { None };
+        let prompt_cache = match self.kind {
+            BackendKind::Anthropic => Some(self.prompt_cache.take().unwrap_or_default()),
+            _ => None,
+        };
         let spec = match self.kind {
             BackendKind::Local => BackendSpec::Local(self.take_pool()),
             BackendKind::Openai => BackendSpec::Openai(self.take_hosted()),
@@ -168,6 +178,7 @@ impl Written {
             tokenizer_loaded: None,
             capabilities: self.capabilities,
             embedding_space,
+            prompt_cache,
             spec,
         })
     }
@@ -214,6 +225,7 @@ impl Written {
             ("version", self.version.is_some()),
             ("messages", self.messages.is_some()),
             ("embedding_space", self.embedding_space.is_some()),
+            ("prompt_cache", self.prompt_cache.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
@@ -265,11 +277,19 @@ impl JsonSchema for BackendSpec {
             }
             spec
         };
+        let cache = prompt_cache(generator);
+        let with_cache = |mut spec: Value| {
+            if let Some(properties) = spec.get_mut("properties").and_then(Value::as_object_mut) {
+                properties.insert("prompt_cache".into(), cache.clone());
+            }
+            spec
+        };
         let hosted = HostedSpec::json_schema(generator);
         let branches = [
             with_space(branch(&kinds, &[BackendKind::Local], PoolSpec::json_schema(generator))),
             with_space(branch(&kinds, &[BackendKind::Openai], hosted.clone())),
-            branch(&kinds, &[BackendKind::Anthropic, BackendKind::Gemini], hosted),
+            with_cache(branch(&kinds, &[BackendKind::Anthropic], hosted.clone())),
+            branch(&kinds, &[BackendKind::Gemini], hosted),
             with_space(branch(
                 &kinds,
                 &[BackendKind::OpenaiCompatible],
@@ -290,6 +310,23 @@ fn embedding_space(generator: &mut SchemaGenerator) -> Value {
                 "The vector space of this backend's embeddings (a name you choose, such as the embedding ",
                 "model's): only backends that declare one serve /v1/embeddings, and a task's backends must ",
                 "all declare the same"
+            )
+            .into(),
+        );
+    }
+    schema
+}
+
+/// The schema of `prompt_cache`, which only kind anthropic takes.
+fn prompt_cache(generator: &mut SchemaGenerator) -> Value {
+    let mut schema = CachePlacement::json_schema(generator).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "description".into(),
+            concat!(
+                "Where Spillway places prompt-cache breakpoints (cache_control) in requests that carry none ",
+                "of the client's own, at most 4: the last tool, the system prompt, the last N user turns. ",
+                "On by default; all off (system: false, tools: false, last_turns: 0) places none"
             )
             .into(),
         );

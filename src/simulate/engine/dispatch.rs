@@ -231,8 +231,8 @@ impl Engine<'_> {
                 now + deadline,
                 Ev::Failed { req: r, attempt, class: ErrorClass::Timeout, retry_after: None },
             ),
-            Answer::Served { ttft, done, cached } => {
-                self.q.push(now + ttft, Ev::FirstToken { req: r, attempt, cached });
+            Answer::Served { ttft, done, cached, written } => {
+                self.q.push(now + ttft, Ev::FirstToken { req: r, attempt, cached, written });
                 self.q.push(now + done, Ev::Done { req: r, attempt });
             }
             Answer::Failed { after, .. } if after > deadline => self.q.push(
@@ -263,7 +263,9 @@ impl Engine<'_> {
         }
     }
 
-    pub(super) fn first_token(&mut self, r: usize, attempt: u32, cached: u32, now: Micros) {
+    /// `cache`: prompt tokens read from and written to the cache.
+    pub(super) fn first_token(&mut self, r: usize, attempt: u32, cache: (u32, u32), now: Micros) {
+        let (cached, cache_write) = cache;
         if !self.pending(r, attempt) {
             return;
         }
@@ -297,6 +299,7 @@ impl Engine<'_> {
             within_slo: within,
             prompt: a.prompt_tokens,
             cached,
+            cache_write,
             output: q.output,
         };
         self.stats.served(served);

@@ -53,6 +53,8 @@ pub enum Ev {
         req: usize,
         attempt: u32,
         cached: u32,
+        /// Prompt tokens written to a hosted provider's cache.
+        written: u32,
     },
     Done {
         req: usize,
@@ -124,7 +126,9 @@ impl<'a> Engine<'a> {
                 flat.push((b, n, node.key.clone()));
                 nodes.push(view.is_local().then(|| Node::new(&s.nodes[&view.name], view.limits.max_running)));
             }
-            providers.push(s.providers.get(&view.name).filter(|_| !view.is_local()).map(Provider::new));
+            let counts_cached = config.backends[b].quota_counts_cached();
+            let model = s.providers.get(&view.name).filter(|_| !view.is_local());
+            providers.push(model.map(|m| Provider::new(m, counts_cached)));
         }
         let key_to_flat = flat.iter().enumerate().map(|(i, (_, _, k))| (k.clone(), i)).collect();
         let tracked: Vec<String> = config
@@ -249,7 +253,9 @@ impl<'a> Engine<'a> {
             }
             Ev::Timeline(i, start) => self.timeline(i, start, now),
             Ev::Begin { req, attempt } => self.begin(req, attempt, now),
-            Ev::FirstToken { req, attempt, cached } => self.first_token(req, attempt, cached, now),
+            Ev::FirstToken { req, attempt, cached, written } => {
+                self.first_token(req, attempt, (cached, written), now)
+            }
             Ev::Done { req, attempt } => self.done(req, attempt, now),
             Ev::Failed { req, attempt, class, retry_after } => {
                 self.failed(req, attempt, class, retry_after, now)
@@ -384,7 +390,8 @@ impl<'a> Engine<'a> {
     /// Schedule the first tokens and ends of jobs that just entered a node's slots.
     pub(super) fn schedule(&mut self, started: Vec<Started>) {
         for s in started {
-            self.q.push(s.first_token, Ev::FirstToken { req: s.req, attempt: s.attempt, cached: s.cached });
+            let first = Ev::FirstToken { req: s.req, attempt: s.attempt, cached: s.cached, written: 0 };
+            self.q.push(s.first_token, first);
             self.q.push(s.done, Ev::Done { req: s.req, attempt: s.attempt });
         }
     }
