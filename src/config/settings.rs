@@ -249,7 +249,8 @@ pub struct BalancingConfig {
 pub struct StickySpillConfig {
     /// Off: every request is admitted or spilled on its own, as before.
     pub enabled: bool,
-    /// Clear headroom: the pool's occupancy is this far below its reserve line.
+    /// Half the width of the band around the reserve line where the share holds: it grows
+    /// back below `1 − margin` (clear headroom) and shrinks above `1 + margin`.
     pub margin: f64,
     /// A spilled project comes back no sooner than this after the pool was last full.
     pub hold_secs: u64,

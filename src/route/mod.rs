@@ -151,13 +151,11 @@ pub fn plan_among(
     // Pools that take this request's project second (`sticky`): planned after the hosted chain.
     let mut second = Vec::new();
     let key = facts.affinity.unwrap_or(facts.seed);
+    let hosted_up = eligible.iter().any(|&b| !snap.backends[b].is_local() && !snap.backends[b].down);
+    let sticky_cfg = &snap.config.balancing.sticky_spill;
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
-        let member = sticky::membership(
-            &snap.backends[backend],
-            &snap.config.balancing.sticky_spill,
-            facts.task.strategy,
-            key,
-        );
+        let member =
+            sticky::membership(&snap.backends[backend], sticky_cfg, facts.task.strategy, hosted_up, key);
         let stay = member == Some(true);
         let targets = pool_targets(facts, snap, backend, slo_s, stay, now, &mut spills, &mut last_resort);
         if member == Some(false) {

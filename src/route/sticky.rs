@@ -16,10 +16,15 @@
 //!   fallback after the hosted backends.
 //!
 //! The share is held by a small controller stepped after each snapshot from the pool's
-//! **occupancy** (what its fresh nodes hold over what they may hold outside the reserve):
-//! at or above 1 the share shrinks (multiplicatively, `down_per_sec`); at or below
-//! `1 − margin`, and no sooner than `hold_secs` after it last shrank, it grows back
-//! (`up_per_sec`); in between it holds. A project that spilled thus keeps its hosted chain
+//! **occupancy** (what its fresh nodes hold over what they may hold outside the reserve, so 1
+//! is the reserve line): while the share is 1 the reserve holds per request and the pool is
+//! full at 1; below 1 its own projects may use the reserve and it is full at `1 + margin`.
+//! A pool most of whose nodes would refuse a request of their usual size even without the
+//! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count.
+//! When full the share shrinks (multiplicatively, `down_per_sec`); at or below `1 − margin`,
+//! and no sooner than `hold_secs` after it last shrank, it grows back (`up_per_sec`); in
+//! between it holds, so the fleet runs at its reserve line on average, as without stickiness,
+//! and the reserve absorbs the fluctuations. A project that spilled thus keeps its hosted chain
 //! until the fleet has had clear headroom for the hold window. Below full load the share sits
 //! at 1 and planning is exactly what it was without stickiness.
 //!
@@ -32,7 +37,7 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use crate::config::{StickySpillConfig, Strategy};
-use crate::fleet::headroom;
+use crate::fleet::headroom::{self, PoolLimits};
 use crate::fleet::load::LoadView;
 use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 
@@ -53,18 +58,40 @@ pub fn takes_first(key: u64, pool: &str, share: f64) -> bool {
 
 /// Whether stickiness decides for this pool and key: `Some(true)` the pool takes the key
 /// first (and stays its node past the reserve), `Some(false)` the key keeps its hosted chain,
-/// `None` it does not apply (off, a strategy other than adaptive, a share of 1, or the
-/// reserve released because a hosted partner is down: then everyone comes home).
-pub fn membership(view: &BackendView, cfg: &StickySpillConfig, strategy: Strategy, key: u64) -> Option<bool> {
-    let applies = cfg.enabled && strategy == Strategy::Adaptive && view.share < 1.0 && !view.reserve_released;
+/// `None` it does not apply (off, a strategy other than adaptive, a share of 1, or no hosted
+/// backend of the request is up to keep it: then everyone comes home).
+pub fn membership(
+    view: &BackendView,
+    cfg: &StickySpillConfig,
+    strategy: Strategy,
+    hosted_up: bool,
+    key: u64,
+) -> Option<bool> {
+    let applies = cfg.enabled && strategy == Strategy::Adaptive && view.share < 1.0 && hosted_up;
     applies.then(|| takes_first(key, &view.name, view.share))
 }
 
-/// What the pool's fresh, usable nodes hold over what they may hold outside the reserve
-/// (`slots − reserved` each), counting what the router sent since each scrape; `None` when no
-/// node is fresh and usable (nothing to steer by).
-pub fn occupancy(view: &BackendView, load: &dyn Fn(&NodeView) -> LoadView, now: Instant) -> Option<f64> {
-    let (mut held, mut room) = (0.0, 0.0);
+/// How full a pool is, for its share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolLoad {
+    /// What its fresh, usable nodes hold over what they may hold outside the reserve
+    /// (`slots − reserved` each), counting what the router sent since each scrape.
+    pub occupancy: f64,
+    /// Most of those nodes would refuse a request of their usual size even without the
+    /// reserve (queue, KV cache or predicted TTFT past `slo_s`): full, whatever the count.
+    pub refusing: bool,
+}
+
+/// The pool's load now; `None` when no node is fresh and usable (nothing to steer by).
+/// `slo_s`: the tightest first-token target (with its margin) of the tasks it serves.
+pub fn pool_load(
+    view: &BackendView,
+    load: &dyn Fn(&NodeView) -> LoadView,
+    slo_s: f64,
+    now: Instant,
+) -> Option<PoolLoad> {
+    let (mut held, mut room, mut fresh, mut refusing) = (0.0, 0.0, 0u32, 0u32);
+    let no_reserve = PoolLimits { reserve: 0.0, ..view.limits };
     for node in &view.nodes {
         let usable = node.held.is_none() && node.quarantine.is_none() && node.breaker != BreakerView::Open;
         if !usable || !headroom::fresh(&node.signals, &view.limits, now) {
@@ -77,8 +104,11 @@ pub fn occupancy(view: &BackendView, load: &dyn Fn(&NodeView) -> LoadView, now: 
         held += (sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + l.unseen as f64)
             .max(l.in_flight as f64);
         room += (slots - reserved).max(1.0);
+        fresh += 1;
+        let usual = sig.prompt_tokens_mean.unwrap_or(1000.0).clamp(1.0, f64::from(u32::MAX)) as u32;
+        refusing += u32::from(headroom::admit(sig, l, &no_reserve, usual, slo_s, now).is_err());
     }
-    (room > 0.0).then(|| held / room)
+    (fresh > 0).then(|| PoolLoad { occupancy: held / room, refusing: refusing * 2 > fresh })
 }
 
 /// One pool's share and how long since it last shrank.
@@ -96,9 +126,9 @@ impl Default for Share {
 }
 
 impl Share {
-    /// Advance by `dt` seconds at this occupancy; returns the new share. Unknown occupancy,
-    /// or stickiness off, leaves (or puts) it at 1.
-    pub fn step(&mut self, occupancy: Option<f64>, dt: f64, cfg: &StickySpillConfig) -> f64 {
+    /// Advance by `dt` seconds at this load; returns the new share. Unknown load leaves it
+    /// as it is; stickiness off puts it at 1.
+    pub fn step(&mut self, load: Option<PoolLoad>, dt: f64, cfg: &StickySpillConfig) -> f64 {
         if !cfg.enabled {
             *self = Share::default();
             return 1.0;
@@ -107,12 +137,15 @@ impl Share {
             return self.share;
         }
         self.since_shrink += dt;
-        match occupancy {
-            Some(o) if o >= 1.0 => {
+        // At a share of 1 the pool holds its reserve per request, so it is full at the line;
+        // below 1 the projects it keeps may use the reserve, and it is full `margin` above it.
+        let full = if self.share < 1.0 { 1.0 + cfg.margin } else { 1.0 };
+        match load {
+            Some(l) if l.refusing || l.occupancy >= full => {
                 self.share *= (1.0 - cfg.down_per_sec * dt).max(0.0);
                 self.since_shrink = 0.0;
             }
-            Some(o) if o <= 1.0 - cfg.margin && self.since_shrink >= cfg.hold_secs as f64 => {
+            Some(l) if l.occupancy <= 1.0 - cfg.margin && self.since_shrink >= cfg.hold_secs as f64 => {
                 self.share = (self.share + cfg.up_per_sec * dt).min(1.0);
             }
             _ => {}
@@ -140,8 +173,15 @@ impl PoolShares {
         self.last = Some(now);
         let cfg = &snap.config.balancing.sticky_spill;
         for view in snap.backends.iter().filter(|b| b.is_local()) {
-            let o = occupancy(view, load, now);
-            self.shares.entry(view.name.clone()).or_default().step(o, dt, cfg);
+            let slo_s = snap
+                .config
+                .tasks
+                .iter()
+                .filter(|t| t.backends.contains(&view.name))
+                .map(|t| t.slo.ttft_ms as f64 / 1000.0 * (1.0 - t.slo.margin))
+                .fold(f64::INFINITY, f64::min);
+            let l = pool_load(view, load, slo_s, now);
+            self.shares.entry(view.name.clone()).or_default().step(l, dt, cfg);
         }
         self.shares.retain(|name, _| snap.backends.iter().any(|b| &b.name == name));
     }
@@ -180,29 +220,36 @@ mod tests {
     #[test]
     fn full_pools_shrink_at_once_and_grow_back_after_the_hold() {
         let cfg = cfg();
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
         let mut s = Share::default();
         // Within the band: nothing moves.
-        assert_eq!(s.step(Some(0.9), 1.0, &cfg), 1.0);
-        // At the reserve line: 1 × (1 − 0.1 × 2) = 0.8, then 0.8 × 0.9 = 0.72.
-        assert_close(s.step(Some(1.0), 2.0, &cfg), 0.8);
-        assert_close(s.step(Some(1.3), 1.0, &cfg), 0.72);
+        assert_eq!(s.step(at(0.9), 1.0, &cfg), 1.0);
+        // At the reserve line with a share of 1: 1 × (1 − 0.1 × 2) = 0.8. Below 1 the line is
+        // no longer full (the kept projects may use the reserve): 1.2 = 1 + margin is.
+        assert_close(s.step(at(1.0), 2.0, &cfg), 0.8);
+        assert_close(s.step(at(1.1), 1.0, &cfg), 0.8);
+        assert_close(s.step(at(1.3), 1.0, &cfg), 0.72);
         // Clear headroom, but the hold (10 s since the last shrink) is not over.
         for _ in 0..9 {
-            assert_close(s.step(Some(0.5), 1.0, &cfg), 0.72);
+            assert_close(s.step(at(0.5), 1.0, &cfg), 0.72);
         }
         // 10 s: it grows by 0.01 per second.
-        assert_close(s.step(Some(0.5), 1.0, &cfg), 0.73);
-        assert_close(s.step(Some(0.5), 5.0, &cfg), 0.78);
-        // Between 1 − margin and 1 it holds; unknown occupancy holds too.
-        assert_close(s.step(Some(0.85), 30.0, &cfg), 0.78);
+        assert_close(s.step(at(0.5), 1.0, &cfg), 0.73);
+        assert_close(s.step(at(0.5), 5.0, &cfg), 0.78);
+        // Between 1 − margin and 1 + margin it holds; unknown occupancy holds too.
+        assert_close(s.step(at(0.85), 30.0, &cfg), 0.78);
+        assert_close(s.step(at(1.15), 30.0, &cfg), 0.78);
         assert_close(s.step(None, 30.0, &cfg), 0.78);
         // It never passes 1, and a zero step changes nothing.
-        assert_close(s.step(Some(0.0), 100.0, &cfg), 1.0);
-        assert_close(s.step(Some(2.0), 0.0, &cfg), 1.0);
+        assert_close(s.step(at(0.0), 100.0, &cfg), 1.0);
+        assert_close(s.step(at(2.0), 0.0, &cfg), 1.0);
+        // Nodes that refuse requests of their usual size make the pool full at any count.
+        assert_close(s.step(Some(PoolLoad { occupancy: 0.5, refusing: true }), 1.0, &cfg), 0.9);
+        assert_close(s.step(at(0.5), 5.0, &cfg), 0.9);
         // A long full spell cannot go below 0.
-        assert_eq!(s.step(Some(2.0), 100.0, &cfg), 0.0);
+        assert_eq!(s.step(at(2.0), 100.0, &cfg), 0.0);
         // Off: back to 1 at once.
         let off = StickySpillConfig { enabled: false, ..cfg };
-        assert_eq!(s.step(Some(2.0), 1.0, &off), 1.0);
+        assert_eq!(s.step(at(2.0), 1.0, &off), 1.0);
     }
 }
