@@ -6,6 +6,7 @@
 
 pub mod availability;
 pub mod blind;
+pub mod candidates;
 pub mod capability;
 pub mod chain;
 
@@ -198,9 +199,13 @@ fn pool_targets(
 ) -> Vec<Target> {
     let view = &snap.backends[backend];
     let limits = PoolLimits { reserve: facts.priority.local_reserve(view.limits.reserve), ..view.limits };
-    let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
+    let preferred = facts.affinity.and_then(|k| {
+        candidates::cached_affinity(snap, backend, k).unwrap_or_else(|| affinity_node(&view.nodes, k))
+    });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
-    for (i, node) in view.nodes.iter().enumerate() {
+    let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, now);
+    while let Some(i) = scan.next(&admitted) {
+        let node = &view.nodes[i];
         let load = (facts.load)(node);
         let verdict = if node.held.is_some() {
             Err(SpillReason::Drained)
@@ -220,7 +225,8 @@ fn pool_targets(
             }
         }
     }
-    admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    scan.cut(&mut admitted);
     admitted
         .into_iter()
         .map(|(other, ttft, node)| Target {
