@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use spillway::simulate::{self, Scenario, ScenarioReport, SimulateArgs, Stats, StrategyName};
+use spillway::simulate::{self, Planning, Scenario, ScenarioReport, SimulateArgs, Stats, StrategyName};
 
 const SHIPPED: [&str; 7] = [
     "steady",
@@ -25,7 +25,7 @@ fn load(name: &str) -> Scenario {
 }
 
 fn run(s: &Scenario) -> ScenarioReport {
-    simulate::simulate(s, &mut |_, _| {})
+    simulate::simulate(s, &|_, _| {})
 }
 
 fn stats(r: &ScenarioReport, strategy: StrategyName) -> &Stats {
@@ -41,7 +41,7 @@ fn window(r: &ScenarioReport, s: &Stats, from: f64, to: f64) -> (f64, u64, f64) 
         if start >= from && start + width <= to {
             requests += b.requests;
             errors += b.errors;
-            within += b.ttft_ms.iter().filter(|t| **t <= r.slo_ms as f64).count();
+            within += b.served_within_slo as usize;
             local += b.served.get("local").copied().unwrap_or(0);
             served += b.served.values().sum::<u64>();
         }
@@ -84,7 +84,7 @@ fn an_hour_of_traffic_runs_in_seconds() {
     let s = load("steady");
     assert_eq!(s.duration, Duration::from_secs(3600));
     let started = Instant::now();
-    let r = simulate::simulate(&s, &mut |_, _| {});
+    let r = simulate::simulate(&s, &|_, _| {});
     let took = started.elapsed();
     let requests = r.runs[0].requests;
     assert!(requests > 30_000, "{requests}");
@@ -138,6 +138,60 @@ fn pid_chains_switch_providers_less_than_weighted() {
             weighted.switches_per_project_hour
         );
     }
+}
+
+/// `benches/scenarios/fleet-1000.yaml` with its first `nodes` nodes and its rates scaled by
+/// `nodes / 1000`, shortened to `secs`.
+fn large_fleet(nodes: usize, secs: u64) -> Scenario {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/scenarios/fleet-1000.yaml");
+    let text = std::fs::read_to_string(file).unwrap();
+    let endpoints: Vec<String> =
+        (0..nodes).map(|i| format!("http://10.2.{}.{}:8000", i / 250, i % 250 + 1)).collect();
+    let scale = nodes as f64 / 1000.0;
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("endpoints:") {
+                format!("      endpoints: [{}]", endpoints.join(", "))
+            } else if l.trim_start().starts_with("rps:") {
+                format!(
+                    "    rps: [[0, {}], [20m, {}], [1h, {}]]",
+                    7000.0 * scale,
+                    10000.0 * scale,
+                    10000.0 * scale
+                )
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let s = simulate::parse("large-fleet", &text).unwrap_or_else(|e| panic!("{e:?}"));
+    simulate::shortened(s, Duration::from_secs(secs))
+}
+
+fn planned(s: &Scenario, planning: Planning) -> String {
+    let mut s = s.clone();
+    s.planning = planning;
+    simulate::json(&[run(&s)])
+}
+
+#[test]
+fn bounded_candidates_give_the_full_scans_report() {
+    // Shipped scenarios (4-node pools), the bound forced on and as tight as it goes.
+    for name in SHIPPED {
+        let s = simulate::shortened(load(name), Duration::from_secs(600));
+        let tight = Planning::Bounded { min_nodes: 1, k: 1 };
+        assert_eq!(planned(&s, Planning::Full), planned(&s, tight), "{name}");
+    }
+    // A large pool near its capacity, four nodes lost midway: the default bound.
+    let s = large_fleet(120, 60);
+    let full = planned(&s, Planning::Full);
+    assert_eq!(full, planned(&s, Planning::default()));
+    let json: serde_json::Value = serde_json::from_str(&full).unwrap();
+    let spillway = &json[0]["results"][3];
+    assert!(spillway["requests"].as_u64().unwrap() > 50_000, "{spillway}");
+    assert!(spillway["local_share"].as_f64().unwrap() < 0.97, "the fleet is near its capacity: {spillway}");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 pub mod availability;
 pub mod blind;
+pub mod candidates;
 pub mod capability;
 pub mod chain;
 
@@ -219,9 +220,13 @@ fn pool_targets(
     let pool = view.limits.reserve;
     let reserve = facts.priority.local_reserve(pool) - if stay { pool } else { 0.0 };
     let limits = PoolLimits { reserve: reserve.max(0.0), ..view.limits };
-    let preferred = facts.affinity.and_then(|k| affinity_node(&view.nodes, k));
+    let preferred = facts.affinity.and_then(|k| {
+        candidates::cached_affinity(snap, backend, k).unwrap_or_else(|| affinity_node(&view.nodes, k))
+    });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
-    for (i, node) in view.nodes.iter().enumerate() {
+    let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, now);
+    while let Some(i) = scan.next(&admitted) {
+        let node = &view.nodes[i];
         let load = (facts.load)(node);
         let verdict = if node.held.is_some() {
             Err(SpillReason::Drained)
@@ -241,7 +246,8 @@ fn pool_targets(
             }
         }
     }
-    admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    scan.cut(&mut admitted);
     admitted
         .into_iter()
         .map(|(other, ttft, node)| Target {

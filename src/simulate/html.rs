@@ -159,8 +159,15 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
             dashed: false,
             colour: c,
         })
+        .chain(r.runs.iter().enumerate().filter(|(_, s)| s.broken_streams > 0).map(|(c, s)| Series {
+            name: format!("{}: broken after first token", s.strategy.as_str()),
+            points: points(r, s, |b| Some(b.broken_streams as f64 / bucket_secs(s))),
+            dashed: true,
+            colour: c,
+        }))
         .collect();
-    out.push_str(&chart("Client-visible errors per second", &errors, x_max, None));
+    let title = "Client-visible errors per second (dashed: streams broken after their first token)";
+    out.push_str(&chart(title, &errors, x_max, None));
     for s in &r.runs {
         let backends: BTreeSet<&String> = s.buckets.iter().flat_map(|b| b.served.keys()).collect();
         let load: Vec<Series> = backends

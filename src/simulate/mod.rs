@@ -13,10 +13,13 @@
 //!
 //! Files: `scenario` + `validate` (the YAML), `workload` (arrivals), `clock` (virtual time and
 //! the event queue), `node` and `hosted` (the models), `strategies` (how each strategy maps
-//! onto the config), `engine` + `dispatch` (the run), `stats`, `report` and `html` (output).
+//! onto the config), `engine` + `dispatch` (the run), `stats` + `histogram`, `report` and
+//! `html` (output). A scenario's strategies run on parallel threads (one per core), each its
+//! own engine from the same seed; the report lists them in the scenario's order.
 
 mod clock;
 mod engine;
+mod histogram;
 mod hosted;
 mod html;
 mod node;
@@ -31,9 +34,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use report::ScenarioReport;
-pub use scenario::{load_file, parse, Scenario, StrategyName};
+pub use scenario::{load_file, parse, Planning, Scenario, StrategyName};
 pub use stats::{Stats, Summary};
-pub use workload::{generate, Arrival};
+pub use workload::{generate, Arrival, Arrivals};
 
 /// Output format of the comparison: a table or JSON, as for `spillway plan`.
 pub use crate::capacity::Format;
@@ -60,17 +63,13 @@ pub struct SimulateArgs {
     pub quiet: bool,
 }
 
-/// Run one scenario: the same arrivals through every strategy it names.
-pub fn simulate(scenario: &Scenario, progress: &mut dyn FnMut(StrategyName, f64)) -> ScenarioReport {
-    let arrivals = workload::generate(scenario);
-    let runs = scenario
-        .strategies
-        .iter()
-        .map(|&strategy| {
-            let engine = engine::Engine::new(scenario, strategy, &arrivals);
-            engine.run(&mut |done| progress(strategy, done))
-        })
-        .collect();
+/// Run one scenario: the same arrivals through every strategy it names, the strategies on
+/// up to one thread per core; `progress` hears each strategy's share done.
+pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(StrategyName, f64) + Sync)) -> ScenarioReport {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs = parallel(&scenario.strategies, threads, |&strategy| {
+        engine::Engine::new(scenario, strategy).run(&mut |done| progress(strategy, done))
+    });
     let slo_ms =
         scenario.workload.first().and_then(|w| scenario.config.task(&w.task)).map_or(0, |t| t.slo.ttft_ms);
     ScenarioReport {
@@ -81,6 +80,28 @@ pub fn simulate(scenario: &Scenario, progress: &mut dyn FnMut(StrategyName, f64)
         slo_ms,
         runs,
     }
+}
+
+/// `f` of every item on up to `threads` threads, results in the items' order.
+fn parallel<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.clamp(1, items.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break mine };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a strategy's run panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Load every scenario named by `args`, with the overrides applied.
@@ -117,12 +138,12 @@ pub fn run(args: &SimulateArgs) -> Result<String, String> {
     let show = !args.quiet && std::io::stderr().is_terminal();
     let mut reports = Vec::new();
     for s in &scenarios {
-        let mut progress = |strategy: StrategyName, done: f64| {
+        let progress = |strategy: StrategyName, done: f64| {
             if show {
                 eprint!("\r{:<28} {:<11} {:>3.0}%", s.name, strategy.as_str(), done * 100.0);
             }
         };
-        reports.push(simulate(s, &mut progress));
+        reports.push(simulate(s, &progress));
     }
     if show {
         eprint!("\r{:<46}\r", "");
@@ -156,4 +177,19 @@ pub fn json(reports: &[ScenarioReport]) -> String {
 pub fn shortened(mut s: Scenario, d: Duration) -> Scenario {
     s.scaled_to(d);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parallel_keeps_the_items_order() {
+        let items: Vec<u64> = (0..9).collect();
+        for threads in [1, 2, 4, 20] {
+            assert_eq!(
+                super::parallel(&items, threads, |i| i * 10),
+                (0..9).map(|i| i * 10).collect::<Vec<_>>()
+            );
+        }
+        assert!(super::parallel(&[] as &[u64], 2, |i| *i).is_empty());
+    }
 }

@@ -77,11 +77,12 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             out.push_str(&format!("  {}\n", r.description.trim()));
         }
         out.push_str(&format!(
-            "  {:<11} {:>7} {:>9} {:>7} {:>6} {:>10} {:>9} {:>6} {:>9} {:>6}\n",
+            "  {:<11} {:>7} {:>9} {:>7} {:>6} {:>6} {:>10} {:>9} {:>6} {:>9} {:>6}\n",
             "strategy",
             "SLO",
             "p95 TTFT",
             "errors",
+            "broken",
             "local",
             "hosted tok",
             "hosted $",
@@ -91,11 +92,12 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         ));
         for s in r.runs.iter().map(Stats::summary) {
             out.push_str(&format!(
-                "  {:<11} {:>6.1}% {:>6.0} ms {:>7} {:>5.1}% {:>10} {:>9.2} {:>5.1}% {:>9.2} {:>6.2}\n",
+                "  {:<11} {:>6.1}% {:>6.0} ms {:>7} {:>6} {:>5.1}% {:>10} {:>9.2} {:>5.1}% {:>9.2} {:>6.2}\n",
                 s.strategy,
                 s.slo_attainment * 100.0,
                 s.ttft_p95_ms,
                 s.errors,
+                s.broken_streams,
                 s.local_share * 100.0,
                 human_tokens(s.hosted_tokens),
                 s.hosted_cost_usd,
@@ -107,7 +109,8 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         out.push('\n');
     }
     out.push_str(
-        "SLO: share of requests with a first token within the SLO and no error; errors: client-visible;\n\
+        "SLO: share of requests with a first token within the SLO and no error; errors: client-visible,\n\
+         before or without a first token; broken: streams broken after their first token (a node lost);\n\
          local: share served by the fleet; cache: prompt tokens served from a prefix/prompt cache;\n\
          switch/ph: backend changes per project per hour; calls: upstream calls per request.\n",
     );

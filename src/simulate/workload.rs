@@ -1,5 +1,6 @@
-//! The workload: every request of a run, drawn up front from the scenario's streams so that
-//! every strategy sees exactly the same arrivals (same seed, same requests, same projects).
+//! The workload: every request of a run, drawn lazily in time order from the scenario's
+//! streams so that every strategy sees exactly the same arrivals (same seed, same requests,
+//! same projects) and a run holds only the next one.
 //!
 //! Arrivals are a Poisson process whose rate follows a piecewise-linear profile (drawn by
 //! thinning), prompt and output sizes are log-normal with the configured mean and spread, and
@@ -21,8 +22,8 @@ pub struct Arrival {
     pub task: usize,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
-    /// The project's name (`<task>/p<rank>`): the affinity key.
-    pub project: String,
+    /// Hash of the project's name (`<task>/p<rank>`): the affinity key.
+    pub affinity: u64,
     /// Index of the project across all streams (for per-project bookkeeping).
     pub project_id: usize,
     /// Tokens of the prompt that are the project's stable prefix.
@@ -78,54 +79,185 @@ pub fn draw(dist: &Dist, rng: &mut StdRng) -> u32 {
     v.clamp(dist.min, dist.max).round() as u32
 }
 
-/// Every request of the scenario, in arrival order.
-pub fn generate(s: &Scenario) -> Vec<Arrival> {
-    let end = s.duration.as_secs_f64();
-    let mut all = Vec::new();
-    let mut project_base = 0usize;
-    for (i, stream) in s.workload.iter().enumerate() {
-        let mut rng = StdRng::seed_from_u64(s.seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)));
-        let task = s.config.tasks.iter().position(|t| t.name == stream.task).expect("validated");
-        let priority = stream.priority.unwrap_or(s.config.tasks[task].priority);
-        // Cumulative Zipf weights: project k (0-based) has weight 1 / (k + 1)^zipf.
-        let mut cumulative = Vec::with_capacity(stream.projects as usize);
-        let mut total = 0.0;
-        for k in 0..stream.projects {
-            total += 1.0 / f64::from(k + 1).powf(stream.zipf);
-            cumulative.push(total);
-        }
-        let peak = max_rate(&stream.rps);
-        let mut t = 0.0;
-        if peak <= 0.0 {
-            project_base += stream.projects as usize;
-            continue;
+/// One stream's arrivals, in time order, drawn as they are asked for.
+struct Stream {
+    rng: StdRng,
+    task: usize,
+    priority: Priority,
+    /// Cumulative Zipf weights: project k (0-based) has weight 1 / (k + 1)^zipf.
+    cumulative: Vec<f64>,
+    total: f64,
+    /// Hash of each project's name (`<task>/p<rank>`), the affinity key.
+    affinity: Vec<u64>,
+    peak: f64,
+    rps: Rate,
+    prompt: Dist,
+    output: Dist,
+    prefix_share: f64,
+    client_error_rate: f64,
+    project_base: usize,
+    t: f64,
+    end: f64,
+}
+
+impl Stream {
+    fn next(&mut self) -> Option<Arrival> {
+        if self.peak <= 0.0 {
+            return None;
         }
         loop {
-            t += -(1.0 - rng.gen::<f64>()).ln() / peak;
-            if t >= end {
-                break;
+            let rng = &mut self.rng;
+            self.t += -(1.0 - rng.gen::<f64>()).ln() / self.peak;
+            if self.t >= self.end {
+                self.peak = 0.0;
+                return None;
             }
-            if rng.gen::<f64>() * peak > rate_at(&stream.rps, t) {
+            if rng.gen::<f64>() * self.peak > rate_at(&self.rps, self.t) {
                 continue;
             }
-            let u = rng.gen::<f64>() * total;
-            let k = cumulative.partition_point(|c| *c < u).min(cumulative.len() - 1);
-            let prompt = draw(&stream.prompt_tokens, &mut rng);
-            let output = draw(&stream.output_tokens, &mut rng);
-            all.push(Arrival {
-                at_us: (t * 1e6) as u64,
-                task,
+            let u = rng.gen::<f64>() * self.total;
+            let k = self.cumulative.partition_point(|c| *c < u).min(self.cumulative.len() - 1);
+            let prompt = draw(&self.prompt, rng);
+            let output = draw(&self.output, rng);
+            return Some(Arrival {
+                at_us: (self.t * 1e6) as u64,
+                task: self.task,
                 prompt_tokens: prompt,
                 output_tokens: output,
-                project: format!("{}/p{k}", stream.task),
-                project_id: project_base + k,
-                prefix_tokens: (f64::from(prompt) * stream.prefix_share).round() as u32,
-                priority,
-                client_error: rng.gen::<f64>() < stream.client_error_rate,
+                affinity: self.affinity[k],
+                project_id: self.project_base + k,
+                prefix_tokens: (f64::from(prompt) * self.prefix_share).round() as u32,
+                priority: self.priority,
+                client_error: rng.gen::<f64>() < self.client_error_rate,
             });
         }
-        project_base += stream.projects as usize;
     }
-    all.sort_by_key(|a| a.at_us);
-    all
+}
+
+/// Every request of the scenario in arrival order, drawn lazily: each stream draws from its
+/// own seeded generator, and the streams are merged by time (ties: the earlier stream first),
+/// so a run holds one pending arrival per stream however long it is.
+pub struct Arrivals {
+    streams: Vec<Stream>,
+    heads: Vec<Option<Arrival>>,
+}
+
+impl Arrivals {
+    pub fn new(s: &Scenario) -> Arrivals {
+        let end = s.duration.as_secs_f64();
+        let mut project_base = 0usize;
+        let mut streams = Vec::new();
+        for (i, stream) in s.workload.iter().enumerate() {
+            let rng = StdRng::seed_from_u64(s.seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)));
+            let task = s.config.tasks.iter().position(|t| t.name == stream.task).expect("validated");
+            let mut cumulative = Vec::with_capacity(stream.projects as usize);
+            let mut total = 0.0;
+            for k in 0..stream.projects {
+                total += 1.0 / f64::from(k + 1).powf(stream.zipf);
+                cumulative.push(total);
+            }
+            let affinity = (0..stream.projects)
+                .map(|k| xxhash_rust::xxh3::xxh3_64(format!("{}/p{k}", stream.task).as_bytes()))
+                .collect();
+            streams.push(Stream {
+                rng,
+                task,
+                priority: stream.priority.unwrap_or(s.config.tasks[task].priority),
+                cumulative,
+                total,
+                affinity,
+                peak: max_rate(&stream.rps),
+                rps: stream.rps.clone(),
+                prompt: stream.prompt_tokens,
+                output: stream.output_tokens,
+                prefix_share: stream.prefix_share,
+                client_error_rate: stream.client_error_rate,
+                project_base,
+                t: 0.0,
+                end,
+            });
+            project_base += stream.projects as usize;
+        }
+        let heads = streams.iter_mut().map(Stream::next).collect();
+        Arrivals { streams, heads }
+    }
+
+    /// Every project's affinity key, across the streams.
+    pub fn affinity_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.streams.iter().flat_map(|s| s.affinity.iter().copied())
+    }
+
+    /// When the next arrival comes, without drawing it.
+    pub fn peek_at(&self) -> Option<u64> {
+        self.heads.iter().flatten().map(|a| a.at_us).min()
+    }
+}
+
+impl Iterator for Arrivals {
+    type Item = Arrival;
+
+    fn next(&mut self) -> Option<Arrival> {
+        let (i, _) = self
+            .heads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i, h.as_ref()?.at_us)))
+            .min_by_key(|&(i, at)| (at, i))?;
+        let next = self.streams[i].next();
+        std::mem::replace(&mut self.heads[i], next)
+    }
+}
+
+/// Every request of the scenario, in arrival order, at once (tests and small tools).
+pub fn generate(s: &Scenario) -> Vec<Arrival> {
+    Arrivals::new(s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The arrivals as they were drawn before they were drawn lazily: every stream up front,
+    /// then a stable sort by time.
+    fn up_front(s: &Scenario) -> Vec<Arrival> {
+        let mut all = Vec::new();
+        for i in 0..s.workload.len() {
+            let mut fresh = Arrivals::new(s);
+            let mut stream = fresh.streams.swap_remove(i);
+            all.extend(fresh.heads.swap_remove(i));
+            all.extend(std::iter::from_fn(|| stream.next()));
+        }
+        all.sort_by_key(|a| a.at_us);
+        all
+    }
+
+    #[test]
+    fn lazy_merge_is_the_stable_sort_of_every_stream() {
+        let text = r#"
+duration: 2m
+seed: 5
+strategies: [priority]
+router:
+  backends:
+    - {name: local, kind: vllm, endpoints: [http://10.0.0.1:8000], model: m}
+  tasks:
+    - {name: chat, backends: [local], slo: {ttft_ms: 1000}}
+    - {name: batch, backends: [local], slo: {ttft_ms: 5000}}
+nodes:
+  local: {prefill_tps: 8000, step_ms: 20}
+workload:
+  - {task: chat, rps: 40, projects: 10}
+  - {task: batch, rps: [[0, 0], [1m, 30], [2m, 5]], projects: 3}
+  - {task: chat, rps: 0, projects: 2}
+"#;
+        let s = crate::simulate::parse("t", text).unwrap();
+        let lazy = generate(&s);
+        assert!(lazy.len() > 4000, "{}", lazy.len());
+        assert_eq!(lazy, up_front(&s));
+        assert!(lazy.windows(2).all(|w| w[0].at_us <= w[1].at_us));
+        assert!(lazy.iter().any(|a| a.task == 1) && lazy.iter().all(|a| a.project_id < 13));
+        let mut it = Arrivals::new(&s);
+        assert_eq!(it.peek_at(), Some(lazy[0].at_us));
+        assert_eq!(it.next().as_ref(), lazy.first());
+    }
 }

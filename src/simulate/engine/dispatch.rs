@@ -29,14 +29,18 @@ use crate::simulate::node::Job;
 use crate::simulate::scenario::StrategyName;
 use crate::simulate::stats::ServedRequest;
 use crate::simulate::strategies;
+use crate::simulate::workload::Arrival;
 use crate::snapshot::{NodeView, Snapshot};
 
 /// One client request's progress through its plan.
 #[derive(Debug)]
 pub struct Req {
-    pub arrival: usize,
+    pub arrival: Arrival,
+    /// Its place in arrival order.
+    pub seq: u64,
     pub walk: Walk,
-    /// Number of the current attempt (1-based); events of earlier attempts are stale.
+    /// Number of the current attempt, unique across the run (0: none yet); events of other
+    /// attempts are stale.
     pub attempt: u32,
     /// Flat node index of the attempt in flight.
     pub current: Option<usize>,
@@ -66,12 +70,11 @@ impl Engine<'_> {
     }
 
     /// A request arrives: plan it on the current snapshot and start walking the plan.
-    pub(super) fn arrive(&mut self, i: usize, now: Micros) {
-        let a = &self.arrivals[i];
+    pub(super) fn arrive(&mut self, a: Arrival, now: Micros) {
         self.stats.arrived(self.bucket_of(a.at_us));
         let at = self.at(now);
         self.budget.deposit(at);
-        let hash = xxhash_rust::xxh3::xxh3_64(a.project.as_bytes());
+        let hash = a.affinity;
         let window =
             chain::window_index(self.clock.unix_secs(now), self.s.config.balancing.affinity_window_secs);
         let seed = if self.strategy.random_seed() { self.rng.gen() } else { hash };
@@ -101,9 +104,9 @@ impl Engine<'_> {
             request: None,
         };
         let planned = route::plan(&facts, &self.snap, at);
-        let r = self.reqs.len();
-        self.reqs.push(Req {
-            arrival: i,
+        let req = Req {
+            arrival: a,
+            seq: self.arrived,
             walk: Walk::default(),
             attempt: 0,
             current: None,
@@ -113,7 +116,18 @@ impl Engine<'_> {
             in_flight: None,
             output,
             sent_at: now,
-        });
+        };
+        self.arrived += 1;
+        let r = match self.free.pop() {
+            Some(r) => {
+                self.reqs[r] = req;
+                r
+            }
+            None => {
+                self.reqs.push(req);
+                self.reqs.len() - 1
+            }
+        };
         match planned {
             Err(_) => self.fail(r, "no_backend"),
             Ok(p) if p.targets.is_empty() => {
@@ -131,12 +145,19 @@ impl Engine<'_> {
     }
 
     fn fail(&mut self, r: usize, kind: &str) {
-        let bucket = self.bucket_of(self.arrivals[self.reqs[r].arrival].at_us);
+        let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
+        self.end_request(r);
+        self.stats.error(bucket, kind);
+    }
+
+    /// Request `r` has ended: what it held is let go and its slot is free for the next one.
+    fn end_request(&mut self, r: usize) {
         let q = &mut self.reqs[r];
         q.finished = true;
         q.current = None;
         q.in_flight = None;
-        self.stats.error(bucket, kind, false);
+        q.walk = Walk::default();
+        self.free.push(r);
     }
 
     /// Move on to the next target the walk admits, as `Dispatcher::dispatch` does.
@@ -148,10 +169,11 @@ impl Engine<'_> {
             Err(Stop::Exhausted | Stop::MaxAttempts) => self.fail(r, "exhausted"),
             Ok(call) => {
                 let delay = from_ms(call.backoff.draw(&mut self.rng).as_millis() as f64);
+                self.attempts += 1;
+                let attempt = self.attempts;
                 let q = &mut self.reqs[r];
-                q.attempt += 1;
+                q.attempt = attempt;
                 q.current = Some(call.node);
-                let attempt = q.attempt;
                 if delay > 0 {
                     self.q.push(now + delay, Ev::Begin { req: r, attempt });
                 } else {
@@ -164,7 +186,7 @@ impl Engine<'_> {
     /// Request `r`'s walk, and the router's guards as they stand at `now`.
     fn walk_and_guards(&mut self, r: usize, now: Micros) -> (&mut Walk, SimGuards<'_>) {
         let q = &mut self.reqs[r];
-        let a = &self.arrivals[q.arrival];
+        let a = &q.arrival;
         let guards = SimGuards {
             at: self.clock.instant(now),
             minute: self.clock.unix_ms(now) / 60_000,
@@ -187,13 +209,12 @@ impl Engine<'_> {
             return;
         }
         let flat = self.reqs[r].current.expect("pending");
-        let (b, _, key) = &self.flat[flat];
-        let b = *b;
+        let b = self.flat[flat].0;
         self.router_in_flight[flat] += 1;
-        self.reqs[r].in_flight = Some(self.load.start(key));
+        self.reqs[r].in_flight = Some(self.counters[flat].start());
         self.reqs[r].sent_at = now;
         self.stats.attempts += 1;
-        let a = &self.arrivals[self.reqs[r].arrival];
+        let a = &self.reqs[r].arrival;
         let deadline = self.first_token_deadline(a.task);
         if a.client_error {
             return self.q.push(
@@ -276,17 +297,18 @@ impl Engine<'_> {
         }
         let at = self.at(now);
         self.breakers[flat].on_success(at, &self.s.config.dispatch.breaker);
-        let a = &self.arrivals[self.reqs[r].arrival];
-        let slo_ms = self.s.config.tasks[a.task].slo.ttft_ms as f64;
+        let slo_ms = self.s.config.tasks[self.reqs[r].arrival.task].slo.ttft_ms as f64;
         let slow = (now - self.reqs[r].sent_at) as f64 / 1000.0 > slo_ms;
         self.tracked_record(backend, None, slow);
-        let a = &self.arrivals[self.reqs[r].arrival];
-        let ttft_ms = (now - a.at_us) as f64 / 1000.0;
-        let within = ttft_ms <= self.s.config.tasks[a.task].slo.ttft_ms as f64;
-        let bucket = self.bucket_of(a.at_us);
+        let (at_us, task) = (self.reqs[r].arrival.at_us, self.reqs[r].arrival.task);
+        let ttft = now - at_us;
+        let within = ttft as f64 / 1000.0 <= self.s.config.tasks[task].slo.ttft_ms as f64;
+        let bucket = self.bucket_of(at_us);
         let q = &mut self.reqs[r];
         q.committed = true;
         q.within_slo = within;
+        let q = &self.reqs[r];
+        let a = &q.arrival;
         let view = &self.snap.backends[backend];
         let served = ServedRequest {
             bucket,
@@ -295,7 +317,7 @@ impl Engine<'_> {
             backend_name: &view.name,
             local: view.is_local(),
             price: view.price.as_ref(),
-            ttft_ms,
+            ttft,
             within_slo: within,
             prompt: a.prompt_tokens,
             cached,
@@ -310,9 +332,8 @@ impl Engine<'_> {
         if !(q.committed && !q.finished && q.attempt == attempt) {
             return;
         }
-        q.finished = true;
-        q.in_flight = None;
-        let flat = q.current.take().expect("committed");
+        let flat = q.current.expect("committed");
+        self.end_request(r);
         self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
         if let Some(node) = self.nodes[flat].as_mut() {
             let started = node.finish(r, attempt, now);
@@ -355,7 +376,9 @@ impl Engine<'_> {
 
     /// A node went away holding these jobs: those before their first token fail over (the
     /// connection broke); those already streaming are client-visible errors.
-    pub(super) fn node_lost(&mut self, lost: Vec<(usize, u32, bool)>, now: Micros) {
+    pub(super) fn node_lost(&mut self, mut lost: Vec<(usize, u32, bool)>, now: Micros) {
+        // In arrival order, whichever slots the requests hold.
+        lost.sort_by_key(|&(r, attempt, _)| (self.reqs[r].seq, attempt));
         for (r, attempt, _) in lost {
             let q = &self.reqs[r];
             if q.attempt != attempt || q.finished {
@@ -372,12 +395,9 @@ impl Engine<'_> {
             let at = self.at(now);
             self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
             self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken), false);
-            let bucket = self.bucket_of(self.arrivals[self.reqs[r].arrival].at_us);
-            let q = &mut self.reqs[r];
-            q.finished = true;
-            q.current = None;
-            q.in_flight = None;
-            self.stats.error(bucket, "stream_broken", within);
+            let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
+            self.end_request(r);
+            self.stats.broken_stream(bucket, within);
         }
     }
 }

@@ -6,6 +6,12 @@
 //!
 //! Time is virtual (`clock.rs`); the run never sleeps and never reads a clock. It must not
 //! plan by itself: every ordering decision is `route::plan` on the snapshot it built.
+//!
+//! Memory follows the work in flight, not the run's length: arrivals are drawn as they come
+//! (`workload::Arrivals`), a request lives in a slot of `reqs` that is reused once it ends
+//! (`free`), and outcomes are folded into `stats` as they happen. Attempt numbers are unique
+//! across the run, so an event left over from a request that ended never matches the request
+//! that reuses its slot.
 
 mod dispatch;
 
@@ -18,19 +24,20 @@ use rand::SeedableRng;
 use super::clock::{from_ms, from_secs, Clock, Micros, Queue};
 use super::hosted::Provider;
 use super::node::{Node, Started};
-use super::scenario::{Scenario, StrategyName};
+use super::scenario::{Planning, Scenario, StrategyName};
 use super::stats::Stats;
 use super::strategies::{self, Tracked};
-use super::workload::Arrival;
+use super::workload::Arrivals;
 use crate::canonical::{ErrorClass, NodeKey};
 use crate::config::TaskConfig;
-use crate::fleet::load::{LoadView, NodeLoad};
+use crate::fleet::load::{LoadView, NodeCounters, NodeLoad};
 use crate::fleet::telemetry::NodeTelemetry;
 use crate::guard::breaker::Breaker;
 use crate::guard::node::NodeHandle;
 use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
 use crate::route::availability::{Availability, PidConfig};
+use crate::route::candidates::{AffinityTable, Candidates};
 use crate::route::sticky::PoolShares;
 use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
 use dispatch::Req;
@@ -38,7 +45,6 @@ use dispatch::Req;
 /// Something that happens at a virtual instant.
 #[derive(Debug, Clone, Copy)]
 pub enum Ev {
-    Arrival(usize),
     Scrape,
     Pid,
     Sample,
@@ -74,6 +80,11 @@ pub enum Ev {
     },
 }
 
+enum Next {
+    Arrival,
+    Event,
+}
+
 /// One strategy's run.
 pub struct Engine<'a> {
     pub(super) s: &'a Scenario,
@@ -81,17 +92,21 @@ pub struct Engine<'a> {
     pub(super) clock: Clock,
     pub(super) q: Queue<Ev>,
     pub(super) rng: StdRng,
-    pub(super) arrivals: &'a [Arrival],
+    arrivals: Arrivals,
     /// The config's tasks as this strategy configures them.
     pub(super) tasks: Vec<TaskConfig>,
     pub(super) snap: Snapshot,
     version: u64,
+    /// Each large pool's affinity node per project (by backend index), for `Candidates`.
+    affinity: Vec<Option<Arc<AffinityTable>>>,
     /// Flat node index of each backend's first node.
     pub(super) node_base: Vec<usize>,
     /// (backend, node) of each flat node; its key.
     pub(super) flat: Vec<(usize, usize, NodeKey)>,
     key_to_flat: HashMap<NodeKey, usize>,
     pub(super) load: Arc<NodeLoad>,
+    /// Each flat node's counters in `load`, looked up once.
+    pub(super) counters: Vec<NodeCounters>,
     telemetry: Vec<NodeTelemetry>,
     pub(super) breakers: Vec<Breaker>,
     pub(super) router_in_flight: Vec<u32>,
@@ -105,14 +120,21 @@ pub struct Engine<'a> {
     pub(super) nodes: Vec<Option<Node>>,
     /// Provider models by backend index (`None` for pools).
     pub(super) providers: Vec<Option<Provider>>,
+    /// Requests in flight, by slot; a slot is reused once its request has ended.
     pub(super) reqs: Vec<Req>,
+    /// Slots of `reqs` free for the next request.
+    pub(super) free: Vec<usize>,
+    /// Requests arrived so far (each request's `seq`).
+    pub(super) arrived: u64,
+    /// The last attempt number handed out (numbers are unique across the run).
+    pub(super) attempts: u32,
     pub(super) stats: Stats,
     end: Micros,
     last_pid: Micros,
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(s: &'a Scenario, strategy: StrategyName, arrivals: &'a [Arrival]) -> Engine<'a> {
+    pub fn new(s: &'a Scenario, strategy: StrategyName) -> Engine<'a> {
         let clock = Clock::new();
         let config = Arc::clone(&s.config);
         let snap = Snapshot::from_config(Arc::clone(&config));
@@ -157,6 +179,19 @@ impl<'a> Engine<'a> {
         let projects = s.workload.iter().map(|w| w.projects as usize).sum();
         let buckets = (s.duration.as_secs_f64() / s.sample.as_secs_f64()).ceil() as usize;
         let base = clock.instant(0);
+        let arrivals = Arrivals::new(s);
+        let load = NodeLoad::new();
+        let counters = flat.iter().map(|(_, _, key)| load.node(key)).collect();
+        let affinity = snap
+            .backends
+            .iter()
+            .map(|view| match s.planning {
+                Planning::Bounded { min_nodes, .. } if view.is_local() && view.nodes.len() >= min_nodes => {
+                    Some(Arc::new(AffinityTable::new(&view.nodes, arrivals.affinity_keys())))
+                }
+                _ => None,
+            })
+            .collect();
         Engine {
             s,
             strategy,
@@ -167,13 +202,15 @@ impl<'a> Engine<'a> {
             tasks: config.tasks.iter().map(|t| strategy.task(t, &s.weights)).collect(),
             snap,
             version: 1,
+            affinity,
             node_base,
             breakers: flat.iter().map(|_| Breaker::new(base)).collect(),
             router_in_flight: vec![0; flat.len()],
             telemetry: flat.iter().map(|_| NodeTelemetry::new()).collect(),
             flat,
             key_to_flat,
-            load: NodeLoad::new(),
+            load,
+            counters,
             availability,
             shares: PoolShares::default(),
             tracked,
@@ -181,7 +218,10 @@ impl<'a> Engine<'a> {
             quota,
             nodes,
             providers,
-            reqs: Vec::with_capacity(arrivals.len()),
+            reqs: Vec::new(),
+            free: Vec::new(),
+            arrived: 0,
+            attempts: 0,
             stats: Stats::new(strategy, s.duration.as_secs_f64() / 3600.0, projects, buckets),
             end: from_secs(s.duration.as_secs_f64()),
             last_pid: 0,
@@ -194,9 +234,6 @@ impl<'a> Engine<'a> {
 
     /// Run to the end (and until every request has ended); `progress` gets the share done.
     pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> Stats {
-        for (i, a) in self.arrivals.iter().enumerate() {
-            self.q.push(a.at_us, Ev::Arrival(i));
-        }
         for (i, e) in self.s.timeline.iter().enumerate() {
             self.q.push(from_secs(e.at.0), Ev::Timeline(i, true));
             if let Some(until) = e.until {
@@ -208,16 +245,35 @@ impl<'a> Engine<'a> {
         self.q.push(from_secs(self.s.sample.as_secs_f64()), Ev::Sample);
         let hard_stop = self.end + from_secs(600.0);
         let mut reported = 0;
-        while let Some((now, ev)) = self.q.pop() {
-            if now > hard_stop {
-                break;
-            }
+        loop {
+            // An arrival goes before any event due at the same instant.
+            let next = match (self.arrivals.peek_at(), self.q.peek_at()) {
+                (Some(a), Some(e)) if a <= e => Next::Arrival,
+                (Some(_), None) => Next::Arrival,
+                (_, Some(_)) => Next::Event,
+                (None, None) => break,
+            };
+            let now = match next {
+                Next::Arrival => {
+                    let a = self.arrivals.next().expect("peeked");
+                    let now = a.at_us;
+                    self.arrive(a, now);
+                    now
+                }
+                Next::Event => {
+                    let (now, ev) = self.q.pop().expect("peeked");
+                    if now > hard_stop {
+                        break;
+                    }
+                    self.handle(now, ev);
+                    now
+                }
+            };
             let pct = (now.min(self.end) * 100 / self.end.max(1)) as u32;
             if pct > reported {
                 reported = pct;
                 progress(f64::from(pct) / 100.0);
             }
-            self.handle(now, ev);
         }
         self.stats
     }
@@ -229,7 +285,6 @@ impl<'a> Engine<'a> {
     fn handle(&mut self, now: Micros, ev: Ev) {
         let ticking = now < self.end;
         match ev {
-            Ev::Arrival(i) => self.arrive(i, now),
             Ev::Scrape => {
                 self.scrape(now);
                 if ticking {
@@ -272,7 +327,7 @@ impl<'a> Engine<'a> {
             let Some(node) = node else { continue };
             if node.alive {
                 self.telemetry[i].on_scrape(crate::canonical::Engine::Vllm, node.sample(), at);
-                self.load.mark_scraped(&self.flat[i].2);
+                self.counters[i].mark_scraped();
             } else {
                 self.telemetry[i].on_failure("connection refused".into(), at);
             }
@@ -312,7 +367,10 @@ impl<'a> Engine<'a> {
             availability: &availability,
             share: &share,
         };
-        let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
+        let mut snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
+        if let Planning::Bounded { min_nodes, k } = self.s.planning {
+            snap.candidates = Some(Arc::new(Candidates::build(&snap, at, k, min_nodes, &self.affinity)));
+        }
         self.version += 1;
         let load = &self.load;
         let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };

@@ -339,6 +339,25 @@ pub struct Scenario {
     pub providers: BTreeMap<String, ProviderModel>,
     pub workload: Vec<Stream>,
     pub timeline: Vec<TimelineEvent>,
+    /// How planning judges large pools (not read from the file).
+    pub planning: Planning,
+}
+
+/// How the simulated router judges a pool's nodes for each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// Every node of every pool, as the server does.
+    Full,
+    /// Pools of at least `min_nodes` nodes through a bounded candidate set
+    /// (`route::candidates`) that finds `k` admitted nodes: the same first targets, fewer
+    /// nodes judged.
+    Bounded { min_nodes: usize, k: usize },
+}
+
+impl Default for Planning {
+    fn default() -> Self {
+        Planning::Bounded { min_nodes: 64, k: crate::route::candidates::DEFAULT_K }
+    }
 }
 
 impl Scenario {
@@ -412,6 +431,7 @@ pub fn parse(name: &str, text: &str) -> Result<Scenario, Vec<Problem>> {
         providers: file.providers,
         workload: file.workload,
         timeline: file.timeline,
+        planning: Planning::default(),
     };
     let problems = validate::check(&mut scenario);
     if problems.is_empty() {
