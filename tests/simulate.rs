@@ -178,20 +178,37 @@ fn planned(s: &Scenario, planning: Planning) -> String {
 
 #[test]
 fn bounded_candidates_give_the_full_scans_report() {
-    // Shipped scenarios (4-node pools), the bound forced on and as tight as it goes.
+    // Shipped scenarios (4-node pools), the bound forced on. Its targets are always the full
+    // scan's first ones; the report is the same while a walk's calls (dispatch.max_attempts,
+    // 4) fit in the affinity node and the k others, so k = 3 is the tightest that holds (with
+    // k = 1 the baselines, whose saturated nodes fail over node after node, differ in ramp-150).
     for name in SHIPPED {
         let s = simulate::shortened(load(name), Duration::from_secs(600));
-        let tight = Planning::Bounded { min_nodes: 1, k: 1 };
+        let tight = Planning::Bounded { min_nodes: 1, k: 3 };
         assert_eq!(planned(&s, Planning::Full), planned(&s, tight), "{name}");
     }
-    // A large pool near its capacity, four nodes lost midway: the default bound.
+    // A large pool near its capacity, four nodes lost midway, the default bound: spillway's
+    // run is the same. The baselines plan every node as idle, so a walk through a saturated
+    // pool passes over nodes whose breakers opened since the snapshot (skips are not calls)
+    // and can run past the bounded prefix: their figures move by a fraction of a percent.
     let s = large_fleet(120, 60);
-    let full = planned(&s, Planning::Full);
-    assert_eq!(full, planned(&s, Planning::default()));
-    let json: serde_json::Value = serde_json::from_str(&full).unwrap();
-    let spillway = &json[0]["results"][3];
-    assert!(spillway["requests"].as_u64().unwrap() > 50_000, "{spillway}");
-    assert!(spillway["local_share"].as_f64().unwrap() < 0.97, "the fleet is near its capacity: {spillway}");
+    let full: serde_json::Value = serde_json::from_str(&planned(&s, Planning::Full)).unwrap();
+    let bounded: serde_json::Value = serde_json::from_str(&planned(&s, Planning::default())).unwrap();
+    let (full, bounded) = (&full[0]["results"], &bounded[0]["results"]);
+    assert_eq!(full[3], bounded[3], "spillway");
+    assert!(full[3]["requests"].as_u64().unwrap() > 50_000, "{}", full[3]);
+    assert!(full[3]["local_share"].as_f64().unwrap() < 0.97, "the fleet is near its capacity: {}", full[3]);
+    for i in 0..3 {
+        let slo = |r: &serde_json::Value| r[i]["slo_attainment"].as_f64().unwrap();
+        assert_eq!(full[i]["requests"], bounded[i]["requests"]);
+        assert!(
+            (slo(full) - slo(bounded)).abs() < 0.005,
+            "{}: {} vs {}",
+            full[i]["strategy"],
+            slo(full),
+            slo(bounded)
+        );
+    }
 }
 
 #[test]

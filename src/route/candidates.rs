@@ -34,7 +34,9 @@ use crate::fleet::headroom::{self, NodeSignals, PoolLimits};
 use crate::fleet::load::LoadView;
 use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 
-/// Admitted nodes a bounded scan finds beyond the affinity node, by default.
+/// Admitted nodes a bounded scan finds beyond the affinity node, by default: more than a
+/// dispatch walk's calls (`dispatch.max_attempts`, 4 by default) can use, so that the walk
+/// goes where it would have gone with the full plan.
 pub const DEFAULT_K: usize = 8;
 
 /// The affinity node of each known key over one set of nodes.

@@ -58,9 +58,9 @@ fn snap(now: Instant, rng: &mut StdRng) -> Snapshot {
     let none = BTreeMap::new();
     let inputs = SnapshotInputs {
         discovered: &none,
-        breaker: &|k| by_key[k].1,
+        breaker: &|k| by_key.get(k).map_or(BreakerView::Closed, |e| e.1),
         handle: &NodeHandle::detached,
-        signals: &|k| by_key[k].0.clone(),
+        signals: &|k| by_key.get(k).and_then(|e| e.0.clone()),
         quarantine: &|_| None,
         over_quota: &|_| false,
         availability: &|_| 1.0,

@@ -145,9 +145,11 @@ mod tests {
         assert_eq!(h.quantile_us(0.5), Some(1_003_519.5), "rank 2 of 3: the midpoint of its bucket");
         // Rank 3 lies in [1,007,616, 1,015,808), whose midpoint is above the largest value seen.
         assert_eq!(h.quantile_ms(1.0), Some(1_010.0));
-        // A value past the range counts as the largest kept.
+        // A value past the range counts as the largest kept, in the last bucket
+        // [1,065,353,216, 1,073,741,824).
         h.record(u64::MAX);
-        assert_eq!(h.quantile_us(1.0), Some(MAX_US as f64));
+        assert_eq!(bounds(BUCKETS - 1), (1_065_353_216, 8_388_608));
+        assert_eq!(h.quantile_us(1.0), Some(1_069_547_519.5));
         assert_eq!(h.count(), 4);
     }
 

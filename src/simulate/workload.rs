@@ -246,9 +246,9 @@ router:
 nodes:
   local: {prefill_tps: 8000, step_ms: 20}
 workload:
-  - {task: chat, rps: 40, projects: 10}
-  - {task: batch, rps: [[0, 0], [1m, 30], [2m, 5]], projects: 3}
-  - {task: chat, rps: 0, projects: 2}
+  - {task: chat, rps: 40, projects: 10, prompt_tokens: {mean: 500, sd: 200, min: 10, max: 2000}, output_tokens: {mean: 50, sd: 20, min: 1, max: 200}}
+  - {task: batch, rps: [[0, 0], [1m, 30], [2m, 5]], projects: 3, prompt_tokens: {mean: 900, sd: 0, min: 10, max: 2000}, output_tokens: {mean: 20, sd: 5, min: 1, max: 200}}
+  - {task: chat, rps: 0, projects: 2, prompt_tokens: {mean: 100, sd: 10, min: 10, max: 200}, output_tokens: {mean: 10, sd: 1, min: 1, max: 20}}
 "#;
         let s = crate::simulate::parse("t", text).unwrap();
         let lazy = generate(&s);
