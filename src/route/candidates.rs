@@ -298,12 +298,15 @@ fn min_pair(a: (f64, usize), b: (f64, usize)) -> (f64, usize) {
 
 impl<'a> Scan<'a> {
     /// The scan of `backend` for a request (`facts`), whose affinity node is `preferred`.
+    /// `relaxed`: the request is judged without the pool's reserve (sticky spill), which the
+    /// bounded order does not know, so every node is judged.
     pub fn new<'f: 'a>(
         facts: &super::RequestFacts<'f>,
         snap: &'a Snapshot,
         backend: BackendId,
         preferred: Option<usize>,
         slo_s: f64,
+        relaxed: bool,
         now: Instant,
     ) -> Scan<'a> {
         let view = &snap.backends[backend];
@@ -311,7 +314,7 @@ impl<'a> Scan<'a> {
         let bounded = snap
             .candidates
             .as_ref()
-            .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive)
+            .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive && !relaxed)
             .and_then(|c| Some((c.k, c.pools.get(backend.index())?.as_ref()?)))
             .map(|(k, pool)| {
                 let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());

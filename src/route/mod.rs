@@ -224,7 +224,7 @@ fn pool_targets(
         candidates::cached_affinity(snap, backend, k).unwrap_or_else(|| affinity_node(&view.nodes, k))
     });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
-    let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, now);
+    let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, stay, now);
     while let Some(i) = scan.next(&admitted) {
         let node = &view.nodes[i];
         let load = (facts.load)(node);
