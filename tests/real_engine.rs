@@ -187,6 +187,15 @@ async fn an_idle_real_node_serves_every_request_and_shows_in_the_books_and_the_d
         assert_eq!(status, 200, "{text}");
         assert_eq!(header(&headers, "x-spillway-backend"), Some("pool"), "request {i}: {headers:?}");
         assert!(text.contains("[DONE]"), "{text}");
+        // The next request is judged on a scrape taken after this one ended: until then the
+        // router credits the node with what it sent since its last scrape (2 slots).
+        let ended = std::time::Instant::now();
+        wait_until(Duration::from_secs(5), "a scrape after the request ended", || async {
+            let node = router.node().await;
+            let age = node["telemetry_age_s"].as_f64().unwrap_or(f64::MAX);
+            (age < ended.elapsed().as_secs_f64()).then_some(()).ok_or(node)
+        })
+        .await;
     }
     // After a few requests the prefill rate is measured from llama.cpp's counters.
     wait_until(Duration::from_secs(10), "the prefill rate from the node's counters", || async {

@@ -64,8 +64,8 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
     samples
 }
 
-/// Sample every `period` and hand each finished node-minute to the ledger; on `stop`, hand
-/// over the minute in progress and return.
+/// Sample every `period` and hand each finished node-minute to the ledger; on `stop`, sample
+/// once more, hand over the minute in progress and return.
 pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, stop: CancellationToken) {
     let mut tracker = MinuteTracker::default();
     let mut last_sent = HashMap::new();
@@ -85,7 +85,10 @@ pub async fn run(sources: Sources, ledger: LedgerSender, period: Duration, stop:
             let _ = ledger.send(minute);
         }
     }
-    for minute in tracker.finish() {
+    // One last sample, so that requests since the last tick count toward the open minute.
+    let last = sample(&sources, &mut last_sent);
+    let closed = tracker.observe(unix_millis(SystemTime::now()), last);
+    for minute in closed.into_iter().chain(tracker.finish()) {
         let _ = ledger.send(minute);
     }
 }
