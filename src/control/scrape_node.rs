@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::scrape_error::ScrapeError;
 use crate::canonical::{Engine, NodeKey};
 use crate::config::{EngineSetting, TelemetryConfig};
-use crate::fleet::engines::info::{info_path, metrics_path, read_info, OTHER_METRICS_PATH};
+use crate::fleet::engines::info::{info_path, metrics_path, read_info, EngineInfo, OTHER_METRICS_PATH};
 use crate::fleet::engines::{detect, read_means};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, NodeSample};
@@ -131,12 +131,14 @@ impl NodeScraper {
         match parsed {
             Ok((engine, sample)) => {
                 self.engine = Some(engine);
-                self.board.on_scrape(&self.key, engine, sample, now);
-                self.load.mark_scraped(&self.key);
                 if self.info_in == 0 {
-                    self.read_info(engine, timeout).await;
+                    let info = self.read_info(engine, timeout).await;
+                    self.board.on_scrape_with_info(&self.key, engine, sample, info, now);
                     self.info_in = INFO_EVERY;
+                } else {
+                    self.board.on_scrape(&self.key, engine, sample, now);
                 }
+                self.load.mark_scraped(&self.key);
                 self.info_in -= 1;
                 true
             }
@@ -178,12 +180,13 @@ impl NodeScraper {
         }
     }
 
-    /// Ask the engine's side page for its version and limits (an engine without one: nothing).
-    async fn read_info(&self, engine: Engine, timeout: Duration) {
-        let Some(path) = info_path(engine) else { return };
+    /// Ask the engine's side page for its version and limits (an engine without one, or a
+    /// page that does not answer: nothing known).
+    async fn read_info(&self, engine: Engine, timeout: Duration) -> EngineInfo {
+        let Some(path) = info_path(engine) else { return EngineInfo::default() };
         let url = format!("{}{path}", self.target.origin);
         let body = fetch(&self.client, &url, timeout).await.unwrap_or_default();
-        self.board.on_engine_info(&self.key, read_info(engine, &body));
+        read_info(engine, &body)
     }
 }
 

@@ -313,6 +313,22 @@ impl TelemetryBoard {
         self.with(key, |n| n.on_scrape(engine, sample, now));
     }
 
+    /// A scrape and what the engine's side page said, recorded together: whoever reads the
+    /// board never sees a node's first sample without the limits its side page gave.
+    pub fn on_scrape_with_info(
+        &self,
+        key: &NodeKey,
+        engine: Engine,
+        sample: NodeSample,
+        info: EngineInfo,
+        now: Instant,
+    ) {
+        self.with(key, |n| {
+            n.on_scrape(engine, sample, now);
+            n.info = info;
+        });
+    }
+
     /// See [`NodeTelemetry::on_failure`]; returns the node's consecutive failures.
     pub fn on_failure(&self, key: &NodeKey, error: String, now: Instant) -> u32 {
         self.with(key, |n| {
@@ -329,11 +345,6 @@ impl TelemetryBoard {
     /// See [`NodeTelemetry::on_agent_failure`].
     pub fn on_agent_failure(&self, key: &NodeKey, error: String) {
         self.with(key, |n| n.on_agent_failure(error));
-    }
-
-    /// Record what the engine's side page said (all `None`: it did not answer).
-    pub fn on_engine_info(&self, key: &NodeKey, info: EngineInfo) {
-        self.with(key, |n| n.info = info);
     }
 
     /// [`NodeTelemetry::signals`] of one node, without copying the rest.
