@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::common;
 
 use rust_decimal::Decimal;
-use spillway::ledger::usage::NodeMinute;
+use spillway::ledger::usage::{NodeMinute, Occupancy};
 use spillway::ledger::{self, LedgerRecord, LedgerRow, Outcome, Store, WriterConfig};
 use spillway::sim::SimKind;
 use sqlx::{AssertSqlSafe, Connection};
@@ -347,35 +347,44 @@ async fn ten_thousand_records_arrive_exactly_once() {
 async fn node_minutes_round_trip_and_replicas_merge_busy() {
     for target in targets().await {
         let store = Store::open(&target.url).await.unwrap();
-        let minute = |node: &str, i: i64, busy: bool, price: Option<&str>| NodeMinute {
+        let occ = |running_seq_ms, capacity_seq_ms| Some(Occupancy { running_seq_ms, capacity_seq_ms });
+        let minute = |node: &str, i: i64, busy: bool, price: Option<&str>, occupancy| NodeMinute {
             minute_ms: T0 + i * 60_000,
             backend: "pool".into(),
             node: node.into(),
             gpu_count: 8,
             gpu_hourly_usd: price.map(|p| p.parse().unwrap()),
             busy,
+            occupancy,
         };
-        // In the order queries return them: by minute, then node.
+        // In the order queries return them: by minute, then node. Node b's row is as old
+        // versions wrote it: no occupancy.
         let rows = vec![
-            minute("a", 0, false, Some("2.125")),
-            minute("b", 0, false, None),
-            minute("a", 1, true, Some("2.125")),
+            minute("a", 0, false, Some("2.125"), occ(100, 480_000)),
+            minute("b", 0, false, None, None),
+            minute("a", 1, true, Some("2.125"), occ(5_000_000_000, 6_000_000_000)),
         ];
         let as_rows = |m: &[NodeMinute]| m.iter().cloned().map(LedgerRow::from).collect::<Vec<_>>();
         store.insert_rows(&as_rows(&rows)).await.unwrap();
         assert_eq!(store.query_minutes(T0, T0 + 120_000).await.unwrap(), rows, "{}", target.name());
-        // Another replica saw node a busy in minute 0 and idle in minute 1: busy wins both.
-        store
-            .insert_rows(&as_rows(&[
-                minute("a", 0, true, Some("2.125")),
-                minute("a", 1, false, Some("2.125")),
-            ]))
-            .await
-            .unwrap();
+        // Another replica saw node a busy in minute 0 and idle in minute 1: busy wins both. Its
+        // occupancy wins where it watched more of the minute, and fills in b's old row.
+        let other = [
+            minute("a", 0, true, Some("2.125"), occ(300, 960_000)),
+            minute("a", 1, false, Some("2.125"), occ(0, 60_000)),
+            minute("b", 0, false, None, occ(7, 70)),
+        ];
+        store.insert_rows(&as_rows(&other)).await.unwrap();
+        store.insert_rows(&as_rows(&other)).await.unwrap(); // a retried batch changes nothing
         let merged = store.query_minutes(T0, T0 + 60_000).await.unwrap();
         assert_eq!(merged.len(), 2, "{}: one row per node-minute", target.name());
-        assert!(merged.iter().find(|m| m.node == "a").unwrap().busy, "{}", target.name());
-        assert!(store.query_minutes(T0 + 60_000, T0 + 120_000).await.unwrap()[0].busy);
+        let a = merged.iter().find(|m| m.node == "a").unwrap();
+        assert!(a.busy, "{}", target.name());
+        assert_eq!(a.occupancy, occ(300, 960_000), "{}: the fuller row wins", target.name());
+        assert_eq!(merged.iter().find(|m| m.node == "b").unwrap().occupancy, occ(7, 70));
+        let later = &store.query_minutes(T0 + 60_000, T0 + 120_000).await.unwrap()[0];
+        assert!(later.busy);
+        assert_eq!(later.occupancy, occ(5_000_000_000, 6_000_000_000), "{}: 64-bit columns", target.name());
         store.close().await;
         target.cleanup().await;
     }

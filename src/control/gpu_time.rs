@@ -1,6 +1,7 @@
 //! The sampler behind the ledger's GPU-time rows: once a second it looks at every node of every
 //! vLLM pool (quarantined ones too: their GPUs are paid for all the same) and says whether it
-//! is serving and what its GPUs cost; `ledger::usage` folds the samples into node-minutes.
+//! is serving, how many of its slots run a sequence and what its GPUs cost; `ledger::usage`
+//! folds the samples into node-minutes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,10 +9,12 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::discovery::DiscoveredNodes;
 use crate::canonical::NodeKey;
+use crate::fleet::headroom::{self, NodeSignals, PoolLimits};
 use crate::fleet::metrics::AgentSample;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::usage::{MinuteTracker, NodeSample};
@@ -36,11 +39,20 @@ pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64
     running.is_some_and(|r| r > 0.0) || gpu_busy || in_flight > 0 || sent_since > 0
 }
 
+/// Sequences running on a node now: the engine's gauge from a fresh scrape, or this router's
+/// requests in flight on it when they are more (the gauge lags by up to a scrape; a node with no
+/// fresh gauge counts only what this router has on it, a lower bound).
+pub fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, in_flight: u64) -> f64 {
+    let gauge = sig.running.filter(|_| headroom::fresh(sig, limits, now)).unwrap_or(0.0);
+    gauge.max(in_flight as f64)
+}
+
 /// One sample of every local node. `last_sent` carries each node's send counter between calls.
 fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeSample> {
     let snap = sources.snapshot.load();
     let discovered = sources.discovered.borrow();
     let mut samples = Vec::new();
+    let now = Instant::now();
     for (view, config) in snap.backends.iter().zip(&snap.config.backends) {
         let Some(pool) = config.pool() else { continue };
         for node in &view.nodes {
@@ -58,6 +70,9 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
                 gpu_count: i64::from(pool.gpu_count),
                 gpu_hourly_usd: annotated.or(pool.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),
+                running: running_now(&node.signals, &view.limits, now, load.in_flight),
+                // The node's slots as routing counts them: its own limit, else the pool's.
+                capacity: headroom::slots(&node.signals, &view.limits),
             });
         }
     }
@@ -123,5 +138,21 @@ mod tests {
         assert!(!is_busy(None, Some(&agent(Some(0.35), false)), 0, 0), "a down agent says nothing");
         assert!(is_busy(None, None, 1, 0));
         assert!(is_busy(None, None, 0, 1), "a request that came and went between samples");
+    }
+
+    #[test]
+    fn running_is_the_fresh_gauge_or_this_routers_in_flight() {
+        let limits = PoolLimits { max_running: 16, reserve: 0.2, stale_after: Duration::from_secs(5) };
+        let now = Instant::now();
+        let scraped = |ago: u64, running: Option<f64>| NodeSignals {
+            scraped_at: now.checked_sub(Duration::from_secs(ago)),
+            running,
+            ..NodeSignals::default()
+        };
+        assert_eq!(running_now(&scraped(1, Some(5.0)), &limits, now, 2), 5.0);
+        assert_eq!(running_now(&scraped(1, Some(5.0)), &limits, now, 7), 7.0, "sent since the scrape");
+        assert_eq!(running_now(&scraped(60, Some(5.0)), &limits, now, 1), 1.0, "a stale gauge says nothing");
+        assert_eq!(running_now(&scraped(1, None), &limits, now, 0), 0.0);
+        assert_eq!(running_now(&NodeSignals::default(), &limits, now, 3), 3.0, "never scraped");
     }
 }

@@ -6,11 +6,13 @@
 //! one code path (its failures are a [`StoreError`]), and `writer` batches rows in the
 //! background and never drops one. The ledger must not block or fail a request: the request
 //! path only calls [`LedgerSender::send`], which never waits. `book` prices hosted requests at
-//! list price and `usage` records GPU time per node-minute; sharing GPU time among tasks is
+//! list price and `usage` records GPU time per node-minute (with its `occupancy`, running and
+//! capacity × time); sharing GPU time among tasks is
 //! the reports' job.
 
 mod book;
 mod error;
+mod occupancy;
 mod price;
 mod record;
 mod store;

@@ -15,7 +15,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use super::error::{RedactedUrl, StoreError};
 use super::record::{LedgerRecord, LedgerRow, Outcome};
-use super::usage::NodeMinute;
+use super::usage::{NodeMinute, Occupancy};
 
 /// Columns in insert order; `row_to_record` reads them by name.
 const COLUMNS: [&str; 18] = [
@@ -41,6 +41,20 @@ const COLUMNS: [&str; 18] = [
 
 /// Rows per `INSERT` statement: 18 × 50 = 900 bind parameters, far below both databases' limits.
 const ROWS_PER_STATEMENT: usize = 50;
+
+/// One node-minute; another replica's row for it merges: `busy` is ORed and the occupancy of
+/// the row that watched more capacity time wins (`Occupancy::merge`). SET expressions read the
+/// stored row as it was, on both databases.
+const MINUTE_UPSERT: &str = "INSERT INTO node_minutes \
+     (node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy, running_seq_ms, capacity_seq_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (node, minute_ms) DO UPDATE SET \
+     busy = CASE WHEN excluded.busy > node_minutes.busy THEN excluded.busy ELSE node_minutes.busy END, \
+     running_seq_ms = CASE WHEN node_minutes.capacity_seq_ms IS NULL \
+         OR excluded.capacity_seq_ms > node_minutes.capacity_seq_ms \
+         THEN excluded.running_seq_ms ELSE node_minutes.running_seq_ms END, \
+     capacity_seq_ms = CASE WHEN node_minutes.capacity_seq_ms IS NULL \
+         OR excluded.capacity_seq_ms > node_minutes.capacity_seq_ms \
+         THEN excluded.capacity_seq_ms ELSE node_minutes.capacity_seq_ms END";
 
 /// Per SQLite connection: wait up to 2 s for another writer's lock before a write fails, and
 /// sync at checkpoints only (safe with WAL).
@@ -134,20 +148,18 @@ impl Store {
         }
         let mut tx = self.pool.begin().await.map_err(StoreError::statement("begin"))?;
         for m in minutes {
-            sqlx::query(
-                "INSERT INTO node_minutes (node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (node, minute_ms) DO UPDATE SET \
-                 busy = CASE WHEN excluded.busy > node_minutes.busy THEN excluded.busy ELSE node_minutes.busy END",
-            )
-            .bind(m.node.clone())
-            .bind(m.minute_ms)
-            .bind(m.backend.clone())
-            .bind(m.gpu_count)
-            .bind(m.gpu_hourly_usd.map(|p| p.to_string()))
-            .bind(i64::from(m.busy))
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::statement("insert node minute"))?;
+            sqlx::query(MINUTE_UPSERT)
+                .bind(m.node.clone())
+                .bind(m.minute_ms)
+                .bind(m.backend.clone())
+                .bind(m.gpu_count)
+                .bind(m.gpu_hourly_usd.map(|p| p.to_string()))
+                .bind(i64::from(m.busy))
+                .bind(m.occupancy.map(|o| o.running_seq_ms))
+                .bind(m.occupancy.map(|o| o.capacity_seq_ms))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::statement("insert node minute"))?;
         }
         for chunk in records.chunks(ROWS_PER_STATEMENT) {
             let sql = insert_sql(chunk.len());
@@ -196,7 +208,8 @@ impl Store {
     /// Node-minutes that start in `[from_ms, to_ms)`, oldest first.
     pub async fn query_minutes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<NodeMinute>, StoreError> {
         let rows = sqlx::query(
-            "SELECT node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy FROM node_minutes \
+            "SELECT node, minute_ms, backend, gpu_count, gpu_hourly_usd, busy, running_seq_ms, capacity_seq_ms \
+             FROM node_minutes \
              WHERE minute_ms >= $1 AND minute_ms < $2 ORDER BY minute_ms, node",
         )
         .bind(from_ms)
@@ -258,7 +271,13 @@ fn bad(column: &str, source: sqlx::Error) -> StoreError {
 fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, StoreError> {
     let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, e));
     let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, e));
+    let opt_int = |col: &str| row.try_get::<Option<i64>, _>(col).map_err(|e| bad(col, e));
     let price = row.try_get::<Option<String>, _>("gpu_hourly_usd").map_err(|e| bad("gpu_hourly_usd", e))?;
+    // Rows written before the occupancy columns existed have neither.
+    let occupancy = match (opt_int("running_seq_ms")?, opt_int("capacity_seq_ms")?) {
+        (Some(running_seq_ms), Some(capacity_seq_ms)) => Some(Occupancy { running_seq_ms, capacity_seq_ms }),
+        _ => None,
+    };
     Ok(NodeMinute {
         minute_ms: int("minute_ms")?,
         backend: text("backend")?,
@@ -266,6 +285,7 @@ fn row_to_minute(row: &AnyRow) -> Result<NodeMinute, StoreError> {
         gpu_count: int("gpu_count")?,
         gpu_hourly_usd: decimal("gpu_hourly_usd", price)?,
         busy: int("busy")? != 0,
+        occupancy,
     })
 }
 

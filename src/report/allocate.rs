@@ -134,6 +134,7 @@ mod tests {
             gpu_count: 1,
             gpu_hourly_usd: Some(d("6")), // $0.10 a minute
             busy,
+            occupancy: None,
         }
     }
 
@@ -203,6 +204,7 @@ mod tests {
                             gpu_count: gpus,
                             gpu_hourly_usd: Some(Decimal::new(cents, 2)),
                             busy,
+                            occupancy: None,
                         })
                         .collect()
                 },
@@ -281,6 +283,7 @@ mod tests {
                     gpu_count: gpus,
                     gpu_hourly_usd: Some(Decimal::new(cents, 2)),
                     busy: true,
+                    occupancy: None,
                 };
                 let work = [Work { group: 2, node: "a", at_ms: super::T0 + 59_999, tokens }];
                 let a = allocate(GROUPS, &work, std::slice::from_ref(&m), 60_000);

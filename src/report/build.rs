@@ -9,9 +9,10 @@ use serde::Serialize;
 
 use super::allocate::{allocate, Work};
 pub use super::economics::{BackendShare, SelfHosted, TaskEconomics};
-use super::figures::{money, per, ratio};
-pub use super::figures::{Line, PoolUsage, Tokens};
+use super::figures::{money, per};
+pub use super::figures::{Line, PoolUsage, Tokens, UtilisationBasis};
 use super::query::{GroupKey, ReportQuery};
+use super::utilisation::Tally;
 use crate::config::Config;
 use crate::ledger::usage::NodeMinute;
 use crate::ledger::{LedgerRecord, Outcome};
@@ -147,9 +148,11 @@ pub fn build(
     // Pools.
     let mut pool_usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
     let mut pool_nodes: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
     for m in minutes {
         let p = pool_usage.entry(m.backend.clone()).or_default();
         pool_nodes.entry(m.backend.clone()).or_default().insert(&m.node);
+        tallies.entry(&m.backend).or_default().add(m);
         let gpu_hours = Decimal::from(m.gpu_count) / Decimal::from(60);
         if m.busy {
             p.gpu_hours_busy += gpu_hours;
@@ -171,7 +174,11 @@ pub fn build(
             alloc.unallocated_busy.get(pool).copied().unwrap_or_default()
                 + alloc.unallocated_idle.get(pool).copied().unwrap_or_default(),
         );
-        p.utilisation = ratio(p.gpu_hours_busy, p.gpu_hours_busy + p.gpu_hours_idle);
+        let u = tallies.get(pool.as_str()).map(Tally::finish).unwrap_or_default();
+        p.utilisation = u.utilisation;
+        p.utilisation_basis = u.basis;
+        p.busy_share = u.busy_share;
+        p.unmeasured_node_minutes = u.unmeasured_node_minutes;
         p.busy_usd = money(p.busy_usd);
         p.idle_usd = money(p.idle_usd);
         p.gpu_hours_busy = money(p.gpu_hours_busy);
@@ -264,6 +271,7 @@ fn series(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::usage::Occupancy;
     use crate::report::query::ReportFormat;
 
     const T0: i64 = 1_700_000_040_000; // a minute boundary
@@ -320,7 +328,17 @@ policy:
             gpu_count: 1,
             gpu_hourly_usd: Some(d("0.6")), // $0.01 a minute
             busy,
+            // A busy minute runs 4 of 16 slots throughout; an idle one none.
+            occupancy: Some(Occupancy {
+                running_seq_ms: if busy { 4 * 60_000 } else { 0 },
+                capacity_seq_ms: 16 * 60_000,
+            }),
         }
+    }
+
+    /// A row written before occupancy was recorded.
+    fn old(m: NodeMinute) -> NodeMinute {
+        NodeMinute { occupancy: None, ..m }
     }
 
     fn query() -> ReportQuery {
@@ -340,7 +358,8 @@ policy:
             record("t", "openai", Some("0.015")),
             record("r", "", None),
         ];
-        // One busy minute and three idle ones: 25 % utilisation, $0.04 in all.
+        // One busy minute (4 of 16 slots) and three idle ones: a 25 % busy share but 4 × 60 of
+        // 16 × 240 sequence-seconds, 6.25 % of capacity; $0.04 in all.
         let minutes = [minute(0, true), minute(1, false), minute(2, false), minute(3, false)];
         let r = build(&query(), &records, &minutes, Some(&config()));
         let t = &r.lines[1];
@@ -351,18 +370,87 @@ policy:
         assert_eq!(t.per_request_usd, Some(d("0.0175")));
         assert_eq!(r.lines[0].failed, 1, "shed counts as not served");
         assert_eq!(r.totals.total_usd, d("0.055"));
-        assert_eq!(r.pools[0].utilisation, 0.25);
+        let pool = &r.pools[0];
+        assert_eq!((pool.utilisation, pool.busy_share), (0.0625, 0.25));
+        assert_eq!((pool.utilisation_basis, pool.unmeasured_node_minutes), (UtilisationBasis::Capacity, 0));
 
         let sh = &r.tasks.iter().find(|e| e.task == "t").unwrap().self_hosted[0];
         assert_eq!(sh.cheapest_hosted.as_deref(), Some("openai"));
         // Loaded $0.02 for 1,500 tokens; openai would charge $0.015 for the same mix.
         assert_eq!((sh.marginal_per_mtok, sh.loaded_per_mtok), (Some(d("3.333333")), Some(d("13.333333"))));
         assert_eq!(sh.hosted_per_mtok, Some(d("10")));
-        assert!((sh.break_even_utilisation.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        // Loaded cost per token scales with 1 / utilisation: 6.25 % × 0.02 / 0.015 = 1/12.
+        assert_eq!((sh.utilisation, sh.busy_share), (0.0625, 0.25));
+        assert!((sh.break_even_utilisation.unwrap() - 1.0 / 12.0).abs() < 1e-12);
         let restricted = &r.tasks.iter().find(|e| e.task == "r").unwrap();
         assert_eq!(restricted.by_backend[0].backend, NO_BACKEND);
         let rsh = &restricted.self_hosted[0];
         assert_eq!((rsh.cheapest_hosted.as_deref(), rsh.break_even_utilisation), (None, None));
+    }
+
+    #[test]
+    fn old_rows_report_the_busy_share_and_every_format_says_so() {
+        let records = [record("t", "pool", None)];
+        let minutes =
+            [old(minute(0, true)), old(minute(1, false)), old(minute(2, false)), old(minute(3, false))];
+        let r = build(&query(), &records, &minutes, Some(&config()));
+        let pool = &r.pools[0];
+        assert_eq!((pool.utilisation, pool.busy_share), (0.25, 0.25));
+        assert_eq!((pool.utilisation_basis, pool.unmeasured_node_minutes), (UtilisationBasis::BusyShare, 4));
+        let sh = &r.tasks[0].self_hosted[0];
+        assert_eq!(sh.utilisation_basis, UtilisationBasis::BusyShare);
+        // The old rule: 25 % × loaded $0.04 / hosted $0.015 for 1,500 tokens.
+        assert!((sh.break_even_utilisation.unwrap() - 0.25 * 0.04 / 0.015).abs() < 1e-12);
+        let table = crate::report::render::table(&r);
+        assert!(table.contains("note: pool pool has no running x time samples"), "{table}");
+        let csv = crate::report::render::csv(&r).unwrap();
+        assert!(csv.contains("\npool,,,,,,,,,,,,,,pool,0.25,0.25,busy_share,\n"), "{csv}");
+        let html = crate::report::render(&r, ReportFormat::Html).unwrap();
+        assert!(html.contains("25 % (busy share: no capacity samples)"), "{html}");
+        assert!(html.contains("has no running x time samples"), "{html}");
+
+        // Across the upgrade: the capacity figure covers the new rows, and the note says so.
+        let mixed = [old(minute(0, true)), minute(1, true), minute(2, false)];
+        let r = build(&query(), &records, &mixed, Some(&config()));
+        let pool = &r.pools[0];
+        assert_eq!((pool.utilisation, pool.utilisation_basis), (0.125, UtilisationBasis::Capacity));
+        assert_eq!(pool.unmeasured_node_minutes, 1);
+        assert!(crate::report::render::table(&r).contains("pool pool: 1 node-minutes were written before"));
+    }
+
+    #[test]
+    fn every_format_shows_capacity_utilisation_and_busy_share() {
+        let records = [record("t", "pool", None)];
+        let minutes = [minute(0, true), minute(1, false)];
+        let r = build(&query(), &records, &minutes, Some(&config()));
+        assert_eq!((r.pools[0].utilisation, r.pools[0].busy_share), (0.125, 0.5));
+        let table = crate::report::render::table(&r);
+        let pools = table.split("GPU pools:").nth(1).unwrap();
+        assert!(pools.contains("utilisation  busy_share") && pools.contains("12.5%       50.0%"), "{table}");
+        assert!(!table.contains("note: pool"), "{table}");
+        let csv = crate::report::render::csv(&r).unwrap();
+        assert!(csv
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",pool,utilisation,busy_share,utilisation_basis,break_even_utilisation"));
+        assert!(csv.contains("\npool,,,,,,,,,,,,,,pool,0.125,0.5,capacity,\n"), "{csv}");
+        assert!(csv.contains("\nself_hosted,t,,,,,,,,,,,,,pool,0.125,0.5,capacity,0.1666"), "{csv}");
+        let json: serde_json::Value =
+            serde_json::from_str(&crate::report::render(&r, ReportFormat::Json).unwrap()).unwrap();
+        assert_eq!(json["pools"][0]["utilisation"], 0.125);
+        assert_eq!(json["pools"][0]["busy_share"], 0.5);
+        assert_eq!(json["pools"][0]["utilisation_basis"], "capacity");
+        assert_eq!(json["tasks"][0]["self_hosted"][0]["busy_share"], 0.5);
+        let html = crate::report::render(&r, ReportFormat::Html).unwrap();
+        assert!(
+            html.contains("<th>busy share</th>") && html.contains("<td>12.5 %</td><td>50.0 %</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(">12 %, break-even 17 %</text>"),
+            "the chart draws the capacity figure: {html}"
+        );
     }
 
     #[test]

@@ -2,18 +2,19 @@
 //! the marginal (busy) and fully loaded (busy + idle) cost per million tokens against its
 //! cheapest eligible hosted backend. Pure.
 //!
-//! Break-even rule: a pool's throughput is taken as proportional to its busy time, so at
-//! utilisation `u` a task's fully loaded GPU cost per token is `now × u_now ÷ u`. The
-//! break-even utilisation is the `u` at which that equals what the task's own token mix
-//! (input, cached input, output) would cost on its cheapest hosted backend that the task's
-//! policy allows.
+//! Break-even rule: a pool's throughput is taken as proportional to its utilisation, the share
+//! of its sequence capacity that ran (`report::utilisation`; the busy share where old rows carry
+//! no capacity figure), so at utilisation `u` a task's fully loaded GPU cost per token is
+//! `now × u_now ÷ u`. The break-even utilisation is the `u` at which that equals what the
+//! task's own token mix (input, cached input, output) would cost on its cheapest hosted backend
+//! that the task's policy allows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use super::figures::{money, per, ratio, Line, PoolUsage, Tokens};
+use super::figures::{money, per, ratio, Line, PoolUsage, Tokens, UtilisationBasis};
 use crate::config::{Config, Price};
 use crate::ledger::hosted_cost;
 use crate::snapshot::Snapshot;
@@ -38,8 +39,11 @@ pub struct SelfHosted {
     /// Per million tokens (input + output).
     pub marginal_per_mtok: Option<Decimal>,
     pub loaded_per_mtok: Option<Decimal>,
-    /// The pool's busy share of its node-minutes in the period.
+    /// The pool's share of its sequence capacity used in the period (see `utilisation_basis`).
     pub utilisation: f64,
+    pub utilisation_basis: UtilisationBasis,
+    /// The pool's busy share of its node-minutes in the period.
+    pub busy_share: f64,
     /// The cheapest priced hosted backend the task may use, for this token mix.
     pub cheapest_hosted: Option<String>,
     pub hosted_per_mtok: Option<Decimal>,
@@ -85,14 +89,14 @@ pub(super) fn economics(
                 cost_usd: money(busy + rest),
             });
             if local {
-                let utilisation = pool_usage.get(backend).map_or(0.0, |p| p.utilisation);
+                let usage = pool_usage.get(backend).cloned().unwrap_or_default();
                 let alternatives = hosted.get(task).unwrap_or(&no_alternative);
                 economics.self_hosted.push(self_hosted(
                     backend,
                     tokens,
                     busy,
                     busy + rest,
-                    utilisation,
+                    &usage,
                     alternatives,
                 ));
             }
@@ -128,9 +132,10 @@ fn self_hosted(
     tokens: Tokens,
     marginal: Decimal,
     loaded: Decimal,
-    utilisation: f64,
+    usage: &PoolUsage,
     alternatives: &[(String, Price)],
 ) -> SelfHosted {
+    let utilisation = usage.utilisation;
     let cheapest = alternatives
         .iter()
         .map(|(name, p)| (name.clone(), hosted_cost(p, &tokens)))
@@ -152,6 +157,8 @@ fn self_hosted(
         loaded_usd: money(loaded),
         tokens,
         utilisation,
+        utilisation_basis: usage.utilisation_basis,
+        busy_share: usage.busy_share,
         cheapest_hosted: cheapest.map(|(name, _)| name),
         hosted_per_mtok,
         break_even_utilisation,

@@ -1,9 +1,12 @@
 //! The figures every part of a report is made of: token counts, one group's line of requests
-//! and cost, a pool's GPU time, and the rounding and ratios they are computed with.
+//! and cost, a pool's GPU time and utilisation, and the rounding and ratios they are computed
+//! with.
 
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde::Serialize;
+
+pub use super::utilisation::UtilisationBasis;
 
 /// Money in reports is kept to a millionth of a dollar.
 const MONEY_DP: u32 = 6;
@@ -42,7 +45,14 @@ pub struct PoolUsage {
     pub idle_usd: Decimal,
     /// Cost of nodes that served none of the period's requests (in no line).
     pub unallocated_usd: Decimal,
+    /// Share of the pool's sequence capacity that ran (running × time over slots × time), or
+    /// its busy share where no node-minute carries that (`utilisation_basis`).
     pub utilisation: f64,
+    pub utilisation_basis: UtilisationBasis,
+    /// GPU-weighted share of its node-minutes in which anything ran.
+    pub busy_share: f64,
+    /// Node-minutes written before running × time was recorded: not in `utilisation`.
+    pub unmeasured_node_minutes: u64,
     pub unpriced_node_minutes: u64,
 }
 

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use super::build::{Line, Report, SelfHosted};
+use super::build::{Line, Report, SelfHosted, UtilisationBasis};
 
 const PALETTE: [&str; 8] =
     ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
@@ -197,7 +197,8 @@ fn cost_per_mtok(r: &Report) -> String {
         ])
 }
 
-/// Chart 3: each pool's utilisation as a bar on 0–100 %, with the task's break-even marked.
+/// Chart 3: each pool's utilisation (share of its sequence capacity used) as a bar on 0–100 %,
+/// with the task's break-even marked.
 fn utilisation(r: &Report) -> String {
     let ticks: Vec<(f64, String)> = (0..=4).map(|i| (f64::from(i) / 4.0, format!("{} %", i * 25))).collect();
     let x = |share: f64| LABEL_W + finite(share).clamp(0.0, 1.0) * PLOT_W;
@@ -224,9 +225,14 @@ fn utilisation(r: &Report) -> String {
             }
         };
         let (tx, ty) = (LABEL_W + PLOT_W + 8.0, top + 16.0);
-        let _ = write!(svg, r#"<text x="{tx}" y="{ty:.1}">{:.0} %, {break_even}</text>"#, used * 100.0);
+        let basis = match s.utilisation_basis {
+            UtilisationBasis::Capacity => "",
+            UtilisationBasis::BusyShare => " (busy share: no capacity samples)",
+        };
+        let _ =
+            write!(svg, r#"<text x="{tx}" y="{ty:.1}">{:.0} %{basis}, {break_even}</text>"#, used * 100.0);
     });
-    chart + &legend(&[("utilisation", false), ("break-even utilisation", false)])
+    chart + &legend(&[("utilisation of capacity", false), ("break-even utilisation", false)])
 }
 
 /// A table row: `keys` left-aligned and escaped, then `cells` as they are.
@@ -271,7 +277,7 @@ fn lines_table(r: &Report) -> String {
 }
 
 fn pools_table(r: &Report) -> String {
-    let header = "pool,nodes,GPU h busy,GPU h idle,busy,idle,unallocated,utilisation";
+    let header = "pool,nodes,GPU h busy,GPU h idle,busy,idle,unallocated,utilisation,busy share";
     let header: String = header.split(',').map(|c| format!("<th>{c}</th>")).collect();
     let rows: String = r
         .pools
@@ -279,13 +285,19 @@ fn pools_table(r: &Report) -> String {
         .map(|p| {
             let hours = [p.gpu_hours_busy, p.gpu_hours_idle].map(|h| format!("{h:.2}"));
             let money = [p.busy_usd, p.idle_usd, p.unallocated_usd].map(usd);
-            let used = format!("{:.1} %", finite(p.utilisation) * 100.0);
+            let shares = [p.utilisation, p.busy_share].map(|u| format!("{:.1} %", finite(u) * 100.0));
             let cells: Vec<String> =
-                [p.nodes.to_string()].into_iter().chain(hours).chain(money).chain([used]).collect();
+                [p.nodes.to_string()].into_iter().chain(hours).chain(money).chain(shares).collect();
             row("pool", std::slice::from_ref(&p.pool), &cells)
         })
         .collect();
-    format!("<table><tr>{header}</tr>{rows}</table>")
+    let notes: String = r
+        .pools
+        .iter()
+        .filter_map(super::render::basis_note)
+        .map(|n| format!(r#"<p class="note">{}</p>"#, esc(&n)))
+        .collect();
+    format!("<table><tr>{header}</tr>{rows}</table>{notes}")
 }
 
 /// The whole page.
@@ -314,8 +326,9 @@ pub fn page(r: &Report) -> String {
 <h2>GPU pools</h2>{}
 <p class="note">Allocation: busy GPU minutes are shared among the tasks whose requests arrived on that node in
 that minute, by tokens (input + output); idle minutes by each task's tokens on that node over the period; the
-cost of nodes that served nothing stays unallocated. Break-even assumes a pool's throughput is proportional to
-its busy time.</p></body></html>
+cost of nodes that served nothing stays unallocated. Utilisation is the share of a pool's capacity used: running
+sequences × time over slots × time; busy share is the share of node-minutes in which anything ran. Break-even
+assumes a pool's throughput is proportional to its utilisation.</p></body></html>
 "#,
         esc(&r.from),
         esc(&r.to),
@@ -352,6 +365,8 @@ mod tests {
             marginal_per_mtok: Some(usd(200)),
             loaded_per_mtok: Some(usd(600)),
             utilisation,
+            utilisation_basis: crate::report::build::UtilisationBasis::Capacity,
+            busy_share: 1.0,
             cheapest_hosted: break_even.map(|_| "openai".into()),
             hosted_per_mtok: break_even.map(|_| usd(400)),
             break_even_utilisation: break_even,

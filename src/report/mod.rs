@@ -2,8 +2,8 @@
 //! million tokens, on our GPUs (busy and idle hours shared out) and on each hosted API, and at
 //! what utilisation self-hosting breaks even.
 //!
-//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build` and
-//! `economics` make the report's figures (pure), `render` and `html` format them. This module
+//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build`, `economics`
+//! and `utilisation` make the report's figures (pure), `render` and `html` format them. This module
 //! only fetches rows. Every failure is a [`ReportError`].
 
 pub mod allocate;
@@ -14,6 +14,7 @@ mod figures;
 mod html;
 pub mod query;
 mod render;
+pub mod utilisation;
 
 use std::path::PathBuf;
 

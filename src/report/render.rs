@@ -1,11 +1,12 @@
 //! The report as a readable table or as CSV (one row per line, then the idle, unallocated and
-//! total rows, so that a spreadsheet sum of the cost column equals the total). Formatting only.
+//! total rows, so that a spreadsheet sum of the cost column equals the total, then utilisation
+//! rows per pool and per task and pool, which carry no cost). Formatting only.
 
 use std::fmt::Write;
 
 use rust_decimal::Decimal;
 
-use super::build::{Line, Report};
+use super::build::{Line, PoolUsage, Report, UtilisationBasis};
 use super::error::ReportError;
 
 fn usd(d: Decimal) -> String {
@@ -114,6 +115,7 @@ pub fn table(r: &Report) -> String {
         "cheapest_hosted",
         "hosted",
         "utilisation",
+        "busy_share",
         "break_even",
     ]
     .map(String::from)
@@ -132,6 +134,7 @@ pub fn table(r: &Report) -> String {
                 s.cheapest_hosted.clone().unwrap_or_else(|| "-".into()),
                 opt_usd(s.hosted_per_mtok),
                 pct(Some(s.utilisation)),
+                pct(Some(s.busy_share)),
                 pct(s.break_even_utilisation),
             ]
         })
@@ -163,10 +166,19 @@ pub fn table(r: &Report) -> String {
     out.push_str(&table_text(&header, &rows, 3));
 
     out.push_str("\nGPU pools:\n");
-    let header: Vec<String> =
-        ["pool", "nodes", "gpu_h_busy", "gpu_h_idle", "busy", "idle", "unallocated", "utilisation"]
-            .map(String::from)
-            .to_vec();
+    let header: Vec<String> = [
+        "pool",
+        "nodes",
+        "gpu_h_busy",
+        "gpu_h_idle",
+        "busy",
+        "idle",
+        "unallocated",
+        "utilisation",
+        "busy_share",
+    ]
+    .map(String::from)
+    .to_vec();
     let rows: Vec<Vec<String>> = r
         .pools
         .iter()
@@ -180,10 +192,20 @@ pub fn table(r: &Report) -> String {
                 usd(p.idle_usd),
                 usd(p.unallocated_usd),
                 pct(Some(p.utilisation)),
+                pct(Some(p.busy_share)),
             ]
         })
         .collect();
     out.push_str(&table_text(&header, &rows, 1));
+    out.push_str(
+        "utilisation: running sequences x time over slots x time; busy_share: node-minutes in which \
+         anything ran\n",
+    );
+    for p in &r.pools {
+        if let Some(note) = basis_note(p) {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
     if let Some(p) = r.pools.iter().find(|p| p.unpriced_node_minutes > 0) {
         let _ = writeln!(
             out,
@@ -195,8 +217,31 @@ pub fn table(r: &Report) -> String {
     out
 }
 
+/// Why a pool's utilisation is not (all) the capacity figure, when it is not.
+pub(super) fn basis_note(p: &PoolUsage) -> Option<String> {
+    match (p.utilisation_basis, p.unmeasured_node_minutes) {
+        (UtilisationBasis::BusyShare, _) => Some(format!(
+            "pool {} has no running x time samples in this period (rows written before they were \
+             recorded): its utilisation and break-even use the busy share",
+            p.pool
+        )),
+        (UtilisationBasis::Capacity, 0) => None,
+        (UtilisationBasis::Capacity, n) => Some(format!(
+            "pool {}: {n} node-minutes were written before running x time was recorded; its \
+             utilisation covers the others",
+            p.pool
+        )),
+    }
+}
+
+/// Columns after the lines' in CSV: filled on `pool` and `self_hosted` rows only.
+const UTILISATION_COLUMNS: [&str; 5] =
+    ["pool", "utilisation", "busy_share", "utilisation_basis", "break_even_utilisation"];
+
 /// One CSV row per line plus `idle` (already in the lines), `unallocated` and `total` rows:
 /// summing `total_usd` over the `line` rows and the `unallocated` row gives the `total` row.
+/// Then one `pool` row per pool and one `self_hosted` row per task and pool, with the
+/// utilisation columns and no cost (their cost is already in the lines).
 pub fn csv(r: &Report) -> Result<String, ReportError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let keys: Vec<&str> = r.group_by.iter().map(|g| g.as_str()).collect();
@@ -216,6 +261,12 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
         "per_request_usd",
         "per_mtok_output_usd",
     ]);
+    header.extend(UTILISATION_COLUMNS);
+    let width = header.len();
+    let blank_to = |mut row: Vec<String>| {
+        row.resize(width, String::new());
+        row
+    };
     w.write_record(&header).map_err(ReportError::render("csv"))?;
     let opt = |d: Option<Decimal>| d.map(|d| d.to_string()).unwrap_or_default();
     for l in &r.lines {
@@ -235,7 +286,7 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
             opt(l.per_request_usd),
             opt(l.per_mtok_output_usd),
         ]);
-        w.write_record(&row).map_err(ReportError::render("csv"))?;
+        w.write_record(blank_to(row)).map_err(ReportError::render("csv"))?;
     }
     let t = &r.totals;
     let summary =
@@ -270,7 +321,30 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
             t.total_usd.to_string(),
         ),
     ];
-    for row in rows {
+    let share = |v: f64| v.to_string();
+    let utilisation_row =
+        |label: &str, task: &str, pool: &str, u: f64, busy: f64, basis: UtilisationBasis| {
+            let mut row = vec![label.to_string(), task.to_string()];
+            row.resize(width - UTILISATION_COLUMNS.len(), String::new());
+            row.extend([pool.to_string(), share(u), share(busy), basis.as_str().to_string()]);
+            row
+        };
+    let pools = r.pools.iter().map(|p| {
+        blank_to(utilisation_row("pool", "", &p.pool, p.utilisation, p.busy_share, p.utilisation_basis))
+    });
+    let self_hosted = r.tasks.iter().flat_map(|t| t.self_hosted.iter().map(move |s| (t, s))).map(|(t, s)| {
+        let mut row = utilisation_row(
+            "self_hosted",
+            &t.task,
+            &s.pool,
+            s.utilisation,
+            s.busy_share,
+            s.utilisation_basis,
+        );
+        row.push(s.break_even_utilisation.map(share).unwrap_or_default());
+        row
+    });
+    for row in rows.into_iter().map(blank_to).chain(pools).chain(self_hosted) {
         w.write_record(&row).map_err(ReportError::render("csv"))?;
     }
     let bytes = w.into_inner().map_err(|e| ReportError::render("csv")(e.into_error()))?;
