@@ -218,6 +218,14 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     assert_eq!((pool["pool"].as_str(), pool["nodes"].as_u64()), (Some("local-llama"), Some(2)));
     let gpu: f64 = json["totals"]["gpu_usd"].as_str().unwrap().parse().unwrap();
     assert!(gpu > 0.0, "two priced nodes were paid for: {json}");
+    eprintln!("demo pool: {pool}");
+    // 16 slots a node and a load that keeps a few of them running: utilisation is the share of
+    // slots that ran, not the busy-minute share (every minute of the run was busy).
+    let (utilisation, busy_share) =
+        (pool["utilisation"].as_f64().unwrap(), pool["busy_share"].as_f64().unwrap());
+    assert_eq!(pool["utilisation_basis"], "capacity", "{pool}");
+    assert!(busy_share > 0.99, "every node-minute of the run was busy: {pool}");
+    assert!((0.1..0.6).contains(&utilisation), "4 to 6 of 16 slots running, not 100 %: {pool}");
     assert!(report("table").contains("summarise-ticket"));
 
     let bad = Command::new(BIN).args(["report", "--config", config, "--group-by", "node"]).output().unwrap();

@@ -15,8 +15,9 @@ use std::time::Duration;
 use common::sim;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
-use spillway::ledger::usage::NodeMinute;
+use spillway::ledger::usage::{NodeMinute, Occupancy};
 use spillway::ledger::{LedgerRow, Store};
+use spillway::report::build::UtilisationBasis;
 use spillway::report::{self, ReportFormat, ReportQuery};
 use spillway::sim::SimKind;
 use sqlx::{AssertSqlSafe, Connection};
@@ -206,7 +207,9 @@ async fn reconcile(store_name: &str, ledger_url: &str) {
     for m in recorded.iter().filter(|m| m.minute_ms == recorded[0].minute_ms) {
         for i in 0..30 {
             let minute_ms = spillway::ledger::usage::minute_of(now_ms) - 2 * 3_600_000 + i * 60_000;
-            night.push(LedgerRow::NodeMinute(NodeMinute { minute_ms, busy: false, ..m.clone() }));
+            // Idle all minute: none of its 4 slots ran.
+            let occupancy = Some(Occupancy { running_seq_ms: 0, capacity_seq_ms: 4 * 60_000 });
+            night.push(LedgerRow::NodeMinute(NodeMinute { minute_ms, busy: false, occupancy, ..m.clone() }));
         }
     }
     assert_eq!(night.len(), 3 * 30, "{store_name}: every node has minutes: {recorded:?}");
@@ -261,6 +264,23 @@ async fn reconcile(store_name: &str, ledger_url: &str) {
     let sh = &summarise.self_hosted[0];
     assert_eq!((sh.pool.as_str(), sh.cheapest_hosted.as_deref()), ("pool", Some("openai")));
     assert!(sh.loaded_per_mtok > sh.marginal_per_mtok && sh.break_even_utilisation.is_some());
+
+    // Utilisation is running × time over slots × time, summed from what the store gave back.
+    let pool_minutes: Vec<&NodeMinute> = minutes.iter().filter(|m| m.backend == "pool").collect();
+    let occupancy: Vec<Occupancy> = pool_minutes.iter().filter_map(|m| m.occupancy).collect();
+    assert_eq!(occupancy.len(), pool_minutes.len(), "{store_name}: every node-minute carries occupancy");
+    let running: i64 = occupancy.iter().map(|o| o.running_seq_ms).sum();
+    let capacity: i64 = occupancy.iter().map(|o| o.capacity_seq_ms).sum();
+    assert!(capacity >= 2 * 30 * 4 * 60_000, "{store_name}: the night's capacity is in: {capacity}");
+    let pool = r.pools.iter().find(|p| p.pool == "pool").unwrap();
+    assert_eq!(pool.utilisation_basis, UtilisationBasis::Capacity, "{store_name}");
+    assert_eq!(pool.utilisation, running as f64 / capacity as f64, "{store_name}");
+    assert_eq!((sh.utilisation, sh.busy_share), (pool.utilisation, pool.busy_share));
+    assert!(
+        pool.utilisation < pool.busy_share,
+        "{store_name}: a busy minute that used part of its slots counts as part: {pool:?}"
+    );
+    eprintln!("{store_name}: pool utilisation {} (busy share {})", pool.utilisation, pool.busy_share);
     store.close().await;
 
     // The command line gives the same figures in every format.
@@ -287,13 +307,25 @@ async fn reconcile(store_name: &str, ledger_url: &str) {
     assert_eq!(d(json["totals"]["total_usd"].as_str().unwrap()), r.totals.total_usd, "{store_name}");
     assert_eq!(json["group_by"], json!(["task", "key"]));
     assert_eq!(json["lines"].as_array().unwrap().len(), 4, "2 tasks × 2 keys");
+    let json_pool = json["pools"].as_array().unwrap().iter().find(|p| p["pool"] == "pool").unwrap();
+    assert_eq!(json_pool["utilisation"].as_f64(), Some(pool.utilisation), "{store_name}: {json_pool}");
+    assert_eq!(json_pool["busy_share"].as_f64(), Some(pool.busy_share), "{store_name}: {json_pool}");
+    assert_eq!(json_pool["utilisation_basis"], "capacity");
     let csv = cli("csv", "task");
     let total_row = csv.lines().find(|l| l.starts_with("total,")).unwrap();
     assert!(total_row.contains(&r.totals.total_usd.to_string()), "{total_row}");
     assert_eq!(csv.lines().filter(|l| l.starts_with("line,")).count(), 2);
+    let pool_row = csv.lines().find(|l| l.starts_with("pool,") && l.contains(",pool,")).unwrap();
+    assert!(
+        pool_row.contains(&format!(",pool,{},{},capacity", pool.utilisation, pool.busy_share)),
+        "{pool_row}"
+    );
     let table = cli("table", "task,backend");
     assert!(
-        table.contains("TOTAL") && table.contains("summarise") && table.contains("break_even"),
+        table.contains("TOTAL")
+            && table.contains("summarise")
+            && table.contains("break_even")
+            && table.contains("busy_share"),
         "{table}"
     );
     let html = cli("html", "task");

@@ -269,6 +269,10 @@ fn series(
 }
 
 #[cfg(test)]
+#[path = "build_utilisation_tests.rs"]
+mod utilisation_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::ledger::usage::Occupancy;
@@ -280,7 +284,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn config() -> Config {
+    pub(super) fn config() -> Config {
         crate::config::parse(
             r#"
 backends:
@@ -297,7 +301,7 @@ policy:
         .unwrap()
     }
 
-    fn record(task: &str, backend: &str, cost: Option<&str>) -> LedgerRecord {
+    pub(super) fn record(task: &str, backend: &str, cost: Option<&str>) -> LedgerRecord {
         LedgerRecord {
             id: crate::ledger::new_record_id(),
             at_ms: T0 + 1_000,
@@ -320,7 +324,7 @@ policy:
         }
     }
 
-    fn minute(i: i64, busy: bool) -> NodeMinute {
+    pub(super) fn minute(i: i64, busy: bool) -> NodeMinute {
         NodeMinute {
             minute_ms: T0 + i * 60_000,
             backend: "pool".into(),
@@ -337,11 +341,11 @@ policy:
     }
 
     /// A row written before occupancy was recorded.
-    fn old(m: NodeMinute) -> NodeMinute {
+    pub(super) fn old(m: NodeMinute) -> NodeMinute {
         NodeMinute { occupancy: None, ..m }
     }
 
-    fn query() -> ReportQuery {
+    pub(super) fn query() -> ReportQuery {
         ReportQuery {
             from_ms: T0,
             to_ms: T0 + 3_600_000,
@@ -386,71 +390,6 @@ policy:
         assert_eq!(restricted.by_backend[0].backend, NO_BACKEND);
         let rsh = &restricted.self_hosted[0];
         assert_eq!((rsh.cheapest_hosted.as_deref(), rsh.break_even_utilisation), (None, None));
-    }
-
-    #[test]
-    fn old_rows_report_the_busy_share_and_every_format_says_so() {
-        let records = [record("t", "pool", None)];
-        let minutes =
-            [old(minute(0, true)), old(minute(1, false)), old(minute(2, false)), old(minute(3, false))];
-        let r = build(&query(), &records, &minutes, Some(&config()));
-        let pool = &r.pools[0];
-        assert_eq!((pool.utilisation, pool.busy_share), (0.25, 0.25));
-        assert_eq!((pool.utilisation_basis, pool.unmeasured_node_minutes), (UtilisationBasis::BusyShare, 4));
-        let sh = &r.tasks[0].self_hosted[0];
-        assert_eq!(sh.utilisation_basis, UtilisationBasis::BusyShare);
-        // The old rule: 25 % × loaded $0.04 / hosted $0.015 for 1,500 tokens.
-        assert!((sh.break_even_utilisation.unwrap() - 0.25 * 0.04 / 0.015).abs() < 1e-12);
-        let table = crate::report::render::table(&r);
-        assert!(table.contains("note: pool pool has no running x time samples"), "{table}");
-        let csv = crate::report::render::csv(&r).unwrap();
-        assert!(csv.contains("\npool,,,,,,,,,,,,,,pool,0.25,0.25,busy_share,\n"), "{csv}");
-        let html = crate::report::render(&r, ReportFormat::Html).unwrap();
-        assert!(html.contains("25 % (busy share: no capacity samples)"), "{html}");
-        assert!(html.contains("has no running x time samples"), "{html}");
-
-        // Across the upgrade: the capacity figure covers the new rows, and the note says so.
-        let mixed = [old(minute(0, true)), minute(1, true), minute(2, false)];
-        let r = build(&query(), &records, &mixed, Some(&config()));
-        let pool = &r.pools[0];
-        assert_eq!((pool.utilisation, pool.utilisation_basis), (0.125, UtilisationBasis::Capacity));
-        assert_eq!(pool.unmeasured_node_minutes, 1);
-        assert!(crate::report::render::table(&r).contains("pool pool: 1 node-minutes were written before"));
-    }
-
-    #[test]
-    fn every_format_shows_capacity_utilisation_and_busy_share() {
-        let records = [record("t", "pool", None)];
-        let minutes = [minute(0, true), minute(1, false)];
-        let r = build(&query(), &records, &minutes, Some(&config()));
-        assert_eq!((r.pools[0].utilisation, r.pools[0].busy_share), (0.125, 0.5));
-        let table = crate::report::render::table(&r);
-        let pools = table.split("GPU pools:").nth(1).unwrap();
-        assert!(pools.contains("utilisation  busy_share") && pools.contains("12.5%       50.0%"), "{table}");
-        assert!(!table.contains("note: pool"), "{table}");
-        let csv = crate::report::render::csv(&r).unwrap();
-        assert!(csv
-            .lines()
-            .next()
-            .unwrap()
-            .ends_with(",pool,utilisation,busy_share,utilisation_basis,break_even_utilisation"));
-        assert!(csv.contains("\npool,,,,,,,,,,,,,,pool,0.125,0.5,capacity,\n"), "{csv}");
-        assert!(csv.contains("\nself_hosted,t,,,,,,,,,,,,,pool,0.125,0.5,capacity,0.1666"), "{csv}");
-        let json: serde_json::Value =
-            serde_json::from_str(&crate::report::render(&r, ReportFormat::Json).unwrap()).unwrap();
-        assert_eq!(json["pools"][0]["utilisation"], 0.125);
-        assert_eq!(json["pools"][0]["busy_share"], 0.5);
-        assert_eq!(json["pools"][0]["utilisation_basis"], "capacity");
-        assert_eq!(json["tasks"][0]["self_hosted"][0]["busy_share"], 0.5);
-        let html = crate::report::render(&r, ReportFormat::Html).unwrap();
-        assert!(
-            html.contains("<th>busy share</th>") && html.contains("<td>12.5 %</td><td>50.0 %</td>"),
-            "{html}"
-        );
-        assert!(
-            html.contains(">12 %, break-even 17 %</text>"),
-            "the chart draws the capacity figure: {html}"
-        );
     }
 
     #[test]
