@@ -3,7 +3,12 @@
 //! Applied before any ordering, to every plan: normal routing, failover and spill all start
 //! from this set, so a fallback can never widen it. When it leaves nothing, the reason names
 //! each backend and why it was refused. A task's required evaluation gate refuses, the same
-//! way, each backend without a passing result for its current fingerprint.
+//! way, each backend without a passing result for its current fingerprint. A backend's data
+//! terms (retention, training use, zero data retention, processing regions) are held to what
+//! the data class requires ([`terms`]); every caller (planning, shadows, canaries, judges, gate
+//! runs) comes through [`eligible`] or [`refuses`], so none can reach a backend they refuse.
+
+pub mod terms;
 
 use crate::config::{BackendConfig, BackendId, Config, DataClassPolicy, TaskConfig};
 use crate::snapshot::Snapshot;
@@ -25,8 +30,7 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<BackendId>, No
             continue;
         };
         let gate = snap.gate_refusal(&task.name, name).map(str::to_string);
-        let view = &snap.backends[id];
-        match refusal(rule, view.is_local(), view.region.as_deref()).or(gate) {
+        match refusal(rule, &snap.config.backends[id]).or(gate) {
             None => allowed.push(id),
             Some(why) => refused.push(format!("{name}: {why}")),
         }
@@ -44,22 +48,39 @@ pub fn eligible(task: &TaskConfig, snap: &Snapshot) -> Result<Vec<BackendId>, No
 
 /// Why the task's data class may not reach `backend` (a judge, a shadow), if it may not.
 pub fn refuses(config: &Config, task: &TaskConfig, backend: &BackendConfig) -> Option<String> {
-    let rule = config.policy.data_classes.get(&task.data_class);
-    refusal(rule, backend.kind().is_local(), backend.region.as_deref())
+    refusal(config.policy.data_classes.get(&task.data_class), backend)
 }
 
-fn refusal(rule: Option<&DataClassPolicy>, local: bool, region: Option<&str>) -> Option<String> {
+/// The data class's refusal of `backend`: hosted when it must stay local, its region, then
+/// every data term it does not meet (all of them, `; `-joined).
+fn refusal(rule: Option<&DataClassPolicy>, backend: &BackendConfig) -> Option<String> {
     let rule = rule?;
+    let local = backend.kind().is_local();
     if !rule.allow_hosted && !local {
         return Some("hosted backends are not allowed for this data class".to_string());
     }
     if let Some(regions) = &rule.regions {
-        let region = region.unwrap_or("(none)");
+        let region = backend.region.as_deref().unwrap_or("(none)");
         if !regions.iter().any(|r| r == region) {
             return Some(format!("region {region} is not in [{}]", regions.join(", ")));
         }
     }
-    None
+    let unmet = terms::unmet(rule, local, &backend.terms);
+    if unmet.is_empty() {
+        return None;
+    }
+    Some(unmet.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+}
+
+/// Why each task that lists `backend` may not send it data (task name, reason), in task order:
+/// what `GET /admin/backends` shows. The gate's refusals are not here (`/admin/gate` has them).
+pub fn refusals_of(config: &Config, backend: &BackendConfig) -> Vec<(String, String)> {
+    config
+        .tasks
+        .iter()
+        .filter(|t| t.backends.contains(&backend.name))
+        .filter_map(|t| refuses(config, t, backend).map(|why| (t.name.clone(), why)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -99,5 +120,67 @@ mod tests {
         assert!(err.contains("openai: hosted backends are not allowed"), "{err}");
         assert!(err.contains("anthropic: hosted"), "{err}");
         assert!(err.contains("data class `restricted`"), "{err}");
+    }
+
+    const TERMS: &str = r#"
+policy: {data_classes: {confidential: {regions: [eu-west-1], max_retention_days: 0, no_training: true}}}
+backends:
+  - {name: pool, kind: vllm, endpoints: ["http://127.0.0.1:1"], model: m, region: eu-west-1}
+  - {name: zdr, kind: openai, model: m, region: eu-west-1, terms: {zero_data_retention: true, trains_on_data: false}}
+  - {name: keeps, kind: anthropic, model: m, region: eu-west-1, terms: {retention_days: 30, trains_on_data: false}}
+  - {name: silent, kind: gemini, model: m, region: eu-west-1}
+  - {name: abroad, kind: openai_compatible, base_url: "http://127.0.0.1:2/v1", model: m, region: eu-west-1,
+     terms: {retention_days: 0, trains_on_data: false, processing_regions: [eu-west-1, us-east-1]}}
+tasks:
+  - {name: c, data_class: confidential, backends: [pool, zdr, keeps, silent, abroad], slo: {ttft_ms: 800}}
+  - {name: open, backends: [keeps], slo: {ttft_ms: 800}}
+"#;
+
+    #[test]
+    fn data_terms_refuse_each_backend_that_misses_one_with_the_term_named() {
+        let config = Arc::new(crate::config::parse(TERMS).unwrap());
+        let snap = Snapshot::from_config(Arc::clone(&config));
+        let task = config.task("c").unwrap();
+        let allowed = eligible(task, &snap).unwrap();
+        let names: Vec<&str> = allowed.iter().map(|&i| snap.backends[i].name.as_str()).collect();
+        assert_eq!(names, ["pool", "zdr"], "a pool declaring nothing keeps the data in-house");
+        let why = |name: &str| refuses(&config, task, config.backend(name).unwrap());
+        assert_eq!(
+            why("keeps").as_deref(),
+            Some("terms.retention_days 30 is over the data class's max_retention_days 0")
+        );
+        assert_eq!(
+            why("silent").as_deref(),
+            Some(
+                "terms.retention_days not declared (data class allows at most 0 days); \
+                 terms.trains_on_data not declared (data class requires no_training)"
+            )
+        );
+        assert_eq!(
+            why("abroad").as_deref(),
+            Some("terms.processing_regions includes us-east-1, not in [eu-west-1]")
+        );
+        // The same backend serves a class that requires nothing.
+        assert_eq!(refuses(&config, config.task("open").unwrap(), config.backend("keeps").unwrap()), None);
+        assert_eq!(
+            refusals_of(&config, config.backend("keeps").unwrap()),
+            [("c".to_string(), why("keeps").unwrap())]
+        );
+        assert!(refusals_of(&config, config.backend("zdr").unwrap()).is_empty());
+    }
+
+    #[test]
+    fn when_terms_leave_nothing_the_reason_names_the_unmet_terms() {
+        let config = crate::config::parse(TERMS).unwrap();
+        let snap = Snapshot::from_config(Arc::new(config));
+        let mut task = snap.config.task("c").unwrap().clone();
+        task.backends = vec!["keeps".into(), "silent".into()];
+        let err = eligible(&task, &snap).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "no backend may serve task `c` (data class `confidential`): keeps: terms.retention_days 30 is over \
+             the data class's max_retention_days 0; silent: terms.retention_days not declared (data class allows \
+             at most 0 days); terms.trains_on_data not declared (data class requires no_training)"
+        );
     }
 }

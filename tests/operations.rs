@@ -11,4 +11,5 @@ mod gate;
 mod grafana;
 mod helm;
 mod synthetic;
+mod terms;
 mod vllm_manifests;

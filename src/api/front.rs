@@ -294,7 +294,7 @@ fn add_spillway_headers(headers: &mut HeaderMap, c: &Committed) {
 
 /// No plan: policy left nothing (503, the operator's business), or nothing eligible can serve
 /// this request (400 naming the context limit or the missing capability: the client's).
-fn plan_error(e: PlanError) -> ApiError {
+pub(super) fn plan_error(e: PlanError) -> ApiError {
     match e {
         PlanError::Policy(e) => ApiError::new(ErrorCode::NoEligibleBackend, e.0),
         PlanError::Unfit(unfit) if unfit.is_context_length() => {

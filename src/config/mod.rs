@@ -14,6 +14,7 @@ mod schema;
 pub mod secrets;
 mod settings;
 mod task;
+mod terms;
 mod validate;
 
 use schemars::JsonSchema;
@@ -25,6 +26,7 @@ pub use load::{load_file, parse, parse_in, Problem};
 pub use schema::{chart_schema, schema};
 pub use settings::*;
 pub use task::*;
+pub use terms::DataTerms;
 
 /// A Spillway config file (README "Config reference").
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]

@@ -29,6 +29,16 @@ pub struct DataClassPolicy {
     /// May hosted (non-vLLM) backends see this data?
     #[serde(default = "yes")]
     pub allow_hosted: bool,
+    /// Longest a backend may keep the data (its `terms.retention_days`; zero data retention
+    /// counts as 0). Unset: any.
+    #[serde(default)]
+    pub max_retention_days: Option<u32>,
+    /// Only backends whose terms say `trains_on_data: false`.
+    #[serde(default)]
+    pub no_training: bool,
+    /// Only backends whose terms say `zero_data_retention: true`.
+    #[serde(default)]
+    pub zero_data_retention: bool,
 }
 
 /// Circuit breaker settings (one breaker per backend, model and node).

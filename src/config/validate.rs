@@ -108,6 +108,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
                 }
             }
         }
+        for (key, why) in b.terms.problems() {
+            p(at(&format!("terms.{key}")), why);
+        }
         if b.max_inflight_per_node == Some(0) {
             p(at("max_inflight_per_node"), "must be at least 1 (leave it out for no limit)".into());
         }

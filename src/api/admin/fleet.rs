@@ -59,7 +59,18 @@ fn engine_of(state: &AppState, n: &crate::snapshot::NodeView) -> serde_json::Map
     out
 }
 
-/// `GET /admin/backends`.
+/// A backend's declared data terms; an undeclared term is `null`.
+fn terms_json(t: &crate::config::DataTerms) -> Value {
+    json!({
+        "retention_days": t.retention_days,
+        "trains_on_data": t.trains_on_data,
+        "zero_data_retention": t.zero_data_retention,
+        "processing_regions": t.processing_regions,
+    })
+}
+
+/// `GET /admin/backends`: each backend with its nodes, its data terms, and the tasks whose
+/// data class refuses it (`policy_refused`, with the reason).
 pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     reply(authorize(&state, &headers).map(|_| {
         let snap = state.snapshot.load();
@@ -67,7 +78,8 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
         let backends: Vec<Value> = snap
             .backends
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(id, b)| {
                 let nodes: Vec<Value> = b
                     .nodes
                     .iter()
@@ -92,17 +104,23 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                         node
                     })
                     .collect();
-                let engine = snap.config.backends.iter().find(|c| c.name == b.name).and_then(|c| c.pool());
+                let config = &snap.config.backends[id];
+                let refused: Vec<Value> = crate::policy::refusals_of(&snap.config, config)
+                    .into_iter()
+                    .map(|(task, why)| json!({"task": task, "why": why}))
+                    .collect();
                 json!({
                     "backend": b.name,
                     "kind": b.kind.as_str(),
-                    "engine": engine.map(|p| p.engine.as_str()),
+                    "engine": config.pool().map(|p| p.engine.as_str()),
                     "model": b.model,
                     "local": b.is_local(),
                     "availability": b.availability,
                     "share": b.is_local().then_some(b.share),
                     "reserve_released": b.reserve_released,
                     "nodes": nodes,
+                    "terms": terms_json(&config.terms),
+                    "policy_refused": refused,
                 })
             })
             .collect();

@@ -16,11 +16,11 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::error::{ApiError, ErrorCode};
+use super::error::ApiError;
 use super::front::{self, Incoming, Served};
 use crate::canonical::ChatRequest;
 use crate::config::{BackendId, TaskConfig};
-use crate::route::{self, RequestFacts};
+use crate::route::{self, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 
 pub use error::response as error_response;
@@ -96,8 +96,13 @@ async fn count(incoming: Incoming) -> Result<Response, ApiError> {
     Ok(response)
 }
 
-/// The backend the plan would try first now; the task's first backend when nothing has room.
+/// The backend the plan would try first now; when nothing has room (or none fits), the
+/// task's first backend that its policy allows. A count sends the prompt to the backend
+/// (Anthropic's count endpoint), so a task whose policy allows none gets the policy's 503.
 fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Result<BackendId, ApiError> {
+    let eligible =
+        crate::policy::eligible(task, snap).map_err(|e| front::plan_error(PlanError::Policy(e)))?;
+    let first = eligible[0];
     let load = |node: &NodeView| node.handle.load.view();
     let facts = RequestFacts {
         task,
@@ -110,12 +115,8 @@ fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Re
         load: &load,
         request: Some(request),
     };
-    match route::plan(&facts, snap, Instant::now()) {
+    match route::plan_among(&facts, snap, eligible, Instant::now()) {
         Ok(plan) if !plan.targets.is_empty() => Ok(plan.targets[0].backend),
-        _ => task
-            .backends
-            .first()
-            .and_then(|name| snap.backend_id(name))
-            .ok_or_else(|| ApiError::new(ErrorCode::NoEligibleBackend, "the task has no backend")),
+        _ => Ok(first),
     }
 }

@@ -132,6 +132,10 @@ pub struct BackendConfig {
     /// Where the backend runs, for `policy`.
     #[serde(default)]
     pub region: Option<String>,
+    /// What the provider does with the data (retention, training use, zero data retention,
+    /// processing regions), for `policy`; unset keys are not declared.
+    #[serde(default)]
+    pub terms: super::DataTerms,
     /// Prices per million tokens (cost strategy, ledger, break-even).
     #[serde(default)]
     pub price: Option<Price>,

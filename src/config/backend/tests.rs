@@ -236,7 +236,8 @@ fn a_local_pool_is_also_written_vllm_and_names_its_engine_or_detects_it() {
 fn schema_spec_keys() -> Vec<(BackendKind, Vec<String>)> {
     let schema = crate::config::schema();
     let branches = schema["properties"]["backends"]["items"]["oneOf"].as_array().unwrap().clone();
-    let common = ["name", "kind", "model", "api_key_env", "region", "price", "max_inflight_per_node"];
+    let common =
+        ["name", "kind", "model", "api_key_env", "region", "terms", "price", "max_inflight_per_node"];
     let common = [&common[..], &["stream_upstream", "tokenizer", "tokenizer_file", "capabilities"]].concat();
     BackendKind::ALL
         .iter()

@@ -38,6 +38,8 @@ struct Written {
     #[serde(default)]
     region: Option<String>,
     #[serde(default)]
+    terms: crate::config::DataTerms,
+    #[serde(default)]
     price: Option<Price>,
     #[serde(default)]
     max_inflight_per_node: Option<u32>,
@@ -170,6 +172,7 @@ impl Written {
             api_key_env: self.api_key_env,
             model: self.model,
             region: self.region,
+            terms: self.terms,
             price: self.price,
             max_inflight_per_node: self.max_inflight_per_node,
             stream_upstream: self.stream_upstream,
