@@ -296,6 +296,13 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(key.into(), format!("`{env}` is not an environment variable name"));
         }
     }
+    if !(100..=5_000).contains(&config.issued_keys.refresh_ms) {
+        let ms = config.issued_keys.refresh_ms;
+        p(
+            "issued_keys.refresh_ms".into(),
+            format!("{ms} is out of range: 100 to 5000 (a revocation must reach every replica within 5 s)"),
+        );
+    }
     if config.canary.max_tokens == 0 {
         p("canary.max_tokens".into(), "must be at least 1".into());
     }
