@@ -94,7 +94,8 @@ async fn wait_status(base: &str, key: &str, task: &str, want: u16, within: Durat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_issued_through_the_admin_api_serve_until_rotated_or_revoked() {
     let hosted = sim(SimKind::OpenAi, "gpt", |_| {}).await;
-    let r = router(&yaml(&hosted.base_url(), None), &ENV).await;
+    let ledger = common::temp_ledger_url();
+    let r = router(&yaml(&hosted.base_url(), Some(&ledger)), &ENV).await;
 
     // Bad input names what is wrong.
     let (status, refused) =
@@ -140,6 +141,22 @@ async fn keys_issued_through_the_admin_api_serve_until_rotated_or_revoked() {
     let ids: Vec<&str> =
         models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["summarise"]);
+
+    // The ledger names who asked: the issued key by its id, the static key by its variable.
+    let store = spillway::ledger::Store::open(&ledger).await.unwrap();
+    common::wait_until(Duration::from_secs(10), "both requests in the ledger", || async {
+        let rows = store.query(0, i64::MAX).await.unwrap();
+        let mut keys: Vec<String> = rows.into_iter().filter_map(|r| r.client_key).collect();
+        keys.sort();
+        let mut want = vec![id.clone(), "KEYS_STATIC".to_string()];
+        want.sort();
+        if keys == want {
+            Ok(())
+        } else {
+            Err(format!("{keys:?}"))
+        }
+    })
+    .await;
 
     // The listing shows who, never the secret or its hash.
     let (status, listing) = admin(&r.url, "/admin/keys", None).await;
