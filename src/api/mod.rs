@@ -245,3 +245,37 @@ pub struct RouterHandle {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::{IssuedKey, KeyId};
+
+    #[test]
+    fn issued_keys_use_the_tasks_they_name_static_keys_the_allowed_keys() {
+        let config = crate::config::parse(
+            "client_keys_env: [TEAM_A, TEAM_B]\n\
+             backends: [{name: a, kind: openai, model: m}]\n\
+             tasks:\n\
+             - {name: open, backends: [a], slo: {ttft_ms: 500}}\n\
+             - {name: closed, backends: [a], allowed_keys: [TEAM_A], slo: {ttft_ms: 500}}\n",
+        )
+        .unwrap();
+        let (open, closed) = (config.task("open").unwrap(), config.task("closed").unwrap());
+        let issued = |tasks: &[&str]| {
+            Principal::Issued(std::sync::Arc::new(IssuedKey {
+                id: KeyId::parse("0123456789ab").unwrap(),
+                name: "ci".into(),
+                team: "search".into(),
+                tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            }))
+        };
+        let env = |name: &str| Principal::Static { env: name.into() };
+        let may = |key: &Principal| (key_may_use(Some(key), open), key_may_use(Some(key), closed));
+        assert_eq!(may(&env("TEAM_A")), (true, true));
+        assert_eq!(may(&env("TEAM_B")), (true, false));
+        assert_eq!(may(&issued(&[])), (true, false), "no tasks: the open ones");
+        assert_eq!(may(&issued(&["closed"])), (false, true), "named tasks only, granted at creation");
+        assert_eq!((key_may_use(None, open), key_may_use(None, closed)), (true, true), "auth off");
+    }
+}

@@ -407,6 +407,7 @@ tasks:
   - {name: t, backends: [a, ghost], data_class: secret, slo: {ttft_ms: 0}}
 dispatch: {max_attempts: 0}
 affinity: {session_headers: [X-Session-Id, "x session"]}
+issued_keys: {refresh_ms: 6000}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -421,6 +422,7 @@ affinity: {session_headers: [X-Session-Id, "x session"]}
             "tasks[0].slo.ttft_ms: must be above 0",
             "dispatch.max_attempts: must be at least 1",
             "affinity.session_headers[1]: `x session` is not an HTTP header name",
+            "issued_keys.refresh_ms: 6000 is out of range: 100 to 5000",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }
