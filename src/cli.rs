@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `config-schema`, `demo`, `sim` and the offline tools.
+//! The command line: `serve`, `check-config`, `config-schema`, `demo`, `sim`, `keys` and the offline tools.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -117,6 +117,8 @@ pub enum Command {
     Report(crate::report::ReportArgs),
     /// The evaluation gate: run a task's golden set on its backends, or report the results.
     Gate(crate::gate::cli::GateArgs),
+    /// Issued client keys: create, list, revoke, rotate (in the config's ledger store).
+    Keys(crate::keys::cli::KeysArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -177,6 +179,9 @@ pub fn main() -> ExitCode {
             }
             Command::Gate(args) => {
                 crate::gate::cli::run(args).await.map(|out| print!("{out}")).map_err(|e| e.to_string())
+            }
+            Command::Keys(args) => {
+                crate::keys::cli::run(args).await.map(|out| print!("{out}")).map_err(|e| e.to_string())
             }
             Command::CheckConfig { .. }
             | Command::ConfigSchema { .. }

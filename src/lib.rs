@@ -6,7 +6,8 @@
 //! the `control` loops from `fleet` telemetry and the `guard` boards); `api` decodes a request,
 //! `policy` decides which backends it may use, `route` orders them into a plan, `dispatch`
 //! walks the plan through `adapter`s consulting the `guard`s, and the `outcome` records feed
-//! `metrics` and the `ledger`. `app` assembles a running router. The offline commands
+//! `metrics` and the `ledger`; `keys` are the client keys `api` authenticates (issued ones kept
+//! in the ledger's store). `app` assembles a running router. The offline commands
 //! (`report`, `capacity`, `simulate`, `demo`, `agent`, `gate`'s CLI, the `sim` simulators)
 //! stand apart; `benches/imports.py` checks that no import runs against this order.
 
@@ -18,6 +19,7 @@ pub mod tokens;
 
 pub mod fleet;
 pub mod guard;
+pub mod keys;
 pub mod ledger;
 pub mod outcome;
 pub mod snapshot;

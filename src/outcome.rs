@@ -135,6 +135,9 @@ pub struct RequestMeta {
     pub arrived_at: SystemTime,
     /// The name of the client key the request authenticated with (never the key).
     pub client_key: Option<String>,
+    /// Who sent it: a static key's variable, or an issued key's id and team (what budgets and
+    /// per-key reports count by). `None`: auth is off, or a synthetic call.
+    pub principal: Option<crate::canonical::Principal>,
     /// Where the affinity key came from and its hash (`api::affinity`); never the key.
     pub affinity: Option<Affinity>,
     pub priority: crate::config::Priority,
@@ -209,6 +212,7 @@ impl Default for RequestMeta {
             synthetic: false,
             arrived_at: SystemTime::now(),
             client_key: None,
+            principal: None,
             affinity: None,
             priority: crate::config::Priority::default(),
         }

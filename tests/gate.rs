@@ -511,29 +511,12 @@ policy:
     );
 }
 
-/// A fresh PostgreSQL schema on the machine's server (`SPILLWAY_TEST_PG`, default
-/// `postgres://postgres@127.0.0.1:5432/test`), or `None` when it is not reachable (an error
-/// under `SPILLWAY_REQUIRE_PG`).
-async fn pg_store_url() -> Option<String> {
-    use sqlx::Connection;
-    let admin = std::env::var("SPILLWAY_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await else {
-        assert!(std::env::var_os("SPILLWAY_REQUIRE_PG").is_none(), "PostgreSQL is not reachable at {admin}");
-        eprintln!("WARNING: PostgreSQL not reachable; the gate store ran on SQLite only");
-        return None;
-    };
-    let schema = format!("gate_test_{:016x}", rand::random::<u64>());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.unwrap();
-    Some(format!("{admin}?options=-c%20search_path%3D{schema}"))
-}
-
 #[tokio::test]
 async fn the_gate_tables_keep_results_pins_and_shadows_on_both_stores() {
     use spillway::gate::store::{self, GateResult, ShadowResult};
     use spillway::gate::summary::Summary;
     let mut urls = vec![temp_ledger_url()];
-    urls.extend(pg_store_url().await);
+    urls.extend(common::pg_store_url("gate_test").await);
     for url in urls {
         let db = spillway::ledger::Store::open(&url).await.unwrap();
         let result = GateResult {

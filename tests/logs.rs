@@ -12,6 +12,7 @@ const CLIENT_KEY: &str = "ck-PLANTED-client-key-4242";
 const PROVIDER_KEY: &str = "sk-PLANTED-provider-key-7777";
 const PROMPT: &str = "PLANTED-PROMPT the launch code is 0000";
 const SESSION: &str = "PLANTED-session-5150";
+const ADMIN_TOKEN: &str = "PLANTED-admin-token-9090";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn json_logs_carry_the_request_id_and_no_secret_or_prompt() {
@@ -26,6 +27,7 @@ async fn json_logs_carry_the_request_id_and_no_secret_or_prompt() {
         format!(
             r#"listen: 127.0.0.1:0
 client_keys_env: [LOG_TEST_CLIENT_KEY]
+admin_token_env: LOG_TEST_ADMIN
 backends:
   - {{name: pool, kind: vllm, endpoints: ["{node}"], model: llama}}
   - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt, api_key_env: LOG_TEST_PROVIDER_KEY}}
@@ -43,8 +45,12 @@ ledger: {{url: "sqlite://{ledger}"}}
         ),
     )
     .unwrap();
-    let env =
-        [("LOG_TEST_CLIENT_KEY", CLIENT_KEY), ("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY), ("RUST_LOG", "debug")];
+    let env = [
+        ("LOG_TEST_CLIENT_KEY", CLIENT_KEY),
+        ("LOG_TEST_PROVIDER_KEY", PROVIDER_KEY),
+        ("LOG_TEST_ADMIN", ADMIN_TOKEN),
+        ("RUST_LOG", "debug"),
+    ];
     let (mut server, url, stderr) = common::serve_process(&config, &env).await;
     let client = reqwest::Client::new();
     let chat = |task: &str, request_id: Option<&str>| {
@@ -71,6 +77,32 @@ ledger: {{url: "sqlite://{ledger}"}}
     assert_eq!(bad.status(), 404);
     assert_ne!(bad.headers()["x-request-id"], "bad id with spaces");
 
+    // An issued key: created, used, rotated (the old secret refused), used again.
+    let admin = |path: String, body: Value| {
+        client.post(format!("{url}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send()
+    };
+    let created: Value = admin("/admin/keys".into(), json!({"name": "ci", "team": "search"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (issued, key_id) =
+        (created["secret"].as_str().unwrap().to_string(), created["key"]["id"].as_str().unwrap().to_string());
+    let use_key = |key: String| {
+        client
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&json!({"model": "local", "max_tokens": 8, "messages": [{"role": "user", "content": PROMPT}]}))
+            .send()
+    };
+    assert_eq!(use_key(issued.clone()).await.unwrap().status(), 200);
+    let rotated: Value =
+        admin(format!("/admin/keys/{key_id}/rotate"), json!({})).await.unwrap().json().await.unwrap();
+    let rotated = rotated["secret"].as_str().unwrap().to_string();
+    assert_eq!(use_key(issued.clone()).await.unwrap().status(), 401);
+    assert_eq!(use_key(rotated.clone()).await.unwrap().status(), 200);
+
     // SIGTERM: a graceful stop, so that the bookkeeping lines are written before exit.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     assert!(server.wait().unwrap().success());
@@ -82,9 +114,24 @@ ledger: {{url: "sqlite://{ledger}"}}
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect();
     assert!(lines.len() > 10, "debug logs were written: {stderr}");
-    for planted in [CLIENT_KEY, PROVIDER_KEY, "PLANTED-PROMPT", "launch code", SESSION] {
+    // An issued key's secret part, alone, is not in the logs either.
+    let issued_secrets = [&issued[issued.len() - 64..], &rotated[rotated.len() - 64..]];
+    for planted in [CLIENT_KEY, PROVIDER_KEY, ADMIN_TOKEN, "PLANTED-PROMPT", "launch code", SESSION]
+        .into_iter()
+        .chain(issued_secrets)
+    {
         assert!(!stderr.contains(planted), "`{planted}` leaked into the logs");
     }
+    // The audit lines name the key by id and team.
+    let audit: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"].as_str().is_some_and(|m| m.starts_with("admin: client key")))
+        .collect();
+    assert_eq!(audit.len(), 2, "{audit:?}");
+    assert!(
+        audit.iter().all(|l| l["fields"]["key_id"] == key_id.as_str() && l["fields"]["team"] == "search"),
+        "{audit:?}"
+    );
     let with_id = |id: &str| -> Vec<&Value> {
         lines.iter().filter(|l| l["span"]["request_id"] == id || l["fields"]["request_id"] == id).collect()
     };

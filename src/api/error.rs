@@ -56,6 +56,8 @@ pub enum ErrorCode {
     GateRunFailed,
     LedgerOff,
     LedgerUnavailable,
+    /// An issued key that is revoked or expired cannot be rotated.
+    KeyNotActive,
 }
 
 impl ErrorCode {
@@ -105,6 +107,7 @@ impl ErrorCode {
             GateRunFailed => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Some("gate_run_failed")),
             LedgerOff => (StatusCode::NOT_FOUND, INVALID, Some("ledger_off")),
             LedgerUnavailable => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("ledger_unavailable")),
+            KeyNotActive => (StatusCode::CONFLICT, INVALID, Some("key_not_active")),
         }
     }
 
@@ -257,6 +260,7 @@ mod tests {
             GateRunFailed,
             LedgerOff,
             LedgerUnavailable,
+            KeyNotActive,
         ];
         let mut seen = std::collections::HashSet::new();
         for code in all {

@@ -26,7 +26,7 @@ use super::affinity;
 use super::error::{ApiError, ErrorCode};
 use super::request_id::RequestId;
 use super::AppState;
-use crate::canonical::{ChatRequest, ErrorClass};
+use crate::canonical::{ChatRequest, ErrorClass, Principal};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
@@ -39,8 +39,8 @@ use crate::snapshot::{NodeView, Snapshot};
 pub struct Arrival<'a> {
     pub arrived_at: SystemTime,
     pub request_id: String,
-    /// The client key's name, when keys are configured.
-    pub key_name: Option<String>,
+    /// Who sent it, when keys are configured.
+    pub principal: Option<Principal>,
     pub headers: &'a HeaderMap,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
@@ -58,7 +58,7 @@ pub struct Pinning {
 /// concurrency (held until the answer has been written).
 pub struct Received {
     pub arrived_at: SystemTime,
-    pub key_name: Option<String>,
+    pub principal: Option<Principal>,
     pub body: Bytes,
     pub admission: OwnedSemaphorePermit,
 }
@@ -69,7 +69,7 @@ impl Received {
         Arrival {
             arrived_at: self.arrived_at,
             request_id,
-            key_name: self.key_name.clone(),
+            principal: self.principal.clone(),
             headers,
             pin: None,
         }
@@ -100,7 +100,7 @@ impl FromRequest<Arc<AppState>> for Incoming {
 /// so a slow sender never holds a permit.
 pub async fn receive(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let arrived_at = SystemTime::now();
-    let key_name = super::authenticate(state, headers)?;
+    let principal = super::authenticate(state, headers)?;
     let body = super::body::read_json(headers, body, state.max_body_bytes, state.body_read_timeout).await?;
     let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
@@ -109,7 +109,7 @@ pub async fn receive(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> 
         )
         .retry_after(1));
     };
-    Ok(Received { arrived_at, key_name, body, admission })
+    Ok(Received { arrived_at, principal, body, admission })
 }
 
 /// A request committed to a backend, for the front door to encode.
@@ -131,7 +131,7 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, key_name, headers, pin } = arrival;
+    let Arrival { arrived_at, request_id, principal, headers, pin } = arrival;
     let priority = header_str(headers, "x-spillway-priority")?
         .map(|p| {
             Priority::parse(p).ok_or_else(|| {
@@ -143,7 +143,9 @@ pub async fn serve(
         .transpose()?;
 
     let snap = state.snapshot.load_full();
-    let task = task_for(&snap, model, key_name.as_deref())?;
+    let task = task_for(&snap, model, principal.as_ref())?;
+    // The key's name (an environment variable, or an issued key's id): never the key.
+    let key_name = principal.as_ref().map(Principal::name);
     let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
     let canonical = to_canonical(task)?;
 
@@ -151,8 +153,7 @@ pub async fn serve(
 
     // The affinity key keeps a project, session or conversation on the node that holds its
     // prefix cache; without one, requests spread at random. Logged as its source and hash only.
-    let affinity =
-        affinity::derive(headers, &canonical, key_name.as_deref(), &task.name, &snap.config.affinity);
+    let affinity = affinity::derive(headers, &canonical, key_name, &task.name, &snap.config.affinity);
     match affinity {
         Some(a) => tracing::debug!(affinity_source = a.source.as_str(), affinity_hash = %a.hex(), "affinity"),
         None => tracing::debug!(affinity_source = "none", "affinity"),
@@ -190,8 +191,15 @@ pub async fn serve(
         Instant::now(),
     )
     .map_err(plan_error)?;
-    let meta =
-        RequestMeta { arrived_at, affinity, client_key: key_name, priority, request_id, synthetic: false };
+    let meta = RequestMeta {
+        arrived_at,
+        affinity,
+        client_key: key_name.map(str::to_string),
+        principal: principal.clone(),
+        priority,
+        request_id,
+        synthetic: false,
+    };
     let committed = state
         .dispatcher
         .dispatch(&snap, &plan, task, &canonical, priority, &meta)
@@ -247,12 +255,12 @@ fn pinned_backend(snap: &Snapshot, task: &TaskConfig, pin: Pinning) -> Result<Ba
 pub fn task_for<'s>(
     snap: &'s Snapshot,
     model: &str,
-    key_name: Option<&str>,
+    principal: Option<&Principal>,
 ) -> Result<&'s TaskConfig, ApiError> {
     let task = snap.config.task(model).ok_or_else(|| {
         ApiError::new(ErrorCode::ModelNotFound, format!("no task named `{model}`")).param("model")
     })?;
-    if !super::key_may_use(key_name, task) {
+    if !super::key_may_use(principal, task) {
         return Err(ApiError::new(
             ErrorCode::PermissionDenied,
             format!("this key may not use task `{}`", task.name),

@@ -20,7 +20,6 @@ pub mod request_id;
 mod responses;
 pub mod wire;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -33,6 +32,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::canonical::Principal;
 use crate::config::TaskConfig;
 use crate::dispatch::Dispatcher;
 use crate::snapshot::Snapshot;
@@ -44,8 +44,9 @@ pub struct AppState {
     pub dispatcher: Arc<Dispatcher>,
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
-    /// Client key value → the name of the environment variable it came from. Empty: no auth.
-    pub client_keys: Arc<ArcSwap<HashMap<String, String>>>,
+    /// The client keys: static ones from the environment and issued ones from the store.
+    /// Neither kind configured: no auth.
+    pub client_keys: Arc<crate::keys::KeyBoard>,
     /// Hosted quota counters (for `/metrics`: whether the shared Redis state is reachable).
     pub quota: Arc<crate::guard::quota::QuotaBoard>,
     /// Running totals of requests, spills and failed attempts.
@@ -102,12 +103,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The key name the request authenticated as (`None` when auth is off), or 401. The key comes
-/// as `Authorization: Bearer <key>` (OpenAI's SDKs) or `x-api-key: <key>` (Anthropic's), on
-/// every route.
-pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let client_keys = state.client_keys.load();
-    if client_keys.is_empty() {
+/// Who the request authenticated as (`None` when no key of either kind is configured), or
+/// 401. The key comes as `Authorization: Bearer <key>` (OpenAI's SDKs) or `x-api-key: <key>`
+/// (Anthropic's), on every route. An unknown, revoked or expired key gets one answer, which
+/// each front door sends in its dialect's envelope. The key is never logged.
+pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
+    if !state.client_keys.required() {
         return Ok(None);
     }
     let unauthorized = |m: &str| ApiError::new(ErrorCode::InvalidApiKey, m);
@@ -124,14 +125,21 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Stri
             return Err(unauthorized("missing API key: send Authorization: Bearer <key> or x-api-key: <key>"))
         }
     };
-    client_keys.get(key.trim()).cloned().map(Some).ok_or_else(|| unauthorized("invalid API key"))
+    let now_ms = crate::ledger::unix_millis(std::time::SystemTime::now());
+    state.client_keys.check(key.trim(), now_ms).map(Some).map_err(|_| unauthorized("invalid API key"))
 }
 
-/// Whether a key (by env name) may use a task.
-pub fn key_may_use(key_name: Option<&str>, task: &TaskConfig) -> bool {
-    match (&task.allowed_keys, key_name) {
-        (None, _) | (_, None) => true,
-        (Some(allowed), Some(name)) => allowed.iter().any(|a| a == name),
+/// Whether a key may use a task. A static key: when the task has no `allowed_keys` or lists
+/// its environment variable. An issued key with tasks: exactly those (naming a task at
+/// creation is the operator's grant); with none: the tasks without `allowed_keys`.
+pub fn key_may_use(key: Option<&Principal>, task: &TaskConfig) -> bool {
+    match (key, &task.allowed_keys) {
+        (None, _) => true,
+        (Some(Principal::Issued(k)), allowed) if !k.tasks.is_empty() || allowed.is_some() => {
+            k.tasks.contains(&task.name)
+        }
+        (Some(_), None) => true,
+        (Some(key), Some(allowed)) => allowed.iter().any(|a| a == key.name()),
     }
 }
 
@@ -149,7 +157,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
         .config
         .tasks
         .iter()
-        .filter(|t| key_may_use(key.as_deref(), t))
+        .filter(|t| key_may_use(key.as_ref(), t))
         .flat_map(|t| std::iter::once(t.name.as_str()).chain(t.aliases.iter().map(String::as_str)))
         .collect();
     if anthropic {
@@ -236,4 +244,38 @@ pub fn current_metrics(state: &AppState) -> String {
 pub struct RouterHandle {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::{IssuedKey, KeyId};
+
+    #[test]
+    fn issued_keys_use_the_tasks_they_name_static_keys_the_allowed_keys() {
+        let config = crate::config::parse(
+            "client_keys_env: [TEAM_A, TEAM_B]\n\
+             backends: [{name: a, kind: openai, model: m}]\n\
+             tasks:\n\
+             - {name: open, backends: [a], slo: {ttft_ms: 500}}\n\
+             - {name: closed, backends: [a], allowed_keys: [TEAM_A], slo: {ttft_ms: 500}}\n",
+        )
+        .unwrap();
+        let (open, closed) = (config.task("open").unwrap(), config.task("closed").unwrap());
+        let issued = |tasks: &[&str]| {
+            Principal::Issued(std::sync::Arc::new(IssuedKey {
+                id: KeyId::parse("0123456789ab").unwrap(),
+                name: "ci".into(),
+                team: "search".into(),
+                tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            }))
+        };
+        let env = |name: &str| Principal::Static { env: name.into() };
+        let may = |key: &Principal| (key_may_use(Some(key), open), key_may_use(Some(key), closed));
+        assert_eq!(may(&env("TEAM_A")), (true, true));
+        assert_eq!(may(&env("TEAM_B")), (true, false));
+        assert_eq!(may(&issued(&[])), (true, false), "no tasks: the open ones");
+        assert_eq!(may(&issued(&["closed"])), (false, true), "named tasks only, granted at creation");
+        assert_eq!((key_may_use(None, open), key_may_use(None, closed)), (true, true), "auth off");
+    }
 }

@@ -184,7 +184,18 @@ pub async fn start_with(
         };
         crate::gate::service::GateService::start(parts, gate_board, &mut loops).await
     };
-    let client_keys = Arc::new(ArcSwap::from_pointee(secrets.client_keys));
+    // Static keys now; issued keys read once before the first request, then on an interval.
+    let client_keys =
+        Arc::new(crate::keys::KeyBoard::new(crate::keys::StaticKeys::new(&secrets.client_keys)));
+    if let Some(l) = &ledger {
+        crate::keys::reload(&client_keys, &l.store).await.map_err(std::io::Error::other)?;
+        let refresh = crate::control::keys::run(
+            Arc::clone(&client_keys),
+            l.store.clone(),
+            config.issued_keys.refresh(),
+        );
+        loops.spawn(refresh);
+    }
     let reloader = Arc::new(Reloader {
         config: config_swap,
         client_keys: Arc::clone(&client_keys),

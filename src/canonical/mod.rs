@@ -11,6 +11,7 @@ mod error;
 mod id;
 mod native;
 mod operation;
+mod principal;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,7 @@ pub use native::{Dialect, NativeEvent, NativeRequest};
 pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };
+pub use principal::{IssuedKey, KeyId, Principal};
 use serde_json::Value;
 
 /// Who wrote a message.

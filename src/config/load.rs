@@ -52,6 +52,7 @@ impl fmt::Display for Problem {
 const TOP_KEYS: &[&str] = &[
     "listen",
     "client_keys_env",
+    "issued_keys",
     "backends",
     "tasks",
     "policy",
@@ -108,6 +109,7 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
             "tasks" => s.list(name, value, &mut task_at, serde::<super::TaskConfig>),
             "listen" => s.peel(name, value, serde::<String>),
             "client_keys_env" => s.peel(name, value, serde::<Vec<String>>),
+            "issued_keys" => s.peel(name, value, serde::<super::IssuedKeysConfig>),
             "policy" => s.peel(name, value, serde::<super::PolicyConfig>),
             "dispatch" => s.peel(name, value, serde::<super::DispatchConfig>),
             "limits" => s.peel(name, value, serde::<super::LimitsConfig>),

@@ -39,6 +39,9 @@ pub struct Config {
     /// Environment variables that each hold one bearer key clients may send. Empty: no auth.
     #[serde(default)]
     pub client_keys_env: Vec<String>,
+    /// Client keys issued through `spillway keys` (kept in the ledger store), beside these.
+    #[serde(default)]
+    pub issued_keys: IssuedKeysConfig,
     /// The vLLM pools and hosted APIs requests can go to.
     pub backends: Vec<BackendConfig>,
     /// What clients name in `model`: each task's backends, strategy and SLO.

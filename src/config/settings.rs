@@ -182,6 +182,27 @@ impl LimitsConfig {
     }
 }
 
+/// Client keys issued through `spillway keys` or `/admin/keys`, kept in the ledger store.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IssuedKeysConfig {
+    /// How often a router reads the issued keys from the store again (100 to 5000 ms), so a
+    /// key revoked through any replica is refused by every replica within this time.
+    pub refresh_ms: u64,
+}
+
+impl Default for IssuedKeysConfig {
+    fn default() -> Self {
+        IssuedKeysConfig { refresh_ms: 2_000 }
+    }
+}
+
+impl IssuedKeysConfig {
+    pub fn refresh(&self) -> Duration {
+        Duration::from_millis(self.refresh_ms)
+    }
+}
+
 /// Canaries: a small synthetic request to every fallback backend on an interval, so that an
 /// exit nothing has used for months is known to work (or known broken) before an outage.
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]

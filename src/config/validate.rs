@@ -299,6 +299,13 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(key.into(), format!("`{env}` is not an environment variable name"));
         }
     }
+    if !(100..=5_000).contains(&config.issued_keys.refresh_ms) {
+        let ms = config.issued_keys.refresh_ms;
+        p(
+            "issued_keys.refresh_ms".into(),
+            format!("{ms} is out of range: 100 to 5000 (a revocation must reach every replica within 5 s)"),
+        );
+    }
     if config.canary.max_tokens == 0 {
         p("canary.max_tokens".into(), "must be at least 1".into());
     }
@@ -403,6 +410,7 @@ tasks:
   - {name: t, backends: [a, ghost], data_class: secret, slo: {ttft_ms: 0}}
 dispatch: {max_attempts: 0}
 affinity: {session_headers: [X-Session-Id, "x session"]}
+issued_keys: {refresh_ms: 6000}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -417,6 +425,7 @@ affinity: {session_headers: [X-Session-Id, "x session"]}
             "tasks[0].slo.ttft_ms: must be above 0",
             "dispatch.max_attempts: must be at least 1",
             "affinity.session_headers[1]: `x session` is not an HTTP header name",
+            "issued_keys.refresh_ms: 6000 is out of range: 100 to 5000",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }

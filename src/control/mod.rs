@@ -8,6 +8,7 @@ pub mod books;
 pub mod canary;
 pub mod discovery;
 pub mod gpu_time;
+pub mod keys;
 pub mod pins;
 pub mod reload;
 pub mod scrape;

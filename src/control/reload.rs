@@ -8,7 +8,6 @@
 //! limits, telemetry, shared state, ledger, canary interval, balancing gains, admin token) are
 //! reported as needing a restart instead of being half-applied.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -24,7 +23,8 @@ use crate::metrics::Metrics;
 /// Everything a reload swaps.
 pub struct Reloader {
     pub config: Arc<ArcSwap<Config>>,
-    pub client_keys: Arc<ArcSwap<HashMap<String, String>>>,
+    /// Static client keys are swapped here; issued keys come from the store, not the config.
+    pub client_keys: Arc<crate::keys::KeyBoard>,
     pub prices: Arc<ArcSwap<HostedPrices>>,
     pub dispatcher: Arc<Dispatcher>,
     pub quota: Arc<QuotaBoard>,
@@ -54,6 +54,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
         ("canary", old.canary != new.canary),
         ("balancing", old.balancing != new.balancing),
         ("admin_token_env", old.admin_token_env != new.admin_token_env),
+        ("issued_keys", old.issued_keys != new.issued_keys),
     ];
     changed.into_iter().filter(|(_, c)| *c).map(|(k, _)| k).collect()
 }
@@ -77,7 +78,7 @@ impl Reloader {
             client_keys: secrets.client_keys.keys().cloned().collect(),
             admin_token: secrets.admin_token,
         });
-        self.client_keys.store(Arc::new(secrets.client_keys));
+        self.client_keys.set_static(crate::keys::StaticKeys::new(&secrets.client_keys));
         self.quota.set_limits(&new);
         self.availability.track_new(&new);
         self.metrics.configure(&new);

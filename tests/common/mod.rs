@@ -100,6 +100,23 @@ pub async fn router_until(
     Router { url: format!("http://{}", handle.addr), handle }
 }
 
+/// A fresh PostgreSQL schema (named `{prefix}_<random>`) on the machine's server
+/// (`SPILLWAY_TEST_PG`, default `postgres://postgres@127.0.0.1:5432/test`) as a store URL, or
+/// `None` when it is not reachable (an error under `SPILLWAY_REQUIRE_PG`).
+pub async fn pg_store_url(prefix: &str) -> Option<String> {
+    use sqlx::Connection;
+    let admin = std::env::var("SPILLWAY_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await else {
+        assert!(std::env::var_os("SPILLWAY_REQUIRE_PG").is_none(), "PostgreSQL is not reachable at {admin}");
+        eprintln!("WARNING: PostgreSQL not reachable; {prefix} ran without it");
+        return None;
+    };
+    let schema = format!("{prefix}_{:016x}", rand::random::<u64>());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&mut conn).await.unwrap();
+    Some(format!("{admin}?options=-c%20search_path%3D{schema}"))
+}
+
 impl Router {
     /// Wait (up to 5 s) until every local node has fresh telemetry.
     pub async fn wait_fresh(&self) {

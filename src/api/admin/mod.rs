@@ -4,6 +4,7 @@
 
 mod fleet;
 mod gate;
+mod keys;
 mod report;
 
 use std::sync::Arc;
@@ -56,6 +57,9 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/gate", get(gate::status))
         .route("/admin/gate/run", post(gate::run))
         .route("/admin/gate/requalify", post(gate::requalify))
+        .route("/admin/keys", get(keys::list).post(keys::create))
+        .route("/admin/keys/{id}/revoke", post(keys::revoke))
+        .route("/admin/keys/{id}/rotate", post(keys::rotate))
 }
 
 /// `POST /admin/reload`: read the config file again and apply it (see `control::reload`).

@@ -79,7 +79,7 @@ async fn count(incoming: Incoming) -> Result<Response, ApiError> {
     body.entry("max_tokens").or_insert(json!(1));
     let decoded = decode::from_body(body)?;
     let snap = state.snapshot.load_full();
-    let task = front::task_for(&snap, &decoded.model, received.key_name.as_deref())?;
+    let task = front::task_for(&snap, &decoded.model, received.principal.as_ref())?;
     let request = decoded.to_canonical(&headers, None)?;
     let backend = first_choice(&snap, task, &request)?;
     let counted = state
