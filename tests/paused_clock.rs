@@ -85,6 +85,7 @@ impl Loop {
             availability: AvailabilityBoard::new(&config),
             holds: Arc::clone(&holds),
             shares: Default::default(),
+            share_feedback: Default::default(),
         };
         let task = tokio::spawn(snapshot_loop::run(Arc::clone(&current), sources, PERIOD));
         let l = Loop { config, current, breakers, holds, task, _discovered: discovered };

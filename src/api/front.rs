@@ -191,6 +191,7 @@ pub async fn serve(
         Instant::now(),
     )
     .map_err(plan_error)?;
+    state.share_feedback.record(&snap, &plan);
     let meta = RequestMeta {
         arrived_at,
         affinity,

@@ -71,6 +71,8 @@ pub struct AppState {
     pub reloader: Arc<crate::control::reload::Reloader>,
     /// The evaluation gate: results, accepted pins, re-runs and shadow traffic.
     pub gate: crate::gate::service::GateService,
+    /// Each plan's word on the pools that take its project first (`route::sticky`).
+    pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

@@ -121,6 +121,7 @@ pub async fn start_with(
     tokio::task::spawn_blocking(crate::tokens::warm_up);
     let gate_board = Arc::new(crate::gate::board::GateBoard::default());
     let over_quota = Arc::clone(&quota);
+    let share_feedback = Arc::new(crate::route::sticky::ShareFeedback::default());
     let sources = snapshot_loop::Sources {
         config: Arc::clone(&config_swap),
         nodes,
@@ -132,6 +133,7 @@ pub async fn start_with(
         availability: Arc::clone(&availability),
         holds: Arc::clone(&holds),
         shares: Default::default(),
+        share_feedback: Arc::clone(&share_feedback),
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);
@@ -235,6 +237,7 @@ pub async fn start_with(
         canaries,
         reloader,
         gate,
+        share_feedback,
     });
     let addr = listener.local_addr()?;
     let edge_metrics = state.metrics.edge.clone();

@@ -289,6 +289,9 @@ pub struct StickySpillConfig {
     pub down_per_sec: f64,
     /// How fast it grows back with clear headroom (share per second).
     pub up_per_sec: f64,
+    /// The share of its own projects' requests (those it takes first) a pool may refuse
+    /// between two steps before it counts as full for them.
+    pub refused_max: f64,
 }
 
 impl Default for StickySpillConfig {
@@ -297,8 +300,9 @@ impl Default for StickySpillConfig {
             enabled: true,
             margin: 0.15,
             hold_secs: 60,
-            down_per_sec: 0.05,
+            down_per_sec: 0.02,
             up_per_sec: 0.005,
+            refused_max: 0.3,
         }
     }
 }

@@ -279,7 +279,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if !(s.margin.is_finite() && s.margin > 0.0 && s.margin < 1.0) {
         p("balancing.sticky_spill.margin".into(), "must be between 0 and 1".into());
     }
-    for (key, rate) in [("down_per_sec", s.down_per_sec), ("up_per_sec", s.up_per_sec)] {
+    for (key, rate) in
+        [("down_per_sec", s.down_per_sec), ("up_per_sec", s.up_per_sec), ("refused_max", s.refused_max)]
+    {
         if !(rate.is_finite() && rate > 0.0 && rate <= 1.0) {
             p(format!("balancing.sticky_spill.{key}"), "must be above 0 and at most 1".into());
         }

@@ -16,7 +16,7 @@ use crate::canonical::NodeKey;
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::node::NodeBoard;
-use crate::route::sticky::PoolShares;
+use crate::route::sticky::{PoolShares, ShareFeedback};
 use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
 
 /// Where the snapshot's parts come from.
@@ -38,6 +38,8 @@ pub struct Sources {
     pub holds: Arc<crate::guard::holds::HoldBoard>,
     /// Each pool's sticky-spill share, stepped after every rebuild.
     pub shares: Mutex<PoolShares>,
+    /// What the request paths' plans saw of each pool's own projects (for its share).
+    pub share_feedback: Arc<ShareFeedback>,
 }
 
 /// What a node reports about itself: pod annotations first, else what vLLM exposes (the KV
@@ -110,7 +112,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     sources.pins.retain(|k| live.contains(&k));
     snap.gate_refusals = sources.gate.refusals(&config, &sources.pins);
     let load = |node: &NodeView| node.handle.load.view();
-    sources.shares.lock().unwrap_or_else(|e| e.into_inner()).step(&snap, &load, now);
+    sources.shares.lock().unwrap_or_else(|e| e.into_inner()).step(&snap, &load, &sources.share_feedback, now);
     snap
 }
 
@@ -168,6 +170,7 @@ tasks:
             availability: super::super::balancing::AvailabilityBoard::new(&config),
             holds: Default::default(),
             shares: Default::default(),
+            share_feedback: Default::default(),
             config: Arc::new(ArcSwap::new(config)),
         };
         (sources, tx)

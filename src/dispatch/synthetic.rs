@@ -99,7 +99,7 @@ impl Dispatcher {
                     view.nodes.get(node).ok_or(SyntheticError::NoTarget)?;
                     refused(snap, &task, backend)?;
                     let target = Target { backend, node, reason: Reason::Preferred { rank: 0 } };
-                    Plan { targets: vec![target], spills: Vec::new() }
+                    Plan { targets: vec![target], spills: Vec::new(), kept: Vec::new() }
                 }
             };
             if plan.targets.is_empty() {

@@ -106,6 +106,9 @@ pub struct Spill {
 pub struct Plan {
     pub targets: Vec<Target>,
     pub spills: Vec<Spill>,
+    /// The pools that take this request's project first (`sticky`), and whether one of
+    /// their nodes could take it: the pool's share shrinks while it refuses its own projects.
+    pub kept: Vec<(BackendId, bool)>,
 }
 
 impl Plan {
@@ -151,6 +154,7 @@ pub fn plan_among(
     let mut spills = Vec::new();
     // Pools that take this request's project second (`sticky`): planned after the hosted chain.
     let mut second = Vec::new();
+    let mut kept = Vec::new();
     let key = facts.affinity.unwrap_or(facts.seed);
     let hosted_up = eligible.iter().any(|&b| !snap.backends[b].is_local() && !snap.backends[b].down);
     let sticky_cfg = &snap.config.balancing.sticky_spill;
@@ -159,6 +163,9 @@ pub fn plan_among(
             sticky::membership(&snap.backends[backend], sticky_cfg, facts.task.strategy, hosted_up, key);
         let stay = member == Some(true);
         let targets = pool_targets(facts, snap, backend, slo_s, stay, now, &mut spills, &mut last_resort);
+        if stay {
+            kept.push((backend, !targets.is_empty()));
+        }
         if member == Some(false) {
             if let Some(first) = targets.first() {
                 spills.push(Spill { backend, node: first.node, reason: SpillReason::Sticky });
@@ -198,7 +205,7 @@ pub fn plan_among(
     last_resort.sort_by(|a, b| a.0.total_cmp(&b.0));
     targets.extend(last_resort.into_iter().map(|(_, t)| t));
     targets.extend(last);
-    Ok(Plan { targets, spills })
+    Ok(Plan { targets, spills, kept })
 }
 
 /// The nodes of one local pool that may take the request, affinity node first while it has

@@ -285,14 +285,18 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     let mut task = snap.config.task("summarise-ticket").unwrap().clone();
     task.strategy = Strategy::Adaptive;
     let (mut inside, mut outside) = (0, 0);
+    let feedback = sticky::ShareFeedback::default();
     for key in 0..400u64 {
         let f = RequestFacts { affinity: Some(key), window: 3, ..facts(&task, key) };
         let p = plan(&f, &snap, now).unwrap();
+        feedback.record(&snap, &p);
         if sticky::takes_first(key, "local-llama", 0.5) {
             inside += 1;
-            // In the share: the fleet first, past the reserve (the node is within its SLO).
+            // In the share: the fleet first, past the reserve (the node is within its SLO),
+            // and the plan says the pool took its own project.
             assert!(names(&snap, &p)[..2].iter().all(|n| n.starts_with("local-llama")), "key {key}");
             assert!(p.spills.is_empty(), "{:?}", p.spills);
+            assert_eq!(p.kept, [(BackendId::new(0), true)]);
         } else {
             outside += 1;
             // Outside: the hosted chain first, the pool after it as a fallback (held to the
@@ -302,6 +306,20 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
         }
     }
     assert!(inside > 150 && outside > 150, "{inside} in, {outside} out");
+    // The feedback counted every in-share plan as taken, then starts afresh.
+    let counted = feedback.take();
+    assert_eq!(counted["local-llama"], sticky::Kept { taken: inside, refused: 0 });
+    assert!(feedback.take().is_empty());
+    // Nodes that cannot take even the share's projects (every slot busy): they are refused,
+    // and the feedback says so.
+    let packed = |_: &str| NodeSignals { running: Some(256.0), waiting: Some(3.0), ..NodeSignals::default() };
+    let packed_snap = snap_shared(now, packed, closed, 0.5);
+    let key = (0..100u64).find(|&k| sticky::takes_first(k, "local-llama", 0.5)).unwrap();
+    let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &packed_snap, now).unwrap();
+    assert_eq!(names(&packed_snap, &p), ["anthropic#0", "openai#0"]);
+    assert_eq!(p.kept, [(BackendId::new(0), false)]);
+    feedback.record(&packed_snap, &p);
+    assert_eq!(feedback.take()["local-llama"], sticky::Kept { taken: 0, refused: 1 });
     // Below the reserve line, keys outside the share still go hosted first, with the pool
     // after the hosted chain and the reason `sticky`.
     let idle_snap = snap_shared(now, idle, closed, 0.5);

@@ -20,19 +20,24 @@
 //! is the reserve line): while the share is 1 the reserve holds per request and the pool is
 //! full at 1; below 1 its own projects may use the reserve and it is full at `1 + margin`.
 //! A pool most of whose nodes would refuse a request of their usual size even without the
-//! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count.
-//! When full the share shrinks (multiplicatively, `down_per_sec`); at or below `1 − margin`,
-//! and no sooner than `hold_secs` after it last shrank, it grows back (`up_per_sec`); in
-//! between it holds, so the fleet runs at its reserve line on average, as without stickiness,
-//! and the reserve absorbs the fluctuations. A project that spilled thus keeps its hosted chain
-//! until the fleet has had clear headroom for the hold window. Below full load the share sits
-//! at 1 and planning is exactly what it was without stickiness.
+//! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count;
+//! so is one near the line (above `1 − margin`) that refused more than `refused_max` of its
+//! own projects' requests since the last step (each would bounce out and back: the plans
+//! report it through [`ShareFeedback`]). When full the share shrinks (multiplicatively,
+//! `down_per_sec`); at or below `margin` under the line where it is full, with none of its
+//! projects refused and no sooner than `hold_secs` after it last shrank, it grows back
+//! (`up_per_sec`); in between it holds, so the fleet runs near its reserve line on average,
+//! as without stickiness, and the reserve absorbs the fluctuations. A project that spilled
+//! thus keeps its hosted chain until the fleet has had clear headroom for the hold window.
+//! Below full load the share sits at 1 and planning is exactly what it was without
+//! stickiness.
 //!
-//! Pure: the controller takes `dt` and the occupancy; planning reads the share from the
+//! Pure: the controller takes `dt`, the occupancy and the refusals; planning reads the share from the
 //! snapshot. Replicas compute the share from the same nodes' telemetry, so they agree up to
 //! what each has sent since the last scrape.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use tokio::time::Instant;
 
@@ -40,6 +45,8 @@ use crate::config::{StickySpillConfig, Strategy};
 use crate::fleet::headroom::{self, PoolLimits};
 use crate::fleet::load::LoadView;
 use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
+
+use super::Plan;
 
 /// Fixed seed of the membership hash ("STICKY" in ASCII); part of the format, like
 /// `chain`'s.
@@ -128,7 +135,7 @@ impl Default for Share {
 impl Share {
     /// Advance by `dt` seconds at this load; returns the new share. Unknown load leaves it
     /// as it is; stickiness off puts it at 1.
-    pub fn step(&mut self, load: Option<PoolLoad>, dt: f64, cfg: &StickySpillConfig) -> f64 {
+    pub fn step(&mut self, load: Option<PoolLoad>, kept: Kept, dt: f64, cfg: &StickySpillConfig) -> f64 {
         if !cfg.enabled {
             *self = Share::default();
             return 1.0;
@@ -140,17 +147,70 @@ impl Share {
         // At a share of 1 the pool holds its reserve per request, so it is full at the line;
         // below 1 the projects it keeps may use the reserve, and it is full `margin` above it.
         let full = if self.share < 1.0 { 1.0 + cfg.margin } else { 1.0 };
+        // Refusing its own projects is a pool full for them, once it is near the line (below
+        // it, a refusal is one node's burst, and shrinking would only idle the others).
+        let planned = (kept.taken + kept.refused) as f64;
+        let refuses_own = kept.refused as f64 > cfg.refused_max * planned;
         match load {
-            Some(l) if l.refusing || l.occupancy >= full => {
+            Some(l)
+                if l.refusing || l.occupancy >= full || (refuses_own && l.occupancy >= 1.0 - cfg.margin) =>
+            {
                 self.share *= (1.0 - cfg.down_per_sec * dt).max(0.0);
                 self.since_shrink = 0.0;
             }
-            Some(l) if l.occupancy <= 1.0 - cfg.margin && self.since_shrink >= cfg.hold_secs as f64 => {
+            Some(l)
+                if kept.refused == 0
+                    && l.occupancy <= full - cfg.margin
+                    && self.since_shrink >= cfg.hold_secs as f64 =>
+            {
                 self.share = (self.share + cfg.up_per_sec * dt).min(1.0);
             }
             _ => {}
         }
         self.share
+    }
+}
+
+/// Requests of the projects a pool takes first, since the last step.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Kept {
+    /// One of its nodes could take them.
+    pub taken: u64,
+    /// None could: they left the fleet though the pool takes their project first.
+    pub refused: u64,
+}
+
+/// What planning saw of each pool's own projects between two steps; shared by the request
+/// paths (which record each plan) and the loop that steps the shares.
+#[derive(Debug, Default)]
+pub struct ShareFeedback {
+    pools: Mutex<BTreeMap<String, Kept>>,
+}
+
+impl ShareFeedback {
+    /// Count the pools that took `plan`'s project first, and whether they could take it.
+    pub fn record(&self, snap: &Snapshot, plan: &Plan) {
+        if plan.kept.is_empty() {
+            return;
+        }
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for &(backend, taken) in &plan.kept {
+            let name = &snap.backends[backend].name;
+            let kept = match pools.get_mut(name) {
+                Some(k) => k,
+                None => pools.entry(name.clone()).or_default(),
+            };
+            if taken {
+                kept.taken += 1;
+            } else {
+                kept.refused += 1;
+            }
+        }
+    }
+
+    /// What was counted since the last call, and start afresh.
+    pub(super) fn take(&self) -> BTreeMap<String, Kept> {
+        std::mem::take(&mut *self.pools.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -168,9 +228,16 @@ impl PoolShares {
     }
 
     /// Step every pool of `snap` by the time since the last step, at its occupancy now.
-    pub fn step(&mut self, snap: &Snapshot, load: &dyn Fn(&NodeView) -> LoadView, now: Instant) {
+    pub fn step(
+        &mut self,
+        snap: &Snapshot,
+        load: &dyn Fn(&NodeView) -> LoadView,
+        feedback: &ShareFeedback,
+        now: Instant,
+    ) {
         let dt = self.last.map_or(0.0, |last| now.saturating_duration_since(last).as_secs_f64());
         self.last = Some(now);
+        let kept = feedback.take();
         let cfg = &snap.config.balancing.sticky_spill;
         for view in snap.backends.iter().filter(|b| b.is_local()) {
             let slo_s = snap
@@ -181,7 +248,8 @@ impl PoolShares {
                 .map(|t| t.slo.ttft_ms as f64 / 1000.0 * (1.0 - t.slo.margin))
                 .fold(f64::INFINITY, f64::min);
             let l = pool_load(view, load, slo_s, now);
-            self.shares.entry(view.name.clone()).or_default().step(l, dt, cfg);
+            let k = kept.get(&view.name).copied().unwrap_or_default();
+            self.shares.entry(view.name.clone()).or_default().step(l, k, dt, cfg);
         }
         self.shares.retain(|name, _| snap.backends.iter().any(|b| &b.name == name));
     }
@@ -192,7 +260,14 @@ mod tests {
     use super::*;
 
     fn cfg() -> StickySpillConfig {
-        StickySpillConfig { enabled: true, margin: 0.2, hold_secs: 10, down_per_sec: 0.1, up_per_sec: 0.01 }
+        StickySpillConfig {
+            enabled: true,
+            margin: 0.2,
+            hold_secs: 10,
+            down_per_sec: 0.1,
+            up_per_sec: 0.01,
+            refused_max: 0.25,
+        }
     }
 
     #[track_caller]
@@ -223,33 +298,58 @@ mod tests {
         let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
         let mut s = Share::default();
         // Within the band: nothing moves.
-        assert_eq!(s.step(at(0.9), 1.0, &cfg), 1.0);
+        assert_eq!(s.step(at(0.9), Kept::default(), 1.0, &cfg), 1.0);
         // At the reserve line with a share of 1: 1 × (1 − 0.1 × 2) = 0.8. Below 1 the line is
         // no longer full (the kept projects may use the reserve): 1.2 = 1 + margin is.
-        assert_close(s.step(at(1.0), 2.0, &cfg), 0.8);
-        assert_close(s.step(at(1.1), 1.0, &cfg), 0.8);
-        assert_close(s.step(at(1.3), 1.0, &cfg), 0.72);
+        assert_close(s.step(at(1.0), Kept::default(), 2.0, &cfg), 0.8);
+        assert_close(s.step(at(1.1), Kept::default(), 1.0, &cfg), 0.8);
+        assert_close(s.step(at(1.3), Kept::default(), 1.0, &cfg), 0.72);
         // Clear headroom, but the hold (10 s since the last shrink) is not over.
         for _ in 0..9 {
-            assert_close(s.step(at(0.5), 1.0, &cfg), 0.72);
+            assert_close(s.step(at(0.5), Kept::default(), 1.0, &cfg), 0.72);
         }
         // 10 s: it grows by 0.01 per second.
-        assert_close(s.step(at(0.5), 1.0, &cfg), 0.73);
-        assert_close(s.step(at(0.5), 5.0, &cfg), 0.78);
-        // Between 1 − margin and 1 + margin it holds; unknown occupancy holds too.
-        assert_close(s.step(at(0.85), 30.0, &cfg), 0.78);
-        assert_close(s.step(at(1.15), 30.0, &cfg), 0.78);
-        assert_close(s.step(None, 30.0, &cfg), 0.78);
+        assert_close(s.step(at(0.5), Kept::default(), 1.0, &cfg), 0.73);
+        assert_close(s.step(at(0.5), Kept::default(), 5.0, &cfg), 0.78);
+        // Below 1 it is full at 1 + margin, so it grows at or below the line (1.0) and holds
+        // between the line and 1 + margin; unknown occupancy holds too.
+        assert_close(s.step(at(1.0), Kept::default(), 2.0, &cfg), 0.80);
+        assert_close(s.step(at(1.05), Kept::default(), 30.0, &cfg), 0.80);
+        assert_close(s.step(at(1.15), Kept::default(), 30.0, &cfg), 0.80);
+        assert_close(s.step(None, Kept::default(), 30.0, &cfg), 0.80);
         // It never passes 1, and a zero step changes nothing.
-        assert_close(s.step(at(0.0), 100.0, &cfg), 1.0);
-        assert_close(s.step(at(2.0), 0.0, &cfg), 1.0);
+        assert_close(s.step(at(0.85), Kept::default(), 100.0, &cfg), 1.0);
+        assert_close(s.step(at(2.0), Kept::default(), 0.0, &cfg), 1.0);
         // Nodes that refuse requests of their usual size make the pool full at any count.
-        assert_close(s.step(Some(PoolLoad { occupancy: 0.5, refusing: true }), 1.0, &cfg), 0.9);
-        assert_close(s.step(at(0.5), 5.0, &cfg), 0.9);
+        assert_close(
+            s.step(Some(PoolLoad { occupancy: 0.5, refusing: true }), Kept::default(), 1.0, &cfg),
+            0.9,
+        );
+        assert_close(s.step(at(0.5), Kept::default(), 5.0, &cfg), 0.9);
         // A long full spell cannot go below 0.
-        assert_eq!(s.step(at(2.0), 100.0, &cfg), 0.0);
+        assert_eq!(s.step(at(2.0), Kept::default(), 100.0, &cfg), 0.0);
         // Off: back to 1 at once.
         let off = StickySpillConfig { enabled: false, ..cfg };
-        assert_eq!(s.step(at(2.0), 1.0, &off), 1.0);
+        assert_eq!(s.step(at(2.0), Kept::default(), 1.0, &off), 1.0);
+    }
+
+    #[test]
+    fn a_pool_that_refuses_its_own_projects_near_the_line_is_full() {
+        let cfg = cfg();
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
+        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        let mut s = Share { share: 0.5, since_shrink: f64::INFINITY };
+        // 3 refused of 10 is over refused_max (0.25) near the line (0.9 ≥ 1 − 0.2): it
+        // shrinks, 0.5 × (1 − 0.1) = 0.45, however much room the count shows.
+        assert_close(s.step(at(0.9), kept(7, 3), 1.0, &cfg), 0.45);
+        // 2 of 10 is within it: it holds (in the band) and, with a refusal, does not grow.
+        s.since_shrink = f64::INFINITY;
+        assert_close(s.step(at(0.9), kept(8, 2), 1.0, &cfg), 0.45);
+        // Far below the line a refusal is one node's burst: no shrink, no growth either.
+        assert_close(s.step(at(0.5), kept(1, 9), 1.0, &cfg), 0.45);
+        // No refusal and clear headroom: it grows, 0.45 + 0.01 × 2.
+        assert_close(s.step(at(0.9), kept(10, 0), 2.0, &cfg), 0.47);
+        // Nothing planned: no refusal.
+        assert_close(s.step(at(0.9), Kept::default(), 1.0, &cfg), 0.48);
     }
 }

@@ -104,6 +104,9 @@ impl Engine<'_> {
             request: None,
         };
         let planned = route::plan(&facts, &self.snap, at);
+        if let Ok(p) = &planned {
+            self.share_feedback.record(&self.snap, p);
+        }
         let req = Req {
             arrival: a,
             seq: self.arrived,

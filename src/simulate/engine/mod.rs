@@ -38,7 +38,7 @@ use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
 use crate::route::availability::{Availability, PidConfig};
 use crate::route::candidates::{AffinityTable, Candidates};
-use crate::route::sticky::PoolShares;
+use crate::route::sticky::{PoolShares, ShareFeedback};
 use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
 use dispatch::Req;
 
@@ -113,6 +113,8 @@ pub struct Engine<'a> {
     pub(super) availability: Availability,
     /// Each pool's sticky-spill share, stepped after every rebuild as the snapshot loop does.
     shares: PoolShares,
+    /// What planning saw of each pool's own projects since the shares last stepped.
+    pub(super) share_feedback: ShareFeedback,
     tracked: Vec<String>,
     pub(super) budget: RetryBudget,
     pub(super) quota: Vec<(Option<Limits>, MinuteWindow)>,
@@ -213,6 +215,7 @@ impl<'a> Engine<'a> {
             counters,
             availability,
             shares: PoolShares::default(),
+            share_feedback: ShareFeedback::default(),
             tracked,
             budget: RetryBudget::new(dispatch.retry_budget_ratio, dispatch.retry_budget_min_per_sec, base),
             quota,
@@ -374,7 +377,7 @@ impl<'a> Engine<'a> {
         self.version += 1;
         let load = &self.load;
         let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
-        self.shares.step(&snap, &view, at);
+        self.shares.step(&snap, &view, &self.share_feedback, at);
         self.snap = snap;
     }
 
