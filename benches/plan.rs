@@ -53,6 +53,7 @@ fn bench(c: &mut Criterion) {
                         priority: Priority::Standard,
                         load: &|_| LoadView::default(),
                         request: None,
+                        candidates: None,
                     };
                     black_box(plan(&facts, &snap, Instant::now()).unwrap())
                 })

@@ -132,9 +132,6 @@ pub struct Snapshot {
     /// from the gate's results; empty when no task has a required gate). Read through
     /// [`Snapshot::gate_refusal`], which looks up without allocating.
     pub gate_refusals: BTreeMap<String, BTreeMap<String, String>>,
-    /// An index of large pools that lets planning judge fewer nodes per request with the same
-    /// first targets (`route::candidates`); `None`: every node is judged (the server).
-    pub candidates: Option<Arc<crate::route::candidates::Candidates>>,
 }
 
 impl Snapshot {
@@ -247,7 +244,7 @@ impl Snapshot {
             b.limits.reserve = 0.0;
         }
         let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), BackendId::new(i))).collect();
-        Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new(), candidates: None }
+        Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new() }
     }
 
     pub fn backend_id(&self, name: &str) -> Option<BackendId> {
@@ -258,7 +255,6 @@ impl Snapshot {
     pub fn with_breakers(&self, state_of: impl Fn(&NodeKey) -> BreakerView) -> Snapshot {
         let mut next = self.clone();
         next.version += 1;
-        next.candidates = None;
         for node in next.backends.iter_mut().flat_map(|b| b.nodes.iter_mut()) {
             node.breaker = state_of(&node.key);
         }

@@ -137,6 +137,7 @@ fn plan(snap: &Snapshot, task: &str) -> Vec<String> {
         priority: Priority::Interactive,
         load: &|_| LoadView::default(),
         request: None,
+        candidates: None,
     };
     let plan = route::plan(&facts, snap, Instant::now()).unwrap();
     plan.targets.iter().map(|t| snap.backends[t.backend].name.clone()).collect()

@@ -185,6 +185,7 @@ pub async fn serve(
             priority,
             load: &load,
             request: Some(&canonical),
+            candidates: None,
         },
         &snap,
         eligible,

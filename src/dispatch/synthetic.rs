@@ -191,6 +191,7 @@ pub fn plan_for(
         priority: Priority::Batch,
         load,
         request: Some(request),
+        candidates: None,
     };
     let mut plan = route::plan_among(&facts, snap, vec![backend], now)
         .map_err(|e| SyntheticError::Unfit(e.to_string()))?;

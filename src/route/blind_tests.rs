@@ -87,6 +87,7 @@ fn facts<'a>(task: &'a TaskConfig, seed: u64, load: &'a dyn Fn(&NodeView) -> Loa
         priority: Priority::Standard,
         load,
         request: None,
+        candidates: None,
     }
 }
 

@@ -249,9 +249,9 @@ impl Candidates {
     }
 }
 
-/// `key`'s affinity node in `backend` from the snapshot's table, if it has one for the key.
-pub fn cached_affinity(snap: &Snapshot, backend: BackendId, key: u64) -> Option<Option<usize>> {
-    let pool = snap.candidates.as_ref()?.pools.get(backend.index())?.as_ref()?;
+/// `key`'s affinity node in `backend` from the index's table, if it has one for the key.
+pub fn cached_affinity(index: Option<&Candidates>, backend: BackendId, key: u64) -> Option<Option<usize>> {
+    let pool = index?.pools.get(backend.index())?.as_ref()?;
     pool.affinity.as_ref()?.node.get(&key).copied()
 }
 
@@ -311,9 +311,8 @@ impl<'a> Scan<'a> {
     ) -> Scan<'a> {
         let view = &snap.backends[backend];
         let n = view.nodes.len();
-        let bounded = snap
+        let bounded = facts
             .candidates
-            .as_ref()
             .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive && !relaxed)
             .and_then(|c| Some((c.k, c.pools.get(backend.index())?.as_ref()?)))
             .map(|(k, pool)| {

@@ -86,6 +86,7 @@ fn facts<'a>(
         priority,
         load,
         request: None,
+        candidates: None,
     }
 }
 
@@ -103,8 +104,7 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
         let keys: Vec<u64> = (0..250).collect();
         let table = Arc::new(AffinityTable::new(&full.backends[0].nodes, keys));
         let k = [1, 2, DEFAULT_K][round % 3];
-        let mut bounded = full.clone();
-        bounded.candidates = Some(Arc::new(Candidates::build(&full, now, k, 64, &[Some(table), None])));
+        let index = Candidates::build(&full, now, k, 64, &[Some(table), None]);
         // The router's own credit grows as it sends (never falls while a snapshot lives).
         let unseen: RefCell<HashMap<NodeKey, u64>> = RefCell::default();
         let load = |n: &NodeView| LoadView {
@@ -115,7 +115,8 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
         for _ in 0..400 {
             let f = facts(&task, &load, &mut rng);
             let at = now + Duration::from_millis(rng.gen_range(0..900));
-            let (a, b) = (plan(&f, &full, at).unwrap(), plan(&f, &bounded, at).unwrap());
+            let bounded = RequestFacts { candidates: Some(&index), ..f };
+            let (a, b) = (plan(&f, &full, at).unwrap(), plan(&bounded, &full, at).unwrap());
             let (pa, pb) = (pool_targets(&a), pool_targets(&b));
             assert!(pb.len() <= pa.len() && pa[..pb.len()] == pb[..], "{pa:?}\n{pb:?}");
             let beyond_affinity =

@@ -47,6 +47,9 @@ pub struct RequestFacts<'a> {
     /// The request itself, for the capability and context checks ([`capability::filter`]);
     /// `None` skips them (simulations and benchmarks that model load, not content).
     pub request: Option<&'a ChatRequest>,
+    /// The snapshot's index of its large pools, which bounds the nodes judged per request
+    /// (the simulator builds one per snapshot); `None`: every node is judged (the server).
+    pub candidates: Option<&'a candidates::Candidates>,
 }
 
 /// Why a request has no plan.
@@ -228,7 +231,8 @@ fn pool_targets(
     let reserve = facts.priority.local_reserve(pool) - if stay { pool } else { 0.0 };
     let limits = PoolLimits { reserve: reserve.max(0.0), ..view.limits };
     let preferred = facts.affinity.and_then(|k| {
-        candidates::cached_affinity(snap, backend, k).unwrap_or_else(|| affinity_node(&view.nodes, k))
+        candidates::cached_affinity(facts.candidates, backend, k)
+            .unwrap_or_else(|| affinity_node(&view.nodes, k))
     });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
     let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, stay, now);

@@ -72,6 +72,7 @@ fn facts(task: &TaskConfig, seed: u64) -> RequestFacts<'_> {
         priority: Priority::Standard,
         load: &no_load,
         request: None,
+        candidates: None,
     }
 }
 

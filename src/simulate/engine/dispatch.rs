@@ -102,6 +102,7 @@ impl Engine<'_> {
             priority: a.priority,
             load: &view,
             request: None,
+            candidates: self.candidates.as_ref(),
         };
         let planned = route::plan(&facts, &self.snap, at);
         if let Ok(p) = &planned {

@@ -96,6 +96,8 @@ pub struct Engine<'a> {
     /// The config's tasks as this strategy configures them.
     pub(super) tasks: Vec<TaskConfig>,
     pub(super) snap: Snapshot,
+    /// The snapshot's index of its large pools (`Planning::Bounded`), rebuilt with it.
+    pub(super) candidates: Option<Candidates>,
     version: u64,
     /// Each large pool's affinity node per project (by backend index), for `Candidates`.
     affinity: Vec<Option<Arc<AffinityTable>>>,
@@ -203,6 +205,7 @@ impl<'a> Engine<'a> {
             arrivals,
             tasks: config.tasks.iter().map(|t| strategy.task(t, &s.weights)).collect(),
             snap,
+            candidates: None,
             version: 1,
             affinity,
             node_base,
@@ -370,10 +373,13 @@ impl<'a> Engine<'a> {
             availability: &availability,
             share: &share,
         };
-        let mut snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
-        if let Planning::Bounded { min_nodes, k } = self.s.planning {
-            snap.candidates = Some(Arc::new(Candidates::build(&snap, at, k, min_nodes, &self.affinity)));
-        }
+        let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
+        self.candidates = match self.s.planning {
+            Planning::Bounded { min_nodes, k } => {
+                Some(Candidates::build(&snap, at, k, min_nodes, &self.affinity))
+            }
+            Planning::Full => None,
+        };
         self.version += 1;
         let load = &self.load;
         let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
