@@ -11,6 +11,7 @@ pub mod build;
 pub mod economics;
 mod error;
 mod figures;
+pub mod group;
 mod html;
 pub mod query;
 mod render;
@@ -42,7 +43,8 @@ pub struct ReportArgs {
     /// End (exclusive), same forms (default: now).
     #[arg(long, allow_hyphen_values = true)]
     pub to: Option<String>,
-    /// task, optionally with backend and/or key: `task,backend,key`.
+    /// Comma-separated, in any order, each once: task, backend, key (the client key's name),
+    /// team (an issued key's team); e.g. `task,backend`, `key,team`, `team`.
     #[arg(long, default_value = "task")]
     pub group_by: String,
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
