@@ -2,9 +2,11 @@
 //! million tokens, on our GPUs (busy and idle hours shared out) and on each hosted API, and at
 //! what utilisation self-hosting breaks even.
 //!
-//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build`, `economics`
-//! and `utilisation` make the report's figures (pure), `render` and `html` format them. This module
-//! only fetches rows. Every failure is a [`ReportError`].
+//! `query` parses what is asked, `group` keys each row by task, backend, client key and team,
+//! `allocate` shares GPU cost out (pure), `build`, `economics` and `utilisation` make the
+//! report's figures (pure), `render` and `html` format them, and `spenders` ranks keys and teams
+//! by the same figures for the dashboard. This module only fetches rows. Every failure is a
+//! [`ReportError`].
 
 pub mod allocate;
 pub mod build;
@@ -15,6 +17,7 @@ pub mod group;
 mod html;
 pub mod query;
 mod render;
+pub mod spenders;
 pub mod utilisation;
 
 use std::path::PathBuf;
