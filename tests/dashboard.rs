@@ -148,13 +148,15 @@ tasks:
     assert!(data["tasks"][2]["p50_s"].is_null(), "the idle task has no TTFT yet");
     assert_eq!(data["backends"][1]["gate"], serde_json::json!({"summarize": "pass"}), "{}", data["backends"]);
 
-    // Top spenders: once the ledger has both teams' spend, today's lists hold every key.
+    // Top spenders: once the ledger has both teams' spend, today's lists hold every issued key.
     let spenders = wait_until(Duration::from_secs(20), "both teams' spend in /admin/spenders", || async {
         let s = admin_json(&r.url, "/admin/spenders", "dash-admin").await;
         let today = &s["periods"][0];
         let spent = |t: &serde_json::Value| t["spend_usd"].as_str().is_some_and(|u| u != "0");
         let teams = today["teams"].as_array().map_or(0, |t| t.iter().filter(|t| spent(t)).count());
-        if teams == 2 && today["keys"].as_array().map_or(0, Vec::len) == 3 {
+        let issued =
+            today["keys"].as_array().map_or(0, |k| k.iter().filter(|k| k["name"].is_string()).count());
+        if teams == 2 && issued == 3 {
             Ok(s)
         } else {
             Err(s)
