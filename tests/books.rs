@@ -6,3 +6,4 @@ mod common;
 
 mod cost_report;
 mod ledger;
+mod team_report;

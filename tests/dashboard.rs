@@ -1,8 +1,9 @@
 //! `/dashboard` in a real browser: a router over a small vLLM pool and a hosted backend, with
-//! traffic flowing to two of its three tasks, checked by headless Chromium driven from Node
-//! (`tests/browser/dashboard_check.mjs`, with `playwright-core`): no console errors or warnings,
-//! a card for every configured task (the idle one too), the request count rising, charts and
-//! tables drawn. The script leaves a full-page screenshot in `target/dashboard-screenshot.png`.
+//! traffic from issued keys of two teams flowing to two of its three tasks, checked by headless
+//! Chromium driven from Node (`tests/browser/dashboard_check.mjs`, with `playwright-core`): no
+//! console errors or warnings, a card for every configured task (the idle one too), the request
+//! count rising, charts and tables drawn, and the top spenders (behind the admin token) showing
+//! both teams and their keys with no budget yet. The script leaves a full-page screenshot in `target/dashboard-screenshot.png`.
 //!
 //! Needs Node 20 + npm and Chromium (Debian package `chromium`, or `$CHROMIUM`); the npm
 //! dependencies are installed into `tests/browser/node_modules` with `npm ci` when missing.
@@ -12,7 +13,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{body, get_json, post_json, router, sim, wait_until};
+use common::{admin_json, body, get_json, router, sim, wait_until};
 use spillway::sim::SimKind;
 
 /// `tests/browser`, with its npm dependencies installed.
@@ -86,14 +87,34 @@ tasks:
         .unwrap();
     assert_eq!(run["result"]["passed"], true, "{run}");
 
-    // Background traffic: a few clients in a loop, enough for the pool to spill now and then.
-    let traffic: Vec<_> = (0..4)
+    // Two teams' keys, issued through the admin API (search has two, ads one).
+    let mut secrets = Vec::new();
+    for (name, team) in [("indexer", "search"), ("ranker", "search"), ("bidder", "ads")] {
+        let created: serde_json::Value = reqwest::Client::new()
+            .post(format!("{}/admin/keys", r.url))
+            .bearer_auth("dash-admin")
+            .json(&serde_json::json!({"name": name, "team": team}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        secrets.push(created["secret"].as_str().expect("a key is issued").to_string());
+    }
+
+    // Background traffic: a few clients in a loop, enough for the pool to spill now and then;
+    // every key sends to both tasks (summarize is hosted, so every key spends).
+    let traffic: Vec<_> = (0..6)
         .map(|i| {
             let url = r.url.clone();
+            let key = secrets[i / 2].clone();
             tokio::spawn(async move {
+                let client = reqwest::Client::new();
                 loop {
                     let task = if i % 2 == 0 { "chat" } else { "summarize" };
-                    let _ = post_json(&url, &body(task, false)).await;
+                    let send = client.post(format!("{url}/v1/chat/completions")).bearer_auth(&key);
+                    let _ = send.json(&body(task, false)).send().await;
                     // A real sleep: it paces the background traffic, it waits for nothing.
                     tokio::time::sleep(Duration::from_millis(40)).await;
                 }
@@ -127,12 +148,41 @@ tasks:
     assert!(data["tasks"][2]["p50_s"].is_null(), "the idle task has no TTFT yet");
     assert_eq!(data["backends"][1]["gate"], serde_json::json!({"summarize": "pass"}), "{}", data["backends"]);
 
+    // Top spenders: once the ledger has both teams' spend, today's lists hold every issued key.
+    let spenders = wait_until(Duration::from_secs(20), "both teams' spend in /admin/spenders", || async {
+        let s = admin_json(&r.url, "/admin/spenders", "dash-admin").await;
+        let today = &s["periods"][0];
+        let spent = |t: &serde_json::Value| t["spend_usd"].as_str().is_some_and(|u| u != "0");
+        let teams = today["teams"].as_array().map_or(0, |t| t.iter().filter(|t| spent(t)).count());
+        let issued =
+            today["keys"].as_array().map_or(0, |k| k.iter().filter(|k| k["name"].is_string()).count());
+        if teams == 2 && issued == 3 {
+            Ok(s)
+        } else {
+            Err(s)
+        }
+    })
+    .await;
+    let today = &spenders["periods"][0];
+    assert_eq!((&today["period"], &spenders["periods"][1]["period"]), (&"today".into(), &"month".into()));
+    let teams: Vec<&str> =
+        today["teams"].as_array().unwrap().iter().map(|t| t["team"].as_str().unwrap()).collect();
+    assert!(teams.contains(&"search") && teams.contains(&"ads"), "{today}");
+    let search = today["teams"].as_array().unwrap().iter().find(|t| t["team"] == "search").unwrap();
+    assert_eq!((&search["keys"], &search["limit_usd"]), (&2.into(), &serde_json::Value::Null), "{search}");
+    let names: Vec<&str> =
+        today["keys"].as_array().unwrap().iter().filter_map(|k| k["name"].as_str()).collect();
+    assert_eq!(names.len(), 3, "issued keys are shown by name: {today}");
+    let open = reqwest::get(format!("{}/admin/spenders", r.url)).await.unwrap();
+    assert_eq!(open.status(), 401, "spend by key needs the admin token");
+
     let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshot.png");
     let _ = std::fs::remove_file(&screenshot);
     let run = tokio::process::Command::new("node")
         .arg(dir.join("dashboard_check.mjs"))
         .arg(&r.url)
         .arg(&screenshot)
+        .arg("dash-admin")
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true)
         .output();

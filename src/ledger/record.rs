@@ -51,8 +51,12 @@ pub struct LedgerRecord {
     /// When the request arrived, unix milliseconds UTC.
     pub at_ms: i64,
     pub task: String,
-    /// The *name* of the client key (its env var), never the key itself.
+    /// The *name* of the client key (a static key's env var, an issued key's id), never the
+    /// key itself.
     pub client_key: Option<String>,
+    /// The issued key's owner team; `None` for a static key (static keys have no team), for
+    /// no key, and for rows written before the column existed.
+    pub team: Option<String>,
     /// The affinity key's hash ([`crate::canonical::Affinity::hex`]: 16 hex digits, as in the
     /// debug log), never the key.
     pub affinity_hash: Option<String>,
@@ -114,6 +118,7 @@ impl LedgerRecord {
             at_ms: unix_millis(o.meta.arrived_at),
             task: o.task.clone(),
             client_key: o.meta.client_key.clone(),
+            team: o.meta.principal.as_ref().and_then(|p| p.team()).map(str::to_string),
             affinity_hash: o.meta.affinity.map(|a| a.hex()),
             backend: o.backend.clone(),
             model: o.model.clone(),
@@ -186,13 +191,34 @@ mod tests {
         o.finish(None, start + Duration::from_millis(950));
         let r = LedgerRecord::from_outcome(&o, Some("0.0012".parse().unwrap())).unwrap();
         assert_eq!((r.at_ms, r.model.as_str()), (1_700_000_000_123, "llama-3.1-8b"));
-        assert_eq!(r.client_key.as_deref(), Some("TEAM_A_KEY"));
+        assert_eq!((r.client_key.as_deref(), r.team.as_deref()), (Some("TEAM_A_KEY"), None));
         assert_eq!((r.outcome, r.error_class.as_deref()), (Outcome::Completed, None));
         assert_eq!((r.attempts, r.ttft_ms, r.duration_ms), (2, Some(87), 950));
         assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
         assert_eq!(r.cache_write_tokens, 150);
         assert_eq!(r.affinity_hash.as_deref(), Some("0000000000000042"));
         assert_eq!(r.id.len(), 32);
+    }
+
+    #[test]
+    fn an_issued_keys_row_names_its_id_and_team() {
+        use crate::canonical::{IssuedKey, KeyId, Principal};
+        let key = IssuedKey {
+            id: KeyId::parse("00000000c0de").unwrap(),
+            name: "ci".into(),
+            team: "search".into(),
+            tasks: vec![],
+        };
+        let meta = RequestMeta {
+            client_key: Some("00000000c0de".into()),
+            principal: Some(Principal::Issued(std::sync::Arc::new(key))),
+            ..meta()
+        };
+        let start = tokio::time::Instant::now();
+        let o =
+            RequestOutcome::failed("summarise", "openai", 1, ErrorClass::Overloaded, start).with_meta(&meta);
+        let r = LedgerRecord::from_outcome(&o, None).unwrap();
+        assert_eq!((r.client_key.as_deref(), r.team.as_deref()), (Some("00000000c0de"), Some("search")));
     }
 
     #[test]

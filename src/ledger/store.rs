@@ -18,7 +18,7 @@ use super::record::{LedgerRecord, LedgerRow, Outcome};
 use super::usage::{NodeMinute, Occupancy};
 
 /// Columns in insert order; `row_to_record` reads them by name.
-const COLUMNS: [&str; 18] = [
+const COLUMNS: [&str; 19] = [
     "id",
     "at_ms",
     "task",
@@ -37,9 +37,10 @@ const COLUMNS: [&str; 18] = [
     "duration_ms",
     "cost_usd",
     "cache_write_tokens",
+    "team",
 ];
 
-/// Rows per `INSERT` statement: 18 × 50 = 900 bind parameters, far below both databases' limits.
+/// Rows per `INSERT` statement: 19 × 50 = 950 bind parameters, far below both databases' limits.
 const ROWS_PER_STATEMENT: usize = 50;
 
 /// One node-minute; another replica's row for it merges: `busy` is ORed and the occupancy of
@@ -183,7 +184,8 @@ impl Store {
                     .bind(r.ttft_ms)
                     .bind(r.duration_ms)
                     .bind(r.cost_usd.map(|c| c.to_string()))
-                    .bind(r.cache_write_tokens);
+                    .bind(r.cache_write_tokens)
+                    .bind(r.team.clone());
             }
             q.execute(&mut *tx).await.map_err(StoreError::statement("insert"))?;
         }
@@ -300,6 +302,7 @@ fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, StoreError> {
         at_ms: int("at_ms")?,
         task: text("task")?,
         client_key: opt_text("client_key")?,
+        team: opt_text("team")?,
         affinity_hash: opt_text("affinity_hash")?,
         backend: text("backend")?,
         model: text("model")?,
@@ -331,7 +334,7 @@ mod tests {
     fn insert_sql_numbers_parameters_per_row() {
         let sql = insert_sql(2);
         assert!(sql.contains("($1, $2,"));
-        assert!(sql.contains("($19, $20,"));
-        assert!(sql.ends_with("$36) ON CONFLICT (id) DO NOTHING"));
+        assert!(sql.contains("$19), ($20, $21,"));
+        assert!(sql.ends_with("$38) ON CONFLICT (id) DO NOTHING"));
     }
 }

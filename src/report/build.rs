@@ -11,14 +11,14 @@ use super::allocate::{allocate, Work};
 pub use super::economics::{BackendShare, SelfHosted, TaskEconomics};
 use super::figures::{money, per};
 pub use super::figures::{Line, PoolUsage, Tokens, UtilisationBasis};
+use super::group::Fine;
 use super::query::{GroupKey, ReportQuery};
 use super::utilisation::Tally;
 use crate::config::Config;
 use crate::ledger::usage::NodeMinute;
 use crate::ledger::{LedgerRecord, Outcome};
 
-/// The backend of requests that no backend served.
-pub const NO_BACKEND: &str = "(none)";
+pub use super::group::NO_BACKEND;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Totals {
@@ -87,21 +87,19 @@ pub fn build(
     config: Option<&Config>,
 ) -> Report {
     let pools = local_pools(config, minutes);
-    // Fine groups (task, backend, key): every line, share and series is a sum of these.
-    let mut fine: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-    let key_of = |r: &LedgerRecord| {
-        let backend = if r.backend.is_empty() { NO_BACKEND.to_string() } else { r.backend.clone() };
-        (r.task.clone(), backend, r.client_key.clone().unwrap_or_else(|| "-".into()))
-    };
-    for r in records {
+    // Fine groups (task, backend, key, team): every line, share and series is a sum of these.
+    let mut fine: BTreeMap<Fine, usize> = BTreeMap::new();
+    let groups: Vec<Fine> = records.iter().map(Fine::of).collect();
+    for g in &groups {
         let next = fine.len();
-        fine.entry(key_of(r)).or_insert(next);
+        fine.entry(g.clone()).or_insert(next);
     }
     let work: Vec<Work<'_>> = records
         .iter()
-        .filter(|r| pools.contains(&r.backend))
-        .map(|r| Work {
-            group: fine[&key_of(r)],
+        .zip(&groups)
+        .filter(|(r, _)| pools.contains(&r.backend))
+        .map(|(r, g)| Work {
+            group: fine[g],
             node: &r.node,
             at_ms: r.at_ms,
             tokens: (r.input_tokens.max(0) + r.output_tokens.max(0)) as u64,
@@ -112,8 +110,8 @@ pub fn build(
 
     // Per fine group: the line before grouping.
     let mut fine_lines = vec![Line::default(); fine.len()];
-    for r in records {
-        let l = &mut fine_lines[fine[&key_of(r)]];
+    for (r, g) in records.iter().zip(&groups) {
+        let l = &mut fine_lines[fine[g]];
         l.requests += 1;
         l.failed += u64::from(matches!(r.outcome, Outcome::Failed | Outcome::Shed));
         l.tokens.add(r);
@@ -128,16 +126,8 @@ pub fn build(
 
     // Lines at the asked grouping.
     let mut grouped: BTreeMap<Vec<String>, Line> = BTreeMap::new();
-    for ((task, backend, key), &i) in &fine {
-        let group: Vec<String> = query
-            .group_by
-            .iter()
-            .map(|g| match g {
-                GroupKey::Task => task.clone(),
-                GroupKey::Backend => backend.clone(),
-                GroupKey::Key => key.clone(),
-            })
-            .collect();
+    for (g, &i) in &fine {
+        let group = g.pick(&query.group_by);
         grouped
             .entry(group.clone())
             .or_insert_with(|| Line { group, ..Line::default() })
@@ -161,8 +151,8 @@ pub fn build(
         }
         p.unpriced_node_minutes += u64::from(m.gpu_hourly_usd.is_none());
     }
-    for ((_, backend, _), &i) in &fine {
-        if let Some(p) = pool_usage.get_mut(backend) {
+    for (g, &i) in &fine {
+        if let Some(p) = pool_usage.get_mut(&g.backend) {
             p.busy_usd += alloc.busy[i];
             p.idle_usd += alloc.idle[i];
         }
@@ -228,7 +218,7 @@ fn series(
     query: &ReportQuery,
     bucket_ms: i64,
     records: &[LedgerRecord],
-    fine: &BTreeMap<(String, String, String), usize>,
+    fine: &BTreeMap<Fine, usize>,
     gpu: &BTreeMap<(i64, Option<usize>), Decimal>,
     pools: &BTreeSet<String>,
 ) -> CostSeries {
@@ -237,8 +227,8 @@ fn series(
     let index = |at: i64| ((at.div_euclid(bucket_ms) * bucket_ms - first) / bucket_ms) as usize;
     let task_of: Vec<&str> = {
         let mut v = vec![""; fine.len()];
-        for ((task, _, _), &i) in fine {
-            v[i] = task;
+        for (g, &i) in fine {
+            v[i] = g.task.as_str();
         }
         v
     };
@@ -271,6 +261,10 @@ fn series(
 #[cfg(test)]
 #[path = "build_utilisation_tests.rs"]
 mod utilisation_tests;
+
+#[cfg(test)]
+#[path = "build_group_tests.rs"]
+mod group_tests;
 
 #[cfg(test)]
 mod tests {
@@ -307,6 +301,7 @@ policy:
             at_ms: T0 + 1_000,
             task: task.into(),
             client_key: None,
+            team: None,
             affinity_hash: None,
             backend: backend.into(),
             model: "m".into(),

@@ -61,15 +61,15 @@ pub struct TaskEconomics {
 /// Per task: the split by backend, and for each pool it used, marginal and fully loaded cost
 /// against its cheapest hosted alternative.
 pub(super) fn economics(
-    fine: &BTreeMap<(String, String, String), usize>,
+    fine: &BTreeMap<super::group::Fine, usize>,
     lines: &[Line],
     pools: &BTreeSet<String>,
     pool_usage: &BTreeMap<String, PoolUsage>,
     config: Option<&Config>,
 ) -> Vec<TaskEconomics> {
     let mut by_task: BTreeMap<&str, BTreeMap<&str, Line>> = BTreeMap::new();
-    for ((task, backend, _), &i) in fine {
-        by_task.entry(task).or_default().entry(backend).or_default().absorb(&lines[i]);
+    for (g, &i) in fine {
+        by_task.entry(&g.task).or_default().entry(&g.backend).or_default().absorb(&lines[i]);
     }
     let hosted = eligible_hosted(config);
     let no_alternative = Vec::new();

@@ -14,12 +14,10 @@ use crate::ledger::StoreError;
 pub enum ReportError {
     #[error("format `{0}` is not one of table, csv, json, html")]
     Format(String),
-    #[error("group-by `{0}` is not one of task, backend, key")]
+    #[error("group-by `{0}` is not one of task, backend, key, team")]
     GroupKey(String),
     #[error("group-by names `{0}` twice")]
     GroupKeyTwice(String),
-    #[error("group-by must start with `task` (e.g. task or task,backend,key)")]
-    GroupByTask,
     /// `what` (`from`, `to`) is `text`, which jiff could not turn into a time.
     #[error("{what} `{text}`: {source}")]
     Time { what: &'static str, text: String, source: jiff::Error },

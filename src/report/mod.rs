@@ -2,18 +2,22 @@
 //! million tokens, on our GPUs (busy and idle hours shared out) and on each hosted API, and at
 //! what utilisation self-hosting breaks even.
 //!
-//! `query` parses what is asked, `allocate` shares GPU cost out (pure), `build`, `economics`
-//! and `utilisation` make the report's figures (pure), `render` and `html` format them. This module
-//! only fetches rows. Every failure is a [`ReportError`].
+//! `query` parses what is asked, `group` keys each row by task, backend, client key and team,
+//! `allocate` shares GPU cost out (pure), `build`, `economics` and `utilisation` make the
+//! report's figures (pure), `render` and `html` format them, and `spenders` ranks keys and teams
+//! by the same figures for the dashboard. This module only fetches rows. Every failure is a
+//! [`ReportError`].
 
 pub mod allocate;
 pub mod build;
 pub mod economics;
 mod error;
 mod figures;
+pub mod group;
 mod html;
 pub mod query;
 mod render;
+pub mod spenders;
 pub mod utilisation;
 
 use std::path::PathBuf;
@@ -42,7 +46,8 @@ pub struct ReportArgs {
     /// End (exclusive), same forms (default: now).
     #[arg(long, allow_hyphen_values = true)]
     pub to: Option<String>,
-    /// task, optionally with backend and/or key: `task,backend,key`.
+    /// Comma-separated, in any order, each once: task, backend, key (the client key's name),
+    /// team (an issued key's team); e.g. `task,backend`, `key,team`, `team`.
     #[arg(long, default_value = "task")]
     pub group_by: String,
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]

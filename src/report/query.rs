@@ -12,8 +12,10 @@ use super::error::ReportError;
 pub enum GroupKey {
     Task,
     Backend,
-    /// The client key's name.
+    /// The client key's name (a static key's variable, an issued key's id).
     Key,
+    /// The issued key's team (a static key has none).
+    Team,
 }
 
 impl GroupKey {
@@ -22,6 +24,7 @@ impl GroupKey {
             GroupKey::Task => "task",
             GroupKey::Backend => "backend",
             GroupKey::Key => "key",
+            GroupKey::Team => "team",
         }
     }
 }
@@ -64,12 +67,12 @@ pub struct ReportQuery {
     pub from_ms: i64,
     /// End, exclusive, unix milliseconds (a whole minute).
     pub to_ms: i64,
-    /// Always starts with `task`; no repeats.
+    /// At least one key, no repeats, in the asked order.
     pub group_by: Vec<GroupKey>,
     pub format: ReportFormat,
 }
 
-/// Parse `--group-by`: `task`, optionally followed by `backend` and/or `key`, comma-separated.
+/// Parse `--group-by`: task, backend, key and team, comma-separated, in any order, each once.
 pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
     let mut keys = Vec::new();
     for part in s.split(',').map(str::trim) {
@@ -77,15 +80,13 @@ pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
             "task" => GroupKey::Task,
             "backend" => GroupKey::Backend,
             "key" => GroupKey::Key,
+            "team" => GroupKey::Team,
             other => return Err(ReportError::GroupKey(other.to_string())),
         };
         if keys.contains(&key) {
             return Err(ReportError::GroupKeyTwice(part.to_string()));
         }
         keys.push(key);
-    }
-    if keys.first() != Some(&GroupKey::Task) {
-        return Err(ReportError::GroupByTask);
     }
     Ok(keys)
 }
@@ -186,9 +187,14 @@ mod tests {
         assert_eq!(q.unwrap().group_by, vec![GroupKey::Task, GroupKey::Key]);
         let err = |f, t, g| ReportQuery::parse(f, t, g, ReportFormat::Table, now()).unwrap_err().to_string();
         assert!(err(Some("now"), Some("-1h"), None).contains("must be before"));
-        assert!(err(None, None, Some("backend")).contains("must start with `task`"));
-        assert!(err(None, None, Some("task,node")).contains("`node` is not one of"));
-        assert!(err(None, None, Some("task,key,key")).contains("twice"));
+        assert!(err(None, None, Some("task,node")).contains("`node` is not one of task, backend, key, team"));
+        assert!(err(None, None, Some("task,key,key")).contains("names `key` twice"));
+        assert!(err(None, None, Some("team,,key")).contains("`` is not one of"));
+        let q = |g| ReportQuery::parse(None, None, Some(g), ReportFormat::Table, now()).unwrap().group_by;
+        assert_eq!(q("key,team"), [GroupKey::Key, GroupKey::Team]);
+        assert_eq!(q("team"), [GroupKey::Team]);
+        assert_eq!(q(" backend , task "), [GroupKey::Backend, GroupKey::Task]);
+        assert_eq!(q("team,task,key,backend").len(), 4);
         assert!(ReportFormat::parse("pdf").unwrap_err().to_string().contains("table, csv, json, html"));
     }
 }

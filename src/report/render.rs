@@ -241,7 +241,8 @@ const UTILISATION_COLUMNS: [&str; 5] =
 /// One CSV row per line plus `idle` (already in the lines), `unallocated` and `total` rows:
 /// summing `total_usd` over the `line` rows and the `unallocated` row gives the `total` row.
 /// Then one `pool` row per pool and one `self_hosted` row per task and pool, with the
-/// utilisation columns and no cost (their cost is already in the lines).
+/// utilisation columns and no cost (their cost is already in the lines). A grouping without
+/// `task` gets a `task` column of its own for the `self_hosted` rows.
 pub fn csv(r: &Report) -> Result<String, ReportError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let keys: Vec<&str> = r.group_by.iter().map(|g| g.as_str()).collect();
@@ -261,6 +262,12 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
         "per_request_usd",
         "per_mtok_output_usd",
     ]);
+    // The task of `self_hosted` rows goes in the `task` column: the lines' when they are
+    // grouped by task, else one of its own before the utilisation columns.
+    if !keys.contains(&"task") {
+        header.push("task");
+    }
+    let task_column = header.iter().position(|c| *c == "task").unwrap_or(1);
     header.extend(UTILISATION_COLUMNS);
     let width = header.len();
     let blank_to = |mut row: Vec<String>| {
@@ -324,8 +331,8 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
     let share = |v: f64| v.to_string();
     let utilisation_row =
         |label: &str, task: &str, pool: &str, u: f64, busy: f64, basis: UtilisationBasis| {
-            let mut row = vec![label.to_string(), task.to_string()];
-            row.resize(width - UTILISATION_COLUMNS.len(), String::new());
+            let mut row = vec![String::new(); width - UTILISATION_COLUMNS.len()];
+            (row[0], row[task_column]) = (label.to_string(), task.to_string());
             row.extend([pool.to_string(), share(u), share(busy), basis.as_str().to_string()]);
             row
         };

@@ -1,16 +1,19 @@
 // Drives headless Chromium against a running router's /dashboard (tests/dashboard.rs runs it).
 //
-//   node tests/browser/dashboard_check.mjs <router-url> <screenshot.png>
+//   node tests/browser/dashboard_check.mjs <router-url> <screenshot.png> [admin-token]
 //
 // Fails (exit 1, with the reasons) when the page logs a console error or warning, throws, gets
 // an HTTP error for anything it loads, misses a configured task, never goes live, or when the
 // total request count (#requests-total, its data-value) does not rise over a few seconds of
-// traffic, or when the provider table does not show claude passing summarize's gate. Saves a full-page screenshot either way, once the page has loaded.
+// traffic, or when the provider table does not show claude passing summarize's gate, or (given
+// the admin token) when the top-spenders panel, opened with the token typed in, does not show
+// every key and team /admin/spenders lists, each with its spend and "no budget". Saves a
+// full-page screenshot either way, once the page has loaded.
 // Chromium: $CHROMIUM, else /usr/bin/chromium (Debian package `chromium`); nothing is downloaded.
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 
-const [base, screenshot] = process.argv.slice(2);
+const [base, screenshot, adminToken] = process.argv.slice(2);
 if (!base || !screenshot) {
   console.error('usage: node dashboard_check.mjs <router-url> <screenshot.png>');
   process.exit(2);
@@ -87,6 +90,38 @@ try {
   const gate = await page.$eval('#backends tr[data-backend="claude"] [data-field="gate"]', (e) => e.textContent);
   log(`claude's gate cell: ${gate}`);
   if (!gate.includes('summarize pass')) problems.push(`claude's gate cell says ${JSON.stringify(gate)}, not "summarize pass"`);
+
+  // Top spenders: closed until the admin token is typed in, then every key and team of both
+  // periods, as /admin/spenders lists them.
+  if (adminToken) {
+    const shown = await page.$$eval('#spenders-periods [data-period]', (els) => els.length);
+    if (shown !== 0) problems.push(`the spenders panel showed ${shown} periods before the admin token was given`);
+    await page.fill('#admin-token', adminToken);
+    await page.click('#spenders-show');
+    await page.waitForSelector('#spenders-periods [data-period="month"] tr[data-spender-team]', { timeout: 15000 });
+    const token = await page.$eval('#admin-token', (e) => e.value);
+    if (token !== '') problems.push('the admin token stayed in its input');
+    const spend = await (await fetch(`${base}/admin/spenders`, { headers: { Authorization: `Bearer ${adminToken}` } })).json();
+    for (const p of spend.periods) {
+      const rows = await page.$$eval(`#spenders-periods [data-period="${p.period}"] tr[data-spender-key], #spenders-periods [data-period="${p.period}"] tr[data-spender-team]`,
+        (els) => els.map((e) => ({
+          key: e.dataset.spenderKey, team: e.dataset.spenderTeam,
+          spend: e.querySelector('[data-field="spend"]').textContent,
+          budget: e.querySelector('[data-field="budget"]').textContent,
+        })));
+      log(`spenders ${p.period}: ${rows.map((r) => `${r.key ?? r.team} ${r.spend} (${r.budget})`).join(', ')}`);
+      for (const k of p.keys) {
+        if (!rows.some((r) => r.key === k.key)) problems.push(`${p.period}: no row for key ${k.key}`);
+      }
+      for (const t of p.teams) {
+        const row = rows.find((r) => r.team === t.team);
+        if (!row) problems.push(`${p.period}: no row for team ${t.team}`);
+        else if (!row.spend.startsWith('$') || row.budget !== 'no budget') problems.push(`${p.period}: team ${t.team} row reads ${JSON.stringify(row)}`);
+      }
+      const teamRows = rows.filter((r) => r.team !== undefined).length;
+      if (p.teams.length < 2 || teamRows !== p.teams.length) problems.push(`${p.period}: ${teamRows} team rows for ${p.teams.length} teams`);
+    }
+  }
 } catch (e) {
   problems.push(`check failed: ${e && e.message ? e.message : e}`);
 } finally {
@@ -103,4 +138,4 @@ if (problems.length > 0) {
   console.error(`dashboard check FAILED:\n  ${problems.join('\n  ')}`);
   process.exit(1);
 }
-log('dashboard check passed: no console errors or warnings, every task shown, requests rising');
+log('dashboard check passed: no console errors or warnings, every task shown, requests rising, spenders shown');

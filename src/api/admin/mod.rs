@@ -6,6 +6,7 @@ mod fleet;
 mod gate;
 mod keys;
 mod report;
+mod spenders;
 
 use std::sync::Arc;
 
@@ -48,6 +49,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiE
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/admin/reports/cost", get(report::cost_report))
+        .route("/admin/spenders", get(spenders::top_spenders))
         .route("/admin/backends", get(fleet::list))
         .route("/admin/hold", post(fleet::hold))
         .route("/admin/release", post(fleet::release))

@@ -293,6 +293,86 @@
     renderBackends(d);
   }
 
+  // ---- top spenders: /admin/spenders, behind the admin token (kept in memory only) ----
+  const SPENDERS_MS = 30000; // spend moves slowly, and each read sums the month's ledger
+  let adminToken = null;
+  let spendersTimer = null;
+  function fmtUsd(text) {
+    const n = Number(text);
+    if (!isNum(n)) return dash;
+    return `$${n.toFixed(n >= 100 ? 0 : n >= 1 ? 2 : 4)}`;
+  }
+  // Budget use against the limit; `limit_usd` is null until budgets are configured.
+  function budgetCell(spend, limit) {
+    if (limit === null || limit === undefined) return el('span', { class: 'muted' }, 'no budget');
+    const used = Number(spend) / Number(limit);
+    return el('span', { class: used >= 1 ? 'bad' : '' }, `${fmtPct(used, 0)} of ${fmtUsd(limit)}`,
+      bar(used, used >= 0.9));
+  }
+  function spendTable(head, rows) {
+    return el('table', {}, el('thead', {}, el('tr', {}, ...head.map((h) => el('th', {}, h)))),
+      el('tbody', {}, ...rows));
+  }
+  function renderSpenders(d) {
+    const cards = d.periods.map((p) => {
+      const keys = p.keys.map((k) => el('tr', { 'data-spender-key': k.key },
+        el('td', {}, k.key === '-' ? 'no key' : k.name ? `${k.name} (${k.key})` : k.key),
+        el('td', {}, k.team === null ? 'no team' : k.team),
+        el('td', {}, fmtCount(k.requests)),
+        el('td', { 'data-field': 'spend', title: `hosted $${k.hosted_usd}, GPU $${k.gpu_usd}` }, fmtUsd(k.spend_usd)),
+        el('td', { 'data-field': 'budget' }, budgetCell(k.spend_usd, k.limit_usd))));
+      const teams = p.teams.map((t) => el('tr', { 'data-spender-team': t.team },
+        el('td', {}, t.team === '-' ? 'no team' : t.team), el('td', {}, fmtCount(t.keys)),
+        el('td', {}, fmtCount(t.requests)),
+        el('td', { 'data-field': 'spend', title: `hosted $${t.hosted_usd}, GPU $${t.gpu_usd}` }, fmtUsd(t.spend_usd)),
+        el('td', { 'data-field': 'budget' }, budgetCell(t.spend_usd, t.limit_usd))));
+      const title = p.period === 'today' ? 'Today' : 'This month';
+      const more = (n, shown, what) => (n > shown ? ` (top ${shown} of ${n} ${what})` : '');
+      return el('div', { class: 'card', 'data-period': p.period },
+        el('h3', {}, title, el('span', { class: 'muted' },
+          ` ${fmtUsd(p.total_usd)} in all since ${p.from.slice(0, 10)}`)),
+        el('div', { class: 'muted' }, `keys${more(p.key_count, p.keys.length, 'keys')}`),
+        keys.length
+          ? spendTable(['key', 'team', 'requests', 'spend', 'budget'], keys)
+          : el('p', { class: 'muted' }, 'no spend yet'),
+        el('div', { class: 'muted' }, `teams${more(p.team_count, p.teams.length, 'teams')}`),
+        teams.length
+          ? spendTable(['team', 'keys', 'requests', 'spend', 'budget'], teams)
+          : el('p', { class: 'muted' }, 'no spend yet'));
+    });
+    $('spenders-periods').replaceChildren(...cards);
+  }
+  async function pollSpenders() {
+    clearTimeout(spendersTimer);
+    if (!adminToken) return;
+    const status = $('spenders-status');
+    try {
+      const signal = AbortSignal.timeout(FETCH_TIMEOUT_MS);
+      const headers = { Authorization: `Bearer ${adminToken}` };
+      const resp = await fetch('/admin/spenders', { cache: 'no-store', headers, signal });
+      if (!resp.ok) {
+        const body = await resp.json().catch(() => null);
+        const why = body && body.error ? body.error.message : `HTTP ${resp.status}`;
+        if (resp.status === 401 || resp.status === 404) adminToken = null; // asking again would not help
+        throw new Error(why);
+      }
+      renderSpenders(await resp.json());
+      setText(status, `updated ${new Date().toLocaleTimeString()}`, 'muted');
+    } catch (e) {
+      setText(status, `no spenders: ${e && e.message ? e.message : e}`, 'bad');
+    }
+    if (adminToken) spendersTimer = setTimeout(pollSpenders, SPENDERS_MS);
+  }
+  function showSpenders() {
+    const input = $('admin-token');
+    adminToken = input.value.trim() || null;
+    input.value = '';
+    setText($('spenders-status'), adminToken ? 'loading\u2026' : 'enter the admin token', 'muted');
+    pollSpenders();
+  }
+  $('spenders-show').addEventListener('click', showSpenders);
+  $('admin-token').addEventListener('keydown', (e) => { if (e.key === 'Enter') showSpenders(); });
+
   // A failed fetch shows on the status badge; a failure to draw is a bug and is left to
   // surface as a page error (the browser test fails on it).
   async function poll() {
