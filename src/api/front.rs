@@ -30,6 +30,8 @@ use crate::canonical::{ChatRequest, ErrorClass, Principal};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
+use crate::guard::budget::meter::{self, CostCell, Metering};
+use crate::guard::budget::{self, Ask, Refused, Reservation};
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
 use crate::route::{self, PlanError, Reason, RequestFacts};
@@ -121,6 +123,8 @@ pub struct Served {
     pub created: u64,
     /// The `x-spillway-*` headers of the answer.
     pub headers: HeaderMap,
+    /// The answer's cost, once the events have carried its usage (`add_cost_header`).
+    pub cost: Arc<CostCell>,
 }
 
 /// Route and dispatch a decoded request whose `model` is `model`; `to_canonical` turns it
@@ -201,14 +205,32 @@ pub async fn serve(
         request_id,
         synthetic: false,
     };
-    let committed = state
-        .dispatcher
-        .dispatch(&snap, &plan, task, &canonical, priority, &meta)
-        .await
-        .map_err(dispatch_error)?;
+    let reservation = reserve(state, principal.as_ref(), &snap, &plan, &canonical).await?;
+    let started = Instant::now();
+    let committed = match state.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
+        Ok(committed) => committed,
+        Err(e) => {
+            // No upstream answered: nothing was spent.
+            if let Some(r) = reservation {
+                r.release().await;
+            }
+            return Err(dispatch_error(e));
+        }
+    };
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
     let mut committed = committed;
+    let cost = Arc::new(CostCell::default());
+    if let Some(backend) = snap.config.backend(&committed.backend) {
+        let metering = Metering {
+            backend: backend.clone(),
+            budgets: state.budgets.config(),
+            reservation,
+            cost: Arc::clone(&cost),
+            started,
+        };
+        committed.events = meter::meter(committed.events, metering);
+    }
     // A pinned request leans on its backend's state: a copy elsewhere would answer another question.
     let shadows = state.gate.shadows.as_ref().filter(|_| pinned.is_none());
     if let Some(shadows) = shadows.filter(|_| shadow::sampled(task, rand::random())) {
@@ -240,7 +262,64 @@ pub async fn serve(
             shadows.spawn(job, primary_answer);
         }
     }
-    Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers })
+    Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers, cost })
+}
+
+/// Reserve the request's worst case (its prompt estimate and `max_tokens` at the dearest
+/// backend of its plan) against its key's and team's limits, or refuse it: 402 over a budget,
+/// 429 with `Retry-After` over a rate limit, 503 when Redis is down and the limit fails closed.
+async fn reserve(
+    state: &AppState,
+    principal: Option<&Principal>,
+    snap: &Snapshot,
+    plan: &route::Plan,
+    canonical: &ChatRequest,
+) -> Result<Option<Reservation>, ApiError> {
+    let Some(principal) = principal else { return Ok(None) };
+    let budgets = state.budgets.config();
+    let ids: Vec<BackendId> = plan.targets.iter().map(|t| t.backend).collect();
+    let prompt = u64::from(canonical.estimated_prompt_tokens());
+    let max_tokens = u64::from(canonical.max_tokens.unwrap_or(1024));
+    let worst_case =
+        budget::cost::worst_case(ids.iter().map(|&b| &snap.config.backends[b]), prompt, max_tokens, &budgets);
+    let ask = Ask { tokens: prompt + max_tokens, worst_case };
+    state.budgets.admit(principal, &ask).await.map_err(|refused| match refused {
+        Refused::Over { scope, limit, retry_after_secs } => {
+            let whose = match principal.team().filter(|_| scope == budget::ScopeKind::Team) {
+                Some(team) => format!("team `{team}`"),
+                None => format!("key `{}`", principal.name()),
+            };
+            let error = ApiError::new(
+                ErrorCode::OverLimit(scope, limit),
+                format!("{whose} is over its {} limit", limit.as_str()),
+            );
+            if limit.is_budget() {
+                error
+            } else {
+                error.retry_after(retry_after_secs)
+            }
+        }
+        Refused::Unavailable { budget } => {
+            let (what, key) = if budget { ("budgets", "budgets") } else { ("rate limits", "rate_limits") };
+            ApiError::new(
+                ErrorCode::LimitStateUnavailable { budget },
+                format!(
+                    "the shared counters of this key's {what} (Redis) are unreachable and \
+                     budgets.when_redis_down.{key} is closed; retry shortly"
+                ),
+            )
+            .retry_after(1)
+        }
+    })
+}
+
+/// `x-spillway-cost-usd`: the answer's cost, once its usage is in (a non-streamed answer, read
+/// to its end). A stream's cost is known only at its end, after the headers were sent: it
+/// comes in the final usage chunk instead, and its headers carry none.
+pub fn add_cost_header(headers: &mut HeaderMap, cost: &CostCell) {
+    if let Some(v) = cost.get().and_then(|c| HeaderValue::from_str(&c.to_string()).ok()) {
+        headers.insert("x-spillway-cost-usd", v);
+    }
 }
 
 /// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.
