@@ -106,6 +106,57 @@ async fn over_a_budget_is_402_and_over_a_rate_limit_429_in_both_dialects() {
 }
 
 #[tokio::test]
+async fn an_issued_key_has_its_own_limits_and_its_teams_budget() {
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let extra = "admin_token_env: BUDGET_ADMIN\nbudgets: {teams: {payments: {usd_per_day: '0.023'}}}";
+    let env = [KEYS, &[("BUDGET_ADMIN", "budget-admin-token")]].concat();
+    let router = router_with(&yaml(&openai.base_url(), extra), &env, fixed_clock(None)).await;
+    let create = |limits: Value| {
+        let url = router.url.clone();
+        async move {
+            let body = json!({"name": "ci", "team": "payments", "limits": limits});
+            let response = reqwest::Client::new()
+                .post(format!("{url}/admin/keys"))
+                .bearer_auth("budget-admin-token")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    // A limit out of range is refused with its path; one in range is stored and listed.
+    let (status, refused) = create(json!({"rpm": 0})).await;
+    assert_eq!(
+        (status, &refused["error"]["message"]),
+        (400, &json!("limits.rpm: must be at least 1")),
+        "{refused}"
+    );
+    let (status, created) = create(json!({"rpm": 1})).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["key"]["limits"], json!({"rpm": 1}));
+    let (_, other) = create(json!({})).await;
+    let (first, second) = (created["secret"].as_str().unwrap(), other["secret"].as_str().unwrap());
+    let chat = |key: String, max_tokens: u32| {
+        let url = router.url.clone();
+        let mut b = body("t", false);
+        b["max_tokens"] = json!(max_tokens);
+        async move { post(&url, "/v1/chat/completions", &key, &b).await }
+    };
+    // The team's $0.023 holds both keys together: $0.012 spent by the first leaves $0.011.
+    assert_eq!(chat(first.into(), 12).await.0, 200);
+    // The first key's own rpm 1 is spent for this minute.
+    let (status, headers, error) = chat(first.into(), 1).await;
+    assert_eq!((status, header(&headers, "retry-after")), (429, Some("30")), "{error}");
+    assert_eq!(error["error"]["code"], "rate_limited:key:rpm");
+    let (status, _, error) = chat(second.into(), 12).await;
+    assert_eq!(status, 402, "{error}");
+    assert_eq!(error["error"]["code"], "budget_exceeded:team:usd_per_day");
+    assert_eq!(error["error"]["message"], "team `payments` is over its usd_per_day limit");
+    assert_eq!(chat(second.into(), 11).await.0, 200, "$0.011 fits exactly");
+}
+
+#[tokio::test]
 async fn every_answer_carries_its_cost_in_the_header_and_the_usage() {
     let openai = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
     let anthropic = sim(SimKind::Anthropic, "claude-sonnet-4-5", |_| {}).await;

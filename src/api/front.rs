@@ -283,7 +283,9 @@ async fn reserve(
     let worst_case =
         budget::cost::worst_case(ids.iter().map(|&b| &snap.config.backends[b]), prompt, max_tokens, &budgets);
     let ask = Ask { tokens: prompt + max_tokens, worst_case };
-    state.budgets.admit(principal, &ask).await.map_err(|refused| match refused {
+    // An issued key's own limits, given at creation (the config's entry overrides each it sets).
+    let own = principal.key_id().map(|id| state.client_keys.limits(id)).unwrap_or_default();
+    state.budgets.admit(principal, &own, &ask).await.map_err(|refused| match refused {
         Refused::Over { scope, limit, retry_after_secs } => {
             let whose = match principal.team().filter(|_| scope == budget::ScopeKind::Team) {
                 Some(team) => format!("team `{team}`"),

@@ -77,25 +77,25 @@ pub enum FailMode {
 }
 
 /// The limits of one key or team; each absent one is no limit.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct KeyLimits {
     /// Requests per minute (a fixed window on the UTC minute).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rpm: Option<u64>,
     /// Tokens per minute: prompt estimate plus `max_tokens` when admitted, corrected to the
     /// reported usage at the end.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<u64>,
     /// Requests in flight at once.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent: Option<u64>,
     /// US dollars per UTC day (exact decimal).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
     pub usd_per_day: Option<Decimal>,
     /// US dollars per UTC calendar month (exact decimal).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<crate::config::schema::DecimalSchema>")]
     pub usd_per_month: Option<Decimal>,
 }
@@ -113,6 +113,17 @@ impl KeyLimits {
     /// Whether a USD budget is set.
     pub fn has_budget(&self) -> bool {
         self.usd_per_day.is_some() || self.usd_per_month.is_some()
+    }
+
+    /// These limits, with each one `over` sets taken from it instead.
+    pub fn overridden_by(&self, over: &KeyLimits) -> KeyLimits {
+        KeyLimits {
+            rpm: over.rpm.or(self.rpm),
+            tpm: over.tpm.or(self.tpm),
+            concurrent: over.concurrent.or(self.concurrent),
+            usd_per_day: over.usd_per_day.or(self.usd_per_day),
+            usd_per_month: over.usd_per_month.or(self.usd_per_month),
+        }
     }
 
     /// Range problems, each at `at.FIELD`.

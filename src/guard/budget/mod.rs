@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use rust_decimal::Decimal;
 
 use crate::canonical::Principal;
-use crate::config::{BudgetsConfig, FailMode};
+use crate::config::{BudgetsConfig, FailMode, KeyLimits};
 use crate::guard::quota::shared::Shared;
 use crate::guard::quota::{system_clock, Clock};
 pub use limits::{Caps, Demand, Limit, Scope, ScopeKind};
@@ -125,13 +125,19 @@ impl BudgetBoard {
     }
 
     /// The scopes whose limits apply to `principal`, with their caps: its key's (by variable
-    /// or id), its team's. Empty when nothing limits it (then nothing is counted).
-    pub fn scopes(&self, principal: &Principal) -> Vec<(Scope, Caps)> {
+    /// or id: `own`, the limits an issued key was created with, each overridden by the
+    /// config's `budgets.keys` entry where that sets it), its team's. Empty when nothing
+    /// limits it (then nothing is counted).
+    pub fn scopes(&self, principal: &Principal, own: &KeyLimits) -> Vec<(Scope, Caps)> {
         let config = self.config.load();
         let mut scopes = Vec::new();
-        if let Some(limits) = config.keys.get(principal.name()).filter(|l| l.any()) {
-            scopes
-                .push((Scope { kind: ScopeKind::Key, name: principal.name().to_string() }, Caps::of(limits)));
+        let key = match config.keys.get(principal.name()) {
+            Some(configured) => own.overridden_by(configured),
+            None => own.clone(),
+        };
+        if key.any() {
+            let scope = Scope { kind: ScopeKind::Key, name: principal.name().to_string() };
+            scopes.push((scope, Caps::of(&key)));
         }
         if let Some((team, limits)) = principal.team().and_then(|t| Some((t, config.teams.get(t)?))) {
             if limits.any() {
@@ -146,9 +152,10 @@ impl BudgetBoard {
     pub async fn admit(
         self: &Arc<Self>,
         principal: &Principal,
+        own: &KeyLimits,
         ask: &Ask,
     ) -> Result<Option<Reservation>, Refused> {
-        let scopes = self.scopes(principal);
+        let scopes = self.scopes(principal, own);
         if scopes.is_empty() {
             return Ok(None);
         }
