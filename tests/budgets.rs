@@ -20,6 +20,7 @@ const REDIS: &str = "redis://127.0.0.1:6379";
 const T0: u64 = 29_000_000 * 60_000 + 30_000;
 /// $1,000 per million output tokens, input free: a 12-token answer costs exactly $0.012.
 const PRICE: &str = "price: {input_per_mtok: 0, output_per_mtok: 1000}";
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn fixed_clock(prefix: Option<String>) -> spillway::app::Options {
     spillway::app::Options { quota_clock: Some(Arc::new(|| T0)), budget_prefix: prefix }
@@ -210,6 +211,103 @@ async fn every_answer_carries_its_cost_in_the_header_and_the_usage() {
     let expected = (Decimal::from(input * 3 + output * 15) / Decimal::from(1_000_000)).normalize();
     assert!(input > 0 && output > 0, "{answer}");
     assert_eq!(header(&headers, "x-spillway-cost-usd"), Some(expected.to_string().as_str()));
+}
+
+#[tokio::test]
+async fn broken_and_abandoned_streams_settle_their_reservations() {
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let broken = sim(SimKind::OpenAi, "gpt-5.6", |a| a.drop_after = Some(3)).await;
+    let slow = sim(SimKind::OpenAi, "gpt-5.6", |a| a.token_delay_ms = 200).await;
+    let extra = format!(
+        "  - {{name: broken, kind: openai, base_url: \"{}/v1\", model: gpt-5.6, {PRICE}}}\n\
+         \x20 - {{name: slow, kind: openai, base_url: \"{}/v1\", model: gpt-5.6, {PRICE}}}\n",
+        broken.base_url(),
+        slow.base_url()
+    );
+    let text = yaml(&openai.base_url(), "")
+        .replace("tasks:\n", &format!("{extra}tasks:\n"))
+        + "  - {name: broken, backends: [broken], slo: {ttft_ms: 5000}}\n  - {name: slow, backends: [slow], slo: {ttft_ms: 5000}}\n"
+        + "budgets: {keys: {BUDGET_KEY: {concurrent: 1, usd_per_day: '0.04'}}}\n";
+    let router = router(&text, KEYS).await;
+    let stream = |task: &str| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", router.url))
+            .bearer_auth("sk-budget-key-2")
+            .json(&body(task, true))
+            .send()
+    };
+    // A stream the upstream cuts: its one slot is free again when the client has read its end.
+    let cut = stream("broken").await.unwrap();
+    assert_eq!(cut.status(), 200);
+    let text = cut.text().await.unwrap();
+    assert!(text.contains("\"error\"") && !text.contains("[DONE]"), "{text}");
+    // It reported no usage, so it was settled at its worst case, $0.012: $0.028 of $0.04 is left.
+    let chat = |max_tokens: u32| {
+        let (url, mut b) = (router.url.clone(), body("t", false));
+        b["max_tokens"] = json!(max_tokens);
+        async move { post(&url, "/v1/chat/completions", "sk-budget-key-2", &b).await }
+    };
+    let (status, _, answer) = chat(12).await;
+    assert_eq!(status, 200, "{answer}");
+    // $0.024 spent: a 17-token worst case ($0.017) does not fit.
+    let (status, _, error) = chat(17).await;
+    assert_eq!((status, &error["error"]["code"]), (402, &json!("budget_exceeded:key:usd_per_day")));
+    // A client that walks away mid-stream: while its request runs the key's one slot is taken,
+    // and once the router has seen it go, the slot is free again.
+    let mut small = body("slow", true);
+    small["max_tokens"] = json!(6);
+    let gone = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", router.url))
+        .bearer_auth("sk-budget-key-2")
+        .json(&small)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 200);
+    let mut gone = gone;
+    assert!(gone.chunk().await.unwrap().is_some());
+    let (status, _, error) = chat(1).await;
+    assert_eq!((status, &error["error"]["code"]), (429, &json!("rate_limited:key:concurrent")));
+    drop(gone);
+    wait_until(std::time::Duration::from_secs(5), "the abandoned stream's slot to be free", || async {
+        match chat(1).await {
+            (200, _, _) => Ok(()),
+            (status, _, e) => Err(format!("{status} {e}")),
+        }
+    })
+    .await;
+    // Abandoned without a usage report, it was settled at its $0.006 worst case: with the
+    // 1-token answer, $0.031 is spent; $0.009 more fits exactly, and nothing after it.
+    let (status, _, error) = chat(10).await;
+    assert_eq!((status, &error["error"]["code"]), (402, &json!("budget_exceeded:key:usd_per_day")));
+    assert_eq!(chat(9).await.0, 200);
+    assert_eq!(chat(1).await.0, 402);
+}
+
+#[tokio::test]
+async fn a_pool_answer_costs_its_gpu_slot_and_counts_only_when_configured() {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let pool = format!(
+        "  - {{name: pool, kind: vllm, endpoints: [\"{}\"], model: {LLAMA}, max_running: 16, gpu_hourly_usd: '3.6'}}\n",
+        node.base_url()
+    );
+    // A budget of nothing: no hosted request fits, and pool answers do not count.
+    let budgets = "budgets: {count_self_hosted: false, keys: {BUDGET_KEY: {usd_per_day: '0'}}}";
+    let text = yaml(&openai.base_url(), "").replace("tasks:\n", &format!("{pool}tasks:\n"))
+        + "  - {name: local, backends: [pool], slo: {ttft_ms: 5000}}\n"
+        + budgets;
+    let router = router(&text, KEYS).await;
+    let (status, headers, answer) =
+        post(&router.url, "/v1/chat/completions", "sk-budget-key-2", &body("local", false)).await;
+    assert_eq!(status, 200, "{answer}");
+    // One of 16 slots of a $3.60/h node for the answer's time: $0.0000625 a second.
+    let cost: Decimal = header(&headers, "x-spillway-cost-usd").unwrap().parse().unwrap();
+    assert_eq!(answer["usage"]["spillway_cost_usd"], cost.to_string());
+    assert!(cost > Decimal::ZERO && cost < Decimal::new(625, 6), "{cost} is not a slot for under 10 s");
+    let (status, _, error) =
+        post(&router.url, "/v1/chat/completions", "sk-budget-key-2", &body("t", false)).await;
+    assert_eq!((status, &error["error"]["code"]), (402, &json!("budget_exceeded:key:usd_per_day")));
 }
 
 #[tokio::test]
