@@ -51,7 +51,7 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
         axum::Json(json).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    front::add_cost_header(response.headers_mut(), &cost);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

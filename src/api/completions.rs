@@ -138,7 +138,7 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
         response
     };
     response.headers_mut().extend(spillway_headers);
-    front::add_cost_header(response.headers_mut(), &cost);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -102,7 +102,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     drop(admission);
     let mut response = axum::Json(answer_json(&task, &vectors, encoding_format, &usage)).into_response();
     response.headers_mut().extend(spillway_headers);
-    front::add_cost_header(response.headers_mut(), &cost);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

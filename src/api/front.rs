@@ -2,8 +2,10 @@
 //! the body and takes an admission permit; the door decodes its wire format; [`serve`] does
 //! the rest: the task its `model` names, whether the key may use it, the canonical request (the
 //! dialect's decoder, given the task), priority from the headers, affinity from what the
-//! client sent ([`super::affinity`]), the plan,
-//! dispatch up to the first token, the `x-spillway-*` headers, and the shadow tap. So every
+//! client sent ([`super::affinity`]), the plan, the key's limits and budgets
+//! ([`super::spend`]: reserve the worst case, or refuse), dispatch up to the first token, the
+//! answer's meter (its cost, and the reservation settled when it ends), the `x-spillway-*`
+//! headers, and the shadow tap. So every
 //! dialect's traffic is routed, priced, counted and shadowed the same way; a front door only
 //! decodes its wire format and encodes the committed event stream back into it.
 //!
@@ -31,7 +33,6 @@ use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
 use crate::guard::budget::meter::{self, CostCell, Metering};
-use crate::guard::budget::{self, Ask, Refused, Reservation};
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
 use crate::route::{self, PlanError, Reason, RequestFacts};
@@ -205,7 +206,7 @@ pub async fn serve(
         request_id,
         synthetic: false,
     };
-    let reservation = reserve(state, principal.as_ref(), &snap, &plan, &canonical).await?;
+    let reservation = super::spend::reserve(state, principal.as_ref(), &snap, &plan, &canonical).await?;
     let started = Instant::now();
     let committed = match state.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
         Ok(committed) => committed,
@@ -263,65 +264,6 @@ pub async fn serve(
         }
     }
     Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers, cost })
-}
-
-/// Reserve the request's worst case (its prompt estimate and `max_tokens` at the dearest
-/// backend of its plan) against its key's and team's limits, or refuse it: 402 over a budget,
-/// 429 with `Retry-After` over a rate limit, 503 when Redis is down and the limit fails closed.
-async fn reserve(
-    state: &AppState,
-    principal: Option<&Principal>,
-    snap: &Snapshot,
-    plan: &route::Plan,
-    canonical: &ChatRequest,
-) -> Result<Option<Reservation>, ApiError> {
-    let Some(principal) = principal else { return Ok(None) };
-    let budgets = state.budgets.config();
-    let ids: Vec<BackendId> = plan.targets.iter().map(|t| t.backend).collect();
-    let prompt = u64::from(canonical.estimated_prompt_tokens());
-    let max_tokens = u64::from(canonical.max_tokens.unwrap_or(1024));
-    let worst_case =
-        budget::cost::worst_case(ids.iter().map(|&b| &snap.config.backends[b]), prompt, max_tokens, &budgets);
-    let ask = Ask { tokens: prompt + max_tokens, worst_case };
-    // An issued key's own limits, given at creation (the config's entry overrides each it sets).
-    let own = principal.key_id().map(|id| state.client_keys.limits(id)).unwrap_or_default();
-    state.budgets.admit(principal, &own, &ask).await.map_err(|refused| match refused {
-        Refused::Over { scope, limit, retry_after_secs } => {
-            let whose = match principal.team().filter(|_| scope == budget::ScopeKind::Team) {
-                Some(team) => format!("team `{team}`"),
-                None => format!("key `{}`", principal.name()),
-            };
-            let error = ApiError::new(
-                ErrorCode::OverLimit(scope, limit),
-                format!("{whose} is over its {} limit", limit.as_str()),
-            );
-            if limit.is_budget() {
-                error
-            } else {
-                error.retry_after(retry_after_secs)
-            }
-        }
-        Refused::Unavailable { budget } => {
-            let (what, key) = if budget { ("budgets", "budgets") } else { ("rate limits", "rate_limits") };
-            ApiError::new(
-                ErrorCode::LimitStateUnavailable { budget },
-                format!(
-                    "the shared counters of this key's {what} (Redis) are unreachable and \
-                     budgets.when_redis_down.{key} is closed; retry shortly"
-                ),
-            )
-            .retry_after(1)
-        }
-    })
-}
-
-/// `x-spillway-cost-usd`: the answer's cost, once its usage is in (a non-streamed answer, read
-/// to its end). A stream's cost is known only at its end, after the headers were sent: it
-/// comes in the final usage chunk instead, and its headers carry none.
-pub fn add_cost_header(headers: &mut HeaderMap, cost: &CostCell) {
-    if let Some(v) = cost.get().and_then(|c| HeaderValue::from_str(&c.to_string()).ok()) {
-        headers.insert("x-spillway-cost-usd", v);
-    }
 }
 
 /// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.

@@ -18,6 +18,7 @@ mod input;
 mod messages;
 pub mod request_id;
 mod responses;
+mod spend;
 pub mod wire;
 
 use std::net::SocketAddr;

@@ -60,7 +60,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(answer.into_json(&id, &decoded.model)).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    front::add_cost_header(response.headers_mut(), &cost);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

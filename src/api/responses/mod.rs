@@ -93,7 +93,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    front::add_cost_header(response.headers_mut(), &cost);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

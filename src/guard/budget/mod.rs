@@ -14,6 +14,7 @@ pub mod cost;
 pub mod limits;
 mod local;
 pub mod meter;
+mod reservation;
 mod shared;
 pub mod window;
 
@@ -30,6 +31,8 @@ use crate::guard::quota::shared::Shared;
 use crate::guard::quota::{system_clock, Clock};
 pub use limits::{Caps, Demand, Limit, Scope, ScopeKind};
 use local::LocalCounters;
+pub use reservation::Reservation;
+use reservation::Settlement;
 use shared::{Decided, Scripts};
 use window::{from_nanos, retry_after_secs, to_nanos};
 
@@ -169,13 +172,9 @@ impl BudgetBoard {
             let retry_after_secs = if limit == Limit::Concurrent { 1 } else { retry_after_secs(now) };
             Refused::Over { scope: scope.kind, limit, retry_after_secs }
         };
-        let reservation = |shared: bool| Reservation {
-            board: Arc::clone(self),
-            scopes: scopes.iter().map(|(s, _)| s.clone()).collect(),
-            id,
-            shared,
-            demand,
-            done: false,
+        let reservation = |shared: bool| {
+            let names = scopes.iter().map(|(s, _)| s.clone()).collect();
+            Reservation::new(Arc::clone(self), names, id, shared, demand)
         };
         if let Some(scripts) = &self.scripts {
             match scripts.admit(now, &scopes, &demand, &self.redis_id(id), ttl_ms).await {
@@ -259,82 +258,5 @@ impl BudgetBoard {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         true
-    }
-}
-
-/// How a reservation ended.
-struct Settlement {
-    scopes: Vec<Scope>,
-    id: u64,
-    shared: bool,
-    actual_nanos: i64,
-    token_delta: i64,
-}
-
-/// One admitted request's hold on its key's and team's limits. Settle it with the actual cost
-/// when the request ends; [`Reservation::release`] it when no upstream answered (nothing was
-/// spent). Dropped unsettled (a client gone mid-answer, a task cancelled), it is settled at
-/// the worst case it reserved: a budget is never charged less than a request may have cost.
-pub struct Reservation {
-    board: Arc<BudgetBoard>,
-    scopes: Vec<Scope>,
-    id: u64,
-    /// Counted in Redis (else on this replica).
-    shared: bool,
-    demand: Demand,
-    done: bool,
-}
-
-impl Reservation {
-    /// The worst case it reserved.
-    pub fn reserved(&self) -> Decimal {
-        from_nanos(self.demand.reserve_nanos)
-    }
-
-    /// End it at `actual` dollars, correcting its tokens to `tokens` when the usage is known;
-    /// done once this returns.
-    pub async fn settle(mut self, actual: Decimal, tokens: Option<u64>) {
-        if let Some(end) = self.end(to_nanos(actual), tokens) {
-            self.board.settle(end).await;
-        }
-    }
-
-    /// End it with nothing spent and its tokens given back (no upstream answered).
-    pub async fn release(mut self) {
-        if let Some(end) = self.end(0, Some(0)) {
-            self.board.settle(end).await;
-        }
-    }
-
-    fn end(&mut self, actual_nanos: i64, tokens: Option<u64>) -> Option<Settlement> {
-        if std::mem::replace(&mut self.done, true) {
-            return None;
-        }
-        let token_delta = tokens.map_or(0, |t| {
-            (t as i128 - self.demand.tokens as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
-        });
-        Some(Settlement {
-            scopes: std::mem::take(&mut self.scopes),
-            id: self.id,
-            shared: self.shared,
-            actual_nanos,
-            token_delta,
-        })
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let Some(end) = self.end(self.demand.reserve_nanos, None) else { return };
-        let board = Arc::clone(&self.board);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move { board.settle(end).await });
-            }
-            Err(_) => {
-                let mut counters = board.local.lock().unwrap_or_else(|e| e.into_inner());
-                counters.settle((board.clock)(), &end.scopes, end.id, end.actual_nanos, end.token_delta);
-            }
-        }
     }
 }
