@@ -395,3 +395,46 @@ async fn cleanup(prefix: &str) {
         let _: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_crashed_replicas_reservations_lapse_in_redis() {
+    use spillway::canonical::Principal;
+    use spillway::guard::budget::{Ask, Limit, Refused};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let run = prefix("lapse");
+    let now = Arc::new(AtomicU64::new(T0));
+    let clock = {
+        let now = Arc::clone(&now);
+        Arc::new(move || now.load(Ordering::SeqCst))
+    };
+    let config: spillway::config::BudgetsConfig = serde_yaml_ng::from_str(
+        "{reservation_ttl_secs: 10, keys: {TEAM_A: {concurrent: 1, usd_per_day: '1'}}}",
+    )
+    .unwrap();
+    let options = || BudgetOptions {
+        redis_url: Some(REDIS.into()),
+        key_prefix: run.clone(),
+        clock: clock.clone(),
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let (crashed, survivor) = (BudgetBoard::new(&config, options()), BudgetBoard::new(&config, options()));
+    assert!(crashed.wait_shared(std::time::Duration::from_secs(3)).await, "Redis at {REDIS} must be running");
+    assert!(survivor.wait_shared(std::time::Duration::from_secs(3)).await);
+    let key = Principal::Static { env: "TEAM_A".into() };
+    let ask = Ask { tokens: 10, worst_case: Decimal::new(4, 1) };
+    // A replica reserves $0.40 and dies without settling.
+    let held = crashed.admit(&key, &Default::default(), &ask).await.unwrap().unwrap();
+    std::mem::forget(held);
+    let refused = survivor.admit(&key, &Default::default(), &ask).await.err();
+    assert_eq!(
+        refused,
+        Some(Refused::Over { scope: ScopeKind::Key, limit: Limit::Concurrent, retry_after_secs: 1 })
+    );
+    // Ten seconds on, its reservation has lapsed: the slot and the dollars are free again.
+    now.fetch_add(10_001, Ordering::SeqCst);
+    let again = survivor.admit(&key, &Default::default(), &ask).await.unwrap().unwrap();
+    again.settle(Decimal::new(25, 2), Some(8)).await;
+    let scope = Scope { kind: ScopeKind::Key, name: "TEAM_A".into() };
+    assert_eq!(survivor.spent(&scope).await, (Decimal::new(25, 2), Decimal::new(25, 2)));
+    cleanup(&run).await;
+}
