@@ -1,4 +1,4 @@
-//! Operating it with outside tools: the admin API, issued client keys, the evaluation gate, the dashboard in a real browser, Grafana, Prometheus alerts, the Helm chart and the vLLM manifests.
+//! Operating it with outside tools: the admin API, issued client keys, key limits and budgets, the evaluation gate, the dashboard in a real browser, Grafana, Prometheus alerts, the Helm chart and the vLLM manifests.
 //!
 //! One test binary per area (each links the whole crate); each module is one file beside this.
 
@@ -6,6 +6,7 @@ mod common;
 
 mod admin;
 mod alerts;
+mod budgets;
 mod dashboard;
 mod gate;
 mod grafana;

@@ -224,7 +224,10 @@ tasks:
     );
     // One quota minute for the whole test: 30 s into it, never moved.
     let minute = 29_000_000 * 60_000 + 30_000;
-    let options = spillway::app::Options { quota_clock: Some(std::sync::Arc::new(move || minute)) };
+    let options = spillway::app::Options {
+        quota_clock: Some(std::sync::Arc::new(move || minute)),
+        ..Default::default()
+    };
     let router = common::router_with(&yaml, &[], options).await;
     let served = |task: &'static str| {
         let url = router.url.clone();

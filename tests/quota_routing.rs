@@ -35,7 +35,10 @@ impl QuotaClock {
 
     fn options(&self) -> spillway::app::Options {
         let now = Arc::clone(&self.0);
-        spillway::app::Options { quota_clock: Some(Arc::new(move || now.load(Ordering::SeqCst))) }
+        spillway::app::Options {
+            quota_clock: Some(Arc::new(move || now.load(Ordering::SeqCst))),
+            ..Default::default()
+        }
     }
 
     fn advance(&self, ms: u64) {

@@ -20,7 +20,7 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
     let request = wire::decode(&received.body)?;
     let arrival = received.arrival(request_id, &headers);
     let admission = received.admission;
-    let Served { committed, task, created, headers: spillway_headers } =
+    let Served { committed, task, created, headers: spillway_headers, cost } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
             .await?;
 
@@ -31,6 +31,7 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
             &committed.backend,
             super::chunks::ChunkWriter::new(&id, &task, created),
             request.include_usage(),
+            std::sync::Arc::clone(&cost),
             admission,
         )
     } else {
@@ -43,9 +44,14 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
             }
         }
         drop(admission);
-        axum::Json(answer.to_json(&id, &task, created)).into_response()
+        let mut json = answer.to_json(&id, &task, created);
+        if let Some(c) = cost.get() {
+            json["usage"][super::wire::COST_FIELD] = serde_json::Value::String(c.to_string());
+        }
+        axum::Json(json).into_response()
     };
     response.headers_mut().extend(spillway_headers);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -23,6 +23,8 @@ use super::error::ApiError;
 use super::wire::WireUsage;
 use crate::adapter::EventStream;
 use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
+use crate::guard::budget::meter::CostCell;
+use std::sync::Arc;
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
@@ -135,7 +137,7 @@ impl ChunkWriter {
     /// An upstream chunk under this response's head. Its `usage` goes only to a client that
     /// asked for usage, and a usage-only chunk not at all to one that did not. Returns whether
     /// a usage object was written.
-    pub fn relay(&self, out: &mut Vec<u8>, chunk: &RelayChunk, include_usage: bool) -> bool {
+    pub fn relay(&self, out: &mut Vec<u8>, chunk: &RelayChunk, include_usage: bool, cost: &CostCell) -> bool {
         if chunk.no_choices && !include_usage {
             return false;
         }
@@ -144,7 +146,18 @@ impl ChunkWriter {
         let usage = chunk.usage.as_deref().filter(|_| include_usage);
         if let Some(usage) = usage {
             out.extend_from_slice(b",\"usage\":");
-            out.extend_from_slice(usage);
+            // The upstream's usage object, with the cost as its last member.
+            match (cost.get(), usage.strip_suffix(b"}")) {
+                (Some(c), Some(open)) if usage != b"null" => {
+                    out.extend_from_slice(open);
+                    let member = serde_json::to_string(&c.to_string()).expect("a string serialises");
+                    let sep = if open.trim_ascii_end().ends_with(b"{") { "" } else { "," };
+                    out.extend_from_slice(
+                        format!("{sep}\"{}\":{member}}}", super::wire::COST_FIELD).as_bytes(),
+                    );
+                }
+                _ => out.extend_from_slice(usage),
+            }
         }
         out.extend_from_slice(b"}\n\n");
         usage.is_some_and(|u| u != b"null")
@@ -155,10 +168,11 @@ impl ChunkWriter {
     }
 
     /// The usage chunk (`stream_options.include_usage`): empty `choices`.
-    pub fn usage(&self, out: &mut Vec<u8>, usage: &Usage) {
+    pub fn usage(&self, out: &mut Vec<u8>, usage: &Usage, cost: &CostCell) {
         out.extend_from_slice(&self.head);
         out.extend_from_slice(b",\"choices\":[],\"usage\":");
-        serde_json::to_writer(&mut *out, &WireUsage::from(usage)).expect("numbers serialise");
+        let wire = WireUsage::from(usage).with_cost(cost.get());
+        serde_json::to_writer(&mut *out, &wire).expect("numbers serialise");
         out.extend_from_slice(b"}\n\n");
     }
 }
@@ -179,9 +193,10 @@ pub fn stream_response<H: Send + 'static>(
     backend: &str,
     writer: ChunkWriter,
     include_usage: bool,
+    cost: Arc<CostCell>,
     hold: H,
 ) -> Response {
-    let body = Body::from_stream(sse_body(events, backend.to_string(), writer, include_usage, hold));
+    let body = Body::from_stream(sse_body(events, backend.to_string(), writer, include_usage, cost, hold));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -196,6 +211,7 @@ fn sse_body<H: Send + 'static>(
     backend: String,
     writer: ChunkWriter,
     include_usage: bool,
+    cost: Arc<CostCell>,
     hold: H,
 ) -> Frames {
     struct State<H> {
@@ -209,6 +225,7 @@ fn sse_body<H: Send + 'static>(
         /// A relayed chunk carried the usage object: none of ours at the end.
         usage_sent: bool,
         ended: bool,
+        cost: Arc<CostCell>,
         _hold: H,
     }
     let state = State {
@@ -220,6 +237,7 @@ fn sse_body<H: Send + 'static>(
         relaying: false,
         usage_sent: false,
         ended: false,
+        cost,
         _hold: hold,
     };
     Box::pin(futures::stream::unfold(state, move |mut s| {
@@ -241,7 +259,7 @@ fn sse_body<H: Send + 'static>(
                     Some(Ok(Event::Usage(u))) => s.usage = Some(u),
                     Some(Ok(Event::Relay(chunk))) => {
                         s.relaying = true;
-                        s.usage_sent |= s.writer.relay(&mut out, &chunk, include_usage);
+                        s.usage_sent |= s.writer.relay(&mut out, &chunk, include_usage, &s.cost);
                     }
                     Some(Ok(_)) if s.relaying => {}
                     Some(Ok(event)) => s.writer.event(&mut out, &event),
@@ -256,7 +274,7 @@ fn sse_body<H: Send + 'static>(
                     None => {
                         s.ended = true;
                         if include_usage && !s.usage_sent {
-                            s.writer.usage(&mut out, &s.usage.unwrap_or_default());
+                            s.writer.usage(&mut out, &s.usage.unwrap_or_default(), &s.cost);
                         }
                         out.extend_from_slice(b"data: [DONE]\n\n");
                     }
@@ -283,8 +301,14 @@ mod tests {
 
     async fn body_of(events: Vec<Result<Event, UpstreamError>>, include_usage: bool) -> Vec<Value> {
         let writer = ChunkWriter::new("chatcmpl-1", "summarise", 1764547200);
-        let frames =
-            sse_body(Box::pin(futures::stream::iter(events)), "local".into(), writer, include_usage, ());
+        let frames = sse_body(
+            Box::pin(futures::stream::iter(events)),
+            "local".into(),
+            writer,
+            include_usage,
+            Arc::default(),
+            (),
+        );
         let bytes: Vec<u8> = frames.map(|f| f.unwrap().to_vec()).concat().await;
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.ends_with("\n\n"), "{text:?}");
@@ -370,7 +394,9 @@ mod tests {
         let events: Vec<_> = (0..30).map(|i| Ok(Event::TextDelta(format!("w{i} ")))).collect();
         let writer = ChunkWriter::new("c", "m", 0);
         let frames: Vec<_> =
-            sse_body(Box::pin(futures::stream::iter(events)), "b".into(), writer, false, ()).collect().await;
+            sse_body(Box::pin(futures::stream::iter(events)), "b".into(), writer, false, Arc::default(), ())
+                .collect()
+                .await;
         assert_eq!(frames.len(), 1, "30 ready events and the end in one write");
     }
 

@@ -110,7 +110,7 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
     let request: CompletionsRequest = wire::decode_json(&received.body, "a completions request")?;
     let arrival = received.arrival(request_id, &headers);
     let admission = received.admission;
-    let Served { committed, task, created, headers: spillway_headers } =
+    let Served { committed, task, created, headers: spillway_headers, cost } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
             .await?;
 
@@ -118,7 +118,8 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
     let mut response = if request.wants_stream() {
         let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
         let writer = ChunkWriter::text_completion(&id, &task, created);
-        chunks::stream_response(committed.events, &committed.backend, writer, include_usage, admission)
+        let c = std::sync::Arc::clone(&cost);
+        chunks::stream_response(committed.events, &committed.backend, writer, include_usage, c, admission)
     } else {
         let mut relayed = None;
         let mut usage = Usage::default();
@@ -137,6 +138,7 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
         response
     };
     response.headers_mut().extend(spillway_headers);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -84,7 +84,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     let request: EmbeddingsRequest = wire::decode_json(&received.body, "an embeddings request")?;
     let arrival = received.arrival(request_id, &headers);
     let admission = received.admission;
-    let Served { committed, task, headers: spillway_headers, .. } =
+    let Served { committed, task, headers: spillway_headers, cost, .. } =
         front::serve(&state, arrival, &request.model, |_| request.to_canonical()).await?;
     let encoding_format = request.encoding_format()?;
 
@@ -102,6 +102,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     drop(admission);
     let mut response = axum::Json(answer_json(&task, &vectors, encoding_format, &usage)).into_response();
     response.headers_mut().extend(spillway_headers);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

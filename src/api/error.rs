@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::canonical::{ErrorClass, UpstreamError};
+use crate::guard::budget::{Limit, ScopeKind};
 
 /// Every kind of error Spillway answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,32 @@ pub enum ErrorCode {
     LedgerUnavailable,
     /// An issued key that is revoked or expired cannot be rotated.
     KeyNotActive,
+    // Key limits and budgets (`budgets:`), never retried or failed over.
+    /// Over a USD budget (402) or a rate limit (429) of the key's or team's.
+    OverLimit(ScopeKind, Limit),
+    /// Redis is down and `budgets.when_redis_down` is `closed` for budgets (`true`) or rate
+    /// limits.
+    LimitStateUnavailable {
+        budget: bool,
+    },
+}
+
+/// The `code` of a refusal by a key's or team's limit: `budget_exceeded:SCOPE:LIMIT` for a USD
+/// budget, `rate_limited:SCOPE:LIMIT` for the others.
+pub fn limit_code(scope: ScopeKind, limit: Limit) -> &'static str {
+    use Limit::*;
+    match (scope, limit) {
+        (ScopeKind::Key, UsdPerDay) => "budget_exceeded:key:usd_per_day",
+        (ScopeKind::Key, UsdPerMonth) => "budget_exceeded:key:usd_per_month",
+        (ScopeKind::Key, Rpm) => "rate_limited:key:rpm",
+        (ScopeKind::Key, Tpm) => "rate_limited:key:tpm",
+        (ScopeKind::Key, Concurrent) => "rate_limited:key:concurrent",
+        (ScopeKind::Team, UsdPerDay) => "budget_exceeded:team:usd_per_day",
+        (ScopeKind::Team, UsdPerMonth) => "budget_exceeded:team:usd_per_month",
+        (ScopeKind::Team, Rpm) => "rate_limited:team:rpm",
+        (ScopeKind::Team, Tpm) => "rate_limited:team:tpm",
+        (ScopeKind::Team, Concurrent) => "rate_limited:team:concurrent",
+    }
 }
 
 impl ErrorCode {
@@ -108,6 +135,16 @@ impl ErrorCode {
             LedgerOff => (StatusCode::NOT_FOUND, INVALID, Some("ledger_off")),
             LedgerUnavailable => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("ledger_unavailable")),
             KeyNotActive => (StatusCode::CONFLICT, INVALID, Some("key_not_active")),
+            OverLimit(scope, limit) if limit.is_budget() => {
+                (StatusCode::PAYMENT_REQUIRED, "billing_error", Some(limit_code(scope, limit)))
+            }
+            OverLimit(scope, limit) => (StatusCode::TOO_MANY_REQUESTS, RATE, Some(limit_code(scope, limit))),
+            LimitStateUnavailable { budget: true } => {
+                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("budget_state_unavailable"))
+            }
+            LimitStateUnavailable { budget: false } => {
+                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("rate_limit_state_unavailable"))
+            }
         }
     }
 
@@ -261,7 +298,13 @@ mod tests {
             LedgerOff,
             LedgerUnavailable,
             KeyNotActive,
+            LimitStateUnavailable { budget: true },
+            LimitStateUnavailable { budget: false },
         ];
+        let limits = [ScopeKind::Key, ScopeKind::Team]
+            .into_iter()
+            .flat_map(|scope| Limit::ALL.into_iter().map(move |limit| OverLimit(scope, limit)));
+        let all: Vec<ErrorCode> = all.into_iter().chain(limits).collect();
         let mut seen = std::collections::HashSet::new();
         for code in all {
             let (status, kind, name) = code.table();
@@ -272,6 +315,7 @@ mod tests {
                 "invalid_request_error" => status.is_client_error(),
                 "authentication_error" => status == StatusCode::UNAUTHORIZED,
                 "permission_error" => status == StatusCode::FORBIDDEN,
+                "billing_error" => status == StatusCode::PAYMENT_REQUIRED,
                 "rate_limit_error" => status == StatusCode::TOO_MANY_REQUESTS,
                 "service_unavailable" => status == StatusCode::SERVICE_UNAVAILABLE,
                 "upstream_error" => status == StatusCode::BAD_GATEWAY,

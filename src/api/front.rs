@@ -2,8 +2,10 @@
 //! the body and takes an admission permit; the door decodes its wire format; [`serve`] does
 //! the rest: the task its `model` names, whether the key may use it, the canonical request (the
 //! dialect's decoder, given the task), priority from the headers, affinity from what the
-//! client sent ([`super::affinity`]), the plan,
-//! dispatch up to the first token, the `x-spillway-*` headers, and the shadow tap. So every
+//! client sent ([`super::affinity`]), the plan, the key's limits and budgets
+//! ([`super::spend`]: reserve the worst case, or refuse), dispatch up to the first token, the
+//! answer's meter (its cost, and the reservation settled when it ends), the `x-spillway-*`
+//! headers, and the shadow tap. So every
 //! dialect's traffic is routed, priced, counted and shadowed the same way; a front door only
 //! decodes its wire format and encodes the committed event stream back into it.
 //!
@@ -30,6 +32,7 @@ use crate::canonical::{ChatRequest, ErrorClass, Principal};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
+use crate::guard::budget::meter::{self, CostCell, Metering};
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
 use crate::route::{self, PlanError, Reason, RequestFacts};
@@ -121,6 +124,8 @@ pub struct Served {
     pub created: u64,
     /// The `x-spillway-*` headers of the answer.
     pub headers: HeaderMap,
+    /// The answer's cost, once the events have carried its usage (`add_cost_header`).
+    pub cost: Arc<CostCell>,
 }
 
 /// Route and dispatch a decoded request whose `model` is `model`; `to_canonical` turns it
@@ -202,14 +207,32 @@ pub async fn serve(
         request_id,
         synthetic: false,
     };
-    let committed = state
-        .dispatcher
-        .dispatch(&snap, &plan, task, &canonical, priority, &meta)
-        .await
-        .map_err(dispatch_error)?;
+    let reservation = super::spend::reserve(state, principal.as_ref(), &snap, &plan, &canonical).await?;
+    let started = Instant::now();
+    let committed = match state.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
+        Ok(committed) => committed,
+        Err(e) => {
+            // No upstream answered: nothing was spent.
+            if let Some(r) = reservation {
+                r.release().await;
+            }
+            return Err(dispatch_error(e));
+        }
+    };
     let mut spillway_headers = HeaderMap::new();
     add_spillway_headers(&mut spillway_headers, &committed);
     let mut committed = committed;
+    let cost = Arc::new(CostCell::default());
+    if let Some(backend) = snap.config.backend(&committed.backend) {
+        let metering = Metering {
+            backend: backend.clone(),
+            budgets: state.budgets.config(),
+            reservation,
+            cost: Arc::clone(&cost),
+            started,
+        };
+        committed.events = meter::meter(committed.events, metering);
+    }
     // A pinned request leans on its backend's state: a copy elsewhere would answer another question.
     let shadows = state.gate.shadows.as_ref().filter(|_| pinned.is_none());
     if let Some(shadows) = shadows.filter(|_| shadow::sampled(task, rand::random())) {
@@ -241,7 +264,7 @@ pub async fn serve(
             shadows.spawn(job, primary_answer);
         }
     }
-    Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers })
+    Ok(Served { committed, task: task.name.clone(), created, headers: spillway_headers, cost })
 }
 
 /// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.

@@ -18,6 +18,7 @@ mod input;
 mod messages;
 pub mod request_id;
 mod responses;
+mod spend;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub client_keys: Arc<crate::keys::KeyBoard>,
     /// Hosted quota counters (for `/metrics`: whether the shared Redis state is reachable).
     pub quota: Arc<crate::guard::quota::QuotaBoard>,
+    /// Limits and budgets per client key and team, checked before dispatch.
+    pub budgets: Arc<crate::guard::budget::BudgetBoard>,
     /// Running totals of requests, spills and failed attempts.
     /// Admission control: the global concurrency limit.
     pub limiter: Arc<Semaphore>,
@@ -235,6 +238,7 @@ pub fn current_metrics(state: &AppState) -> String {
         now: tokio::time::Instant::now(),
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));
+    state.metrics.set_budget_shared_state(state.budgets.is_shared().then(|| state.budgets.shared_state_ok()));
     let standings = state.gate.board.standings(&snapshot.config, &state.gate.pins);
     state.metrics.set_gate(
         standings.iter().map(|s| (s.task.as_str(), s.backend.as_str(), s.passing(), s.last_run_failed)),

@@ -39,6 +39,9 @@ pub struct Options {
     /// The wall clock the quota windows are counted by; `None`: the system clock. Tests pass
     /// one they move, so that a minute boundary is theirs to cross.
     pub quota_clock: Option<Clock>,
+    /// The prefix of the budget counters' Redis keys; `None`: `spillway:budget`. Tests give
+    /// each run its own, so runs sharing a Redis do not count each other's requests.
+    pub budget_prefix: Option<String>,
 }
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
@@ -111,12 +114,26 @@ pub async fn start_with(
         &config,
         QuotaOptions {
             redis_url: secrets.redis_url.clone(),
-            clock: options.quota_clock.unwrap_or_else(system_clock),
+            clock: options.quota_clock.clone().unwrap_or_else(system_clock),
             ..QuotaOptions::default()
+        },
+    );
+    let budgets = crate::guard::budget::BudgetBoard::new(
+        &config.budgets,
+        crate::guard::budget::BudgetOptions {
+            redis_url: secrets.redis_url.clone(),
+            clock: options.quota_clock.clone().unwrap_or_else(system_clock),
+            key_prefix: options.budget_prefix.clone().unwrap_or_else(|| "spillway:budget".into()),
+            timeout: Duration::from_millis(config.budgets.redis_timeout_ms),
         },
     );
     if secrets.redis_url.is_some() && !quota.wait_shared(Duration::from_secs(2)).await {
         tracing::warn!("Redis is not reachable: quotas are counted per replica until it is");
+    }
+    if secrets.redis_url.is_some() && !budgets.wait_shared(Duration::from_millis(500)).await {
+        tracing::warn!(
+            "Redis is not reachable: key limits and budgets follow budgets.when_redis_down until it is"
+        );
     }
     tokio::task::spawn_blocking(crate::tokens::warm_up);
     let gate_board = Arc::new(crate::gate::board::GateBoard::default());
@@ -204,6 +221,7 @@ pub async fn start_with(
         prices,
         dispatcher: Arc::clone(&dispatcher),
         quota: Arc::clone(&quota),
+        budgets: Arc::clone(&budgets),
         availability: Arc::clone(&availability),
         metrics: Arc::clone(&metrics),
     });
@@ -224,6 +242,7 @@ pub async fn start_with(
         dispatcher,
         load,
         quota,
+        budgets,
         client_keys: Arc::clone(&client_keys),
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,

@@ -66,6 +66,7 @@ const TOP_KEYS: &[&str] = &[
     "admin_token_env",
     "canary",
     "access_log",
+    "budgets",
 ];
 
 /// Read and check a config file.
@@ -119,6 +120,7 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
             "canary" => s.peel(name, value, serde::<super::CanaryConfig>),
             "affinity" => s.peel(name, value, serde::<super::AffinityConfig>),
             "access_log" => s.peel(name, value, serde::<super::AccessLogConfig>),
+            "budgets" => s.peel(name, value, serde::<super::BudgetsConfig>),
             "admin_token_env" => s.peel(name, value, serde::<Option<String>>),
             _ => s.peel(name, value, serde::<super::BalancingConfig>),
         };

@@ -6,6 +6,7 @@
 //! the file's JSON schema from these types.
 
 mod backend;
+mod budgets;
 mod evaluation;
 pub mod golden;
 mod ids;
@@ -21,6 +22,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use backend::*;
+pub use budgets::{BudgetsConfig, FailMode, KeyLimits, WhenRedisDown};
 pub use ids::{BackendId, TaskId};
 pub use load::{load_file, parse, parse_in, Problem};
 pub use schema::{chart_schema, schema};
@@ -76,6 +78,9 @@ pub struct Config {
     /// The one line per answered request.
     #[serde(default)]
     pub access_log: AccessLogConfig,
+    /// Limits and USD budgets per client key and per team.
+    #[serde(default)]
+    pub budgets: BudgetsConfig,
     /// Environment variable holding the bearer token of the admin API (`/admin/...`). Unset:
     /// the admin API is off.
     #[serde(default)]

@@ -345,6 +345,15 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(format!("affinity.session_headers[{i}]"), format!("`{name}` is not an HTTP header name"));
         }
     }
+    if !undecoded.section("budgets") {
+        let keys: &[String] =
+            if undecoded.section("client_keys_env") { &[] } else { &config.client_keys_env };
+        let mut found = super::budgets::check(&config.budgets, keys);
+        if undecoded.section("client_keys_env") {
+            found.retain(|p| !p.message.contains("client_keys_env"));
+        }
+        problems.extend(found);
+    }
     problems
 }
 

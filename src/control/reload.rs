@@ -28,6 +28,8 @@ pub struct Reloader {
     pub prices: Arc<ArcSwap<HostedPrices>>,
     pub dispatcher: Arc<Dispatcher>,
     pub quota: Arc<QuotaBoard>,
+    /// Key limits and budgets: a reload takes the new ones, spend so far is kept.
+    pub budgets: Arc<crate::guard::budget::BudgetBoard>,
     pub availability: Arc<AvailabilityBoard>,
     pub metrics: Arc<Metrics>,
 }
@@ -80,6 +82,7 @@ impl Reloader {
         });
         self.client_keys.set_static(crate::keys::StaticKeys::new(&secrets.client_keys));
         self.quota.set_limits(&new);
+        self.budgets.set_config(&new.budgets);
         self.availability.track_new(&new);
         self.metrics.configure(&new);
         self.prices.store(Arc::new(HostedPrices::new(&new)));

@@ -26,6 +26,7 @@ struct Issued {
     hashed: Hashed,
     expires_ms: Option<i64>,
     revoked: bool,
+    limits: crate::config::KeyLimits,
 }
 
 /// The issued keys of one read of the store.
@@ -46,6 +47,7 @@ impl IssuedKeys {
                     hashed: row.hashed,
                     expires_ms: row.expires_ms,
                     revoked,
+                    limits: row.limits,
                 };
                 (issued.key.id.clone(), issued)
             })
@@ -91,6 +93,11 @@ impl KeyBoard {
 
     pub fn set_issued(&self, issued: IssuedKeys) {
         self.issued.store(Arc::new(issued));
+    }
+
+    /// The limits issued key `id` was created with (none set when it has none, or is unknown).
+    pub fn limits(&self, id: &KeyId) -> crate::config::KeyLimits {
+        self.issued.load().by_id.get(id).map(|k| k.limits.clone()).unwrap_or_default()
     }
 
     /// How many issued keys (of any status) the last read of the store held.
@@ -139,8 +146,15 @@ mod tests {
     fn stored(expires_ms: Option<i64>, revoked_ms: Option<i64>, seed: u64) -> (StoredKey, String) {
         let minted = secret::mint(&mut rand::rngs::StdRng::seed_from_u64(seed));
         let key = IssuedKey { id: minted.id, name: "ci".into(), team: "search".into(), tasks: vec![] };
-        let row =
-            StoredKey { key, hashed: minted.hashed, created_ms: 0, expires_ms, revoked_ms, rotated_ms: None };
+        let row = StoredKey {
+            key,
+            hashed: minted.hashed,
+            created_ms: 0,
+            expires_ms,
+            revoked_ms,
+            rotated_ms: None,
+            limits: Default::default(),
+        };
         (row, minted.text)
     }
 

@@ -41,6 +41,21 @@ pub enum KeysCommand {
         /// How long it lives: 90d, 12h, 30m, 45s; default: until revoked.
         #[arg(long)]
         expires_in: Option<String>,
+        /// Requests per minute.
+        #[arg(long)]
+        rpm: Option<u64>,
+        /// Tokens per minute (prompt estimate plus max_tokens, corrected to usage).
+        #[arg(long)]
+        tpm: Option<u64>,
+        /// Requests in flight at once.
+        #[arg(long)]
+        concurrent: Option<u64>,
+        /// US dollars per UTC day, an exact decimal such as 5 or 2.50.
+        #[arg(long)]
+        usd_per_day: Option<rust_decimal::Decimal>,
+        /// US dollars per UTC month.
+        #[arg(long)]
+        usd_per_month: Option<rust_decimal::Decimal>,
     },
     /// Every issued key with its status (never a secret).
     List,
@@ -87,9 +102,20 @@ pub async fn run(args: KeysArgs) -> Result<String, CliError> {
 async fn command(config: &Config, db: &Store, command: KeysCommand) -> Result<String, CliError> {
     let now = unix_millis(std::time::SystemTime::now());
     Ok(match command {
-        KeysCommand::Create { name, team, tasks, expires_in } => {
-            let new =
-                NewKey::check(config, &name, &team, &tasks, expires_in.as_deref()).map_err(KeyError::from)?;
+        KeysCommand::Create {
+            name,
+            team,
+            tasks,
+            expires_in,
+            rpm,
+            tpm,
+            concurrent,
+            usd_per_day,
+            usd_per_month,
+        } => {
+            let limits = crate::config::KeyLimits { rpm, tpm, concurrent, usd_per_day, usd_per_month };
+            let new = NewKey::check(config, &name, &team, &tasks, expires_in.as_deref(), limits)
+                .map_err(KeyError::from)?;
             let (row, text) = store::create(db, &new, now).await?;
             shown_once(&text, &row, now)
         }
@@ -117,15 +143,15 @@ fn shown_once(text: &str, row: &StoredKey, now_ms: i64) -> String {
     out
 }
 
-/// One line per key: id, name, team, status, tasks, times.
+/// One line per key: id, name, team, status, tasks, times, limits given at creation.
 pub fn table(rows: &[StoredKey], now_ms: i64) -> String {
-    let mut out = String::from("id            name                 team             status   tasks                created_at            expires_at\n");
+    let mut out = String::from("id            name                 team             status   tasks                created_at            expires_at            limits\n");
     for row in rows {
         let l = Listing::of(row, now_ms);
         let tasks = if l.tasks.is_empty() { "*".to_string() } else { l.tasks.join(",") };
         let _ = writeln!(
             out,
-            "{:<13} {:<20} {:<16} {:<8} {:<20} {:<21} {}",
+            "{:<13} {:<20} {:<16} {:<8} {:<20} {:<21} {:<21} {}",
             l.id,
             l.name,
             l.team,
@@ -133,7 +159,59 @@ pub fn table(rows: &[StoredKey], now_ms: i64) -> String {
             tasks,
             l.created_at,
             l.expires_at.as_deref().unwrap_or("-"),
+            limits(&l.limits),
         );
     }
     out
+}
+
+/// `rpm=60,usd_per_day=5`, or `-` for none.
+fn limits(l: &crate::config::KeyLimits) -> String {
+    let set: Vec<String> = [
+        ("rpm", l.rpm.map(|v| v.to_string())),
+        ("tpm", l.tpm.map(|v| v.to_string())),
+        ("concurrent", l.concurrent.map(|v| v.to_string())),
+        ("usd_per_day", l.usd_per_day.map(|v| v.to_string())),
+        ("usd_per_month", l.usd_per_month.map(|v| v.to_string())),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| Some(format!("{name}={}", v?)))
+    .collect();
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: KeysCommand,
+    }
+
+    #[tokio::test]
+    async fn create_takes_limits_and_list_shows_them() {
+        let config = crate::config::parse(
+            "backends: [{name: a, kind: openai, model: m}]\ntasks: [{name: t, backends: [a], slo: {ttft_ms: 500}}]\n",
+        )
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("spillway-keys-cli-{:016x}.db", rand::random::<u64>()));
+        let db = Store::open(&format!("sqlite://{}", path.display())).await.unwrap();
+        let parse = |args: &str| Cli::try_parse_from(format!("keys {args}").split(' ')).map(|c| c.command);
+        let create = parse("create --name ci --team pay --rpm 60 --usd-per-day 2.50").unwrap();
+        let out = command(&config, &db, create).await.unwrap();
+        assert!(out.starts_with("sk-spw-"), "{out}");
+        let listed = command(&config, &db, parse("list").unwrap()).await.unwrap();
+        assert!(listed.lines().nth(1).unwrap().ends_with(" rpm=60,usd_per_day=2.50"), "{listed}");
+        assert!(parse("create --name ci --team pay --usd-per-day five").is_err());
+        let zero = parse("create --name ci --team pay --concurrent 0").unwrap();
+        let refused = command(&config, &db, zero).await.unwrap_err();
+        assert_eq!(refused.to_string(), "limits.concurrent: must be at least 1");
+    }
 }

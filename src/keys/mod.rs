@@ -37,6 +37,8 @@ pub struct Listing {
     pub expires_at: Option<String>,
     pub revoked_at: Option<String>,
     pub rotated_at: Option<String>,
+    /// Limits given at creation (`{}`: none).
+    pub limits: crate::config::KeyLimits,
 }
 
 impl Listing {
@@ -51,6 +53,7 @@ impl Listing {
             expires_at: row.expires_ms.map(rfc3339),
             revoked_at: row.revoked_ms.map(rfc3339),
             rotated_at: row.rotated_ms.map(rfc3339),
+            limits: row.limits.clone(),
         }
     }
 }

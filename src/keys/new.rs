@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{Config, KeyLimits};
 
 /// A checked request for a new key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +16,8 @@ pub struct NewKey {
     pub tasks: Vec<String>,
     /// How long the key lives; `None`: until revoked.
     pub expires_in: Option<Duration>,
+    /// Limits and budgets of its own (`budgets.keys.<id>` in the config overrides each one set).
+    pub limits: KeyLimits,
 }
 
 /// Why a key request is refused; the message names the field and the value.
@@ -27,6 +29,9 @@ pub enum Refusal {
     UnknownTask(String),
     #[error("expires_in `{0}` is not a duration such as 90d, 12h, 30m or 45s")]
     BadDuration(String),
+    /// A limit out of range: its path and why (`limits.rpm: must be at least 1`).
+    #[error("{0}")]
+    BadLimit(String),
 }
 
 impl NewKey {
@@ -37,6 +42,7 @@ impl NewKey {
         team: &str,
         tasks: &[String],
         expires_in: Option<&str>,
+        limits: KeyLimits,
     ) -> Result<NewKey, Refusal> {
         let name = text("name", name)?;
         let team = text("team", team)?;
@@ -48,7 +54,10 @@ impl NewKey {
             }
         }
         let expires_in = expires_in.map(parse_duration).transpose()?;
-        Ok(NewKey { name, team, tasks: names, expires_in })
+        if let Some(problem) = limits.check("limits").into_iter().next() {
+            return Err(Refusal::BadLimit(problem.to_string()));
+        }
+        Ok(NewKey { name, team, tasks: names, expires_in, limits })
     }
 }
 
@@ -102,26 +111,43 @@ mod tests {
     #[test]
     fn tasks_must_exist_and_are_stored_by_name() {
         let c = config();
-        let ok =
-            NewKey::check(&c, "ci", " search ", &["sum".into(), "summarise".into()], Some("1h")).unwrap();
+        let ok = NewKey::check(
+            &c,
+            "ci",
+            " search ",
+            &["sum".into(), "summarise".into()],
+            Some("1h"),
+            KeyLimits::default(),
+        )
+        .unwrap();
         assert_eq!(ok.tasks, ["summarise"]);
         assert_eq!(ok.team, "search");
         assert_eq!(ok.expires_in, Some(Duration::from_secs(3_600)));
-        let refused = NewKey::check(&c, "ci", "search", &["translate".into()], None).unwrap_err();
+        let refused =
+            NewKey::check(&c, "ci", "search", &["translate".into()], None, KeyLimits::default()).unwrap_err();
         assert_eq!(refused.to_string(), "task `translate` does not exist");
+        let limits = KeyLimits {
+            rpm: Some(60),
+            usd_per_day: Some(rust_decimal::Decimal::from(5)),
+            ..KeyLimits::default()
+        };
+        assert_eq!(NewKey::check(&c, "ci", "search", &[], None, limits.clone()).unwrap().limits, limits);
+        let zero = KeyLimits { concurrent: Some(0), ..KeyLimits::default() };
+        let refused = NewKey::check(&c, "ci", "search", &[], None, zero).unwrap_err();
+        assert_eq!(refused.to_string(), "limits.concurrent: must be at least 1");
     }
 
     #[test]
     fn names_and_teams_are_short_printable_text() {
         let c = config();
-        let err = NewKey::check(&c, "", "search", &[], None).unwrap_err();
+        let err = NewKey::check(&c, "", "search", &[], None, KeyLimits::default()).unwrap_err();
         assert_eq!(err.to_string(), "name must be 1 to 64 printable characters, got ``");
         let long = "x".repeat(65);
         assert!(matches!(
-            NewKey::check(&c, "ci", &long, &[], None),
+            NewKey::check(&c, "ci", &long, &[], None, KeyLimits::default()),
             Err(Refusal::BadText { field: "team", .. })
         ));
-        assert!(NewKey::check(&c, "ci\n", "t", &[], None).is_ok(), "trimmed");
-        assert!(NewKey::check(&c, "c\u{7}i", "t", &[], None).is_err());
+        assert!(NewKey::check(&c, "ci\n", "t", &[], None, KeyLimits::default()).is_ok(), "trimmed");
+        assert!(NewKey::check(&c, "c\u{7}i", "t", &[], None, KeyLimits::default()).is_err());
     }
 }

@@ -10,6 +10,7 @@ use sqlx::Row;
 use super::new::{NewKey, Refusal};
 use super::secret::{self, Hashed, Minted};
 use crate::canonical::{IssuedKey, KeyId};
+use crate::config::KeyLimits;
 use crate::ledger::{Store, StoreError};
 
 /// A stored key: who it is, how to check it, and its times (unix milliseconds).
@@ -21,6 +22,8 @@ pub struct StoredKey {
     pub expires_ms: Option<i64>,
     pub revoked_ms: Option<i64>,
     pub rotated_ms: Option<i64>,
+    /// Limits given at creation (none set: the config's alone apply).
+    pub limits: KeyLimits,
 }
 
 /// Whether a key is accepted now.
@@ -72,19 +75,21 @@ pub enum KeyError {
     Corrupt { id: String, why: String },
 }
 
-const COLUMNS: &str = "id, name, team, tasks, salt, hash, created_ms, expires_ms, revoked_ms, rotated_ms";
+const COLUMNS: &str =
+    "id, name, team, tasks, salt, hash, created_ms, expires_ms, revoked_ms, rotated_ms, limits";
 
 /// Store a new key; its text (shown once) comes back beside the row.
 pub async fn create(store: &Store, new: &NewKey, now_ms: i64) -> Result<(StoredKey, String), KeyError> {
     let expires_ms =
         new.expires_in.map(|d| now_ms.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
     let tasks = serde_json::to_string(&new.tasks).expect("a list of strings is JSON");
+    let limits = new.limits.any().then(|| limits_json(&new.limits));
     // 48 random bits of id: a collision is retried with a fresh one.
     for _ in 0..3 {
         let Minted { id, text, hashed } = secret::mint(&mut rand::rngs::OsRng);
         let inserted = sqlx::query(
-            "INSERT INTO client_keys (id, name, team, tasks, salt, hash, created_ms, expires_ms, revoked_ms, rotated_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO client_keys (id, name, team, tasks, salt, hash, created_ms, expires_ms, revoked_ms, rotated_ms, limits) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id.to_string())
         .bind(new.name.clone())
@@ -94,14 +99,22 @@ pub async fn create(store: &Store, new: &NewKey, now_ms: i64) -> Result<(StoredK
         .bind(hex::encode(hashed.hash))
         .bind(now_ms)
         .bind(expires_ms)
+        .bind(limits.clone())
         .execute(store.pool())
         .await
         .map_err(StoreError::statement("insert client key"))?;
         if inserted.rows_affected() == 1 {
             let key =
                 IssuedKey { id, name: new.name.clone(), team: new.team.clone(), tasks: new.tasks.clone() };
-            let row =
-                StoredKey { key, hashed, created_ms: now_ms, expires_ms, revoked_ms: None, rotated_ms: None };
+            let row = StoredKey {
+                key,
+                hashed,
+                created_ms: now_ms,
+                expires_ms,
+                revoked_ms: None,
+                rotated_ms: None,
+                limits: new.limits.clone(),
+            };
             return Ok((row, text));
         }
     }
@@ -186,7 +199,30 @@ fn row_to_key(row: &AnyRow) -> Result<StoredKey, KeyError> {
         expires_ms: time("expires_ms")?,
         revoked_ms: time("revoked_ms")?,
         rotated_ms: time("rotated_ms")?,
+        limits: match row.try_get::<Option<String>, _>("limits").map_err(|e| column("limits", e))? {
+            Some(json) => serde_json::from_str(&json).map_err(|e| corrupt(format!("limits: {e}")))?,
+            None => KeyLimits::default(),
+        },
     })
+}
+
+/// A key's limits as stored: JSON of the fields set, dollars as decimal strings.
+fn limits_json(l: &KeyLimits) -> String {
+    let usd = |d: Option<rust_decimal::Decimal>| d.map(|d| d.to_string());
+    let mut map = serde_json::Map::new();
+    let fields = [
+        ("rpm", l.rpm.map(serde_json::Value::from)),
+        ("tpm", l.tpm.map(serde_json::Value::from)),
+        ("concurrent", l.concurrent.map(serde_json::Value::from)),
+        ("usd_per_day", usd(l.usd_per_day).map(serde_json::Value::from)),
+        ("usd_per_month", usd(l.usd_per_month).map(serde_json::Value::from)),
+    ];
+    for (name, value) in fields {
+        if let Some(v) = value {
+            map.insert(name.to_string(), v);
+        }
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 fn column(column: &str, source: sqlx::Error) -> KeyError {
@@ -204,7 +240,13 @@ mod tests {
     }
 
     fn new_key(expires_in: Option<Duration>) -> NewKey {
-        NewKey { name: "ci".into(), team: "search".into(), tasks: vec!["summarise".into()], expires_in }
+        NewKey {
+            name: "ci".into(),
+            team: "search".into(),
+            tasks: vec!["summarise".into()],
+            expires_in,
+            limits: KeyLimits::default(),
+        }
     }
 
     #[tokio::test]
@@ -229,6 +271,19 @@ mod tests {
         assert!(matches!(rotate(&store, &id, 9_000).await, Err(KeyError::Revoked(_))));
         let unknown = KeyId::parse("000000000000").unwrap();
         assert_eq!(revoke(&store, &unknown, 1).await.unwrap_err().to_string(), "no key `000000000000`");
+    }
+
+    #[tokio::test]
+    async fn limits_given_at_creation_are_stored_with_the_key() {
+        let store = temp_store().await;
+        let limits =
+            KeyLimits { rpm: Some(60), usd_per_day: Some("5.25".parse().unwrap()), ..KeyLimits::default() };
+        let new = NewKey { limits: limits.clone(), ..new_key(None) };
+        let (row, _) = create(&store, &new, 1_000).await.unwrap();
+        let (plain, _) = create(&store, &new_key(None), 1_001).await.unwrap();
+        assert_eq!(get(&store, &row.key.id).await.unwrap().limits, limits);
+        assert_eq!(get(&store, &plain.key.id).await.unwrap().limits, KeyLimits::default());
+        assert_eq!(limits_json(&limits), r#"{"rpm":60,"usd_per_day":"5.25"}"#);
     }
 
     #[tokio::test]

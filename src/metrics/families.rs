@@ -122,6 +122,7 @@ pub struct ProviderFamilies {
     pub last_success: Family<GaugeVec, Backend<'static>>,
     pub canaries: Family<IntCounterVec, BackendResult<'static>>,
     pub quota_shared_state: Family<IntGaugeVec, Store<'static>>,
+    pub budget_shared_state: Family<IntGaugeVec, Store<'static>>,
 }
 
 impl ProviderFamilies {
@@ -159,6 +160,11 @@ impl ProviderFamilies {
                 r,
                 "spillway_quota_shared_state_up",
                 "1 while the store hosted quotas share across replicas answers, 0 while each replica counts alone (absent without one).",
+            ),
+            budget_shared_state: int_gauge(
+                r,
+                "spillway_budget_shared_state_up",
+                "1 while the store key limits and budgets share across replicas answers, 0 while it is down and budgets.when_redis_down applies (absent without one).",
             ),
         }
     }

@@ -111,6 +111,14 @@ impl Metrics {
         }
     }
 
+    /// Whether the store key limits and budgets are kept in answers (`None`: there is none).
+    pub fn set_budget_shared_state(&self, up: Option<bool>) {
+        self.providers.budget_shared_state.reset();
+        if let Some(up) = up {
+            self.providers.budget_shared_state.get(Store { store: "redis" }).set(i64::from(up));
+        }
+    }
+
     /// One sample of a local node for GPU time.
     pub fn observe_gpu_sample(&self, backend: &str, busy: bool) {
         self.fleet.gpu_samples.get(BackendBusy { backend, busy: if busy { "true" } else { "false" } }).inc();

@@ -33,6 +33,9 @@ struct Create {
     /// `90d`, `12h`, `30m`, `45s`; absent: until revoked.
     #[serde(default)]
     expires_in: Option<String>,
+    /// `{rpm, tpm, concurrent, usd_per_day, usd_per_month}`, each optional.
+    #[serde(default)]
+    limits: crate::config::KeyLimits,
 }
 
 fn now_ms() -> i64 {
@@ -56,6 +59,7 @@ fn key_error(e: KeyError) -> ApiError {
                 Refusal::BadText { field, .. } => *field,
                 Refusal::UnknownTask(_) => "tasks",
                 Refusal::BadDuration(_) => "expires_in",
+                Refusal::BadLimit(_) => "limits",
             };
             ApiError::new(ErrorCode::InvalidValue, r.to_string()).param(param)
         }
@@ -99,8 +103,9 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         let req: Create = serde_json::from_slice(&body)
             .map_err(|e| ApiError::new(ErrorCode::InvalidBody, format!("request body: {e}")))?;
         let config = state.snapshot.load().config.clone();
-        let new = NewKey::check(&config, &req.name, &req.team, &req.tasks, req.expires_in.as_deref())
-            .map_err(|r| key_error(r.into()))?;
+        let new =
+            NewKey::check(&config, &req.name, &req.team, &req.tasks, req.expires_in.as_deref(), req.limits)
+                .map_err(|r| key_error(r.into()))?;
         let store = store_of(&state)?;
         let now = now_ms();
         let (row, text) = store::create(store, &new, now).await.map_err(key_error)?;

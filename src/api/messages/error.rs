@@ -23,12 +23,14 @@ pub fn status_and_type(e: &ApiError) -> (StatusCode, &'static str) {
         | RouterOverloaded
         | AllBackendsFailed
         | RetryBudgetExhausted
+        | LimitStateUnavailable { .. }
         | Upstream(ErrorClass::Overloaded) => overloaded,
         UpstreamRateLimited | Upstream(ErrorClass::RateLimited) => {
             (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
         }
         Timeout | Upstream(ErrorClass::Timeout) => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
         RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
+        OverLimit(_, limit) if limit.is_budget() => (StatusCode::PAYMENT_REQUIRED, "billing_error"),
         _ => match e.status.as_u16() {
             401 => (e.status, "authentication_error"),
             403 => (e.status, "permission_error"),
@@ -54,8 +56,14 @@ fn message(e: &ApiError) -> String {
 }
 
 /// The envelope alone, as sent in-band (`event: error`) on a stream that already started.
+/// A refusal by a key's limit or budget also names it in `code` (Anthropic's envelope has no
+/// such member; its SDKs ignore it).
 pub fn body(e: &ApiError) -> Value {
-    json!({"type": "error", "error": {"type": status_and_type(e).1, "message": message(e)}})
+    let mut body = json!({"type": "error", "error": {"type": status_and_type(e).1, "message": message(e)}});
+    if let (ErrorCode::OverLimit(..), Some(code)) = (e.code, e.code.as_str()) {
+        body["error"]["code"] = json!(code);
+    }
+    body
 }
 
 /// The whole response, with `Retry-After` when known.

@@ -36,7 +36,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let arrival = received.arrival(request_id, &headers);
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
-    let Served { committed, headers: spillway_headers, .. } =
+    let Served { committed, headers: spillway_headers, cost, .. } =
         front::serve(&state, arrival, &decoded.model, |task| {
             let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
             estimated_input_tokens = canonical.estimated_prompt_tokens();
@@ -60,6 +60,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(answer.into_json(&id, &decoded.model)).into_response()
     };
     response.headers_mut().extend(spillway_headers);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

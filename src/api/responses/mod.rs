@@ -60,7 +60,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         Some(body) => request.to_canonical_pinned(task.max_output_tokens, body),
         None => request.to_canonical(task.max_output_tokens),
     };
-    let Served { committed, task, headers: spillway_headers, .. } =
+    let Served { committed, task, headers: spillway_headers, cost, .. } =
         front::serve(&state, arrival, &request.model, to_canonical)
             .await
             .map_err(decode::in_responses_terms)?;
@@ -93,6 +93,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
     };
     response.headers_mut().extend(spillway_headers);
+    super::spend::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -6,13 +6,26 @@ use serde_json::{json, Value};
 
 use crate::canonical::{FinishReason, ToolCall, Usage};
 
+/// The member of an OpenAI `usage` object that carries the answer's cost in US dollars, as an
+/// exact decimal string (Spillway's extension; the same figure as `x-spillway-cost-usd`).
+pub const COST_FIELD: &str = "spillway_cost_usd";
+
 /// OpenAI's `usage` object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WireUsage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
     pub prompt_tokens_details: CachedTokens,
+    /// [`COST_FIELD`], once the cost is known.
+    #[serde(rename = "spillway_cost_usd", skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<String>,
+}
+
+impl WireUsage {
+    pub fn with_cost(self, cost: Option<rust_decimal::Decimal>) -> WireUsage {
+        WireUsage { cost_usd: cost.map(|c| c.to_string()), ..self }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,6 +40,7 @@ impl From<&Usage> for WireUsage {
             completion_tokens: u.output_tokens,
             total_tokens: u.input_tokens + u.output_tokens,
             prompt_tokens_details: CachedTokens { cached_tokens: u.cached_input_tokens },
+            cost_usd: None,
         }
     }
 }

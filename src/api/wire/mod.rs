@@ -464,5 +464,5 @@ mod checks;
 #[cfg(test)]
 mod tests;
 
-pub use answer::{completion_json, WireUsage};
+pub use answer::{completion_json, WireUsage, COST_FIELD};
 pub(crate) use checks::{image_of, response_format, tool_choice, tools};

@@ -13,7 +13,7 @@
 //! Nothing here decides priorities: the caller passes the share of the quota a request may
 //! fill up to (`ceiling`).
 
-mod shared;
+pub(crate) mod shared;
 pub mod window;
 
 use std::collections::HashMap;

@@ -1,5 +1,7 @@
 //! The Redis side of the quota board: one hash per (backend, minute) shared by every router
-//! replica, updated atomically by a Lua script, behind a short timeout.
+//! replica, updated atomically by a Lua script, behind a short timeout. The connection handling
+//! ([`Shared`]: bounded calls, outage signalling, reconnecting) is also what the key budgets
+//! (`guard::budget`) run their own scripts through: one Redis client path.
 //!
 //! It must never fail or stall a request: every call is bounded by the board's timeout, a
 //! failure drops the connection and hands the board back to local counting, and one
@@ -52,7 +54,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-pub(super) struct Shared {
+pub(crate) struct Shared {
+    /// Who uses it, for the outage log lines (`quota`, `budgets`).
+    what: &'static str,
     client: redis::Client,
     conn: Mutex<Option<MultiplexedConnection>>,
     /// Connected and the last call worked.
@@ -68,7 +72,7 @@ pub(super) struct Shared {
 }
 
 /// What Redis decided for one request, with the window's counts after it.
-pub(super) struct Counted {
+pub(crate) struct Counted {
     pub granted: bool,
     pub requests: u64,
     pub tokens: u64,
@@ -76,8 +80,19 @@ pub(super) struct Counted {
 
 impl Shared {
     pub fn new(url: &str, prefix: String, timeout: Duration) -> Result<Arc<Shared>, String> {
+        Shared::named("quota", url, prefix, timeout)
+    }
+
+    /// A connection for `what` (its outage lines say so), keys under `prefix`.
+    pub fn named(
+        what: &'static str,
+        url: &str,
+        prefix: String,
+        timeout: Duration,
+    ) -> Result<Arc<Shared>, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         Ok(Arc::new(Shared {
+            what,
             client,
             conn: Mutex::new(None),
             ok: AtomicBool::new(false),
@@ -92,6 +107,43 @@ impl Shared {
 
     pub fn ok(&self) -> bool {
         self.ok.load(Ordering::Relaxed)
+    }
+
+    /// The prefix every key of this user starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Run `script` with `keys` and `args` under the timeout. `None`: Redis is not available
+    /// now (the caller falls back); a failure is signalled and the reconnect started.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        self: &Arc<Self>,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Option<T> {
+        let Some(mut conn) = self.connection() else {
+            self.ensure_connecting();
+            return None;
+        };
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(key);
+        }
+        for arg in args {
+            call.arg(arg);
+        }
+        match tokio::time::timeout(self.timeout, call.invoke_async::<T>(&mut conn)).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.mark_down(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.mark_down(&format!("no reply within {} ms", self.timeout.as_millis()));
+                None
+            }
+        }
     }
 
     pub fn key(&self, backend: &str, minute: u64) -> String {
@@ -154,7 +206,8 @@ impl Shared {
         if !self.in_outage.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 error = why,
-                "quota: shared counters in Redis unavailable; counting locally on this replica until it returns"
+                store = self.what,
+                "shared counters in Redis unavailable; counting locally on this replica until it returns"
             );
         }
         self.ensure_connecting();
@@ -193,7 +246,7 @@ async fn reconnect(weak: Weak<Shared>) {
                 shared.ok.store(true, Ordering::Relaxed);
                 shared.connecting.store(false, Ordering::Release);
                 if shared.in_outage.swap(false, Ordering::Relaxed) {
-                    tracing::info!("quota: Redis is back; shared counters resumed");
+                    tracing::info!(store = shared.what, "Redis is back; shared counters resumed");
                 }
                 return;
             }
@@ -211,7 +264,8 @@ fn note_outage(shared: &Shared, why: &str) {
     if !shared.in_outage.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             error = why,
-            "quota: cannot reach Redis for shared counters; counting locally on this replica until it returns"
+            store = shared.what,
+            "cannot reach Redis for shared counters; counting locally on this replica until it returns"
         );
     }
 }
