@@ -1,8 +1,11 @@
 //! The dashboard's "top spenders": the keys and teams that spent most today and this month
-//! (UTC), each with the limit its budget sets (`limit_usd`, `null` until budgets exist). Spend
-//! is the cost report's own figure, `spillway report --group-by key,team` over the same period
-//! (hosted list price plus the GPU busy and idle cost shared out), so the panel and the report
-//! never disagree. Pure: the caller fetches the rows and the issued keys' names.
+//! (UTC), each with the USD budget its limits set for that period (`limit_usd`: `usd_per_day`
+//! today, `usd_per_month` this month; `null` without one). Spend is the cost report's own
+//! figure, `spillway report --group-by key,team` over the same period (hosted list price plus
+//! the GPU busy and idle cost shared out), so the panel and the report never disagree; the
+//! budget itself counts self-hosted answers at their marginal GPU cost only
+//! (`guard::budget`), so a key with self-hosted traffic shows more here than its budget has
+//! used. Pure: the caller fetches the rows and the issued keys.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +17,7 @@ use serde::Serialize;
 use super::build::{build, Line, Report};
 use super::group::NONE;
 use super::query::{GroupKey, ReportFormat, ReportQuery};
-use crate::config::Config;
+use crate::config::{BudgetsConfig, Config, KeyLimits};
 use crate::ledger::usage::{minute_of, NodeMinute, MINUTE_MS};
 use crate::ledger::LedgerRecord;
 
@@ -110,15 +113,48 @@ pub struct Rows<'a> {
     pub config: Option<&'a Config>,
 }
 
-/// The top `top` keys and teams of `period` at `now`, from the month's `rows`; `names` maps
-/// an issued key's id to its name.
-pub fn spenders(
-    period: Period,
-    now: Timestamp,
-    rows: &Rows<'_>,
-    names: &BTreeMap<String, String>,
-    top: usize,
-) -> PeriodSpend {
+/// Who the keys and teams are: an issued key's name by id, and the limits each key (by
+/// variable or id: its own overridden by `budgets.keys`) and team (`budgets.teams`) has.
+#[derive(Debug, Default)]
+pub struct Directory {
+    pub names: BTreeMap<String, String>,
+    pub key_limits: BTreeMap<String, KeyLimits>,
+    pub team_limits: BTreeMap<String, KeyLimits>,
+}
+
+impl Directory {
+    /// The directory of these issued keys (id, name, own limits) under `budgets`.
+    pub fn new<'a>(
+        issued: impl IntoIterator<Item = (String, String, &'a KeyLimits)>,
+        budgets: &BudgetsConfig,
+    ) -> Directory {
+        let mut dir = Directory { team_limits: budgets.teams.clone(), ..Directory::default() };
+        for (id, name, own) in issued {
+            let limits = budgets.keys.get(&id).map_or_else(|| own.clone(), |c| own.overridden_by(c));
+            dir.key_limits.insert(id.clone(), limits);
+            dir.names.insert(id, name);
+        }
+        for (key, limits) in &budgets.keys {
+            dir.key_limits.entry(key.clone()).or_insert_with(|| limits.clone());
+        }
+        dir
+    }
+}
+
+impl Period {
+    /// The USD budget `limits` set for this period.
+    fn limit(self, limits: Option<&KeyLimits>) -> Option<Decimal> {
+        let l = limits?;
+        match self {
+            Period::Today => l.usd_per_day,
+            Period::Month => l.usd_per_month,
+        }
+    }
+}
+
+/// The top `top` keys and teams of `period` at `now`, from the month's `rows`, each with its
+/// budget for the period from `dir`.
+pub fn spenders(period: Period, now: Timestamp, rows: &Rows<'_>, dir: &Directory, top: usize) -> PeriodSpend {
     let (from_ms, to_ms) = period.span(now);
     let records: Vec<LedgerRecord> =
         rows.records.iter().filter(|r| r.at_ms >= from_ms && r.at_ms < to_ms).cloned().collect();
@@ -133,13 +169,13 @@ pub fn spenders(
         .iter()
         .map(|l| KeySpend {
             key: l.group[0].clone(),
-            name: names.get(&l.group[0]).cloned(),
+            name: dir.names.get(&l.group[0]).cloned(),
             team: Some(l.group[1].clone()).filter(|t| t != NONE),
             requests: l.requests,
             hosted_usd: l.hosted_usd,
             gpu_usd: gpu(l),
             spend_usd: l.total_usd,
-            limit_usd: None,
+            limit_usd: period.limit(dir.key_limits.get(&l.group[0])),
         })
         .collect();
     let mut keys_of: BTreeMap<&str, usize> = BTreeMap::new();
@@ -156,7 +192,7 @@ pub fn spenders(
             hosted_usd: l.hosted_usd,
             gpu_usd: gpu(l),
             spend_usd: l.total_usd,
-            limit_usd: None,
+            limit_usd: period.limit(dir.team_limits.get(&l.group[0])),
         })
         .collect();
     let (key_count, team_count) = (keys.len(), teams.len());

@@ -72,8 +72,10 @@ fn month() -> (Vec<LedgerRecord>, Vec<NodeMinute>) {
     (records, vec![minute("2026-11-29T10:00:00Z", true), minute("2026-11-29T10:01:00Z", false)])
 }
 
-fn names() -> BTreeMap<String, String> {
-    BTreeMap::from([(A.to_string(), "indexer".to_string())])
+/// Key A issued as "indexer" without limits of its own; no budgets configured.
+fn names() -> Directory {
+    let none = KeyLimits::default();
+    Directory::new([(A.to_string(), "indexer".to_string(), &none)], &BudgetsConfig::default())
 }
 
 /// Keys as (key, spend) and teams as (team, keys, spend), in rank order.
@@ -130,4 +132,48 @@ fn the_month_counts_from_its_first_day_and_the_top_is_cut() {
     assert_eq!(teams, [("search", 2, d("0.55")), ("ads", 1, d("0.07"))]);
     assert_eq!((month.key_count, month.team_count), (4, 3));
     assert_eq!(month.total_usd, d("0.621"));
+}
+
+#[test]
+fn each_key_and_team_shows_the_budget_of_the_period() {
+    let (records, minutes) = month();
+    let rows = Rows { records: &records, minutes: &minutes, config: None };
+    let usd = |day: &str, month: &str| KeyLimits {
+        usd_per_day: Some(d(day)),
+        usd_per_month: Some(d(month)),
+        ..KeyLimits::default()
+    };
+    // A was issued with $1 a day and $20 a month; the config lowers its month to $10 and
+    // gives the static key and the team `search` budgets of their own.
+    let own = usd("1", "20");
+    let budgets = BudgetsConfig {
+        keys: BTreeMap::from([
+            (A.to_string(), KeyLimits { usd_per_month: Some(d("10")), ..KeyLimits::default() }),
+            ("TEAM_KEY".to_string(), usd("0.5", "5")),
+        ]),
+        teams: BTreeMap::from([("search".to_string(), usd("2", "40"))]),
+        ..BudgetsConfig::default()
+    };
+    let dir = Directory::new([(A.to_string(), "indexer".to_string(), &own)], &budgets);
+    let limit = |p: &PeriodSpend, who: &str| {
+        let key = p.keys.iter().find(|k| k.key == who).map(|k| k.limit_usd);
+        key.or_else(|| p.teams.iter().find(|t| t.team == who).map(|t| t.limit_usd)).flatten()
+    };
+    let today = spenders(Period::Today, now(), &rows, &dir, 10);
+    assert_eq!(
+        [
+            limit(&today, A),
+            limit(&today, "TEAM_KEY"),
+            limit(&today, B),
+            limit(&today, "search"),
+            limit(&today, "ads")
+        ],
+        [Some(d("1")), Some(d("0.5")), None, Some(d("2")), None]
+    );
+    let month = spenders(Period::Month, now(), &rows, &dir, 10);
+    assert_eq!(
+        [limit(&month, A), limit(&month, "TEAM_KEY"), limit(&month, "search")],
+        [Some(d("10")), Some(d("5")), Some(d("40"))]
+    );
+    assert_eq!(serde_json::to_value(&month).unwrap()["keys"][0]["limit_usd"], "10");
 }

@@ -3,7 +3,7 @@
 //! not the open dashboard's). Fetches the month's ledger rows and the issued keys' names;
 //! the figures are `report::spenders`, the cost report's own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::authorize;
 use crate::api::{ApiError, AppState, ErrorCode};
-use crate::report::spenders::{spenders, Period, Rows};
+use crate::report::spenders::{spenders, Directory, Period, Rows};
 
 /// How many keys and teams each list holds unless `top` says otherwise, and at most.
 const TOP: usize = 10;
@@ -67,11 +67,11 @@ async fn inner(
     let records = store.query(from_ms, to_ms).await.map_err(|e| unavailable("requests", &e))?;
     let minutes = store.query_minutes(from_ms, to_ms).await.map_err(|e| unavailable("node minutes", &e))?;
     let keys = crate::keys::store::list(store).await.map_err(|e| unavailable("keys", &e))?;
-    let names: BTreeMap<String, String> =
-        keys.into_iter().map(|k| (k.key.id.to_string(), k.key.name.clone())).collect();
     let config = state.snapshot.load().config.clone();
+    let issued = keys.iter().map(|k| (k.key.id.to_string(), k.key.name.clone(), &k.limits));
+    let dir = Directory::new(issued, &config.budgets);
     let rows = Rows { records: &records, minutes: &minutes, config: Some(&config) };
-    let periods: Vec<_> = Period::ALL.into_iter().map(|p| spenders(p, now, &rows, &names, top)).collect();
+    let periods: Vec<_> = Period::ALL.into_iter().map(|p| spenders(p, now, &rows, &dir, top)).collect();
     tracing::debug!(who = %who.0, "admin: top spenders");
     let body = json!({"now_ms": now.as_millisecond(), "top": top, "periods": periods});
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
