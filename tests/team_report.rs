@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use common::sim;
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use spillway::ledger::Store;
@@ -202,4 +203,42 @@ async fn by_key_and_team(store_name: &str, ledger_url: &str) {
         "{store_name}"
     );
     assert!(html.contains(&format!("${:.4}", whole_total)), "{store_name}");
+
+    // With the router's budgets (--config), the report sets each key's and team's spend
+    // against the budget that covers the period: today lies within one day, which has no
+    // budget here, and one month, which has.
+    let config =
+        std::env::temp_dir().join(format!("spillway-team-report-{:016x}.yaml", rand::random::<u64>()));
+    let budgets = format!(
+        "budgets:\n  keys: {{TEAM_REPORT_STATIC: {{usd_per_month: \"500\"}}, {a1}: {{usd_per_month: \"2\"}}}}\n  teams: {{ads: {{usd_per_month: \"1000\"}}}}\n"
+    );
+    std::fs::write(&config, yaml("http://127.0.0.1:9", ledger_url) + &budgets).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["report", "--config", config.to_str().unwrap(), "--ledger", ledger_url, "--from", "today"])
+        .args(["--format", "json", "--group-by", "key,team"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    assert!(out.status.success(), "{store_name}: {}", String::from_utf8_lossy(&out.stderr));
+    let budgeted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = budgeted["budgets"].as_array().unwrap();
+    let who: Vec<(&str, &str, &str, &str)> = rows
+        .iter()
+        .map(|b| {
+            let f = |k: &str| b[k].as_str().unwrap();
+            (f("scope"), f("name"), f("period"), f("limit_usd"))
+        })
+        .collect();
+    let mut want = vec![("key", a1.as_str(), "month", "2"), ("key", "TEAM_REPORT_STATIC", "month", "500")];
+    want.sort();
+    want.push(("team", "ads", "month", "1000"));
+    assert_eq!(who, want, "{store_name}: {budgeted}");
+    let line_of = |key: &str| {
+        let lines = budgeted["lines"].as_array().unwrap();
+        lines.iter().find(|l| l["group"][0] == key).map(|l| d(l["total_usd"].as_str().unwrap()))
+    };
+    let ads_key = rows.iter().find(|b| b["name"] == a1.as_str()).unwrap();
+    assert_eq!(Some(d(ads_key["spend_usd"].as_str().unwrap())), line_of(&a1), "{store_name}");
+    let used = ads_key["used"].as_f64().unwrap();
+    assert!((used - line_of(&a1).unwrap().to_f64().unwrap() / 2.0).abs() < 1e-9, "{store_name}: {used}");
 }

@@ -53,6 +53,9 @@ pub struct Report {
     pub pools: Vec<PoolUsage>,
     pub totals: Totals,
     pub series: CostSeries,
+    /// Keys' and teams' spend against their budgets (grouped by key or team; filled by
+    /// [`super::generate`], which lists the issued keys).
+    pub budgets: Vec<super::budgets::BudgetUse>,
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -200,6 +203,7 @@ pub fn build(
         pools: pool_usage.into_values().collect(),
         totals,
         series,
+        budgets: Vec::new(),
     }
 }
 

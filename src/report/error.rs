@@ -44,6 +44,9 @@ pub enum ReportError {
     NoLedger,
     #[error(transparent)]
     Ledger(#[from] StoreError),
+    /// The issued keys (for their budgets) could not be read.
+    #[error(transparent)]
+    Keys(#[from] crate::keys::KeyError),
     /// Writing the report out as `format` failed.
     #[error("cannot write the report as {format}: {source}")]
     Render { format: &'static str, source: Box<dyn std::error::Error + Send + Sync> },

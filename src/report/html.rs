@@ -300,6 +300,25 @@ fn pools_table(r: &Report) -> String {
     format!("<table><tr>{header}</tr>{rows}</table>{notes}")
 }
 
+/// Keys' and teams' spend against their budgets; nothing when the report has none.
+fn budgets_table(r: &Report) -> String {
+    if r.budgets.is_empty() {
+        return String::new();
+    }
+    let header: String =
+        ["scope", "name", "spend", "budget", "used"].iter().map(|c| format!("<th>{c}</th>")).collect();
+    let rows: String = r
+        .budgets
+        .iter()
+        .map(|b| {
+            let used = b.used.map_or_else(|| "-".into(), |u| format!("{:.1} %", finite(u) * 100.0));
+            let cells = [usd(b.spend_usd), format!("{} a {}", usd(b.limit_usd), b.period.as_str()), used];
+            row("budget", &[b.scope.as_str().to_string(), b.name.clone()], &cells)
+        })
+        .collect();
+    format!("<h2>Budgets</h2><p>Spend in the period against the budget that covers it.</p><table><tr>{header}</tr>{rows}</table>")
+}
+
 /// The whole page.
 pub fn page(r: &Report) -> String {
     let t = &r.totals;
@@ -323,7 +342,7 @@ pub fn page(r: &Report) -> String {
 <h2>Cost per task over time</h2>{}
 <h2>Self-hosted vs hosted, $ per million tokens</h2>{}
 <h2>Utilisation and break-even</h2>{}
-<h2>GPU pools</h2>{}
+<h2>GPU pools</h2>{}{}
 <p class="note">Allocation: busy GPU minutes are shared among the tasks whose requests arrived on that node in
 that minute, by tokens (input + output); idle minutes by each task's tokens on that node over the period; the
 cost of nodes that served nothing stays unallocated. Utilisation is the share of a pool's capacity used: running
@@ -336,7 +355,8 @@ assumes a pool's throughput is proportional to its utilisation.</p></body></html
         cost_over_time(r),
         cost_per_mtok(r),
         utilisation(r),
-        pools_table(r)
+        pools_table(r),
+        budgets_table(r)
     )
 }
 
@@ -413,6 +433,7 @@ mod tests {
                 ]),
                 unallocated: series([5, 0, 5]),
             },
+            budgets: Vec::new(),
         }
     }
 

@@ -5,10 +5,12 @@
 //! `query` parses what is asked, `group` keys each row by task, backend, client key and team,
 //! `allocate` shares GPU cost out (pure), `build`, `economics` and `utilisation` make the
 //! report's figures (pure), `render` and `html` format them, and `spenders` ranks keys and teams
-//! by the same figures for the dashboard. This module only fetches rows. Every failure is a
+//! by the same figures for the dashboard, and `budgets` sets key and team spend against their
+//! budgets. This module only fetches rows. Every failure is a
 //! [`ReportError`].
 
 pub mod allocate;
+pub mod budgets;
 pub mod build;
 pub mod economics;
 mod error;
@@ -62,7 +64,13 @@ pub async fn generate(
 ) -> Result<String, ReportError> {
     let records = store.query(query.from_ms, query.to_ms).await?;
     let minutes = store.query_minutes(query.from_ms, query.to_ms).await?;
-    let report = build(query, &records, &minutes, config);
+    let mut report = build(query, &records, &minutes, config);
+    if query.group_by.iter().any(|g| matches!(g, GroupKey::Key | GroupKey::Team)) {
+        let keys = crate::keys::store::list(store).await?;
+        let issued = keys.iter().map(|k| (k.key.id.to_string(), k.key.name.clone(), &k.limits));
+        let dir = budgets::Directory::new(issued, &config.map(|c| c.budgets.clone()).unwrap_or_default());
+        report.budgets = budgets::budget_use(&report, query.from_ms, query.to_ms, &dir);
+    }
     render(&report, query.format)
 }
 

@@ -214,6 +214,24 @@ pub fn table(r: &Report) -> String {
             p.pool, p.unpriced_node_minutes
         );
     }
+    if !r.budgets.is_empty() {
+        out.push_str("\nBudgets (spend in the period against the budget that covers it):\n");
+        let header: Vec<String> = ["scope", "name", "spend", "budget", "used"].map(String::from).to_vec();
+        let rows: Vec<Vec<String>> = r
+            .budgets
+            .iter()
+            .map(|b| {
+                vec![
+                    b.scope.as_str().to_string(),
+                    b.name.clone(),
+                    usd(b.spend_usd),
+                    format!("{} a {}", usd(b.limit_usd), b.period.as_str()),
+                    b.used.map_or_else(|| "-".into(), |u| format!("{:.1}%", u * 100.0)),
+                ]
+            })
+            .collect();
+        out.push_str(&table_text(&header, &rows, 2));
+    }
     out
 }
 
@@ -237,12 +255,16 @@ pub(super) fn basis_note(p: &PoolUsage) -> Option<String> {
 /// Columns after the lines' in CSV: filled on `pool` and `self_hosted` rows only.
 const UTILISATION_COLUMNS: [&str; 5] =
     ["pool", "utilisation", "busy_share", "utilisation_basis", "break_even_utilisation"];
+const BUDGET_COLUMNS: [&str; 6] =
+    ["budget_scope", "budget_name", "budget_spend_usd", "budget_period", "budget_usd", "budget_used"];
 
 /// One CSV row per line plus `idle` (already in the lines), `unallocated` and `total` rows:
 /// summing `total_usd` over the `line` rows and the `unallocated` row gives the `total` row.
 /// Then one `pool` row per pool and one `self_hosted` row per task and pool, with the
-/// utilisation columns and no cost (their cost is already in the lines). A grouping without
-/// `task` gets a `task` column of its own for the `self_hosted` rows.
+/// utilisation columns and no cost (their cost is already in the lines), and one `budget` row
+/// per key or team with a budget, in budget columns that only such a report has (its spend is
+/// in the lines too). A
+/// grouping without `task` gets a `task` column of its own for the `self_hosted` rows.
 pub fn csv(r: &Report) -> Result<String, ReportError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let keys: Vec<&str> = r.group_by.iter().map(|g| g.as_str()).collect();
@@ -269,6 +291,9 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
     }
     let task_column = header.iter().position(|c| *c == "task").unwrap_or(1);
     header.extend(UTILISATION_COLUMNS);
+    // The budget columns only where there are budget rows.
+    let budget_columns = if r.budgets.is_empty() { 0 } else { BUDGET_COLUMNS.len() };
+    header.extend(&BUDGET_COLUMNS[..budget_columns]);
     let width = header.len();
     let blank_to = |mut row: Vec<String>| {
         row.resize(width, String::new());
@@ -331,7 +356,7 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
     let share = |v: f64| v.to_string();
     let utilisation_row =
         |label: &str, task: &str, pool: &str, u: f64, busy: f64, basis: UtilisationBasis| {
-            let mut row = vec![String::new(); width - UTILISATION_COLUMNS.len()];
+            let mut row = vec![String::new(); width - UTILISATION_COLUMNS.len() - budget_columns];
             (row[0], row[task_column]) = (label.to_string(), task.to_string());
             row.extend([pool.to_string(), share(u), share(busy), basis.as_str().to_string()]);
             row
@@ -351,7 +376,20 @@ pub fn csv(r: &Report) -> Result<String, ReportError> {
         row.push(s.break_even_utilisation.map(share).unwrap_or_default());
         row
     });
-    for row in rows.into_iter().map(blank_to).chain(pools).chain(self_hosted) {
+    let budgets = r.budgets.iter().map(|b| {
+        let mut row = vec![String::new(); width - budget_columns];
+        row[0] = "budget".to_string();
+        row.extend([
+            b.scope.as_str().to_string(),
+            b.name.clone(),
+            b.spend_usd.to_string(),
+            b.period.as_str().to_string(),
+            b.limit_usd.to_string(),
+            b.used.map(share).unwrap_or_default(),
+        ]);
+        row
+    });
+    for row in rows.into_iter().map(blank_to).chain(pools).chain(self_hosted.map(blank_to)).chain(budgets) {
         w.write_record(&row).map_err(ReportError::render("csv"))?;
     }
     let bytes = w.into_inner().map_err(|e| ReportError::render("csv")(e.into_error()))?;

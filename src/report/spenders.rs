@@ -14,10 +14,11 @@ use jiff::Timestamp;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
+use super::budgets::{BudgetPeriod, Directory};
 use super::build::{build, Line, Report};
 use super::group::NONE;
 use super::query::{GroupKey, ReportFormat, ReportQuery};
-use crate::config::{BudgetsConfig, Config, KeyLimits};
+use crate::config::Config;
 use crate::ledger::usage::{minute_of, NodeMinute, MINUTE_MS};
 use crate::ledger::LedgerRecord;
 
@@ -113,42 +114,14 @@ pub struct Rows<'a> {
     pub config: Option<&'a Config>,
 }
 
-/// Who the keys and teams are: an issued key's name by id, and the limits each key (by
-/// variable or id: its own overridden by `budgets.keys`) and team (`budgets.teams`) has.
-#[derive(Debug, Default)]
-pub struct Directory {
-    pub names: BTreeMap<String, String>,
-    pub key_limits: BTreeMap<String, KeyLimits>,
-    pub team_limits: BTreeMap<String, KeyLimits>,
-}
-
-impl Directory {
-    /// The directory of these issued keys (id, name, own limits) under `budgets`.
-    pub fn new<'a>(
-        issued: impl IntoIterator<Item = (String, String, &'a KeyLimits)>,
-        budgets: &BudgetsConfig,
-    ) -> Directory {
-        let mut dir = Directory { team_limits: budgets.teams.clone(), ..Directory::default() };
-        for (id, name, own) in issued {
-            let limits = budgets.keys.get(&id).map_or_else(|| own.clone(), |c| own.overridden_by(c));
-            dir.key_limits.insert(id.clone(), limits);
-            dir.names.insert(id, name);
-        }
-        for (key, limits) in &budgets.keys {
-            dir.key_limits.entry(key.clone()).or_insert_with(|| limits.clone());
-        }
-        dir
-    }
-}
-
 impl Period {
     /// The USD budget `limits` set for this period.
-    fn limit(self, limits: Option<&KeyLimits>) -> Option<Decimal> {
-        let l = limits?;
-        match self {
-            Period::Today => l.usd_per_day,
-            Period::Month => l.usd_per_month,
-        }
+    fn limit(self, limits: Option<&crate::config::KeyLimits>) -> Option<Decimal> {
+        let span = match self {
+            Period::Today => BudgetPeriod::Day,
+            Period::Month => BudgetPeriod::Month,
+        };
+        span.limit(limits?)
     }
 }
 

@@ -3,6 +3,7 @@
 //! no budget limit until budgets exist.
 
 use super::*;
+use crate::config::{BudgetsConfig, KeyLimits};
 use crate::ledger::Outcome;
 
 fn d(s: &str) -> Decimal {

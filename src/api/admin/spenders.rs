@@ -14,7 +14,8 @@ use serde_json::json;
 
 use super::authorize;
 use crate::api::{ApiError, AppState, ErrorCode};
-use crate::report::spenders::{spenders, Directory, Period, Rows};
+use crate::report::budgets::Directory;
+use crate::report::spenders::{spenders, Period, Rows};
 
 /// How many keys and teams each list holds unless `top` says otherwise, and at most.
 const TOP: usize = 10;
