@@ -123,6 +123,17 @@ async fn keys_issued_through_the_admin_api_serve_until_rotated_or_revoked() {
         (Some("search"), Some("active"))
     );
 
+    // The router tells how old its view of the issued keys is: read at start and every
+    // refresh_ms since (2 s by default), so within a few seconds.
+    let metrics = common::metrics_text(&r.url).await;
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("spillway_issued_keys_age_seconds{store=\"ledger\"} "))
+        .unwrap_or_else(|| panic!("no key age in\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!((0.0..5.0).contains(&age), "{age}");
+
     // Both kinds of key serve; the issued one only its task.
     assert_eq!(chat(&r.url, &secret, "summarise").await.0, 200);
     assert_eq!(chat(&r.url, STATIC, "summarise").await.0, 200);

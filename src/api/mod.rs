@@ -239,6 +239,8 @@ pub fn current_metrics(state: &AppState) -> String {
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));
     state.metrics.set_budget_shared_state(state.budgets.is_shared().then(|| state.budgets.shared_state_ok()));
+    let keys_age = state.client_keys.read_age(tokio::time::Instant::now());
+    state.metrics.set_issued_keys_age(keys_age.map(|age| age.as_secs_f64()));
     let standings = state.gate.board.standings(&snapshot.config, &state.gate.pins);
     state.metrics.set_gate(
         standings.iter().map(|s| (s.task.as_str(), s.backend.as_str(), s.passing(), s.last_run_failed)),

@@ -80,11 +80,27 @@ impl StaticKeys {
 pub struct KeyBoard {
     statics: ArcSwap<StaticKeys>,
     issued: ArcSwap<IssuedKeys>,
+    /// When the issued keys were last read from the store (`None`: never).
+    read_at: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl KeyBoard {
     pub fn new(statics: StaticKeys) -> KeyBoard {
-        KeyBoard { statics: ArcSwap::from_pointee(statics), issued: ArcSwap::default() }
+        KeyBoard {
+            statics: ArcSwap::from_pointee(statics),
+            issued: ArcSwap::default(),
+            read_at: Default::default(),
+        }
+    }
+
+    /// The issued keys were read from the store at `at`.
+    pub fn mark_read(&self, at: tokio::time::Instant) {
+        *self.read_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// How long ago the issued keys were last read from the store (`None`: never).
+    pub fn read_age(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
+        self.read_at.lock().unwrap_or_else(|e| e.into_inner()).map(|at| now.saturating_duration_since(at))
     }
 
     pub fn set_static(&self, statics: StaticKeys) {
@@ -156,6 +172,16 @@ mod tests {
             limits: Default::default(),
         };
         (row, minted.text)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_board_knows_how_old_its_view_of_the_store_is() {
+        let board = KeyBoard::new(StaticKeys::default());
+        let start = tokio::time::Instant::now();
+        assert_eq!(board.read_age(start), None, "never read");
+        board.mark_read(start);
+        tokio::time::advance(std::time::Duration::from_millis(2500)).await;
+        assert_eq!(board.read_age(tokio::time::Instant::now()), Some(std::time::Duration::from_millis(2500)));
     }
 
     #[test]

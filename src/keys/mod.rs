@@ -21,6 +21,7 @@ use crate::ledger::Store;
 pub async fn reload(board: &KeyBoard, store: &Store) -> Result<(), KeyError> {
     let rows = store::list(store).await?;
     board.set_issued(board::IssuedKeys::from_rows(rows));
+    board.mark_read(tokio::time::Instant::now());
     Ok(())
 }
 

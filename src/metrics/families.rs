@@ -123,6 +123,7 @@ pub struct ProviderFamilies {
     pub canaries: Family<IntCounterVec, BackendResult<'static>>,
     pub quota_shared_state: Family<IntGaugeVec, Store<'static>>,
     pub budget_shared_state: Family<IntGaugeVec, Store<'static>>,
+    pub issued_keys_age: Family<GaugeVec, Store<'static>>,
 }
 
 impl ProviderFamilies {
@@ -165,6 +166,11 @@ impl ProviderFamilies {
                 r,
                 "spillway_budget_shared_state_up",
                 "1 while the store key limits and budgets share across replicas answers, 0 while it is down and budgets.when_redis_down applies (absent without one).",
+            ),
+            issued_keys_age: gauge(
+                r,
+                "spillway_issued_keys_age_seconds",
+                "Seconds since this router last read the issued client keys from its store (absent without one); past issued_keys.refresh_ms, a key revoked elsewhere may still pass here.",
             ),
         }
     }

@@ -119,6 +119,14 @@ impl Metrics {
         }
     }
 
+    /// How long ago the issued keys were read from the ledger store (`None`: never, or none).
+    pub fn set_issued_keys_age(&self, age_secs: Option<f64>) {
+        self.providers.issued_keys_age.reset();
+        if let Some(age) = age_secs {
+            self.providers.issued_keys_age.get(Store { store: "ledger" }).set(age);
+        }
+    }
+
     /// One sample of a local node for GPU time.
     pub fn observe_gpu_sample(&self, backend: &str, busy: bool) {
         self.fleet.gpu_samples.get(BackendBusy { backend, busy: if busy { "true" } else { "false" } }).inc();
