@@ -238,9 +238,19 @@ async fn serve(path: &std::path::Path) -> Result<(), String> {
     let addr: SocketAddr = cfg.listen.parse().map_err(|e| format!("listen: {e}"))?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let handle = crate::app::start(cfg, secrets, listener, crate::app::signal::shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    // Listening for signals from before the router starts, so an early SIGTERM is not lost.
+    let mut signals = crate::app::rollout::listen().map_err(|e| format!("cannot wait for signals: {e}"))?;
+    let delay = cfg.limits.shutdown_delay();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
+        let _ = stop_rx.await;
+    };
+    let handle = crate::app::start(cfg, secrets, listener, stop).await.map_err(|e| e.to_string())?;
+    let readiness = std::sync::Arc::clone(&handle.readiness);
+    tokio::spawn(async move {
+        crate::app::rollout::sequence(&mut signals, delay, &readiness).await;
+        let _ = stop_tx.send(());
+    });
     tracing::info!("spillway listening on http://{}", handle.addr);
     handle.task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }

@@ -303,7 +303,7 @@ async fn sigterm_drains_within_the_deadline_despite_stalled_clients() {
         "listen: 127.0.0.1:0\n{}\ntelemetry: {{interval_ms: 200}}\nledger: {{url: \"sqlite://{}\"}}\n",
         config(
             &node.base_url(),
-            "drain_timeout_ms: 1000, header_read_timeout_ms: 60000, body_read_timeout_ms: 60000"
+            "shutdown_delay_ms: 0, drain_timeout_ms: 1000, header_read_timeout_ms: 60000, body_read_timeout_ms: 60000"
         ),
         ledger.display()
     );

@@ -313,7 +313,17 @@ fn check_common(r: &Rendered) {
     assert_eq!(router["securityContext"]["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(router["securityContext"]["allowPrivilegeEscalation"].as_bool(), Some(false));
     assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
-    assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap_or(0) >= 60, "[{}] grace", r.name);
+    let limits = &r.config()["limits"];
+    let (delay, drain) = (limits["shutdown_delay_ms"].as_u64(), limits["drain_timeout_ms"].as_u64());
+    let (Some(delay), Some(drain)) = (delay, drain) else {
+        panic!("[{}] the chart did not set the shutdown delay and drain timeout: {limits:?}", r.name)
+    };
+    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap_or(0);
+    assert!(
+        grace * 1000 >= delay + drain,
+        "[{}] grace {grace} s < delay {delay} ms + drain {drain} ms",
+        r.name
+    );
     assert!(
         pod["metadata"]["annotations"]["checksum/config"].as_str().is_some_and(|s| s.len() == 64),
         "[{}] no checksum/config annotation on the pods",
@@ -640,6 +650,46 @@ fn ha_values_share_postgres_and_redis_and_turn_monitoring_on() {
     assert_eq!(str_of(&role["metadata"]["namespace"]), "gpu-fleet");
     let affinity = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
     assert!(!affinity["requiredDuringSchedulingIgnoredDuringExecution"].is_null(), "hard anti-affinity");
+}
+
+/// The router's shutdown delay and drain timeout come from shutdownDelaySeconds and
+/// drainTimeoutSeconds, and the pod's grace period is their sum plus 5 s unless set.
+#[test]
+fn the_grace_period_is_derived_from_the_shutdown_delay_and_the_drain_timeout() {
+    let timings = |r: &Rendered| {
+        let limits = &r.config()["limits"];
+        let pod = &r.one("Deployment")["spec"]["template"]["spec"];
+        (
+            limits["shutdown_delay_ms"].as_u64(),
+            limits["drain_timeout_ms"].as_u64(),
+            pod["terminationGracePeriodSeconds"].as_u64(),
+        )
+    };
+    eprintln!("[defaults] 5 s delay, 110 s drain, 120 s grace");
+    assert_eq!(timings(&render_and_validate(None, &[])), (Some(5_000), Some(110_000), Some(120)));
+    let set = ["shutdownDelaySeconds=10", "drainTimeoutSeconds=30"];
+    assert_eq!(timings(&render_and_validate(None, &set)), (Some(10_000), Some(30_000), Some(45)));
+    let set = ["shutdownDelaySeconds=0", "drainTimeoutSeconds=30", "terminationGracePeriodSeconds=200"];
+    assert_eq!(timings(&render_and_validate(None, &set)), (Some(0), Some(30_000), Some(200)));
+    for (set, message) in [
+        (
+            "terminationGracePeriodSeconds=60",
+            "terminationGracePeriodSeconds (60) is below shutdownDelaySeconds + drainTimeoutSeconds (115)",
+        ),
+        (
+            "config.limits.shutdown_delay_ms=1000",
+            "config.limits.shutdown_delay_ms is set by the chart; set shutdownDelaySeconds instead",
+        ),
+        (
+            "config.limits.drain_timeout_ms=1000",
+            "config.limits.drain_timeout_ms is set by the chart; set drainTimeoutSeconds instead",
+        ),
+        ("shutdownDelaySeconds=301", "/shutdownDelaySeconds"),
+    ] {
+        eprintln!("[defaults+{set}] refused: {message}");
+        let out = template(None, &[set]);
+        assert!(!out.status.success() && text(&out).contains(message), "{set}: {}", text(&out));
+    }
 }
 
 #[test]

@@ -76,6 +76,8 @@ pub struct AppState {
     pub gate: crate::gate::service::GateService,
     /// Each plan's word on the pools that take its project first (`route::sticky`).
     pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
+    /// Set by the first shutdown signal: `/readyz` answers 503 while the router serves on.
+    pub readiness: Arc<crate::app::rollout::Readiness>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -105,7 +107,24 @@ pub fn router(state: Arc<AppState>) -> Router {
             )
         })
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), request_id::layer))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), close_when_leaving))
         .with_state(state)
+}
+
+/// While the router is leaving (after SIGTERM, before it stops accepting), HTTP/1 answers
+/// carry `Connection: close`, so kept-alive clients reconnect (through the Service, to another
+/// replica) instead of reusing a connection the drain will close under them.
+async fn close_when_leaving(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let http1 = request.version() <= http::Version::HTTP_11;
+    let mut response = next.run(request).await;
+    if http1 && state.readiness.leaving() {
+        response.headers_mut().insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// Who the request authenticated as (`None` when no key of either kind is configured), or
@@ -185,6 +204,10 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 /// Ready once the config is loaded and the snapshot published. The body says how much of the
 /// fleet the router can see: local nodes, how many have fresh telemetry, which are quarantined.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.readiness.leaving() {
+        let body = json!({"status": "draining", "message": "shutting down: send new traffic elsewhere"});
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     let snap = state.snapshot.load();
     let now = tokio::time::Instant::now();
     let nodes: usize = snap.backends.iter().map(|b| b.nodes.len()).sum();
@@ -252,6 +275,8 @@ pub fn current_metrics(state: &AppState) -> String {
 pub struct RouterHandle {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Whether the router reports itself ready; [`crate::app::rollout`] clears it on SIGTERM.
+    pub readiness: Arc<crate::app::rollout::Readiness>,
 }
 
 #[cfg(test)]

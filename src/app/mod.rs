@@ -1,6 +1,7 @@
 //! The composition root: a running router assembled from a config and its secrets: the
 //! boards, the snapshot and its loops, dispatch, the bookkeeping channel, and the HTTP listener.
 
+pub mod rollout;
 pub mod signal;
 
 use std::sync::Arc;
@@ -71,6 +72,7 @@ pub async fn start_with(
     let telemetry = TelemetryBoard::new();
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
+    let readiness = Arc::new(rollout::Readiness::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     // One token stops every loop; the GPU-time sampler hands over its open minute first, the
     // others end at their next await.
@@ -257,6 +259,7 @@ pub async fn start_with(
         reloader,
         gate,
         share_feedback,
+        readiness: Arc::clone(&readiness),
     });
     let addr = listener.local_addr()?;
     let edge_metrics = state.metrics.edge.clone();
@@ -277,7 +280,7 @@ pub async fn start_with(
         }
         served
     });
-    Ok(RouterHandle { addr, task })
+    Ok(RouterHandle { addr, task, readiness })
 }
 
 /// The ledger's store and writer while the router runs.

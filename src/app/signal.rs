@@ -1,11 +1,12 @@
-//! The process signals a running router answers: ctrl-c and SIGTERM start a graceful drain,
-//! SIGHUP reloads the config file.
+//! The process signals a running router answers: SIGHUP reloads the config file; ctrl-c and
+//! SIGTERM start the shutdown sequence of [`super::rollout`] (`spillway serve`) or, through
+//! [`shutdown_signal`], an immediate graceful drain (the demo).
 
 use std::sync::Arc;
 
 use crate::control::reload::Reloader;
 
-/// Resolves on ctrl-c or SIGTERM (what Kubernetes sends), starting a graceful drain.
+/// Resolves on ctrl-c or SIGTERM, for a process that drains at once (no shutdown delay).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

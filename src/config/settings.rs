@@ -143,7 +143,12 @@ pub struct LimitsConfig {
     /// Most open connections from one client address; 0: no limit. Connections over it are
     /// closed as soon as they are accepted.
     pub max_connections_per_client: usize,
-    /// After SIGTERM: how long requests in flight (streams included) may take to finish before
+    /// After SIGTERM (or ctrl-c): how long the router keeps accepting and serving new requests,
+    /// with `/readyz` answering 503, before it stops accepting and drains (0 to 300000 ms).
+    /// Kubernetes keeps sending new connections to a terminating pod for a few seconds; a
+    /// second signal skips the rest of the delay.
+    pub shutdown_delay_ms: u64,
+    /// After the shutdown delay: how long requests in flight (streams included) may take to finish before
     /// every connection still open is closed and the ledger is flushed.
     pub drain_timeout_ms: u64,
 }
@@ -159,6 +164,7 @@ impl Default for LimitsConfig {
             max_header_bytes: 32 << 10,
             max_headers: 100,
             max_connections_per_client: 0,
+            shutdown_delay_ms: 5_000,
             drain_timeout_ms: 25_000,
         }
     }
@@ -175,6 +181,10 @@ impl LimitsConfig {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    pub fn shutdown_delay(&self) -> Duration {
+        Duration::from_millis(self.shutdown_delay_ms)
     }
 
     pub fn drain_timeout(&self) -> Duration {

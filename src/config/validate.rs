@@ -8,6 +8,9 @@ use super::{AgentAddress, BackendSpec, Config, EmbeddingSpace, KubeResource, Poo
 use crate::canonical::MAX_BREAKPOINTS;
 
 /// Data classes that exist without being listed under `policy.data_classes`.
+/// The longest `limits.shutdown_delay_ms` (a pod that waits longer holds up a rollout).
+const MAX_SHUTDOWN_DELAY_MS: u64 = 300_000;
+
 pub const BUILTIN_DATA_CLASSES: &[&str] = &["public", "internal"];
 
 /// What the structural pass could not decode (its problems are reported already): checks that
@@ -337,6 +340,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if !(0.0..=1.0).contains(&config.access_log.sample) {
         p("access_log.sample".into(), "must be between 0 and 1".into());
     }
+    if limits.shutdown_delay_ms > MAX_SHUTDOWN_DELAY_MS {
+        p("limits.shutdown_delay_ms".into(), format!("must be at most {MAX_SHUTDOWN_DELAY_MS} (5 minutes)"));
+    }
     if limits.max_headers == 0 {
         p("limits.max_headers".into(), "must be at least 1".into());
     }
@@ -422,6 +428,7 @@ tasks:
 dispatch: {max_attempts: 0}
 affinity: {session_headers: [X-Session-Id, "x session"]}
 issued_keys: {refresh_ms: 6000}
+limits: {shutdown_delay_ms: 300001}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -437,6 +444,7 @@ issued_keys: {refresh_ms: 6000}
             "dispatch.max_attempts: must be at least 1",
             "affinity.session_headers[1]: `x session` is not an HTTP header name",
             "issued_keys.refresh_ms: 6000 is out of range: 100 to 5000",
+            "limits.shutdown_delay_ms: must be at most 300000 (5 minutes)",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }

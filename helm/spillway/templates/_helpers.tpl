@@ -134,6 +134,19 @@ Included by the ConfigMap, so every render runs them.
 {{- fail "config.ledger.url and config.ledger.url_env are set by the chart; set ledger.postgresUrlSecret ({secretName, key}) or ledger.sqlite.path" -}}
 {{- end -}}
 {{- end -}}
+{{- if $cfg.limits -}}
+{{- range $key, $value := dict "shutdown_delay_ms" "shutdownDelaySeconds" "drain_timeout_ms" "drainTimeoutSeconds" -}}
+{{- if hasKey $cfg.limits $key -}}
+{{- fail (printf "config.limits.%s is set by the chart; set %s instead" $key $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $v.terminationGracePeriodSeconds) -}}
+{{- $needed := add (int $v.shutdownDelaySeconds) (int $v.drainTimeoutSeconds) -}}
+{{- if lt (int $v.terminationGracePeriodSeconds) (int $needed) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) is below shutdownDelaySeconds + drainTimeoutSeconds (%d): the pod would be killed before it drained; raise it or leave it null to derive it" (int $v.terminationGracePeriodSeconds) (int $needed)) -}}
+{{- end -}}
+{{- end -}}
 {{- $names := list -}}
 {{- range $i, $b := $cfg.backends -}}
 {{- $names = append $names $b.name -}}
@@ -158,6 +171,16 @@ Included by the ConfigMap, so every render runs them.
 {{- end -}}
 {{- end -}}
 
+{{/* The pod's grace period: terminationGracePeriodSeconds, else the shutdown delay, the drain
+timeout and 5 s for the ledger flush. */}}
+{{- define "spillway.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add (int .Values.shutdownDelaySeconds) (int .Values.drainTimeoutSeconds) 5 -}}
+{{- else -}}
+{{- int .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Spillway config as written to the ConfigMap: .Values.config plus the chart-managed keys. */}}
 {{- define "spillway.config" -}}
 {{- $v := .Values -}}
@@ -175,6 +198,10 @@ Included by the ConfigMap, so every render runs them.
 {{- $_ := set $ledger "url" (printf "sqlite://%s" $v.ledger.sqlite.path) -}}
 {{- end -}}
 {{- $_ := set $cfg "ledger" $ledger -}}
+{{- $limits := $cfg.limits | default dict -}}
+{{- $_ := set $limits "shutdown_delay_ms" (mul (int $v.shutdownDelaySeconds) 1000) -}}
+{{- $_ := set $limits "drain_timeout_ms" (mul (int $v.drainTimeoutSeconds) 1000) -}}
+{{- $_ := set $cfg "limits" $limits -}}
 {{- $namespace := $v.discovery.namespace | default .Release.Namespace -}}
 {{- range $b := $cfg.backends -}}
 {{- range $v.secrets.providerKeys -}}
