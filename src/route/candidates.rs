@@ -1,8 +1,9 @@
 //! Bounded candidate sets: planning over a large pool without judging every node per request,
 //! where looking at fewer nodes provably gives the same first targets.
 //!
-//! A [`Candidates`] index is built once per snapshot (the simulator attaches one; the server's
-//! snapshots carry none, so it always scans in full). Per pool it leaves out the nodes no
+//! A [`Candidates`] index is built once per snapshot and travels with each request's facts
+//! (`RequestFacts::candidates`: the simulator builds one; the server passes none, so it always
+//! scans in full). Per pool it leaves out the nodes no
 //! request can take while the snapshot lives (held, down, stale, or full to the reserve by what
 //! they reported), groups nodes whose signals are identical, and orders them, per prompt-size
 //! bin `[2^b, 2^(b+1))`, by their predicted TTFT with none of the router's own load at the

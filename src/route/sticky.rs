@@ -32,9 +32,9 @@
 //! Below full load the share sits at 1 and planning is exactly what it was without
 //! stickiness.
 //!
-//! Pure: the controller takes `dt`, the occupancy and the refusals; planning reads the share from the
-//! snapshot. Replicas compute the share from the same nodes' telemetry, so they agree up to
-//! what each has sent since the last scrape.
+//! Pure: the controller takes `dt`, the occupancy and the refusals; planning reads the share
+//! from the snapshot. Replicas compute the share from the same nodes' telemetry and their own
+//! refusals, so they agree up to what each has sent and refused since the last scrape.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
