@@ -374,8 +374,9 @@ impl Default for LedgerConfig {
 pub struct SpoolSettings {
     /// Spool each row to a local file, fsynced, before the store has it (default true).
     pub enabled: bool,
-    /// The spool directory. Default: beside a SQLite ledger (`<file>.spool`), else
-    /// `spillway.spool` in the working directory.
+    /// The spool directory. Default: beside a SQLite ledger (`<file>.spool`); for PostgreSQL
+    /// `spillway-spool-<hash of the URL>` in the temporary directory (`/tmp`, an emptyDir in the
+    /// chart, which outlives a container restart).
     pub dir: Option<String>,
     /// Most bytes on disk (default 64 MiB); past it rows go on in memory only (an alert, never
     /// a blocked request).
@@ -405,7 +406,12 @@ impl SpoolSettings {
                 let path = path.split('?').next().unwrap_or(path);
                 Some(format!("{path}.spool").into())
             }
-            None => Some("spillway.spool".into()),
+            None => {
+                use sha2::{Digest, Sha256};
+                let digest = Sha256::digest(url.as_bytes());
+                let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                Some(std::env::temp_dir().join(format!("spillway-spool-{hash}")))
+            }
         }
     }
 }

@@ -469,7 +469,11 @@ ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
             spool.dir_for("sqlite:///var/lib/s/l.db?mode=rwc"),
             Some(PathBuf::from("/var/lib/s/l.db.spool"))
         );
-        assert_eq!(spool.dir_for("postgres://db/ledger"), Some(PathBuf::from("spillway.spool")));
+        let pg = spool.dir_for("postgres://db/ledger").unwrap();
+        assert!(pg.starts_with(std::env::temp_dir()), "{pg:?}");
+        let name = pg.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name.starts_with("spillway-spool-") && name.len() == 31, "{name}: no password in a path");
+        assert_ne!(spool.dir_for("postgres://db/other"), Some(pg), "one spool per store");
         assert_eq!(spool.dir_for("sqlite::memory:"), None);
         let set = crate::config::SpoolSettings { dir: Some("/spool".into()), ..spool.clone() };
         assert_eq!(set.dir_for("postgres://db/ledger"), Some(PathBuf::from("/spool")));
