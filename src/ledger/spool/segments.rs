@@ -129,6 +129,7 @@ impl Segments {
         self.rotate_if_due(now)?;
         let mut buf = Vec::new();
         let mut spooled = Vec::with_capacity(rows.len());
+        let mut keys = Vec::with_capacity(rows.len());
         let mut total = self.bytes();
         for row in rows {
             let start = buf.len();
@@ -149,9 +150,24 @@ impl Segments {
             }
             total += len;
             spooled.push(true);
-            self.keys.entry(key(row)).or_default().push_back(self.current_seq);
+            keys.push(key(row));
         }
-        self.current.write_all(&buf)?;
+        if let Err(e) = self.current.write_all(&buf) {
+            // What reached the file may end in a torn record: later rows go to a new segment,
+            // so that a replay (which stops at a torn record) does not lose them.
+            let seg = self.segments.get_mut(&self.current_seq).expect("the current segment is listed");
+            seg.bytes += buf.len() as u64;
+            if let Ok(file) = new_segment(&self.dir, self.current_seq + 1) {
+                self.current_seq += 1;
+                self.current = file;
+                self.segments.insert(self.current_seq, Segment { bytes: 0, pending: 0, since: now });
+            }
+            self.delete_done();
+            return Err(e);
+        }
+        for k in keys {
+            self.keys.entry(k).or_default().push_back(self.current_seq);
+        }
         let seg = self.segments.get_mut(&self.current_seq).expect("the current segment is listed");
         if seg.bytes == 0 {
             seg.since = now;

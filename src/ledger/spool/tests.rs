@@ -145,3 +145,26 @@ async fn rows_reach_the_store_through_the_spool_and_replay_is_idempotent() {
     let (_, replay) = Spool::open(&config).unwrap();
     assert_eq!(replay.len(), 0, "nothing left to replay once committed");
 }
+
+#[tokio::test]
+async fn a_full_spool_never_holds_a_row_back() {
+    let dir = temp_dir();
+    let store = Store::open(&format!("sqlite://{}", dir.with_extension("db").display())).await.unwrap();
+    let mut one = Vec::new();
+    let size = super::frame::encode(&row(1), &mut one) as u64;
+    let config = SpoolConfig { dir, max_bytes: 3 * size, fsync_interval: Duration::from_millis(5) };
+    let (spool, replay) = Spool::open(&config).unwrap();
+    let probe = spool.clone();
+    let writer = WriterConfig { flush_interval: Duration::from_millis(10), ..WriterConfig::default() };
+    let (sender, handle) = crate::ledger::spawn_spooled(store.clone(), writer, spool, replay);
+    for i in 0..50 {
+        sender.send(row(i)).unwrap();
+    }
+    drop(sender);
+    handle.shutdown().await.unwrap();
+    assert_eq!(store.query(0, i64::MAX).await.unwrap().len(), 50, "every row reached the store");
+    // Three rows fill the spool; the others went on in memory, counted.
+    let stats = probe.stats();
+    assert!(stats.full_events >= 1 && stats.at_risk >= 1, "{stats:?}");
+    assert!(stats.at_risk <= 47, "{stats:?}");
+}
