@@ -19,6 +19,16 @@ const CONCURRENCY: usize = 4;
 const KILL_AFTER: usize = 80;
 const TOTAL: usize = 160;
 
+/// A child that is killed when the test ends, also when it fails.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 async fn crash_and_replay(ledger_url: &str, name: &str) {
     let hosted = sim(SimKind::OpenAi, "gpt", |a| {
         a.ttft_ms = 5;
@@ -37,7 +47,8 @@ async fn crash_and_replay(ledger_url: &str, name: &str) {
         hosted.base_url()
     );
     std::fs::write(&path, yaml).unwrap();
-    let (mut server, url, _stderr) = serve_process(&path, &[]).await;
+    let (server, url, _stderr) = serve_process(&path, &[]).await;
+    let mut server = Child(server);
 
     // Steady traffic; each worker notes which request got its 200 when.
     let done: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
@@ -69,9 +80,9 @@ async fn crash_and_replay(ledger_url: &str, name: &str) {
         async move { n >= KILL_AFTER }
     })
     .await;
-    server.kill().unwrap(); // SIGKILL
+    server.0.kill().unwrap(); // SIGKILL
     let killed_at = Instant::now();
-    server.wait().unwrap();
+    server.0.wait().unwrap();
     stop.store(true, Ordering::SeqCst);
     for w in workers {
         w.await.unwrap();
@@ -85,7 +96,8 @@ async fn crash_and_replay(ledger_url: &str, name: &str) {
     assert!(old_enough.len() >= KILL_AFTER / 2, "{name}: the load ran before the kill: {}", old_enough.len());
 
     // Started again on the same ledger and spool, it replays what the spool held.
-    let (mut again, url, _stderr) = serve_process(&path, &[]).await;
+    let (again, url, _stderr) = serve_process(&path, &[]).await;
+    let _again = Child(again);
     let store = Store::open(ledger_url).await.unwrap();
     let what =
         format!("{name}: the rows of the {} requests completed 100 ms before the kill", old_enough.len());
@@ -108,8 +120,6 @@ async fn crash_and_replay(ledger_url: &str, name: &str) {
     let replayed = common::metric(&url, "spillway_ledger_spool_replayed_rows_total").await;
     assert!(replayed >= 1.0, "{name}: the rows the writer had not committed came back from the spool");
     assert_eq!(common::metric(&url, "spillway_ledger_spool_full_total").await, 0.0);
-    let _ = again.kill();
-    let _ = again.wait();
     store.close().await;
 }
 
