@@ -6,4 +6,5 @@ mod common;
 
 mod cost_report;
 mod ledger;
+mod ledger_crash;
 mod team_report;

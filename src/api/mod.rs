@@ -258,6 +258,7 @@ pub fn current_metrics(state: &AppState) -> String {
         snapshot: &snapshot,
         telemetry: &state.telemetry,
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
+        ledger_spool: state.ledger.as_ref().and_then(|(_, s)| s.spool_stats()),
         now: tokio::time::Instant::now(),
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));

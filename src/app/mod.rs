@@ -82,7 +82,7 @@ pub async fn start_with(
     let books_stop = CancellationToken::new();
     let availability = AvailabilityBoard::new(&config);
     let ledger = match &secrets.ledger_url {
-        Some(url) => Some(Ledger::open(url).await?),
+        Some(url) => Some(Ledger::open(url, &config.ledger.spool).await?),
         None => None,
     };
     let config_swap = Arc::new(ArcSwap::new(Arc::clone(&config)));
@@ -291,9 +291,28 @@ struct Ledger {
 }
 
 impl Ledger {
-    async fn open(url: &str) -> std::io::Result<Ledger> {
+    async fn open(url: &str, spool: &crate::config::SpoolSettings) -> std::io::Result<Ledger> {
         let store = Store::open(url).await.map_err(std::io::Error::other)?;
-        let (sender, writer) = crate::ledger::spawn(store.clone(), 8_192);
+        let writer_config = crate::ledger::WriterConfig { capacity: 8_192, ..Default::default() };
+        let spooled = spool.dir_for(url).and_then(|dir| {
+            let config = crate::ledger::SpoolConfig {
+                dir,
+                max_bytes: spool.max_bytes,
+                fsync_interval: Duration::from_millis(spool.fsync_interval_ms),
+            };
+            crate::ledger::Spool::open(&config)
+                .inspect_err(|e| {
+                    let dir = config.dir.display();
+                    tracing::error!("ledger.spool.dir: cannot use {dir}, rows wait in memory only: {e}");
+                })
+                .ok()
+        });
+        let (sender, writer) = match spooled {
+            Some((spool, replay)) => {
+                crate::ledger::spawn_spooled(store.clone(), writer_config, spool, replay)
+            }
+            None => crate::ledger::spawn_with(store.clone(), writer_config),
+        };
         Ok(Ledger { store, sender, writer })
     }
 

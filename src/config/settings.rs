@@ -367,11 +367,62 @@ pub struct LedgerConfig {
     /// Or the name of an environment variable that holds the URL (when it carries a password).
     #[serde(default)]
     pub url_env: Option<String>,
+    /// The local crash spool: rows are fsynced here before the store has them.
+    #[serde(default)]
+    pub spool: SpoolSettings,
 }
 
 impl Default for LedgerConfig {
     fn default() -> Self {
-        LedgerConfig { enabled: true, url: None, url_env: None }
+        LedgerConfig { enabled: true, url: None, url_env: None, spool: SpoolSettings::default() }
+    }
+}
+
+/// The ledger's local crash spool (`ledger.spool`).
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpoolSettings {
+    /// Spool each row to a local file, fsynced, before the store has it (default true).
+    pub enabled: bool,
+    /// The spool directory. Default: beside a SQLite ledger (`<file>.spool`); for PostgreSQL
+    /// `spillway-spool-<hash of the URL>` in the temporary directory (`/tmp`, an emptyDir in the
+    /// chart, which outlives a container restart).
+    pub dir: Option<String>,
+    /// Most bytes on disk (default 64 MiB); past it rows go on in memory only (an alert, never
+    /// a blocked request).
+    pub max_bytes: u64,
+    /// At most one fsync per this many milliseconds (default 20) unless 256 rows wait.
+    pub fsync_interval_ms: u64,
+}
+
+impl Default for SpoolSettings {
+    fn default() -> Self {
+        SpoolSettings { enabled: true, dir: None, max_bytes: 64 << 20, fsync_interval_ms: 20 }
+    }
+}
+
+impl SpoolSettings {
+    /// The spool directory for a ledger at `url`; `None` when the spool is off or the ledger
+    /// is an in-memory SQLite database (nothing survives a crash there anyway).
+    pub fn dir_for(&self, url: &str) -> Option<std::path::PathBuf> {
+        if !self.enabled || url.contains(":memory:") {
+            return None;
+        }
+        if let Some(dir) = &self.dir {
+            return Some(dir.into());
+        }
+        match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+            Some(path) => {
+                let path = path.split('?').next().unwrap_or(path);
+                Some(format!("{path}.spool").into())
+            }
+            None => {
+                use sha2::{Digest, Sha256};
+                let digest = Sha256::digest(url.as_bytes());
+                let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                Some(std::env::temp_dir().join(format!("spillway-spool-{hash}")))
+            }
+        }
     }
 }
 

@@ -299,6 +299,20 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p("ledger.url".into(), format!("`{url}` must start with sqlite:// or postgres://"));
         }
     }
+    let sp = &l.spool;
+    if sp.max_bytes < 1 << 20 {
+        p(
+            "ledger.spool.max_bytes".into(),
+            format!("{} is too small: at least 1048576 (1 MiB)", sp.max_bytes),
+        );
+    }
+    if !(1..=1_000).contains(&sp.fsync_interval_ms) {
+        let ms = sp.fsync_interval_ms;
+        p("ledger.spool.fsync_interval_ms".into(), format!("{ms} is out of range: 1 to 1000"));
+    }
+    if sp.dir.as_deref().is_some_and(|d| d.trim().is_empty()) {
+        p("ledger.spool.dir".into(), "must not be empty (leave it out for the default)".into());
+    }
     for (key, env) in [("ledger.url_env", &l.url_env), ("admin_token_env", &config.admin_token_env)] {
         if let Some(env) = env.as_deref().filter(|e| !is_env_name(e)) {
             p(key.into(), format!("`{env}` is not an environment variable name"));
@@ -429,6 +443,7 @@ dispatch: {max_attempts: 0}
 affinity: {session_headers: [X-Session-Id, "x session"]}
 issued_keys: {refresh_ms: 6000}
 limits: {shutdown_delay_ms: 300001}
+ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -445,10 +460,33 @@ limits: {shutdown_delay_ms: 300001}
             "affinity.session_headers[1]: `x session` is not an HTTP header name",
             "issued_keys.refresh_ms: 6000 is out of range: 100 to 5000",
             "limits.shutdown_delay_ms: must be at most 300000 (5 minutes)",
+            "ledger.spool.max_bytes: 1000 is too small",
+            "ledger.spool.fsync_interval_ms: 0 is out of range: 1 to 1000",
+            "ledger.spool.dir: must not be empty",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }
         assert!(!text.iter().any(|t| t.starts_with("affinity.session_headers[0]")), "any case: {text:#?}");
+    }
+
+    #[test]
+    fn the_spool_sits_beside_a_sqlite_ledger_unless_told() {
+        use std::path::PathBuf;
+        let spool = crate::config::SpoolSettings::default();
+        assert_eq!(
+            spool.dir_for("sqlite:///var/lib/s/l.db?mode=rwc"),
+            Some(PathBuf::from("/var/lib/s/l.db.spool"))
+        );
+        let pg = spool.dir_for("postgres://db/ledger").unwrap();
+        assert!(pg.starts_with(std::env::temp_dir()), "{pg:?}");
+        let name = pg.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name.starts_with("spillway-spool-") && name.len() == 31, "{name}: no password in a path");
+        assert_ne!(spool.dir_for("postgres://db/other"), Some(pg), "one spool per store");
+        assert_eq!(spool.dir_for("sqlite::memory:"), None);
+        let set = crate::config::SpoolSettings { dir: Some("/spool".into()), ..spool.clone() };
+        assert_eq!(set.dir_for("postgres://db/ledger"), Some(PathBuf::from("/spool")));
+        let off = crate::config::SpoolSettings { enabled: false, ..spool };
+        assert_eq!(off.dir_for("sqlite://l.db"), None);
     }
 
     #[test]

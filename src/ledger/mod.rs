@@ -8,13 +8,15 @@
 //! path only calls [`LedgerSender::send`], which never waits. `book` prices hosted requests at
 //! list price and `usage` records GPU time per node-minute (with its `occupancy`, running and
 //! capacity × time); sharing GPU time among tasks is
-//! the reports' job.
+//! the reports' job. `spool` keeps each row in a local file, fsynced, until the store has it, so
+//! a killed router loses no row it had accepted.
 
 mod book;
 mod error;
 mod occupancy;
 mod price;
 mod record;
+pub mod spool;
 mod store;
 pub mod usage;
 mod writer;
@@ -23,5 +25,6 @@ pub use book::LedgerBook;
 pub use error::{RedactedUrl, StoreError};
 pub use price::{call_cost, hosted_cost, slot_cost, HostedPrices, Tokens};
 pub use record::{new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
+pub use spool::{Spool, SpoolConfig, SpoolStats};
 pub use store::{Store, StoreKind};
-pub use writer::{spawn, spawn_with, LedgerSender, WriterConfig, WriterHandle};
+pub use writer::{spawn, spawn_spooled, spawn_with, LedgerSender, WriterConfig, WriterHandle};

@@ -84,7 +84,8 @@ pub struct LedgerRecord {
 }
 
 /// What the writer stores: a request, or a node's minute of GPU time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "row", rename_all = "snake_case")]
 pub enum LedgerRow {
     Request(LedgerRecord),
     NodeMinute(super::usage::NodeMinute),

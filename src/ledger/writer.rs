@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::record::LedgerRow;
+use super::spool::{self, Spool, SpoolStats};
 use super::store::Store;
 
 /// How the writer batches and retries.
@@ -81,6 +82,9 @@ impl Shared {
 pub struct LedgerSender {
     tx: mpsc::Sender<LedgerRow>,
     shared: Arc<Shared>,
+    /// With a spool: rows go through the spool stage first (unbounded, so `send` never waits).
+    front: Option<mpsc::UnboundedSender<LedgerRow>>,
+    spool: Option<Spool>,
 }
 
 impl LedgerSender {
@@ -88,7 +92,30 @@ impl LedgerSender {
     /// writer has shut down; otherwise it is accepted and will be written.
     pub fn send(&self, row: impl Into<LedgerRow>) -> Result<(), Box<LedgerRow>> {
         self.shared.buffered.fetch_add(1, Ordering::SeqCst);
-        let refused = match self.tx.try_send(row.into()) {
+        let sent = match &self.front {
+            Some(front) => front.send(row.into()).map_err(|e| Box::new(e.0)),
+            None => self.enqueue(row.into()),
+        };
+        sent.inspect_err(|_| {
+            self.shared.buffered.fetch_sub(1, Ordering::SeqCst);
+        })
+    }
+
+    /// The spool stage hands on a row it has spooled (already counted as buffered).
+    pub(super) fn forward(&self, row: LedgerRow) {
+        if self.enqueue(row).is_err() {
+            self.shared.buffered.fetch_sub(1, Ordering::SeqCst);
+            tracing::error!("the ledger writer stopped before the spool stage: a row stays in the spool");
+        }
+    }
+
+    /// How full the spool is; `None` without one.
+    pub fn spool_stats(&self) -> Option<SpoolStats> {
+        self.spool.as_ref().map(Spool::stats)
+    }
+
+    fn enqueue(&self, row: LedgerRow) -> Result<(), Box<LedgerRow>> {
+        let refused = match self.tx.try_send(row) {
             Ok(()) => return Ok(()),
             Err(TrySendError::Full(record)) => {
                 let mut overflow = self.shared.lock();
@@ -104,7 +131,6 @@ impl LedgerSender {
             }
             Err(TrySendError::Closed(record)) => record,
         };
-        self.shared.buffered.fetch_sub(1, Ordering::SeqCst);
         Err(Box::new(refused))
     }
 
@@ -119,6 +145,9 @@ pub struct WriterHandle {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Vec<LedgerRow>>,
     shared: Arc<Shared>,
+    /// The spool stage, stopped (and flushed) before the writer.
+    stage: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    spool: Option<Spool>,
 }
 
 impl WriterHandle {
@@ -140,8 +169,18 @@ impl WriterHandle {
     /// Refuse new records, write everything accepted so far, and stop. When the store keeps
     /// failing past `shutdown_grace`, the records not written come back in `Err`.
     pub async fn shutdown(self) -> Result<(), Vec<LedgerRow>> {
+        if let Some((stop, stage)) = self.stage {
+            let _ = stop.send(());
+            if let Err(e) = stage.await {
+                tracing::error!("ledger spool stage failed: {e}");
+            }
+        }
         let _ = self.stop.send(());
-        match self.task.await {
+        let written = self.task.await;
+        if let Some(spool) = &self.spool {
+            spool.close();
+        }
+        match written {
             Ok(unwritten) if unwritten.is_empty() => Ok(()),
             Ok(unwritten) => Err(unwritten),
             Err(e) => {
@@ -159,6 +198,32 @@ pub fn spawn(store: Store, capacity: usize) -> (LedgerSender, WriterHandle) {
 
 /// Start a writer with explicit settings. Needs a Tokio runtime.
 pub fn spawn_with(store: Store, config: WriterConfig) -> (LedgerSender, WriterHandle) {
+    spawn_writer(store, config, None)
+}
+
+/// Start a writer behind `spool`: each row is spooled before it is batched, and `replay` (the
+/// rows the spool held at open) is written first. Records the writer could not write at
+/// shutdown stay in the spool for the next start.
+pub fn spawn_spooled(
+    store: Store,
+    config: WriterConfig,
+    spool: Spool,
+    replay: Vec<LedgerRow>,
+) -> (LedgerSender, WriterHandle) {
+    let (inner, mut handle) = spawn_writer(store, config, Some(spool.clone()));
+    let (front, rx) = mpsc::unbounded_channel();
+    // Replayed rows are buffered like sent ones until committed.
+    inner.shared.buffered.fetch_add(replay.len() as u64, Ordering::SeqCst);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let sender = LedgerSender { front: Some(front), spool: Some(spool.clone()), ..inner.clone() };
+    let spool_for_close = spool.clone();
+    let stage = tokio::spawn(spool::run(spool, rx, inner, replay, stop_rx));
+    handle.stage = Some((stop_tx, stage));
+    handle.spool = Some(spool_for_close);
+    (sender, handle)
+}
+
+fn spawn_writer(store: Store, config: WriterConfig, spool: Option<Spool>) -> (LedgerSender, WriterHandle) {
     let (tx, rx) = mpsc::channel(config.capacity.max(1));
     let (stop_tx, stop_rx) = oneshot::channel();
     let shared = Arc::new(Shared::default());
@@ -170,9 +235,11 @@ pub fn spawn_with(store: Store, config: WriterConfig) -> (LedgerSender, WriterHa
         stop: stop_rx,
         listening: true,
         stopping: false,
+        spool: spool.clone(),
     };
     let task = tokio::spawn(writer.run());
-    (LedgerSender { tx, shared: Arc::clone(&shared) }, WriterHandle { stop: stop_tx, task, shared })
+    let sender = LedgerSender { tx, shared: Arc::clone(&shared), front: None, spool };
+    (sender, WriterHandle { stop: stop_tx, task, shared, stage: None, spool: None })
 }
 
 struct Writer {
@@ -184,6 +251,8 @@ struct Writer {
     /// False once the handle is dropped without `shutdown` (the receiver must not be polled).
     listening: bool,
     stopping: bool,
+    /// Told of every committed row, so it can free their segments.
+    spool: Option<Spool>,
 }
 
 impl Writer {
@@ -204,6 +273,9 @@ impl Writer {
                 let n = batch.len().min(max_batch);
                 match self.store.insert_rows(&batch[..n]).await {
                     Ok(()) => {
+                        if let Some(spool) = &self.spool {
+                            spool.ack(&batch[..n]);
+                        }
                         batch.drain(..n);
                         self.shared.buffered.fetch_sub(n as u64, Ordering::SeqCst);
                         backoff = self.config.backoff_min;

@@ -13,6 +13,7 @@ mod families;
 mod family;
 mod observe;
 pub mod slo;
+mod spool;
 mod state;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ pub struct Metrics {
     slo_gauges: SloFamilies,
     gate: GateFamilies,
     ledger_buffered: IntGauge,
+    spool: spool::SpoolFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
     /// SLO windows by task.
@@ -55,6 +57,7 @@ impl Metrics {
             slo_gauges: SloFamilies::register(&r),
             gate: GateFamilies::register(&r),
             ledger_buffered,
+            spool: spool::SpoolFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),

@@ -19,6 +19,8 @@ pub struct StateView<'a> {
     pub telemetry: &'a TelemetryBoard,
     /// Ledger rows waiting to be written; `None` when the ledger is off.
     pub ledger_buffered: Option<u64>,
+    /// The ledger spool's counts; `None` without one.
+    pub ledger_spool: Option<crate::ledger::SpoolStats>,
     pub now: Instant,
 }
 
@@ -88,6 +90,7 @@ impl Metrics {
             }
         }
         self.ledger_buffered.set(v.ledger_buffered.map_or(0, |n| n as i64));
+        self.spool.set(&v.ledger_spool.unwrap_or_default());
         self.refresh_slo(snap);
     }
 
