@@ -26,13 +26,13 @@ use tokio::time::Instant;
 
 use super::affinity;
 use super::error::{ApiError, ErrorCode};
+use super::meter::{self, CostCell, Metering};
 use super::request_id::RequestId;
 use super::AppState;
 use crate::canonical::{ChatRequest, ErrorClass, Principal};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
 use crate::dispatch::{Committed, DispatchError};
 use crate::gate::shadow;
-use crate::guard::budget::meter::{self, CostCell, Metering};
 use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
 use crate::route::{self, PlanError, Reason, RequestFacts};

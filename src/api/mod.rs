@@ -16,6 +16,7 @@ pub mod error;
 mod front;
 mod input;
 mod messages;
+mod meter;
 pub mod request_id;
 mod responses;
 mod spend;

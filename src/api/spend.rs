@@ -6,10 +6,10 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::{ApiError, ErrorCode};
+use super::meter::CostCell;
 use super::AppState;
 use crate::canonical::{ChatRequest, Principal};
 use crate::config::BackendId;
-use crate::guard::budget::meter::CostCell;
 use crate::guard::budget::{self, Ask, Refused, Reservation};
 use crate::route;
 use crate::snapshot::Snapshot;

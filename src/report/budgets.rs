@@ -11,9 +11,9 @@ use jiff::tz::TimeZone;
 use jiff::Timestamp;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
-use serde::Serialize;
 
 use super::build::Report;
+pub use super::figures::{BudgetPeriod, BudgetUse, Scope};
 use super::group::NONE;
 use super::query::GroupKey;
 use crate::config::{BudgetsConfig, KeyLimits};
@@ -46,14 +46,6 @@ impl Directory {
     }
 }
 
-/// The span a USD budget covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BudgetPeriod {
-    Day,
-    Month,
-}
-
 impl BudgetPeriod {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -79,37 +71,6 @@ impl BudgetPeriod {
             _ => Vec::new(),
         }
     }
-}
-
-/// Who a budget belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    Key,
-    Team,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Key => "key",
-            Scope::Team => "team",
-        }
-    }
-}
-
-/// One key's or team's spend in the period against the budget that covers it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BudgetUse {
-    pub scope: Scope,
-    pub name: String,
-    /// The report's fully loaded spend of the key or team in the period (its lines' total).
-    pub spend_usd: Decimal,
-    /// The span of the budget set against it, and the budget.
-    pub period: BudgetPeriod,
-    pub limit_usd: Decimal,
-    /// `spend_usd ÷ limit_usd` (`None` for a zero budget).
-    pub used: Option<f64>,
 }
 
 /// The budget use of every key and team of `report` (grouped by key or team) that has a

@@ -55,7 +55,7 @@ pub struct Report {
     pub series: CostSeries,
     /// Keys' and teams' spend against their budgets (grouped by key or team; filled by
     /// [`super::generate`], which lists the issued keys).
-    pub budgets: Vec<super::budgets::BudgetUse>,
+    pub budgets: Vec<super::figures::BudgetUse>,
 }
 
 fn rfc3339(ms: i64) -> String {

@@ -83,3 +83,42 @@ impl Line {
         self.gpu_idle_usd += other.gpu_idle_usd;
     }
 }
+
+/// The span a USD budget covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPeriod {
+    Day,
+    Month,
+}
+
+/// Who a budget belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Key,
+    Team,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Team => "team",
+        }
+    }
+}
+
+/// One key's or team's spend in the period against the budget that covers it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetUse {
+    pub scope: Scope,
+    pub name: String,
+    /// The report's fully loaded spend of the key or team in the period (its lines' total).
+    pub spend_usd: Decimal,
+    /// The span of the budget set against it, and the budget.
+    pub period: BudgetPeriod,
+    pub limit_usd: Decimal,
+    /// `spend_usd ÷ limit_usd` (`None` for a zero budget).
+    pub used: Option<f64>,
+}

@@ -13,7 +13,6 @@
 pub mod cost;
 pub mod limits;
 mod local;
-pub mod meter;
 mod reservation;
 mod shared;
 pub mod window;

@@ -11,11 +11,11 @@ use futures::StreamExt;
 use rust_decimal::Decimal;
 use tokio::time::Instant;
 
-use super::cost::{answer_cost, counted};
-use super::Reservation;
 use crate::adapter::EventStream;
 use crate::canonical::{Event, UpstreamError, Usage};
 use crate::config::{BackendConfig, BudgetsConfig};
+use crate::guard::budget::cost::{answer_cost, counted};
+use crate::guard::budget::Reservation;
 
 /// The answer's cost once its usage is known (`None` before, or when its backend is unpriced).
 #[derive(Debug, Default)]
