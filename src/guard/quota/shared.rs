@@ -157,30 +157,14 @@ impl Shared {
     /// Count one request in Redis. `None`: Redis is not available now (the caller counts
     /// locally); the board is already reconnecting.
     pub async fn take(self: &Arc<Self>, key: &str, limits: &Limits, tokens: u64) -> Option<Counted> {
-        let Some(mut conn) = self.connection() else {
-            self.ensure_connecting();
+        let limit = |l: Option<u64>| l.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX)).to_string();
+        let args = [limit(limits.rpm), limit(limits.tpm), tokens.to_string(), KEY_TTL_SECS.to_string()];
+        let v: Vec<i64> = self.invoke(&self.take, &[key.to_string()], &args).await?;
+        if v.len() != 3 {
+            self.mark_down(&format!("unexpected script reply {v:?}"));
             return None;
-        };
-        let limit = |l: Option<u64>| l.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-        let mut call = self.take.key(key);
-        call.arg(limit(limits.rpm)).arg(limit(limits.tpm)).arg(tokens).arg(KEY_TTL_SECS);
-        match tokio::time::timeout(self.timeout, call.invoke_async::<Vec<i64>>(&mut conn)).await {
-            Ok(Ok(v)) if v.len() == 3 => {
-                Some(Counted { granted: v[0] == 1, requests: v[1].max(0) as u64, tokens: v[2].max(0) as u64 })
-            }
-            Ok(Ok(v)) => {
-                self.mark_down(&format!("unexpected script reply {v:?}"));
-                None
-            }
-            Ok(Err(e)) => {
-                self.mark_down(&e.to_string());
-                None
-            }
-            Err(_) => {
-                self.mark_down(&format!("no reply within {} ms", self.timeout.as_millis()));
-                None
-            }
         }
+        Some(Counted { granted: v[0] == 1, requests: v[1].max(0) as u64, tokens: v[2].max(0) as u64 })
     }
 
     /// Move a window's token count, in the background (never awaited by a request).

@@ -95,30 +95,10 @@ impl SyncRule {
 mod tests {
     use super::*;
     use crate::ledger::usage::NodeMinute;
-    use crate::ledger::{LedgerRecord, Outcome};
 
-    fn request(id: &str) -> LedgerRow {
-        LedgerRow::Request(LedgerRecord {
-            id: id.into(),
-            at_ms: 1_700_000_000_000,
-            task: "t".into(),
-            client_key: None,
-            team: None,
-            affinity_hash: None,
-            backend: "pool".into(),
-            model: "llama".into(),
-            node: "pool/llama@http://a".into(),
-            attempts: 1,
-            outcome: Outcome::Completed,
-            error_class: None,
-            input_tokens: 12,
-            cached_input_tokens: 0,
-            cache_write_tokens: 0,
-            output_tokens: 7,
-            ttft_ms: Some(40),
-            duration_ms: 90,
-            cost_usd: Some("0.0012".parse().unwrap()),
-        })
+    /// A request row (the spool tests' fixture), `n` its id.
+    fn request(n: usize) -> LedgerRow {
+        super::super::tests::row(n)
     }
 
     fn minute() -> LedgerRow {
@@ -136,22 +116,22 @@ mod tests {
     #[test]
     fn records_round_trip_in_order() {
         let mut bytes = Vec::new();
-        let a = encode(&request("a"), &mut bytes);
+        let a = encode(&request(1), &mut bytes);
         let b = encode(&minute(), &mut bytes);
         assert_eq!(a + b, bytes.len());
         let s = scan(&bytes);
-        assert_eq!(s.rows, vec![request("a"), minute()]);
+        assert_eq!(s.rows, vec![request(1), minute()]);
         assert_eq!((s.valid_len, s.torn), (bytes.len(), false));
     }
 
     #[test]
     fn a_torn_tail_is_skipped_at_every_cut() {
         let mut bytes = Vec::new();
-        let first = encode(&request("a"), &mut bytes);
-        encode(&request("b"), &mut bytes);
+        let first = encode(&request(1), &mut bytes);
+        encode(&request(2), &mut bytes);
         for cut in first + 1..bytes.len() {
             let s = scan(&bytes[..cut]);
-            assert_eq!(s.rows, vec![request("a")], "cut at {cut}");
+            assert_eq!(s.rows, vec![request(1)], "cut at {cut}");
             assert_eq!((s.valid_len, s.torn), (first, true), "cut at {cut}");
         }
     }
@@ -159,9 +139,9 @@ mod tests {
     #[test]
     fn a_flipped_byte_stops_the_scan_there() {
         let mut bytes = Vec::new();
-        let first = encode(&request("a"), &mut bytes);
-        encode(&request("b"), &mut bytes);
-        encode(&request("c"), &mut bytes);
+        let first = encode(&request(1), &mut bytes);
+        encode(&request(2), &mut bytes);
+        encode(&request(3), &mut bytes);
         bytes[first + HEADER + 3] ^= 0x20;
         let s = scan(&bytes);
         assert_eq!((s.rows.len(), s.valid_len, s.torn), (1, first, true));

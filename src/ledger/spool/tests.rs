@@ -7,7 +7,7 @@ use super::segments::Segments;
 use super::*;
 use crate::ledger::{LedgerRecord, Outcome, Store, WriterConfig};
 
-fn row(i: usize) -> LedgerRow {
+pub(super) fn row(i: usize) -> LedgerRow {
     LedgerRow::Request(LedgerRecord {
         id: format!("{i:032x}"),
         at_ms: 1_700_000_000_000 + i as i64,
