@@ -1,4 +1,4 @@
-//! Operating it with outside tools: the admin API, a rolling restart behind a balancer, issued client keys, key limits and budgets, the evaluation gate, the dashboard in a real browser, Grafana, Prometheus alerts, the Helm chart and the vLLM manifests.
+//! Operating it with outside tools: the admin API, three replicas sharing Redis and PostgreSQL, a rolling restart behind a balancer, issued client keys, key limits and budgets, the evaluation gate, the dashboard in a real browser, Grafana, Prometheus alerts, the Helm chart and the vLLM manifests.
 //!
 //! One test binary per area (each links the whole crate); each module is one file beside this.
 
@@ -12,6 +12,7 @@ mod gate;
 mod grafana;
 mod helm;
 mod keys;
+mod replicas;
 mod rollout;
 mod synthetic;
 mod terms;

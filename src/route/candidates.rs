@@ -20,7 +20,7 @@
 //! same snapshot; that holds while the router's unseen credit does not fall during a
 //! snapshot's life, as in the simulator, which rebuilds the snapshot at every scrape.
 //!
-//! The affinity node (rendezvous over every node of the pool) is looked up in a table computed
+//! The affinity node (rendezvous over the pool's nodes that are not held) is looked up in a table computed
 //! once per set of nodes for the keys the caller knows (the simulator's projects).
 
 use std::collections::HashMap;
@@ -64,10 +64,12 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// The nodes and which of them are held: what the affinity nodes depend on.
 fn fingerprint(nodes: &[NodeView]) -> u64 {
-    nodes
-        .iter()
-        .fold(nodes.len() as u64, |h, n| xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_str().as_bytes(), h))
+    nodes.iter().fold(nodes.len() as u64, |h, n| {
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_str().as_bytes(), h);
+        h ^ u64::from(n.held.is_some())
+    })
 }
 
 impl AffinityTable {

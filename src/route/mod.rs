@@ -121,12 +121,15 @@ impl Plan {
     }
 }
 
-/// The node an affinity key prefers: highest rendezvous score of (key, node), so the choice
-/// is stable as nodes come and go, and the same on every router replica.
+/// The node an affinity key prefers: highest rendezvous score of (key, node) among the nodes
+/// no operator holds, so the choice is stable as nodes come and go, and the same on every
+/// router replica (holds are shared state; a drained node's projects move to their next node
+/// by the same hash everywhere, not to whichever node one replica sees least loaded).
 fn affinity_node(nodes: &[NodeView], key: u64) -> Option<usize> {
     nodes
         .iter()
         .enumerate()
+        .filter(|(_, n)| n.held.is_none())
         .max_by_key(|(_, n)| xxhash_rust::xxh3::xxh3_64_with_seed(n.key.as_str().as_bytes(), key))
         .map(|(i, _)| i)
 }

@@ -114,6 +114,19 @@ async fn affinity_wins_while_its_node_has_headroom() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_held_node_passes_its_keys_to_their_next_node_by_the_same_hash() {
+    let now = Instant::now();
+    let snap = snap_with(now, idle, closed);
+    let mut nodes = snap.backends[0].nodes.clone();
+    let key = (0..100u64).find(|k| affinity_node(&nodes, *k) == Some(1)).unwrap();
+    // Drained (a hold every replica shares): the key's next node by rendezvous, not by load.
+    nodes[1].held = Some("node drained by alice".into());
+    assert_eq!(affinity_node(&nodes, key), Some(0));
+    nodes[0].held = Some("backend drained by alice".into());
+    assert_eq!(affinity_node(&nodes, key), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn stale_and_full_nodes_spill_with_their_reasons() {
     let now = Instant::now();
     let snap = snap_with(now, idle, closed);

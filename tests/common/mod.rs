@@ -1,6 +1,7 @@
 //! Shared test harness: simulators and a router on loopback ports, and small client helpers.
 #![allow(dead_code)]
 
+pub mod balancer;
 pub mod scenario;
 
 use std::fmt::Display;
