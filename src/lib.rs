@@ -23,6 +23,7 @@ pub mod keys;
 pub mod ledger;
 pub mod outcome;
 pub mod snapshot;
+pub mod trace;
 
 pub mod adapter;
 pub mod policy;
