@@ -21,23 +21,29 @@ const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 /// Text that must never reach a span.
 const PROMPT: &str = "the-secret-prompt-7f3a9c: summarise our merger plans";
 
-/// An OTLP/HTTP traces receiver: every body posted to `/v1/traces`, as sent.
+/// An OTLP/HTTP traces receiver: every body posted to `/v1/traces`, as sent, and the
+/// `authorization` header of each post.
 struct Receiver {
     url: String,
     bodies: Arc<Mutex<Vec<Bytes>>>,
+    authorizations: Arc<Mutex<Vec<String>>>,
     _task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
     async fn start() -> Receiver {
         let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
-        let kept = Arc::clone(&bodies);
+        let authorizations: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (kept, auth) = (Arc::clone(&bodies), Arc::clone(&authorizations));
         let app = axum::Router::new().route(
             "/v1/traces",
             axum::routing::post(move |headers: axum::http::HeaderMap, body: Bytes| {
-                let kept = Arc::clone(&kept);
+                let (kept, auth) = (Arc::clone(&kept), Arc::clone(&auth));
                 async move {
                     assert_eq!(headers["content-type"], "application/x-protobuf");
+                    if let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                        auth.lock().unwrap().push(value.to_string());
+                    }
                     kept.lock().unwrap().push(body);
                     // An empty ExportTraceServiceResponse: every span accepted.
                     ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
@@ -49,18 +55,27 @@ impl Receiver {
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Receiver { url, bodies, _task: task }
+        Receiver { url, bodies, authorizations, _task: task }
     }
 
-    fn spans(&self) -> Vec<Span> {
+    fn requests(&self) -> Vec<ExportTraceServiceRequest> {
         let bodies = self.bodies.lock().unwrap();
-        let requests = bodies.iter().map(|b| ExportTraceServiceRequest::decode(b.as_ref()).unwrap());
-        requests
+        bodies.iter().map(|b| ExportTraceServiceRequest::decode(b.as_ref()).unwrap()).collect()
+    }
+
+    /// The spans of every export of service `spillway`.
+    fn spans(&self) -> Vec<Span> {
+        self.spans_of("spillway")
+    }
+
+    fn spans_of(&self, service: &str) -> Vec<Span> {
+        self.requests()
+            .into_iter()
             .flat_map(|r| r.resource_spans)
             .inspect(|rs| {
                 let resource = rs.resource.as_ref().expect("a resource");
                 let name = resource.attributes.iter().find(|kv| kv.key == "service.name");
-                assert_eq!(name.map(|kv| string(&kv.value)), Some("spillway".to_string()));
+                assert_eq!(name.map(|kv| string(&kv.value)).as_deref(), Some(service));
             })
             .flat_map(|rs| rs.scope_spans)
             .flat_map(|ss| ss.spans)
@@ -296,4 +311,49 @@ async fn a_malformed_traceparent_starts_a_new_trace() {
     let sent = hosted.traceparents();
     assert_eq!(sent.len(), 1);
     assert!(sent[0].starts_with(&format!("00-{}-", hex::encode(&server.trace_id))), "{sent:?}");
+}
+
+/// `spillway serve` reads the standard variables: the endpoint, the export headers (sent to
+/// the receiver, never logged) and the service name; SIGTERM exports what is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spillway_serve_exports_where_the_otel_variables_say() {
+    const TOKEN: &str = "otlp-PLANTED-token-3131";
+    let receiver = Receiver::start().await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let dir = std::env::temp_dir().join(format!("spillway-traces-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("spillway.yaml");
+    let yaml = format!(
+        "listen: 127.0.0.1:0\n\
+         backends: [{{name: hosted, kind: openai, base_url: \"{}/v1\", model: gpt-5.6}}]\n\
+         tasks: [{{name: t, backends: [hosted], slo: {{ttft_ms: 3000}}}}]\n\
+         limits: {{shutdown_delay_ms: 0}}\n\
+         ledger: {{url: \"sqlite://{}\"}}\n",
+        hosted.base_url(),
+        dir.join("ledger.db").display()
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", &format!("authorization=Bearer%20{TOKEN}")),
+        ("OTEL_SERVICE_NAME", "router-eu"),
+        ("RUST_LOG", "debug"),
+    ];
+    let (mut server, url, stderr) = serve_process(&path, &env).await;
+    let (status, ..) = chat(&url, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").await;
+    assert_eq!(status, 200);
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    assert!(server.wait().unwrap().success());
+    let logs = stderr.into_text();
+
+    let spans = receiver.spans_of("router-eu");
+    let server_span = spans.iter().find(|s| s.kind == SpanKind::Server as i32).expect("a server span");
+    assert_eq!(server_span.name, "chat t");
+    assert_eq!(hex::encode(&server_span.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(spans.iter().any(|s| s.kind == SpanKind::Client as i32), "{spans:#?}");
+    let authorizations = receiver.authorizations.lock().unwrap().clone();
+    assert!(!authorizations.is_empty() && authorizations.iter().all(|a| a == &format!("Bearer {TOKEN}")));
+    assert!(logs.contains("exporting traces over OTLP/HTTP"), "{logs}");
+    assert!(!logs.contains(TOKEN), "the export header leaked into the logs");
+    let _ = std::fs::remove_dir_all(&dir);
 }
