@@ -26,7 +26,7 @@ LAYERS = [
     # the config and what it names
     ["config", "tokens"],
     # the state the request path reads and feeds, and the records it emits
-    ["snapshot", "fleet", "guard", "outcome", "ledger", "keys"],
+    ["snapshot", "fleet", "guard", "outcome", "ledger", "keys", "trace"],
     # the request path, pure planning first
     ["policy", "route", "adapter"],
     ["dispatch", "metrics"],

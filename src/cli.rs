@@ -245,7 +245,10 @@ async fn serve(path: &std::path::Path) -> Result<(), String> {
     let stop = async move {
         let _ = stop_rx.await;
     };
-    let handle = crate::app::start(cfg, secrets, listener, stop).await.map_err(|e| e.to_string())?;
+    let tracing = crate::trace::Settings::from_env(|n| std::env::var(n).ok())?;
+    let options = crate::app::Options { tracing, ..Default::default() };
+    let handle =
+        crate::app::start_with(cfg, secrets, listener, stop, options).await.map_err(|e| e.to_string())?;
     let readiness = std::sync::Arc::clone(&handle.readiness);
     tokio::spawn(async move {
         crate::app::rollout::sequence(&mut signals, delay, &readiness).await;

@@ -7,7 +7,7 @@
 //! `policy` decides which backends it may use, `route` orders them into a plan, `dispatch`
 //! walks the plan through `adapter`s consulting the `guard`s, and the `outcome` records feed
 //! `metrics` and the `ledger`; `keys` are the client keys `api` authenticates (issued ones kept
-//! in the ledger's store). `app` assembles a running router. The offline commands
+//! in the ledger's store); `trace` is the OpenTelemetry spans of a request and its calls. `app` assembles a running router. The offline commands
 //! (`report`, `capacity`, `simulate`, `demo`, `agent`, `gate`'s CLI, the `sim` simulators)
 //! stand apart; `benches/imports.py` checks that no import runs against this order.
 
@@ -23,6 +23,7 @@ pub mod keys;
 pub mod ledger;
 pub mod outcome;
 pub mod snapshot;
+pub mod trace;
 
 pub mod adapter;
 pub mod policy;

@@ -146,6 +146,8 @@ pub struct RequestMeta {
     /// A synthetic call (canary, gate item, judge, shadow), not a client's request: kept out
     /// of the request metrics and SLO windows; `client_key` names its [`Purpose`].
     pub synthetic: bool,
+    /// The request's server span, when tracing is on: each upstream call's span is its child.
+    pub trace: Option<crate::trace::RequestSpan>,
 }
 
 impl RequestMeta {
@@ -215,6 +217,7 @@ impl Default for RequestMeta {
             principal: None,
             affinity: None,
             priority: crate::config::Priority::default(),
+            trace: None,
         }
     }
 }

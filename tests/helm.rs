@@ -450,12 +450,13 @@ fn env_refs(config: &Value) -> BTreeSet<String> {
     refs
 }
 
-/// The router's environment filled from Secrets: name → (secret, key).
+/// The router's environment filled from Secrets for its config: name → (secret, key). (The
+/// tracer's own `OTEL_*` variables are not the config's: see [`otel_env`].)
 fn secret_env(r: &Rendered) -> BTreeMap<String, (String, String)> {
     let mut out = BTreeMap::new();
     for e in seq(&r.router()["env"]) {
         let from = &e["valueFrom"]["secretKeyRef"];
-        if !from.is_null() {
+        if !from.is_null() && !str_of(&e["name"]).starts_with("OTEL_") {
             let name = str_of(&e["name"]).to_string();
             let previous =
                 out.insert(name.clone(), (str_of(&from["name"]).into(), str_of(&from["key"]).into()));
@@ -734,6 +735,57 @@ fn agent_values_run_the_nvml_agent_on_gpu_nodes_at_the_backends_agent_port() {
     }
     eprintln!("[agent] a backend without discovery.kubernetes.namespace watches the release namespace");
     assert_eq!(str_of(&config["backends"][0]["discovery"]["kubernetes"]["namespace"]), NAMESPACE);
+}
+
+/// The router's `OTEL_*` variables: name → value, or `secret/key` for one from a Secret.
+fn otel_env(r: &Rendered) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in seq(&r.router()["env"]) {
+        let name = str_of(&e["name"]);
+        if name.starts_with("OTEL_") {
+            let from = &e["valueFrom"]["secretKeyRef"];
+            let value = if from.is_null() {
+                str_of(&e["value"]).to_string()
+            } else {
+                format!("{}/{}", str_of(&from["name"]), str_of(&from["key"]))
+            };
+            assert!(out.insert(name.to_string(), value).is_none(), "[{}] {name} is set twice", r.name);
+        }
+    }
+    out
+}
+
+/// tracing.* become the standard OTEL_* variables of the router (the export headers from
+/// their Secret); by default none is set, so the router exports nothing.
+#[test]
+fn tracing_values_set_the_otel_variables() {
+    eprintln!("[defaults] no OTEL_* variable: tracing is off");
+    assert_eq!(otel_env(&render_and_validate(None, &[])), BTreeMap::new());
+    let r = render_and_validate(Some("tracing.yaml"), &[]);
+    eprintln!("[tracing] endpoint, protocol, service name, sampler and the headers' Secret");
+    let expected: BTreeMap<String, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.observability:4318"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_SERVICE_NAME", "spillway"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "otel-collector/headers"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(otel_env(&r), expected);
+    let named = render_and_validate(Some("tracing.yaml"), &["tracing.serviceName=router-eu"]);
+    assert_eq!(otel_env(&named)["OTEL_SERVICE_NAME"], "router-eu");
+    for (set, message) in [
+        ("tracing.endpoint=otel-collector:4318", "/tracing/endpoint"),
+        ("tracing.sampler=sometimes", "/tracing/sampler"),
+        ("tracing.insecure=true", "insecure"),
+    ] {
+        eprintln!("[defaults+{set}] refused: {message}");
+        let out = template(None, &[set]);
+        assert!(!out.status.success() && text(&out).contains(message), "{set}: {}", text(&out));
+    }
 }
 
 /// `helm lint` and `helm template` both refuse the set, and their output says why.

@@ -23,3 +23,4 @@ mod responses;
 mod secrets;
 mod sim;
 mod sim_engines;
+mod traces;

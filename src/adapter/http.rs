@@ -45,7 +45,8 @@ pub(crate) type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, UpstreamErr
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// `POST url` through the transport that fits it: the lean client for `http://`, reqwest for
-/// the rest. Resolves once the head is in; a non-2xx answer is read and classified.
+/// the rest, with the transport's trace context headers (the one place they are added).
+/// Resolves once the head is in; a non-2xx answer is read and classified.
 pub(crate) async fn post(
     transport: &Transport,
     url: &str,
@@ -53,6 +54,13 @@ pub(crate) async fn post(
     body: Vec<u8>,
     classify: Classify,
 ) -> Result<Answer, UpstreamError> {
+    let traced: Vec<(HeaderName, String)>;
+    let headers = if transport.trace.is_empty() {
+        headers
+    } else {
+        traced = headers.iter().chain(&transport.trace).cloned().collect();
+        &traced
+    };
     let (status, headers, mut body): (u16, HeaderMap, ByteStream) = if url.starts_with("http://") {
         let response = transport.plain.post(url, headers, &body).await?;
         (response.status, response.headers, Box::pin(response.body.into_stream()))

@@ -60,11 +60,19 @@ pub struct Upstream {
 pub struct Transport {
     hosted: reqwest::Client,
     plain: Arc<h1::Pool>,
+    /// Sent with every request: the calling span's W3C trace context (`traceparent`,
+    /// `tracestate`), when tracing is on.
+    trace: Vec<(::http::HeaderName, String)>,
 }
 
 impl Transport {
     pub fn new(hosted: reqwest::Client, plain: h1::PoolConfig) -> Transport {
-        Transport { hosted, plain: h1::Pool::new(plain) }
+        Transport { hosted, plain: h1::Pool::new(plain), trace: Vec::new() }
+    }
+
+    /// The same pools, sending `trace` (a call's trace context headers) with every request.
+    pub fn traced(&self, trace: Vec<(::http::HeaderName, String)>) -> Transport {
+        Transport { trace, ..self.clone() }
     }
 }
 

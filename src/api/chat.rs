@@ -15,10 +15,10 @@ use super::wire::{self, completion_json};
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 
 pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, headers, body } = incoming;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request = wire::decode(&received.body)?;
-    let arrival = received.arrival(request_id, &headers);
+    let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, created, headers: spillway_headers, cost } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))

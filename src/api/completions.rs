@@ -105,10 +105,10 @@ impl CompletionsRequest {
 }
 
 pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, headers, body } = incoming;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request: CompletionsRequest = wire::decode_json(&received.body, "a completions request")?;
-    let arrival = received.arrival(request_id, &headers);
+    let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, created, headers: spillway_headers, cost } =
         front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))

@@ -79,10 +79,10 @@ impl EmbeddingsRequest {
 }
 
 pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, headers, body } = incoming;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request: EmbeddingsRequest = wire::decode_json(&received.body, "an embeddings request")?;
-    let arrival = received.arrival(request_id, &headers);
+    let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, headers: spillway_headers, cost, .. } =
         front::serve(&state, arrival, &request.model, |_| request.to_canonical()).await?;

@@ -37,6 +37,7 @@ use crate::outcome::{AttemptRecord, RequestMeta, Skip};
 use crate::policy;
 use crate::route::{self, PlanError, Reason, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
+use crate::trace::RequestSpan;
 
 /// What a front door knows of a request before the core takes it.
 pub struct Arrival<'a> {
@@ -47,6 +48,8 @@ pub struct Arrival<'a> {
     pub headers: &'a HeaderMap,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
+    /// The request's server span, when tracing is on.
+    pub trace: Option<RequestSpan>,
 }
 
 /// A request that only the task's first backend may serve, and only when it is of `kind`
@@ -68,22 +71,30 @@ pub struct Received {
 
 impl Received {
     /// What the core needs to know of the request's arrival.
-    pub fn arrival<'a>(&self, request_id: String, headers: &'a HeaderMap) -> Arrival<'a> {
+    pub fn arrival<'a>(
+        &self,
+        request_id: String,
+        trace: Option<RequestSpan>,
+        headers: &'a HeaderMap,
+    ) -> Arrival<'a> {
         Arrival {
             arrived_at: self.arrived_at,
             request_id,
             principal: self.principal.clone(),
             headers,
             pin: None,
+            trace,
         }
     }
 }
 
 /// What a front door's route is handed: the shared state, the request's id (set by the
-/// request-id layer) and the request itself, unread.
+/// request-id layer), its server span (set by the trace layer, when tracing is on) and the
+/// request itself, unread.
 pub struct Incoming {
     pub state: Arc<AppState>,
     pub request_id: String,
+    pub trace: Option<RequestSpan>,
     pub headers: HeaderMap,
     pub body: Body,
 }
@@ -95,7 +106,8 @@ impl FromRequest<Arc<AppState>> for Incoming {
         let (parts, body) = request.into_parts();
         let request_id =
             parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
-        Ok(Incoming { state: Arc::clone(state), request_id, headers: parts.headers, body })
+        let trace = parts.extensions.get::<RequestSpan>().cloned();
+        Ok(Incoming { state: Arc::clone(state), request_id, trace, headers: parts.headers, body })
     }
 }
 
@@ -136,7 +148,7 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, principal, headers, pin } = arrival;
+    let Arrival { arrived_at, request_id, principal, headers, pin, trace } = arrival;
     let priority = header_str(headers, "x-spillway-priority")?
         .map(|p| {
             Priority::parse(p).ok_or_else(|| {
@@ -153,6 +165,9 @@ pub async fn serve(
     let key_name = principal.as_ref().map(Principal::name);
     let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
     let canonical = to_canonical(task)?;
+    if let Some(span) = &trace {
+        span.routed(&canonical.operation, model, &task.name);
+    }
 
     let priority = priority.unwrap_or(task.priority);
 
@@ -206,6 +221,7 @@ pub async fn serve(
         priority,
         request_id,
         synthetic: false,
+        trace,
     };
     let reservation = super::spend::reserve(state, principal.as_ref(), &snap, &plan, &canonical).await?;
     let started = Instant::now();

@@ -20,6 +20,7 @@ mod meter;
 pub mod request_id;
 mod responses;
 mod spend;
+mod traced;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -79,6 +80,8 @@ pub struct AppState {
     pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
     /// Set by the first shutdown signal: `/readyz` answers 503 while the router serves on.
     pub readiness: Arc<crate::app::rollout::Readiness>,
+    /// OpenTelemetry traces (off unless an OTLP endpoint is configured).
+    pub tracing: crate::trace::Tracing,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -107,6 +110,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                 ),
             )
         })
+        // Inside the request-id layer: the span carries the request's id.
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), traced::layer))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), request_id::layer))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), close_when_leaving))
         .with_state(state)

@@ -43,6 +43,8 @@ pub struct Options {
     /// The prefix of the budget counters' Redis keys; `None`: `spillway:budget`. Tests give
     /// each run its own, so runs sharing a Redis do not count each other's requests.
     pub budget_prefix: Option<String>,
+    /// Where traces go (`spillway serve` reads them from the `OTEL_*` variables); default off.
+    pub tracing: crate::trace::Settings,
 }
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
@@ -65,6 +67,7 @@ pub async fn start_with(
     options: Options,
 ) -> std::io::Result<RouterHandle> {
     let config = Arc::new(config);
+    let tracing = crate::trace::Tracing::start(&options.tracing).map_err(std::io::Error::other)?;
     let breakers = BreakerBoard::new(config.dispatch.breaker.clone());
     let load = NodeLoad::new();
     let nodes = NodeBoard::new(Arc::clone(&breakers), Arc::clone(&load));
@@ -260,6 +263,7 @@ pub async fn start_with(
         gate,
         share_feedback,
         readiness: Arc::clone(&readiness),
+        tracing: tracing.clone(),
     });
     let addr = listener.local_addr()?;
     let edge_metrics = state.metrics.edge.clone();
@@ -278,6 +282,8 @@ pub async fn start_with(
         if let Some(ledger) = ledger {
             ledger.close().await;
         }
+        // Every stream has ended: its spans are queued. Export them before leaving.
+        tracing.shutdown().await;
         served
     });
     Ok(RouterHandle { addr, task, readiness })

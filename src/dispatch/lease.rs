@@ -17,6 +17,7 @@ use crate::fleet::load::InFlight;
 use crate::guard::breaker::BreakerPermit;
 use crate::guard::quota::QuotaBoard;
 use crate::outcome::{Record, RequestOutcome};
+use crate::trace::Answer;
 
 /// What a request was charged against a hosted quota; corrected to the real usage at the end.
 pub(super) struct Charge {
@@ -36,6 +37,8 @@ pub(super) struct Lease {
     _in_flight: InFlight,
     charge: Option<Charge>,
     outcome: RequestOutcome,
+    /// The request's and the serving call's spans, when tracing is on.
+    trace: Option<Answer>,
     records: mpsc::UnboundedSender<Record>,
     finished: bool,
 }
@@ -47,6 +50,7 @@ impl Lease {
         in_flight: InFlight,
         charge: Option<Charge>,
         outcome: RequestOutcome,
+        trace: Option<Answer>,
         records: mpsc::UnboundedSender<Record>,
     ) -> Lease {
         Lease {
@@ -55,8 +59,16 @@ impl Lease {
             _in_flight: in_flight,
             charge,
             outcome,
+            trace,
             records,
             finished: false,
+        }
+    }
+
+    fn observe(&mut self, event: &Event) {
+        self.outcome.observe(event);
+        if let Some(answer) = &mut self.trace {
+            answer.observe(event);
         }
     }
 
@@ -70,6 +82,9 @@ impl Lease {
             }
         }
         self.outcome.finish(error.map(|e| e.class), now);
+        if let Some(answer) = self.trace.take() {
+            answer.end(&self.outcome.usage, error.map(|e| e.class));
+        }
         if let Some(c) = self.charge.take() {
             let used = self.outcome.usage.quota_tokens(c.counts_cached);
             if used > 0 {
@@ -84,6 +99,9 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.finished {
             self.outcome.cancel(Instant::now());
+            if let Some(answer) = self.trace.take() {
+                answer.cancel(&self.outcome.usage);
+            }
             let _ = self.records.send(Record::Request(self.outcome.clone()));
         }
     }
@@ -104,12 +122,12 @@ pub(super) fn track(buffered: Vec<Event>, rest: EventStream, lease: Lease, idle:
             return None;
         }
         if let Some(event) = s.buffered.next() {
-            s.lease.outcome.observe(&event);
+            s.lease.observe(&event);
             return Some((Ok(event), s));
         }
         match tokio::time::timeout(idle, s.rest.next()).await {
             Ok(Some(Ok(event))) => {
-                s.lease.outcome.observe(&event);
+                s.lease.observe(&event);
                 Some((Ok(event), s))
             }
             Ok(None) => {

@@ -39,6 +39,7 @@ use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome};
 use crate::route::{Plan, Reason};
 use crate::snapshot::Snapshot;
+use crate::trace;
 
 /// A request committed to one backend: its first events are in, the rest are streaming.
 pub struct Committed {
@@ -224,6 +225,25 @@ impl Dispatcher {
                 });
             }
             let in_flight = node.handle.load.start();
+            let spill = if backend.is_local() { None } else { plan.spill_reason() };
+            let traced_target = trace::Target {
+                backend: &backend.name,
+                kind: backend.kind,
+                node: node.key.as_str(),
+                model: &backend.model,
+                attempt: walk.calls(),
+                spill: spill.map(SpillReason::as_str),
+            };
+            let attempt =
+                meta.trace.as_ref().map(|t| t.attempt(&traced_target, &task.name, &request.operation));
+            let traced_transport;
+            let transport = match &attempt {
+                Some(span) => {
+                    traced_transport = self.transport.traced(span.headers());
+                    &traced_transport
+                }
+                None => &self.transport,
+            };
 
             let mut req = request.clone();
             req.model = backend.model.clone();
@@ -241,13 +261,11 @@ impl Dispatcher {
             let format = wire_format(backend.kind);
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let redactor = self.redactor.load_full();
-            let first =
-                first_output(redactor, format, &self.transport, &upstream, &req, deadline, idle).await;
+            let first = first_output(redactor, format, transport, &upstream, &req, deadline, idle).await;
             let calls = walk.calls();
             match first {
                 Ok((buffered, rest, first_token)) => {
                     let ttft = first_token.duration_since(call_started);
-                    let spill = if backend.is_local() { None } else { plan.spill_reason() };
                     // The outcome's TTFT is the client's: from arrival, failed attempts included.
                     let client_ttft = started.elapsed();
                     let mut outcome = RequestOutcome::started(
@@ -263,7 +281,13 @@ impl Dispatcher {
                     outcome.unmeasured = matches!(target.reason, Reason::Unmeasured { .. });
                     outcome.model = backend.model.clone();
                     let NodeHold { slot, permit } = hold;
-                    let lease = Lease::new(permit, slot, in_flight, charge, outcome, self.records.clone());
+                    let answer = meta.trace.as_ref().zip(attempt).map(|(span, attempt)| {
+                        attempt.served(&backend.model);
+                        span.served(&trace::Target { attempt: calls, ..traced_target });
+                        trace::Answer::new(span.clone(), attempt)
+                    });
+                    let lease =
+                        Lease::new(permit, slot, in_flight, charge, outcome, answer, self.records.clone());
                     let slo = Duration::from_millis(task.slo.ttft_ms);
                     let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft, slo);
                     self.emit(Record::Attempt(served.for_request(&meta.request_id)));
@@ -282,6 +306,9 @@ impl Dispatcher {
                     });
                 }
                 Err(error) => {
+                    if let Some(span) = &attempt {
+                        span.failed(error.class, error.status);
+                    }
                     let after = walk.failed(&mut guards, hold, error.class, error.retry_after);
                     let record = AttemptRecord::failed(
                         &task.name,

@@ -72,6 +72,12 @@ impl SimHandle {
         self.state.logged()
     }
 
+    /// The W3C `traceparent` headers of the generation requests this sim was sent (those
+    /// that had one), oldest first, failed ones included.
+    pub fn traceparents(&self) -> Vec<String> {
+        self.state.traceparents()
+    }
+
     /// Stop serving (same as dropping the handle).
     pub fn shutdown(self) {}
 }

@@ -72,6 +72,8 @@ pub struct AppState {
     pub breakpoint_cache: Mutex<BreakpointCache>,
     /// The last [`REQUEST_LOG`] Messages request bodies, oldest first.
     requests: Mutex<VecDeque<Value>>,
+    /// The `traceparent` of the last [`REQUEST_LOG`] generation requests that had one.
+    traceparents: Mutex<VecDeque<String>>,
     pub shutdown: watch::Receiver<bool>,
     pub created: u64,
     /// `--reply`: answer with exactly this text.
@@ -111,6 +113,7 @@ impl AppState {
             hosted_cache: Mutex::new(HashSet::new()),
             breakpoint_cache: Mutex::new(BreakpointCache::default()),
             requests: Mutex::new(VecDeque::new()),
+            traceparents: Mutex::new(VecDeque::new()),
             shutdown,
             created,
             reply: None,
@@ -138,6 +141,11 @@ impl AppState {
         log.push_back(body.clone());
     }
 
+    /// The `traceparent`s generation requests came with, oldest first.
+    pub fn traceparents(&self) -> Vec<String> {
+        self.traceparents.lock().expect("traceparent log").iter().cloned().collect()
+    }
+
     /// The logged request bodies, oldest first.
     pub fn logged(&self) -> Vec<Value> {
         self.requests.lock().expect("request log").iter().cloned().collect()
@@ -145,6 +153,13 @@ impl AppState {
 
     /// Quota, faults, then start producing tokens for `req`.
     pub fn start(&self, headers: &HeaderMap, req: &GenRequest) -> Result<Started, SimError> {
+        if let Some(traceparent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+            let mut log = self.traceparents.lock().expect("traceparent log");
+            if log.len() == REQUEST_LOG {
+                log.pop_front();
+            }
+            log.push_back(traceparent.to_string());
+        }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let prompt_tokens = text::prompt_tokens(&req.prompt);
         let tool_call = req.tool.clone().filter(|_| self.tool_call_args.is_some());

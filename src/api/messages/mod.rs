@@ -30,10 +30,10 @@ pub async fn messages(incoming: Incoming) -> Response {
 }
 
 async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, headers, body } = incoming;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let decoded = decode::decode(&received.body)?;
-    let arrival = received.arrival(request_id, &headers);
+    let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
     let Served { committed, headers: spillway_headers, cost, .. } =

@@ -43,10 +43,10 @@ use serde_json::{Map, Value};
 const BATCH_BYTES: usize = 16 * 1024;
 
 pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, headers, body } = incoming;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request = decode::decode(&received.body)?;
-    let mut arrival = received.arrival(request_id, &headers);
+    let mut arrival = received.arrival(request_id, trace, &headers);
     // State kept at OpenAI pins the request there (or is refused), with the body as sent.
     let pinned_body = match request.needs_openai_state() {
         Some(refusal) => {

@@ -1,0 +1,68 @@
+//! The attribute names spans carry, in one place: the OpenTelemetry GenAI semantic conventions
+//! (`gen_ai.*`, `error.type`), the HTTP ones the server span has, and Spillway's own
+//! (`spillway.*`); and the conventions' values for the router's operations and providers.
+//! Only names, ids, counts and classes: never a prompt, an answer or a key.
+
+use crate::canonical::Operation;
+use crate::config::BackendKind;
+
+pub const OPERATION: &str = "gen_ai.operation.name";
+pub const PROVIDER: &str = "gen_ai.provider.name";
+pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+pub const CACHE_READ_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub const ERROR_TYPE: &str = "error.type";
+/// `error.type` of an answer the client stopped reading (no error of the router's or the
+/// upstream's: the span's status stays unset).
+pub const CANCELLED: &str = "cancelled";
+
+pub const TASK: &str = "spillway.task";
+pub const BACKEND: &str = "spillway.backend";
+pub const NODE: &str = "spillway.node";
+pub const SPILL_REASON: &str = "spillway.spill_reason";
+/// On a client span: which call of the request it is (1 for the first). On the server span:
+/// how many calls were made.
+pub const ATTEMPT: &str = "spillway.attempt";
+pub const REQUEST_ID: &str = "spillway.request_id";
+
+pub const HTTP_METHOD: &str = "http.request.method";
+pub const HTTP_ROUTE: &str = "http.route";
+pub const HTTP_STATUS: &str = "http.response.status_code";
+
+/// `gen_ai.operation.name` for a request doing `operation`.
+pub fn operation(operation: &Operation) -> &'static str {
+    match operation {
+        Operation::Chat => "chat",
+        Operation::Completion(_) => "text_completion",
+        Operation::Embedding(_) => "embeddings",
+    }
+}
+
+/// `gen_ai.provider.name` for a backend of `kind`: the conventions' names for the hosted APIs;
+/// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
+/// `kind` as the config spells it.
+pub fn provider(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Openai => "openai",
+        BackendKind::Anthropic => "anthropic",
+        BackendKind::Gemini => "gcp.gemini",
+        BackendKind::Local => "local",
+        BackendKind::OpenaiCompatible => "openai_compatible",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosted_providers_have_the_conventions_names() {
+        assert_eq!(provider(BackendKind::Openai), "openai");
+        assert_eq!(provider(BackendKind::Anthropic), "anthropic");
+        assert_eq!(provider(BackendKind::Gemini), "gcp.gemini");
+        assert_eq!(operation(&Operation::Chat), "chat");
+    }
+}
