@@ -12,6 +12,7 @@ mod gate;
 mod grafana;
 mod helm;
 mod keys;
+mod opstate;
 mod rollout;
 mod synthetic;
 mod terms;
