@@ -1,8 +1,9 @@
 //! Operator state shared by replicas: a drain, a forced breaker and a release made through one
 //! `spillway serve` replica hold on another within a second when both share PostgreSQL and
 //! Redis (the other stops routing to the backend: its next request's `x-spillway-backend`
-//! says so), survive that replica's restart, and are audited with who did what. Without Redis
-//! a change arrives within one poll interval; with SQLite alone it survives a restart.
+//! says so), survive that replica's restart, and are audited with who did what; a canary result
+//! is shared the same way. Without Redis (or with it away) a change arrives within one poll
+//! interval; with SQLite alone it survives a restart.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -130,6 +131,19 @@ async fn a_drain_a_forced_breaker_and_a_release_reach_the_other_replica_within_a
     wait_node(&url_b, "breaker", json!("open"), Duration::from_secs(1)).await;
     assert_eq!(served_by(&url_b).await, "second", "B sends nothing through a forced-open breaker");
 
+    // A canary round run through A is what B shows too.
+    let probed = admin(&url_a, "/admin/canary", json!({"backend": "second"}), "alice").await;
+    assert_eq!(probed["results"][0]["ok"], true);
+    wait_until(Duration::from_secs(1), "B to show A's canary result", || async {
+        let canaries = admin_json(&url_b, "/admin/backends", ADMIN).await["canaries"].clone();
+        if canaries[0]["backend"] == "second" && canaries[0]["ok"] == true {
+            Ok(())
+        } else {
+            Err(canaries)
+        }
+    })
+    .await;
+
     // B restarts: it reads the state before it reports ready.
     b.0.kill().unwrap();
     b.0.wait().unwrap();
@@ -162,12 +176,13 @@ async fn a_drain_a_forced_breaker_and_a_release_reach_the_other_replica_within_a
     assert_eq!(
         lines,
         [
+            ("canary_ok".into(), "canary".into(), "second".into()),
             ("breaker_open".into(), "bob".into(), node),
             ("release".into(), "alice".into(), "first".into()),
             ("drain".into(), "alice".into(), "first".into()),
         ]
     );
-    assert_eq!(audit["changes"][1]["old"], "drained");
+    assert_eq!(audit["changes"][2]["old"], "drained");
     assert!(audit["changes"][0]["at_ms"].as_i64().unwrap() > 0);
 }
 
@@ -189,16 +204,20 @@ async fn without_redis_a_hold_reaches_the_other_replica_within_one_poll_interval
     let dir = temp_dir("opstate-poll");
     const POLL_MS: u64 = 300;
     let state = format!("{{operator_poll_ms: {POLL_MS}}}");
+    // B is told of a Redis that is not there: it polls, and says so in a metric.
+    let away = format!(r#"{{operator_poll_ms: {POLL_MS}, redis_url: "redis://127.0.0.1:1"}}"#);
     let env = [("OPSTATE_ADMIN", ADMIN)];
     let a = router(&yaml(&first, &second, &pg, &dir.join("a.spool"), &state), &env).await;
-    let b = router(&yaml(&first, &second, &pg, &dir.join("b.spool"), &state), &env).await;
-    let listing = admin_json(&b, "/admin/backends", ADMIN).await;
+    let b = router(&yaml(&first, &second, &pg, &dir.join("b.spool"), &away), &env).await;
+    let listing = admin_json(&a, "/admin/backends", ADMIN).await;
     assert_eq!(listing["operator_state"]["shared"], true);
     assert_eq!(listing["operator_state"]["notify_up"], Value::Null, "no Redis configured");
+    let text = metrics_text(&b).await;
+    assert_eq!(series_sum(&text, "spillway_operator_state_notify_up", &[("store", "redis")]), Some(0.0));
 
     admin(&a.url, "/admin/hold", json!({"backend": "first", "kind": "disable"}), "carol").await;
     // One poll, plus the snapshot loop's 100 ms and the reads.
-    let within = Duration::from_millis(POLL_MS + 400);
+    let within = Duration::from_millis(POLL_MS + 600);
     let took = wait_node(&b.url, "held", json!("backend disabled by carol"), within).await;
     eprintln!("without Redis the hold reached B after {took:?} (poll {POLL_MS} ms)");
     assert_eq!(served_by(&b.url).await, "second");

@@ -305,4 +305,47 @@ mod tests {
         assert_eq!(lines, [("breaker_auto", "bob"), ("breaker_open", "alice"), ("drain", "alice")]);
         assert_eq!(board.audit(1).await.unwrap().len(), 1);
     }
+
+    #[tokio::test]
+    async fn two_boards_on_one_store_share_verdicts_pins_and_canaries_and_audit_them_once() {
+        let path = std::env::temp_dir().join(format!("spillway-opstate-{:016x}.db", rand::random::<u64>()));
+        let url = format!("sqlite://{}", path.display());
+        let (a, b) = (targets(), targets());
+        let (pins_b, canaries_b) = (Arc::clone(&b.pins), Arc::clone(&b.canaries));
+        let a = OperatorBoard::shared(a, Store::open(&url).await.unwrap(), None);
+        let b = OperatorBoard::shared(b, Store::open(&url).await.unwrap(), None);
+        let node = NodeKey::from("pool/m@a");
+        let pin = crate::config::Pin { quantization: Some("awq".into()), ..Default::default() };
+        let canary = CanaryResult {
+            backend: "oa".into(),
+            task: "t".into(),
+            ok: false,
+            ttft_ms: None,
+            error: Some("502".into()),
+            at: 1,
+        };
+        let changes = vec![
+            Change::GateVerdict(node.clone(), Some("gate failed: 1/10".into())),
+            Change::Pin("pool".into(), pin.clone()),
+            Change::Canary(canary.clone()),
+        ];
+        assert!(a.change(changes, "gate").await.unwrap());
+        assert_eq!(b.status().version, 0, "not read yet");
+        b.sync().await.unwrap();
+        assert_eq!(b.status().version, a.status().version);
+        assert!(b.status().sync_age.is_some());
+        assert_eq!(pins_b.in_effect("pool", None), Some(pin.clone()), "the accepted pin is in effect on B");
+        let reported =
+            crate::control::pins::Reported { quantization: Some("fp8".into()), ..Default::default() };
+        let why = pins_b.check("pool", &node, Some(&pin), &reported).unwrap();
+        assert!(why.ends_with("; gate failed: 1/10"), "{why}");
+        assert_eq!(canaries_b.last(), [canary.clone()]);
+        // The same pin again is no change; a canary that confirms the last is stored, not audited.
+        assert!(!b.change(vec![Change::Pin("pool".into(), pin)], "gate").await.unwrap());
+        assert!(b.change(vec![Change::Canary(CanaryResult { at: 2, ..canary })], "canary").await.unwrap());
+        let audit = a.audit(10).await.unwrap();
+        let kinds: Vec<&str> = audit.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, ["canary", "gate_verdict", "pin"]);
+        assert_eq!(audit[1].new, Some(serde_json::json!("gate failed: 1/10")));
+    }
 }
