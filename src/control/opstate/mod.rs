@@ -339,7 +339,7 @@ mod tests {
             crate::control::pins::Reported { quantization: Some("fp8".into()), ..Default::default() };
         let why = pins_b.check("pool", &node, Some(&pin), &reported).unwrap();
         assert!(why.ends_with("; gate failed: 1/10"), "{why}");
-        assert_eq!(canaries_b.last(), [canary.clone()]);
+        assert_eq!(canaries_b.last(), std::slice::from_ref(&canary));
         // The same pin again is no change; a canary that confirms the last is stored, not audited.
         assert!(!b.change(vec![Change::Pin("pool".into(), pin)], "gate").await.unwrap());
         assert!(b.change(vec![Change::Canary(CanaryResult { at: 2, ..canary })], "canary").await.unwrap());
