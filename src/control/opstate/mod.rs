@@ -10,10 +10,10 @@
 //! store existed): one path for both, so the boards are only ever set from the whole state.
 
 pub mod entry;
+mod memory;
 mod notify;
 pub mod store;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,9 +30,6 @@ use crate::control::pins::PinBoard;
 use crate::guard::breaker::BreakerBoard;
 use crate::guard::holds::HoldBoard;
 use crate::ledger::{unix_millis, Store, StoreError};
-
-/// Audit lines kept without a store.
-const MEMORY_AUDIT: usize = 1_000;
 
 /// The boards the state is applied to.
 pub struct Targets {
@@ -63,7 +60,7 @@ impl Targets {
 }
 
 enum Backing {
-    Memory(Mutex<(OperatorState, VecDeque<AuditRow>)>),
+    Memory(memory::Memory),
     Store { store: Store, notifier: Option<Arc<Notifier>> },
 }
 
@@ -94,7 +91,7 @@ pub struct OperatorBoard {
 impl OperatorBoard {
     /// The state on this replica alone (no ledger store).
     pub fn in_memory(targets: Targets) -> Arc<OperatorBoard> {
-        OperatorBoard::new(targets, Backing::Memory(Mutex::default()))
+        OperatorBoard::new(targets, Backing::Memory(memory::Memory::default()))
     }
 
     /// The state in `store`, announced through Redis at `redis_url` when there is one.
@@ -130,31 +127,10 @@ impl OperatorBoard {
     pub async fn change(&self, changes: Vec<Change>, by: &str) -> Result<bool, StoreError> {
         let at_ms = unix_millis(std::time::SystemTime::now());
         match &self.backing {
-            Backing::Memory(memory) => {
-                let mut memory = memory.lock().unwrap_or_else(|e| e.into_inner());
-                let (state, audit) = &mut *memory;
-                let mut effects: Vec<entry::Effect> = Vec::new();
-                for change in &changes {
-                    let key = change.key();
-                    let old = match effects.iter().rev().find(|e| e.key == key) {
-                        Some(e) => e.new.clone(),
-                        None => state.entries.get(&key).map(|e| e.value.clone()),
-                    };
-                    effects.extend(change.effect(old.as_deref()));
-                }
-                if effects.is_empty() {
-                    return Ok(false);
-                }
-                let version = state.version + 1;
-                entry::apply_effects(state, &effects, by, at_ms, version);
-                for e in effects.iter().filter(|e| e.audited) {
-                    audit.push_front(AuditRow::of(e, version, by, at_ms));
-                }
-                audit.truncate(MEMORY_AUDIT);
+            Backing::Memory(memory) => Ok(memory.change(&changes, by, at_ms, |state| {
                 self.targets.apply(state, false);
                 *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = state.clone();
-                Ok(true)
-            }
+            })),
             Backing::Store { store, notifier } => {
                 let Some(version) = store::write(store, &changes, by, at_ms).await? else {
                     return Ok(false);
@@ -252,10 +228,7 @@ impl OperatorBoard {
     /// The latest `limit` audit lines, newest first.
     pub async fn audit(&self, limit: usize) -> Result<Vec<AuditRow>, StoreError> {
         match &self.backing {
-            Backing::Memory(memory) => {
-                let memory = memory.lock().unwrap_or_else(|e| e.into_inner());
-                Ok(memory.1.iter().take(limit).cloned().collect())
-            }
+            Backing::Memory(memory) => Ok(memory.audit(limit)),
             Backing::Store { store, .. } => {
                 store::audit(store, i64::try_from(limit).unwrap_or(i64::MAX)).await
             }
