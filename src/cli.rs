@@ -48,7 +48,14 @@ fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,spillway=info"))
     };
     let mut guards = Vec::new();
-    let layer_to = |writer: tracing_appender::non_blocking::NonBlocking, format: LogFormat, ansi: bool| {
+    fn layer_to<S>(
+        writer: tracing_appender::non_blocking::NonBlocking,
+        format: LogFormat,
+        ansi: bool,
+    ) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
         let layer =
             tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi && format == LogFormat::Text);
         match format {
@@ -56,12 +63,19 @@ fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_
             LogFormat::Json => layer.json().with_current_span(true).with_span_list(false).boxed(),
             LogFormat::Text => layer.boxed(),
         }
-    };
+    }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (stderr, guard) = tracing_appender::non_blocking(std::io::stderr());
     guards.push(guard);
     let layers = match target {
-        LogTarget::Stderr => vec![layer_to(stderr, format, colour).with_filter(filter()).boxed()],
+        // One filter for the whole subscriber, not one per layer: a per-layer filter that
+        // answers a dynamic `enabled!` check no (sqlx does one for each PostgreSQL notice,
+        // such as "relation already exists" at every start) drops the next event on that
+        // thread, which was the "listening on" line.
+        LogTarget::Stderr => {
+            tracing_subscriber::registry().with(filter()).with(layer_to(stderr, format, colour)).init();
+            return guards;
+        }
         LogTarget::FileAndWarnings(path) => {
             let warnings = tracing_subscriber::EnvFilter::new("warn");
             let mut layers = vec![layer_to(stderr, format, colour).with_filter(warnings).boxed()];

@@ -10,7 +10,13 @@ use std::process::Command;
 const RULES: &str = "helm/spillway/files/alerts.yaml";
 const RULE_TESTS: &str = "helm/spillway/files/alerts_test.yaml";
 /// Where every family is registered.
-const METRICS: [&str; 3] = ["src/metrics/families.rs", "src/metrics/mod.rs", "src/metrics/edge.rs"];
+const METRICS: [&str; 5] = [
+    "src/metrics/families.rs",
+    "src/metrics/mod.rs",
+    "src/metrics/edge.rs",
+    "src/metrics/spool.rs",
+    "src/metrics/opstate.rs",
+];
 
 fn path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)

@@ -12,6 +12,7 @@ mod gate;
 mod grafana;
 mod helm;
 mod keys;
+mod opstate;
 mod replicas;
 mod rollout;
 mod synthetic;

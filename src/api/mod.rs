@@ -67,9 +67,11 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Node telemetry (GPU readings for the metrics).
     pub telemetry: Arc<crate::fleet::telemetry::TelemetryBoard>,
-    /// Operator holds (drain, disable) and breaker overrides, set through the admin API.
+    /// Operator holds (drain, disable) and breaker overrides as applied here; the admin API
+    /// changes them through `operator` (shared through the ledger store when there is one).
     pub holds: Arc<crate::guard::holds::HoldBoard>,
     pub breakers: Arc<crate::guard::breaker::BreakerBoard>,
+    pub operator: Arc<crate::control::opstate::OperatorBoard>,
     /// Canary probes of fallback backends (run on an interval, or now by the admin API).
     pub canaries: Arc<crate::control::canary::Canaries>,
     /// Config reload (admin API and SIGHUP).
@@ -269,6 +271,12 @@ pub fn current_metrics(state: &AppState) -> String {
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));
     state.metrics.set_budget_shared_state(state.budgets.is_shared().then(|| state.budgets.shared_state_ok()));
+    let operator = state.operator.status();
+    state.metrics.set_operator_state(&crate::metrics::OperatorStateView {
+        version: operator.version,
+        sync_age: operator.sync_age,
+        notify_up: operator.notify_up,
+    });
     let keys_age = state.client_keys.read_age(tokio::time::Instant::now());
     state.metrics.set_issued_keys_age(keys_age.map(|age| age.as_secs_f64()));
     let standings = state.gate.board.standings(&snapshot.config, &state.gate.pins);

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
 use crate::control::canary::Canaries;
 use crate::control::discovery::{self, DiscoveredNodes};
+use crate::control::opstate::{self, OperatorBoard};
 use crate::control::pins::PinBoard;
 use crate::control::reload::Reloader;
 use crate::control::{books, Loops};
@@ -75,6 +76,7 @@ pub async fn start_with(
     let telemetry = TelemetryBoard::new();
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
+    let canary_board = Arc::new(crate::control::canary::CanaryBoard::default());
     let readiness = Arc::new(rollout::Readiness::default());
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     // One token stops every loop; the GPU-time sampler hands over its open minute first, the
@@ -141,6 +143,25 @@ pub async fn start_with(
         );
     }
     tokio::task::spawn_blocking(crate::tokens::warm_up);
+    // Holds, forced breakers, canary results, gate verdicts and pins: read before the first
+    // request, then kept in step with every other replica.
+    let targets = opstate::Targets {
+        holds: Arc::clone(&holds),
+        breakers: Arc::clone(&breakers),
+        canaries: Arc::clone(&canary_board),
+        pins: Arc::clone(&pins),
+    };
+    let operator = match &ledger {
+        Some(l) => {
+            let board = OperatorBoard::shared(targets, l.store.clone(), secrets.redis_url.as_deref());
+            if let Err(e) = board.sync().await {
+                tracing::error!("operator state: not loaded at start ({e}); retrying every poll");
+            }
+            loops.spawn(Arc::clone(&board).run(config.state.operator_poll()));
+            board
+        }
+        None => OperatorBoard::in_memory(targets),
+    };
     let gate_board = Arc::new(crate::gate::board::GateBoard::default());
     let over_quota = Arc::clone(&quota);
     let share_feedback = Arc::new(crate::route::sticky::ShareFeedback::default());
@@ -203,6 +224,7 @@ pub async fn start_with(
             snapshot: Arc::clone(&snapshot),
             pins: Arc::clone(&pins),
             store: ledger.as_ref().map(|l| l.store.clone()),
+            operator: Arc::clone(&operator),
             calls,
             metrics: Arc::clone(&metrics),
         };
@@ -236,7 +258,7 @@ pub async fn start_with(
         snapshot: Arc::clone(&snapshot),
         dispatcher: Arc::clone(&dispatcher),
         metrics: Arc::clone(&metrics),
-        board: Arc::default(),
+        board: canary_board,
     });
     if config.canary.interval_secs > 0 {
         let rounds = Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs));
@@ -258,6 +280,7 @@ pub async fn start_with(
         telemetry: Arc::clone(&telemetry),
         holds,
         breakers: Arc::clone(&breakers),
+        operator,
         canaries,
         reloader,
         gate,

@@ -444,7 +444,7 @@ impl LedgerConfig {
 }
 
 /// State shared between router replicas.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     /// Redis URL for shared quota counters, e.g. `redis://127.0.0.1:6379`. Unset: local counters.
@@ -453,6 +453,27 @@ pub struct StateConfig {
     /// Or the name of an environment variable that holds it (when it carries a password).
     #[serde(default)]
     pub redis_url_env: Option<String>,
+    /// How often a router reads the operator state (holds, forced breakers, canary results,
+    /// gate verdicts, accepted pins) from the ledger store again, in ms (100 to 10000). With
+    /// Redis a change reaches every replica at once; without it, within this time.
+    #[serde(default = "default_operator_poll_ms")]
+    pub operator_poll_ms: u64,
+}
+
+fn default_operator_poll_ms() -> u64 {
+    2_000
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { redis_url: None, redis_url_env: None, operator_poll_ms: default_operator_poll_ms() }
+    }
+}
+
+impl StateConfig {
+    pub fn operator_poll(&self) -> Duration {
+        Duration::from_millis(self.operator_poll_ms)
+    }
 }
 
 /// How much the router writes about each HTTP request it answers (the access line).

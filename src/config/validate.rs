@@ -325,6 +325,10 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             format!("{ms} is out of range: 100 to 5000 (a revocation must reach every replica within 5 s)"),
         );
     }
+    if !(100..=10_000).contains(&config.state.operator_poll_ms) {
+        let ms = config.state.operator_poll_ms;
+        p("state.operator_poll_ms".into(), format!("{ms} is out of range: 100 to 10000"));
+    }
     if config.canary.max_tokens == 0 {
         p("canary.max_tokens".into(), "must be at least 1".into());
     }
@@ -442,6 +446,7 @@ tasks:
 dispatch: {max_attempts: 0}
 affinity: {session_headers: [X-Session-Id, "x session"]}
 issued_keys: {refresh_ms: 6000}
+state: {operator_poll_ms: 50}
 limits: {shutdown_delay_ms: 300001}
 ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
 "#;
@@ -459,6 +464,7 @@ ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
             "dispatch.max_attempts: must be at least 1",
             "affinity.session_headers[1]: `x session` is not an HTTP header name",
             "issued_keys.refresh_ms: 6000 is out of range: 100 to 5000",
+            "state.operator_poll_ms: 50 is out of range: 100 to 10000",
             "limits.shutdown_delay_ms: must be at most 300000 (5 minutes)",
             "ledger.spool.max_bytes: 1000 is too small",
             "ledger.spool.fsync_interval_ms: 0 is out of range: 1 to 1000",

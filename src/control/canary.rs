@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::canonical::{ChatRequest, Embedding, EncodingFormat, Input, Message, Operation, Role};
@@ -39,7 +39,7 @@ pub fn targets(snap: &Snapshot) -> BTreeMap<BackendId, TaskId> {
 }
 
 /// How one probe went.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CanaryResult {
     pub backend: String,
     pub task: String,
@@ -50,15 +50,35 @@ pub struct CanaryResult {
     pub at: u64,
 }
 
-/// The last result per backend, for the admin API.
+/// The last result per backend, for the admin API. With a ledger store every result is also
+/// handed on (`forward_to`) to be stored and shared, and the board takes the shared results
+/// back (`replace`): every replica shows the latest probe of each backend, whoever ran it.
 #[derive(Debug, Default)]
 pub struct CanaryBoard {
     last: Mutex<BTreeMap<String, CanaryResult>>,
+    sink: Mutex<Option<tokio::sync::mpsc::UnboundedSender<CanaryResult>>>,
 }
 
 impl CanaryBoard {
     pub fn last(&self) -> Vec<CanaryResult> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// Hand every new result to `sink` as well.
+    pub fn forward_to(&self, sink: tokio::sync::mpsc::UnboundedSender<CanaryResult>) {
+        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
+    }
+
+    /// Put exactly `results` in place (the shared state as read from the store).
+    pub fn replace(&self, results: BTreeMap<String, CanaryResult>) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = results;
+    }
+
+    fn record(&self, result: &CanaryResult) {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(result.backend.clone(), result.clone());
+        if let Some(sink) = &*self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
+            let _ = sink.send(result.clone());
+        }
     }
 }
 
@@ -85,8 +105,7 @@ impl Canaries {
             if !result.ok {
                 tracing::warn!(backend = %result.backend, error = ?result.error, "canary failed");
             }
-            let mut last = self.board.last.lock().unwrap_or_else(|e| e.into_inner());
-            last.insert(result.backend.clone(), result.clone());
+            self.board.record(&result);
             results.push(result);
         }
         results

@@ -9,6 +9,7 @@ pub mod canary;
 pub mod discovery;
 pub mod gpu_time;
 pub mod keys;
+pub mod opstate;
 pub mod pins;
 pub mod reload;
 pub mod scrape;

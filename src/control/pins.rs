@@ -151,6 +151,11 @@ impl PinBoard {
         self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.clone(), why);
     }
 
+    /// Put exactly `verdicts` in place (the shared state as read from the store).
+    pub fn set_gate_verdicts(&self, verdicts: BTreeMap<NodeKey, String>) {
+        *self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()) = verdicts;
+    }
+
     /// Forget nodes that are gone.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k));

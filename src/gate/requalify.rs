@@ -3,6 +3,8 @@
 //! its golden set on that node, under the new fingerprint. All pass: the new pin is accepted
 //! (stored, and in effect: the node serves again). Any fails: the node stays quarantined and
 //! the failure is shown with its quarantine reason, in the gate metrics and the admin API.
+//! Both verdicts go into the shared operator state, so every replica keeps the node out (or
+//! takes the new pin) at once, and a restart remembers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,7 @@ use super::run::{run, Subject};
 use super::store;
 use crate::canonical::NodeKey;
 use crate::config::Config;
+use crate::control::opstate::{Change, OperatorBoard};
 use crate::control::pins::{PinBoard, QuarantineEvent};
 use crate::ledger::{unix_millis, Store};
 use crate::metrics::Metrics;
@@ -32,6 +35,8 @@ pub struct Requalifier {
     pub board: Arc<GateBoard>,
     pub store: Store,
     pub metrics: Arc<Metrics>,
+    /// Where verdicts and accepted pins are shared with the other replicas.
+    pub operator: Arc<OperatorBoard>,
     /// (backend, fingerprint) runs under way, so two nodes with the same change run once.
     running: Mutex<BTreeSet<(String, String)>>,
     /// The last announcement per quarantined node, to run again on an operator's request.
@@ -53,6 +58,7 @@ pub enum Requalified {
 }
 
 impl Requalifier {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         calls: Calls,
         config: Arc<ArcSwap<Config>>,
@@ -61,6 +67,7 @@ impl Requalifier {
         board: Arc<GateBoard>,
         store: Store,
         metrics: Arc<Metrics>,
+        operator: Arc<OperatorBoard>,
     ) -> Requalifier {
         Requalifier {
             calls,
@@ -70,6 +77,7 @@ impl Requalifier {
             board,
             store,
             metrics,
+            operator,
             running: Mutex::new(BTreeSet::new()),
             quarantined: Mutex::new(BTreeMap::new()),
         }
@@ -127,15 +135,26 @@ impl Requalifier {
                 {
                     tracing::error!("gate: the new pin passed but could not be stored: {e}");
                 }
-                self.pins.accept(&backend.name, pin);
+                self.pins.accept(&backend.name, pin.clone());
+                let shared = vec![
+                    Change::Pin(backend.name.clone(), pin),
+                    Change::GateVerdict(event.node.clone(), None),
+                ];
+                if let Err(e) = self.operator.change(shared, "gate").await {
+                    tracing::error!("gate: the new pin is in effect here but not shared: {e}");
+                }
                 tracing::warn!(backend = %backend.name, node = %event.node, %fingerprint, "gate passed: new pin in effect");
                 Requalified::Accepted { fingerprint }
             }
             Err(why) => {
                 let why = why.to_string();
                 tracing::error!(backend = %backend.name, node = %event.node, %fingerprint, "gate failed: {why}");
-                self.pins
-                    .gate_verdict(&event.node, format!("gate failed for fingerprint {fingerprint}: {why}"));
+                let verdict = format!("gate failed for fingerprint {fingerprint}: {why}");
+                self.pins.gate_verdict(&event.node, verdict.clone());
+                let shared = vec![Change::GateVerdict(event.node.clone(), Some(verdict))];
+                if let Err(e) = self.operator.change(shared, "gate").await {
+                    tracing::error!("gate: the verdict holds here but is not shared: {e}");
+                }
                 Requalified::Refused { fingerprint, why }
             }
         }

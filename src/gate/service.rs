@@ -39,6 +39,8 @@ pub struct Parts {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub pins: Arc<PinBoard>,
     pub store: Option<Store>,
+    /// The shared operator state (gate verdicts and accepted pins go there).
+    pub operator: Arc<crate::control::opstate::OperatorBoard>,
     /// Every gate item, judge and shadow goes through it.
     pub calls: Calls,
     pub metrics: Arc<Metrics>,
@@ -61,6 +63,7 @@ impl GateService {
             Arc::clone(&board),
             store.clone(),
             Arc::clone(&parts.metrics),
+            Arc::clone(&parts.operator),
         ));
         loops.spawn(Arc::clone(&requalifier).listen(parts.pins.subscribe()));
         let (refresh_store, refresh_board, refresh_pins) =

@@ -170,7 +170,7 @@ pub struct BreakerBoard {
 }
 
 /// An operator's override of a breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Forced {
     Open,
@@ -257,6 +257,18 @@ impl BreakerBoard {
     pub fn force(&self, key: &str, forced: Option<Forced>) {
         let breaker = self.node(&NodeKey::from(key));
         *breaker.forced.lock().unwrap_or_else(|e| e.into_inner()) = forced;
+    }
+
+    /// Force exactly the breakers in `forced`; every other breaker goes back to its state
+    /// machine (the shared state as read from the store).
+    pub fn force_all(&self, forced: &std::collections::BTreeMap<NodeKey, Forced>) {
+        for key in forced.keys() {
+            self.node(key);
+        }
+        let map = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, breaker) in map.iter() {
+            *breaker.forced.lock().unwrap_or_else(|e| e.into_inner()) = forced.get(key).copied();
+        }
     }
 
     pub fn forced(&self, key: &str) -> Option<Forced> {

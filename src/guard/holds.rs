@@ -2,17 +2,18 @@
 //! drill or maintenance: no new requests, those in flight finish) or disabled (the same for
 //! routing, meant to stay until enabled). The snapshot loop copies them into node views, so
 //! planning never offers a held node; nothing else changes (its GPUs are still scraped and
-//! costed). Kept in memory: a restart clears them.
+//! costed). With a ledger store the holds live there (`control::opstate`) and this board is
+//! their copy on this replica; without one it is all there is, and a restart clears them.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::canonical::NodeKey;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HoldKind {
     Drained,
@@ -69,6 +70,11 @@ impl HoldBoard {
         let own = holds.get(&Scope::Node(node.clone())).map(|h| (h, "node"));
         let whole = holds.get(&Scope::Backend(backend.to_string())).map(|h| (h, "backend"));
         own.or(whole).map(|(h, what)| format!("{what} {} by {}", h.kind.as_str(), h.by))
+    }
+
+    /// Put exactly `holds` in place (the shared state as read from the store).
+    pub fn replace(&self, holds: BTreeMap<Scope, Hold>) {
+        *self.lock() = holds;
     }
 
     pub fn all(&self) -> Vec<(Scope, Hold)> {

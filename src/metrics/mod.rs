@@ -12,6 +12,7 @@ mod edge;
 mod families;
 mod family;
 mod observe;
+mod opstate;
 pub mod slo;
 mod spool;
 mod state;
@@ -23,6 +24,7 @@ use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 
 pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
+pub use opstate::OperatorStateView;
 pub use state::StateView;
 
 /// Every family Spillway exports, by component.
@@ -35,6 +37,7 @@ pub struct Metrics {
     gate: GateFamilies,
     ledger_buffered: IntGauge,
     spool: spool::SpoolFamilies,
+    operator_state: opstate::OperatorStateFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
     /// SLO windows by task.
@@ -58,10 +61,16 @@ impl Metrics {
             gate: GateFamilies::register(&r),
             ledger_buffered,
             spool: spool::SpoolFamilies::register(&r),
+            operator_state: opstate::OperatorStateFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Where the shared operator state stands on this replica.
+    pub fn set_operator_state(&self, view: &OperatorStateView) {
+        self.operator_state.set(view);
     }
 
     /// The exposition in Prometheus text format.

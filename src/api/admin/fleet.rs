@@ -1,6 +1,8 @@
 //! Admin routes over the fleet: list every backend and node with its state and why, drain or
 //! disable one (a game-day drill: traffic moves to the rest of the plan, requests in flight
-//! finish), release it, and force a breaker open or closed.
+//! finish), release it, and force a breaker open or closed. Each action goes through the
+//! operator state (`control::opstate`): stored and audited first, then in effect here, and on
+//! every other replica at once (Redis) or within `state.operator_poll_ms`.
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use serde_json::{json, Value};
 use super::authorize;
 use crate::api::{ApiError, AppState, ErrorCode};
 use crate::canonical::NodeKey;
+use crate::control::opstate::Change;
 use crate::guard::breaker::Forced;
 use crate::guard::holds::{HoldKind, Scope};
 use crate::snapshot::{BreakerView, Snapshot};
@@ -28,6 +31,12 @@ fn reply(result: Result<Value, ApiError>) -> Response {
 
 fn decode<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+/// The store behind the operator state did not take the change: nothing changed anywhere.
+fn not_stored(e: crate::ledger::StoreError) -> ApiError {
+    tracing::error!("admin: the operator state change was not stored: {e}");
+    ApiError::new(ErrorCode::LedgerUnavailable, "the ledger store did not take the change; nothing changed")
 }
 
 fn breaker_str(b: BreakerView) -> &'static str {
@@ -126,7 +135,19 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
             .collect();
         let holds: Vec<Value> =
             state.holds.all().into_iter().map(|(s, h)| json!({"scope": s, "hold": h})).collect();
-        json!({"backends": backends, "holds": holds, "canaries": state.canaries.board.last()})
+        let operator = state.operator.status();
+        let operator = json!({
+            "version": operator.version,
+            "shared": operator.shared,
+            "sync_age_s": operator.sync_age.map(|a| a.as_secs_f64()),
+            "notify_up": operator.notify_up,
+        });
+        json!({
+            "backends": backends,
+            "holds": holds,
+            "canaries": state.canaries.board.last(),
+            "operator_state": operator,
+        })
     }))
 }
 
@@ -174,7 +195,7 @@ impl Target {
 
 /// `POST /admin/hold {"backend", "node"?, "kind": "drain"|"disable"}`.
 pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    reply((|| {
+    reply(async {
         let who = authorize(&state, &headers)?;
         let req: Target = decode(&body)?;
         let kind = match req.kind.as_deref().unwrap_or("drain") {
@@ -186,28 +207,31 @@ pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
             }
         };
         let nodes = req.nodes(&state.snapshot.load())?;
-        state.holds.hold(req.scope(), kind, &who.0);
+        state.operator.change(vec![Change::Hold(req.scope(), Some(kind))], &who.0).await.map_err(not_stored)?;
         let in_flight: u64 = nodes.iter().map(|n| state.load.view(n).in_flight).sum();
         tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, "admin: {}", kind.as_str());
         Ok(json!({"held": req.scope(), "kind": kind, "nodes": nodes, "in_flight": in_flight}))
-    })())
+    }
+    .await)
 }
 
 /// `POST /admin/release {"backend", "node"?}`: lift a drain or disable.
 pub async fn release(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    reply((|| {
+    reply(async {
         let who = authorize(&state, &headers)?;
         let target: Target = decode(&body)?;
         target.nodes(&state.snapshot.load())?;
-        let released = state.holds.release(&target.scope());
+        let released =
+            state.operator.change(vec![Change::Hold(target.scope(), None)], &who.0).await.map_err(not_stored)?;
         tracing::warn!(who = %who.0, backend = %target.backend, node = ?target.node, released, "admin: release");
         Ok(json!({"released": released, "scope": target.scope()}))
-    })())
+    }
+    .await)
 }
 
 /// `POST /admin/breakers {"backend", "node"?, "state": "open"|"closed"|"auto"}`.
 pub async fn force_breaker(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    reply((|| {
+    reply(async {
         let who = authorize(&state, &headers)?;
         let req: Target = decode(&body)?;
         let Some(wanted) = req.state.as_deref() else {
@@ -225,12 +249,12 @@ pub async fn force_breaker(State(state): State<Arc<AppState>>, headers: HeaderMa
             }
         };
         let nodes = req.nodes(&state.snapshot.load())?;
-        for node in &nodes {
-            state.breakers.force(node, forced);
-        }
+        let changes = nodes.iter().map(|n| Change::Breaker(n.clone(), forced)).collect();
+        state.operator.change(changes, &who.0).await.map_err(not_stored)?;
         tracing::warn!(who = %who.0, backend = %req.backend, node = ?req.node, state = wanted, "admin: force breaker");
         Ok(json!({"state": wanted, "nodes": nodes}))
-    })())
+    }
+    .await)
 }
 
 /// The body of `POST /admin/canary`.

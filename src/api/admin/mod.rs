@@ -2,6 +2,7 @@
 //! client key. Off (404) when no admin token is configured. Every action is logged with who
 //! did it (the `x-spillway-operator` header, else "admin") and what it did.
 
+mod audit;
 mod fleet;
 mod gate;
 mod keys;
@@ -51,6 +52,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/reports/cost", get(report::cost_report))
         .route("/admin/spenders", get(spenders::top_spenders))
         .route("/admin/backends", get(fleet::list))
+        .route("/admin/audit", get(audit::list))
         .route("/admin/hold", post(fleet::hold))
         .route("/admin/release", post(fleet::release))
         .route("/admin/breakers", post(fleet::force_breaker))

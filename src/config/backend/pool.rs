@@ -161,7 +161,7 @@ pub enum AgentAddress {
 }
 
 /// Pinned metadata of a pool. Unset fields are not checked.
-#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Pin {
     /// Weights digest (`spillway.dev/weights-digest`), e.g. `sha256:…`.

@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     connecting: AtomicBool,
     /// The current outage has been logged.
     in_outage: AtomicBool,
+    /// Whether outages are logged here (a user that logs its own passes `false`).
+    log_outages: bool,
     timeout: Duration,
     prefix: String,
     take: Script,
@@ -90,6 +92,26 @@ impl Shared {
         prefix: String,
         timeout: Duration,
     ) -> Result<Arc<Shared>, String> {
+        Shared::build(what, url, prefix, timeout, true)
+    }
+
+    /// [`Shared::named`] that logs no outage of its own: its user says when Redis is away.
+    pub fn silent(
+        what: &'static str,
+        url: &str,
+        prefix: String,
+        timeout: Duration,
+    ) -> Result<Arc<Shared>, String> {
+        Shared::build(what, url, prefix, timeout, false)
+    }
+
+    fn build(
+        what: &'static str,
+        url: &str,
+        prefix: String,
+        timeout: Duration,
+        log_outages: bool,
+    ) -> Result<Arc<Shared>, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         Ok(Arc::new(Shared {
             what,
@@ -98,6 +120,7 @@ impl Shared {
             ok: AtomicBool::new(false),
             connecting: AtomicBool::new(false),
             in_outage: AtomicBool::new(false),
+            log_outages,
             timeout,
             prefix,
             take: Script::new(TAKE),
@@ -187,7 +210,7 @@ impl Shared {
     fn mark_down(self: &Arc<Self>, why: &str) {
         *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.ok.store(false, Ordering::Relaxed);
-        if !self.in_outage.swap(true, Ordering::Relaxed) {
+        if !self.in_outage.swap(true, Ordering::Relaxed) && self.log_outages {
             tracing::warn!(
                 error = why,
                 store = self.what,
@@ -229,7 +252,7 @@ async fn reconnect(weak: Weak<Shared>) {
                 *shared.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
                 shared.ok.store(true, Ordering::Relaxed);
                 shared.connecting.store(false, Ordering::Release);
-                if shared.in_outage.swap(false, Ordering::Relaxed) {
+                if shared.in_outage.swap(false, Ordering::Relaxed) && shared.log_outages {
                     tracing::info!(store = shared.what, "Redis is back; shared counters resumed");
                 }
                 return;
@@ -245,7 +268,7 @@ async fn reconnect(weak: Weak<Shared>) {
 
 fn note_outage(shared: &Shared, why: &str) {
     shared.ok.store(false, Ordering::Relaxed);
-    if !shared.in_outage.swap(true, Ordering::Relaxed) {
+    if !shared.in_outage.swap(true, Ordering::Relaxed) && shared.log_outages {
         tracing::warn!(
             error = why,
             store = shared.what,
