@@ -202,11 +202,19 @@ async fn one_fresh_node_makes_a_pool_measured_and_its_stale_nodes_spill() {
     let p = plan_for(&snap, "alone", 1, &idle, now);
     assert_eq!(names(&snap, &p), ["pool#0"]);
     assert!(matches!(p.targets[0].reason, Reason::Headroom { .. }));
-    // Node 0 is read and full: the pool is measured, nothing is served blind, the request is shed.
-    let snap = World { fresh: vec![("10.0.0.1", 4.0)], ..World::default() }.snap(now);
+    // Node 0 is read and full, its queue past the first-token deadline (5 ahead × 2 s / 4
+    // slots = 2.5 s against 1.6 s): the pool is measured, nothing is served blind, the
+    // request is shed.
+    let snap = World { fresh: vec![("10.0.0.1", 8.0)], ..World::default() }.snap(now);
     let p = plan_for(&snap, "alone", 1, &idle, now);
     assert!(p.targets.is_empty(), "{:?}", p.targets);
     assert_eq!(p.spill_reason(), Some(SpillReason::Stale));
+    // Full with a short queue (0.5 s + 30 ms): still measured, nothing blind, and the node
+    // is the standard request's last resort.
+    let snap = World { fresh: vec![("10.0.0.1", 4.0)], ..World::default() }.snap(now);
+    let p = plan_for(&snap, "alone", 1, &idle, now);
+    assert_eq!(names(&snap, &p), ["pool#0"]);
+    assert_eq!(p.targets[0].reason, Reason::LastResort { why: SpillReason::Reserve });
     // A fresh scrape ages out: once nothing is fresh, the pool is unmeasured again.
     let later = now + std::time::Duration::from_secs(6);
     let p = plan_for(&snap, "alone", 1, &idle, later);
@@ -219,12 +227,18 @@ async fn another_pool_with_headroom_keeps_an_unmeasured_pool_out() {
     let snap = World { fresh: vec![("10.0.1.1", 0.0)], ..World::default() }.snap(now);
     let p = plan_for(&snap, "pools", 0, &idle, now);
     assert_eq!(names(&snap, &p), ["other#0"]);
-    // `other` is full (256 × 0.8 of its default capacity): the unmeasured pool serves.
+    // `other` is past its reserve (256 × 0.8 of its default capacity): the unmeasured pool
+    // serves, and the measured node, which has room outside the reserve, is the last resort.
     let snap = World { fresh: vec![("10.0.1.1", 250.0)], ..World::default() }.snap(now);
     let p = plan_for(&snap, "pools", 0, &idle, now);
-    assert_eq!(names(&snap, &p), ["pool#0", "pool#1"]);
+    assert_eq!(names(&snap, &p), ["pool#0", "pool#1", "other#0"]);
     assert_eq!(p.targets[0].reason, blind(0, 4));
-    // Interactive keeps the full measured node as its last resort, after the blind ones.
+    assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
+    // `other` queues past the first-token deadline (345 ahead × 2 s / 256 slots = 2.7 s):
+    // standard requests leave it out; interactive keeps it last, after the blind ones.
+    let snap = World { fresh: vec![("10.0.1.1", 600.0)], ..World::default() }.snap(now);
+    let p = plan_for(&snap, "pools", 0, &idle, now);
+    assert_eq!(names(&snap, &p), ["pool#0", "pool#1"]);
     let task = snap.config.task("pools").unwrap();
     let f = RequestFacts { priority: Priority::Interactive, ..facts(task, 0, &idle) };
     let p = plan(&f, &snap, now).unwrap();

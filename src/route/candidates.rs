@@ -13,8 +13,10 @@
 //! everything it has not looked at. The pool's targets it returns are the full scan's, cut
 //! after the last one that nothing unseen could precede (at least `k` beyond the affinity
 //! node, or all of them when the scan stopped on the SLO or ran out of nodes); its spills are
-//! the nodes it judged. Interactive requests (their last resorts list every full node) and
-//! plans made before the index was built scan in full.
+//! the nodes it judged, and so are a standard request's last resorts (nodes refused for the
+//! reserve or a queue that answer within the first-token deadline): the full scan's, or
+//! fewer. Interactive requests (their last resorts list every full node) and plans made
+//! before the index was built scan in full.
 //!
 //! A node the router's own load has filled since the scrape is left out of later scans of the
 //! same snapshot; that holds while the router's unseen credit does not fall during a

@@ -90,8 +90,22 @@ fn facts<'a>(
     }
 }
 
+/// The pool's targets with headroom (its last resorts apart).
 fn pool_targets(p: &Plan) -> Vec<(usize, Reason)> {
-    p.targets.iter().filter(|t| t.backend.index() == 0).map(|t| (t.node, t.reason)).collect()
+    p.targets
+        .iter()
+        .filter(|t| t.backend.index() == 0 && !matches!(t.reason, Reason::LastResort { .. }))
+        .map(|t| (t.node, t.reason))
+        .collect()
+}
+
+/// The pool's last resorts, in order.
+fn last_resorts(p: &Plan) -> Vec<(usize, Reason)> {
+    p.targets
+        .iter()
+        .filter(|t| matches!(t.reason, Reason::LastResort { .. }))
+        .map(|t| (t.node, t.reason))
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -124,6 +138,10 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
             assert!(beyond_affinity.count() >= k.min(pa.len()) || pa.len() == pb.len());
             assert_eq!(a.targets.first(), b.targets.first());
             assert!(b.spills.iter().all(|s| a.spills.contains(s)));
+            // Last resorts come from the nodes judged: the full scan's, in its order, or
+            // fewer.
+            let mut full_resorts = last_resorts(&a).into_iter();
+            assert!(last_resorts(&b).iter().all(|r| full_resorts.any(|f| f == *r)));
             if pb.is_empty() {
                 assert_eq!(a.spills.is_empty(), b.spills.is_empty(), "the pool spilled in both");
             }

@@ -76,7 +76,8 @@ pub enum Reason {
     Chain { weight: f64 },
     /// A local node with headroom for the SLO; `affinity` when it holds the key's prefix cache.
     Headroom { predicted_ttft_ms: u32, affinity: bool },
-    /// A local node without headroom, tried only after everything else (interactive requests).
+    /// A local node without headroom, tried only after everything else: any full node for
+    /// interactive requests, one refused only for the failover reserve for standard ones.
     LastResort { why: SpillReason },
     /// A node of a pool none of whose nodes has fresh telemetry, served because no other
     /// eligible backend can take the request: `in_flight` of its `capacity` when planned
@@ -208,7 +209,9 @@ pub fn plan_among(
             }
         }
     }
-    last_resort.sort_by(|a, b| a.0.total_cmp(&b.0));
+    last_resort.sort_by(|a, b| {
+        a.0.total_cmp(&b.0).then(a.1.backend.cmp(&b.1.backend)).then(a.1.node.cmp(&b.1.node))
+    });
     targets.extend(last_resort.into_iter().map(|(_, t)| t));
     targets.extend(last);
     Ok(Plan { targets, spills, kept })
@@ -216,7 +219,8 @@ pub fn plan_among(
 
 /// The nodes of one local pool that may take the request, affinity node first while it has
 /// headroom, then the soonest predicted first token. The others are recorded as spills, and
-/// (for interactive requests) as last resorts. `stay`: the pool takes this project first
+/// as last resorts: every full node for interactive requests, the nodes refused only for the
+/// failover reserve for standard ones. `stay`: the pool takes this project first
 /// while it cannot take them all (`sticky`), so the failover reserve is not held against it.
 #[allow(clippy::too_many_arguments)]
 fn pool_targets(
@@ -233,6 +237,8 @@ fn pool_targets(
     let pool = view.limits.reserve;
     let reserve = facts.priority.local_reserve(pool) - if stay { pool } else { 0.0 };
     let limits = PoolLimits { reserve: reserve.max(0.0), ..view.limits };
+    let open = PoolLimits { reserve: 0.0, ..view.limits };
+    let deadline_s = slo_s * snap.config.dispatch.ttft_deadline_factor;
     let preferred = facts.affinity.and_then(|k| {
         candidates::cached_affinity(facts.candidates, backend, k)
             .unwrap_or_else(|| affinity_node(&view.nodes, k))
@@ -253,8 +259,32 @@ fn pool_targets(
             Ok(ttft) => admitted.push((preferred != Some(i), ttft, i)),
             Err(why) => {
                 spills.push(Spill { backend, node: i, reason: why });
-                if facts.priority == Priority::Interactive && why > SpillReason::Stale {
-                    let ttft = headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens);
+                let ttft = match facts.priority {
+                    Priority::Interactive if why > SpillReason::Stale => {
+                        Some(headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens))
+                    }
+                    // A standard request keeps a node that would take it without the
+                    // failover reserve (what the reserve is for: its hosted chain failed)
+                    // and with the first-token deadline for its SLO, or would queue it with
+                    // its first token predicted within that deadline, as its last resort:
+                    // for when every hosted target failed or was passed over before the
+                    // snapshot shows the provider down. Not a node short of KV cache.
+                    Priority::Standard
+                        if matches!(why, SpillReason::Reserve | SpillReason::Queue | SpillReason::Ttft) =>
+                    {
+                        let prompt = facts.prompt_tokens;
+                        match headroom::admit(&node.signals, load, &open, prompt, deadline_s, now) {
+                            Ok(ttft) => Some(ttft),
+                            Err(SpillReason::Queue) => {
+                                let ttft = headroom::predict_ttft(&node.signals, load, &open, prompt);
+                                (ttft <= deadline_s).then_some(ttft)
+                            }
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
+                if let Some(ttft) = ttft {
                     last_resort.push((ttft, Target { backend, node: i, reason: Reason::LastResort { why } }));
                 }
             }

@@ -136,12 +136,57 @@ async fn stale_and_full_nodes_spill_with_their_reasons() {
     assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"]);
     assert_eq!(p.spill_reason(), Some(SpillReason::Stale));
     assert_eq!(p.spills.len(), 2);
-    // Full to the reserve (256 × 0.8 = 204.8 → 204 + this one fits, 205 does not).
+    // Full to the reserve (256 × 0.8 = 204.8 → 204 + this one fits, 205 does not): the
+    // hosted backends first, the nodes only as last resorts.
     let full = |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
     let snap = snap_with(now, full, closed);
     let p = plan(&facts(task, 0), &snap, now).unwrap();
     assert_eq!(p.spill_reason(), Some(SpillReason::Reserve));
-    assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"]);
+    assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0", "local-llama#0", "local-llama#1"]);
+    assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
+}
+
+#[tokio::test(start_paused = true)]
+async fn standard_requests_keep_nodes_that_answer_within_the_first_token_deadline_as_a_last_resort() {
+    let now = Instant::now();
+    let task = snap_with(now, idle, closed).config.task("summarise-ticket").unwrap().clone();
+    let at = |running: f64, waiting: f64| NodeSignals {
+        running: Some(running),
+        waiting: Some(waiting),
+        ..NodeSignals::default()
+    };
+    // SLO 800 ms with its 0.2 margin: 640 ms to be admitted; the deadline factor 2 makes
+    // 1,280 ms for a last resort. A 1,000-token prompt takes 1000 / 10,000 tok/s + 20 ms.
+    // Node 0 is past the reserve (205 of 256): 120 ms without it. Node 1 queues 100:
+    // (256 + 100 + 1 − 256) × 2 s / 256 = 789 ms, + 120 = 909 ms.
+    let two = |r0: NodeSignals, r1: NodeSignals| {
+        move |key: &str| if key.contains("10.0.0.5") { r0.clone() } else { r1.clone() }
+    };
+    let snap = snap_with(now, two(at(205.0, 0.0), at(256.0, 100.0)), closed);
+    let p = plan(&facts(&task, 0), &snap, now).unwrap();
+    assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0", "local-llama#0", "local-llama#1"]);
+    // Both were refused first for the reserve (the check that comes first).
+    assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
+    assert_eq!(p.targets[3].reason, Reason::LastResort { why: SpillReason::Reserve });
+    // With node 0 now measured at 470 ms: a queue of 140 on node 1 is 1,102 + 120 =
+    // 1,222 ms, a last resort after node 0; 160 is 1,258 + 120 = 1,378 ms, past the deadline.
+    let slow = NodeSignals { ttft_s: Some(0.47), prompt_tokens_mean: Some(1000.0), ..at(205.0, 0.0) };
+    let snap = snap_with(now, two(slow.clone(), at(256.0, 140.0)), closed);
+    let p = plan(&facts(&task, 0), &snap, now).unwrap();
+    assert_eq!(names(&snap, &p)[2..], ["local-llama#0", "local-llama#1"]);
+    let snap = snap_with(now, two(slow, at(256.0, 160.0)), closed);
+    let p = plan(&facts(&task, 0), &snap, now).unwrap();
+    assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0", "local-llama#0"]);
+    assert_eq!(p.spills.len(), 2);
+    // Short of KV cache, a node is no last resort (its queue would not move), nor is any
+    // node for batch requests.
+    let kv = NodeSignals { kv_usage: Some(0.95), kv_capacity_tokens: Some(100_000.0), ..at(0.0, 0.0) };
+    let snap = snap_with(now, two(kv, at(256.0, 100.0)), closed);
+    let p = plan(&facts(&task, 0), &snap, now).unwrap();
+    assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0", "local-llama#1"]);
+    assert_eq!(p.spills[0], Spill { backend: BackendId::new(0), node: 0, reason: SpillReason::Kv });
+    let batch = plan(&RequestFacts { priority: Priority::Batch, ..facts(&task, 0) }, &snap, now).unwrap();
+    assert_eq!(names(&snap, &batch), ["anthropic#0", "openai#0"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -314,8 +359,10 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
         } else {
             outside += 1;
             // Outside: the hosted chain first, the pool after it as a fallback (held to the
-            // reserve, which these nodes are past: nothing of the pool is left to try).
-            assert_eq!(names(&snap, &p), ["anthropic#0", "openai#0"], "key {key}");
+            // reserve, which these nodes are past: only as last resorts).
+            let order = names(&snap, &p);
+            assert_eq!(order, ["anthropic#0", "openai#0", "local-llama#0", "local-llama#1"], "key {key}");
+            assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
             assert_eq!(p.spill_reason(), Some(SpillReason::Reserve));
         }
     }
@@ -324,13 +371,15 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     let counted = feedback.take();
     assert_eq!(counted["local-llama"], sticky::Kept { taken: inside, refused: 0 });
     assert!(feedback.take().is_empty());
-    // Nodes that cannot take even the share's projects (every slot busy): they are refused,
-    // and the feedback says so.
+    // Nodes that cannot take even the share's projects (every slot busy): they are refused
+    // (last resorts only, their short queue within the first-token deadline), and the
+    // feedback says so.
     let packed = |_: &str| NodeSignals { running: Some(256.0), waiting: Some(3.0), ..NodeSignals::default() };
     let packed_snap = snap_shared(now, packed, closed, 0.5);
     let key = (0..100u64).find(|&k| sticky::takes_first(k, "local-llama", 0.5)).unwrap();
     let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &packed_snap, now).unwrap();
-    assert_eq!(names(&packed_snap, &p), ["anthropic#0", "openai#0"]);
+    assert_eq!(names(&packed_snap, &p)[..2], ["anthropic#0", "openai#0"]);
+    assert!(p.targets[2..].iter().all(|t| matches!(t.reason, Reason::LastResort { .. })));
     assert_eq!(p.kept, [(BackendId::new(0), false)]);
     feedback.record(&packed_snap, &p);
     assert_eq!(feedback.take()["local-llama"], sticky::Kept { taken: 0, refused: 1 });
@@ -346,7 +395,8 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     // A share of 1 is planning without stickiness: the reserve holds for every key.
     let full = snap_with(now, busy, closed);
     let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &full, now).unwrap();
-    assert_eq!(names(&full, &p), ["anthropic#0", "openai#0"]);
+    assert_eq!(names(&full, &p)[..2], ["anthropic#0", "openai#0"]);
+    assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
     // Sticky spill only shapes adaptive tasks.
     task.strategy = Strategy::Priority;
     let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &idle_snap, now).unwrap();
