@@ -23,7 +23,7 @@ const PRICE: &str = "price: {input_per_mtok: 0, output_per_mtok: 1000}";
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn fixed_clock(prefix: Option<String>) -> spillway::app::Options {
-    spillway::app::Options { quota_clock: Some(Arc::new(|| T0)), budget_prefix: prefix }
+    spillway::app::Options { quota_clock: Some(Arc::new(|| T0)), budget_prefix: prefix, ..Default::default() }
 }
 
 fn prefix(test: &str) -> String {

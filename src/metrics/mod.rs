@@ -15,6 +15,7 @@ mod observe;
 pub mod slo;
 mod spool;
 mod state;
+mod telemetry;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,6 +25,7 @@ use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
 pub use state::StateView;
+pub use telemetry::TelemetryFamilies;
 
 /// Every family Spillway exports, by component.
 pub struct Metrics {
@@ -37,6 +39,8 @@ pub struct Metrics {
     spool: spool::SpoolFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
+    /// The scrape loop's (handed to it at start).
+    pub telemetry: TelemetryFamilies,
     /// SLO windows by task.
     slo: Mutex<HashMap<String, slo::TaskSlo>>,
 }
@@ -59,6 +63,7 @@ impl Metrics {
             ledger_buffered,
             spool: spool::SpoolFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
+            telemetry: TelemetryFamilies::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),
         }
