@@ -318,6 +318,39 @@ mod tests {
         assert_eq!(next_delay(i, 0.1, max, 9, 1.0), max);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn peer_readings_land_once_at_their_true_age_and_never_our_own() {
+        let (board, load) = (TelemetryBoard::new(), NodeLoad::new());
+        let (me, peer) = (ReplicaId::new("me"), ReplicaId::new("peer"));
+        let node = NodeKey::from("fleet/m@http://10.0.0.1:8000");
+        let page = include_str!("../../tests/fixtures/vllm/v1-engine-excerpt.prom");
+        let reading = |by: &ReplicaId, age_ms: u64| Reading {
+            engine: Engine::Vllm,
+            sample: crate::fleet::engines::read_means(Engine::Vllm, page).unwrap(),
+            info: Default::default(),
+            scraped_at_ms: unix_ms() - age_ms,
+            by: by.clone(),
+        };
+        let mut peers = PeerReadings::default();
+        let nodes = [node.clone()];
+        let own = reading(&me, 0).encode();
+        assert_eq!(
+            peers.take(&nodes, vec![Some(own)], &me, &board, &load),
+            0,
+            "our own reading is not a peer's"
+        );
+        assert_eq!(peers.take(&nodes, vec![None], &me, &board, &load), 0);
+        let old = reading(&peer, 700).encode();
+        assert_eq!(peers.take(&nodes, vec![Some(old.clone())], &me, &board, &load), 1);
+        let age = board.get(node.as_str()).unwrap().age(Instant::now()).unwrap();
+        assert!((Duration::from_millis(690)..=Duration::from_millis(710)).contains(&age), "{age:?}");
+        assert_eq!(peers.take(&nodes, vec![Some(old)], &me, &board, &load), 0, "the same reading once");
+        assert_eq!(peers.take(&nodes, vec![Some("garbage".into())], &me, &board, &load), 0);
+        let newer = reading(&peer, 100).encode();
+        assert_eq!(peers.take(&nodes, vec![Some(newer)], &me, &board, &load), 1);
+        assert_eq!(board.get(node.as_str()).unwrap().scrapes, 2);
+    }
+
     #[test]
     fn agent_url_uses_the_node_host() {
         assert_eq!(agent_url("http://10.0.0.5:8000", 9400).as_deref(), Some("http://10.0.0.5:9400/metrics"));
