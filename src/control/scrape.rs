@@ -28,6 +28,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::scrape_node::NodeScraper;
 pub use super::scrape_node::{next_delay, Target, MAX_BODY_BYTES};
+use super::scrape_share::unix_ms;
 pub use super::scrape_share::ScrapeShare;
 use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
@@ -238,11 +239,6 @@ impl PeerReadings {
         }
         taken
     }
-}
-
-/// Now, as Unix milliseconds (the clock shared readings are stamped with).
-pub(super) fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// [`run`] on a thread of its own, with a single-threaded tokio runtime; dropping the handle

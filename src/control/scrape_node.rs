@@ -129,7 +129,7 @@ impl NodeScraper {
         };
         let page = fetch_page(&mut self.page, client, target, self.engine, timeout);
         let (page, agent) = tokio::join!(page, agent);
-        let (now, now_ms) = (Instant::now(), super::scrape::unix_ms());
+        let (now, now_ms) = (Instant::now(), super::scrape_share::unix_ms());
         let last_page = &mut self.last_page;
         let parsed = page.and_then(|(engine, body)| {
             let hash = xxhash_rust::xxh3::xxh3_64(body);
@@ -225,17 +225,14 @@ async fn fetch_page<'a>(
     let url = target.metrics_url(None);
     let told = |body: &[u8]| std::str::from_utf8(body).ok().and_then(detect);
     let first = match page.get(client, &target.origin, metrics_path(None), timeout).await {
-        Ok(body) => match told(body) {
-            Some(engine) => Some(Ok(engine)),
-            None => None,
-        },
+        Ok(body) => told(body).map(Ok),
         Err(e) => Some(Err(e)),
     };
     if let Some(Ok(engine)) = first {
         return Ok((engine, page.body()));
     }
     let first_failed = first.and_then(Result::err);
-    match page.get(client, &target.origin, OTHER_METRICS_PATH, timeout).await.map(|b| told(b)) {
+    match page.get(client, &target.origin, OTHER_METRICS_PATH, timeout).await.map(told) {
         Ok(Some(engine)) => Ok((engine, page.body())),
         // Report what `/metrics` said: the likelier page by far.
         _ => Err(first_failed.unwrap_or(ScrapeError::NoEngine { url })),

@@ -57,6 +57,11 @@ end
 return out
 "#;
 
+/// Now, as Unix milliseconds (the clock shared readings are stamped with).
+pub(super) fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// One replica's side of shared scraping.
 pub struct ScrapeShare {
     redis: Arc<Shared>,

@@ -86,6 +86,9 @@ pub struct Sample {
     pub value: Value,
 }
 
+/// A grouped series' labels (all but `le` or `quantile`), sorted by name.
+type SeriesLabels = Vec<(String, String)>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Counter,
@@ -180,7 +183,7 @@ pub fn scan<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<Sample> {
         |types: &[(&str, Kind)], name: &str| types.iter().find(|(n, _)| *n == name).map(|(_, k)| *k);
     let mut samples = Vec::with_capacity(64);
     let mut grouped: Vec<Sample> = Vec::new();
-    let mut groups: HashMap<(&str, Vec<(String, String)>), usize> = HashMap::new();
+    let mut groups: HashMap<(&str, SeriesLabels), usize> = HashMap::new();
     for line in lines {
         let line = line.trim();
         if line.is_empty() {
