@@ -90,7 +90,7 @@ impl ScrapeShare {
         interval: Duration,
         stale_after: Duration,
     ) -> Result<Arc<ScrapeShare>, String> {
-        let timeout = (interval / 4).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        let timeout = (interval / 4).clamp(Duration::from_millis(100), Duration::from_millis(500));
         let redis = Shared::named("telemetry", url, prefix.to_string(), timeout)?;
         Ok(Arc::new(ScrapeShare {
             redis,
