@@ -9,6 +9,7 @@
 //! layout only; when to call them is `control::scrape`'s. A failed call answers `None`, and the
 //! loop then scrapes every node itself until Redis answers again.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,7 +77,7 @@ pub struct ScrapeShare {
     publish: Script,
     read: Script,
     /// Readings taken since the last flush, by node.
-    outbox: Mutex<Vec<(NodeKey, Reading)>>,
+    outbox: Mutex<HashMap<NodeKey, Reading>>,
 }
 
 impl ScrapeShare {
@@ -101,7 +102,7 @@ impl ScrapeShare {
             heartbeat: Script::new(HEARTBEAT),
             publish: Script::new(PUBLISH),
             read: Script::new(READ),
-            outbox: Mutex::new(Vec::new()),
+            outbox: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -139,9 +140,11 @@ impl ScrapeShare {
     /// Queue a reading this replica took, for the next [`ScrapeShare::flush`].
     pub fn queue(&self, node: &NodeKey, reading: Reading) {
         let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
-        match outbox.iter_mut().find(|(k, _)| k == node) {
-            Some((_, r)) => *r = reading,
-            None => outbox.push((node.clone(), reading)),
+        match outbox.get_mut(node) {
+            Some(r) => *r = reading,
+            None => {
+                outbox.insert(node.clone(), reading);
+            }
         }
     }
 
