@@ -151,7 +151,8 @@ impl ScrapeShare {
     /// Publish the queued readings; `false` when Redis did not take them (they are dropped:
     /// the next scrape brings newer ones).
     pub async fn flush(self: &Arc<Self>) -> bool {
-        let batch = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner()));
+        let batch: Vec<(NodeKey, Reading)> =
+            std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|e| e.into_inner())).into_iter().collect();
         if batch.is_empty() {
             return true;
         }
