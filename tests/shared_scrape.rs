@@ -115,6 +115,44 @@ async fn three_replicas_scrape_each_node_twice_and_all_see_every_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_away_every_replica_scrapes_every_node_then_sharing_resumes() {
+    if !redis_up().await {
+        return;
+    }
+    let mut nodes = Vec::new();
+    for _ in 0..4 {
+        nodes.push(sim(SimKind::Vllm, MODEL, |_| {}).await);
+    }
+    let proxy = common::RedisProxy::start(0).await;
+    let prefix = format!("spillway-test:{}:away:{:08x}", std::process::id(), rand::random::<u32>());
+    let config = yaml(&nodes, &format!("redis://127.0.0.1:{}", proxy.port));
+    let a = router_with(&config, &[], options(&prefix)).await;
+    let b = router_with(&config, &[], options(&prefix)).await;
+    let c = router_with(&config, &[], options(&prefix)).await;
+    wait_assigned(&[&a, &b, &c], 8.0).await;
+
+    let port = proxy.cut().await;
+    wait_until(Duration::from_secs(10), "every replica to scrape every node", || async {
+        let (assigned, sharing) = (
+            sum_of(&[&a, &b, &c], "spillway_telemetry_assigned_nodes").await,
+            sum_of(&[&a, &b, &c], "spillway_telemetry_sharing").await,
+        );
+        if assigned == 12.0 && sharing == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("assigned {assigned}, sharing {sharing}"))
+        }
+    })
+    .await;
+    for r in [&a, &b, &c] {
+        common::wait_fresh(r, Duration::from_secs(2)).await;
+    }
+
+    let _proxy = common::RedisProxy::start(port).await;
+    wait_assigned(&[&a, &b, &c], 8.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_a_replica_scrapes_every_node_itself() {
     let mut nodes = Vec::new();
     for _ in 0..3 {
