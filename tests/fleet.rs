@@ -15,4 +15,5 @@ mod quota;
 mod quota_routing;
 mod real_engine;
 mod scenarios;
+mod shared_scrape;
 mod telemetry;

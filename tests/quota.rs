@@ -10,7 +10,8 @@ use spillway::config::{self, Config};
 use spillway::guard::quota::{
     minute_of, until_next_window, Clock, Limits, MinuteWindow, QuotaBoard, QuotaDecision, QuotaOptions,
 };
-use tokio::net::{TcpListener, TcpStream};
+
+use crate::common::RedisProxy as Proxy;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
 /// Thirty seconds into some minute: retry_after is then exactly 30 s.
@@ -265,38 +266,6 @@ async fn an_unreachable_redis_falls_back_to_local_counting_without_failing() {
     assert!(!b.wait_shared(Duration::from_millis(200)).await);
     assert!(b.exhausted("hosted"));
     assert!(b.try_take("free", 1, 1.0).await.is_granted());
-}
-
-/// A TCP proxy in front of the real Redis that the test can cut and restore.
-struct Proxy {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(port: u16) -> Proxy {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
-                conns.spawn(async move {
-                    if let Ok(mut upstream) = TcpStream::connect("127.0.0.1:6379").await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
-                });
-            }
-        });
-        Proxy { port, task }
-    }
-
-    /// Close the listener and every proxied connection (the JoinSet aborts them on drop).
-    async fn cut(self) -> u16 {
-        self.task.abort();
-        let _ = self.task.await;
-        self.port
-    }
 }
 
 #[tokio::test]

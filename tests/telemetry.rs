@@ -45,7 +45,7 @@ fn parsed_vllm_series(text: &str) -> (usize, BTreeSet<String>) {
     let mut names = BTreeSet::new();
     for s in parse_exposition(text).unwrap().into_iter().filter(|s| s.metric.starts_with("vllm:")) {
         match &s.value {
-            prometheus_parse::Value::Histogram(b) => {
+            spillway::fleet::exposition::Value::Histogram(b) => {
                 lines += b.len();
                 names.insert(format!("{}_bucket", s.metric));
             }

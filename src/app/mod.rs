@@ -46,6 +46,16 @@ pub struct Options {
     pub budget_prefix: Option<String>,
     /// Where traces go (`spillway serve` reads them from the `OTEL_*` variables); default off.
     pub tracing: crate::trace::Settings,
+    /// The prefix of the shared telemetry's Redis keys; `None`: `spillway:telemetry`. Tests
+    /// give each run its own, so runs sharing a Redis do not share each other's readings.
+    pub telemetry_prefix: Option<String>,
+}
+
+/// This replica's id among those sharing telemetry: the host (the pod's name under Kubernetes)
+/// and a random suffix, so a restarted pod is a new replica.
+fn replica_id() -> crate::fleet::rendezvous::ReplicaId {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "spillway".into());
+    crate::fleet::rendezvous::ReplicaId::new(format!("{host}-{:08x}", rand::random::<u32>()))
 }
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
@@ -193,14 +203,36 @@ pub async fn start_with(
         .timeout(Duration::from_millis(config.telemetry.timeout_ms))
         .build()
         .map_err(std::io::Error::other)?;
+    let share = match (&secrets.redis_url, config.telemetry.share_readings) {
+        (Some(url), true) => {
+            let prefix = options.telemetry_prefix.clone().unwrap_or_else(|| "spillway:telemetry".into());
+            let t = &config.telemetry;
+            let share = scrape::ScrapeShare::new(
+                url,
+                &prefix,
+                replica_id(),
+                t.scrape_replicas as usize,
+                Duration::from_millis(t.interval_ms),
+                Duration::from_millis(t.stale_after_ms),
+            )
+            .map_err(std::io::Error::other)?;
+            if !share.connect(Duration::from_millis(500)).await {
+                tracing::warn!("Redis is not reachable: this replica scrapes every node itself until it is");
+            }
+            Some(share)
+        }
+        _ => None,
+    };
     // Scraping and parsing run on a thread of their own, away from the request path.
-    let scrape_thread = scrape::spawn_thread(
-        Arc::clone(&snapshot),
-        Arc::clone(&telemetry),
-        Arc::clone(&load),
-        config.telemetry.clone(),
-        scrape_client,
-    )?;
+    let scrape_thread = scrape::spawn_thread_with(scrape::Scraping {
+        snapshot: Arc::clone(&snapshot),
+        board: Arc::clone(&telemetry),
+        load: Arc::clone(&load),
+        cfg: config.telemetry.clone(),
+        client: scrape_client,
+        share,
+        metrics: metrics.telemetry.clone(),
+    })?;
 
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),

@@ -445,7 +445,7 @@ tasks:
   - {name: t, backends: [c], slo: {ttft_ms: 0}, max_output_tokens: 0}
   - {backends: [a], slo: {ttft_ms: 100}}
 dispatch: {max_attempts: 0, retries: 2}
-telemetry: {jitter: 0.9}
+telemetry: {jitter: 0.9, scrape_replicas: 0}
 "#;
         let problems: Vec<String> = parse(text).unwrap_err().iter().map(|p| p.to_string()).collect();
         let structural = [
@@ -477,6 +477,7 @@ telemetry: {jitter: 0.9}
             "tasks[1].max_output_tokens: must be at least 1",
             "dispatch.max_attempts: must be at least 1",
             "telemetry.jitter: must be between 0 and 0.5",
+            "telemetry.scrape_replicas: must be between 1 and 16",
         ];
         for expected in structural.iter().chain(&semantic) {
             assert!(

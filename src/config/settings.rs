@@ -246,6 +246,12 @@ pub struct TelemetryConfig {
     pub stale_after_ms: u64,
     /// Longest wait between scrapes of a failing node (doubling from `interval_ms`).
     pub backoff_max_ms: u64,
+    /// With Redis (`state.redis_url`): replicas share their readings, and each node is scraped
+    /// by `scrape_replicas` of them only. Without Redis, or `false`: every replica scrapes
+    /// every node.
+    pub share_readings: bool,
+    /// How many replicas scrape each node when readings are shared (1 to 16).
+    pub scrape_replicas: u32,
 }
 
 impl Default for TelemetryConfig {
@@ -256,6 +262,8 @@ impl Default for TelemetryConfig {
             timeout_ms: 800,
             stale_after_ms: 5000,
             backoff_max_ms: 10_000,
+            share_readings: true,
+            scrape_replicas: 2,
         }
     }
 }

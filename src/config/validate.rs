@@ -255,6 +255,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if t.stale_after_ms <= t.interval_ms {
         p("telemetry.stale_after_ms".into(), "must be longer than interval_ms".into());
     }
+    if !(1..=16).contains(&t.scrape_replicas) {
+        p("telemetry.scrape_replicas".into(), "must be between 1 and 16".into());
+    }
     if config.state.redis_url.is_some() && config.state.redis_url_env.is_some() {
         p("state.redis_url_env".into(), "give redis_url or redis_url_env, not both".into());
     }

@@ -14,7 +14,9 @@ pub mod pins;
 pub mod reload;
 pub mod scrape;
 mod scrape_error;
+mod scrape_http;
 mod scrape_node;
+mod scrape_share;
 pub mod snapshot_loop;
 
 /// The router's background loops, stopped together by one cancellation token: each ends at

@@ -11,6 +11,10 @@
 //! and tells it again when a page stops reading as that engine's. Parsing happens here, in the
 //! background, never on the request path; a page identical to the node's previous one (an idle
 //! node) is not parsed again.
+//! With several replicas and Redis (`scrape_share`), each node is scraped by
+//! `telemetry.scrape_replicas` of them (rendezvous hashing over the live replicas, so the
+//! assignment follows replicas coming and going), and the rest take its readings from Redis at
+//! their true age; with Redis away every replica scrapes every node, as a lone router does.
 //! This loop writes only the board and the router's "seen by a scrape" marks; it does not
 //! publish snapshots.
 
@@ -24,11 +28,17 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::scrape_node::NodeScraper;
 pub use super::scrape_node::{next_delay, Target, MAX_BODY_BYTES};
+use super::scrape_share::unix_ms;
+pub use super::scrape_share::ScrapeShare;
 use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
+use crate::fleet::reading::Reading;
+use crate::fleet::rendezvous::{self, ReplicaId};
 use crate::fleet::telemetry::TelemetryBoard;
+use crate::metrics::TelemetryFamilies;
 use crate::snapshot::Snapshot;
+use tokio::time::Instant;
 
 pub use super::scrape_error::ScrapeError;
 
@@ -72,6 +82,20 @@ fn agent_url(origin: &str, port: u16) -> Option<String> {
     Some(u.to_string())
 }
 
+/// What the scrape loop works with.
+pub struct Scraping {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub board: Arc<TelemetryBoard>,
+    pub load: Arc<NodeLoad>,
+    pub cfg: TelemetryConfig,
+    /// For what the loop's own connections cannot do (`https://`, redirects).
+    pub client: reqwest::Client,
+    /// Readings shared with other replicas through Redis (`None`: this replica scrapes every
+    /// node, as a lone router does).
+    pub share: Option<Arc<ScrapeShare>>,
+    pub metrics: TelemetryFamilies,
+}
+
 /// Scrape every self-hosted node of the current snapshot until the task is aborted (aborting it
 /// stops every node's task too).
 pub async fn run(
@@ -81,43 +105,139 @@ pub async fn run(
     cfg: TelemetryConfig,
     client: reqwest::Client,
 ) {
-    let interval = Duration::from_millis(cfg.interval_ms.max(1));
+    let metrics = TelemetryFamilies::default();
+    run_with(Scraping { snapshot, board, load, cfg, client, share: None, metrics }).await
+}
+
+/// [`run`], sharing readings when `s.share` says so: every interval the node set is re-read
+/// and (sharing) the live replicas with it; a quarter of an interval apart, this replica's
+/// readings are published and the others' read.
+pub async fn run_with(s: Scraping) {
+    let interval = Duration::from_millis(s.cfg.interval_ms.max(1));
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
     let mut tasks = JoinSet::new();
     let mut nodes: HashMap<NodeKey, (Target, AbortHandle)> = HashMap::new();
-    let mut tick = tokio::time::interval(interval);
+    let mut peers = PeerReadings::default();
+    let quarters = if s.share.is_some() { 4 } else { 1 };
+    let mut tick = tokio::time::interval(interval / quarters);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
+    let mut live: Option<Vec<ReplicaId>> = None;
+    let mut wanted: HashMap<NodeKey, Target> = HashMap::new();
+    for n in 0u64.. {
         tick.tick().await;
-        let wanted = targets(&snapshot.load());
-        nodes.retain(|key, (target, task)| {
-            let keep = wanted.get(key) == Some(target);
-            if !keep {
-                task.abort();
+        if n % u64::from(quarters) == 0 {
+            wanted = targets(&s.snapshot.load());
+            if let Some(share) = &s.share {
+                let was_sharing = live.is_some() || n == 0;
+                live = share.beat().await;
+                s.metrics.sharing.set(i64::from(live.is_some()));
+                if was_sharing && live.is_none() {
+                    tracing::warn!("Redis is away: this replica scrapes every node itself until it is back");
+                } else if n > 0 && !was_sharing && live.is_some() {
+                    tracing::info!("Redis is back: node readings are shared again");
+                }
             }
-            keep
-        });
-        for (key, target) in wanted {
-            if nodes.contains_key(&key) {
+            let mine = |key: &NodeKey| match (&s.share, &live) {
+                (Some(share), Some(live)) => rendezvous::assigned(share.me(), key, live, share.k),
+                _ => true,
+            };
+            nodes.retain(|key, (target, task)| {
+                let keep = wanted.get(key) == Some(target) && mine(key);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for (key, target) in &wanted {
+                if nodes.contains_key(key) || !mine(key) {
+                    continue;
+                }
+                let node = NodeScraper {
+                    key: key.clone(),
+                    target: target.clone(),
+                    board: s.board.clone(),
+                    load: s.load.clone(),
+                    client: s.client.clone(),
+                    permits: permits.clone(),
+                    cfg: s.cfg.clone(),
+                    engine: target.engine.fixed(),
+                    last_page: None,
+                    page: Default::default(),
+                    agent: Default::default(),
+                    info_in: 0,
+                    info: Default::default(),
+                    share: s.share.clone(),
+                    scrapes: s.metrics.scrapes.clone(),
+                };
+                let task = tasks.spawn(node.run());
+                nodes.insert(key.clone(), (target.clone(), task));
+            }
+            s.metrics.assigned.set(nodes.len() as i64);
+            s.board.retain(|k| wanted.contains_key(k));
+            peers.retain(|k| wanted.contains_key(k) && !nodes.contains_key(k));
+            while tasks.try_join_next().is_some() {}
+        }
+        if let (Some(share), Some(_)) = (&s.share, &live) {
+            share.flush().await;
+            let others: Vec<NodeKey> = wanted.keys().filter(|k| !nodes.contains_key(*k)).cloned().collect();
+            if let Some(values) = share.read(&others).await {
+                let taken = peers.take(&others, values, share.me(), &s.board, &s.load);
+                s.metrics.peer_readings.inc_by(taken);
+            }
+        }
+    }
+}
+
+/// The scrape time of the last reading taken from a peer, by node, so a reading is fed to the
+/// board once.
+#[derive(Default)]
+struct PeerReadings(HashMap<NodeKey, u64>);
+
+impl PeerReadings {
+    fn retain(&mut self, keep: impl Fn(&NodeKey) -> bool) {
+        self.0.retain(|k, _| keep(k));
+    }
+
+    /// Feed the board the readings of `nodes` (as read, `values`) newer than those taken before,
+    /// each at its true age; returns how many were taken.
+    fn take(
+        &mut self,
+        nodes: &[NodeKey],
+        values: Vec<Option<String>>,
+        me: &ReplicaId,
+        board: &TelemetryBoard,
+        load: &NodeLoad,
+    ) -> u64 {
+        let now_ms = unix_ms();
+        let now = Instant::now();
+        let mut taken = 0;
+        for (key, text) in nodes.iter().zip(values) {
+            let Some(text) = text else { continue };
+            let Some(at_ms) = Reading::time_of(&text) else { continue };
+            if self.0.get(key).is_some_and(|last| *last >= at_ms) {
                 continue;
             }
-            let node = NodeScraper {
-                key: key.clone(),
-                target: target.clone(),
-                board: board.clone(),
-                load: load.clone(),
-                client: client.clone(),
-                permits: permits.clone(),
-                cfg: cfg.clone(),
-                engine: target.engine.fixed(),
-                last_page: None,
-                info_in: 0,
+            let reading = match Reading::decode(&text) {
+                Ok(r) if r.by != *me => r,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::debug!(node = %key, error = %e, "unreadable shared reading");
+                    continue;
+                }
             };
-            let task = tasks.spawn(node.run());
-            nodes.insert(key, (target, task));
+            self.0.insert(key.clone(), at_ms);
+            let age = Duration::from_millis(now_ms.saturating_sub(at_ms));
+            let at = now.checked_sub(age).unwrap_or(now);
+            // A reading older than what the board has (this replica scraped the node until
+            // just now) adds nothing.
+            if board.last_ok(key).is_some_and(|last| last >= at) {
+                continue;
+            }
+            board.on_scrape_with_info(key, reading.engine, reading.sample, reading.info, at);
+            load.mark_scraped(key);
+            taken += 1;
         }
-        board.retain(|k| nodes.contains_key(k));
-        while tasks.try_join_next().is_some() {}
+        taken
     }
 }
 
@@ -134,12 +254,18 @@ pub fn spawn_thread(
     cfg: TelemetryConfig,
     client: reqwest::Client,
 ) -> std::io::Result<ScrapeThread> {
+    let metrics = TelemetryFamilies::default();
+    spawn_thread_with(Scraping { snapshot, board, load, cfg, client, share: None, metrics })
+}
+
+/// [`spawn_thread`] of [`run_with`].
+pub fn spawn_thread_with(s: Scraping) -> std::io::Result<ScrapeThread> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new().name("spillway-scrape".into()).spawn(move || {
         rt.block_on(async move {
             tokio::select! {
-                _ = run(snapshot, board, load, cfg, client) => {}
+                _ = run_with(s) => {}
                 _ = stopped => {}
             }
         });
@@ -186,6 +312,39 @@ mod tests {
         assert_eq!(next_delay(i, 0.1, max, 0, 0.0), Duration::from_millis(90));
         assert_eq!(next_delay(i, 0.1, max, 0, 1.0), Duration::from_millis(110));
         assert_eq!(next_delay(i, 0.1, max, 9, 1.0), max);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peer_readings_land_once_at_their_true_age_and_never_our_own() {
+        let (board, load) = (TelemetryBoard::new(), NodeLoad::new());
+        let (me, peer) = (ReplicaId::new("me"), ReplicaId::new("peer"));
+        let node = NodeKey::from("fleet/m@http://10.0.0.1:8000");
+        let page = include_str!("../../tests/fixtures/vllm/v1-engine-excerpt.prom");
+        let reading = |by: &ReplicaId, age_ms: u64| Reading {
+            engine: Engine::Vllm,
+            sample: crate::fleet::engines::read_means(Engine::Vllm, page).unwrap(),
+            info: Default::default(),
+            scraped_at_ms: unix_ms() - age_ms,
+            by: by.clone(),
+        };
+        let mut peers = PeerReadings::default();
+        let nodes = [node.clone()];
+        let own = reading(&me, 0).encode();
+        assert_eq!(
+            peers.take(&nodes, vec![Some(own)], &me, &board, &load),
+            0,
+            "our own reading is not a peer's"
+        );
+        assert_eq!(peers.take(&nodes, vec![None], &me, &board, &load), 0);
+        let old = reading(&peer, 700).encode();
+        assert_eq!(peers.take(&nodes, vec![Some(old.clone())], &me, &board, &load), 1);
+        let age = board.get(node.as_str()).unwrap().age(Instant::now()).unwrap();
+        assert!((Duration::from_millis(690)..=Duration::from_millis(710)).contains(&age), "{age:?}");
+        assert_eq!(peers.take(&nodes, vec![Some(old)], &me, &board, &load), 0, "the same reading once");
+        assert_eq!(peers.take(&nodes, vec![Some("garbage".into())], &me, &board, &load), 0);
+        let newer = reading(&peer, 100).encode();
+        assert_eq!(peers.take(&nodes, vec![Some(newer)], &me, &board, &load), 1);
+        assert_eq!(board.get(node.as_str()).unwrap().scrapes, 2);
     }
 
     #[test]

@@ -11,12 +11,17 @@ pub enum ScrapeError {
     /// chain of causes, as the node's last error must say why without a log at hand.
     #[error("{}", chain(.source))]
     Request { source: reqwest::Error },
+    /// The scrape loop's own connection failed (connect, write, read, a malformed answer).
+    #[error("{url}: {source}")]
+    Io { url: String, source: std::io::Error },
+    #[error("{url}: no answer within {ms} ms")]
+    Timeout { url: String, ms: u64 },
     #[error("{url}: HTTP {status}")]
     Status { url: String, status: reqwest::StatusCode },
     #[error("{url}: body larger than {limit} bytes")]
     TooLarge { url: String, limit: usize },
     #[error("{url}: body is not UTF-8")]
-    NotUtf8 { url: String, source: std::string::FromUtf8Error },
+    NotUtf8 { url: String, source: std::str::Utf8Error },
     #[error(transparent)]
     Parse(#[from] ParseError),
     /// A page with no known engine's metric names (`engine: auto`).
@@ -64,7 +69,7 @@ mod tests {
         );
         let utf8 = ScrapeError::NotUtf8 {
             url: "http://n:8000/metrics".into(),
-            source: String::from_utf8(vec![0xff]).unwrap_err(),
+            source: String::from_utf8(vec![0xff]).unwrap_err().utf8_error(),
         };
         assert_eq!(utf8.to_string(), "http://n:8000/metrics: body is not UTF-8");
         assert!(utf8.source().is_some());

@@ -1,29 +1,26 @@
 //! The one Prometheus text reader every engine adapter (`fleet::engines`) and the NVML agent's
-//! parser share: name rewriting so `prometheus-parse` keeps names with `:`, a family filter,
-//! the bucket-free variant the scrape loop uses, and the folds (sum, mean, histogram) that turn
-//! samples into sample fields.
+//! parser share: a family filter that runs before any parsing, the bucket-free variant the
+//! scrape loop uses, and the folds (sum, mean, histogram) that turn samples into sample fields.
 //!
-//! Pure: text in, samples out; no I/O and no clock. `prometheus-parse` (0.2.5) silently drops
-//! every sample whose metric name contains `:` (every vLLM, SGLang and llama.cpp series), so
-//! names are first rewritten (on metric-name positions only: `# HELP`, `# TYPE` and sample
-//! lines; label values may hold `:`) and restored after parsing. A fold over a series that is
-//! absent is `None`, never 0. No engine-specific name belongs here.
-
-use std::cell::Cell;
-use std::io;
-
-use prometheus_parse::{Sample, Scrape, Value};
+//! Pure: text in, samples out; no I/O and no clock. The line reading itself is `fleet::scan`'s
+//! (names with `:`, every vLLM, SGLang and llama.cpp series, read as they are). A fold over a
+//! series that is absent is `None`, never 0. No engine-specific name belongs here.
 
 use super::parse_error::ParseError;
+pub use super::scan::{HistogramCount, Labels, Sample, SummaryCount, Value};
 
 /// One histogram, summed over engines (and any other label).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct HistogramSample {
     /// `(le, cumulative count)`, ascending `le`; `+Inf` included where the page has it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub buckets: Vec<(f64, f64)>,
     /// `_sum`, if the page has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sum: Option<f64>,
     /// `_count`, else the `+Inf` bucket; `None` if neither is there.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<f64>,
 }
 
@@ -36,10 +33,6 @@ impl HistogramSample {
         }
     }
 }
-
-/// What stands in for `:` in metric names while `prometheus-parse` reads them. `\w`-only, so
-/// the crate accepts it, and unlikely in a real name.
-const COLON: &str = "__COLON__";
 
 /// What kind of line this is, for the rewriting and filtering done before parsing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,26 +77,7 @@ pub fn metric_names(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Rewrite `:` in the metric name of a `# HELP`, `# TYPE` or sample line; other lines as is.
-pub fn normalise_line(line: &str) -> String {
-    let (kind, head, name, rest) = split_line(line);
-    if kind == LineKind::Other || !name.contains(':') {
-        return line.to_string();
-    }
-    let mut out = String::with_capacity(line.len() + 16);
-    out.push_str(head);
-    for (i, part) in name.split(':').enumerate() {
-        if i > 0 {
-            out.push_str(COLON);
-        }
-        out.push_str(part);
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Parse a Prometheus text exposition with `prometheus-parse`, keeping names that contain
-/// `:`. Histogram samples carry their family name (no `_bucket`); `_sum` and `_count` come as
+/// Parse a Prometheus text exposition. Histogram samples carry their family name (no `_bucket`); `_sum` and `_count` come as
 /// separate untyped samples.
 pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, ParseError> {
     parse_exposition_where(text, |_| true)
@@ -136,25 +110,10 @@ pub fn parse_means_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<
     })
 }
 
-/// Parse the lines of `text` that `keep` passes, names with `:` restored; an error names the
-/// page's line read last.
+/// Parse the lines of `text` that `keep` passes (reading a page never fails: a line that is
+/// not a sample is skipped; the `Result` is the adapters' contract).
 fn read_lines(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
-    let last = Cell::new(0);
-    let lines = text.lines().enumerate().filter(|(_, l)| keep(l)).map(|(i, l)| {
-        last.set(i + 1);
-        Ok::<_, io::Error>(normalise_line(l))
-    });
-    let scrape = Scrape::parse(lines).map_err(|source| ParseError::Read { line: last.get(), source })?;
-    Ok(scrape
-        .samples
-        .into_iter()
-        .map(|mut s| {
-            if s.metric.contains(COLON) {
-                s.metric = s.metric.replace(COLON, ":");
-            }
-            s
-        })
-        .collect())
+    Ok(super::scan::scan(text.lines().filter(|l| keep(l))))
 }
 
 /// The number a counter, gauge or untyped sample holds.
@@ -221,18 +180,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn normalises_names_only() {
-        assert_eq!(normalise_line("# TYPE vllm:x gauge"), "# TYPE vllm__COLON__x gauge");
-        assert_eq!(
-            normalise_line("# HELP vllm:x Help: with colon"),
-            "# HELP vllm__COLON__x Help: with colon"
-        );
-        assert_eq!(normalise_line(r#"vllm:x{a="b:c"} 1"#), r#"vllm__COLON__x{a="b:c"} 1"#);
-        assert_eq!(normalise_line("vllm:x 1"), "vllm__COLON__x 1");
-        assert_eq!(normalise_line(r#"plain{a="b:c"} 1"#), r#"plain{a="b:c"} 1"#);
-        assert_eq!(normalise_line("# SOURCE: a:b"), "# SOURCE: a:b");
-        assert_eq!(normalise_line("a:b:c 1"), "a__COLON__b__COLON__c 1");
-        assert_eq!(normalise_line(""), "");
+    fn names_with_colons_are_read_as_they_are() {
+        let page = "# HELP vllm:x Help: with colon\n# TYPE vllm:x gauge\nvllm:x{a=\"b:c\"} 1\na:b:c 2\n";
+        let s = parse_exposition(page).unwrap();
+        assert_eq!(s.iter().map(|s| s.metric.as_str()).collect::<Vec<_>>(), vec!["vllm:x", "a:b:c"]);
+        assert_eq!(s[0].labels.get("a"), Some("b:c"));
+        assert_eq!(s[0].value, Value::Gauge(1.0));
     }
 
     #[test]

@@ -13,10 +13,14 @@ use super::exposition::{parse_exposition, scalar, sum_of};
 pub use super::parse_error::ParseError;
 
 /// The labels of `vllm:cache_config_info` that size the KV cache.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CacheConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_gpu_blocks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_dtype: Option<String>,
 }
 
@@ -24,7 +28,8 @@ pub struct CacheConfig {
 /// into it; the field docs name vLLM's series, each engine adapter says which of its own fill
 /// them). Gauges and counters are summed over the `engine` label (one series per data-parallel
 /// engine) and over any other label; KV-cache use is averaged.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct NodeSample {
     /// Distinct `model_name` labels seen, sorted.
     pub model_names: Vec<String>,
@@ -33,63 +38,89 @@ pub struct NodeSample {
     /// The page used the pre-V1 names (`gpu_cache_usage_perc`, `time_per_output_token_seconds`).
     pub legacy_names: bool,
     /// `vllm:num_requests_running`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<f64>,
     /// `vllm:num_requests_waiting`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<f64>,
     /// `vllm:kv_cache_usage_perc`, else `vllm:gpu_cache_usage_perc` (0–1, mean over engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_cache_usage: Option<f64>,
     /// `vllm:cache_config_info`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheConfig>,
     /// `vllm:time_to_first_token_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft: Option<HistogramSample>,
     /// `vllm:inter_token_latency_seconds`, else `vllm:time_per_output_token_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub itl: Option<HistogramSample>,
     /// `vllm:e2e_request_latency_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub e2e: Option<HistogramSample>,
     /// `vllm:request_queue_time_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_time: Option<HistogramSample>,
     /// `vllm:request_prefill_time_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_time: Option<HistogramSample>,
     /// `vllm:prompt_tokens_total`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<f64>,
     /// `vllm:generation_tokens_total`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub generation_tokens: Option<f64>,
     /// `vllm:prefix_cache_queries_total` (tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_cache_queries: Option<f64>,
     /// `vllm:prefix_cache_hits_total` (tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_cache_hits: Option<f64>,
     /// `vllm:request_success_total`, summed over `finished_reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_success: Option<f64>,
     /// `vllm:num_preemptions_total`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub preemptions: Option<f64>,
     /// KV-cache tokens in use, where the engine reports tokens (SGLang `num_used_tokens`,
     /// llama.cpp `kv_cache_tokens`, TGI `batch_current_max_tokens`); vLLM reports a ratio only.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_used_tokens: Option<f64>,
     /// KV-cache capacity in tokens, where the engine reports it as one number (SGLang
     /// `max_total_num_tokens`); block-sized engines report it in [`NodeSample::cache`].
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_capacity_tokens: Option<f64>,
     /// The engine's own limit on concurrent requests (Triton `request_type="max"`, trtllm-serve
     /// `max_num_active_requests`; llama.cpp's slot count comes from `/props`, see
     /// `engines::llamacpp::slots_from_props`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_running: Option<f64>,
     /// Requests scheduled in the engine's latest iteration (TensorRT-LLM).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduled: Option<f64>,
     /// Requests in prefill (context phase) in the engine's latest iteration (TensorRT-LLM).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefilling: Option<f64>,
     /// Prefill throughput the engine reports itself, tokens/s (llama.cpp `prompt_tokens_seconds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_prefill_tps: Option<f64>,
     /// Decode throughput the engine reports itself, tokens/s (SGLang `gen_throughput`, llama.cpp
     /// `predicted_tokens_seconds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_decode_tps: Option<f64>,
     /// Prefix-cache hit rate the engine reports itself, 0–1 (SGLang `cache_hit_rate`,
     /// TensorRT-LLM `kv_cache_hit_rate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_prefix_hit_rate: Option<f64>,
     /// Seconds spent in prefill, cumulative (llama.cpp `prompt_seconds_total`): with
     /// `prompt_tokens` it gives the prefill rate between scrapes.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_seconds: Option<f64>,
     /// Seconds spent generating, cumulative (llama.cpp `tokens_predicted_seconds_total`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub generation_seconds: Option<f64>,
     /// Engine decode calls, cumulative (llama.cpp `n_decode_total`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_calls: Option<f64>,
 }
 

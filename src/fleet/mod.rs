@@ -7,4 +7,7 @@ pub mod headroom;
 pub mod load;
 pub mod metrics;
 mod parse_error;
+pub mod reading;
+pub mod rendezvous;
+mod scan;
 pub mod telemetry;

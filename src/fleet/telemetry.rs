@@ -352,6 +352,11 @@ impl TelemetryBoard {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).map(NodeTelemetry::signals)
     }
 
+    /// When the node's latest good scrape landed, without copying the rest.
+    pub fn last_ok(&self, key: &str) -> Option<Instant> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|n| n.last_ok)
+    }
+
     /// The engine that reads the node's pages (`None`: not yet told), without copying the rest.
     pub fn engine(&self, key: &str) -> Option<Engine> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|n| n.engine)

@@ -16,6 +16,7 @@ mod opstate;
 pub mod slo;
 mod spool;
 mod state;
+mod telemetry;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,6 +27,7 @@ pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
 pub use opstate::OperatorStateView;
 pub use state::StateView;
+pub use telemetry::TelemetryFamilies;
 
 /// Every family Spillway exports, by component.
 pub struct Metrics {
@@ -40,6 +42,8 @@ pub struct Metrics {
     operator_state: opstate::OperatorStateFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
+    /// The scrape loop's (handed to it at start).
+    pub telemetry: TelemetryFamilies,
     /// SLO windows by task.
     slo: Mutex<HashMap<String, slo::TaskSlo>>,
 }
@@ -63,6 +67,7 @@ impl Metrics {
             spool: spool::SpoolFamilies::register(&r),
             operator_state: opstate::OperatorStateFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
+            telemetry: TelemetryFamilies::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),
         }

@@ -516,3 +516,37 @@ pub async fn serve_process(
         }
     }
 }
+
+/// A TCP proxy in front of the machine's Redis (127.0.0.1:6379) that a test can cut (Redis goes
+/// away for whoever connects through it) and start again on the same port.
+pub struct RedisProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RedisProxy {
+    /// Listen on `port` (0: any free one).
+    pub async fn start(port: u16) -> RedisProxy {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { return };
+                conns.spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect("127.0.0.1:6379").await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        RedisProxy { port, task }
+    }
+
+    /// Close the listener and every proxied connection (the JoinSet aborts them on drop).
+    pub async fn cut(self) -> u16 {
+        self.task.abort();
+        let _ = self.task.await;
+        self.port
+    }
+}

@@ -78,6 +78,11 @@ impl SimHandle {
         self.state.traceparents()
     }
 
+    /// How many times its Prometheus page was served (scrapes of this node, by anyone).
+    pub fn pages_served(&self) -> u64 {
+        self.state.pages_served.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stop serving (same as dropping the handle).
     pub fn shutdown(self) {}
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 type Routes = Router<Arc<AppState>>;
 
 async fn prometheus_page(State(st): State<Arc<AppState>>) -> Response {
+    st.pages_served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let body = st.page.as_ref().map(|p| p.encode()).unwrap_or_default();
     let mut resp = body.into_response();
     resp.headers_mut()

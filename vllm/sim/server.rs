@@ -81,6 +81,8 @@ pub struct AppState {
     /// `--tool-call-args`: call the request's tool with these arguments.
     pub tool_call_args: Option<String>,
     ids: AtomicU64,
+    /// Prometheus pages served (how often the node was scraped).
+    pub pages_served: AtomicU64,
 }
 
 impl AppState {
@@ -119,6 +121,7 @@ impl AppState {
             reply: None,
             tool_call_args: None,
             ids: AtomicU64::new(1),
+            pages_served: AtomicU64::new(0),
         }
     }
 

@@ -30,14 +30,18 @@ pub fn info_path(engine: Engine) -> Option<&'static str> {
 }
 
 /// What a node's side page told; `None` where it told nothing.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EngineInfo {
     /// The engine's version or build.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Requests the engine runs at once: llama.cpp's slots, TGI's `max_batch_size` (when set;
     /// its `max_concurrent_requests` bounds the queue, not the batch).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_running: Option<f64>,
     /// Tokens the engine's batch (its KV cache) holds at most: TGI's `max_batch_total_tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_capacity_tokens: Option<f64>,
 }
 

@@ -9,7 +9,7 @@
 //! unknown, and a throughput gauge of 0 (llama.cpp's "nothing processed since the last
 //! `/metrics` call") is unknown too, not a speed. Pure.
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use super::{require, Engine};
 use crate::fleet::exposition::sum_of;

@@ -15,7 +15,7 @@ pub mod tgi;
 pub mod trtllm;
 pub mod vllm;
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use super::exposition::{metric_names, parse_exposition_where, parse_means_where};
 use super::metrics::{NodeSample, ParseError};
@@ -75,12 +75,15 @@ fn model_names(samples: &[Sample]) -> Vec<String> {
     names.into_iter().collect()
 }
 
+#[cfg(test)]
+mod reader_tests;
+
 /// `detect` and `read` across every engine's recorded page: each page is told apart by its
 /// metric names alone, and each adapter refuses another engine's page.
 #[cfg(test)]
 mod tests {
     use super::*;
-    const PAGES: [(Engine, &str); 8] = [
+    pub(super) const PAGES: [(Engine, &str); 8] = [
         (Engine::Vllm, include_str!("../../../tests/fixtures/vllm/v0-engine.prom")),
         (Engine::Vllm, include_str!("../../../tests/fixtures/vllm/v1-engine-excerpt.prom")),
         (Engine::Sglang, include_str!("../../../tests/fixtures/engines/sglang.prom")),

@@ -6,7 +6,7 @@
 //! `gen_throughput`), latency histograms and token counters. Builds that spell the prefix
 //! `sglang_` are read the same, by respelling it `sglang:` before anything is looked up. Pure.
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use super::{model_names, require, Engine};
 use crate::fleet::exposition::{histogram, mean_of, sum_of};

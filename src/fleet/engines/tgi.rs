@@ -6,7 +6,7 @@
 //! in seconds. TGI has no TTFT histogram, no KV ratio and no capacity on this page (its token
 //! budget is on `/info`), so those stay `None`. Pure.
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use super::{require, Engine};
 use crate::fleet::exposition::{histogram, sum_of};

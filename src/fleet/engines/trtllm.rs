@@ -4,7 +4,7 @@
 //! the `tensorrtllm_backend` README and its metrics docs). A page is read as one or the other;
 //! for each field the `trtllm_` series wins when both are present. Pure.
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use super::{model_names, require, Engine};
 use crate::fleet::exposition::{histogram, mean_of, sum_labelled, sum_of};

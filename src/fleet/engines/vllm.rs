@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use prometheus_parse::Sample;
+use crate::fleet::exposition::Sample;
 
 use crate::fleet::exposition::{histogram, mean_of, parse_exposition_where, parse_means_where, sum_of};
 use crate::fleet::metrics::{CacheConfig, NodeSample, ParseError};

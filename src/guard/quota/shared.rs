@@ -1,7 +1,8 @@
 //! The Redis side of the quota board: one hash per (backend, minute) shared by every router
 //! replica, updated atomically by a Lua script, behind a short timeout. The connection handling
 //! ([`Shared`]: bounded calls, outage signalling, reconnecting) is also what the key budgets
-//! (`guard::budget`) run their own scripts through: one Redis client path.
+//! (`guard::budget`) and shared scraping (`control::scrape_share`) run their own scripts
+//! through: one Redis client path.
 //!
 //! It must never fail or stall a request: every call is bounded by the board's timeout, a
 //! failure drops the connection and hands the board back to local counting, and one
@@ -214,7 +215,7 @@ impl Shared {
             tracing::warn!(
                 error = why,
                 store = self.what,
-                "shared counters in Redis unavailable; counting locally on this replica until it returns"
+                "shared state in Redis unavailable; this replica works on its own until it returns"
             );
         }
         self.ensure_connecting();
@@ -253,7 +254,7 @@ async fn reconnect(weak: Weak<Shared>) {
                 shared.ok.store(true, Ordering::Relaxed);
                 shared.connecting.store(false, Ordering::Release);
                 if shared.in_outage.swap(false, Ordering::Relaxed) && shared.log_outages {
-                    tracing::info!(store = shared.what, "Redis is back; shared counters resumed");
+                    tracing::info!(store = shared.what, "Redis is back; shared state resumed");
                 }
                 return;
             }
@@ -272,7 +273,7 @@ fn note_outage(shared: &Shared, why: &str) {
         tracing::warn!(
             error = why,
             store = shared.what,
-            "cannot reach Redis for shared counters; counting locally on this replica until it returns"
+            "cannot reach Redis for shared state; this replica works on its own until it returns"
         );
     }
 }
