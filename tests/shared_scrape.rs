@@ -173,3 +173,32 @@ async fn without_redis_a_replica_scrapes_every_node_itself() {
     })
     .await;
 }
+
+/// Two deployments (or one mid-rollout, its replicas with different node sets) on one Redis
+/// prefix: rendezvous gives some of each one's nodes to the other, which cannot scrape them;
+/// each takes those nodes back once no reading of them comes, and sees all of its nodes fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_that_know_other_nodes_leave_none_of_theirs_unscraped() {
+    if !redis_up().await {
+        return;
+    }
+    let mut nodes = Vec::new();
+    for _ in 0..NODES {
+        nodes.push(sim(SimKind::Vllm, MODEL, |_| {}).await);
+    }
+    let prefix = format!("spillway-test:{}:scrape-apart:{:08x}", std::process::id(), rand::random::<u32>());
+    let (left, right) = nodes.split_at(NODES / 2);
+    // One scraper per node, so rendezvous gives about half of each one's nodes to the other.
+    let one = |nodes| {
+        yaml(nodes, "redis://127.0.0.1:6379").replace("backoff_max_ms", "scrape_replicas: 1, backoff_max_ms")
+    };
+    let a = router_with(&one(left), &[], options(&prefix)).await;
+    let b = router_with(&one(right), &[], options(&prefix)).await;
+    // Each ends up scraping every node it knows: the other never publishes them.
+    wait_assigned(&[&a, &b], NODES as f64).await;
+    for r in [&a, &b] {
+        let seen = metric(r, "spillway_telemetry_peer_readings_total").await;
+        assert_eq!(seen, 0.0, "no reading of a node it knows came from the other");
+        common::wait_fresh(r, Duration::from_secs(2)).await;
+    }
+}

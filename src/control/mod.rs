@@ -16,6 +16,7 @@ pub mod scrape;
 mod scrape_error;
 mod scrape_http;
 mod scrape_node;
+mod scrape_peers;
 mod scrape_share;
 pub mod snapshot_loop;
 

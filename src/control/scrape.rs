@@ -18,7 +18,7 @@
 //! This loop writes only the board and the router's "seen by a scrape" marks; it does not
 //! publish snapshots.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,17 +28,16 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::scrape_node::NodeScraper;
 pub use super::scrape_node::{next_delay, Target, MAX_BODY_BYTES};
+use super::scrape_peers::PeerReadings;
 use super::scrape_share::unix_ms;
 pub use super::scrape_share::ScrapeShare;
 use crate::canonical::NodeKey;
 use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
-use crate::fleet::reading::Reading;
 use crate::fleet::rendezvous::{self, ReplicaId};
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::metrics::TelemetryFamilies;
 use crate::snapshot::Snapshot;
-use tokio::time::Instant;
 
 pub use super::scrape_error::ScrapeError;
 
@@ -122,11 +121,12 @@ pub async fn run_with(s: Scraping) {
     let mut tick = tokio::time::interval(interval / quarters);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut live: Option<Vec<ReplicaId>> = None;
-    let mut wanted: HashMap<NodeKey, Target> = HashMap::new();
+    // The wanted nodes rendezvous gives to other replicas.
+    let mut theirs: HashSet<NodeKey> = HashSet::new();
     for n in 0u64.. {
         tick.tick().await;
         if n % u64::from(quarters) == 0 {
-            wanted = targets(&s.snapshot.load());
+            let wanted = targets(&s.snapshot.load());
             if let Some(share) = &s.share {
                 let was_sharing = live.is_some() || n == 0;
                 live = share.beat().await;
@@ -141,6 +141,10 @@ pub async fn run_with(s: Scraping) {
                 (Some(share), Some(live)) => rendezvous::assigned(share.me(), key, live, share.k),
                 _ => true,
             };
+            theirs = wanted.keys().filter(|k| !mine(k)).cloned().collect();
+            peers.retain(|k| theirs.contains(k));
+            let orphans = peers.orphans(&theirs, unix_ms(), 3 * interval.as_millis() as u64);
+            let mine = |key: &NodeKey| !theirs.contains(key) || orphans.contains(key);
             nodes.retain(|key, (target, task)| {
                 let keep = wanted.get(key) == Some(target) && mine(key);
                 if !keep {
@@ -174,70 +178,17 @@ pub async fn run_with(s: Scraping) {
             }
             s.metrics.assigned.set(nodes.len() as i64);
             s.board.retain(|k| wanted.contains_key(k));
-            peers.retain(|k| wanted.contains_key(k) && !nodes.contains_key(k));
             while tasks.try_join_next().is_some() {}
         }
         if let (Some(share), Some(_)) = (&s.share, &live) {
             share.flush().await;
-            let others: Vec<NodeKey> = wanted.keys().filter(|k| !nodes.contains_key(*k)).cloned().collect();
+            // Orphans this replica scrapes are read too: a peer's fresh reading ends their orphanhood.
+            let others: Vec<NodeKey> = theirs.iter().cloned().collect();
             if let Some(values) = share.read(&others).await {
                 let taken = peers.take(&others, values, share.me(), &s.board, &s.load);
                 s.metrics.peer_readings.inc_by(taken);
             }
         }
-    }
-}
-
-/// The scrape time of the last reading taken from a peer, by node, so a reading is fed to the
-/// board once.
-#[derive(Default)]
-struct PeerReadings(HashMap<NodeKey, u64>);
-
-impl PeerReadings {
-    fn retain(&mut self, keep: impl Fn(&NodeKey) -> bool) {
-        self.0.retain(|k, _| keep(k));
-    }
-
-    /// Feed the board the readings of `nodes` (as read, `values`) newer than those taken before,
-    /// each at its true age; returns how many were taken.
-    fn take(
-        &mut self,
-        nodes: &[NodeKey],
-        values: Vec<Option<String>>,
-        me: &ReplicaId,
-        board: &TelemetryBoard,
-        load: &NodeLoad,
-    ) -> u64 {
-        let now_ms = unix_ms();
-        let now = Instant::now();
-        let mut taken = 0;
-        for (key, text) in nodes.iter().zip(values) {
-            let Some(text) = text else { continue };
-            let Some(at_ms) = Reading::time_of(&text) else { continue };
-            if self.0.get(key).is_some_and(|last| *last >= at_ms) {
-                continue;
-            }
-            let reading = match Reading::decode(&text) {
-                Ok(r) if r.by != *me => r,
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::debug!(node = %key, error = %e, "unreadable shared reading");
-                    continue;
-                }
-            };
-            self.0.insert(key.clone(), at_ms);
-            let age = Duration::from_millis(now_ms.saturating_sub(at_ms));
-            let at = now.checked_sub(age).unwrap_or(now);
-            // A reading older than what the board has (this replica scraped the node until
-            // just now) adds nothing.
-            if board.last_ok(key).is_some_and(|last| last >= at) {
-                continue;
-            }
-            board.on_scrape_with_info(key, reading.engine, reading.sample, reading.info, at);
-            load.mark_scraped(key);
-            taken += 1;
-        }
-        taken
     }
 }
 
@@ -312,39 +263,6 @@ mod tests {
         assert_eq!(next_delay(i, 0.1, max, 0, 0.0), Duration::from_millis(90));
         assert_eq!(next_delay(i, 0.1, max, 0, 1.0), Duration::from_millis(110));
         assert_eq!(next_delay(i, 0.1, max, 9, 1.0), max);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn peer_readings_land_once_at_their_true_age_and_never_our_own() {
-        let (board, load) = (TelemetryBoard::new(), NodeLoad::new());
-        let (me, peer) = (ReplicaId::new("me"), ReplicaId::new("peer"));
-        let node = NodeKey::from("fleet/m@http://10.0.0.1:8000");
-        let page = include_str!("../../tests/fixtures/vllm/v1-engine-excerpt.prom");
-        let reading = |by: &ReplicaId, age_ms: u64| Reading {
-            engine: Engine::Vllm,
-            sample: crate::fleet::engines::read_means(Engine::Vllm, page).unwrap(),
-            info: Default::default(),
-            scraped_at_ms: unix_ms() - age_ms,
-            by: by.clone(),
-        };
-        let mut peers = PeerReadings::default();
-        let nodes = [node.clone()];
-        let own = reading(&me, 0).encode();
-        assert_eq!(
-            peers.take(&nodes, vec![Some(own)], &me, &board, &load),
-            0,
-            "our own reading is not a peer's"
-        );
-        assert_eq!(peers.take(&nodes, vec![None], &me, &board, &load), 0);
-        let old = reading(&peer, 700).encode();
-        assert_eq!(peers.take(&nodes, vec![Some(old.clone())], &me, &board, &load), 1);
-        let age = board.get(node.as_str()).unwrap().age(Instant::now()).unwrap();
-        assert!((Duration::from_millis(690)..=Duration::from_millis(710)).contains(&age), "{age:?}");
-        assert_eq!(peers.take(&nodes, vec![Some(old)], &me, &board, &load), 0, "the same reading once");
-        assert_eq!(peers.take(&nodes, vec![Some("garbage".into())], &me, &board, &load), 0);
-        let newer = reading(&peer, 100).encode();
-        assert_eq!(peers.take(&nodes, vec![Some(newer)], &me, &board, &load), 1);
-        assert_eq!(board.get(node.as_str()).unwrap().scrapes, 2);
     }
 
     #[test]
