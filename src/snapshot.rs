@@ -62,6 +62,9 @@ pub struct BackendView {
     pub down: bool,
     /// Hosted backends: PID availability in [0, 1] from recent outcomes (1 until measured).
     pub availability: f64,
+    /// Hosted backends: written off for slowness (`route::slowness`): its recent answers came
+    /// after their SLO. Always false for a pool.
+    pub slow: bool,
     /// Local pools: the share of affinity keys the pool takes first (`route::sticky`); 1 while
     /// it can take them all, and for hosted backends.
     pub share: f64,
@@ -114,6 +117,8 @@ pub struct SnapshotInputs<'a> {
     pub over_quota: &'a dyn Fn(&str) -> bool,
     /// A hosted backend's PID availability.
     pub availability: &'a dyn Fn(&str) -> f64,
+    /// Whether a hosted backend is written off for slowness (`route::slowness`).
+    pub slow: &'a dyn Fn(&str) -> bool,
     /// A local pool's sticky-spill share (`route::sticky`).
     pub share: &'a dyn Fn(&str) -> f64,
 }
@@ -162,6 +167,7 @@ impl Snapshot {
             quarantine: &|_| None,
             over_quota: &|_| false,
             availability: &|_| 1.0,
+            slow: &|_| false,
             share: &|_| 1.0,
         };
         Snapshot::build(config, &inputs, 1)
@@ -218,6 +224,7 @@ impl Snapshot {
                     reserve_released: false,
                     down: false,
                     availability: if b.kind().is_local() { 1.0 } else { (inputs.availability)(&b.name) },
+                    slow: !b.kind().is_local() && (inputs.slow)(&b.name),
                     share: if b.kind().is_local() { (inputs.share)(&b.name).clamp(0.0, 1.0) } else { 1.0 },
                     nodes,
                 }

@@ -287,8 +287,31 @@ pub struct BalancingConfig {
     /// How many successes one slow answer (first token later than the task's TTFT SLO)
     /// cancels in the availability score, as `error_weight` does for an error.
     pub slow_weight: f64,
+    /// The per-snapshot slowness signal and where a provider written off for slowness goes
+    /// (`route::slowness`).
+    pub slow_signal: SlowSignalConfig,
     /// Which projects a full pool keeps, and for how long a spilled one stays spilled.
     pub sticky_spill: StickySpillConfig,
+}
+
+/// The fast slowness signal (`route::slowness`).
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlowSignalConfig {
+    /// Slow answers (first token after the task's SLO) the open interval needs before the
+    /// snapshot shows the provider at availability 0; 0 turns the signal and the mark off.
+    pub min_slow: u64,
+    /// The share of the open interval's answers (errors included) that must be slow.
+    pub share: f64,
+    /// A hosted backend that is down and written off for slowness goes after the local pool
+    /// in the chains of the projects outside that pool's share.
+    pub after_fleet: bool,
+}
+
+impl Default for SlowSignalConfig {
+    fn default() -> Self {
+        SlowSignalConfig { min_slow: 2, share: 0.5, after_fleet: true }
+    }
 }
 
 /// Sticky spill (`route::sticky`): a pool that cannot take every project takes a fixed share
@@ -335,6 +358,7 @@ impl Default for BalancingConfig {
             kd: 0.0,
             affinity_window_secs: 300,
             slow_weight: 20.0,
+            slow_signal: SlowSignalConfig::default(),
             sticky_spill: StickySpillConfig::default(),
         }
     }

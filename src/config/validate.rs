@@ -281,6 +281,13 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(format!("balancing.{key}"), "must be a number ≥ 0".into());
         }
     }
+    let share = b.slow_signal.share;
+    if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+        p("balancing.slow_signal.share".into(), "must be above 0 and at most 1".into());
+    }
+    if b.slow_signal.min_slow > 1_000_000 {
+        p("balancing.slow_signal.min_slow".into(), "must be at most 1000000".into());
+    }
     let s = &b.sticky_spill;
     if !(s.margin.is_finite() && s.margin > 0.0 && s.margin < 1.0) {
         p("balancing.sticky_spill.margin".into(), "must be between 0 and 1".into());
@@ -452,6 +459,7 @@ issued_keys: {refresh_ms: 6000}
 state: {operator_poll_ms: 50}
 limits: {shutdown_delay_ms: 300001}
 ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
+balancing: {slow_signal: {min_slow: 1000001, share: 0}}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -472,6 +480,8 @@ ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
             "ledger.spool.max_bytes: 1000 is too small",
             "ledger.spool.fsync_interval_ms: 0 is out of range: 1 to 1000",
             "ledger.spool.dir: must not be empty",
+            "balancing.slow_signal.share: must be above 0 and at most 1",
+            "balancing.slow_signal.min_slow: must be at most 1000000",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::canonical::ErrorClass;
 use crate::config::Config;
-use crate::route::availability::{Availability, PidConfig};
+use crate::route::availability::Availability;
 
 /// The shared PID state.
 pub struct AvailabilityBoard {
@@ -23,7 +23,7 @@ pub struct AvailabilityBoard {
 
 impl AvailabilityBoard {
     pub fn new(config: &Config) -> Arc<Self> {
-        let mut availability = Availability::new(PidConfig::from_settings(&config.balancing));
+        let mut availability = Availability::from_settings(&config.balancing);
         let hosted: Vec<String> =
             config.backends.iter().filter(|b| !b.kind().is_local()).map(|b| b.name.clone()).collect();
         for name in &hosted {
@@ -68,6 +68,17 @@ impl AvailabilityBoard {
     /// A backend's availability now (1 for anything untracked).
     pub fn get(&self, backend: &str) -> f64 {
         self.lock().get(backend)
+    }
+
+    /// What the next snapshot shows for `backend`: its availability, 0 while the open
+    /// interval is slow (`route::slowness`).
+    pub fn effective(&self, backend: &str) -> f64 {
+        self.lock().effective(backend)
+    }
+
+    /// Whether `backend` is written off for slowness (`route::slowness`).
+    pub fn slow(&self, backend: &str) -> bool {
+        self.lock().slow(backend)
     }
 
     pub fn all(&self) -> std::collections::BTreeMap<String, f64> {

@@ -300,6 +300,7 @@ mod tests {
                 quarantine: &|_| None,
                 over_quota: &|_| false,
                 availability: &|_| 1.0,
+                slow: &|_| false,
                 share: &|_| 1.0,
             };
             let mut snap = Snapshot::build(config, &inputs, 1);

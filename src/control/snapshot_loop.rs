@@ -84,7 +84,8 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
         signals: &signals,
         quarantine: &|_| None,
         over_quota: &*sources.over_quota,
-        availability: &|b| sources.availability.get(b),
+        availability: &|b| sources.availability.effective(b),
+        slow: &|b| sources.availability.slow(b),
         share: &|b| sources.shares.lock().unwrap_or_else(|e| e.into_inner()).get(b),
     };
     let config = sources.config.load_full();

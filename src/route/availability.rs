@@ -46,6 +46,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::canonical::ErrorClass;
+use crate::route::slowness::{self, SlowRule, SlowVerdict};
 
 /// The three gains. Per nominal interval: a step of `dt = interval` adds `ki × e` to the
 /// integral term.
@@ -180,18 +181,31 @@ struct Provider {
     /// Successes whose first token came after the task's SLO.
     slow: u64,
     errors: u64,
+    /// Written off for slowness by the intervals closed so far ([`slowness`]).
+    verdict: SlowVerdict,
 }
 
 /// The availability of every tracked provider. Pure: outcomes in, availabilities out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Availability {
     cfg: PidConfig,
+    rule: SlowRule,
     providers: BTreeMap<String, Provider>,
 }
 
 impl Availability {
     pub fn new(cfg: PidConfig) -> Self {
-        Availability { cfg, providers: BTreeMap::new() }
+        Availability { cfg, rule: SlowRule::default(), providers: BTreeMap::new() }
+    }
+
+    /// The same, with this slowness rule ([`slowness`]) instead of the default.
+    pub fn with_slow_rule(cfg: PidConfig, rule: SlowRule) -> Self {
+        Availability { cfg, rule, providers: BTreeMap::new() }
+    }
+
+    /// An availability loop as the `balancing` keys describe it.
+    pub fn from_settings(b: &crate::config::BalancingConfig) -> Self {
+        Availability::with_slow_rule(PidConfig::from_settings(b), SlowRule::from_settings(b))
     }
 
     pub fn config(&self) -> &PidConfig {
@@ -200,7 +214,13 @@ impl Availability {
 
     fn provider(&mut self, backend: &str) -> &mut Provider {
         if !self.providers.contains_key(backend) {
-            let fresh = Provider { pid: Pid::new(&self.cfg), successes: 0, slow: 0, errors: 0 };
+            let fresh = Provider {
+                pid: Pid::new(&self.cfg),
+                successes: 0,
+                slow: 0,
+                errors: 0,
+                verdict: SlowVerdict::default(),
+            };
             self.providers.insert(backend.to_string(), fresh);
         }
         self.providers.get_mut(backend).expect("inserted above")
@@ -254,11 +274,12 @@ impl Availability {
     /// counts carry over to the next tick).
     pub fn tick(&mut self, dt: Duration) -> BTreeMap<String, f64> {
         let secs = dt.as_secs_f64();
-        let cfg = self.cfg;
+        let (cfg, rule) = (self.cfg, self.rule);
         for p in self.providers.values_mut() {
             if secs > 0.0 {
                 let e = latency_aware_score(p.successes, p.slow, p.errors, &cfg);
                 p.pid.step(e, secs, &cfg);
+                p.verdict.close(p.successes, p.slow, p.errors, &rule);
                 p.successes = 0;
                 p.slow = 0;
                 p.errors = 0;
@@ -270,6 +291,24 @@ impl Availability {
     /// A provider's current availability; 1 for one never seen (the starting value).
     pub fn get(&self, backend: &str) -> f64 {
         self.providers.get(backend).map_or(1.0, |p| p.pid.output)
+    }
+
+    /// What a snapshot shows: 0 while the open interval is [`slowness::slow_now`], else
+    /// [`Availability::get`].
+    pub fn effective(&self, backend: &str) -> f64 {
+        match self.providers.get(backend) {
+            Some(p) if slowness::slow_now(p.successes, p.slow, p.errors, &self.rule) => 0.0,
+            Some(p) => p.pid.output,
+            None => 1.0,
+        }
+    }
+
+    /// Written off for slowness: the open interval is slow now, or the closed ones marked it
+    /// ([`SlowVerdict`]). False for a provider never seen.
+    pub fn slow(&self, backend: &str) -> bool {
+        self.providers
+            .get(backend)
+            .is_some_and(|p| p.verdict.slow || slowness::slow_now(p.successes, p.slow, p.errors, &self.rule))
     }
 
     /// Every tracked provider's current availability.
@@ -519,5 +558,57 @@ mod tests {
         }
         let integral = 0.9885 - 0.05 * 18.23 + 0.05 * 0.875;
         assert_close(av.tick(Duration::from_secs(30))["slowish"], integral + 0.02 * 0.875);
+    }
+
+    #[test]
+    fn a_slow_open_interval_shows_at_zero_and_marks_the_provider_until_answers_are_in_time() {
+        let mut av = Availability::new(PidConfig::default());
+        av.track("anthropic");
+        av.track("openai");
+        assert_eq!((av.effective("anthropic"), av.slow("anthropic")), (1.0, false));
+        // 3 in time, 1 late: PID says 1, the open interval is not slow (1 < k = 2).
+        for slow in [false, false, false, true] {
+            av.record_served("anthropic", slow);
+        }
+        assert_eq!((av.effective("anthropic"), av.slow("anthropic")), (1.0, false));
+        // 3 in time, 3 late: half of 6 with k = 2: at 0 at once, before any tick; the PID
+        // output has not moved.
+        for _ in 0..2 {
+            av.record_served("anthropic", true);
+        }
+        assert_eq!((av.effective("anthropic"), av.slow("anthropic")), (0.0, true));
+        assert_eq!(av.get("anthropic"), 1.0);
+        // openai rate-limited: 20 × 429 and 4 answers, 2 of them late: not slow.
+        for _ in 0..20 {
+            av.record_failure("openai", ErrorClass::RateLimited);
+        }
+        for slow in [true, true, false, false] {
+            av.record_served("openai", slow);
+        }
+        assert_eq!((av.effective("openai"), av.slow("openai")), (1.0, false));
+        // The tick: anthropic's e = (7 − 60) / 10 = −5.3 → integral 0.735, output 0.629;
+        // marked slow. openai's errors write it off, unmarked.
+        let out = av.tick(Duration::from_secs(30));
+        assert_close(out["anthropic"], 1.0 - 0.05 * 5.3 - 0.02 * 5.3);
+        assert_close(av.effective("anthropic"), 1.0 - 0.07 * 5.3);
+        assert!(av.slow("anthropic"));
+        assert_eq!((av.effective("openai"), av.slow("openai")), (0.0, false));
+        // Idle: the mark stays; 2 in time of 3: it goes.
+        av.tick(Duration::from_secs(30));
+        assert!(av.slow("anthropic"));
+        for slow in [false, true, false] {
+            av.record_served("anthropic", slow);
+        }
+        assert!(av.slow("anthropic"), "the open interval does not clear a mark");
+        av.tick(Duration::from_secs(30));
+        assert!(!av.slow("anthropic"));
+        // k = 0 turns it off: 5 late of 5 show the PID output.
+        let mut off =
+            Availability::with_slow_rule(PidConfig::default(), SlowRule { min_slow: 0, share: 0.5 });
+        for _ in 0..5 {
+            off.record_served("anthropic", true);
+        }
+        assert_eq!((off.effective("anthropic"), off.slow("anthropic")), (1.0, false));
+        assert_eq!(off.effective("never-seen"), 1.0);
     }
 }

@@ -66,6 +66,7 @@ impl World {
             quarantine: &quarantine,
             over_quota: &|_| self.over_quota,
             availability: &|_| 1.0,
+            slow: &|_| false,
             share: &|_| 1.0,
         };
         Snapshot::build(config, &inputs, 1)

@@ -64,6 +64,7 @@ fn snap(now: Instant, rng: &mut StdRng) -> Snapshot {
         quarantine: &|_| None,
         over_quota: &|_| false,
         availability: &|_| 1.0,
+        slow: &|_| false,
         share: &|_| 1.0,
     };
     Snapshot::build(config(), &inputs, 2)

@@ -10,6 +10,7 @@ pub mod candidates;
 pub mod capability;
 pub mod chain;
 
+pub mod slowness;
 pub mod sticky;
 mod strategy;
 pub mod weights;
@@ -191,12 +192,19 @@ pub fn plan_among(
     let ordered = strategy::order(facts, snap, &eligible, &has_headroom);
     let mut targets = Vec::new();
     let mut last = Vec::new();
+    // A project outside a pool's share keeps its hosted chain, but not a provider written off
+    // for slowness (`slowness`): that one waits after the pool, so the chains that draw it at
+    // its bias weight do not send it a burst of late answers. One down for errors stays.
+    let after_fleet = !second.is_empty() && snap.config.balancing.slow_signal.after_fleet;
+    let mut deferred = Vec::new();
     for (backend, reason) in ordered {
         if let Some(pool) = local.remove(&backend) {
             targets.extend(pool);
             continue;
         }
-        let nodes = &snap.backends[backend].nodes;
+        let view = &snap.backends[backend];
+        let out = if after_fleet && view.down && view.slow { &mut deferred } else { &mut targets };
+        let nodes = &view.nodes;
         let start = if nodes.is_empty() { 0 } else { (facts.seed % nodes.len() as u64) as usize };
         for offset in 0..nodes.len() {
             let node = (start + offset) % nodes.len();
@@ -205,10 +213,11 @@ pub fn plan_among(
             }
             match nodes[node].breaker {
                 BreakerView::Open => last.push(Target { backend, node, reason: Reason::BreakerOpen }),
-                _ => targets.push(Target { backend, node, reason }),
+                _ => out.push(Target { backend, node, reason }),
             }
         }
     }
+    targets.extend(deferred);
     last_resort.sort_by(|a, b| {
         a.0.total_cmp(&b.0).then(a.1.backend.cmp(&b.1.backend)).then(a.1.node.cmp(&b.1.node))
     });
@@ -305,3 +314,7 @@ fn pool_targets(
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "slow_plan_tests.rs"]
+mod slow_tests;

@@ -40,6 +40,7 @@ fn snap_shared(
         quarantine: &|_| None,
         over_quota: &|_| false,
         availability: &|_| 1.0,
+        slow: &|_| false,
         share: &|_| share,
     };
     Snapshot::build(config(), &inputs, 2)
@@ -308,6 +309,7 @@ async fn adaptive_chains_follow_availability_and_stick_to_the_key_within_a_windo
         quarantine: &|_| None,
         over_quota: &|_| false,
         availability: &availability,
+        slow: &|_| false,
         share: &|_| 1.0,
     };
     let snap = Snapshot::build(config(), &inputs, 2);
@@ -416,6 +418,7 @@ async fn a_hosted_backend_the_pid_has_written_off_releases_the_reserve() {
             quarantine: &|_| None,
             over_quota: &|_| false,
             availability: &availability,
+            slow: &|_| false,
             share: &|_| 1.0,
         };
         Snapshot::build(config(), &inputs, 2)

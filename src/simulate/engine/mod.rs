@@ -36,7 +36,7 @@ use crate::guard::breaker::Breaker;
 use crate::guard::node::NodeHandle;
 use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
-use crate::route::availability::{Availability, PidConfig};
+use crate::route::availability::Availability;
 use crate::route::candidates::{AffinityTable, Candidates};
 use crate::route::sticky::{PoolShares, ShareFeedback};
 use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
@@ -167,7 +167,7 @@ impl<'a> Engine<'a> {
             })
             .map(|b| b.name.clone())
             .collect();
-        let mut availability = Availability::new(PidConfig::from_settings(&config.balancing));
+        let mut availability = Availability::from_settings(&config.balancing);
         tracked.iter().for_each(|b| availability.track(b));
         let dispatch = &config.dispatch;
         let quota = config
@@ -360,7 +360,8 @@ impl<'a> Engine<'a> {
             (Some(limits), window) => window.exhausted(minute, limits),
             _ => false,
         };
-        let availability = |name: &str| self.availability.get(name);
+        let availability = |name: &str| self.availability.effective(name);
+        let slow = |name: &str| self.availability.slow(name);
         let share = |name: &str| self.shares.get(name);
         let none = BTreeMap::new();
         let inputs = SnapshotInputs {
@@ -371,6 +372,7 @@ impl<'a> Engine<'a> {
             quarantine: &|_| None,
             over_quota: &over_quota,
             availability: &availability,
+            slow: &slow,
             share: &share,
         };
         let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
