@@ -42,19 +42,6 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-async fn admin(base: &str, path: &str, body: Value, who: &str) -> Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .bearer_auth(ADMIN)
-        .header("x-spillway-operator", who)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{path}");
-    resp.json().await.unwrap()
-}
-
 /// `first`'s node as `GET /admin/backends` on `base` lists it.
 async fn first_node(base: &str) -> Value {
     admin_json(base, "/admin/backends", ADMIN).await["backends"][0]["nodes"][0].clone()
@@ -115,24 +102,24 @@ async fn a_drain_a_forced_breaker_and_a_release_reach_the_other_replica_within_a
     }
     assert_eq!(served_by(&url_b).await, "first");
 
-    admin(&url_a, "/admin/hold", json!({"backend": "first", "kind": "drain"}), "alice").await;
+    admin_post(&url_a, "/admin/hold", ADMIN, "alice", json!({"backend": "first", "kind": "drain"})).await;
     let took = wait_node(&url_b, "held", json!("backend drained by alice"), Duration::from_secs(1)).await;
     eprintln!("drain through A held on B after {took:?}");
     assert_eq!(served_by(&url_b).await, "second", "B routes around the drained backend");
 
-    admin(&url_a, "/admin/release", json!({"backend": "first"}), "alice").await;
+    admin_post(&url_a, "/admin/release", ADMIN, "alice", json!({"backend": "first"})).await;
     let took = wait_node(&url_b, "held", Value::Null, Duration::from_secs(1)).await;
     eprintln!("release through A lifted on B after {took:?}");
     assert_eq!(served_by(&url_b).await, "first");
 
-    admin(&url_a, "/admin/breakers", json!({"backend": "first", "state": "open"}), "bob").await;
+    admin_post(&url_a, "/admin/breakers", ADMIN, "bob", json!({"backend": "first", "state": "open"})).await;
     let took = wait_node(&url_b, "breaker_forced", json!("open"), Duration::from_secs(1)).await;
     eprintln!("breaker forced through A open on B after {took:?}");
     wait_node(&url_b, "breaker", json!("open"), Duration::from_secs(1)).await;
     assert_eq!(served_by(&url_b).await, "second", "B sends nothing through a forced-open breaker");
 
     // A canary round run through A is what B shows too.
-    let probed = admin(&url_a, "/admin/canary", json!({"backend": "second"}), "alice").await;
+    let probed = admin_post(&url_a, "/admin/canary", ADMIN, "alice", json!({"backend": "second"})).await;
     assert_eq!(probed["results"][0]["ok"], true);
     wait_until(Duration::from_secs(1), "B to show A's canary result", || async {
         let canaries = admin_json(&url_b, "/admin/backends", ADMIN).await["canaries"].clone();
@@ -215,13 +202,13 @@ async fn without_redis_a_hold_reaches_the_other_replica_within_one_poll_interval
     let text = metrics_text(&b).await;
     assert_eq!(series_sum(&text, "spillway_operator_state_notify_up", &[("store", "redis")]), Some(0.0));
 
-    admin(&a.url, "/admin/hold", json!({"backend": "first", "kind": "disable"}), "carol").await;
+    admin_post(&a.url, "/admin/hold", ADMIN, "carol", json!({"backend": "first", "kind": "disable"})).await;
     // One poll, plus the snapshot loop's 100 ms and the reads.
     let within = Duration::from_millis(POLL_MS + 600);
     let took = wait_node(&b.url, "held", json!("backend disabled by carol"), within).await;
     eprintln!("without Redis the hold reached B after {took:?} (poll {POLL_MS} ms)");
     assert_eq!(served_by(&b.url).await, "second");
-    admin(&a.url, "/admin/release", json!({"backend": "first"}), "carol").await;
+    admin_post(&a.url, "/admin/release", ADMIN, "carol", json!({"backend": "first"})).await;
     wait_node(&b.url, "held", Value::Null, within).await;
     assert_eq!(served_by(&b.url).await, "first");
 }
@@ -241,9 +228,10 @@ async fn with_sqlite_alone_holds_and_forced_breakers_survive_a_restart() {
     };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let mut r = start(stopped).await;
-    admin(&r.url, "/admin/hold", json!({"backend": "second", "kind": "drain"}), "dave").await;
-    admin(&r.url, "/admin/breakers", json!({"backend": "first", "state": "closed"}), "dave").await;
-    let released = admin(&r.url, "/admin/release", json!({"backend": "first"}), "dave").await;
+    admin_post(&r.url, "/admin/hold", ADMIN, "dave", json!({"backend": "second", "kind": "drain"})).await;
+    admin_post(&r.url, "/admin/breakers", ADMIN, "dave", json!({"backend": "first", "state": "closed"}))
+        .await;
+    let released = admin_post(&r.url, "/admin/release", ADMIN, "dave", json!({"backend": "first"})).await;
     assert_eq!(released["released"], false, "nothing held on first");
     stop.send(()).unwrap();
     (&mut r.handle.task).await.unwrap().unwrap();

@@ -192,18 +192,6 @@ impl Books {
     }
 }
 
-async fn admin(base: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
-    let resp = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "{path}");
-    resp.json().await.unwrap()
-}
-
 /// The `held` field `GET /admin/backends` on `base` shows for `node`.
 async fn held_on(base: &str, node: &str) -> serde_json::Value {
     let listing = admin_json(base, "/admin/backends", ADMIN_TOKEN).await;
@@ -283,9 +271,11 @@ async fn three_replicas_share_quotas_affinity_holds_and_one_ledger_and_survive_a
     eprintln!("3. a hold made through one replica is honoured by all");
     let (first_hash, nodes_of_first) = node_of.iter().next().unwrap();
     let (first_hash, held_node) = (first_hash.clone(), nodes_of_first.iter().next().unwrap().clone());
-    admin(
+    admin_post(
         &replicas[0].url,
         "/admin/hold",
+        ADMIN_TOKEN,
+        "test",
         serde_json::json!({"backend": "fleet", "node": held_node, "kind": "drain"}),
     )
     .await;
@@ -314,8 +304,14 @@ async fn three_replicas_share_quotas_affinity_holds_and_one_ledger_and_survive_a
     let moved: BTreeSet<_> =
         after.iter().filter(|r| r.affinity_hash.as_deref() == Some(&first_hash)).map(|r| &r.node).collect();
     assert_eq!(moved.len(), 1, "the held node's project moved to one node on every replica: {moved:?}");
-    admin(&replicas[2].url, "/admin/release", serde_json::json!({"backend": "fleet", "node": held_node}))
-        .await;
+    admin_post(
+        &replicas[2].url,
+        "/admin/release",
+        ADMIN_TOKEN,
+        "test",
+        serde_json::json!({"backend": "fleet", "node": held_node}),
+    )
+    .await;
 
     eprintln!("4. the merged ledger's report matches what the clients were charged");
     let report = admin_json(&replicas[1].url, "/admin/reports/cost?format=json&from=-1h", ADMIN_TOKEN).await;

@@ -216,6 +216,26 @@ pub async fn admin_json(base: impl AsRef<str>, path: &str, token: &str) -> serde
     response.unwrap_or_else(|e| panic!("GET {url}: {e}")).json().await.unwrap()
 }
 
+/// `POST {path}` with the admin token `token` as operator `who` (the audit's name), expecting 200.
+pub async fn admin_post(
+    base: impl AsRef<str>,
+    path: &str,
+    token: &str,
+    who: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{}{path}", base.as_ref()))
+        .bearer_auth(token)
+        .header("x-spillway-operator", who)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.unwrap()
+}
+
 /// Wait until every local node of the router at `base` has fresh telemetry (`/readyz`).
 pub async fn wait_fresh(base: impl AsRef<str>, within: Duration) {
     let base = base.as_ref();
