@@ -224,7 +224,13 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     let (utilisation, busy_share) =
         (pool["utilisation"].as_f64().unwrap(), pool["busy_share"].as_f64().unwrap());
     assert_eq!(pool["utilisation_basis"], "capacity", "{pool}");
-    assert!(busy_share > 0.99, "every node-minute of the run was busy: {pool}");
+    // Every node-minute with traffic was busy. A 7 s run may cross a minute boundary (two
+    // minutes a node, one GPU each), and a node whose only sample in one of them came before
+    // the load or after it has that minute idle: at most one of its two.
+    let gpu_hours = |k: &str| pool[k].as_str().unwrap().parse::<f64>().unwrap();
+    let node_minutes = (gpu_hours("gpu_hours_busy") + gpu_hours("gpu_hours_idle")) * 60.0;
+    let straddled = (node_minutes - 4.0).abs() < 0.01 && busy_share >= 0.5;
+    assert!(busy_share > 0.99 || straddled, "every node-minute with traffic was busy: {pool}");
     assert!((0.1..0.6).contains(&utilisation), "4 to 6 of 16 slots running, not 100 %: {pool}");
     assert!(report("table").contains("summarise-ticket"));
 
