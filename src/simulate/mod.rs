@@ -14,7 +14,7 @@
 //! Files: `scenario` + `validate` (the YAML), `workload` (arrivals), `clock` (virtual time and
 //! the event queue), `node` and `hosted` (the models), `strategies` (how each strategy maps
 //! onto the config), `engine` + `dispatch` (the run), `stats` + `histogram`, `report` and
-//! `html` (output). A scenario's strategies run on parallel threads (one each), each its
+//! `html` (output). A scenario's strategies run on parallel threads (one per core), each its
 //! own engine from the same seed; the report lists them in the scenario's order.
 
 mod clock;
@@ -64,9 +64,10 @@ pub struct SimulateArgs {
 }
 
 /// Run one scenario: the same arrivals through every strategy it names, the strategies on
-/// a thread each; `progress` hears each strategy's share done.
+/// up to one thread per core; `progress` hears each strategy's share done.
 pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(StrategyName, f64) + Sync)) -> ScenarioReport {
-    let runs = parallel(&scenario.strategies, |&strategy| {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs = parallel(&scenario.strategies, threads, |&strategy| {
         engine::Engine::new(scenario, strategy).run(&mut |done| progress(strategy, done))
     });
     let slo_ms =
@@ -81,14 +82,26 @@ pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(StrategyName, f64) + Syn
     }
 }
 
-/// `f` of every item, each on its own thread (the OS shares the cores among them, so the
-/// slowest strategy does not finish alone), results in the items' order.
-fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|scope| {
-        let f = &f;
-        let runs: Vec<_> = items.iter().map(|item| scope.spawn(move || f(item))).collect();
-        runs.into_iter().map(|run| run.join().expect("a strategy's run panicked")).collect()
-    })
+/// `f` of every item on up to `threads` threads, results in the items' order.
+fn parallel<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.clamp(1, items.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break mine };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a strategy's run panicked")).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Load every scenario named by `args`, with the overrides applied.
@@ -171,7 +184,12 @@ mod tests {
     #[test]
     fn parallel_keeps_the_items_order() {
         let items: Vec<u64> = (0..9).collect();
-        assert_eq!(super::parallel(&items, |i| i * 10), (0..9).map(|i| i * 10).collect::<Vec<_>>());
-        assert!(super::parallel(&[] as &[u64], |i| *i).is_empty());
+        for threads in [1, 2, 4, 20] {
+            assert_eq!(
+                super::parallel(&items, threads, |i| i * 10),
+                (0..9).map(|i| i * 10).collect::<Vec<_>>()
+            );
+        }
+        assert!(super::parallel(&[] as &[u64], 2, |i| *i).is_empty());
     }
 }
