@@ -5,7 +5,8 @@
 //! (`RequestFacts::candidates`: the simulator builds one; the server passes none, so it always
 //! scans in full). Per pool it leaves out the nodes no
 //! request can take while the snapshot lives (held, down, stale, or full to the reserve by what
-//! they reported), groups nodes whose signals are identical, and orders them, per prompt-size
+//! they reported; a second index, for the requests a pool takes first under sticky spill, which
+//! may use the reserve, leaves out only the nodes full without it), groups nodes whose signals are identical, and orders them, per prompt-size
 //! bin `[2^b, 2^(b+1))`, by their predicted TTFT with none of the router's own load at the
 //! bin's smallest prompt: a lower bound of their prediction for any request in the bin, since
 //! the prediction grows with the prompt and with the router's load. A request then looks at
@@ -88,10 +89,15 @@ pub struct Candidates {
     built_at: Instant,
     /// By backend index; `None`: scan in full.
     pools: Vec<Option<Pool>>,
+    /// The same, judged without the reserve: for requests the pool takes first under sticky
+    /// spill, which may use it.
+    relaxed: Vec<Option<Pool>>,
 }
 
 #[derive(Debug)]
 struct Pool {
+    /// The limits its nodes are judged full by: the pool's, or without the reserve.
+    limits: PoolLimits,
     /// Nodes no request can take while the snapshot lives.
     excluded: Vec<usize>,
     /// Each node's class (nodes with identical signals share one), and each class's first node.
@@ -177,8 +183,13 @@ fn signals_hash(sig: &NodeSignals) -> u64 {
 }
 
 impl Pool {
-    fn build(view: &BackendView, now: Instant, affinity: Option<Arc<AffinityTable>>) -> Pool {
-        let limits = &view.limits;
+    fn build(
+        view: &BackendView,
+        limits: PoolLimits,
+        now: Instant,
+        affinity: Option<Arc<AffinityTable>>,
+    ) -> Pool {
+        let limits = &limits;
         let mut excluded = Vec::new();
         let mut class_of = Vec::with_capacity(view.nodes.len());
         let mut first: Vec<usize> = Vec::new();
@@ -208,7 +219,7 @@ impl Pool {
         }
         let affinity = affinity.filter(|t| t.nodes == fingerprint(&view.nodes));
         let state = PoolState { bins: vec![None; 32], dead: vec![false; view.nodes.len()] };
-        Pool { excluded, class_of, first, affinity, state: Mutex::new(state) }
+        Pool { limits: *limits, excluded, class_of, first, affinity, state: Mutex::new(state) }
     }
 
     fn order(&self, view: &BackendView, state: &mut PoolState, b: usize, low: u32) {
@@ -241,16 +252,21 @@ impl Candidates {
         min_nodes: usize,
         affinity: &[Option<Arc<AffinityTable>>],
     ) -> Candidates {
-        let pools = snap
-            .backends
-            .iter()
-            .enumerate()
-            .map(|(b, view)| {
-                (view.is_local() && view.nodes.len() >= min_nodes.max(1))
-                    .then(|| Pool::build(view, now, affinity.get(b).cloned().flatten()))
-            })
-            .collect();
-        Candidates { k: k.max(1), built_at: now, pools }
+        let index = |relaxed: bool| {
+            snap.backends
+                .iter()
+                .enumerate()
+                .map(|(b, view)| {
+                    let limits = PoolLimits {
+                        reserve: if relaxed { 0.0 } else { view.limits.reserve },
+                        ..view.limits
+                    };
+                    (view.is_local() && view.nodes.len() >= min_nodes.max(1))
+                        .then(|| Pool::build(view, limits, now, affinity.get(b).cloned().flatten()))
+                })
+                .collect()
+        };
+        Candidates { k: k.max(1), built_at: now, pools: index(false), relaxed: index(true) }
     }
 }
 
@@ -303,8 +319,8 @@ fn min_pair(a: (f64, usize), b: (f64, usize)) -> (f64, usize) {
 
 impl<'a> Scan<'a> {
     /// The scan of `backend` for a request (`facts`), whose affinity node is `preferred`.
-    /// `relaxed`: the request is judged without the pool's reserve (sticky spill), which the
-    /// bounded order does not know, so every node is judged.
+    /// `relaxed`: the request is judged without the pool's reserve (sticky spill): its nodes
+    /// are left out only when full without it.
     pub fn new<'f: 'a>(
         facts: &super::RequestFacts<'f>,
         snap: &'a Snapshot,
@@ -318,8 +334,11 @@ impl<'a> Scan<'a> {
         let n = view.nodes.len();
         let bounded = facts
             .candidates
-            .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive && !relaxed)
-            .and_then(|c| Some((c.k, c.pools.get(backend.index())?.as_ref()?)))
+            .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive)
+            .and_then(|c| {
+                let pools = if relaxed { &c.relaxed } else { &c.pools };
+                Some((c.k, pools.get(backend.index())?.as_ref()?))
+            })
             .map(|(k, pool)| {
                 let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
                 let (bin, low) = bin(facts.prompt_tokens);
@@ -455,7 +474,7 @@ impl Bounded<'_> {
         if let Some(last) = self.last.take().filter(|_| !took_last) {
             let node = &self.view.nodes[last];
             let unseen = (self.load)(node).unseen as f64;
-            if full(&node.signals, &self.view.limits, seen(&node.signals) + unseen) {
+            if full(&node.signals, &self.pool.limits, seen(&node.signals) + unseen) {
                 self.state.dead[last] = true;
             }
         }

@@ -8,7 +8,7 @@
 //! (from the batch size then), prefill does not slow other sequences, and KV use is the running
 //! sequences' full length. It must not know about the router: it sees jobs, not plans.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::clock::{from_ms, from_secs, secs, Micros};
 use super::scenario::NodeModel;
@@ -82,7 +82,11 @@ pub struct Node {
     pub alive: bool,
     model: NodeModel,
     slots: usize,
+    /// Jobs waiting for a slot, in arrival order, and some the router cancelled while they
+    /// waited: those are skipped when they reach the front (a cancel does not scan the queue).
     queue: VecDeque<Job>,
+    /// The jobs in `queue` still waiting, by (request, attempt).
+    waiting: HashSet<(usize, u32)>,
     running: Vec<Running>,
     /// Project → when its prefix was last used on this node.
     prefix: HashMap<usize, Micros>,
@@ -97,6 +101,7 @@ impl Node {
             model: model.clone(),
             slots: slots.max(1) as usize,
             queue: VecDeque::new(),
+            waiting: HashSet::new(),
             running: Vec::new(),
             prefix: HashMap::new(),
             counters: Counters::default(),
@@ -105,11 +110,12 @@ impl Node {
 
     #[cfg(test)]
     fn waiting(&self) -> usize {
-        self.queue.len()
+        self.waiting.len()
     }
 
     /// Queue a job; returns the jobs that entered a slot (this one, if a slot was free).
     pub fn submit(&mut self, job: Job, now: Micros) -> Vec<Started> {
+        self.waiting.insert((job.req, job.attempt));
         self.queue.push_back(job);
         self.fill(now)
     }
@@ -118,6 +124,9 @@ impl Node {
         let mut started = Vec::new();
         while self.running.len() < self.slots {
             let Some(job) = self.queue.pop_front() else { break };
+            if !self.waiting.remove(&(job.req, job.attempt)) {
+                continue;
+            }
             let batch = self.running.len() + 1;
             let step_ms = self.model.step_ms + self.model.step_per_seq_ms * batch as f64;
             let warm = self
@@ -171,9 +180,10 @@ impl Node {
 
     /// The router gave up on the job (first-token deadline): it leaves the queue or its slot.
     pub fn cancel(&mut self, req: usize, attempt: u32, now: Micros) -> Vec<Started> {
-        self.queue.retain(|j| !(j.req == req && j.attempt == attempt));
-        if let Some(i) = self.position(req, attempt) {
-            self.running.swap_remove(i);
+        if !self.waiting.remove(&(req, attempt)) {
+            if let Some(i) = self.position(req, attempt) {
+                self.running.swap_remove(i);
+            }
         }
         self.fill(now)
     }
@@ -187,7 +197,13 @@ impl Node {
             .drain(..)
             .map(|r| (r.job.req, r.job.attempt, r.started.first_token <= now))
             .collect();
-        lost.extend(self.queue.drain(..).map(|j| (j.req, j.attempt, false)));
+        let waiting = std::mem::take(&mut self.waiting);
+        lost.extend(
+            self.queue
+                .drain(..)
+                .filter(|j| waiting.contains(&(j.req, j.attempt)))
+                .map(|j| (j.req, j.attempt, false)),
+        );
         lost.sort_unstable();
         self.prefix.clear();
         self.counters = Counters::default();
@@ -205,7 +221,7 @@ impl Node {
         let kv_tokens = self.model.kv_tokens.max(BLOCK);
         NodeSample {
             running: Some(self.running.len() as f64),
-            waiting: Some(self.queue.len() as f64),
+            waiting: Some(self.waiting.len() as f64),
             kv_cache_usage: Some((kv as f64 / kv_tokens as f64).min(1.0)),
             cache: Some(CacheConfig {
                 num_gpu_blocks: Some(kv_tokens / BLOCK),
@@ -258,5 +274,31 @@ mod tests {
         assert_eq!(next[0].cached, 500);
         assert_eq!(next[0].first_token, 1_110_000 + 510_000);
         assert_eq!(n.fail(1_200_000), vec![(1, 1, false)]);
+    }
+
+    #[test]
+    fn a_cancelled_job_leaves_the_queue_or_its_slot() {
+        let model = NodeModel { max_num_seqs: 1, prefill_tps: 1000.0, step_ms: 10.0, ..NodeModel::default() };
+        let mut n = Node::new(&model, 256);
+        n.submit(job(0, 1), 0);
+        for req in 1..4 {
+            assert!(n.submit(job(req, 1), 0).is_empty());
+        }
+        assert_eq!(n.waiting(), 3);
+        // Cancelled while waiting: no longer counted, and skipped when the slot frees.
+        assert!(n.cancel(1, 1, 5).is_empty());
+        assert_eq!(n.waiting(), 2);
+        assert_eq!(n.sample().waiting, Some(2.0));
+        let next = n.finish(0, 1, 1_110_000);
+        assert_eq!(next.iter().map(|s| s.req).collect::<Vec<_>>(), [2]);
+        // Cancelled in its slot: the next waiting job takes it.
+        let next = n.cancel(2, 1, 1_200_000);
+        assert_eq!(next.iter().map(|s| s.req).collect::<Vec<_>>(), [3]);
+        assert_eq!(n.waiting(), 0);
+        // A job that already ended changes nothing; a lost node reports only live jobs.
+        assert!(n.cancel(0, 1, 1_300_000).is_empty());
+        n.submit(job(4, 1), 1_300_000);
+        n.cancel(4, 1, 1_300_001);
+        assert_eq!(n.fail(1_400_000), vec![(3, 1, false)]);
     }
 }
