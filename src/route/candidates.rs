@@ -3,13 +3,13 @@
 //!
 //! A [`Candidates`] index is built once per snapshot and travels with each request's facts
 //! (`RequestFacts::candidates`: the simulator builds one; the server passes none, so it always
-//! scans in full). Per pool it leaves out the nodes no
-//! request can take while the snapshot lives (held, down, stale, or full to the reserve by what
-//! they reported; a second index, for the requests a pool takes first under sticky spill, which
-//! may use the reserve, leaves out only the nodes full without it), groups nodes whose signals are identical, and orders them, per prompt-size
-//! bin `[2^b, 2^(b+1))`, by their predicted TTFT with none of the router's own load at the
-//! bin's smallest prompt: a lower bound of their prediction for any request in the bin, since
-//! the prediction grows with the prompt and with the router's load. A request then looks at
+//! scans in full). Per pool it leaves out the nodes no request can take while the snapshot
+//! lives (held, down, stale, or full to the reserve by what they reported; a second index, for
+//! the requests a pool under sticky spill takes first, which may use the reserve, leaves out
+//! only the nodes full without it), groups nodes whose signals are identical, and orders them,
+//! per prompt-size bin `[2^b, 2^(b+1))`, by their predicted TTFT with none of the router's own
+//! load at the bin's smallest prompt: a lower bound of their prediction for any request in the
+//! bin, since the prediction grows with the prompt and with the router's load. A request then looks at
 //! its affinity node and at nodes in that order, and stops once `k` admitted nodes are ahead of
 //! everything it has not looked at. The pool's targets it returns are the full scan's, cut
 //! after the last one that nothing unseen could precede (at least `k` beyond the affinity
@@ -90,7 +90,8 @@ pub struct Candidates {
     /// By backend index; `None`: scan in full.
     pools: Vec<Option<Pool>>,
     /// The same, judged without the reserve: for requests the pool takes first under sticky
-    /// spill, which may use it.
+    /// spill, which may use it (built only for pools whose share is below 1: no other has such
+    /// requests).
     relaxed: Vec<Option<Pool>>,
 }
 
@@ -261,7 +262,8 @@ impl Candidates {
                         reserve: if relaxed { 0.0 } else { view.limits.reserve },
                         ..view.limits
                     };
-                    (view.is_local() && view.nodes.len() >= min_nodes.max(1))
+                    let own_projects = !relaxed || view.share < 1.0;
+                    (view.is_local() && view.nodes.len() >= min_nodes.max(1) && own_projects)
                         .then(|| Pool::build(view, limits, now, affinity.get(b).cloned().flatten()))
                 })
                 .collect()
