@@ -299,6 +299,9 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
             p(format!("balancing.sticky_spill.{key}"), "must be above 0 and at most 1".into());
         }
     }
+    if !(s.return_below.is_finite() && (0.0..=1.0).contains(&s.return_below)) {
+        p("balancing.sticky_spill.return_below".into(), "must be between 0 and 1".into());
+    }
     let l = &config.ledger;
     if l.url.is_some() && l.url_env.is_some() {
         p("ledger.url_env".into(), "give url or url_env, not both".into());

@@ -23,12 +23,22 @@
 //! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count;
 //! so is one near the line (above `1 − margin`) that refused more than `refused_max` of its
 //! own projects' requests since the last step (each would bounce out and back: the plans
-//! report it through [`ShareFeedback`]). When full the share shrinks (multiplicatively,
-//! `down_per_sec`); at or below `margin` under the line where it is full, with none of its
-//! projects refused and no sooner than `hold_secs` after it last shrank, it grows back
-//! (`up_per_sec`); in between it holds, so the fleet runs near its reserve line on average,
-//! as without stickiness, and the reserve absorbs the fluctuations. A project that spilled
-//! thus keeps its hosted chain until the fleet has had clear headroom for the hold window.
+//! report it through [`ShareFeedback`], at a share of 1 too, where every project is its own).
+//!
+//! - **Full:** the share shrinks, multiplicatively (`down_per_sec`). A pool at 1 that refused
+//!   a fair sample of its projects (`cut_min_requests`) goes at once to the fraction it took:
+//!   a crowd's onset moves the projects that must leave in one step, not over a minute of
+//!   refusals that each bounce a project out and back.
+//! - **Clear headroom** (at or below `margin` under the line where it is full, none of its
+//!   projects refused): no sooner than `hold_secs` after it last shrank, it grows back
+//!   (`up_per_sec`), so a project that spilled keeps its hosted chain for the hold window.
+//! - **Far under that line** (`return_below` of it): the crowd has gone, and the share
+//!   returns toward the one that would fill the pool to the line (what the pool holds scales
+//!   with its share), with time constant `return_secs` and no hold, so the fleet does not sit
+//!   idle while the projects it sent away pay hosted prices.
+//! - In between it holds, so the fleet runs near its reserve line on average, as without
+//!   stickiness, and the reserve absorbs the fluctuations.
+//!
 //! Below full load the share sits at 1 and planning is exactly what it was without
 //! stickiness.
 //!
@@ -52,6 +62,9 @@ use super::Plan;
 /// `chain`'s.
 const SEED: u64 = 0x5354_4943_4b59;
 
+/// The least occupancy the return divides by, so an empty pool's target is finite.
+const MIN_OCCUPANCY: f64 = 0.05;
+
 /// The uniform in (0, 1) that `key` draws for `pool`.
 pub fn uniform(key: u64, pool: &str) -> f64 {
     let h = xxhash_rust::xxh3::xxh3_64_with_seed(pool.as_bytes(), key ^ SEED);
@@ -63,19 +76,18 @@ pub fn takes_first(key: u64, pool: &str, share: f64) -> bool {
     share >= 1.0 || uniform(key, pool) < share
 }
 
+/// Whether stickiness applies to a request: on, `strategy: adaptive`, and a hosted backend
+/// of the request is up to keep its project (else everyone comes home). Its pools count
+/// whether they could take it ([`ShareFeedback`]), at a share of 1 too.
+pub fn applies(cfg: &StickySpillConfig, strategy: Strategy, hosted_up: bool) -> bool {
+    cfg.enabled && strategy == Strategy::Adaptive && hosted_up
+}
+
 /// Whether stickiness decides for this pool and key: `Some(true)` the pool takes the key
 /// first (and stays its node past the reserve), `Some(false)` the key keeps its hosted chain,
-/// `None` it does not apply (off, a strategy other than adaptive, a share of 1, or no hosted
-/// backend of the request is up to keep it: then everyone comes home).
-pub fn membership(
-    view: &BackendView,
-    cfg: &StickySpillConfig,
-    strategy: Strategy,
-    hosted_up: bool,
-    key: u64,
-) -> Option<bool> {
-    let applies = cfg.enabled && strategy == Strategy::Adaptive && view.share < 1.0 && hosted_up;
-    applies.then(|| takes_first(key, &view.name, view.share))
+/// `None` it does not ([`applies`] is false, or the share is 1: planned as without it).
+pub fn membership(view: &BackendView, applies: bool, key: u64) -> Option<bool> {
+    (applies && view.share < 1.0).then(|| takes_first(key, &view.name, view.share))
 }
 
 /// How full a pool is, for its share.
@@ -151,17 +163,31 @@ impl Share {
         // it, a refusal is one node's burst, and shrinking would only idle the others).
         let planned = (kept.taken + kept.refused) as f64;
         let refuses_own = kept.refused as f64 > cfg.refused_max * planned;
+        // Where it grows back: `margin` under where it is full.
+        let line = full - cfg.margin;
         match load {
             Some(l)
                 if l.refusing || l.occupancy >= full || (refuses_own && l.occupancy >= 1.0 - cfg.margin) =>
             {
-                self.share *= (1.0 - cfg.down_per_sec * dt).max(0.0);
+                let mut next = self.share * (1.0 - cfg.down_per_sec * dt).max(0.0);
+                // A pool at 1 that refused a fair sample of its projects knows how much it can
+                // take: go there at once, rather than refuse the rest while the share shrinks.
+                let sampled = cfg.cut_min_requests > 0 && planned >= cfg.cut_min_requests as f64;
+                if self.share >= 1.0 && refuses_own && sampled {
+                    next = next.min(kept.taken as f64 / planned);
+                }
+                self.share = next;
                 self.since_shrink = 0.0;
             }
+            // Far under the line the crowd has gone: return toward the share that would fill
+            // the pool to the line (what it holds scales with the share), without the hold.
+            Some(l) if kept.refused == 0 && l.occupancy <= cfg.return_below * line => {
+                let target = (self.share * line / l.occupancy.max(MIN_OCCUPANCY)).min(1.0);
+                let rate = (dt / cfg.return_secs as f64).min(1.0);
+                self.share += (target - self.share).max(0.0) * rate;
+            }
             Some(l)
-                if kept.refused == 0
-                    && l.occupancy <= full - cfg.margin
-                    && self.since_shrink >= cfg.hold_secs as f64 =>
+                if kept.refused == 0 && l.occupancy <= line && self.since_shrink >= cfg.hold_secs as f64 =>
             {
                 self.share = (self.share + cfg.up_per_sec * dt).min(1.0);
             }
@@ -267,6 +293,10 @@ mod tests {
             down_per_sec: 0.1,
             up_per_sec: 0.01,
             refused_max: 0.25,
+            // Off here; `a_crowd_moves_...` turns them on.
+            cut_min_requests: 0,
+            return_below: 0.0,
+            return_secs: 20,
         }
     }
 
@@ -351,5 +381,36 @@ mod tests {
         assert_close(s.step(at(0.9), kept(10, 0), 2.0, &cfg), 0.47);
         // Nothing planned: no refusal.
         assert_close(s.step(at(0.9), Kept::default(), 1.0, &cfg), 0.48);
+    }
+
+    #[test]
+    fn a_crowd_moves_its_projects_in_one_step_and_they_return_when_it_goes() {
+        let cfg = StickySpillConfig { cut_min_requests: 30, return_below: 0.5, hold_secs: 60, ..cfg() };
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
+        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        // At 1, 12 of 40 refused (over refused_max, 0.25) near the line: at once to the 28/40
+        // it took, below the multiplicative 1 × (1 − 0.1) = 0.9.
+        let mut s = Share::default();
+        assert_close(s.step(at(0.95), kept(28, 12), 1.0, &cfg), 0.7);
+        // Below 1 the cut is over: 0.7 × 0.9.
+        assert_close(s.step(at(1.25), kept(28, 12), 1.0, &cfg), 0.63);
+        // Fewer than cut_min_requests planned, or the cut off: multiplicative only.
+        assert_close(Share::default().step(at(0.95), kept(10, 10), 1.0, &cfg), 0.9);
+        let no_cut = StickySpillConfig { cut_min_requests: 0, ..cfg };
+        assert_close(Share::default().step(at(0.95), kept(28, 12), 1.0, &no_cut), 0.9);
+        // The crowd has gone: at 0.4 of the line (1.0 below a share of 1; return_below 0.5),
+        // within the hold, the share returns toward 0.3 × 1.0 / 0.4 = 0.75, half way in
+        // 10 s of return_secs 20: 0.3 + 0.45 × 0.5.
+        let mut s = Share { share: 0.3, since_shrink: 0.0 };
+        assert_close(s.step(at(0.4), kept(50, 0), 10.0, &cfg), 0.525);
+        // A refusal, or a pool above return_below within the hold (60 s): it holds.
+        assert_close(s.step(at(0.4), kept(9, 1), 10.0, &cfg), 0.525);
+        assert_close(s.step(at(0.6), kept(50, 0), 10.0, &cfg), 0.525);
+        // A step of return_secs or more lands on the target, which is never past 1
+        // (0.525 / 0.35 = 1.5): the fleet comes home.
+        assert_close(s.step(at(0.35), kept(50, 0), 30.0, &cfg), 1.0);
+        // An empty pool: the same (the division floors at MIN_OCCUPANCY).
+        let mut s = Share { share: 0.01, since_shrink: 0.0 };
+        assert_close(s.step(at(0.0), Kept::default(), 20.0, &cfg), 0.01 * 1.0 / 0.05);
     }
 }
