@@ -462,7 +462,7 @@ issued_keys: {refresh_ms: 6000}
 state: {operator_poll_ms: 50}
 limits: {shutdown_delay_ms: 300001}
 ledger: {spool: {max_bytes: 1000, fsync_interval_ms: 0, dir: " "}}
-balancing: {slow_signal: {min_slow: 1000001, share: 0}}
+balancing: {slow_signal: {min_slow: 1000001, share: 0}, sticky_spill: {return_below: 1.5}}
 "#;
         let problems = parse(text).unwrap_err();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -485,6 +485,7 @@ balancing: {slow_signal: {min_slow: 1000001, share: 0}}
             "ledger.spool.dir: must not be empty",
             "balancing.slow_signal.share: must be above 0 and at most 1",
             "balancing.slow_signal.min_slow: must be at most 1000000",
+            "balancing.sticky_spill.return_below: must be between 0 and 1",
         ] {
             assert!(text.iter().any(|t| t.starts_with(expected)), "missing {expected:?} in {text:#?}");
         }

@@ -111,9 +111,8 @@ pub struct Spill {
 pub struct Plan {
     pub targets: Vec<Target>,
     pub spills: Vec<Spill>,
-    /// The pools that take this request's project first (`sticky`; at a share of 1, every
-    /// pool while stickiness applies), and whether one of their nodes could take it: the
-    /// pool's share shrinks while it refuses its own projects.
+    /// The pools that take this request's project first (`sticky`), and whether one of
+    /// their nodes could take it: the pool's share shrinks while it refuses its own projects.
     pub kept: Vec<(BackendId, bool)>,
 }
 
@@ -166,12 +165,13 @@ pub fn plan_among(
     let mut kept = Vec::new();
     let key = facts.affinity.unwrap_or(facts.seed);
     let hosted_up = eligible.iter().any(|&b| !snap.backends[b].is_local() && !snap.backends[b].down);
-    let sticky = sticky::applies(&snap.config.balancing.sticky_spill, facts.task.strategy, hosted_up);
+    let sticky_cfg = &snap.config.balancing.sticky_spill;
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
-        let member = sticky::membership(&snap.backends[backend], sticky, key);
+        let member =
+            sticky::membership(&snap.backends[backend], sticky_cfg, facts.task.strategy, hosted_up, key);
         let stay = member == Some(true);
         let targets = pool_targets(facts, snap, backend, slo_s, stay, now, &mut spills, &mut last_resort);
-        if sticky && member != Some(false) {
+        if stay {
             kept.push((backend, !targets.is_empty()));
         }
         if member == Some(false) {

@@ -23,12 +23,9 @@
 //! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count;
 //! so is one near the line (above `1 − margin`) that refused more than `refused_max` of its
 //! own projects' requests since the last step (each would bounce out and back: the plans
-//! report it through [`ShareFeedback`], at a share of 1 too, where every project is its own).
+//! report it through [`ShareFeedback`]).
 //!
-//! - **Full:** the share shrinks, multiplicatively (`down_per_sec`). A pool at 1 that refused
-//!   a fair sample of its projects (`cut_min_requests`) goes at once to the fraction it took:
-//!   a crowd's onset moves the projects that must leave in one step, not over a minute of
-//!   refusals that each bounce a project out and back.
+//! - **Full:** the share shrinks, multiplicatively (`down_per_sec`).
 //! - **Clear headroom** (at or below `margin` under the line where it is full, none of its
 //!   projects refused): no sooner than `hold_secs` after it last shrank, it grows back
 //!   (`up_per_sec`), so a project that spilled keeps its hosted chain for the hold window.
@@ -76,18 +73,19 @@ pub fn takes_first(key: u64, pool: &str, share: f64) -> bool {
     share >= 1.0 || uniform(key, pool) < share
 }
 
-/// Whether stickiness applies to a request: on, `strategy: adaptive`, and a hosted backend
-/// of the request is up to keep its project (else everyone comes home). Its pools count
-/// whether they could take it ([`ShareFeedback`]), at a share of 1 too.
-pub fn applies(cfg: &StickySpillConfig, strategy: Strategy, hosted_up: bool) -> bool {
-    cfg.enabled && strategy == Strategy::Adaptive && hosted_up
-}
-
 /// Whether stickiness decides for this pool and key: `Some(true)` the pool takes the key
 /// first (and stays its node past the reserve), `Some(false)` the key keeps its hosted chain,
-/// `None` it does not ([`applies`] is false, or the share is 1: planned as without it).
-pub fn membership(view: &BackendView, applies: bool, key: u64) -> Option<bool> {
-    (applies && view.share < 1.0).then(|| takes_first(key, &view.name, view.share))
+/// `None` it does not apply (off, a strategy other than adaptive, a share of 1, or no hosted
+/// backend of the request is up to keep it: then everyone comes home).
+pub fn membership(
+    view: &BackendView,
+    cfg: &StickySpillConfig,
+    strategy: Strategy,
+    hosted_up: bool,
+    key: u64,
+) -> Option<bool> {
+    let applies = cfg.enabled && strategy == Strategy::Adaptive && view.share < 1.0 && hosted_up;
+    applies.then(|| takes_first(key, &view.name, view.share))
 }
 
 /// How full a pool is, for its share.
@@ -169,14 +167,7 @@ impl Share {
             Some(l)
                 if l.refusing || l.occupancy >= full || (refuses_own && l.occupancy >= 1.0 - cfg.margin) =>
             {
-                let mut next = self.share * (1.0 - cfg.down_per_sec * dt).max(0.0);
-                // A pool at 1 that refused a fair sample of its projects knows how much it can
-                // take: go there at once, rather than refuse the rest while the share shrinks.
-                let sampled = cfg.cut_min_requests > 0 && planned >= cfg.cut_min_requests as f64;
-                if self.share >= 1.0 && refuses_own && sampled {
-                    next = next.min(kept.taken as f64 / planned);
-                }
-                self.share = next;
+                self.share *= (1.0 - cfg.down_per_sec * dt).max(0.0);
                 self.since_shrink = 0.0;
             }
             // Far under the line the crowd has gone: return toward the share that would fill
@@ -293,8 +284,7 @@ mod tests {
             down_per_sec: 0.1,
             up_per_sec: 0.01,
             refused_max: 0.25,
-            // Off here; `a_crowd_moves_...` turns them on.
-            cut_min_requests: 0,
+            // Off here; `the_share_returns_...` turns it on.
             return_below: 0.0,
             return_secs: 20,
         }
@@ -384,23 +374,14 @@ mod tests {
     }
 
     #[test]
-    fn a_crowd_moves_its_projects_in_one_step_and_they_return_when_it_goes() {
-        let cfg = StickySpillConfig { cut_min_requests: 30, return_below: 0.5, hold_secs: 60, ..cfg() };
+    fn the_share_returns_toward_filling_the_pool_when_the_crowd_has_gone() {
+        let off = StickySpillConfig { hold_secs: 60, ..cfg() };
+        let cfg = StickySpillConfig { return_below: 0.5, ..off };
         let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
         let kept = |taken: u64, refused: u64| Kept { taken, refused };
-        // At 1, 12 of 40 refused (over refused_max, 0.25) near the line: at once to the 28/40
-        // it took, below the multiplicative 1 × (1 − 0.1) = 0.9.
-        let mut s = Share::default();
-        assert_close(s.step(at(0.95), kept(28, 12), 1.0, &cfg), 0.7);
-        // Below 1 the cut is over: 0.7 × 0.9.
-        assert_close(s.step(at(1.25), kept(28, 12), 1.0, &cfg), 0.63);
-        // Fewer than cut_min_requests planned, or the cut off: multiplicative only.
-        assert_close(Share::default().step(at(0.95), kept(10, 10), 1.0, &cfg), 0.9);
-        let no_cut = StickySpillConfig { cut_min_requests: 0, ..cfg };
-        assert_close(Share::default().step(at(0.95), kept(28, 12), 1.0, &no_cut), 0.9);
-        // The crowd has gone: at 0.4 of the line (1.0 below a share of 1; return_below 0.5),
-        // within the hold, the share returns toward 0.3 × 1.0 / 0.4 = 0.75, half way in
-        // 10 s of return_secs 20: 0.3 + 0.45 × 0.5.
+        // At 0.4 of the line (1.0 below a share of 1; return_below 0.5), within the hold, the
+        // share returns toward 0.3 × 1.0 / 0.4 = 0.75, half way in 10 s of return_secs 20:
+        // 0.3 + 0.45 × 0.5.
         let mut s = Share { share: 0.3, since_shrink: 0.0 };
         assert_close(s.step(at(0.4), kept(50, 0), 10.0, &cfg), 0.525);
         // A refusal, or a pool above return_below within the hold (60 s): it holds.
@@ -409,8 +390,11 @@ mod tests {
         // A step of return_secs or more lands on the target, which is never past 1
         // (0.525 / 0.35 = 1.5): the fleet comes home.
         assert_close(s.step(at(0.35), kept(50, 0), 30.0, &cfg), 1.0);
-        // An empty pool: the same (the division floors at MIN_OCCUPANCY).
+        // An empty pool: the division floors at MIN_OCCUPANCY.
         let mut s = Share { share: 0.01, since_shrink: 0.0 };
         assert_close(s.step(at(0.0), Kept::default(), 20.0, &cfg), 0.01 * 1.0 / 0.05);
+        // Off (return_below 0): within the hold it holds.
+        let mut s = Share { share: 0.3, since_shrink: 0.0 };
+        assert_close(s.step(at(0.1), kept(50, 0), 10.0, &off), 0.3);
     }
 }
