@@ -335,6 +335,13 @@ async fn the_ttft_predictor_error_on_a_real_node_is_measured() {
         let n = 5 + (i * 37) % 156;
         let prompt: Vec<&str> = (0..n).map(|k| words[(k * 5 + i) % words.len()]).collect();
         let prompt = format!("{i}: repeat the last word: {}", prompt.join(" "));
+        // One at a time as the router sees it: the last answer's slot freed and scraped (on
+        // a loaded machine llama.cpp can still show it, and the plan spills on the queue).
+        wait_until(Duration::from_secs(30), "the node to be idle before the next request", || async {
+            let node = router.node().await;
+            (node["waiting"] == 0.0 && node["running"] == 0.0).then_some(()).ok_or(node)
+        })
+        .await;
         let (status, headers, text) = ask(&router.url, &prompt, 1).await;
         assert_eq!(status, 200, "{text}");
         assert_eq!(header(&headers, "x-spillway-backend"), Some("pool"), "request {i}: {headers:?}");
