@@ -183,9 +183,10 @@ fn bounded_candidates_give_the_full_scans_report() {
     // Shipped scenarios (4-node pools), the bound forced on. Its targets are always the full
     // scan's first ones; the report is the same while a walk's calls (dispatch.max_attempts,
     // 4) fit in the affinity node and the k others, so k = 3 is the tightest that holds (with
-    // k = 1 the baselines, whose saturated nodes fail over node after node, differ in ramp-150),
-    // and while no walk reaches a pool's last resorts: the index leaves out nodes full to the
-    // reserve, so its last resorts are the full scan's or fewer (benches/README, issue 17).
+    // k = 1 the baselines, whose saturated nodes fail over node after node, differ in ramp-150);
+    // a pool with fewer than k targets finds its first k last resorts in a third index, which
+    // keeps the nodes full to the reserve (without it, walks that reached the last resorts in
+    // hosted-outage-40m differed: benches/README, issue 17).
     for name in SHIPPED {
         let s = simulate::shortened(load(name), Duration::from_secs(600));
         let tight = Planning::Bounded { min_nodes: 1, k: 3 };

@@ -333,6 +333,11 @@ pub struct StickySpillConfig {
     /// The share of its own projects' requests (those it takes first) a pool may refuse
     /// between two steps before it counts as full for them.
     pub refused_max: f64,
+    /// When a pool at a share of 1 turns full by refusing its projects, and at least this
+    /// many of their requests were planned since the last step, the share drops at once to
+    /// what the pool can take of them (its slots outside the reserve over the time a request
+    /// holds one, against the rate they arrived at) rather than by `down_per_sec`; 0: never.
+    pub cut_min_requests: u64,
     /// With none of its projects refused and the pool at or below this fraction of the line
     /// where it grows back, the share returns toward the one that would fill the pool to
     /// that line without waiting out `hold_secs`; 0: never.
@@ -350,6 +355,7 @@ impl Default for StickySpillConfig {
             down_per_sec: 0.02,
             up_per_sec: 0.005,
             refused_max: 0.3,
+            cut_min_requests: 30,
             return_below: 0.6,
             return_secs: 30,
         }

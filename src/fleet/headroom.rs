@@ -104,6 +104,12 @@ const DEFAULT_STEP_S: f64 = 0.02;
 const DEFAULT_PREFILL_TPS: f64 = 10_000.0;
 const DEFAULT_SERVICE_S: f64 = 2.0;
 
+/// How long a request holds its slot, once running (the engine's end-to-end time less its
+/// queue time), or the fallback.
+pub fn service_s(sig: &NodeSignals) -> f64 {
+    sig.service_s.filter(|s| *s > 0.0).unwrap_or(DEFAULT_SERVICE_S)
+}
+
 /// Sequences the node runs at once: the pool's `max_running`, or the node's own smaller limit.
 pub fn slots(sig: &NodeSignals, limits: &PoolLimits) -> f64 {
     let pool = f64::from(limits.max_running.max(1));
@@ -116,7 +122,7 @@ pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prom
     let slots = slots(sig, limits);
     // Requests ahead of this one in the queue once every slot is busy.
     let ahead = (at_node + 1.0 - slots).max(0.0);
-    let queue_wait = ahead * sig.service_s.unwrap_or(DEFAULT_SERVICE_S) / slots;
+    let queue_wait = ahead * service_s(sig) / slots;
     let cached = sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0);
     let uncached = f64::from(prompt_tokens) * (1.0 - cached);
     let tps = sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS);

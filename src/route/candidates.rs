@@ -14,10 +14,14 @@
 //! everything it has not looked at. The pool's targets it returns are the full scan's, cut
 //! after the last one that nothing unseen could precede (at least `k` beyond the affinity
 //! node, or all of them when the scan stopped on the SLO or ran out of nodes); its spills are
-//! the nodes it judged, and so are a standard request's last resorts (nodes refused for the
-//! reserve or a queue that answer within the first-token deadline): the full scan's, or
-//! fewer. Interactive requests (their last resorts list every full node) and plans made
-//! before the index was built scan in full.
+//! the nodes it judged. A standard request's last resorts (nodes refused for the reserve, a
+//! queue or the SLO that answer within the first-token deadline) are found the same way in a
+//! third index, which leaves out only the nodes no request can use (held, down, stale), in
+//! order of the same lower bound: while the pool has fewer than `k` targets with headroom, the
+//! scan goes on through it until `k` last resorts are ahead of everything it has not looked at
+//! or the bound passes the deadline, so its first `k` last resorts are the full scan's.
+//! Interactive requests (their last resorts list every full node) and plans made before the
+//! index was built scan in full.
 //!
 //! A node the router's own load has filled since the scrape is left out of later scans of the
 //! same snapshot; that holds while the router's unseen credit does not fall during a
@@ -93,6 +97,20 @@ pub struct Candidates {
     /// spill, which may use it (built only for pools whose share is below 1: no other has such
     /// requests).
     relaxed: Vec<Option<Pool>>,
+    /// Every node a standard request may keep as a last resort (built for the pools `pools`
+    /// covers).
+    resorts: Vec<Option<Pool>>,
+}
+
+/// Which requests an index is for, and so which nodes it leaves out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Index {
+    /// Judged with the pool's reserve: nodes full to it are left out.
+    Reserve,
+    /// Judged without it (the projects a pool under sticky spill takes first).
+    Relaxed,
+    /// Last resorts: only the nodes no request can use are left out.
+    LastResorts,
 }
 
 #[derive(Debug)]
@@ -189,8 +207,12 @@ impl Pool {
         limits: PoolLimits,
         now: Instant,
         affinity: Option<Arc<AffinityTable>>,
+        index: Index,
     ) -> Pool {
         let limits = &limits;
+        let full_now = |sig: &NodeSignals| {
+            index != Index::LastResorts && (sig.waiting.unwrap_or(0.0) > 0.0 || full(sig, limits, seen(sig)))
+        };
         let mut excluded = Vec::new();
         let mut class_of = Vec::with_capacity(view.nodes.len());
         let mut first: Vec<usize> = Vec::new();
@@ -201,8 +223,7 @@ impl Pool {
                 || node.breaker == BreakerView::Open
                 || node.quarantine.is_some()
                 || !headroom::fresh(sig, limits, now)
-                || sig.waiting.unwrap_or(0.0) > 0.0
-                || full(sig, limits, seen(sig))
+                || full_now(sig)
             {
                 excluded.push(i);
             }
@@ -253,22 +274,28 @@ impl Candidates {
         min_nodes: usize,
         affinity: &[Option<Arc<AffinityTable>>],
     ) -> Candidates {
-        let index = |relaxed: bool| {
+        let index = |index: Index| {
             snap.backends
                 .iter()
                 .enumerate()
                 .map(|(b, view)| {
                     let limits = PoolLimits {
-                        reserve: if relaxed { 0.0 } else { view.limits.reserve },
+                        reserve: if index == Index::Reserve { view.limits.reserve } else { 0.0 },
                         ..view.limits
                     };
-                    let own_projects = !relaxed || view.share < 1.0;
+                    let own_projects = index != Index::Relaxed || view.share < 1.0;
                     (view.is_local() && view.nodes.len() >= min_nodes.max(1) && own_projects)
-                        .then(|| Pool::build(view, limits, now, affinity.get(b).cloned().flatten()))
+                        .then(|| Pool::build(view, limits, now, affinity.get(b).cloned().flatten(), index))
                 })
                 .collect()
         };
-        Candidates { k: k.max(1), built_at: now, pools: index(false), relaxed: index(true) }
+        Candidates {
+            k: k.max(1),
+            built_at: now,
+            pools: index(Index::Reserve),
+            relaxed: index(Index::Relaxed),
+            resorts: index(Index::LastResorts),
+        }
     }
 }
 
@@ -306,6 +333,9 @@ struct Bounded<'a> {
     judged: bool,
     /// The class being looked at, and its lower bound at this request's prompt.
     class: Option<(u32, f64)>,
+    /// The nodes handed out, and the index of this pool's last resorts (standard requests).
+    handed: Vec<usize>,
+    resorts: Option<&'a Pool>,
     /// No node left unjudged that could be admitted comes before this (TTFT, node).
     cut: (f64, usize),
     done: bool,
@@ -339,9 +369,11 @@ impl<'a> Scan<'a> {
             .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive)
             .and_then(|c| {
                 let pools = if relaxed { &c.relaxed } else { &c.pools };
-                Some((c.k, pools.get(backend.index())?.as_ref()?))
+                let resorts = c.resorts.get(backend.index()).and_then(Option::as_ref);
+                let resorts = resorts.filter(|_| facts.priority == Priority::Standard);
+                Some((c.k, pools.get(backend.index())?.as_ref()?, resorts))
             })
-            .map(|(k, pool)| {
+            .map(|(k, pool, resorts)| {
                 let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
                 let (bin, low) = bin(facts.prompt_tokens);
                 pool.order(view, &mut state, bin, low);
@@ -361,6 +393,8 @@ impl<'a> Scan<'a> {
                     last: None,
                     judged: false,
                     class: None,
+                    handed: Vec::new(),
+                    resorts,
                     cut: (f64::INFINITY, usize::MAX),
                     done: false,
                 }
@@ -385,6 +419,49 @@ impl<'a> Scan<'a> {
         if let Some(b) = &self.bounded {
             admitted.retain(|&(other, ttft, i)| !other || (ttft, i) < b.cut);
         }
+    }
+
+    /// After the scan, with `targets` the pool's targets with headroom (cut): the nodes it did
+    /// not judge that may still be among a standard request's first `k` last resorts, for a
+    /// bounded scan whose pool has fewer than `k` targets (more would come first in the plan,
+    /// beyond what a walk's calls use). `None`: nothing more to judge (a full scan judged
+    /// every node).
+    pub fn last_resorts(self, targets: usize, deadline_s: f64) -> Option<LastResorts<'a>> {
+        let b = self.bounded?;
+        let pool = b.resorts.filter(|_| targets < b.k)?;
+        let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (bin, low) = bin(b.prompt);
+        pool.order(b.view, &mut state, bin, low);
+        Some(LastResorts { k: b.k, deadline_s, state, bin, pos: 0, judged: b.handed })
+    }
+}
+
+/// The rest of a bounded scan, for a standard request's last resorts.
+pub struct LastResorts<'a> {
+    k: usize,
+    deadline_s: f64,
+    state: MutexGuard<'a, PoolState>,
+    bin: usize,
+    pos: usize,
+    /// The nodes the scan already judged.
+    judged: Vec<usize>,
+}
+
+impl LastResorts<'_> {
+    /// The next node to judge, given the predicted TTFTs of the pool's last resorts so far
+    /// (ascending); `None` once nothing unjudged could come before the `k`-th of them.
+    pub fn next(&mut self, found: &[f64]) -> Option<usize> {
+        let order = self.state.bins[self.bin].as_ref().expect("ordered in Scan::last_resorts");
+        while let Some(&(low, _, i)) = order.get(self.pos) {
+            self.pos += 1;
+            if low > self.deadline_s || found.get(self.k - 1).is_some_and(|&kth| low > kth) {
+                return None;
+            }
+            if !self.judged.contains(&i) {
+                return Some(i);
+            }
+        }
+        None
     }
 }
 
@@ -456,6 +533,7 @@ impl Bounded<'_> {
 
     fn hand_out(&mut self, i: usize) -> Option<usize> {
         self.judged = true;
+        self.handed.push(i);
         self.last = Some(i);
         Some(i)
     }

@@ -32,14 +32,18 @@ tasks:
 }
 
 /// A pool of varied nodes: some idle, some busy or full, some queueing, a few stale or down,
-/// and groups of identical ones.
-fn snap(now: Instant, rng: &mut StdRng) -> Snapshot {
+/// and groups of identical ones; `busy`: nearly every node at or past its reserve line.
+fn snap(now: Instant, rng: &mut StdRng, busy: bool) -> Snapshot {
     let mut by_key: HashMap<NodeKey, (Option<NodeSignals>, BreakerView)> = HashMap::new();
     for (i, node) in Snapshot::from_config(config()).backends[0].nodes.iter().enumerate() {
         let signals = NodeSignals {
             scraped_at: Some(if i % 37 == 5 { now - Duration::from_secs(60) } else { now }),
-            running: Some(if i % 10 < 3 { 4.0 } else { f64::from(rng.gen_range(0..34)) }),
-            waiting: Some(if i % 23 == 0 { 2.0 } else { 0.0 }),
+            running: Some(match (busy, i % 10 < 3) {
+                (true, _) => f64::from(rng.gen_range(24..33)),
+                (false, true) => 4.0,
+                (false, false) => f64::from(rng.gen_range(0..34)),
+            }),
+            waiting: Some(if i % 23 == 0 || (busy && i % 7 == 0) { 2.0 } else { 0.0 }),
             kv_usage: Some(rng.gen_range(0.0..0.9)),
             kv_blocks: Some(25_000),
             block_size: Some(16),
@@ -112,10 +116,10 @@ fn last_resorts(p: &Plan) -> Vec<(usize, Reason)> {
 #[tokio::test(start_paused = true)]
 async fn bounded_plans_begin_as_the_full_scan_does() {
     let mut rng = StdRng::seed_from_u64(17);
-    let (mut cut_short, mut judged_fewer) = (0, 0);
-    for round in 0..6 {
+    let (mut cut_short, mut judged_fewer, mut resorts_kept) = (0, 0, 0);
+    for round in 0..9 {
         let now = Instant::now();
-        let full = snap(now, &mut rng);
+        let full = snap(now, &mut rng, round >= 6);
         let keys: Vec<u64> = (0..250).collect();
         let table = Arc::new(AffinityTable::new(&full.backends[0].nodes, keys));
         let k = [1, 2, DEFAULT_K][round % 3];
@@ -139,10 +143,16 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
             assert!(beyond_affinity.count() >= k.min(pa.len()) || pa.len() == pb.len());
             assert_eq!(a.targets.first(), b.targets.first());
             assert!(b.spills.iter().all(|s| a.spills.contains(s)));
-            // Last resorts come from the nodes judged: the full scan's, in its order, or
-            // fewer.
-            let mut full_resorts = last_resorts(&a).into_iter();
-            assert!(last_resorts(&b).iter().all(|r| full_resorts.any(|f| f == *r)));
+            // Last resorts are the full scan's, in its order, or fewer; a standard request
+            // whose pool has fewer than k targets has the full scan's first k.
+            let (ra, rb) = (last_resorts(&a), last_resorts(&b));
+            let mut full_resorts = ra.iter();
+            assert!(rb.iter().all(|r| full_resorts.any(|f| f == r)));
+            if f.priority == Priority::Standard && pb.len() < k {
+                let n = k.min(ra.len());
+                assert_eq!(ra[..n], rb[..n.min(rb.len())], "the first {n} last resorts");
+                resorts_kept += usize::from(n > 0);
+            }
             if pb.is_empty() {
                 assert_eq!(a.spills.is_empty(), b.spills.is_empty(), "the pool spilled in both");
             }
@@ -157,6 +167,7 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
         }
     }
     assert!(cut_short > 500 && judged_fewer > 1000, "{cut_short} cut short, {judged_fewer} judged fewer");
+    assert!(resorts_kept > 100, "{resorts_kept} plans with last resorts checked");
 }
 
 #[test]

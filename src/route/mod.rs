@@ -24,7 +24,7 @@ use crate::config::{BackendId, Priority, TaskConfig};
 use crate::fleet::headroom::{self, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
 use crate::policy::{self, NoEligibleBackend};
-use crate::snapshot::{BreakerView, NodeView, Snapshot};
+use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 
 /// What planning needs to know about one request.
 pub struct RequestFacts<'a> {
@@ -111,8 +111,9 @@ pub struct Spill {
 pub struct Plan {
     pub targets: Vec<Target>,
     pub spills: Vec<Spill>,
-    /// The pools that take this request's project first (`sticky`), and whether one of
-    /// their nodes could take it: the pool's share shrinks while it refuses its own projects.
+    /// The pools that take this request's project first (`sticky`; at a share of 1, every
+    /// pool while stickiness applies), and whether one of their nodes could take it: the
+    /// pool's share shrinks while it refuses its own projects.
     pub kept: Vec<(BackendId, bool)>,
 }
 
@@ -165,13 +166,12 @@ pub fn plan_among(
     let mut kept = Vec::new();
     let key = facts.affinity.unwrap_or(facts.seed);
     let hosted_up = eligible.iter().any(|&b| !snap.backends[b].is_local() && !snap.backends[b].down);
-    let sticky_cfg = &snap.config.balancing.sticky_spill;
+    let sticky = sticky::applies(&snap.config.balancing.sticky_spill, facts.task.strategy, hosted_up);
     for &backend in eligible.iter().filter(|&&b| snap.backends[b].is_local()) {
-        let member =
-            sticky::membership(&snap.backends[backend], sticky_cfg, facts.task.strategy, hosted_up, key);
+        let member = sticky::membership(&snap.backends[backend], sticky, key);
         let stay = member == Some(true);
         let targets = pool_targets(facts, snap, backend, slo_s, stay, now, &mut spills, &mut last_resort);
-        if stay {
+        if sticky && member != Some(false) {
             kept.push((backend, !targets.is_empty()));
         }
         if member == Some(false) {
@@ -228,8 +228,7 @@ pub fn plan_among(
 
 /// The nodes of one local pool that may take the request, affinity node first while it has
 /// headroom, then the soonest predicted first token. The others are recorded as spills, and
-/// as last resorts: every full node for interactive requests, the nodes refused only for the
-/// failover reserve for standard ones. `stay`: the pool takes this project first
+/// some as last resorts ([`Judge::node`]). `stay`: the pool takes this project first
 /// while it cannot take them all (`sticky`), so the failover reserve is not held against it.
 #[allow(clippy::too_many_arguments)]
 fn pool_targets(
@@ -253,54 +252,28 @@ fn pool_targets(
             .unwrap_or_else(|| affinity_node(&view.nodes, k))
     });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
+    let judge = Judge { facts, view, backend, limits, open, slo_s, deadline_s, now };
+    let mut mine = Vec::new();
     let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, stay, now);
     while let Some(i) = scan.next(&admitted) {
-        let node = &view.nodes[i];
-        let load = (facts.load)(node);
-        let verdict = if node.held.is_some() {
-            Err(SpillReason::Drained)
-        } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
-            Err(SpillReason::Down)
-        } else {
-            headroom::admit(&node.signals, load, &limits, facts.prompt_tokens, slo_s, now)
-        };
-        match verdict {
-            Ok(ttft) => admitted.push((preferred != Some(i), ttft, i)),
-            Err(why) => {
-                spills.push(Spill { backend, node: i, reason: why });
-                let ttft = match facts.priority {
-                    Priority::Interactive if why > SpillReason::Stale => {
-                        Some(headroom::predict_ttft(&node.signals, load, &limits, facts.prompt_tokens))
-                    }
-                    // A standard request keeps a node that would take it without the
-                    // failover reserve (what the reserve is for: its hosted chain failed)
-                    // and with the first-token deadline for its SLO, or would queue it with
-                    // its first token predicted within that deadline, as its last resort:
-                    // for when every hosted target failed or was passed over before the
-                    // snapshot shows the provider down. Not a node short of KV cache.
-                    Priority::Standard
-                        if matches!(why, SpillReason::Reserve | SpillReason::Queue | SpillReason::Ttft) =>
-                    {
-                        let prompt = facts.prompt_tokens;
-                        match headroom::admit(&node.signals, load, &open, prompt, deadline_s, now) {
-                            Ok(ttft) => Some(ttft),
-                            Err(SpillReason::Queue) => {
-                                let ttft = headroom::predict_ttft(&node.signals, load, &open, prompt);
-                                (ttft <= deadline_s).then_some(ttft)
-                            }
-                            Err(_) => None,
-                        }
-                    }
-                    _ => None,
-                };
-                if let Some(ttft) = ttft {
-                    last_resort.push((ttft, Target { backend, node: i, reason: Reason::LastResort { why } }));
-                }
-            }
+        if let Some(ttft) = judge.node(i, spills, &mut mine) {
+            admitted.push((preferred != Some(i), ttft, i));
         }
     }
     admitted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
     scan.cut(&mut admitted);
+    if let Some(mut more) = scan.last_resorts(admitted.len(), deadline_s) {
+        let mut found: Vec<f64> = mine.iter().map(|r| r.0).collect();
+        found.sort_by(f64::total_cmp);
+        while let Some(i) = more.next(&found) {
+            let before = mine.len();
+            judge.node(i, spills, &mut mine);
+            for &(ttft, _) in &mine[before..] {
+                found.insert(found.partition_point(|&f| f < ttft), ttft);
+            }
+        }
+    }
+    last_resort.extend(mine);
     admitted
         .into_iter()
         .map(|(other, ttft, node)| Target {
@@ -309,6 +282,69 @@ fn pool_targets(
             reason: Reason::Headroom { predicted_ttft_ms: (ttft * 1000.0).round() as u32, affinity: !other },
         })
         .collect()
+}
+
+/// How [`pool_targets`] judges one node of its pool for one request.
+struct Judge<'a, 'f> {
+    facts: &'a RequestFacts<'f>,
+    view: &'a BackendView,
+    backend: BackendId,
+    /// The limits it is judged by, and those without the reserve (for last resorts).
+    limits: PoolLimits,
+    open: PoolLimits,
+    slo_s: f64,
+    deadline_s: f64,
+    now: Instant,
+}
+
+impl Judge<'_, '_> {
+    /// Node `i`'s predicted TTFT if it may take the request; else the spill is recorded, and
+    /// the node kept as a last resort where the request's priority allows: every full node
+    /// for interactive requests; for standard ones a node that would take it without the
+    /// failover reserve (what the reserve is for: its hosted chain failed) and with the
+    /// first-token deadline for its SLO, or would queue it with its first token predicted
+    /// within that deadline, for when every hosted target failed or was passed over before
+    /// the snapshot shows the provider down. Not a node short of KV cache.
+    fn node(&self, i: usize, spills: &mut Vec<Spill>, last_resort: &mut Vec<(f64, Target)>) -> Option<f64> {
+        let (facts, backend) = (self.facts, self.backend);
+        let node = &self.view.nodes[i];
+        let load = (facts.load)(node);
+        let prompt = facts.prompt_tokens;
+        let verdict = if node.held.is_some() {
+            Err(SpillReason::Drained)
+        } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
+            Err(SpillReason::Down)
+        } else {
+            headroom::admit(&node.signals, load, &self.limits, prompt, self.slo_s, self.now)
+        };
+        let why = match verdict {
+            Ok(ttft) => return Some(ttft),
+            Err(why) => why,
+        };
+        spills.push(Spill { backend, node: i, reason: why });
+        let ttft = match facts.priority {
+            Priority::Interactive if why > SpillReason::Stale => {
+                Some(headroom::predict_ttft(&node.signals, load, &self.limits, prompt))
+            }
+            Priority::Standard
+                if matches!(why, SpillReason::Reserve | SpillReason::Queue | SpillReason::Ttft) =>
+            {
+                match headroom::admit(&node.signals, load, &self.open, prompt, self.deadline_s, self.now) {
+                    Ok(ttft) => Some(ttft),
+                    Err(SpillReason::Queue) => {
+                        let ttft = headroom::predict_ttft(&node.signals, load, &self.open, prompt);
+                        (ttft <= self.deadline_s).then_some(ttft)
+                    }
+                    Err(_) => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(ttft) = ttft {
+            last_resort.push((ttft, Target { backend, node: i, reason: Reason::LastResort { why } }));
+        }
+        None
+    }
 }
 
 #[cfg(test)]

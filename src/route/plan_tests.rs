@@ -394,15 +394,23 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     assert_eq!(order[0], "anthropic#0");
     assert!(order[1..3].iter().all(|n| n.starts_with("local-llama")), "{order:?}");
     assert_eq!(p.spill_reason(), Some(SpillReason::Sticky));
-    // A share of 1 is planning without stickiness: the reserve holds for every key.
+    // A share of 1 is planning without stickiness: the reserve holds for every key. Every
+    // project is the pool's own there, so the plan reports the refusal (for the cut).
     let full = snap_with(now, busy, closed);
     let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &full, now).unwrap();
     assert_eq!(names(&full, &p)[..2], ["anthropic#0", "openai#0"]);
     assert_eq!(p.targets[2].reason, Reason::LastResort { why: SpillReason::Reserve });
-    // Sticky spill only shapes adaptive tasks.
+    assert_eq!(p.kept, [(BackendId::new(0), false)]);
+    let p =
+        plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &snap_with(now, idle, closed), now);
+    assert_eq!(p.unwrap().kept, [(BackendId::new(0), true)]);
+    // Sticky spill only shapes adaptive tasks, and counts only theirs.
     task.strategy = Strategy::Priority;
     let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &idle_snap, now).unwrap();
     assert_eq!(names(&idle_snap, &p)[0], "local-llama#0");
+    assert!(p.kept.is_empty());
+    let p = plan(&RequestFacts { affinity: Some(key), ..facts(&task, key) }, &full, now).unwrap();
+    assert!(p.kept.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

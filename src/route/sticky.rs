@@ -23,16 +23,22 @@
 //! reserve (queue, KV cache, predicted TTFT past the SLO) is full too, whatever its count;
 //! so is one near the line (above `1 − margin`) that refused more than `refused_max` of its
 //! own projects' requests since the last step (each would bounce out and back: the plans
-//! report it through [`ShareFeedback`]).
+//! report it through [`ShareFeedback`], at a share of 1 too, where every project is its own).
 //!
-//! - **Full:** the share shrinks, multiplicatively (`down_per_sec`).
+//! - **Full:** the share shrinks, multiplicatively (`down_per_sec`). A pool at 1 that refused
+//!   a fair sample of its projects (`cut_min_requests`), more than it can take (its slots
+//!   outside the reserve over the time a request holds one, against the rate they were
+//!   planned), goes at once to the fraction it can take: a crowd's onset moves the projects
+//!   that must leave in one step, not over a minute of refusals that each bounce a project out
+//!   and back. At 1 its refusals count for nothing else.
 //! - **Clear headroom** (at or below `margin` under the line where it is full, none of its
 //!   projects refused): no sooner than `hold_secs` after it last shrank, it grows back
 //!   (`up_per_sec`), so a project that spilled keeps its hosted chain for the hold window.
 //! - **Far under that line** (`return_below` of it): the crowd has gone, and the share
 //!   returns toward the one that would fill the pool to the line (what the pool holds scales
 //!   with its share), with time constant `return_secs` and no hold, so the fleet does not sit
-//!   idle while the projects it sent away pay hosted prices.
+//!   idle while the projects it sent away pay hosted prices; if every project would fit
+//!   under that threshold (occupancy over share), they all come home at once.
 //! - In between it holds, so the fleet runs near its reserve line on average, as without
 //!   stickiness, and the reserve absorbs the fluctuations.
 //!
@@ -73,19 +79,18 @@ pub fn takes_first(key: u64, pool: &str, share: f64) -> bool {
     share >= 1.0 || uniform(key, pool) < share
 }
 
+/// Whether stickiness applies to a request: on, `strategy: adaptive`, and a hosted backend
+/// of the request is up to keep its project (else everyone comes home). Its pools count
+/// whether they could take it ([`ShareFeedback`]), at a share of 1 too.
+pub fn applies(cfg: &StickySpillConfig, strategy: Strategy, hosted_up: bool) -> bool {
+    cfg.enabled && strategy == Strategy::Adaptive && hosted_up
+}
+
 /// Whether stickiness decides for this pool and key: `Some(true)` the pool takes the key
 /// first (and stays its node past the reserve), `Some(false)` the key keeps its hosted chain,
-/// `None` it does not apply (off, a strategy other than adaptive, a share of 1, or no hosted
-/// backend of the request is up to keep it: then everyone comes home).
-pub fn membership(
-    view: &BackendView,
-    cfg: &StickySpillConfig,
-    strategy: Strategy,
-    hosted_up: bool,
-    key: u64,
-) -> Option<bool> {
-    let applies = cfg.enabled && strategy == Strategy::Adaptive && view.share < 1.0 && hosted_up;
-    applies.then(|| takes_first(key, &view.name, view.share))
+/// `None` it does not ([`applies`] is false, or the share is 1: planned as without it).
+pub fn membership(view: &BackendView, applies: bool, key: u64) -> Option<bool> {
+    (applies && view.share < 1.0).then(|| takes_first(key, &view.name, view.share))
 }
 
 /// How full a pool is, for its share.
@@ -97,6 +102,9 @@ pub struct PoolLoad {
     /// Most of those nodes would refuse a request of their usual size even without the
     /// reserve (queue, KV cache or predicted TTFT past `slo_s`): full, whatever the count.
     pub refusing: bool,
+    /// Requests a second those nodes finish when full to the reserve line: each slot outside
+    /// the reserve over the time a request holds it.
+    pub takes_per_sec: f64,
 }
 
 /// The pool's load now; `None` when no node is fresh and usable (nothing to steer by).
@@ -107,7 +115,7 @@ pub fn pool_load(
     slo_s: f64,
     now: Instant,
 ) -> Option<PoolLoad> {
-    let (mut held, mut room, mut fresh, mut refusing) = (0.0, 0.0, 0u32, 0u32);
+    let (mut held, mut room, mut fresh, mut refusing, mut rate) = (0.0, 0.0, 0u32, 0u32, 0.0);
     let no_reserve = PoolLimits { reserve: 0.0, ..view.limits };
     for node in &view.nodes {
         let usable = node.held.is_none() && node.quarantine.is_none() && node.breaker != BreakerView::Open;
@@ -121,11 +129,16 @@ pub fn pool_load(
         held += (sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + l.unseen as f64)
             .max(l.in_flight as f64);
         room += (slots - reserved).max(1.0);
+        rate += (slots - reserved).max(1.0) / headroom::service_s(sig);
         fresh += 1;
         let usual = sig.prompt_tokens_mean.unwrap_or(1000.0).clamp(1.0, f64::from(u32::MAX)) as u32;
         refusing += u32::from(headroom::admit(sig, l, &no_reserve, usual, slo_s, now).is_err());
     }
-    (fresh > 0).then(|| PoolLoad { occupancy: held / room, refusing: refusing * 2 > fresh })
+    (fresh > 0).then(|| PoolLoad {
+        occupancy: held / room,
+        refusing: refusing * 2 > fresh,
+        takes_per_sec: rate,
+    })
 }
 
 /// One pool's share and how long since it last shrank.
@@ -160,7 +173,13 @@ impl Share {
         // Refusing its own projects is a pool full for them, once it is near the line (below
         // it, a refusal is one node's burst, and shrinking would only idle the others).
         let planned = (kept.taken + kept.refused) as f64;
-        let refuses_own = kept.refused as f64 > cfg.refused_max * planned;
+        // At a share of 1 every project is its own, and its refusals count only on a fair
+        // sample (`cut_min_requests`) of more than it can take in the step (its slots outside
+        // the reserve over the time a request holds one): then it cuts to that at once.
+        let can_take = load.map_or(f64::INFINITY, |l| l.takes_per_sec * dt / planned.max(1.0));
+        let sampled = cfg.cut_min_requests > 0 && planned >= cfg.cut_min_requests as f64;
+        let cut = self.share >= 1.0 && sampled && can_take < 1.0;
+        let refuses_own = kept.refused as f64 > cfg.refused_max * planned && (self.share < 1.0 || cut);
         // Where it grows back: `margin` under where it is full.
         let line = full - cfg.margin;
         match load {
@@ -168,6 +187,10 @@ impl Share {
                 if l.refusing || l.occupancy >= full || (refuses_own && l.occupancy >= 1.0 - cfg.margin) =>
             {
                 self.share *= (1.0 - cfg.down_per_sec * dt).max(0.0);
+                if cut && refuses_own {
+                    // Rather than refuse the rest while the share shrinks.
+                    self.share = self.share.min(can_take);
+                }
                 self.since_shrink = 0.0;
             }
             // Far under the line the crowd has gone: return toward the share that would fill
@@ -175,7 +198,9 @@ impl Share {
             Some(l) if kept.refused == 0 && l.occupancy <= cfg.return_below * line => {
                 let target = (self.share * line / l.occupancy.max(MIN_OCCUPANCY)).min(1.0);
                 let rate = (dt / cfg.return_secs as f64).min(1.0);
-                self.share += (target - self.share).max(0.0) * rate;
+                // Every project would fit under that threshold: all come home at once.
+                let all_fit = l.occupancy <= cfg.return_below * line * self.share;
+                self.share = if all_fit { 1.0 } else { self.share + (target - self.share).max(0.0) * rate };
             }
             Some(l)
                 if kept.refused == 0 && l.occupancy <= line && self.since_shrink >= cfg.hold_secs as f64 =>
@@ -284,7 +309,8 @@ mod tests {
             down_per_sec: 0.1,
             up_per_sec: 0.01,
             refused_max: 0.25,
-            // Off here; `the_share_returns_...` turns it on.
+            // Off here; `a_crowd_moves_...` and `the_share_returns_...` turn them on.
+            cut_min_requests: 0,
             return_below: 0.0,
             return_secs: 20,
         }
@@ -315,7 +341,7 @@ mod tests {
     #[test]
     fn full_pools_shrink_at_once_and_grow_back_after_the_hold() {
         let cfg = cfg();
-        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec: 0.0 });
         let mut s = Share::default();
         // Within the band: nothing moves.
         assert_eq!(s.step(at(0.9), Kept::default(), 1.0, &cfg), 1.0);
@@ -342,7 +368,12 @@ mod tests {
         assert_close(s.step(at(2.0), Kept::default(), 0.0, &cfg), 1.0);
         // Nodes that refuse requests of their usual size make the pool full at any count.
         assert_close(
-            s.step(Some(PoolLoad { occupancy: 0.5, refusing: true }), Kept::default(), 1.0, &cfg),
+            s.step(
+                Some(PoolLoad { occupancy: 0.5, refusing: true, takes_per_sec: 0.0 }),
+                Kept::default(),
+                1.0,
+                &cfg,
+            ),
             0.9,
         );
         assert_close(s.step(at(0.5), Kept::default(), 5.0, &cfg), 0.9);
@@ -356,7 +387,7 @@ mod tests {
     #[test]
     fn a_pool_that_refuses_its_own_projects_near_the_line_is_full() {
         let cfg = cfg();
-        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec: 0.0 });
         let kept = |taken: u64, refused: u64| Kept { taken, refused };
         let mut s = Share { share: 0.5, since_shrink: f64::INFINITY };
         // 3 refused of 10 is over refused_max (0.25) near the line (0.9 ≥ 1 − 0.2): it
@@ -374,10 +405,33 @@ mod tests {
     }
 
     #[test]
+    fn a_crowd_moves_its_projects_in_one_step() {
+        let cfg = StickySpillConfig { cut_min_requests: 30, ..cfg() };
+        let at =
+            |occupancy: f64, takes_per_sec: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec });
+        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        // At 1, 12 of 40 refused (over refused_max, 0.25) near the line, where the pool takes
+        // 12 a second: at once to 12 / 40, below the multiplicative 1 × (1 − 0.1) = 0.9.
+        let mut s = Share::default();
+        assert_close(s.step(at(0.95, 12.0), kept(28, 12), 1.0, &cfg), 0.3);
+        // Below 1 the cut is over: 0.3 × 0.9.
+        assert_close(s.step(at(1.25, 12.0), kept(28, 12), 1.0, &cfg), 0.27);
+        // At 1 its refusals count only for the cut: fewer than cut_min_requests planned, the
+        // cut off, or a pool that could take them all (50 a second: refusals of a burst)
+        // hold it at 1 below the line.
+        assert_close(Share::default().step(at(0.95, 12.0), kept(10, 10), 1.0, &cfg), 1.0);
+        let no_cut = StickySpillConfig { cut_min_requests: 0, ..cfg };
+        assert_close(Share::default().step(at(0.95, 12.0), kept(28, 12), 1.0, &no_cut), 1.0);
+        assert_close(Share::default().step(at(0.95, 50.0), kept(28, 12), 1.0, &cfg), 1.0);
+        // At the line it is full at 1 whatever it refused: multiplicative, 2 s at 0.1.
+        assert_close(Share::default().step(at(1.0, 50.0), kept(28, 12), 2.0, &cfg), 0.8);
+    }
+
+    #[test]
     fn the_share_returns_toward_filling_the_pool_when_the_crowd_has_gone() {
         let off = StickySpillConfig { hold_secs: 60, ..cfg() };
         let cfg = StickySpillConfig { return_below: 0.5, ..off };
-        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false });
+        let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec: 0.0 });
         let kept = |taken: u64, refused: u64| Kept { taken, refused };
         // At 0.4 of the line (1.0 below a share of 1; return_below 0.5), within the hold, the
         // share returns toward 0.3 × 1.0 / 0.4 = 0.75, half way in 10 s of return_secs 20:
@@ -390,9 +444,12 @@ mod tests {
         // A step of return_secs or more lands on the target, which is never past 1
         // (0.525 / 0.35 = 1.5): the fleet comes home.
         assert_close(s.step(at(0.35), kept(50, 0), 30.0, &cfg), 1.0);
-        // An empty pool: the division floors at MIN_OCCUPANCY.
-        let mut s = Share { share: 0.01, since_shrink: 0.0 };
-        assert_close(s.step(at(0.0), Kept::default(), 20.0, &cfg), 0.01 * 1.0 / 0.05);
+        // Every project would fit under return_below (0.1 ≤ 0.5 × 1.0 × 0.3): all at once.
+        let mut s = Share { share: 0.3, since_shrink: 0.0 };
+        assert_close(s.step(at(0.1), kept(50, 0), 1.0, &cfg), 1.0);
+        // A nearly empty pool (0.02 > 0.5 × 0.02): the division floors at MIN_OCCUPANCY.
+        let mut s = Share { share: 0.02, since_shrink: 0.0 };
+        assert_close(s.step(at(0.02), Kept::default(), 20.0, &cfg), 0.02 * 1.0 / 0.05);
         // Off (return_below 0): within the hold it holds.
         let mut s = Share { share: 0.3, since_shrink: 0.0 };
         assert_close(s.step(at(0.1), kept(50, 0), 10.0, &off), 0.3);
