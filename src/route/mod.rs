@@ -266,9 +266,9 @@ fn pool_targets(
         let mut found: Vec<f64> = mine.iter().map(|r| r.0).collect();
         found.sort_by(f64::total_cmp);
         while let Some(i) = more.next(&found) {
-            let before = mine.len();
             judge.node(i, spills, &mut mine);
-            for &(ttft, _) in &mine[before..] {
+            // One judgement keeps at most one last resort.
+            if let Some(&(ttft, _)) = mine.get(found.len()) {
                 found.insert(found.partition_point(|&f| f < ttft), ttft);
             }
         }
