@@ -62,6 +62,8 @@ pub struct Segments {
     _lock: File,
     current: File,
     current_seq: u64,
+    /// Sealed segments written since the stage last took the files to fsync.
+    sealed_unsynced: Vec<File>,
     segments: BTreeMap<u64, Segment>,
     keys: HashMap<RowKey, VecDeque<u64>>,
     full: bool,
@@ -115,6 +117,7 @@ impl Segments {
             _lock: lock,
             current,
             current_seq,
+            sealed_unsynced: Vec::new(),
             segments,
             keys,
             full: false,
@@ -157,11 +160,7 @@ impl Segments {
             // so that a replay (which stops at a torn record) does not lose them.
             let seg = self.segments.get_mut(&self.current_seq).expect("the current segment is listed");
             seg.bytes += buf.len() as u64;
-            if let Ok(file) = new_segment(&self.dir, self.current_seq + 1) {
-                self.current_seq += 1;
-                self.current = file;
-                self.segments.insert(self.current_seq, Segment { bytes: 0, pending: 0, since: now });
-            }
+            let _ = self.start_segment(now);
             self.delete_done();
             return Err(e);
         }
@@ -177,9 +176,13 @@ impl Segments {
         Ok(spooled)
     }
 
-    /// A handle on the current segment for an fsync outside the lock.
-    pub fn sync_handle(&self) -> std::io::Result<File> {
-        self.current.try_clone()
+    /// The files that rows appended so far may sit in unsynced (the segments sealed since the
+    /// last call, and the current one), for an fsync outside the lock.
+    pub fn files_to_sync(&mut self) -> std::io::Result<Vec<File>> {
+        let current = self.current.try_clone()?;
+        let mut files = std::mem::take(&mut self.sealed_unsynced);
+        files.push(current);
+        Ok(files)
     }
 
     /// `rows` are committed to the store: forget them, and delete every sealed segment left
@@ -231,13 +234,18 @@ impl Segments {
         if seg.bytes == 0 || (seg.bytes < SEGMENT_BYTES && !old) {
             return Ok(());
         }
-        // Whatever was appended is synced by the stage before rows are handed on; sync the
-        // sealed segment once more so that its last bytes are down before a new file starts.
-        self.current.sync_data()?;
-        self.current_seq += 1;
-        self.current = new_segment(&self.dir, self.current_seq)?;
-        self.segments.insert(self.current_seq, Segment { bytes: 0, pending: 0, since: now });
+        self.start_segment(now)?;
         self.delete_done();
+        Ok(())
+    }
+
+    /// Seal the current segment and append to a new one from now on. The stage's next fsync
+    /// covers the sealed file too, before the rows in it are handed on.
+    fn start_segment(&mut self, now: Instant) -> std::io::Result<()> {
+        let next = new_segment(&self.dir, self.current_seq + 1)?;
+        self.sealed_unsynced.push(std::mem::replace(&mut self.current, next));
+        self.current_seq += 1;
+        self.segments.insert(self.current_seq, Segment { bytes: 0, pending: 0, since: now });
         Ok(())
     }
 

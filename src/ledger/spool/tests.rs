@@ -1,6 +1,8 @@
 //! The spool's directory on disk: replay after a crash, acknowledgement freeing segments, a
 //! torn tail, the size bound, the lock; and the stage in front of a real SQLite writer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::segments::Segments;
@@ -40,6 +42,17 @@ fn files(dir: &std::path::Path) -> usize {
         .unwrap()
         .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "spool"))
         .count()
+}
+
+/// Every whole row in the segment files of `dir`, in the order written.
+fn rows_on_disk(dir: &std::path::Path) -> Vec<LedgerRow> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "spool"))
+        .collect();
+    paths.sort();
+    paths.iter().flat_map(|p| super::frame::scan(&std::fs::read(p).unwrap()).rows).collect()
 }
 
 #[test]
@@ -167,4 +180,52 @@ async fn a_full_spool_never_holds_a_row_back() {
     let stats = probe.stats();
     assert!(stats.full_events >= 1 && stats.at_risk >= 1, "{stats:?}");
     assert!(stats.at_risk <= 47, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_slow_fsync_never_holds_the_next_rows_back_from_the_file() {
+    let dir = temp_dir();
+    let store = Store::open(&format!("sqlite://{}", dir.with_extension("db").display())).await.unwrap();
+    let config =
+        SpoolConfig { dir: dir.clone(), max_bytes: 1 << 20, fsync_interval: Duration::from_millis(1) };
+    let (spool, replay) = Spool::open(&config).unwrap();
+    // Every fsync waits until the gate opens: a disk that takes its time.
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let (shut, syncs) = (gate.clone(), Arc::new(AtomicUsize::new(0)));
+    let started = syncs.clone();
+    let spool = spool.with_sync(move |file| {
+        started.fetch_add(1, Ordering::SeqCst);
+        let (open, turned) = &*shut;
+        let _open = turned.wait_while(open.lock().unwrap(), |open| !*open).unwrap();
+        file.sync_data()
+    });
+    let writer = WriterConfig { flush_interval: Duration::from_millis(5), ..WriterConfig::default() };
+    let (sender, handle) = crate::ledger::spawn_spooled(store.clone(), writer, spool, replay);
+    for i in 0..3 {
+        sender.send(row(i)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while syncs.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the first fsync started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for i in 3..6 {
+        sender.send(row(i)).unwrap();
+    }
+    // While the first fsync waits, every row still reaches the file: a kill now loses none.
+    let want: Vec<LedgerRow> = (0..6).map(row).collect();
+    let mut on_disk = rows_on_disk(&dir);
+    while on_disk != want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        on_disk = rows_on_disk(&dir);
+    }
+    let in_store = store.query(0, i64::MAX).await.unwrap().len();
+    // Open the gate before asserting, so that a failure ends the test instead of hanging it.
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    assert_eq!(on_disk.len(), 6, "rows on disk while the first fsync waits");
+    assert_eq!(in_store, 0, "no row goes to the store before its fsync");
+    drop(sender);
+    handle.shutdown().await.unwrap();
+    assert_eq!(store.query(0, i64::MAX).await.unwrap().len(), 6, "every row reached the store");
 }
