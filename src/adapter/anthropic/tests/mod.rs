@@ -1,0 +1,63 @@
+//! Tests of the anthropic adapter against the recorded fixtures in tests/fixtures/: the request
+//! it writes (`request`), the responses and events it reads (`response`), and both over HTTP
+//! (`send`). This file holds what they share.
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::*;
+use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
+
+mod request;
+mod response;
+mod send;
+
+fn text(s: &str) -> Event {
+    Event::TextDelta(s.to_string())
+}
+
+fn sample_request(stream: bool) -> ChatRequest {
+    let mut assistant = Message::new(Role::Assistant, "Let me look.");
+    assistant.tool_calls.push(ToolCall {
+        id: "toolu_1".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"location":"Paris"}"#.into(),
+    });
+    assistant.tool_calls.push(ToolCall {
+        id: "toolu_2".into(),
+        name: "get_time".into(),
+        arguments: "not json".into(),
+    });
+    let mut result1 = Message::new(Role::Tool, "21C");
+    result1.tool_call_id = Some("toolu_1".into());
+    let mut result2 = Message::new(Role::Tool, "14:00");
+    result2.tool_call_id = Some("toolu_2".into());
+    ChatRequest {
+        model: "claude-sonnet-4-20250514".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "Weather in Paris?"),
+            Message::new(Role::User, "And the time?"),
+            assistant,
+            result1,
+            result2,
+            Message::new(Role::System, "Answer in French."),
+        ],
+        max_tokens: None,
+        temperature: Some(1.4),
+        top_p: None,
+        stop: vec!["END".into()],
+        tools: vec![Tool {
+            name: "get_weather".into(),
+            description: Some("Current weather".into()),
+            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+        }],
+        tool_choice: Some(ToolChoice::Function("get_weather".into())),
+        seed: Some(1),
+        stream,
+        response_format: ResponseFormat::Text,
+        relay: false,
+        ..ChatRequest::default()
+    }
+}
