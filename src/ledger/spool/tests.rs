@@ -1,7 +1,6 @@
 //! The spool's directory on disk: replay after a crash, acknowledgement freeing segments, a
 //! torn tail, the size bound, the lock; and the stage in front of a real SQLite writer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -191,10 +190,10 @@ async fn a_slow_fsync_never_holds_the_next_rows_back_from_the_file() {
     let (spool, replay) = Spool::open(&config).unwrap();
     // Every fsync waits until the gate opens: a disk that takes its time.
     let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-    let (shut, syncs) = (gate.clone(), Arc::new(AtomicUsize::new(0)));
-    let started = syncs.clone();
+    let shut = gate.clone();
+    let (started, mut syncs) = tokio::sync::mpsc::unbounded_channel();
     let spool = spool.with_sync(move |file| {
-        started.fetch_add(1, Ordering::SeqCst);
+        let _ = started.send(());
         let (open, turned) = &*shut;
         let _open = turned.wait_while(open.lock().unwrap(), |open| !*open).unwrap();
         file.sync_data()
@@ -204,11 +203,9 @@ async fn a_slow_fsync_never_holds_the_next_rows_back_from_the_file() {
     for i in 0..3 {
         sender.send(row(i)).unwrap();
     }
+    let first = tokio::time::timeout(Duration::from_secs(5), syncs.recv()).await;
+    assert!(matches!(first, Ok(Some(()))), "the first fsync started");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while syncs.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the first fsync started");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
     for i in 3..6 {
         sender.send(row(i)).unwrap();
     }
@@ -216,7 +213,7 @@ async fn a_slow_fsync_never_holds_the_next_rows_back_from_the_file() {
     let want: Vec<LedgerRow> = (0..6).map(row).collect();
     let mut on_disk = rows_on_disk(&dir);
     while on_disk != want && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::task::yield_now().await;
         on_disk = rows_on_disk(&dir);
     }
     let in_store = store.query(0, i64::MAX).await.unwrap().len();
