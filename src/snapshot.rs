@@ -75,6 +75,12 @@ impl BackendView {
     pub fn is_local(&self) -> bool {
         self.kind.is_local()
     }
+
+    /// A local pool none of whose nodes (held and down ones included) has a fresh reading.
+    pub fn unmeasured(&self, now: tokio::time::Instant) -> bool {
+        self.is_local()
+            && !self.nodes.iter().any(|n| crate::fleet::headroom::fresh(&n.signals, &self.limits, now))
+    }
 }
 
 fn trim(u: &str) -> String {
@@ -252,6 +258,11 @@ impl Snapshot {
         }
         let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), BackendId::new(i))).collect();
         Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new() }
+    }
+
+    /// The local pools with no fresh reading on any node (a pool with no nodes yet included).
+    pub fn unmeasured_pools(&self, now: tokio::time::Instant) -> Vec<&str> {
+        self.backends.iter().filter(|b| b.unmeasured(now)).map(|b| b.name.as_str()).collect()
     }
 
     pub fn backend_id(&self, name: &str) -> Option<BackendId> {

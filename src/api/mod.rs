@@ -209,8 +209,10 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
-/// Ready once the config is loaded and the snapshot published. The body says how much of the
-/// fleet the router can see: local nodes, how many have fresh telemetry, which are quarantined.
+/// Ready once startup has ended (`app::startup`: every local pool measured, or the startup
+/// wait over) and until a shutdown signal. The body says how much of the fleet the router can
+/// see: local nodes, how many have fresh telemetry, which pools are unmeasured, which nodes
+/// are quarantined.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.readiness.leaving() {
         let body = json!({"status": "draining", "message": "shutting down: send new traffic elsewhere"});
@@ -225,12 +227,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .filter(|b| b.is_local())
         .flat_map(|b| b.nodes.iter().map(move |n| (b, n)))
         .collect();
-    let fresh = local
-        .iter()
-        .filter(|(b, n)| {
-            n.signals.scraped_at.is_some_and(|at| now.saturating_duration_since(at) <= b.limits.stale_after)
-        })
-        .count();
+    let fresh =
+        local.iter().filter(|(b, n)| crate::fleet::headroom::fresh(&n.signals, &b.limits, now)).count();
     // How many nodes each engine's adapter reads ("unknown": no good scrape yet).
     let mut engines = std::collections::BTreeMap::<&str, usize>::new();
     for (_, n) in &local {
@@ -241,17 +239,20 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .iter()
         .filter_map(|(_, n)| n.quarantine.as_ref().map(|q| json!({"node": n.key, "why": q})))
         .collect();
+    let started = state.readiness.started();
     let body = json!({
-        "status": "ready",
+        "status": if started { "ready" } else { "starting" },
         "snapshot_version": snap.version,
         "backends": snap.backends.len(),
         "nodes": nodes,
         "local_nodes": local.len(),
         "fresh_local_nodes": fresh,
+        "unmeasured_pools": snap.unmeasured_pools(now),
         "engines": engines,
         "quarantined": quarantined,
     });
-    (StatusCode::OK, Json(body)).into_response()
+    let status = if started { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body)).into_response()
 }
 
 /// The Prometheus exposition, with state gauges read now.

@@ -3,6 +3,7 @@
 
 pub mod rollout;
 pub mod signal;
+pub mod startup;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,6 +191,8 @@ pub async fn start_with(
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);
+    let startup_wait = Duration::from_millis(config.telemetry.startup_wait_ms);
+    loops.spawn(startup::watch(Arc::clone(&readiness), Arc::clone(&snapshot), startup_wait));
     let gpu_time = ledger.as_ref().map(|l| {
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),

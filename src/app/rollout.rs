@@ -12,14 +12,27 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-/// Whether the router is on its way out: set by the first shutdown signal, read by `/readyz`
-/// and by the edge layer that asks HTTP/1 clients not to reuse their connections.
+/// Whether the router has started (its fleet measured) and whether it is on its way out: the
+/// first set by `app::startup`, the second by the first shutdown signal; read by `/readyz` and
+/// by the edge layer that asks HTTP/1 clients not to reuse their connections.
 #[derive(Debug, Default)]
 pub struct Readiness {
     leaving: AtomicBool,
+    /// Set once startup ended (`app::startup`): the fleet is measured, or the wait is over.
+    measured: AtomicBool,
 }
 
 impl Readiness {
+    /// True once startup ended: `/readyz` may answer 200.
+    pub fn started(&self) -> bool {
+        self.measured.load(Ordering::Relaxed)
+    }
+
+    /// Startup ended.
+    pub fn measured(&self) {
+        self.measured.store(true, Ordering::Relaxed);
+    }
+
     /// True once a shutdown signal came: the router still serves but wants no new traffic.
     pub fn leaving(&self) -> bool {
         self.leaving.load(Ordering::Relaxed)

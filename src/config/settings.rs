@@ -244,6 +244,12 @@ pub struct TelemetryConfig {
     pub timeout_ms: u64,
     /// A node whose last good scrape is older than this is treated as full.
     pub stale_after_ms: u64,
+    /// How far an engine's gauges may trail its true state: of a reading, the router takes as
+    /// its own the most of its requests in flight over this long before it (`fleet::load`).
+    pub gauge_lag_ms: u64,
+    /// `/readyz` answers 503 until every local pool has a fresh reading or this long has passed
+    /// since the start (0: ready at once).
+    pub startup_wait_ms: u64,
     /// Longest wait between scrapes of a failing node (doubling from `interval_ms`).
     pub backoff_max_ms: u64,
     /// With Redis (`state.redis_url`): replicas share their readings, and each node is scraped
@@ -261,6 +267,8 @@ impl Default for TelemetryConfig {
             jitter: 0.1,
             timeout_ms: 800,
             stale_after_ms: 5000,
+            gauge_lag_ms: 5000,
+            startup_wait_ms: 5000,
             backoff_max_ms: 10_000,
             share_readings: true,
             scrape_replicas: 2,

@@ -255,6 +255,12 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     if t.stale_after_ms <= t.interval_ms {
         p("telemetry.stale_after_ms".into(), "must be longer than interval_ms".into());
     }
+    if t.gauge_lag_ms > 60_000 {
+        p("telemetry.gauge_lag_ms".into(), "must be at most 60000".into());
+    }
+    if t.startup_wait_ms > 600_000 {
+        p("telemetry.startup_wait_ms".into(), "must be at most 600000".into());
+    }
     if !(1..=16).contains(&t.scrape_replicas) {
         p("telemetry.scrape_replicas".into(), "must be between 1 and 16".into());
     }

@@ -185,7 +185,8 @@ pub async fn run_with(s: Scraping) {
             // Orphans this replica scrapes are read too: a peer's fresh reading ends their orphanhood.
             let others: Vec<NodeKey> = theirs.iter().cloned().collect();
             if let Some(values) = share.read(&others).await {
-                let taken = peers.take(&others, values, share.me(), &s.board, &s.load);
+                let lag = Duration::from_millis(s.cfg.gauge_lag_ms);
+                let taken = peers.take(&others, values, share.me(), &s.board, &s.load, lag);
                 s.metrics.peer_readings.inc_by(taken);
             }
         }

@@ -181,7 +181,7 @@ impl NodeScraper {
                 } else {
                     self.board.on_scrape(&self.key, engine, sample, now);
                 }
-                self.load.mark_scraped(&self.key);
+                self.load.mark_scraped(&self.key, now, now, Duration::from_millis(self.cfg.gauge_lag_ms));
                 self.info_in -= 1;
                 true
             }

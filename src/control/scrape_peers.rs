@@ -62,6 +62,7 @@ impl PeerReadings {
         me: &ReplicaId,
         board: &TelemetryBoard,
         load: &NodeLoad,
+        gauge_lag: Duration,
     ) -> u64 {
         let now_ms = unix_ms();
         let now = Instant::now();
@@ -89,7 +90,7 @@ impl PeerReadings {
                 continue;
             }
             board.on_scrape_with_info(key, reading.engine, reading.sample, reading.info, at);
-            load.mark_scraped(key);
+            load.mark_scraped(key, now, at, gauge_lag);
             taken += 1;
         }
         taken
@@ -100,6 +101,8 @@ impl PeerReadings {
 mod tests {
     use super::*;
     use crate::canonical::Engine;
+
+    const LAG: Duration = Duration::from_secs(5);
 
     #[tokio::test(start_paused = true)]
     async fn peer_readings_land_once_at_their_true_age_and_never_our_own() {
@@ -118,19 +121,19 @@ mod tests {
         let nodes = [node.clone()];
         let own = reading(&me, 0).encode();
         assert_eq!(
-            peers.take(&nodes, vec![Some(own)], &me, &board, &load),
+            peers.take(&nodes, vec![Some(own)], &me, &board, &load, LAG),
             0,
             "our own reading is not a peer's"
         );
-        assert_eq!(peers.take(&nodes, vec![None], &me, &board, &load), 0);
+        assert_eq!(peers.take(&nodes, vec![None], &me, &board, &load, LAG), 0);
         let old = reading(&peer, 700).encode();
-        assert_eq!(peers.take(&nodes, vec![Some(old.clone())], &me, &board, &load), 1);
+        assert_eq!(peers.take(&nodes, vec![Some(old.clone())], &me, &board, &load, LAG), 1);
         let age = board.get(node.as_str()).unwrap().age(Instant::now()).unwrap();
         assert!((Duration::from_millis(690)..=Duration::from_millis(710)).contains(&age), "{age:?}");
-        assert_eq!(peers.take(&nodes, vec![Some(old)], &me, &board, &load), 0, "the same reading once");
-        assert_eq!(peers.take(&nodes, vec![Some("garbage".into())], &me, &board, &load), 0);
+        assert_eq!(peers.take(&nodes, vec![Some(old)], &me, &board, &load, LAG), 0, "the same reading once");
+        assert_eq!(peers.take(&nodes, vec![Some("garbage".into())], &me, &board, &load, LAG), 0);
         let newer = reading(&peer, 100).encode();
-        assert_eq!(peers.take(&nodes, vec![Some(newer)], &me, &board, &load), 1);
+        assert_eq!(peers.take(&nodes, vec![Some(newer)], &me, &board, &load, LAG), 1);
         assert_eq!(board.get(node.as_str()).unwrap().scrapes, 2);
     }
 

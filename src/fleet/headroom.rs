@@ -1,8 +1,8 @@
 //! Headroom: may this node take this request now, and how soon would its first token come?
 //!
 //! Pure arithmetic over what the node last reported (queue, running, KV use, recent TTFT and
-//! prefill rate), what the router sent since (its own credit), and the pool's capacity and
-//! reserve. The predictor is simple on purpose: a request waits for a free sequence slot
+//! prefill rate), the router's own requests on it (`fleet::load` joins the two), and the
+//! pool's capacity and reserve. The predictor is simple on purpose: a request waits for a free sequence slot
 //! (slots turn over every mean service time), then as long as the node's recent requests took
 //! from leaving the queue to their first token (TTFT minus queue time: prefill of an average
 //! prompt plus engine steps), corrected for how much longer or shorter this request's uncached
@@ -118,7 +118,7 @@ pub fn slots(sig: &NodeSignals, limits: &PoolLimits) -> f64 {
 
 /// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node.
 pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prompt_tokens: u32) -> f64 {
-    let at_node = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + load.unseen as f64;
+    let at_node = load.at_node(sig.running, sig.waiting);
     let slots = slots(sig, limits);
     // Requests ahead of this one in the queue once every slot is busy.
     let ahead = (at_node + 1.0 - slots).max(0.0);
@@ -177,15 +177,14 @@ pub fn admit(
         return Err(SpillReason::Stale);
     }
     let slots = slots(sig, limits);
-    let seen = sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0);
-    // The router's own in-flight count is a floor on what the node holds, whatever it reported.
-    let at_node = (seen + load.unseen as f64).max(load.in_flight as f64);
+    // The router's own requests exactly, and what the reading shows beyond them (`fleet::load`).
+    let at_node = load.at_node(sig.running, sig.waiting);
     // The reserve keeps whole slots free: a 2-slot node has none to keep at 20 %.
     let reserved = (slots * limits.reserve.max(0.0) + 1e-9).floor();
     if reserved >= 1.0 && at_node + 1.0 > (slots - reserved).max(1.0) {
         return Err(SpillReason::Reserve);
     }
-    if sig.waiting.unwrap_or(0.0) > 0.0 || at_node + 1.0 > slots {
+    if load.queued(sig.waiting) > 0.0 || at_node + 1.0 > slots {
         return Err(SpillReason::Queue);
     }
     if let Some(kv) = sig.kv_usage {
@@ -198,7 +197,7 @@ pub fn admit(
             (_, _, Some(capacity)) if capacity >= 1.0 => Some(f64::from(prompt_tokens) / capacity),
             _ => None,
         };
-        // Requests sent since the scrape hold cache too: count each like this one.
+        // Requests sent since the reading hold cache too: count each like this one.
         if let Some(share) = share {
             if kv + share * (1.0 + load.unseen as f64) > (1.0 - limits.reserve).min(0.95) {
                 return Err(SpillReason::Kv);
@@ -281,7 +280,7 @@ mod tests {
         let eight = NodeSignals { running: Some(8.0), ..sig(now) };
         assert_eq!(admit(&eight, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Reserve));
         // The router's unseen sends count before the node reports them.
-        let credit = LoadView { in_flight: 6, unseen: 6, sent: 6 };
+        let credit = LoadView { in_flight: 6, unseen: 6, sent: 6, ..LoadView::default() };
         assert_eq!(admit(&sig(now), credit, &l, 10, 1.0, now), Err(SpillReason::Reserve));
         // Reserve released: fills to capacity, then queue.
         let open = PoolLimits { reserve: 0.0, ..l };

@@ -1,22 +1,95 @@
-//! The router's own view of each node's load: requests in flight, and requests sent since the
-//! node's last good scrape. vLLM's gauges lag dispatch by seconds; between scrapes the router
-//! credits what it has sent itself, so a burst does not all land on a node that looked idle.
+//! The load model: how many requests a node holds now, from what the router knows exactly (its
+//! own requests in flight) and what the engine's gauges add late (other replicas, direct
+//! clients, the queue).
+//!
+//! A node's requests now are the router's own in flight, plus the others its last reading
+//! showed: the reading's `running + waiting` less the most of the router's own requests that
+//! were in flight while the reading could have been taken (from the gauges' lag before the
+//! scrape to its landing). So a request the router saw finish is never load, a burst sent
+//! between two scrapes is counted at once, lagging gauges are not added on top of the router's
+//! own requests, and what other routers send still shows. A node that reports no running
+//! gauge has unknown others: the router's own count stands alone. The engine's queue, as read,
+//! shrinks by every request of the router's that finished since (each freed a slot).
 //!
 //! Counters are atomics updated by dispatch and read (as plain numbers) before planning, each
-//! node's reached through the handle the snapshot holds.
+//! node's reached through the handle the snapshot holds; only the scrape loop touches a node's
+//! window of past peaks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::canonical::NodeKey;
+
+/// One node's load as planning sees it: plain numbers, read before planning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadView {
+    /// Requests the router has in flight on the node now.
+    pub in_flight: u64,
+    /// Of those, the ones sent since the last reading: in none of its gauges (KV cache included).
+    pub unseen: u64,
+    /// Requests ever sent to the node by this router.
+    pub sent: u64,
+    /// The most of the router's own requests in flight while the last reading could have been
+    /// taken: the share of its gauges that is the router's own, at most.
+    pub counted: u64,
+    /// The router's requests that finished since that reading's window began.
+    pub freed: u64,
+}
+
+impl LoadView {
+    /// Requests at the node now, `running` and `waiting` being its last reading's gauges.
+    pub fn at_node(&self, running: Option<f64>, waiting: Option<f64>) -> f64 {
+        self.in_flight as f64 + self.others(running, waiting).unwrap_or(0.0)
+    }
+
+    /// Requests at the node that are not this router's, as the last reading showed them;
+    /// `None` when the engine reports no running gauge.
+    pub fn others(&self, running: Option<f64>, waiting: Option<f64>) -> Option<f64> {
+        let seen = running? + waiting.unwrap_or(0.0);
+        Some((seen - self.counted as f64).max(0.0))
+    }
+
+    /// Requests queued at the node now, as far as the last reading tells.
+    pub fn queued(&self, waiting: Option<f64>) -> f64 {
+        (waiting.unwrap_or(0.0) - self.freed as f64).max(0.0)
+    }
+}
 
 #[derive(Debug, Default)]
 struct Counters {
     in_flight: AtomicU64,
     sent: AtomicU64,
+    /// The most in flight since the window's open interval began.
+    peak: AtomicU64,
+    /// What the last reading fixed: see [`LoadView`].
     sent_at_scrape: AtomicU64,
+    counted: AtomicU64,
+    finished_base: AtomicU64,
+    window: Mutex<Window>,
 }
+
+/// The node's past: the peak of the router's in-flight count in each interval between two
+/// readings, with the count of its finished requests when the interval began.
+#[derive(Debug, Default)]
+struct Window {
+    closed: VecDeque<Interval>,
+    /// Finished requests when the open interval began.
+    open_finished: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Interval {
+    ended: Instant,
+    peak: u64,
+    finished_at_start: u64,
+}
+
+/// The most intervals a node keeps (readings from several replicas close more of them).
+const MAX_INTERVALS: usize = 256;
 
 /// Every node's counters, by node key: the scrape loop and the admin API reach them here;
 /// dispatch and planning through the handle the snapshot holds ([`NodeCounters`]).
@@ -28,17 +101,6 @@ pub struct NodeLoad {
 /// One node's counters, cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct NodeCounters(Arc<Counters>);
-
-/// One node's load as planning sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LoadView {
-    /// Requests the router has in flight on the node now.
-    pub in_flight: u64,
-    /// Requests sent since the last good scrape: not yet in the node's own gauges.
-    pub unseen: u64,
-    /// Requests ever sent to the node by this router.
-    pub sent: u64,
-}
 
 /// Held while a request is in flight on a node; dropping it ends the request.
 #[derive(Debug)]
@@ -54,24 +116,49 @@ impl NodeCounters {
     /// A request is being sent to the node.
     pub fn start(&self) -> InFlight {
         let c = &self.0;
-        c.in_flight.fetch_add(1, Ordering::Relaxed);
+        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.peak.fetch_max(now, Ordering::Relaxed);
         c.sent.fetch_add(1, Ordering::Relaxed);
         InFlight(Arc::clone(c))
     }
 
-    /// A good scrape of the node landed: what was sent before it is now in its gauges.
-    pub fn mark_scraped(&self) {
+    /// A good reading of the node landed at `now`, its gauges taken at `taken_at` and trailing
+    /// the engine's true state by up to `lag`: the open interval closes, and the reading's
+    /// share of the router's own requests is fixed.
+    pub fn mark_scraped(&self, now: Instant, taken_at: Instant, lag: Duration) {
         let c = &self.0;
-        c.sent_at_scrape.store(c.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+        let mut w = c.window.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = c.sent.load(Ordering::Relaxed);
+        let in_flight = c.in_flight.load(Ordering::Relaxed);
+        let peak = c.peak.swap(in_flight, Ordering::Relaxed).max(in_flight);
+        let finished_at_start = std::mem::replace(&mut w.open_finished, sent.saturating_sub(in_flight));
+        w.closed.push_back(Interval { ended: now, peak, finished_at_start });
+        let from = taken_at.checked_sub(lag).unwrap_or(taken_at);
+        // Intervals that ended before the window are kept as long again, for a late reading.
+        let keep_from = from.checked_sub(lag).unwrap_or(from);
+        while w.closed.len() > MAX_INTERVALS || w.closed.front().is_some_and(|i| i.ended < keep_from) {
+            w.closed.pop_front();
+        }
+        // The interval just closed always overlaps the window.
+        let overlapping = || w.closed.iter().filter(|i| i.ended >= from);
+        let counted = overlapping().map(|i| i.peak).max().unwrap_or(peak);
+        let base = overlapping().map(|i| i.finished_at_start).next().unwrap_or(finished_at_start);
+        c.sent_at_scrape.store(sent, Ordering::Relaxed);
+        c.counted.store(counted, Ordering::Relaxed);
+        c.finished_base.store(base, Ordering::Relaxed);
     }
 
     pub fn view(&self) -> LoadView {
         let c = &self.0;
         let sent = c.sent.load(Ordering::Relaxed);
+        let in_flight = c.in_flight.load(Ordering::Relaxed);
+        let finished = sent.saturating_sub(in_flight);
         LoadView {
-            in_flight: c.in_flight.load(Ordering::Relaxed),
-            unseen: sent.saturating_sub(c.sent_at_scrape.load(Ordering::Relaxed)),
+            in_flight,
+            unseen: sent.saturating_sub(c.sent_at_scrape.load(Ordering::Relaxed)).min(in_flight),
             sent,
+            counted: c.counted.load(Ordering::Relaxed),
+            freed: finished.saturating_sub(c.finished_base.load(Ordering::Relaxed)),
         }
     }
 
@@ -97,9 +184,9 @@ impl NodeLoad {
         self.node(key).start()
     }
 
-    /// A good scrape of the node landed.
-    pub fn mark_scraped(&self, key: &NodeKey) {
-        self.node(key).mark_scraped();
+    /// A good reading of the node landed (see [`NodeCounters::mark_scraped`]).
+    pub fn mark_scraped(&self, key: &NodeKey, now: Instant, taken_at: Instant, lag: Duration) {
+        self.node(key).mark_scraped(now, taken_at, lag);
     }
 
     pub fn view(&self, key: &str) -> LoadView {
@@ -109,25 +196,5 @@ impl NodeLoad {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credits_requests_until_a_scrape_sees_them() {
-        let load = NodeLoad::new();
-        let n = NodeKey::from("n");
-        let a = load.start(&n);
-        let b = load.node(&n).start();
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 2, sent: 2 });
-        load.mark_scraped(&n);
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 0, sent: 2 });
-        drop(a);
-        let _c = load.start(&n);
-        assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 1, sent: 3 });
-        drop(b);
-        assert_eq!(load.view("n").in_flight, 1);
-        assert_eq!(load.view("other"), LoadView::default());
-        assert!(load.node(&n).same(&load.node(&n)), "one node, one set of counters");
-        assert_eq!(load.node(&n).view(), load.view("n"));
-    }
-}
+#[path = "load_tests.rs"]
+mod tests;

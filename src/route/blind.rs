@@ -25,13 +25,7 @@ use tokio::time::Instant;
 
 use super::{affinity_node, Reason, RequestFacts, Target};
 use crate::config::BackendId;
-use crate::fleet::headroom;
 use crate::snapshot::{BackendView, BreakerView, Snapshot};
-
-/// Whether no node of the pool has a fresh scrape.
-pub fn unmeasured(view: &BackendView, now: Instant) -> bool {
-    view.nodes.iter().all(|n| !headroom::fresh(&n.signals, &view.limits, now))
-}
 
 /// Requests one node of the pool may have in flight when it is served blind.
 pub fn capacity(view: &BackendView) -> u32 {
@@ -53,7 +47,7 @@ pub fn alternative(snap: &Snapshot, backend: BackendId, has_headroom: &dyn Fn(Ba
 /// none when the pool is measured.
 pub fn targets(facts: &RequestFacts<'_>, snap: &Snapshot, backend: BackendId, now: Instant) -> Vec<Target> {
     let view = &snap.backends[backend];
-    if !unmeasured(view, now) {
+    if !view.unmeasured(now) {
         return Vec::new();
     }
     let capacity = capacity(view);

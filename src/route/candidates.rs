@@ -4,7 +4,8 @@
 //! A [`Candidates`] index is built once per snapshot and travels with each request's facts
 //! (`RequestFacts::candidates`: the simulator builds one; the server passes none, so it always
 //! scans in full). Per pool it leaves out the nodes no request can take while the snapshot
-//! lives (held, down, stale, or full to the reserve by what they reported; a second index, for
+//! lives (held, down, stale, or full to the reserve by the others' requests they reported, the
+//! least load they can show while the snapshot lives: `fleet::load`; a second index, for
 //! the requests a pool under sticky spill takes first, which may use the reserve, leaves out
 //! only the nodes full without it), groups nodes whose signals are identical, and orders them,
 //! per prompt-size bin `[2^b, 2^(b+1))`, by their predicted TTFT with none of the router's own
@@ -23,9 +24,9 @@
 //! Interactive requests (their last resorts list every full node) and plans made before the
 //! index was built scan in full.
 //!
-//! A node the router's own load has filled since the scrape is left out of later scans of the
-//! same snapshot; that holds while the router's unseen credit does not fall during a
-//! snapshot's life, as in the simulator, which rebuilds the snapshot at every scrape.
+//! A node the router's own load has filled is left out of later scans of the same snapshot
+//! until one of the router's requests on it ends ([`Candidates::freed`]: the simulator, which
+//! rebuilds the snapshot at every scrape, says so at every end).
 //!
 //! The affinity node (rendezvous over the pool's nodes that are not held) is looked up in a table computed
 //! once per set of nodes for the keys the caller knows (the simulator's projects).
@@ -119,7 +120,10 @@ struct Pool {
     limits: PoolLimits,
     /// Nodes no request can take while the snapshot lives.
     excluded: Vec<usize>,
-    /// Each node's class (nodes with identical signals share one), and each class's first node.
+    /// Each node's signals with only the others' requests it reported as running (none of
+    /// the router's own, no queue): the least load it can show while the snapshot lives.
+    floor: Vec<NodeSignals>,
+    /// Each node's class (nodes with identical floors share one), and each class's first node.
     class_of: Vec<u32>,
     first: Vec<usize>,
     affinity: Option<Arc<AffinityTable>>,
@@ -130,7 +134,8 @@ struct Pool {
 struct PoolState {
     /// Per prompt bin, once asked for: (lower bound, class, node), ascending.
     bins: Vec<Option<Vec<(f64, u32, usize)>>>,
-    /// Nodes found full by the router's own load since the build.
+    /// Nodes found full by the router's own load since the build, until one of its requests
+    /// on them finishes ([`Candidates::freed`]).
     dead: Vec<bool>,
 }
 
@@ -157,8 +162,12 @@ fn full(sig: &NodeSignals, limits: &PoolLimits, at_node: f64) -> bool {
     (reserved >= 1.0 && at_node + 1.0 > (slots - reserved).max(1.0)) || at_node + 1.0 > slots
 }
 
-fn seen(sig: &NodeSignals) -> f64 {
-    sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0)
+/// `sig` with the requests at the node that are not the router's (`counted` of its own were in
+/// the reading) as running, and no queue: what planning sees of the node with none of the
+/// router's requests in flight.
+fn floor(sig: &NodeSignals, counted: u64) -> NodeSignals {
+    let others = LoadView { counted, ..LoadView::default() }.others(sig.running, sig.waiting);
+    NodeSignals { running: others, waiting: None, ..sig.clone() }
 }
 
 /// A hash of every signal (a new field must be added here: the pattern names them all).
@@ -205,20 +214,20 @@ impl Pool {
     fn build(
         view: &BackendView,
         limits: PoolLimits,
-        now: Instant,
+        (now, load): (Instant, &dyn Fn(&NodeView) -> LoadView),
         affinity: Option<Arc<AffinityTable>>,
         index: Index,
     ) -> Pool {
         let limits = &limits;
-        let full_now = |sig: &NodeSignals| {
-            index != Index::LastResorts && (sig.waiting.unwrap_or(0.0) > 0.0 || full(sig, limits, seen(sig)))
-        };
+        let floor: Vec<NodeSignals> = view.nodes.iter().map(|n| floor(&n.signals, load(n).counted)).collect();
+        let full_now =
+            |sig: &NodeSignals| index != Index::LastResorts && full(sig, limits, sig.running.unwrap_or(0.0));
         let mut excluded = Vec::new();
         let mut class_of = Vec::with_capacity(view.nodes.len());
         let mut first: Vec<usize> = Vec::new();
         let mut classes: HashMap<u64, Vec<u32>> = HashMap::new();
         for (i, node) in view.nodes.iter().enumerate() {
-            let sig = &node.signals;
+            let sig = &floor[i];
             if node.held.is_some()
                 || node.breaker == BreakerView::Open
                 || node.quarantine.is_some()
@@ -227,9 +236,9 @@ impl Pool {
             {
                 excluded.push(i);
             }
-            // Identical signals, identical predictions: grouped by a hash, confirmed equal.
+            // Identical floors, identical predictions: grouped by a hash, confirmed equal.
             let same = classes.entry(signals_hash(sig)).or_default();
-            let class = match same.iter().find(|&&c| view.nodes[first[c as usize]].signals == *sig) {
+            let class = match same.iter().find(|&&c| floor[first[c as usize]] == *sig) {
                 Some(&c) => c,
                 None => {
                     first.push(i);
@@ -241,7 +250,7 @@ impl Pool {
         }
         let affinity = affinity.filter(|t| t.nodes == fingerprint(&view.nodes));
         let state = PoolState { bins: vec![None; 32], dead: vec![false; view.nodes.len()] };
-        Pool { limits: *limits, excluded, class_of, first, affinity, state: Mutex::new(state) }
+        Pool { limits: *limits, excluded, floor, class_of, first, affinity, state: Mutex::new(state) }
     }
 
     fn order(&self, view: &BackendView, state: &mut PoolState, b: usize, low: u32) {
@@ -253,7 +262,7 @@ impl Pool {
         let bounds: Vec<f64> = self
             .first
             .iter()
-            .map(|&i| headroom::predict_ttft(&view.nodes[i].signals, LoadView::default(), &view.limits, low))
+            .map(|&i| headroom::predict_ttft(&self.floor[i], LoadView::default(), &view.limits, low))
             .collect();
         let mut order: Vec<(f64, u32, usize)> = (0..view.nodes.len())
             .filter(|&i| !out[i])
@@ -269,7 +278,7 @@ impl Candidates {
     /// on; `affinity`: tables by backend index, used where they match the pool's nodes.
     pub fn build(
         snap: &Snapshot,
-        now: Instant,
+        (now, load): (Instant, &dyn Fn(&NodeView) -> LoadView),
         k: usize,
         min_nodes: usize,
         affinity: &[Option<Arc<AffinityTable>>],
@@ -284,8 +293,9 @@ impl Candidates {
                         ..view.limits
                     };
                     let own_projects = index != Index::Relaxed || view.share < 1.0;
-                    (view.is_local() && view.nodes.len() >= min_nodes.max(1) && own_projects)
-                        .then(|| Pool::build(view, limits, now, affinity.get(b).cloned().flatten(), index))
+                    (view.is_local() && view.nodes.len() >= min_nodes.max(1) && own_projects).then(|| {
+                        Pool::build(view, limits, (now, load), affinity.get(b).cloned().flatten(), index)
+                    })
                 })
                 .collect()
         };
@@ -295,6 +305,18 @@ impl Candidates {
             pools: index(Index::Reserve),
             relaxed: index(Index::Relaxed),
             resorts: index(Index::LastResorts),
+        }
+    }
+
+    /// A request of the router's on `node` of `backend` ended: a node its load had filled
+    /// may take requests again.
+    pub fn freed(&self, backend: BackendId, node: usize) {
+        for pool in [&self.pools, &self.relaxed].into_iter().filter_map(|p| p.get(backend.index())?.as_ref())
+        {
+            let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(dead) = state.dead.get_mut(node) {
+                *dead = false;
+            }
         }
     }
 }
@@ -480,7 +502,7 @@ impl Bounded<'_> {
                 break;
             };
             if self.state.dead[i] {
-                self.state.bins[self.bin].as_mut().expect("ordered").remove(self.pos);
+                self.pos += 1;
                 continue;
             }
             if Some(i) == self.affinity {
@@ -499,10 +521,9 @@ impl Bounded<'_> {
             let bound = match self.class {
                 Some((c, bound)) if c == class => bound,
                 _ => {
-                    let first = &self.view.nodes[self.pool.first[class as usize]];
+                    let first = &self.pool.floor[self.pool.first[class as usize]];
                     let limits = &self.view.limits;
-                    let bound =
-                        headroom::predict_ttft(&first.signals, LoadView::default(), limits, self.prompt);
+                    let bound = headroom::predict_ttft(first, LoadView::default(), limits, self.prompt);
                     self.class = Some((class, bound));
                     bound
                 }
@@ -553,8 +574,8 @@ impl Bounded<'_> {
         self.read = admitted.len();
         if let Some(last) = self.last.take().filter(|_| !took_last) {
             let node = &self.view.nodes[last];
-            let unseen = (self.load)(node).unseen as f64;
-            if full(&node.signals, &self.pool.limits, seen(&node.signals) + unseen) {
+            let at_node = (self.load)(node).at_node(node.signals.running, node.signals.waiting);
+            if full(&node.signals, &self.pool.limits, at_node) {
                 self.state.dead[last] = true;
             }
         }

@@ -123,13 +123,13 @@ async fn bounded_plans_begin_as_the_full_scan_does() {
         let keys: Vec<u64> = (0..250).collect();
         let table = Arc::new(AffinityTable::new(&full.backends[0].nodes, keys));
         let k = [1, 2, DEFAULT_K][round % 3];
-        let index = Candidates::build(&full, now, k, 64, &[Some(table), None]);
-        // The router's own credit grows as it sends (never falls while a snapshot lives).
+        // The router's own requests in flight grow as it sends (none finish in this test).
         let unseen: RefCell<HashMap<NodeKey, u64>> = RefCell::default();
-        let load = |n: &NodeView| LoadView {
-            unseen: unseen.borrow().get(&n.key).copied().unwrap_or(0),
-            ..LoadView::default()
+        let load = |n: &NodeView| {
+            let sent = unseen.borrow().get(&n.key).copied().unwrap_or(0);
+            LoadView { in_flight: sent, unseen: sent, sent, ..LoadView::default() }
         };
+        let index = Candidates::build(&full, (now, &load), k, 64, &[Some(table), None]);
         let task = full.config.task("chat").unwrap().clone();
         for _ in 0..400 {
             let f = facts(&task, &load, &mut rng);

@@ -102,9 +102,9 @@ async fn affinity_wins_while_its_node_has_headroom() {
     assert_eq!(names(&snap, &p)[..2], ["local-llama#1", "local-llama#0"]);
     assert_eq!(p.targets[0].reason, Reason::Headroom { predicted_ttft_ms: 120, affinity: true });
     // The router has just sent node 1 so much that it is full: the other node serves.
-    let heavy = |node: &NodeView| LoadView {
-        unseen: if node.key.as_str().contains("10.0.0.6") { 300 } else { 0 },
-        ..LoadView::default()
+    let heavy = |node: &NodeView| {
+        let sent = if node.key.as_str().contains("10.0.0.6") { 300 } else { 0 };
+        LoadView { in_flight: sent, unseen: sent, sent, ..LoadView::default() }
     };
     let f = RequestFacts { affinity: Some(prefers(1)), load: &heavy, ..facts(task, 0) };
     let p = plan(&f, &snap, now).unwrap();

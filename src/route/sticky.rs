@@ -126,8 +126,7 @@ pub fn pool_load(
         let reserved = (slots * view.limits.reserve.max(0.0) + 1e-9).floor();
         let sig = &node.signals;
         let l = load(node);
-        held += (sig.running.unwrap_or(0.0) + sig.waiting.unwrap_or(0.0) + l.unseen as f64)
-            .max(l.in_flight as f64);
+        held += l.at_node(sig.running, sig.waiting);
         room += (slots - reserved).max(1.0);
         rate += (slots - reserved).max(1.0) / headroom::service_s(sig);
         fresh += 1;

@@ -7,8 +7,11 @@
 //! itself: one request is written in one write, the response head is parsed with `httparse`,
 //! and the body is read through a buffer of [`READ_CHUNK`] bytes that grows only for a larger
 //! head. Idle connections are kept per host (bounded, with an idle timeout) and checked for a
-//! close before reuse; a reused connection that the server closed before answering is retried
-//! once on a fresh one. TLS upstreams (hosted APIs) go through reqwest instead.
+//! close before reuse. A request is sent twice only when the first send proves nothing was
+//! delivered: a kept connection whose first write is refused is replaced by a fresh one. Once
+//! any of the request may have reached the node, a failure is the attempt's outcome and
+//! dispatch decides what is next: generation is not idempotent, and the node may already be
+//! computing the first copy. TLS upstreams (hosted APIs) go through reqwest instead.
 
 mod framing;
 
@@ -105,7 +108,7 @@ impl Pool {
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let request = request_bytes(path, uri.authority().map_or("", |a| a.as_str()), headers, body)?;
         if let Some(conn) = self.take_idle(&authority) {
-            // A kept connection the server closed meanwhile fails before any answer: then once
+            // A kept connection the server closed meanwhile refuses the first write: then once
             // more on a fresh one. Any other outcome is the answer.
             match exchange(conn, &request).await {
                 Ok(head) => return Ok(self.response(head, authority)),
@@ -116,7 +119,9 @@ impl Pool {
         let conn = self.connect(&authority).await?;
         match exchange(conn, &request).await {
             Ok(head) => Ok(self.response(head, authority)),
-            Err(Failure::Closed) => Err(broken("the upstream closed the connection before answering".into())),
+            Err(Failure::Closed) => {
+                Err(UpstreamError::new(ErrorClass::Connect, None, "the new connection refused the request"))
+            }
             Err(Failure::Error(e)) => Err(e),
         }
     }
@@ -225,15 +230,21 @@ struct Head {
 }
 
 enum Failure {
-    /// The connection closed (or reset) before a byte of the answer: safe to send again.
+    /// The connection refused the request's first write: nothing was delivered, safe to send
+    /// again.
     Closed,
+    /// Anything else, the request possibly delivered.
     Error(UpstreamError),
 }
 
 /// Write the request, read the response head.
 async fn exchange(mut conn: Conn, request: &[u8]) -> Result<Head, Failure> {
-    if conn.stream.write_all(request).await.is_err() {
-        return Err(Failure::Closed);
+    let first = match conn.stream.write(request).await {
+        Ok(0) | Err(_) => return Err(Failure::Closed),
+        Ok(n) => n,
+    };
+    if let Err(e) = conn.stream.write_all(&request[first..]).await {
+        return Err(Failure::Error(broken(format!("writing the request, part of it sent: {e}"))));
     }
     loop {
         if !conn.buf.is_empty() {
@@ -250,7 +261,11 @@ async fn exchange(mut conn: Conn, request: &[u8]) -> Result<Head, Failure> {
         }
         conn.buf.reserve(READ_CHUNK);
         match conn.stream.read_buf(&mut conn.buf).await {
-            Ok(0) | Err(_) if conn.buf.is_empty() => return Err(Failure::Closed),
+            Ok(0) | Err(_) if conn.buf.is_empty() => {
+                return Err(Failure::Error(broken(
+                    "the upstream closed the connection before answering".into(),
+                )))
+            }
             Ok(0) => {
                 return Err(Failure::Error(broken("the upstream closed the connection mid-head".into())))
             }
@@ -410,5 +425,7 @@ fn invalid(message: String) -> UpstreamError {
     UpstreamError::new(ErrorClass::Connect, None, message)
 }
 
+#[cfg(test)]
+mod send_once_tests;
 #[cfg(test)]
 mod tests;

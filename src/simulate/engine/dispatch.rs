@@ -154,6 +154,15 @@ impl Engine<'_> {
         self.stats.error(bucket, kind);
     }
 
+    /// A request of the router's left flat node `flat`: one fewer in flight, and the bounded
+    /// index may hand the node out again.
+    fn left_node(&mut self, flat: usize) {
+        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        if let Some(index) = &self.candidates {
+            index.freed(crate::config::BackendId::new(self.flat[flat].0), self.flat[flat].1);
+        }
+    }
+
     /// Request `r` has ended: what it held is let go and its slot is free for the next one.
     fn end_request(&mut self, r: usize) {
         let q = &mut self.reqs[r];
@@ -338,7 +347,7 @@ impl Engine<'_> {
         }
         let flat = q.current.expect("committed");
         self.end_request(r);
-        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        self.left_node(flat);
         if let Some(node) = self.nodes[flat].as_mut() {
             let started = node.finish(r, attempt, now);
             self.schedule(started);
@@ -364,7 +373,7 @@ impl Engine<'_> {
             self.schedule(started);
         }
         self.reqs[r].in_flight = None;
-        self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+        self.left_node(flat);
         self.tracked_record(self.flat[flat].0, Some(class), false);
         let retry_after = retry_after.map(std::time::Duration::from_micros);
         let (walk, mut guards) = self.walk_and_guards(r, now);
@@ -395,7 +404,7 @@ impl Engine<'_> {
             }
             let within = q.within_slo;
             let flat = q.current.expect("committed");
-            self.router_in_flight[flat] = self.router_in_flight[flat].saturating_sub(1);
+            self.left_node(flat);
             let at = self.at(now);
             self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
             self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken), false);

@@ -329,11 +329,12 @@ impl<'a> Engine<'a> {
     /// their scrape. Then the snapshot is rebuilt, as the snapshot loop does.
     fn scrape(&mut self, now: Micros) {
         let at = self.clock.instant(now);
+        let lag = std::time::Duration::from_millis(self.s.config.telemetry.gauge_lag_ms);
         for (i, node) in self.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
             if node.alive {
                 self.telemetry[i].on_scrape(crate::canonical::Engine::Vllm, node.sample(), at);
-                self.counters[i].mark_scraped();
+                self.counters[i].mark_scraped(at, at, lag);
             } else {
                 self.telemetry[i].on_failure("connection refused".into(), at);
             }
@@ -376,15 +377,15 @@ impl<'a> Engine<'a> {
             share: &share,
         };
         let snap = Snapshot::build(Arc::clone(&self.s.config), &inputs, self.version + 1);
+        let load = &self.load;
+        let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
         self.candidates = match self.s.planning {
             Planning::Bounded { min_nodes, k } => {
-                Some(Candidates::build(&snap, at, k, min_nodes, &self.affinity))
+                Some(Candidates::build(&snap, (at, &view), k, min_nodes, &self.affinity))
             }
             Planning::Full => None,
         };
         self.version += 1;
-        let load = &self.load;
-        let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
         self.shares.step(&snap, &view, &self.share_feedback, at);
         self.snap = snap;
     }

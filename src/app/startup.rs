@@ -1,0 +1,127 @@
+//! Ready means measured: a fresh router answers `/readyz` 503 until every local pool has a
+//! fresh reading on at least one node, or until `telemetry.startup_wait_ms` has passed since it
+//! started, so that Kubernetes sends it no traffic it would spill only because it has not yet
+//! seen its fleet. Once ready it stays ready (a pool that goes stale later spills or is served
+//! blind as planning decides; a replica that flapped would only move its traffic onto others).
+//! The log says once how long startup took and why it ended.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::time::Instant;
+
+use super::rollout::Readiness;
+use crate::snapshot::Snapshot;
+
+/// How often the watcher looks at the snapshot while the router starts.
+const LOOK_EVERY: Duration = Duration::from_millis(25);
+
+/// Why startup ended, or `None` while it goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartupEnd {
+    /// Every local pool has a fresh reading.
+    Measured,
+    /// The wait passed with these pools still unmeasured.
+    WaitOver { unmeasured: Vec<String> },
+}
+
+/// Whether startup is over at `now`, for a router started at `began` that waits up to `wait`.
+pub fn judge(snap: &Snapshot, began: Instant, wait: Duration, now: Instant) -> Option<StartupEnd> {
+    let unmeasured = snap.unmeasured_pools(now);
+    if unmeasured.is_empty() {
+        Some(StartupEnd::Measured)
+    } else if now.saturating_duration_since(began) >= wait {
+        Some(StartupEnd::WaitOver { unmeasured: unmeasured.into_iter().map(str::to_owned).collect() })
+    } else {
+        None
+    }
+}
+
+/// Watch the snapshot from the router's start until startup ends, then report ready and log
+/// how long it took and why.
+pub async fn watch(readiness: Arc<Readiness>, snapshot: Arc<ArcSwap<Snapshot>>, wait: Duration) {
+    let began = Instant::now();
+    let end = loop {
+        let now = Instant::now();
+        if let Some(end) = judge(&snapshot.load(), began, wait, now) {
+            break end;
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    };
+    let startup_ms = began.elapsed().as_millis() as u64;
+    match end {
+        StartupEnd::Measured => {
+            tracing::info!(startup_ms, "ready: every local pool has a fresh reading");
+        }
+        StartupEnd::WaitOver { unmeasured } => tracing::warn!(
+            startup_ms,
+            wait_ms = wait.as_millis() as u64,
+            pools = ?unmeasured,
+            "ready after the startup wait with pools unmeasured: they spill, or are served blind when nothing else can take a request"
+        ),
+    }
+    readiness.measured();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use crate::canonical::NodeKey;
+    use crate::fleet::headroom::NodeSignals;
+    use crate::guard::node::NodeHandle;
+    use crate::snapshot::{BreakerView, SnapshotInputs};
+
+    /// The example config's snapshot, with the nodes `read` says were read at `at`.
+    fn snap(at: Instant, read: &dyn Fn(&NodeKey) -> bool) -> Snapshot {
+        let config = Arc::new(crate::config::parse(include_str!("../../spillway.example.yaml")).unwrap());
+        let none = BTreeMap::new();
+        let signals =
+            |key: &NodeKey| read(key).then(|| NodeSignals { scraped_at: Some(at), ..NodeSignals::default() });
+        let inputs = SnapshotInputs {
+            discovered: &none,
+            breaker: &|_| BreakerView::Closed,
+            handle: &NodeHandle::detached,
+            signals: &signals,
+            quarantine: &|_| None,
+            over_quota: &|_| false,
+            availability: &|_| 1.0,
+            slow: &|_| false,
+            share: &|_| 1.0,
+        };
+        Snapshot::build(config, &inputs, 1)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn startup_ends_when_every_pool_is_measured_or_the_wait_has_passed() {
+        let began = Instant::now();
+        let wait = Duration::from_secs(5);
+        let unread = snap(began, &|_| false);
+        let pools: Vec<String> = unread.unmeasured_pools(began).into_iter().map(str::to_owned).collect();
+        assert!(!pools.is_empty(), "the example has local pools, none read yet");
+        assert_eq!(judge(&unread, began, wait, began + Duration::from_millis(4999)), None);
+        assert_eq!(
+            judge(&unread, began, wait, began + wait),
+            Some(StartupEnd::WaitOver { unmeasured: pools })
+        );
+
+        // One node of each pool read: measured, whatever its other nodes say.
+        let all = snap(began, &|_| true);
+        let firsts: Vec<NodeKey> =
+            all.backends.iter().filter(|b| b.is_local()).map(|b| b.nodes[0].key.clone()).collect();
+        let one_each = snap(began, &|key| firsts.contains(key));
+        assert_eq!(
+            judge(&one_each, began, wait, began + Duration::from_millis(10)),
+            Some(StartupEnd::Measured)
+        );
+        // A reading that has gone stale does not count.
+        let later = began + Duration::from_secs(60);
+        assert_eq!(one_each.unmeasured_pools(later).len(), pools_len(&all));
+    }
+
+    fn pools_len(snap: &Snapshot) -> usize {
+        snap.backends.iter().filter(|b| b.is_local()).count()
+    }
+}
