@@ -5,6 +5,7 @@ use crate::common;
 use common::*;
 use serde_json::json;
 use spillway::sim::SimKind;
+use std::time::Duration;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
@@ -132,6 +133,36 @@ async fn health_and_readiness() {
         client().get(format!("{}/readyz", router.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(ready["status"], "ready");
     assert_eq!(ready["nodes"], 1);
+}
+
+#[tokio::test]
+async fn readyz_waits_for_the_fleet_to_be_measured_and_at_most_the_startup_wait() {
+    // A node nothing listens on: its pool is never measured.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra =
+        "telemetry: {interval_ms: 100, stale_after_ms: 1500, backoff_max_ms: 300, startup_wait_ms: 1500}";
+    let started = std::time::Instant::now();
+    let router = router_unscraped(&config(&format!("http://{gone}"), extra), KEYS, Default::default()).await;
+    let resp = client().get(format!("{}/readyz", router.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (&body["status"], &body["unmeasured_pools"]),
+        (&json!("starting"), &json!(["local"])),
+        "{body}"
+    );
+    wait_until(Duration::from_secs(10), "/readyz to answer 200 after the startup wait", || async {
+        let resp = client().get(format!("{}/readyz", router.url)).send().await.map_err(|e| e.to_string())?;
+        (resp.status() == 200).then_some(()).ok_or(resp.status().to_string())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "ready before the wait: {:?}",
+        started.elapsed()
+    );
+    let body = get_json(&router.url, "/readyz").await;
+    assert_eq!((&body["status"], &body["unmeasured_pools"]), (&json!("ready"), &json!(["local"])), "{body}");
 }
 
 #[tokio::test]
@@ -367,6 +398,6 @@ tasks:
     // The ledger and metrics still read the usage of relayed answers (recorded once each
     // stream has ended, so wait for the counter).
     let series = r#"spillway_tokens_total{backend="compat",kind="input",task="summarise"}"#;
-    let input = wait_metric(&router, series, 2400.0, std::time::Duration::from_secs(5)).await;
+    let input = wait_metric(&router, series, 2400.0, Duration::from_secs(5)).await;
     assert_eq!(input, 2400.0, "two answers of 1,200 input tokens each");
 }

@@ -14,6 +14,7 @@ mod pins;
 mod quota;
 mod quota_routing;
 mod real_engine;
+mod real_fleet;
 mod scenarios;
 mod shared_scrape;
 mod telemetry;

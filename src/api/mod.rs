@@ -239,7 +239,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .iter()
         .filter_map(|(_, n)| n.quarantine.as_ref().map(|q| json!({"node": n.key, "why": q})))
         .collect();
-    let started = state.readiness.started();
+    let started = state.readiness.startup.over(&snap, now);
     let body = json!({
         "status": if started { "ready" } else { "starting" },
         "snapshot_version": snap.version,

@@ -88,7 +88,8 @@ pub async fn start_with(
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
     let canary_board = Arc::new(crate::control::canary::CanaryBoard::default());
-    let readiness = Arc::new(rollout::Readiness::default());
+    let readiness =
+        Arc::new(rollout::Readiness::new(Duration::from_millis(config.telemetry.startup_wait_ms)));
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     // One token stops every loop; the GPU-time sampler hands over its open minute first, the
     // others end at their next await.
@@ -191,8 +192,7 @@ pub async fn start_with(
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);
-    let startup_wait = Duration::from_millis(config.telemetry.startup_wait_ms);
-    loops.spawn(startup::watch(Arc::clone(&readiness), Arc::clone(&snapshot), startup_wait));
+    loops.spawn(startup::watch(Arc::clone(&readiness), Arc::clone(&snapshot)));
     let gpu_time = ledger.as_ref().map(|l| {
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),

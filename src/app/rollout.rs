@@ -12,25 +12,28 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-/// Whether the router has started (its fleet measured) and whether it is on its way out: the
-/// first set by `app::startup`, the second by the first shutdown signal; read by `/readyz` and
-/// by the edge layer that asks HTTP/1 clients not to reuse their connections.
-#[derive(Debug, Default)]
+use super::startup::Startup;
+
+/// Whether the router has started (its fleet measured: `app::startup`) and whether it is on its
+/// way out (set by the first shutdown signal); read by `/readyz` and by the edge layer that
+/// asks HTTP/1 clients not to reuse their connections.
+#[derive(Debug)]
 pub struct Readiness {
     leaving: AtomicBool,
-    /// Set once startup ended (`app::startup`): the fleet is measured, or the wait is over.
-    measured: AtomicBool,
+    pub startup: Startup,
+}
+
+/// Ready at once: no startup wait.
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness::new(Duration::ZERO)
+    }
 }
 
 impl Readiness {
-    /// True once startup ended: `/readyz` may answer 200.
-    pub fn started(&self) -> bool {
-        self.measured.load(Ordering::Relaxed)
-    }
-
-    /// Startup ended.
-    pub fn measured(&self) {
-        self.measured.store(true, Ordering::Relaxed);
+    /// A router that waits up to `startup_wait` for its fleet to be measured.
+    pub fn new(startup_wait: Duration) -> Readiness {
+        Readiness { leaving: AtomicBool::new(false), startup: Startup::new(startup_wait) }
     }
 
     /// True once a shutdown signal came: the router still serves but wants no new traffic.

@@ -5,6 +5,7 @@
 //! blind as planning decides; a replica that flapped would only move its traffic onto others).
 //! The log says once how long startup took and why it ended.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,30 +39,50 @@ pub fn judge(snap: &Snapshot, began: Instant, wait: Duration, now: Instant) -> O
     }
 }
 
-/// Watch the snapshot from the router's start until startup ends, then report ready and log
-/// how long it took and why.
-pub async fn watch(readiness: Arc<Readiness>, snapshot: Arc<ArcSwap<Snapshot>>, wait: Duration) {
-    let began = Instant::now();
-    let end = loop {
-        let now = Instant::now();
-        if let Some(end) = judge(&snapshot.load(), began, wait, now) {
-            break end;
-        }
-        tokio::time::sleep(LOOK_EVERY).await;
-    };
-    let startup_ms = began.elapsed().as_millis() as u64;
-    match end {
-        StartupEnd::Measured => {
-            tracing::info!(startup_ms, "ready: every local pool has a fresh reading");
-        }
-        StartupEnd::WaitOver { unmeasured } => tracing::warn!(
-            startup_ms,
-            wait_ms = wait.as_millis() as u64,
-            pools = ?unmeasured,
-            "ready after the startup wait with pools unmeasured: they spill, or are served blind when nothing else can take a request"
-        ),
+/// A router's startup: when it began, how long it may wait, and whether it is over.
+#[derive(Debug)]
+pub struct Startup {
+    began: Instant,
+    wait: Duration,
+    over: AtomicBool,
+}
+
+impl Startup {
+    pub fn new(wait: Duration) -> Startup {
+        Startup { began: Instant::now(), wait, over: AtomicBool::new(false) }
     }
-    readiness.measured();
+
+    /// Whether startup is over, judged on `snap` at `now` until it is; whoever first finds it
+    /// over logs how long it took and why.
+    pub fn over(&self, snap: &Snapshot, now: Instant) -> bool {
+        if self.over.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Some(end) = judge(snap, self.began, self.wait, now) else { return false };
+        if !self.over.swap(true, Ordering::Relaxed) {
+            let startup_ms = now.saturating_duration_since(self.began).as_millis() as u64;
+            match end {
+                StartupEnd::Measured => {
+                    tracing::info!(startup_ms, "ready: every local pool has a fresh reading")
+                }
+                StartupEnd::WaitOver { unmeasured } => tracing::warn!(
+                    startup_ms,
+                    wait_ms = self.wait.as_millis() as u64,
+                    pools = ?unmeasured,
+                    "ready after the startup wait with pools unmeasured: they spill, or are served blind when nothing else can take a request"
+                ),
+            }
+        }
+        true
+    }
+}
+
+/// Look at the snapshot until startup is over, so that it is logged when it ends even while
+/// nothing asks `/readyz`.
+pub async fn watch(readiness: Arc<Readiness>, snapshot: Arc<ArcSwap<Snapshot>>) {
+    while !readiness.startup.over(&snapshot.load(), Instant::now()) {
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +140,13 @@ mod tests {
         // A reading that has gone stale does not count.
         let later = began + Duration::from_secs(60);
         assert_eq!(one_each.unmeasured_pools(later).len(), pools_len(&all));
+
+        // Once over, startup stays over, whatever the fleet shows later.
+        let startup = Startup::new(wait);
+        assert!(!startup.over(&unread, began));
+        assert!(startup.over(&one_each, began + Duration::from_millis(10)));
+        assert!(startup.over(&unread, later));
+        assert!(Startup::new(Duration::ZERO).over(&unread, Instant::now()), "no wait: ready at once");
     }
 
     fn pools_len(snap: &Snapshot) -> usize {

@@ -126,7 +126,8 @@ pub async fn run_with(s: Scraping) {
     for n in 0u64.. {
         tick.tick().await;
         if n % u64::from(quarters) == 0 {
-            let wanted = targets(&s.snapshot.load());
+            let snap = s.snapshot.load();
+            let wanted = targets(&snap);
             if let Some(share) = &s.share {
                 let was_sharing = live.is_some() || n == 0;
                 live = share.beat().await;
@@ -152,6 +153,10 @@ pub async fn run_with(s: Scraping) {
                 }
                 keep
             });
+            let breaker = |key: &NodeKey| {
+                let mut all = snap.backends.iter().flat_map(|b| &b.nodes);
+                all.find(|n| n.key == *key).map(|n| Arc::clone(&n.handle.breaker))
+            };
             for (key, target) in &wanted {
                 if nodes.contains_key(key) || !mine(key) {
                     continue;
@@ -172,6 +177,7 @@ pub async fn run_with(s: Scraping) {
                     info: Default::default(),
                     share: s.share.clone(),
                     scrapes: s.metrics.scrapes.clone(),
+                    breaker: breaker(key),
                 };
                 let task = tasks.spawn(node.run());
                 nodes.insert(key.clone(), (target.clone(), task));

@@ -19,6 +19,7 @@ use crate::fleet::load::NodeLoad;
 use crate::fleet::metrics::{parse_agent, NodeSample};
 use crate::fleet::reading::Reading;
 use crate::fleet::telemetry::TelemetryBoard;
+use crate::guard::breaker::NodeBreaker;
 
 /// Largest metrics page accepted (a vLLM page is tens of KiB).
 pub const MAX_BODY_BYTES: usize = 8 << 20;
@@ -92,6 +93,8 @@ pub(super) struct NodeScraper {
     pub(super) share: Option<Arc<ScrapeShare>>,
     /// Scrapes this replica made.
     pub(super) scrapes: prometheus::IntCounter,
+    /// The node's breaker, told when the node reads again after failed scrapes.
+    pub(super) breaker: Option<Arc<NodeBreaker>>,
 }
 
 impl NodeScraper {
@@ -109,6 +112,12 @@ impl NodeScraper {
                 let Ok(_permit) = permits.acquire().await else { return };
                 self.scrape_once().await
             };
+            if ok && failures > 0 {
+                // It could not be reached and now can: its breaker need not wait out its time.
+                if let Some(breaker) = &self.breaker {
+                    breaker.node_back(Instant::now());
+                }
+            }
             failures = if ok { 0 } else { failures.saturating_add(1) };
             let wait = next_delay(interval, self.cfg.jitter, backoff_max, failures, rand::random::<f64>());
             due = (started + wait).max(Instant::now());

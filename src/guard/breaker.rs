@@ -106,6 +106,14 @@ impl Breaker {
         }
     }
 
+    /// The node answers again after it could not be reached (its metrics page reads again):
+    /// an open breaker lets its probe through now rather than after the rest of `open_secs`.
+    pub fn node_back(&mut self, now: Instant) {
+        if let State::Open { until } = &mut self.state {
+            *until = (*until).min(now);
+        }
+    }
+
     /// A permit ended without a verdict (the client went away): free the probe slot.
     pub fn release(&mut self) {
         if self.state == (State::HalfOpen { probing: true }) {
@@ -222,6 +230,11 @@ impl NodeBreaker {
     /// How much longer a `Retry-After` holds the node, if it does.
     pub fn held_for(&self, now: Instant) -> Option<Duration> {
         self.with(|b| b.held_for(now))
+    }
+
+    /// See [`Breaker::node_back`].
+    pub fn node_back(&self, now: Instant) {
+        self.with(|b| b.node_back(now));
     }
 
     pub fn view(&self, now: Instant) -> BreakerView {
@@ -359,6 +372,25 @@ mod tests {
         probe.success(t5);
         assert_eq!(board.view("n", t5), BreakerView::Closed);
         assert!(board.try_acquire("n", t5).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_back_after_being_unreachable_is_probed_at_once() {
+        let board = BreakerBoard::new(cfg());
+        let t0 = Instant::now();
+        board.node(&NodeKey::from("n")).node_back(t0);
+        assert_eq!(board.view("n", t0), BreakerView::Closed, "a closed breaker stays closed");
+        for _ in 0..3 {
+            board.try_acquire("n", t0).unwrap().failure(t0);
+        }
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(board.view("n", t1), BreakerView::Open);
+        board.node(&NodeKey::from("n")).node_back(t1);
+        assert_eq!(board.view("n", t1), BreakerView::HalfOpen, "not 4 s more");
+        let probe = board.try_acquire("n", t1).expect("one probe");
+        assert!(board.try_acquire("n", t1).is_none(), "still one at a time");
+        probe.success(t1);
+        assert_eq!(board.view("n", t1), BreakerView::Closed);
     }
 
     #[tokio::test(start_paused = true)]

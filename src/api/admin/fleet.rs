@@ -93,6 +93,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                     .nodes
                     .iter()
                     .map(|n| {
+                        let load = n.handle.load.view();
                         let age =
                             n.signals.scraped_at.map(|at| now.saturating_duration_since(at).as_secs_f64());
                         let mut node = json!({
@@ -102,9 +103,16 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
                             "breaker_forced": n.handle.breaker.forced(),
                             "held": n.held,
                             "quarantined": n.quarantine,
-                            "in_flight": n.handle.load.view().in_flight,
+                            "in_flight": load.in_flight,
                             "running": n.signals.running,
                             "waiting": n.signals.waiting,
+                            // The load model's reading of the node (`fleet::load`).
+                            "load": {
+                                "at_node": load.at_node(n.signals.running, n.signals.waiting),
+                                "others": load.others(n.signals.running, n.signals.waiting),
+                                "queued": load.queued(n.signals.waiting),
+                                "counted_in_reading": load.counted,
+                            },
                             "telemetry_age_s": age,
                         });
                         if b.is_local() {
