@@ -15,8 +15,9 @@ use futures::StreamExt;
 use serde_json::json;
 use spillway::sim::SimKind;
 
+use crate::common::llama::{engine_or_skip, llama_server};
 use crate::common::{sim, wait_until};
-use crate::real_engine::{ask, engine_or_skip, header, llama_server, Router};
+use crate::real_engine::{ask, header, Router};
 
 const SLOTS: u32 = 2;
 const SLO_MS: u32 = 5000;

@@ -74,6 +74,8 @@ pub struct Served {
     /// Spillway's prediction of the serving node's TTFT and what it measured upstream, ms.
     pub predicted_ttft_ms: Option<f64>,
     pub upstream_ttft_ms: Option<f64>,
+    /// Why the fleet did not serve it (`x-spillway-spill`), when it did not.
+    pub spill: Option<String>,
 }
 
 /// One streamed request, or an error description.
@@ -98,6 +100,7 @@ pub async fn one_request(
     let backend = header("x-spillway-backend").unwrap_or_else(|| "direct".into());
     let predicted_ttft_ms = header("x-spillway-predicted-ttft-ms").and_then(|v| v.parse().ok());
     let upstream_ttft_ms = header("x-spillway-ttft-ms").and_then(|v| v.parse().ok());
+    let spill = header("x-spillway-spill");
     if !status.is_success() {
         return Err(format!("{status}: {}", resp.text().await.unwrap_or_default()));
     }
@@ -127,7 +130,15 @@ pub async fn one_request(
         return Err("stream ended without [DONE]".into());
     }
     let total = started.elapsed();
-    Ok(Served { backend, ttft: ttft.unwrap_or(total), total, tokens, predicted_ttft_ms, upstream_ttft_ms })
+    Ok(Served {
+        backend,
+        ttft: ttft.unwrap_or(total),
+        total,
+        tokens,
+        predicted_ttft_ms,
+        upstream_ttft_ms,
+        spill,
+    })
 }
 
 /// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.

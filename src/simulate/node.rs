@@ -91,6 +91,17 @@ pub struct Node {
     /// Project → when its prefix was last used on this node.
     prefix: HashMap<usize, Micros>,
     counters: Counters,
+    /// The gauges as they changed, (when, gauges), oldest first: those a scrape may still read
+    /// through the model's `gauge_lag`, and the one before them.
+    gauges: VecDeque<(Micros, Gauges)>,
+}
+
+/// What the node's gauges say: running and waiting requests, KV use.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Gauges {
+    running: f64,
+    waiting: f64,
+    kv_usage: f64,
 }
 
 impl Node {
@@ -105,7 +116,39 @@ impl Node {
             running: Vec::new(),
             prefix: HashMap::new(),
             counters: Counters::default(),
+            gauges: VecDeque::from([(0, Gauges::default())]),
         }
+    }
+
+    /// The gauges now.
+    fn gauges_now(&self) -> Gauges {
+        let kv: u64 = self.running.iter().map(|r| u64::from(r.job.prompt + r.job.output)).sum();
+        Gauges {
+            running: self.running.len() as f64,
+            waiting: self.waiting.len() as f64,
+            kv_usage: (kv as f64 / self.model.kv_tokens.max(BLOCK) as f64).min(1.0),
+        }
+    }
+
+    /// Note the gauges after a change at `now`, forgetting what no scrape can read any more.
+    fn note(&mut self, now: Micros) {
+        let gauges = self.gauges_now();
+        if self.gauges.back().is_some_and(|(_, last)| *last == gauges) {
+            return;
+        }
+        self.gauges.push_back((now, gauges));
+        let horizon = now.saturating_sub(from_secs(self.model.gauge_lag.0));
+        while self.gauges.get(1).is_some_and(|(at, _)| *at <= horizon) {
+            self.gauges.pop_front();
+        }
+    }
+
+    /// The gauges a scrape at `now` reads: as they were `gauge_lag` before.
+    fn gauges_read(&self, now: Micros) -> Gauges {
+        // Before the run began, the node was idle.
+        let Some(then) = now.checked_sub(from_secs(self.model.gauge_lag.0)) else { return Gauges::default() };
+        let at = self.gauges.partition_point(|(at, _)| *at <= then);
+        self.gauges.get(at.saturating_sub(1)).map_or_else(Gauges::default, |(_, g)| *g)
     }
 
     #[cfg(test)]
@@ -120,7 +163,14 @@ impl Node {
         self.fill(now)
     }
 
+    /// Move waiting jobs into free slots; returns those that entered one.
     fn fill(&mut self, now: Micros) -> Vec<Started> {
+        let started = self.enter(now);
+        self.note(now);
+        started
+    }
+
+    fn enter(&mut self, now: Micros) -> Vec<Started> {
         let mut started = Vec::new();
         while self.running.len() < self.slots {
             let Some(job) = self.queue.pop_front() else { break };
@@ -207,6 +257,7 @@ impl Node {
         lost.sort_unstable();
         self.prefix.clear();
         self.counters = Counters::default();
+        self.note(now);
         lost
     }
 
@@ -214,15 +265,16 @@ impl Node {
         self.alive = true;
     }
 
-    /// What `/metrics` would say now.
-    pub fn sample(&self) -> NodeSample {
+    /// What `/metrics` would say at `now`: the counters as they are, the gauges as they were
+    /// `gauge_lag` before.
+    pub fn sample(&self, now: Micros) -> NodeSample {
         let c = &self.counters;
-        let kv: u64 = self.running.iter().map(|r| u64::from(r.job.prompt + r.job.output)).sum();
         let kv_tokens = self.model.kv_tokens.max(BLOCK);
+        let gauges = self.gauges_read(now);
         NodeSample {
-            running: Some(self.running.len() as f64),
-            waiting: Some(self.waiting.len() as f64),
-            kv_cache_usage: Some((kv as f64 / kv_tokens as f64).min(1.0)),
+            running: Some(gauges.running),
+            waiting: Some(gauges.waiting),
+            kv_cache_usage: Some(gauges.kv_usage),
             cache: Some(CacheConfig {
                 num_gpu_blocks: Some(kv_tokens / BLOCK),
                 block_size: Some(BLOCK),
@@ -277,6 +329,33 @@ mod tests {
     }
 
     #[test]
+    fn the_gauges_trail_the_node_by_its_gauge_lag_and_the_counters_do_not() {
+        let model = NodeModel {
+            max_num_seqs: 1,
+            prefill_tps: 1000.0,
+            step_ms: 10.0,
+            gauge_lag: crate::simulate::scenario::Secs(1.0),
+            ..NodeModel::default()
+        };
+        let mut n = Node::new(&model, 256);
+        n.submit(job(0, 1), 0);
+        n.submit(job(1, 1), 0);
+        let read = |n: &Node, at: Micros| (n.sample(at).running, n.sample(at).waiting);
+        assert_eq!(read(&n, 999_999), (Some(0.0), Some(0.0)), "not yet in the gauges");
+        assert_eq!(read(&n, 1_000_000), (Some(1.0), Some(1.0)));
+        n.finish(0, 1, 1_110_000);
+        assert_eq!(n.sample(1_200_000).request_success, Some(1.0), "the counters at once");
+        assert_eq!(read(&n, 2_109_999), (Some(1.0), Some(1.0)));
+        assert_eq!(read(&n, 2_110_000), (Some(1.0), Some(0.0)), "the second took the slot");
+        n.finish(1, 1, 2_000_000);
+        assert_eq!(read(&n, 3_000_000), (Some(0.0), Some(0.0)));
+        // Without a lag, the gauges are the node's now.
+        let mut now = Node::new(&NodeModel { max_num_seqs: 1, ..NodeModel::default() }, 256);
+        now.submit(job(0, 1), 5);
+        assert_eq!(read(&now, 5), (Some(1.0), Some(0.0)));
+    }
+
+    #[test]
     fn a_cancelled_job_leaves_the_queue_or_its_slot() {
         let model = NodeModel { max_num_seqs: 1, prefill_tps: 1000.0, step_ms: 10.0, ..NodeModel::default() };
         let mut n = Node::new(&model, 256);
@@ -288,7 +367,7 @@ mod tests {
         // Cancelled while waiting: no longer counted, and skipped when the slot frees.
         assert!(n.cancel(1, 1, 5).is_empty());
         assert_eq!(n.waiting(), 2);
-        assert_eq!(n.sample().waiting, Some(2.0));
+        assert_eq!(n.sample(5).waiting, Some(2.0));
         let next = n.finish(0, 1, 1_110_000);
         assert_eq!(next.iter().map(|s| s.req).collect::<Vec<_>>(), [2]);
         // Cancelled in its slot: the next waiting job takes it.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod balancer;
+pub mod llama;
 pub mod scenario;
 
 use std::fmt::Display;

@@ -333,7 +333,7 @@ impl<'a> Engine<'a> {
         for (i, node) in self.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
             if node.alive {
-                self.telemetry[i].on_scrape(crate::canonical::Engine::Vllm, node.sample(), at);
+                self.telemetry[i].on_scrape(crate::canonical::Engine::Vllm, node.sample(now), at);
                 self.counters[i].mark_scraped(at, at, lag);
             } else {
                 self.telemetry[i].on_failure("connection refused".into(), at);

@@ -119,6 +119,9 @@ pub struct NodeModel {
     pub kv_tokens: u64,
     /// A project's prefix stays cached on a node this long after its last request there.
     pub prefix_cache: Secs,
+    /// How long the node's gauges (running, waiting, KV use) trail its true state: a scrape
+    /// reads them as they were this long before (vLLM's trail by seconds; llama.cpp's by none).
+    pub gauge_lag: Secs,
 }
 
 impl Default for NodeModel {
@@ -130,6 +133,7 @@ impl Default for NodeModel {
             step_per_seq_ms: 0.5,
             kv_tokens: 400_000,
             prefix_cache: Secs(600.0),
+            gauge_lag: Secs(0.0),
         }
     }
 }
