@@ -96,6 +96,37 @@ fn main() {
     });
 }
 
+/// Each node's busy-slot share until `stop`: llama.cpp's `requests_processing` over its 2
+/// slots, read every 100 ms and integrated over time.
+async fn busy_slots(nodes: [String; 2], mut stop: tokio::sync::oneshot::Receiver<()>) -> [f64; 2] {
+    let client = reqwest::Client::new();
+    let (mut busy, mut total) = ([0.0f64; 2], 0.0f64);
+    let mut last = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let dt = last.elapsed().as_secs_f64();
+        last = std::time::Instant::now();
+        total += dt;
+        for (i, node) in nodes.iter().enumerate() {
+            let page = match client.get(format!("{node}/metrics")).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => continue,
+            };
+            let processing = page
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("llamacpp:requests_processing ").and_then(|v| v.trim().parse().ok())
+                })
+                .unwrap_or(0.0);
+            busy[i] += processing * dt;
+        }
+    }
+    busy.map(|b| b / (2.0 * total.max(1e-9)))
+}
+
 /// The router's config over `nodes` and the hosted backend (`hosted`: its settings).
 fn router_yaml(nodes: &str, hosted: &str, sticky: bool) -> String {
     format!(
@@ -118,11 +149,19 @@ async fn ramp(
     (low, high, secs): (f64, f64, f64),
     sticky: bool,
 ) -> (String, String) {
-    let yaml = router_yaml(&format!("{a}, {b}"), &format!("base_url: '{hosted}/v1'"), sticky);
+    let ledger = common::temp_ledger_url();
+    let yaml = router_yaml(&format!("{a}, {b}"), &format!("base_url: '{hosted}/v1'"), sticky)
+        + &format!("ledger: {{url: \"{ledger}\"}}\n");
     let config = spillway::config::parse(&yaml).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let secrets = spillway::config::secrets::Secrets::default();
-    let router = spillway::app::start(config, secrets, listener, std::future::pending()).await.unwrap();
+    let secrets = spillway::config::secrets::read_secrets(&config, |_| None).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stopped = async move {
+        let _ = stopped.await;
+    };
+    let router = spillway::app::start(config, secrets, listener, stopped).await.unwrap();
+    let (engines_stop, engines_stopped) = tokio::sync::oneshot::channel::<()>();
+    let engines = tokio::spawn(busy_slots([a.to_string(), b.to_string()], engines_stopped));
     let url = format!("http://{}", router.addr);
     common::wait_until(Duration::from_secs(20), "/readyz to answer 200", || async {
         reqwest::get(format!("{url}/readyz")).await.is_ok_and(|r| r.status() == 200)
@@ -134,7 +173,31 @@ async fn ramp(
     let phases: Vec<(f64, f64)> =
         (0..half).map(rate).chain((0..half).rev().map(rate)).map(|r| (r, 1.0)).collect();
     let logs = drive(&url, &phases, None).await;
-    router.task.abort();
+    // Stopped gracefully: the open GPU minute is written.
+    let _ = stop.send(());
+    router.task.await.unwrap().unwrap();
+    let _ = engines_stop.send(());
+    let engine_share = engines.await.unwrap();
+    let store = spillway::ledger::Store::open(&ledger).await.unwrap();
+    let minutes = store.query_minutes(0, i64::MAX).await.unwrap();
+    store.close().await;
+    let ledger_share = [a, b].map(|node| {
+        let host = node.trim_start_matches("http://");
+        let (run, cap) = minutes
+            .iter()
+            .filter(|m| m.node.contains(host))
+            .filter_map(|m| m.occupancy)
+            .fold((0, 0), |(r, c), o| (r + o.running_seq_ms, c + o.capacity_seq_ms));
+        run as f64 / cap.max(1) as f64
+    });
+    println!(
+        "utilisation, sticky spill {}: ledger {:.1} % and {:.1} %, the engines' busy slots {:.1} % and {:.1} %",
+        if sticky { "on" } else { "off" },
+        ledger_share[0] * 100.0,
+        ledger_share[1] * 100.0,
+        engine_share[0] * 100.0,
+        engine_share[1] * 100.0
+    );
     let served: Vec<_> = logs.iter().filter_map(|l| l.result.as_ref().ok()).collect();
     let spilled =
         |why: &str| served.iter().filter(|s| s.backend != "local" && s.spill.as_deref() == Some(why)).count();
@@ -169,7 +232,7 @@ async fn ramp(
          providers:\n  hosted: {{ttft_ms: 80, ttft_jitter: 0.1, tokens_per_sec: 400, error_rate: 0}}\n\
          workload:\n  - task: chat\n    rps: [[0s, {low:.3}], [{}s, {high:.3}], [{secs}s, {low:.3}]]\n\
          \x20   prompt_tokens: {{mean: {p}, sd: 0, min: {p}, max: {p}}}\n\
-         \x20   output_tokens: {{mean: {o}, sd: 0, min: {o}, max: {o}}}\n    projects: 1000\n",
+         \x20   output_tokens: {{mean: {o}, sd: 0, min: {o}, max: {o}}}\n    projects: 1000\n    prefix_share: 0\n",
         router.lines().map(|l| format!("  {l}\n")).collect::<String>(),
         secs / 2.0,
     );

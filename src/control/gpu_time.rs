@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::discovery::DiscoveredNodes;
 use crate::canonical::NodeKey;
 use crate::fleet::headroom::{self, NodeSignals, PoolLimits};
+use crate::fleet::load::LoadView;
 use crate::fleet::metrics::AgentSample;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::ledger::usage::{MinuteTracker, NodeSample};
@@ -39,12 +40,13 @@ pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64
     running.is_some_and(|r| r > 0.0) || gpu_busy || in_flight > 0 || sent_since > 0
 }
 
-/// Sequences running on a node now: the engine's gauge from a fresh scrape, or this router's
-/// requests in flight on it when they are more (the gauge lags by up to a scrape; a node with no
-/// fresh gauge counts only what this router has on it, a lower bound).
-pub fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, in_flight: u64) -> f64 {
-    let gauge = sig.running.filter(|_| headroom::fresh(sig, limits, now)).unwrap_or(0.0);
-    gauge.max(in_flight as f64)
+/// Sequences running on a node now, by the load model (`fleet::load`): this router's requests in
+/// flight on it, plus the others a fresh reading's running gauge showed beyond this router's
+/// own (a node with no fresh gauge counts only what this router has on it, a lower bound). A
+/// lagging gauge that still shows requests this router saw finish adds nothing.
+pub fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, load: LoadView) -> f64 {
+    let running = sig.running.filter(|_| headroom::fresh(sig, limits, now));
+    load.at_node(running, None)
 }
 
 /// One sample of every local node. `last_sent` carries each node's send counter between calls.
@@ -70,7 +72,7 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
                 gpu_count: i64::from(pool.gpu_count),
                 gpu_hourly_usd: annotated.or(pool.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),
-                running: running_now(&node.signals, &view.limits, now, load.in_flight),
+                running: running_now(&node.signals, &view.limits, now, load),
                 // The node's slots as routing counts them: its own limit, else the pool's.
                 capacity: headroom::slots(&node.signals, &view.limits),
             });
@@ -141,7 +143,7 @@ mod tests {
     }
 
     #[test]
-    fn running_is_the_fresh_gauge_or_this_routers_in_flight() {
+    fn running_is_this_routers_in_flight_plus_the_others_a_fresh_gauge_shows() {
         let limits = PoolLimits { max_running: 16, reserve: 0.2, stale_after: Duration::from_secs(5) };
         let now = Instant::now();
         let scraped = |ago: u64, running: Option<f64>| NodeSignals {
@@ -149,10 +151,25 @@ mod tests {
             running,
             ..NodeSignals::default()
         };
-        assert_eq!(running_now(&scraped(1, Some(5.0)), &limits, now, 2), 5.0);
-        assert_eq!(running_now(&scraped(1, Some(5.0)), &limits, now, 7), 7.0, "sent since the scrape");
-        assert_eq!(running_now(&scraped(60, Some(5.0)), &limits, now, 1), 1.0, "a stale gauge says nothing");
-        assert_eq!(running_now(&scraped(1, None), &limits, now, 0), 0.0);
-        assert_eq!(running_now(&NodeSignals::default(), &limits, now, 3), 3.0, "never scraped");
+        // `counted` of the router's own were in the reading; `in_flight` are on the node now.
+        let load = |in_flight: u64, counted: u64| LoadView { in_flight, counted, ..LoadView::default() };
+        assert_eq!(running_now(&scraped(1, Some(5.0)), &limits, now, load(2, 2)), 5.0, "3 others and 2 own");
+        assert_eq!(
+            running_now(&scraped(1, Some(5.0)), &limits, now, load(7, 2)),
+            10.0,
+            "sent since the scrape"
+        );
+        assert_eq!(
+            running_now(&scraped(1, Some(5.0)), &limits, now, load(0, 5)),
+            0.0,
+            "all five finished since"
+        );
+        assert_eq!(
+            running_now(&scraped(60, Some(5.0)), &limits, now, load(1, 0)),
+            1.0,
+            "a stale gauge says nothing"
+        );
+        assert_eq!(running_now(&scraped(1, None), &limits, now, load(0, 0)), 0.0);
+        assert_eq!(running_now(&NodeSignals::default(), &limits, now, load(3, 0)), 3.0, "never scraped");
     }
 }
