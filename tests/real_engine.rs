@@ -97,20 +97,21 @@ impl Router {
     }
 }
 
+/// A streamed chat completion of task `t` sent through the router, its head in.
+pub(crate) async fn send(router: &str, prompt: &str, max_tokens: u32) -> reqwest::Response {
+    let body = json!({"model": "t", "stream": true, "max_tokens": max_tokens, "temperature": 0,
+                      "messages": [{"role": "user", "content": prompt}]});
+    let client = reqwest::Client::new();
+    client.post(format!("{router}/v1/chat/completions")).json(&body).send().await.unwrap()
+}
+
 /// One streamed chat completion through the router: status, the headers named, and the text.
 pub(crate) async fn ask(
     router: &str,
     prompt: &str,
     max_tokens: u32,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let body = json!({"model": "t", "stream": true, "max_tokens": max_tokens, "temperature": 0,
-                      "messages": [{"role": "user", "content": prompt}]});
-    let resp = reqwest::Client::new()
-        .post(format!("{router}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = send(router, prompt, max_tokens).await;
     let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
     let text = resp.text().await.unwrap();
     (status, headers, text)

@@ -12,12 +12,11 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::json;
 use spillway::sim::SimKind;
 
 use crate::common::llama::{engine_or_skip, llama_server};
 use crate::common::{sim, wait_until};
-use crate::real_engine::{ask, header, Router};
+use crate::real_engine::{ask, header, send, Router};
 
 const SLOTS: u32 = 2;
 const SLO_MS: u32 = 5000;
@@ -48,14 +47,7 @@ async fn open_stream(
     prompt: &str,
     max_tokens: u32,
 ) -> (reqwest::header::HeaderMap, tokio::task::JoinHandle<bool>) {
-    let body = json!({"model": "t", "stream": true, "max_tokens": max_tokens, "temperature": 0,
-                      "messages": [{"role": "user", "content": prompt}]});
-    let resp = reqwest::Client::new()
-        .post(format!("{router}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = send(router, prompt, max_tokens).await;
     assert_eq!(resp.status(), 200);
     let headers = resp.headers().clone();
     let rest = tokio::spawn(async move {

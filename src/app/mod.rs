@@ -192,7 +192,7 @@ pub async fn start_with(
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);
-    loops.spawn(startup::watch(Arc::clone(&readiness), Arc::clone(&snapshot)));
+    loops.spawn(startup::watch(Arc::clone(&readiness.startup), Arc::clone(&snapshot)));
     let gpu_time = ledger.as_ref().map(|l| {
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),

@@ -8,6 +8,7 @@
 //! [`listen`] is the process side that feeds the channel from SIGTERM and ctrl-c.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -20,7 +21,7 @@ use super::startup::Startup;
 #[derive(Debug)]
 pub struct Readiness {
     leaving: AtomicBool,
-    pub startup: Startup,
+    pub startup: Arc<Startup>,
 }
 
 /// Ready at once: no startup wait.
@@ -33,7 +34,7 @@ impl Default for Readiness {
 impl Readiness {
     /// A router that waits up to `startup_wait` for its fleet to be measured.
     pub fn new(startup_wait: Duration) -> Readiness {
-        Readiness { leaving: AtomicBool::new(false), startup: Startup::new(startup_wait) }
+        Readiness { leaving: AtomicBool::new(false), startup: Arc::new(Startup::new(startup_wait)) }
     }
 
     /// True once a shutdown signal came: the router still serves but wants no new traffic.
@@ -128,7 +129,6 @@ pub fn listen() -> std::io::Result<mpsc::Receiver<Signal>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use tokio::time::Instant;
 
     const DELAY: Duration = Duration::from_millis(5_000);

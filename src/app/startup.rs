@@ -12,7 +12,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
-use super::rollout::Readiness;
 use crate::snapshot::Snapshot;
 
 /// How often the watcher looks at the snapshot while the router starts.
@@ -79,8 +78,8 @@ impl Startup {
 
 /// Look at the snapshot until startup is over, so that it is logged when it ends even while
 /// nothing asks `/readyz`.
-pub async fn watch(readiness: Arc<Readiness>, snapshot: Arc<ArcSwap<Snapshot>>) {
-    while !readiness.startup.over(&snapshot.load(), Instant::now()) {
+pub async fn watch(startup: Arc<Startup>, snapshot: Arc<ArcSwap<Snapshot>>) {
+    while !startup.over(&snapshot.load(), Instant::now()) {
         tokio::time::sleep(LOOK_EVERY).await;
     }
 }
