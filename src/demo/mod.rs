@@ -215,7 +215,18 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
             max_tokens: 48,
             report_every: Some(Duration::from_secs(5)),
         };
-        tokio::spawn(loadgen::run(generator));
+        let ready = format!("{url}/readyz");
+        tokio::spawn(async move {
+            // The load starts once the router has measured its fleet, as a Service's would.
+            let client = reqwest::Client::new();
+            for _ in 0..400 {
+                if client.get(&ready).send().await.is_ok_and(|r| r.status().is_success()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            loadgen::run(generator).await
+        });
     } else {
         println!("  (run with --load 20 to see local serving and spill to hosted under load)");
     }
