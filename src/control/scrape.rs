@@ -36,6 +36,7 @@ use crate::config::{AgentAddress, BackendKind, EngineSetting, TelemetryConfig};
 use crate::fleet::load::NodeLoad;
 use crate::fleet::rendezvous::{self, ReplicaId};
 use crate::fleet::telemetry::TelemetryBoard;
+use crate::guard::breaker::NodeBreaker;
 use crate::metrics::TelemetryFamilies;
 use crate::snapshot::Snapshot;
 
@@ -79,6 +80,12 @@ fn agent_url(origin: &str, port: u16) -> Option<String> {
     u.set_path("/metrics");
     u.set_query(None);
     Some(u.to_string())
+}
+
+/// Every node's breaker in `snap`, by key.
+fn breakers_of(snap: &Snapshot) -> HashMap<&NodeKey, Arc<NodeBreaker>> {
+    let nodes = snap.backends.iter().flat_map(|b| &b.nodes);
+    nodes.map(|n| (&n.key, Arc::clone(&n.handle.breaker))).collect()
 }
 
 /// What the scrape loop works with.
@@ -153,10 +160,8 @@ pub async fn run_with(s: Scraping) {
                 }
                 keep
             });
-            let breaker = |key: &NodeKey| {
-                let mut all = snap.backends.iter().flat_map(|b| &b.nodes);
-                all.find(|n| n.key == *key).map(|n| Arc::clone(&n.handle.breaker))
-            };
+            // Each node's breaker, looked up once a tick starts a node's task.
+            let mut breakers = None;
             for (key, target) in &wanted {
                 if nodes.contains_key(key) || !mine(key) {
                     continue;
@@ -177,7 +182,7 @@ pub async fn run_with(s: Scraping) {
                     info: Default::default(),
                     share: s.share.clone(),
                     scrapes: s.metrics.scrapes.clone(),
-                    breaker: breaker(key),
+                    breaker: breakers.get_or_insert_with(|| breakers_of(&snap)).get(key).cloned(),
                 };
                 let task = tasks.spawn(node.run());
                 nodes.insert(key.clone(), (target.clone(), task));

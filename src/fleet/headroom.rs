@@ -1,16 +1,16 @@
 //! Headroom: may this node take this request now, and how soon would its first token come?
 //!
 //! Pure arithmetic over what the node last reported (queue, running, KV use, recent TTFT and
-//! prefill rate), the router's own requests on it (`fleet::load` joins the two), and the
-//! pool's capacity and reserve. The predictor is simple on purpose: a request waits for a free sequence slot
-//! (slots turn over every mean service time), then as long as the node's recent requests took
-//! from leaving the queue to their first token (TTFT minus queue time: prefill of an average
-//! prompt plus engine steps), corrected for how much longer or shorter this request's uncached
-//! prompt is than the average, at the node's prefill rate. Before the node has measured
-//! anything: prefill at the prefill rate (or a default) plus one step. A missing signal is
-//! unknown, and a node with no fresh scrape is not admitted (planning may still serve a pool
-//! none of whose nodes is fresh, by in-flight count alone, when nothing else can take the
-//! request: `route::blind`).
+//! prefill rate), the router's own requests on it (`fleet::load` joins the two), and the pool's
+//! capacity and reserve. The predictor is simple on purpose: a request waits for a free
+//! sequence slot (slots turn over every mean service time), then as long as the node's recent
+//! requests took from leaving the queue to their first token (TTFT minus queue time: prefill of
+//! an average prompt plus engine steps), corrected for how much longer or shorter this
+//! request's uncached prompt is than the average, at the node's prefill rate. Before the node
+//! has measured anything: prefill at the prefill rate (or a default) plus one step. A missing
+//! signal is unknown, and a node with no fresh scrape is not admitted (planning may still serve
+//! a pool none of whose nodes is fresh, by in-flight count alone, when nothing else can take
+//! the request: `route::blind`).
 
 use std::time::Duration;
 
