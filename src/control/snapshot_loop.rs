@@ -36,7 +36,7 @@ pub struct Sources {
     pub availability: Arc<super::balancing::AvailabilityBoard>,
     /// Drains and disables from the admin API.
     pub holds: Arc<crate::guard::holds::HoldBoard>,
-    /// Each pool's sticky-spill share, stepped after every rebuild.
+    /// Each pool's sticky-spill share, stepped after a rebuild, at most once a second.
     pub shares: Mutex<PoolShares>,
     /// What the request paths' plans saw of each pool's own projects (for its share).
     pub share_feedback: Arc<ShareFeedback>,

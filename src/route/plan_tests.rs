@@ -434,3 +434,30 @@ async fn a_hosted_backend_the_pid_has_written_off_releases_the_reserve() {
     assert!(build(0.05).backends[0].reserve_released, "availability below 0.1: down");
     assert!(!build(0.5).backends[0].reserve_released);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shares_step_once_a_second_and_weigh_the_refusals_of_the_whole_second() {
+    let t0 = Instant::now();
+    // Both nodes past the reserve line: full at a share of 1, and every plan is a refusal.
+    let busy = |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
+    let snap = snap_with(t0, busy, closed);
+    let mut task = snap.config.task("summarise-ticket").unwrap().clone();
+    task.strategy = Strategy::Adaptive;
+    let (mut shares, feedback) = (sticky::PoolShares::default(), sticky::ShareFeedback::default());
+    let load = |_: &crate::snapshot::NodeView| crate::fleet::load::LoadView::default();
+    shares.step(&snap, &load, &feedback, t0);
+    // Rebuilt every 100 ms (as the live loop does): nothing moves inside the second, and the
+    // refusals add up.
+    for tenth in 1..10u64 {
+        let p = plan(&RequestFacts { affinity: Some(tenth), ..facts(&task, tenth) }, &snap, t0).unwrap();
+        assert_eq!(p.kept, [(BackendId::new(0), false)]);
+        feedback.record(&snap, &p);
+        shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_millis(100 * tenth));
+        assert_eq!(shares.get("local-llama"), 1.0);
+    }
+    // At the second it steps once, by the whole second, and takes the nine refusals.
+    shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_secs(1));
+    let down = snap.config.balancing.sticky_spill.down_per_sec;
+    assert!((shares.get("local-llama") - (1.0 - down)).abs() < 1e-12, "{}", shares.get("local-llama"));
+    assert!(feedback.take().is_empty());
+}

@@ -15,7 +15,7 @@
 //!   `strategy: adaptive`) even while a node has room; the pool stays in its plan as a
 //!   fallback after the hosted backends.
 //!
-//! The share is held by a small controller stepped after each snapshot from the pool's
+//! The share is held by a small controller stepped about once a second from the pool's
 //! **occupancy** (what its fresh nodes hold over what they may hold outside the reserve, so 1
 //! is the reserve line): while the share is 1 the reserve holds per request and the pool is
 //! full at 1; below 1 its own projects may use the reserve and it is full at `1 + margin`.
@@ -64,6 +64,11 @@ use super::Plan;
 /// Fixed seed of the membership hash ("STICKY" in ASCII); part of the format, like
 /// `chain`'s.
 const SEED: u64 = 0x5354_4943_4b59;
+
+/// The least time between two steps of the shares. The refusals a step weighs (against
+/// `refused_max` and `cut_min_requests`) are those of at least this long, however often the
+/// snapshot is rebuilt: every 100 ms live, every scrape in the simulator, which then agree.
+pub const STEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The least occupancy the return divides by, so an empty pool's target is finite.
 const MIN_OCCUPANCY: f64 = 0.05;
@@ -255,7 +260,8 @@ impl ShareFeedback {
     }
 }
 
-/// Every local pool's share, stepped after each snapshot from that snapshot's occupancy.
+/// Every local pool's share, stepped (at most once a [`STEP`]) after a snapshot from that
+/// snapshot's occupancy.
 #[derive(Debug, Default)]
 pub struct PoolShares {
     shares: BTreeMap<String, Share>,
@@ -268,7 +274,8 @@ impl PoolShares {
         self.shares.get(pool).map_or(1.0, |s| s.share)
     }
 
-    /// Step every pool of `snap` by the time since the last step, at its occupancy now.
+    /// Step every pool of `snap` by the time since the last step, at its occupancy now, once
+    /// [`STEP`] has passed since that step; sooner, the plans' feedback keeps adding up.
     pub fn step(
         &mut self,
         snap: &Snapshot,
@@ -276,7 +283,11 @@ impl PoolShares {
         feedback: &ShareFeedback,
         now: Instant,
     ) {
-        let dt = self.last.map_or(0.0, |last| now.saturating_duration_since(last).as_secs_f64());
+        let dt = match self.last {
+            Some(last) if now.saturating_duration_since(last) < STEP => return,
+            Some(last) => now.saturating_duration_since(last).as_secs_f64(),
+            None => 0.0,
+        };
         self.last = Some(now);
         let kept = feedback.take();
         let cfg = &snap.config.balancing.sticky_spill;

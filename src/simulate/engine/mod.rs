@@ -113,7 +113,7 @@ pub struct Engine<'a> {
     pub(super) breakers: Vec<Breaker>,
     pub(super) router_in_flight: Vec<u32>,
     pub(super) availability: Availability,
-    /// Each pool's sticky-spill share, stepped after every rebuild as the snapshot loop does.
+    /// Each pool's sticky-spill share, stepped after a rebuild (at most once a second) as the snapshot loop does.
     shares: PoolShares,
     /// What planning saw of each pool's own projects since the shares last stepped.
     pub(super) share_feedback: ShareFeedback,
