@@ -221,7 +221,7 @@ async fn ramp(
     let nodes = format!(
         "{{max_num_seqs: 2, prefill_tps: {:.1}, step_ms: {:.2}, step_per_seq_ms: {:.2}, kv_tokens: 8192, gauge_lag: 0s}}",
         cal.prefill_tps,
-        2.0 * cal.step1_ms - cal.step2_ms,
+        (2.0 * cal.step1_ms - cal.step2_ms).max(0.01),
         cal.step2_ms - cal.step1_ms
     );
     let (p, o) = (cal.prompt_tokens.round(), cal.output_tokens.round());

@@ -212,7 +212,7 @@ pub async fn serve(
         Instant::now(),
     )
     .map_err(plan_error)?;
-    state.share_feedback.record(&snap, &plan);
+    state.share_feedback.record(&snap, &plan, canonical.estimated_prompt_tokens());
     let meta = RequestMeta {
         arrived_at,
         affinity,

@@ -10,6 +10,7 @@ pub mod candidates;
 pub mod capability;
 pub mod chain;
 
+mod share_feedback;
 pub mod slowness;
 pub mod sticky;
 mod strategy;

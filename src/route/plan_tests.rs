@@ -350,7 +350,7 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     for key in 0..400u64 {
         let f = RequestFacts { affinity: Some(key), window: 3, ..facts(&task, key) };
         let p = plan(&f, &snap, now).unwrap();
-        feedback.record(&snap, &p);
+        feedback.record(&snap, &p, f.prompt_tokens);
         if sticky::takes_first(key, "local-llama", 0.5) {
             inside += 1;
             // In the share: the fleet first, past the reserve (the node is within its SLO),
@@ -371,7 +371,8 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     assert!(inside > 150 && outside > 150, "{inside} in, {outside} out");
     // The feedback counted every in-share plan as taken, then starts afresh.
     let counted = feedback.take();
-    assert_eq!(counted["local-llama"], sticky::Kept { taken: inside, refused: 0 });
+    let prompt_tokens = u64::from(facts(&task, 0).prompt_tokens) * inside;
+    assert_eq!(counted["local-llama"], sticky::Kept { taken: inside, refused: 0, prompt_tokens });
     assert!(feedback.take().is_empty());
     // Nodes that cannot take even the share's projects (every slot busy): they are refused
     // (last resorts only, their short queue within the first-token deadline), and the
@@ -383,8 +384,8 @@ async fn a_full_pool_takes_a_fixed_share_of_projects_first_and_the_rest_keep_the
     assert_eq!(names(&packed_snap, &p)[..2], ["anthropic#0", "openai#0"]);
     assert!(p.targets[2..].iter().all(|t| matches!(t.reason, Reason::LastResort { .. })));
     assert_eq!(p.kept, [(BackendId::new(0), false)]);
-    feedback.record(&packed_snap, &p);
-    assert_eq!(feedback.take()["local-llama"], sticky::Kept { taken: 0, refused: 1 });
+    feedback.record(&packed_snap, &p, 300);
+    assert_eq!(feedback.take()["local-llama"], sticky::Kept { taken: 0, refused: 1, prompt_tokens: 300 });
     // Below the reserve line, keys outside the share still go hosted first, with the pool
     // after the hosted chain and the reason `sticky`.
     let idle_snap = snap_shared(now, idle, closed, 0.5);
@@ -451,7 +452,7 @@ async fn shares_step_once_a_second_and_weigh_the_refusals_of_the_whole_second() 
     for tenth in 1..10u64 {
         let p = plan(&RequestFacts { affinity: Some(tenth), ..facts(&task, tenth) }, &snap, t0).unwrap();
         assert_eq!(p.kept, [(BackendId::new(0), false)]);
-        feedback.record(&snap, &p);
+        feedback.record(&snap, &p, 100);
         shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_millis(100 * tenth));
         assert_eq!(shares.get("local-llama"), 1.0);
     }
@@ -460,4 +461,34 @@ async fn shares_step_once_a_second_and_weigh_the_refusals_of_the_whole_second() 
     let down = snap.config.balancing.sticky_spill.down_per_sec;
     assert!((shares.get("local-llama") - (1.0 - down)).abs() < 1e-12, "{}", shares.get("local-llama"));
     assert!(feedback.take().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_whose_engines_report_no_prompt_sizes_is_judged_by_the_prompts_the_router_sends_it() {
+    let t0 = Instant::now();
+    // Idle nodes prefilling 100 tokens a second, with no prompt-size histogram (llama.cpp).
+    let slow = |_: &str| NodeSignals {
+        running: Some(0.0),
+        waiting: Some(0.0),
+        prefill_tps: Some(100.0),
+        ..NodeSignals::default()
+    };
+    let snap = snap_with(t0, slow, closed);
+    let load = |_: &crate::snapshot::NodeView| crate::fleet::load::LoadView::default();
+    let pool = &snap.backends[0];
+    // Unknown sizes are taken as 1000 tokens: ten seconds of prefill, past a 2 s target, so the
+    // idle pool would count as refusing; at the 50 tokens the router sends it, it is not.
+    assert!(sticky::pool_load(pool, &load, 2.0, None, t0).unwrap().refusing);
+    assert!(!sticky::pool_load(pool, &load, 2.0, Some(50.0), t0).unwrap().refusing);
+    // The shares learn that size from the plans' feedback, so the idle pool keeps its share.
+    let mut task = snap.config.task("summarise-ticket").unwrap().clone();
+    task.strategy = Strategy::Adaptive;
+    let (mut shares, feedback) = (sticky::PoolShares::default(), sticky::ShareFeedback::default());
+    shares.step(&snap, &load, &feedback, t0);
+    let p =
+        plan(&RequestFacts { prompt_tokens: 50, affinity: Some(1), ..facts(&task, 1) }, &snap, t0).unwrap();
+    assert_eq!(p.kept, [(BackendId::new(0), true)]);
+    feedback.record(&snap, &p, 50);
+    shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_secs(1));
+    assert_eq!(shares.get("local-llama"), 1.0);
 }

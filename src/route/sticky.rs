@@ -50,7 +50,6 @@
 //! refusals, so they agree up to what each has sent and refused since the last scrape.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use tokio::time::Instant;
 
@@ -59,7 +58,7 @@ use crate::fleet::headroom::{self, PoolLimits};
 use crate::fleet::load::LoadView;
 use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 
-use super::Plan;
+pub use super::share_feedback::{Kept, ShareFeedback};
 
 /// Fixed seed of the membership hash ("STICKY" in ASCII); part of the format, like
 /// `chain`'s.
@@ -69,6 +68,10 @@ const SEED: u64 = 0x5354_4943_4b59;
 /// `refused_max` and `cut_min_requests`) are those of at least this long, however often the
 /// snapshot is rebuilt: every 100 ms live, every scrape in the simulator, which then agree.
 pub const STEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The usual prompt, in tokens, of a pool whose engines report none before the router has
+/// planned any request on it.
+const USUAL_PROMPT_TOKENS: f64 = 1000.0;
 
 /// The least occupancy the return divides by, so an empty pool's target is finite.
 const MIN_OCCUPANCY: f64 = 0.05;
@@ -113,11 +116,14 @@ pub struct PoolLoad {
 }
 
 /// The pool's load now; `None` when no node is fresh and usable (nothing to steer by).
-/// `slo_s`: the tightest first-token target (with its margin) of the tasks it serves.
+/// `slo_s`: the tightest first-token target (with its margin) of the tasks it serves;
+/// `own_prompt`: the mean prompt of the requests the router planned on it lately, the usual
+/// size on a node whose engine reports none (llama.cpp's metrics have no request count).
 pub fn pool_load(
     view: &BackendView,
     load: &dyn Fn(&NodeView) -> LoadView,
     slo_s: f64,
+    own_prompt: Option<f64>,
     now: Instant,
 ) -> Option<PoolLoad> {
     let (mut held, mut room, mut fresh, mut refusing, mut rate) = (0.0, 0.0, 0u32, 0u32, 0.0);
@@ -135,7 +141,8 @@ pub fn pool_load(
         room += (slots - reserved).max(1.0);
         rate += (slots - reserved).max(1.0) / headroom::service_s(sig);
         fresh += 1;
-        let usual = sig.prompt_tokens_mean.unwrap_or(1000.0).clamp(1.0, f64::from(u32::MAX)) as u32;
+        let usual = sig.prompt_tokens_mean.or(own_prompt).unwrap_or(USUAL_PROMPT_TOKENS);
+        let usual = usual.clamp(1.0, f64::from(u32::MAX)) as u32;
         refusing += u32::from(headroom::admit(sig, l, &no_reserve, usual, slo_s, now).is_err());
     }
     (fresh > 0).then(|| PoolLoad {
@@ -217,54 +224,13 @@ impl Share {
     }
 }
 
-/// Requests of the projects a pool takes first, since the last step.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Kept {
-    /// One of its nodes could take them.
-    pub taken: u64,
-    /// None could: they left the fleet though the pool takes their project first.
-    pub refused: u64,
-}
-
-/// What planning saw of each pool's own projects between two steps; shared by the request
-/// paths (which record each plan) and the loop that steps the shares.
-#[derive(Debug, Default)]
-pub struct ShareFeedback {
-    pools: Mutex<BTreeMap<String, Kept>>,
-}
-
-impl ShareFeedback {
-    /// Count the pools that took `plan`'s project first, and whether they could take it.
-    pub fn record(&self, snap: &Snapshot, plan: &Plan) {
-        if plan.kept.is_empty() {
-            return;
-        }
-        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        for &(backend, taken) in &plan.kept {
-            let name = &snap.backends[backend].name;
-            let kept = match pools.get_mut(name) {
-                Some(k) => k,
-                None => pools.entry(name.clone()).or_default(),
-            };
-            if taken {
-                kept.taken += 1;
-            } else {
-                kept.refused += 1;
-            }
-        }
-    }
-
-    /// What was counted since the last call, and start afresh.
-    pub(super) fn take(&self) -> BTreeMap<String, Kept> {
-        std::mem::take(&mut *self.pools.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
 /// Every local pool's share, stepped (at most once a [`STEP`]) after a snapshot from that
 /// snapshot's occupancy.
 #[derive(Debug, Default)]
 pub struct PoolShares {
     shares: BTreeMap<String, Share>,
+    /// Each pool's mean prompt over the last step that planned requests on it.
+    own_prompt: BTreeMap<String, f64>,
     last: Option<Instant>,
 }
 
@@ -299,11 +265,16 @@ impl PoolShares {
                 .filter(|t| t.backends.contains(&view.name))
                 .map(|t| t.slo.ttft_ms as f64 / 1000.0 * (1.0 - t.slo.margin))
                 .fold(f64::INFINITY, f64::min);
-            let l = pool_load(view, load, slo_s, now);
             let k = kept.get(&view.name).copied().unwrap_or_default();
+            if let Some(mean) = k.prompt_mean() {
+                self.own_prompt.insert(view.name.clone(), mean);
+            }
+            let l = pool_load(view, load, slo_s, self.own_prompt.get(&view.name).copied(), now);
             self.shares.entry(view.name.clone()).or_default().step(l, k, dt, cfg);
         }
-        self.shares.retain(|name, _| snap.backends.iter().any(|b| &b.name == name));
+        let known = |name: &String| snap.backends.iter().any(|b| &b.name == name);
+        self.shares.retain(|name, _| known(name));
+        self.own_prompt.retain(|name, _| known(name));
     }
 }
 
@@ -398,7 +369,7 @@ mod tests {
     fn a_pool_that_refuses_its_own_projects_near_the_line_is_full() {
         let cfg = cfg();
         let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec: 0.0 });
-        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        let kept = |taken: u64, refused: u64| Kept { taken, refused, prompt_tokens: 0 };
         let mut s = Share { share: 0.5, since_shrink: f64::INFINITY };
         // 3 refused of 10 is over refused_max (0.25) near the line (0.9 ≥ 1 − 0.2): it
         // shrinks, 0.5 × (1 − 0.1) = 0.45, however much room the count shows.
@@ -419,7 +390,7 @@ mod tests {
         let cfg = StickySpillConfig { cut_min_requests: 30, ..cfg() };
         let at =
             |occupancy: f64, takes_per_sec: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec });
-        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        let kept = |taken: u64, refused: u64| Kept { taken, refused, prompt_tokens: 0 };
         // At 1, 12 of 40 refused (over refused_max, 0.25) near the line, where the pool takes
         // 12 a second: at once to 12 / 40, below the multiplicative 1 × (1 − 0.1) = 0.9.
         let mut s = Share::default();
@@ -442,7 +413,7 @@ mod tests {
         let off = StickySpillConfig { hold_secs: 60, ..cfg() };
         let cfg = StickySpillConfig { return_below: 0.5, ..off };
         let at = |occupancy: f64| Some(PoolLoad { occupancy, refusing: false, takes_per_sec: 0.0 });
-        let kept = |taken: u64, refused: u64| Kept { taken, refused };
+        let kept = |taken: u64, refused: u64| Kept { taken, refused, prompt_tokens: 0 };
         // At 0.4 of the line (1.0 below a share of 1; return_below 0.5), within the hold, the
         // share returns toward 0.3 × 1.0 / 0.4 = 0.75, half way in 10 s of return_secs 20:
         // 0.3 + 0.45 × 0.5.

@@ -105,11 +105,12 @@ pub async fn drive(
     let mut event = at;
     let mut tasks = tokio::task::JoinSet::new();
     let mut n = 0u64;
-    let mut phase_start = begin;
+    // The next send carries over from one phase to the next, so each phase sends its rate
+    // times its length on average, not that rounded up.
+    let (mut next, mut end) = (begin, begin);
     for &(rps, secs) in phases {
         let gap = Duration::from_secs_f64(1.0 / rps);
-        let mut next = phase_start;
-        let end = phase_start + Duration::from_secs_f64(secs);
+        end += Duration::from_secs_f64(secs);
         while next < end {
             tokio::time::sleep_until(next).await;
             if event.as_ref().is_some_and(|(when, _)| begin.elapsed() >= *when) {
@@ -126,7 +127,6 @@ pub async fn drive(
             });
             next += gap;
         }
-        phase_start = end;
     }
     let mut logs = Vec::new();
     while let Some(done) = tasks.join_next().await {

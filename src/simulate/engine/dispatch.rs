@@ -106,7 +106,7 @@ impl Engine<'_> {
         };
         let planned = route::plan(&facts, &self.snap, at);
         if let Ok(p) = &planned {
-            self.share_feedback.record(&self.snap, p);
+            self.share_feedback.record(&self.snap, p, a.prompt_tokens);
         }
         let req = Req {
             arrival: a,
