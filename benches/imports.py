@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The crate's import graph, read from its own source: cycles and imports against the flow.
 
-Each file under src/ is a module (test-only files and `#[cfg(test)]` blocks left out); an edge A -> B is a `crate::`, `super::` or `self::` path in
+Each file under src/ is a module (test-only files and folders, and items under `#[cfg(test)]`, left out); an edge A -> B is a `crate::`, `super::` or `self::` path in
 A that names B (or something inside B). Edges between a module and its own ancestor are left
 out: a child reading its parent's vocabulary, or a parent wiring its children, is how Rust
 modules are built, not a cycle.
@@ -32,7 +32,9 @@ LAYERS = [
     ["dispatch", "metrics"],
     # beside it: the control loops, the gate and the report over the ledger
     ["gate", "control", "report"],
-    # the front door and the composition root
+    # the request pipeline: task and key, facts, plan, budget, dispatch, settlement, shadow
+    ["serve"],
+    # the front door (the dialects, the edge, admin) and the composition root
     ["api", "app"],
     # offline commands and side binaries
     ["sim", "agent", "capacity", "simulate", "demo", "cli"],
@@ -49,6 +51,8 @@ def module_files():
             if not f.endswith(".rs") or f in ("main.rs", "lib.rs", "tests.rs") or f.endswith("_tests.rs"):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, f), src)[:-3].split(os.sep)
+            if "tests" in rel:
+                continue
             if rel[-1] == "mod":
                 rel = rel[:-1]
             out[tuple(rel)] = os.path.join(dirpath, f)
@@ -64,10 +68,63 @@ def module_files():
 
 
 def strip_comments(text):
-    # Test code (a `#[cfg(test)]` module, by house style at the end of its file) is left out.
-    text = text.split("#[cfg(test)]")[0]
+    """The file's lines without comments (an `// upward:` note kept) and without test code:
+    each item under `#[cfg(test)]` (a `mod tests;` line, or an item up to its closing brace)."""
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return [re.sub(r"//(?!\s*upward:).*", "", line) for line in text.splitlines()]
+    lines = [re.sub(r"//(?!\s*upward:).*", "", line) for line in text.splitlines()]
+    text = "\n".join(lines)
+    out, at = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]", text):
+        if m.start() < at:
+            continue
+        out.append(text[at : m.start()])
+        at = item_end(text, m.end())
+        # Keep the line count, so `// upward:` notes stay beside their line.
+        out.append("\n" * text.count("\n", m.start(), at))
+    out.append(text[at:])
+    return "".join(out).split("\n")
+
+
+def item_end(text, i):
+    """Where the item starting at `i` ends: after its `;` or its closing brace, whichever
+    comes first at depth 0; string and char literals are skipped."""
+    depth = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"' or (ch == "r" and re.match(r'r#*"', text[i:])):
+            i = string_end(text, i)
+            continue
+        if ch == "'" and re.match(r"'(\\.|[^\\'])'", text[i:]):
+            i += len(re.match(r"'(\\.|[^\\'])'", text[i:]).group(0))
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif ch == ";" and depth == 0:
+            return i + 1
+        i += 1
+    return i
+
+
+def string_end(text, i):
+    """Past the string literal starting at `i` (plain or raw)."""
+    raw = re.match(r'r(#*)"', text[i:])
+    if raw:
+        close = '"' + raw.group(1)
+        j = text.find(close, i + len(raw.group(0)))
+        return len(text) if j < 0 else j + len(close)
+    j = i + 1
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == '"':
+            return j + 1
+        j += 1
+    return j
 
 
 def expand_use(tree):

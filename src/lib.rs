@@ -36,6 +36,8 @@ pub mod control;
 pub mod gate;
 pub mod report;
 
+pub mod serve;
+
 pub mod api;
 pub mod app;
 

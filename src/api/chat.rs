@@ -1,5 +1,5 @@
 //! `POST /v1/chat/completions`: OpenAI's chat dialect. It reads and decodes the request, hands
-//! it to the shared core (`front::serve`: task, key, plan, dispatch, shadow tap), and answers
+//! it to the shared core (`serve::serve`: task, key, plan, dispatch, shadow tap), and answers
 //! as JSON or SSE.
 //!
 //! After dispatch commits, a streamed answer is forwarded event by event; an upstream failure
@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::error::ApiError;
-use super::front::{self, Incoming, Served};
+use super::front::{self, Incoming};
 use super::wire::{self, completion_json};
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
+use crate::serve::{self, Served};
 
 pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
@@ -21,8 +22,10 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, created, headers: spillway_headers, cost } =
-        front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
-            .await?;
+        serve::serve(&state.serving, arrival, &request.model, |task| {
+            request.to_canonical(task.max_output_tokens)
+        })
+        .await?;
 
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
     let mut response = if request.wants_stream() {
@@ -51,7 +54,7 @@ pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> 
         axum::Json(json).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    super::spend::add_cost_header(response.headers_mut(), &cost);
+    serve::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

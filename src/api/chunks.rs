@@ -20,10 +20,10 @@ use futures::{FutureExt, Stream, StreamExt};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::meter::CostCell;
 use super::wire::WireUsage;
 use crate::adapter::EventStream;
 use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
+use crate::serve::meter::CostCell;
 use std::sync::Arc;
 
 /// Most bytes written in one frame when several events are ready at once.

@@ -1,7 +1,7 @@
 //! `POST /v1/completions`: OpenAI's legacy completions dialect. It decodes the request (`prompt`
 //! as a string, strings, token ids or lists of them; the sampling fields; `stream` with
 //! `stream_options.include_usage`; `echo`, `logprobs`, `suffix`, `n`), keeps every other member
-//! to pass on as written, and hands it to the shared core (`front::serve`) as a canonical
+//! to pass on as written, and hands it to the shared core (`serve::serve`) as a canonical
 //! request whose operation is a [`Completion`].
 //!
 //! Only OpenAI-wire backends (vLLM pools, openai, openai_compatible) are eligible (the
@@ -19,10 +19,11 @@ use serde_json::{Map, Value};
 
 use super::chunks::{self, ChunkWriter};
 use super::error::{ApiError, ErrorCode};
-use super::front::{self, Incoming, Served};
+use super::front::{self, Incoming};
 use super::input::{self, EmptyText};
 use super::wire::{self, StopField, StreamOptions, WireUsage};
 use crate::canonical::{ChatRequest, Completion, Event, Operation, RelayChunk, Usage};
+use crate::serve::{self, Served};
 
 #[derive(Debug, Deserialize)]
 struct CompletionsRequest {
@@ -111,8 +112,10 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, created, headers: spillway_headers, cost } =
-        front::serve(&state, arrival, &request.model, |task| request.to_canonical(task.max_output_tokens))
-            .await?;
+        serve::serve(&state.serving, arrival, &request.model, |task| {
+            request.to_canonical(task.max_output_tokens)
+        })
+        .await?;
 
     let id = format!("cmpl-{:016x}", rand::random::<u64>());
     let mut response = if request.wants_stream() {
@@ -138,7 +141,7 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
         response
     };
     response.headers_mut().extend(spillway_headers);
-    super::spend::add_cost_header(response.headers_mut(), &cost);
+    serve::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -1,7 +1,7 @@
 //! `POST /v1/embeddings`: OpenAI's embeddings dialect. It decodes the request (`input` as a
 //! string, strings, token ids or lists of them; `encoding_format` float or base64;
 //! `dimensions`; `user`) into a canonical request whose operation is an [`Embedding`], hands it
-//! to the shared core (`front::serve`: task, key, policy, capability, plan, dispatch), and
+//! to the shared core (`serve::serve`: task, key, policy, capability, plan, dispatch), and
 //! writes OpenAI's `list` of `embedding` objects with the task as its `model`.
 //!
 //! Only backends that declare an `embedding_space` are eligible (the capability filter), and a
@@ -14,10 +14,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ErrorCode};
-use super::front::{self, Incoming, Served};
+use super::front::{self, Incoming};
 use super::input::{self, EmptyText};
 use super::wire;
 use crate::canonical::{vector_to_base64, ChatRequest, Embedding, EncodingFormat, Event, Operation, Usage};
+use crate::serve::{self, Served};
 
 /// The most inputs one request may hold (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
@@ -85,7 +86,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let Served { committed, task, headers: spillway_headers, cost, .. } =
-        front::serve(&state, arrival, &request.model, |_| request.to_canonical()).await?;
+        serve::serve(&state.serving, arrival, &request.model, |_| request.to_canonical()).await?;
     let encoding_format = request.encoding_format()?;
 
     let mut vectors = Vec::new();
@@ -102,7 +103,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     drop(admission);
     let mut response = axum::Json(answer_json(&task, &vectors, encoding_format, &usage)).into_response();
     response.headers_mut().extend(spillway_headers);
-    super::spend::add_cost_header(response.headers_mut(), &cost);
+    serve::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -4,7 +4,6 @@
 //! Every error leaves as an OpenAI error envelope.
 
 mod admin;
-mod affinity;
 mod body;
 mod chat;
 mod chunks;
@@ -12,14 +11,11 @@ mod completions;
 pub mod dashboard;
 pub mod edge;
 mod embeddings;
-pub mod error;
 mod front;
 mod input;
 mod messages;
-mod meter;
 pub mod request_id;
 mod responses;
-mod spend;
 mod traced;
 pub mod wire;
 
@@ -36,15 +32,16 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::canonical::Principal;
-use crate::config::TaskConfig;
-use crate::dispatch::Dispatcher;
+pub use crate::serve::error;
+pub use crate::serve::key_may_use;
 use crate::snapshot::Snapshot;
 pub use error::{ApiError, ErrorCode};
 
 /// What every handler shares.
 pub struct AppState {
+    /// The request pipeline and what it needs.
+    pub serving: Arc<crate::serve::Serving>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub dispatcher: Arc<Dispatcher>,
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// The client keys: static ones from the environment and issued ones from the store.
@@ -78,8 +75,6 @@ pub struct AppState {
     pub reloader: Arc<crate::control::reload::Reloader>,
     /// The evaluation gate: results, accepted pins, re-runs and shadow traffic.
     pub gate: crate::gate::service::GateService,
-    /// Each plan's word on the pools that take its project first (`route::sticky`).
-    pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
     /// Set by the first shutdown signal: `/readyz` answers 503 while the router serves on.
     pub readiness: Arc<crate::app::rollout::Readiness>,
     /// OpenTelemetry traces (off unless an OTLP endpoint is configured).
@@ -159,20 +154,6 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Prin
     };
     let now_ms = crate::ledger::unix_millis(std::time::SystemTime::now());
     state.client_keys.check(key.trim(), now_ms).map(Some).map_err(|_| unauthorized("invalid API key"))
-}
-
-/// Whether a key may use a task. A static key: when the task has no `allowed_keys` or lists
-/// its environment variable. An issued key with tasks: exactly those (naming a task at
-/// creation is the operator's grant); with none: the tasks without `allowed_keys`.
-pub fn key_may_use(key: Option<&Principal>, task: &TaskConfig) -> bool {
-    match (key, &task.allowed_keys) {
-        (None, _) => true,
-        (Some(Principal::Issued(k)), allowed) if !k.tasks.is_empty() || allowed.is_some() => {
-            k.tasks.contains(&task.name)
-        }
-        (Some(_), None) => true,
-        (Some(key), Some(allowed)) => allowed.iter().any(|a| a == key.name()),
-    }
 }
 
 /// The tasks this key may use, and their aliases: in OpenAI's list shape, or in Anthropic's

@@ -299,9 +299,17 @@ pub async fn start_with(
         let rounds = Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs));
         loops.spawn(rounds);
     }
-    let state = Arc::new(AppState {
-        snapshot,
+    let serving = Arc::new(crate::serve::Serving {
+        snapshot: Arc::clone(&snapshot),
         dispatcher,
+        client_keys: Arc::clone(&client_keys),
+        budgets: Arc::clone(&budgets),
+        shadows: gate.shadows.clone(),
+        share_feedback,
+    });
+    let state = Arc::new(AppState {
+        serving,
+        snapshot,
         load,
         quota,
         budgets,
@@ -319,7 +327,6 @@ pub async fn start_with(
         canaries,
         reloader,
         gate,
-        share_feedback,
         readiness: Arc::clone(&readiness),
         tracing: tracing.clone(),
     });

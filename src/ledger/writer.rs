@@ -217,7 +217,7 @@ pub fn spawn_spooled(
     let (stop_tx, stop_rx) = oneshot::channel();
     let sender = LedgerSender { front: Some(front), spool: Some(spool.clone()), ..inner.clone() };
     let spool_for_close = spool.clone();
-    let stage = tokio::spawn(spool::run(spool, rx, inner, replay, stop_rx));
+    let stage = tokio::spawn(spool::run(spool, rx, move |row| inner.forward(row), replay, stop_rx));
     handle.stage = Some((stop_tx, stage));
     handle.spool = Some(spool_for_close);
     (sender, handle)

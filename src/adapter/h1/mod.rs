@@ -38,6 +38,9 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The most response headers accepted.
 const MAX_HEADERS: usize = 64;
 
+/// Kept-alive connections by authority, each with when it went idle.
+type IdleConns = HashMap<String, Vec<(Conn, Instant)>>;
+
 /// How the pool keeps connections.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolConfig {
@@ -60,7 +63,7 @@ impl Default for PoolConfig {
 #[derive(Debug)]
 pub struct Pool {
     cfg: PoolConfig,
-    idle: Mutex<HashMap<String, Vec<(Conn, Instant)>>>,
+    idle: Mutex<IdleConns>,
 }
 
 #[derive(Debug)]
@@ -159,9 +162,15 @@ impl Pool {
         Ok(Conn { stream, buf: BytesMut::new() })
     }
 
+    /// The idle connections. A panic elsewhere while holding the lock leaves nothing half
+    /// done (each change is one push or pop), so a poisoned lock is taken as it is.
+    fn idle(&self) -> std::sync::MutexGuard<'_, IdleConns> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The most recently kept live connection to `authority`, if any.
     fn take_idle(&self, authority: &str) -> Option<Conn> {
-        let mut idle = self.idle.lock().expect("pool lock");
+        let mut idle = self.idle();
         let conns = idle.get_mut(authority)?;
         while let Some((conn, since)) = conns.pop() {
             if since.elapsed() < self.cfg.idle_timeout && still_open(&conn.stream) {
@@ -172,7 +181,7 @@ impl Pool {
     }
 
     fn put_idle(&self, authority: String, conn: Conn) {
-        let mut idle = self.idle.lock().expect("pool lock");
+        let mut idle = self.idle();
         let conns = idle.entry(authority).or_default();
         conns.retain(|(_, since)| since.elapsed() < self.cfg.idle_timeout);
         if conns.len() < self.cfg.max_idle_per_host {
@@ -182,7 +191,7 @@ impl Pool {
 
     /// Idle connections kept now, all hosts together.
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().expect("pool lock").values().map(Vec::len).sum()
+        self.idle().values().map(Vec::len).sum()
     }
 }
 

@@ -1,7 +1,7 @@
 //! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's Messages dialect, for
 //! the coding agents that speak only it. The door reads and decodes the request (keeping the
 //! client's body for backends that speak Messages themselves), hands it to the shared core
-//! (`front::serve`: task, key, plan, spill, dispatch, ledger, metrics), and answers as a
+//! (`serve::serve`: task, key, plan, spill, dispatch, ledger, metrics), and answers as a
 //! `message` object or Anthropic's event stream. Every error leaves in Anthropic's envelope.
 
 mod answer;
@@ -14,14 +14,10 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use super::error::ApiError;
-use super::front::{self, Incoming, Served};
-use crate::canonical::ChatRequest;
-use crate::config::{BackendId, TaskConfig};
-use crate::route::{self, PlanError, RequestFacts};
-use crate::snapshot::{NodeView, Snapshot};
+use super::front::{self, Incoming};
+use crate::serve::{self, Served};
 
 pub use error::response as error_response;
 
@@ -37,7 +33,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
     let Served { committed, headers: spillway_headers, cost, .. } =
-        front::serve(&state, arrival, &decoded.model, |task| {
+        serve::serve(&state.serving, arrival, &decoded.model, |task| {
             let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
             estimated_input_tokens = canonical.estimated_prompt_tokens();
             Ok(canonical)
@@ -60,7 +56,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(answer.into_json(&id, &decoded.model)).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    super::spend::add_cost_header(response.headers_mut(), &cost);
+    serve::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 
@@ -79,46 +75,15 @@ async fn count(incoming: Incoming) -> Result<Response, ApiError> {
         super::wire::decode_json(&received.body, "a Messages request")?;
     body.entry("max_tokens").or_insert(json!(1));
     let decoded = decode::from_body(body)?;
-    let snap = state.snapshot.load_full();
-    let task = front::task_for(&snap, &decoded.model, received.principal.as_ref())?;
-    let request = decoded.to_canonical(&headers, None)?;
-    let backend = first_choice(&snap, task, &request)?;
-    let counted = state
-        .dispatcher
-        .count_tokens(&snap, backend, &request)
-        .await
-        .map_err(|e| ApiError::from_upstream(&snap.backends[backend].name, &e))?;
+    let principal = received.principal.as_ref();
+    let to_canonical = || decoded.to_canonical(&headers, None);
+    let (counted, backend) =
+        serve::count_tokens(&state.serving, principal, &decoded.model, to_canonical).await?;
     let mut response = axum::Json(json!({"input_tokens": counted.input_tokens})).into_response();
     let label = if counted.exact { "exact" } else { "estimate" };
     response.headers_mut().insert("x-spillway-token-count", HeaderValue::from_static(label));
-    if let Ok(name) = HeaderValue::from_str(&snap.backends[backend].name) {
+    if let Ok(name) = HeaderValue::from_str(&backend) {
         response.headers_mut().insert("x-spillway-backend", name);
     }
     Ok(response)
-}
-
-/// The backend the plan would try first now; when nothing has room (or none fits), the
-/// task's first backend that its policy allows. A count sends the prompt to the backend
-/// (Anthropic's count endpoint), so a task whose policy allows none gets the policy's 503.
-fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Result<BackendId, ApiError> {
-    let eligible =
-        crate::policy::eligible(task, snap).map_err(|e| front::plan_error(PlanError::Policy(e)))?;
-    let first = eligible[0];
-    let load = |node: &NodeView| node.handle.load.view();
-    let facts = RequestFacts {
-        task,
-        prompt_tokens: request.estimated_prompt_tokens(),
-        max_output_tokens: 1,
-        seed: rand::random(),
-        affinity: None,
-        window: 0,
-        priority: task.priority,
-        load: &load,
-        request: Some(request),
-        candidates: None,
-    };
-    match route::plan_among(&facts, snap, eligible, Instant::now()) {
-        Ok(plan) if !plan.targets.is_empty() => Ok(plan.targets[0].backend),
-        _ => Ok(first),
-    }
 }

@@ -1,5 +1,5 @@
 //! `POST /v1/responses`: OpenAI's Responses dialect, stateless. It decodes the request
-//! (`decode.rs`, `items.rs`), hands it to the shared core (`front::serve`: task, key, plan,
+//! (`decode.rs`, `items.rs`), hands it to the shared core (`serve::serve`: task, key, plan,
 //! dispatch, ledger, metrics, shadow tap, all as for chat), and encodes the committed event
 //! stream as a Response object (`object.rs`) or as Responses SSE events (`events.rs`).
 //!
@@ -10,7 +10,7 @@
 //!
 //! What leans on state OpenAI keeps (`store: true`, `previous_response_id`, `conversation`,
 //! `item_reference` items) pins the request to the task's first backend when that is OpenAI
-//! itself (`front::Pinning`): the client's body goes there as written, and OpenAI's own events
+//! itself (`serve::Pinning`): the client's body goes there as written, and OpenAI's own events
 //! come back as they came (`relay.rs`). For any other task it is refused, naming the field.
 
 mod decode;
@@ -29,11 +29,12 @@ use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, Stream, StreamExt};
 
 use super::error::ApiError;
-use super::front::{self, Incoming, Pinning, Served};
+use super::front::{self, Incoming};
 use super::wire;
 use crate::adapter::EventStream;
 use crate::canonical::Event;
 use crate::config::{BackendKind, TaskConfig};
+use crate::serve::{self, Pinning, Served};
 use events::Encoder;
 use object::Head;
 use relay::Relay;
@@ -61,7 +62,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         None => request.to_canonical(task.max_output_tokens),
     };
     let Served { committed, task, headers: spillway_headers, cost, .. } =
-        front::serve(&state, arrival, &request.model, to_canonical)
+        serve::serve(&state.serving, arrival, &request.model, to_canonical)
             .await
             .map_err(decode::in_responses_terms)?;
     // When the answer was created: now, after commit (OpenAI's `created_at`).
@@ -93,7 +94,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
     };
     response.headers_mut().extend(spillway_headers);
-    super::spend::add_cost_header(response.headers_mut(), &cost);
+    serve::add_cost_header(response.headers_mut(), &cost);
     Ok(response)
 }
 

@@ -26,7 +26,6 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use super::record::LedgerRow;
-use super::writer::LedgerSender;
 pub use frame::SyncRule;
 use segments::Segments;
 pub use segments::SpoolStats;
@@ -108,17 +107,17 @@ impl Spool {
 
 /// The stage: takes rows from the request path and writes each to the spool as it comes, fsyncs
 /// them in groups (one fsync at a time, while the next rows go on being written), then hands
-/// them to the writer. Replayed rows go first. Ends once `stop` fires (or every sender is gone)
+/// them to the writer (`hand_on`, the writer's queue). Replayed rows go first. Ends once `stop` fires (or every sender is gone)
 /// and every row received is spooled and handed on.
 pub(super) async fn run(
     spool: Spool,
     mut rx: mpsc::UnboundedReceiver<LedgerRow>,
-    writer: LedgerSender,
+    hand_on: impl Fn(LedgerRow),
     replay: Vec<LedgerRow>,
     mut stop: oneshot::Receiver<()>,
 ) {
     for row in replay {
-        writer.forward(row);
+        hand_on(row);
     }
     let rule = spool.rule;
     let mut last_sync = Instant::now() - rule.interval;
@@ -153,7 +152,7 @@ pub(super) async fn run(
                 }
                 last_sync = Instant::now();
                 for row in rows {
-                    writer.forward(row);
+                    hand_on(row);
                 }
             }
             n = rx.recv_many(&mut incoming, MAX_GROUP), if !drained => {

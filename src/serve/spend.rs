@@ -1,13 +1,10 @@
-//! The front doors' side of key limits and budgets: reserve a request's worst case before
-//! dispatch (or refuse it in the route's error envelope: 402 over a budget, 429 with
-//! `Retry-After` over a rate limit, 503 when the shared counters are down and the limit fails
-//! closed), and put the answer's cost in `x-spillway-cost-usd`. Counting is `guard::budget`'s.
-
-use axum::http::{HeaderMap, HeaderValue};
+//! The pipeline's side of key limits and budgets: reserve a request's worst case before
+//! dispatch, or refuse it (402 over a budget, 429 with `Retry-After` over a rate limit, 503
+//! when the shared counters are down and the limit fails closed). Counting is
+//! `guard::budget`'s.
 
 use super::error::{ApiError, ErrorCode};
-use super::meter::CostCell;
-use super::AppState;
+use super::Serving;
 use crate::canonical::{ChatRequest, Principal};
 use crate::config::BackendId;
 use crate::guard::budget::{self, Ask, Refused, Reservation};
@@ -18,14 +15,14 @@ use crate::snapshot::Snapshot;
 /// backend of its plan) against its key's and team's limits, or refuse it: 402 over a budget,
 /// 429 with `Retry-After` over a rate limit, 503 when Redis is down and the limit fails closed.
 pub(super) async fn reserve(
-    state: &AppState,
+    serving: &Serving,
     principal: Option<&Principal>,
     snap: &Snapshot,
     plan: &route::Plan,
     canonical: &ChatRequest,
 ) -> Result<Option<Reservation>, ApiError> {
     let Some(principal) = principal else { return Ok(None) };
-    let budgets = state.budgets.config();
+    let budgets = serving.budgets.config();
     let ids: Vec<BackendId> = plan.targets.iter().map(|t| t.backend).collect();
     let prompt = u64::from(canonical.estimated_prompt_tokens());
     let max_tokens = u64::from(canonical.max_tokens.unwrap_or(1024));
@@ -33,8 +30,8 @@ pub(super) async fn reserve(
         budget::cost::worst_case(ids.iter().map(|&b| &snap.config.backends[b]), prompt, max_tokens, &budgets);
     let ask = Ask { tokens: prompt + max_tokens, worst_case };
     // An issued key's own limits, given at creation (the config's entry overrides each it sets).
-    let own = principal.key_id().map(|id| state.client_keys.limits(id)).unwrap_or_default();
-    state.budgets.admit(principal, &own, &ask).await.map_err(|refused| match refused {
+    let own = principal.key_id().map(|id| serving.client_keys.limits(id)).unwrap_or_default();
+    serving.budgets.admit(principal, &own, &ask).await.map_err(|refused| match refused {
         Refused::Over { scope, limit, retry_after_secs } => {
             let whose = match principal.team().filter(|_| scope == budget::ScopeKind::Team) {
                 Some(team) => format!("team `{team}`"),
@@ -62,13 +59,4 @@ pub(super) async fn reserve(
             .retry_after(1)
         }
     })
-}
-
-/// `x-spillway-cost-usd`: the answer's cost, once its usage is in (a non-streamed answer, read
-/// to its end). A stream's cost is known only at its end, after the headers were sent: it
-/// comes in the final usage chunk instead, and its headers carry none.
-pub fn add_cost_header(headers: &mut HeaderMap, cost: &CostCell) {
-    if let Some(v) = cost.get().and_then(|c| HeaderValue::from_str(&c.to_string()).ok()) {
-        headers.insert("x-spillway-cost-usd", v);
-    }
 }

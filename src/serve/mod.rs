@@ -1,0 +1,264 @@
+//! The request pipeline, between the dialects (`api/`), which decode a wire format and encode
+//! the answer back into it, and dispatch, which walks the plan. [`serve`] reads as the flow of
+//! one request: the task its `model` names and whether the key may use it; the request's facts
+//! (canonical request, priority, affinity); the backends its policy and pinning leave; the
+//! plan; the key's limits and budgets; dispatch up to the first token; settlement (the meter
+//! prices the answer and settles the reservation); the shadow tap. Every dialect's traffic is
+//! routed, priced, counted and shadowed the same way here, and nothing here knows a wire format.
+//!
+//! A door may pin a request ([`Pinning`]) to the task's first backend, one that holds state
+//! the client leans on: it is then planned over that backend alone, so nothing fails over or
+//! spills, and no shadow copies it elsewhere.
+
+pub mod affinity;
+mod count;
+pub mod error;
+mod headers;
+pub mod meter;
+mod refusal;
+mod shadow;
+mod spend;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use axum::http::HeaderMap;
+use tokio::time::Instant;
+
+use crate::canonical::{Affinity, ChatRequest, Principal};
+use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
+use crate::dispatch::{Committed, Dispatcher};
+use crate::outcome::RequestMeta;
+use crate::route::{self, Plan, PlanError, RequestFacts};
+use crate::snapshot::{NodeView, Snapshot};
+use crate::trace::RequestSpan;
+
+pub use count::count_tokens;
+pub use error::{ApiError, ErrorCode};
+pub use headers::add_cost_header;
+use meter::{CostCell, Metering};
+pub use refusal::plan_error;
+
+/// What the pipeline needs, shared by every request.
+pub struct Serving {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub dispatcher: Arc<Dispatcher>,
+    /// The client keys (an issued key's own limits).
+    pub client_keys: Arc<crate::keys::KeyBoard>,
+    /// Limits and budgets per client key and team, checked before dispatch.
+    pub budgets: Arc<crate::guard::budget::BudgetBoard>,
+    /// Shadow traffic of the evaluation gate (`None`: off).
+    pub shadows: Option<Arc<crate::gate::shadow::Shadows>>,
+    /// Each plan's word on the pools that take its project first (`route::sticky`).
+    pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
+}
+
+/// What a front door knows of a request before the pipeline takes it.
+pub struct Arrival<'a> {
+    pub arrived_at: SystemTime,
+    pub request_id: String,
+    /// Who sent it, when keys are configured.
+    pub principal: Option<Principal>,
+    pub headers: &'a HeaderMap,
+    /// Serve only on the task's first backend, if the door says so.
+    pub pin: Option<Pinning>,
+    /// The request's server span, when tracing is on.
+    pub trace: Option<RequestSpan>,
+}
+
+/// A request that only the task's first backend may serve, and only when it is of `kind`
+/// (the backend keeps state the request leans on, such as the responses OpenAI stores).
+/// When the task's first backend is of another kind, the answer is `refusal`.
+pub struct Pinning {
+    pub kind: BackendKind,
+    pub refusal: ApiError,
+}
+
+/// A request committed to a backend, for the front door to encode.
+pub struct Served {
+    pub committed: Committed,
+    /// The task's name (what the answer says its model is).
+    pub task: String,
+    /// Unix seconds of arrival.
+    pub created: u64,
+    /// The `x-spillway-*` headers of the answer.
+    pub headers: HeaderMap,
+    /// The answer's cost, once the events have carried its usage (`add_cost_header`).
+    pub cost: Arc<CostCell>,
+}
+
+/// Route and dispatch a decoded request whose `model` is `model`; `to_canonical` turns it
+/// into the canonical request once its task is known (the task caps `max_tokens`).
+pub async fn serve(
+    serving: &Serving,
+    arrival: Arrival<'_>,
+    model: &str,
+    to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
+) -> Result<Served, ApiError> {
+    let Arrival { arrived_at, request_id, principal, headers, pin, trace } = arrival;
+    let snap = serving.snapshot.load_full();
+    // 1. The task, and whether the key may use it.
+    let asked_priority = headers::priority(headers)?;
+    let task = task_for(&snap, model, principal.as_ref())?;
+    let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
+    // 2. The request's facts.
+    let canonical = to_canonical(task)?;
+    if let Some(span) = &trace {
+        span.routed(&canonical.operation, model, &task.name);
+    }
+    let priority = asked_priority.unwrap_or(task.priority);
+    let key_name = principal.as_ref().map(Principal::name);
+    let affinity = affinity_of(headers, &canonical, key_name, task, &snap);
+    let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // 3. The backends its policy (and a pin) leave, 4. the plan.
+    let eligible = eligible(&snap, task, pinned)?;
+    let plan = plan(serving, &snap, task, &canonical, (priority, affinity, created), eligible)?;
+    // 5. The key's limits and budgets: its worst case reserved, or refused.
+    let reservation = spend::reserve(serving, principal.as_ref(), &snap, &plan, &canonical).await?;
+    // 6. Dispatch, up to the first token.
+    let meta = RequestMeta {
+        arrived_at,
+        affinity,
+        client_key: key_name.map(str::to_string),
+        principal: principal.clone(),
+        priority,
+        request_id,
+        synthetic: false,
+        trace,
+    };
+    let started = Instant::now();
+    let mut committed =
+        match serving.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
+            Ok(committed) => committed,
+            Err(e) => {
+                // No upstream answered: nothing was spent.
+                if let Some(r) = reservation {
+                    r.release().await;
+                }
+                return Err(refusal::dispatch_error(e));
+            }
+        };
+    let answer_headers = headers::spillway_headers(&committed);
+    // 7. Settlement: the meter prices the answer and settles the reservation when it ends.
+    let cost = Arc::new(CostCell::default());
+    if let Some(backend) = snap.config.backend(&committed.backend) {
+        let budgets = serving.budgets.config();
+        let metering =
+            Metering { backend: backend.clone(), budgets, reservation, cost: Arc::clone(&cost), started };
+        committed.events = meter::meter(committed.events, metering);
+    }
+    // 8. The shadow tap. A pinned request leans on its backend's state: a copy elsewhere would
+    // answer another question.
+    if pinned.is_none() {
+        committed = shadow::tap(serving, &snap, task, &canonical, &meta.request_id, committed);
+    }
+    Ok(Served { committed, task: task.name.clone(), created, headers: answer_headers, cost })
+}
+
+/// The task a request's `model` names (by name or alias), if the key may use it.
+pub fn task_for<'s>(
+    snap: &'s Snapshot,
+    model: &str,
+    principal: Option<&Principal>,
+) -> Result<&'s TaskConfig, ApiError> {
+    let task = snap.config.task(model).ok_or_else(|| {
+        ApiError::new(ErrorCode::ModelNotFound, format!("no task named `{model}`")).param("model")
+    })?;
+    if !key_may_use(principal, task) {
+        return Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("this key may not use task `{}`", task.name),
+        ));
+    }
+    Ok(task)
+}
+
+/// Whether a key may use a task. A static key: when the task has no `allowed_keys` or lists
+/// its environment variable. An issued key with tasks: exactly those (naming a task at
+/// creation is the operator's grant); with none: the tasks without `allowed_keys`.
+pub fn key_may_use(key: Option<&Principal>, task: &TaskConfig) -> bool {
+    match (key, &task.allowed_keys) {
+        (None, _) => true,
+        (Some(Principal::Issued(k)), allowed) if !k.tasks.is_empty() || allowed.is_some() => {
+            k.tasks.contains(&task.name)
+        }
+        (Some(_), None) => true,
+        (Some(key), Some(allowed)) => allowed.iter().any(|a| a == key.name()),
+    }
+}
+
+/// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.
+fn pinned_backend(snap: &Snapshot, task: &TaskConfig, pin: Pinning) -> Result<BackendId, ApiError> {
+    task.backends
+        .first()
+        .and_then(|name| snap.backend_id(name))
+        .filter(|&id| snap.backends[id].kind == pin.kind)
+        .ok_or(pin.refusal)
+}
+
+/// The affinity key keeps a project, session or conversation on the node that holds its
+/// prefix cache; without one, requests spread at random. Logged as its source and hash only.
+fn affinity_of(
+    headers: &HeaderMap,
+    canonical: &ChatRequest,
+    key_name: Option<&str>,
+    task: &TaskConfig,
+    snap: &Snapshot,
+) -> Option<Affinity> {
+    let affinity = affinity::derive(headers, canonical, key_name, &task.name, &snap.config.affinity);
+    match affinity {
+        Some(a) => tracing::debug!(affinity_source = a.source.as_str(), affinity_hash = %a.hex(), "affinity"),
+        None => tracing::debug!(affinity_source = "none", "affinity"),
+    }
+    affinity
+}
+
+/// The backends the task's policy allows; only the pinned one when the request is pinned.
+fn eligible(
+    snap: &Snapshot,
+    task: &TaskConfig,
+    pinned: Option<BackendId>,
+) -> Result<Vec<BackendId>, ApiError> {
+    let eligible = crate::policy::eligible(task, snap).map_err(|e| plan_error(PlanError::Policy(e)))?;
+    match pinned {
+        None => Ok(eligible),
+        Some(backend) if eligible.contains(&backend) => Ok(vec![backend]),
+        Some(backend) => {
+            let (task, backend) = (&task.name, &snap.backends[backend].name);
+            let why = format!(
+                "the request is pinned to `{backend}`, task `{task}`'s first backend, which its policy refuses"
+            );
+            Err(ApiError::new(ErrorCode::NoEligibleBackend, why))
+        }
+    }
+}
+
+/// The plan over `eligible`, counted for the sticky-spill shares.
+fn plan(
+    serving: &Serving,
+    snap: &Snapshot,
+    task: &TaskConfig,
+    canonical: &ChatRequest,
+    (priority, affinity, created): (Priority, Option<Affinity>, u64),
+    eligible: Vec<BackendId>,
+) -> Result<Plan, ApiError> {
+    let load = |node: &NodeView| node.handle.load.view();
+    let affinity = affinity.map(|a| a.hash);
+    let prompt_tokens = canonical.estimated_prompt_tokens();
+    let facts = RequestFacts {
+        task,
+        prompt_tokens,
+        max_output_tokens: canonical.max_tokens.unwrap_or(1024),
+        seed: affinity.unwrap_or_else(rand::random),
+        affinity,
+        window: route::chain::window_index(created, snap.config.balancing.affinity_window_secs),
+        priority,
+        load: &load,
+        request: Some(canonical),
+        candidates: None,
+    };
+    let plan = route::plan_among(&facts, snap, eligible, Instant::now()).map_err(plan_error)?;
+    serving.share_feedback.record(snap, &plan, prompt_tokens);
+    Ok(plan)
+}
