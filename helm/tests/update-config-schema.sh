@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rewrites the `config` property of helm/spillway/values.schema.json with the schema derived
 # from the config types (`spillway config-schema --chart`); the rest of the file is the chart's
-# own and stays as it is. tests/config_schema.rs fails while the two differ.
+# own and stays as it is. tests/offline/config_schema.rs fails while the two differ.
 #
 # Usage: helm/tests/update-config-schema.sh [SPILLWAY]
 #   SPILLWAY: a built spillway binary; default: `cargo run --quiet --locked --`.

