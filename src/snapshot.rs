@@ -268,16 +268,6 @@ impl Snapshot {
     pub fn backend_id(&self, name: &str) -> Option<BackendId> {
         self.by_name.get(name).copied()
     }
-
-    /// A copy with the breaker states given by `state_of(node key)`, one version later.
-    pub fn with_breakers(&self, state_of: impl Fn(&NodeKey) -> BreakerView) -> Snapshot {
-        let mut next = self.clone();
-        next.version += 1;
-        for node in next.backends.iter_mut().flat_map(|b| b.nodes.iter_mut()) {
-            node.breaker = state_of(&node.key);
-        }
-        next
-    }
 }
 
 impl std::ops::Index<BackendId> for Vec<BackendView> {

@@ -93,11 +93,6 @@ impl AgentHandle {
     pub fn nvml_status(&self) -> Result<usize, String> {
         self.shared.status().nvml
     }
-
-    /// The exposition as `/metrics` would serve it now.
-    pub fn render_metrics(&self) -> String {
-        self.shared.metrics.render()
-    }
 }
 
 impl Drop for AgentHandle {
