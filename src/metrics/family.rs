@@ -1,6 +1,10 @@
 //! A metric family whose label set is a type. The label names are written once, with the
 //! type; a family is registered with them and read only through a value of that type, so a
 //! call site cannot pass label values in the wrong order, or the wrong number of them.
+//!
+//! Families are registered into [`Registry`], which keeps what each one is (name, help, type,
+//! labels) beside Prometheus' own registry: the reference table of families is rendered from
+//! it and compared with the docs by a test.
 
 use std::marker::PhantomData;
 use std::sync::Mutex;
