@@ -135,11 +135,12 @@ fn when(code: ErrorCode) -> String {
                 ScopeKind::Key => "the key's",
                 ScopeKind::Team => "the team's",
             };
-            return if limit.is_budget() {
-                format!("over {whose} `{}` (not retried)", limit.as_str())
-            } else {
-                format!("over {whose} `{}` (`Retry-After` until the next minute; 1 for `concurrent`)", limit.as_str())
+            let retry = match limit {
+                _ if limit.is_budget() => "not retried",
+                Limit::Concurrent => "`Retry-After: 1`",
+                _ => "`Retry-After` until the next minute",
             };
+            return format!("over {whose} `{}` ({retry})", limit.as_str());
         }
         LimitStateUnavailable { budget: true } => "Redis is down and `budgets.when_redis_down.budgets` is `closed`",
         LimitStateUnavailable { budget: false } => "Redis is down and `budgets.when_redis_down.rate_limits` is `closed`",
@@ -149,7 +150,9 @@ fn when(code: ErrorCode) -> String {
 
 fn error_table() -> String {
     let mut out = String::from("| status | `type` | `code` | when |\n|---|---|---|---|\n");
-    for code in every_code() {
+    let mut codes = every_code();
+    codes.sort_by_key(|c| c.table().0.as_u16());
+    for code in codes {
         let (status, kind, name) = code.table();
         let name = name.map_or("—".to_string(), |n| format!("`{n}`"));
         out += &format!("| {} | `{kind}` | {name} | {} |\n", status.as_u16(), when(code));
