@@ -11,6 +11,25 @@
 //! signal is unknown, and a node with no fresh scrape is not admitted (planning may still serve
 //! a pool none of whose nodes is fresh, by in-flight count alone, when nothing else can take
 //! the request: `route::blind`).
+//!
+//! A node takes the request only if the prediction stays under `slo.ttft_ms × (1 − slo.margin)`,
+//! it keeps the pool's reserve free, it would not queue, and the prompt fits the free KV cache;
+//! otherwise the request spills with the reason that failed (`stale`, `reserve`, `queue`, `kv`,
+//! `ttft`). Among nodes that qualify, planning puts the node holding the affinity key's prefix
+//! cache first (rendezvous hash of key and node over the nodes no operator holds, so a drained
+//! node's projects move to their next node by the same hash on every replica), then the soonest
+//! first token. The reserve is a share of each node's `max_running` or reported slots (default
+//! 20 %, in whole slots: a 2-slot llama.cpp node keeps none); the snapshot releases it while a
+//! hosted backend that shares a task with the pool is down (every breaker open, its quota used
+//! up, or its availability below 0.1) and holds it again when the provider recovers.
+//!
+//! Without a signal: no TTFT histogram (llama.cpp, TGI, Triton), the prediction prefills the
+//! uncached prompt at the measured prefill rate (llama.cpp: prompt tokens ÷ prompt seconds
+//! between scrapes, else its throughput gauge) plus one step, instead of correcting the node's
+//! recent TTFT; no service time (llama.cpp has no request latencies), slots are taken to turn
+//! over every 2 s; no KV figure or capacity, no KV check (the slot count and queue decide); no
+//! prefix-cache figures, every prompt token counts as uncached; no slot count on the node
+//! (vLLM, SGLang), the pool's `max_running`.
 
 use std::time::Duration;
 

@@ -11,6 +11,19 @@
 //! gauge has unknown others: the router's own count stands alone. The engine's queue, as read,
 //! shrinks by every request of the router's that finished since (each freed a slot).
 //!
+//! The lag window is `telemetry.gauge_lag_ms` (5 s by default, at most 60 s): of each reading,
+//! the router takes as its own the most of its requests in flight over that long before it.
+//!
+//! Worked example, one llama.cpp node with 2 slots, scraped every second: a reading at t = 1 s
+//! caught one running request, the router's own (its most in flight over the lag window: 1), so
+//! others are 1 − 1 = 0. Between t = 1 s and 2 s the router sends five short requests one after
+//! another, and each sees the node holding 0 before it and 1 while it runs (the reading plus
+//! every request sent since it, the arithmetic before this model, said 1 + 4 = 5 for the fifth:
+//! a full node, a spill). Had another router kept three requests running there, the reading
+//! would say 4, others 4 − 1 = 3, and each request would see 3, then 4. `/admin/backends`
+//! shows each node's `load` as the model reads it (`at_node`, `others`, `queued`,
+//! `counted_in_reading`).
+//!
 //! Counters are atomics updated by dispatch and read (as plain numbers) before planning, each
 //! node's reached through the handle the snapshot holds; only the scrape loop touches a node's
 //! window of past peaks.

@@ -1,7 +1,8 @@
 //! Client connections at the HTTP edge: how many are open and why each one ended, so that an
 //! SRE can see slow or hostile clients being turned away (and tests can wait on it).
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use super::family::Registry;
+use prometheus::{IntCounterVec, IntGauge, Opts};
 
 /// Why a client connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

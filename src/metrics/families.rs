@@ -1,11 +1,9 @@
 //! Every family Spillway exports, grouped by the component that feeds it, each with its typed
 //! label set. Registered once, into the router's one registry, by [`super::Metrics::new`].
 
-use prometheus::{
-    exponential_buckets, CounterVec, GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, Registry,
-};
+use prometheus::{exponential_buckets, CounterVec, GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec};
 
-use super::family::{counter, float_counter, gauge, histogram, int_gauge, label_set, Family};
+use super::family::{counter, float_counter, gauge, histogram, int_gauge, label_set, Family, Registry};
 
 /// TTFT and latency buckets (seconds): fine from 25 ms to 2 s, where TTFT SLOs live, then coarse.
 const LATENCY_BUCKETS: [f64; 18] =

@@ -1,13 +1,74 @@
 //! A metric family whose label set is a type. The label names are written once, with the
 //! type; a family is registered with them and read only through a value of that type, so a
 //! call site cannot pass label values in the wrong order, or the wrong number of them.
+//!
+//! Families are registered into [`Registry`], which keeps what each one is (name, help, type,
+//! labels) beside Prometheus' own registry: the reference table of families is rendered from
+//! it and compared with the docs by a test.
 
 use std::marker::PhantomData;
+use std::sync::Mutex;
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{
-    CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-};
+use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
+
+/// The router's registry: Prometheus' own, plus a description of each family as it is
+/// registered. The exposition leaves out a family with no series yet; the reference table of
+/// families (`docs/reference.md`, checked by a test) needs every one.
+#[derive(Default)]
+pub struct Registry {
+    inner: prometheus::Registry,
+    described: Mutex<Vec<FamilyDoc>>,
+}
+
+/// What one family is: its name, help, type and label names (in registration order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyDoc {
+    pub name: String,
+    pub help: String,
+    pub kind: &'static str,
+    pub labels: Vec<String>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    pub fn register(&self, c: Box<dyn Collector>) -> prometheus::Result<()> {
+        let labels: Vec<String> = c.desc().iter().flat_map(|d| d.variable_labels.clone()).collect();
+        let kind = c.collect().first().map_or("untyped", |f| match f.get_field_type() {
+            MetricType::COUNTER => "counter",
+            MetricType::GAUGE => "gauge",
+            MetricType::HISTOGRAM => "histogram",
+            MetricType::SUMMARY => "summary",
+            MetricType::UNTYPED => "untyped",
+        });
+        let docs: Vec<FamilyDoc> = c
+            .desc()
+            .iter()
+            .map(|d| FamilyDoc {
+                name: d.fq_name.clone(),
+                help: d.help.clone(),
+                kind,
+                labels: labels.clone(),
+            })
+            .collect();
+        self.inner.register(c)?;
+        self.described.lock().unwrap_or_else(|e| e.into_inner()).extend(docs);
+        Ok(())
+    }
+
+    pub fn gather(&self) -> Vec<MetricFamily> {
+        self.inner.gather()
+    }
+
+    /// Every family registered, in registration order.
+    pub fn families(&self) -> Vec<FamilyDoc> {
+        self.described.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
 
 /// The label names of a label set, in registration order.
 pub trait LabelNames {

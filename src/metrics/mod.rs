@@ -21,10 +21,12 @@ mod telemetry;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, TextEncoder};
 
 pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
+pub use family::FamilyDoc;
+use family::Registry;
 pub use opstate::OperatorStateView;
 pub use state::StateView;
 pub use telemetry::TelemetryFamilies;
@@ -76,6 +78,12 @@ impl Metrics {
     /// Where the shared operator state stands on this replica.
     pub fn set_operator_state(&self, view: &OperatorStateView) {
         self.operator_state.set(view);
+    }
+
+    /// Every family this router exports (name, help, type, labels), in registration order:
+    /// the source of the reference table of families, which a test compares.
+    pub fn families(&self) -> Vec<FamilyDoc> {
+        self.registry.families()
     }
 
     /// The exposition in Prometheus text format.

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use prometheus::{GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
+use super::family::Registry;
+use prometheus::{GaugeVec, IntGauge, IntGaugeVec, Opts};
 
 /// What the families show (the board's status, in this layer's terms).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,7 +2,8 @@
 //! at start, full-spool episodes and rows that found it full. Set from the spool's own counts
 //! when `/metrics` is scraped; this module must not read the disk.
 
-use prometheus::{Gauge, IntCounter, IntGauge, Registry};
+use super::family::Registry;
+use prometheus::{Gauge, IntCounter, IntGauge};
 
 use crate::ledger::SpoolStats;
 

@@ -2,7 +2,8 @@
 //! replicas, how many nodes it scrapes itself, and whether readings are shared through Redis
 //! now. The loop holds the handles and moves them as it goes (it runs on its own thread).
 
-use prometheus::{IntCounter, IntGauge, Registry};
+use super::family::Registry;
+use prometheus::{IntCounter, IntGauge};
 
 #[derive(Clone)]
 pub struct TelemetryFamilies {

@@ -1,7 +1,8 @@
 //! The config schema has one source, the config types: `spillway config-schema` prints it, the
 //! chart's `values.schema.json` carries it as generated, the example configs pass it, and the
-//! README's "Config reference" lists exactly its keys, with its defaults and required keys, and
-//! says which kinds of backend take each backend key (the schema's branches by `kind`).
+//! "Config reference" (`docs/reference.md`, the README's reference appendix) lists exactly its
+//! keys, with its defaults and required keys, and says which kinds of backend take each backend
+//! key (the schema's branches by `kind`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -184,12 +185,12 @@ struct Row {
     text: String,
 }
 
-/// The rows of the README's Config reference. A table's keys are relative to its heading's
-/// backticked key (`backends[]`); `ki` after `balancing.kp` in one cell is `balancing.ki`; an
-/// upper-case segment (`NAME`) stands for any map key.
+/// The rows of the Config reference (`docs/reference.md`). A table's keys are relative to its
+/// heading's backticked key (`backends[]`); `ki` after `balancing.kp` in one cell is
+/// `balancing.ki`; an upper-case segment (`NAME`) stands for any map key.
 fn readme_rows() -> Vec<Row> {
-    let readme = read("README.md");
-    let start = readme.find("\n## Config reference").expect("README has a Config reference");
+    let readme = read("docs/reference.md");
+    let start = readme.find("\n## Config reference").expect("docs/reference.md has a Config reference");
     let section = &readme[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     let ticks = regex::Regex::new(r"`([^`]+)`").unwrap();
@@ -216,7 +217,7 @@ fn readme_rows() -> Vec<Row> {
         }
         let cell = |name: &str| columns.iter().position(|c| c == name).map(|i| cells[i].clone());
         let named: Vec<&str> = ticks.captures_iter(&cells[0]).map(|c| c.get(1).unwrap().as_str()).collect();
-        assert!(!named.is_empty(), "README Config reference: a row names no key: {line}");
+        assert!(!named.is_empty(), "Config reference: a row names no key: {line}");
         let parent = named[0].rsplit_once('.').map(|(p, _)| p);
         let keys = named
             .iter()
@@ -233,10 +234,10 @@ fn readme_rows() -> Vec<Row> {
             })
             .collect();
         let default =
-            cell("default").unwrap_or_else(|| panic!("README Config reference: no default column: {line}"));
+            cell("default").unwrap_or_else(|| panic!("Config reference: no default column: {line}"));
         rows.push(Row { keys, default, kinds: cell("kinds"), text: cells[1..].join(" | ") });
     }
-    assert!(rows.len() > 50, "only {} rows read from the README's Config reference", rows.len());
+    assert!(rows.len() > 50, "only {} rows read from the Config reference", rows.len());
     rows
 }
 
@@ -257,7 +258,7 @@ fn every_key_the_readme_lists_is_a_config_key() {
             None => {}
         }
     }
-    assert!(unknown.is_empty(), "README Config reference lists keys the config does not have: {unknown:?}");
+    assert!(unknown.is_empty(), "the Config reference lists keys the config does not have: {unknown:?}");
 }
 
 #[test]
@@ -284,7 +285,7 @@ fn every_config_key_is_in_the_readme() {
             missing.push(key.clone());
         }
     }
-    assert!(missing.is_empty(), "config keys without a row in the README's Config reference: {missing:?}");
+    assert!(missing.is_empty(), "config keys without a row in the Config reference: {missing:?}");
 }
 
 #[test]
@@ -298,7 +299,7 @@ fn the_readme_gives_the_schemas_defaults_and_required_keys() {
         for (i, key) in row.keys.iter().enumerate() {
             let Some(k) = schema.get(key) else { continue };
             let says_required = row.default == "required";
-            assert_eq!(says_required, k.required, "{key}: README says {:?}", row.default);
+            assert_eq!(says_required, k.required, "{key}: the Config reference says {:?}", row.default);
             let default = k.schema.get("default").filter(|d| !d.is_null());
             let written =
                 parts.get(i).filter(|_| parts.len() == row.keys.len()).and_then(|p| literal.captures(p));
@@ -308,7 +309,10 @@ fn the_readme_gives_the_schemas_defaults_and_required_keys() {
                 (Some(a), Some(b)) => a == b,
                 _ => &written == default,
             };
-            assert!(same, "{key}: the README says the default is {written}, the config types {default}");
+            assert!(
+                same,
+                "{key}: the Config reference says the default is {written}, the config types {default}"
+            );
             compared += 1;
         }
     }
@@ -337,7 +341,10 @@ fn the_readme_says_which_kinds_take_each_backend_key() {
             // A key below a backend's key (`discovery.kubernetes`) goes with the kinds of that key.
             let top = key.strip_prefix("backends[].").unwrap().split('.').next().unwrap();
             let taken = &schema[&format!("backends[].{top}")].kinds;
-            assert_eq!(&said, taken, "{key}: the README says {cell:?}, the schema's branches {taken:?}");
+            assert_eq!(
+                &said, taken,
+                "{key}: the Config reference says {cell:?}, the schema's branches {taken:?}"
+            );
             compared += 1;
         }
     }
