@@ -88,6 +88,67 @@ pub fn limit_code(scope: ScopeKind, limit: Limit) -> &'static str {
 }
 
 impl ErrorCode {
+    /// Every code a client may see, each once, in the order of the reference's table (by
+    /// status). The reference's test gives each a meaning in a match, so a new variant fails
+    /// to compile there until it has one: list it here too.
+    pub fn all() -> Vec<ErrorCode> {
+        use ErrorCode::*;
+        let mut all = vec![
+            InvalidRequest,
+            InvalidJson,
+            InvalidType,
+            InvalidValue,
+            MissingField,
+            InvalidBody,
+            ContextLengthExceeded,
+            UnsupportedCapability,
+            ContentPolicyViolation,
+            UpstreamRejected,
+            InvalidApiKey,
+            InvalidAdminToken,
+            PermissionDenied,
+            ModelNotFound,
+            NotFound,
+            MethodNotAllowed,
+            BodyTimeout,
+            RequestTooLarge,
+            UnsupportedMediaType,
+            RouterOverloaded,
+            Shed,
+            UpstreamRateLimited,
+        ];
+        let scopes = [ScopeKind::Key, ScopeKind::Team];
+        let limits = |budget: bool| {
+            scopes.into_iter().flat_map(move |s| {
+                Limit::ALL.into_iter().filter(move |l| l.is_budget() == budget).map(move |l| OverLimit(s, l))
+            })
+        };
+        all.extend(limits(true));
+        all.extend(limits(false));
+        all.extend([
+            UpstreamAuth,
+            Upstream(ErrorClass::RateLimited),
+            Upstream(ErrorClass::Overloaded),
+            Upstream(ErrorClass::ServerError),
+            Upstream(ErrorClass::Connect),
+            Upstream(ErrorClass::StreamBroken),
+            Upstream(ErrorClass::InvalidOutput),
+            NoEligibleBackend,
+            RetryBudgetExhausted,
+            AllBackendsFailed,
+            LimitStateUnavailable { budget: true },
+            LimitStateUnavailable { budget: false },
+            LedgerUnavailable,
+            Timeout,
+            InvalidConfig,
+            GateRunFailed,
+            GateRunning,
+            KeyNotActive,
+            LedgerOff,
+        ]);
+        all
+    }
+
     /// The status, OpenAI error `type` and `code` of each kind of error.
     pub fn table(self) -> (StatusCode, &'static str, Option<&'static str>) {
         use ErrorCode::*;
@@ -262,49 +323,7 @@ mod tests {
 
     #[test]
     fn codes_are_unique_and_statuses_match_the_type() {
-        use ErrorCode::*;
-        let all = [
-            InvalidRequest,
-            InvalidJson,
-            InvalidType,
-            InvalidValue,
-            MissingField,
-            InvalidBody,
-            RequestTooLarge,
-            BodyTimeout,
-            UnsupportedMediaType,
-            ContextLengthExceeded,
-            UnsupportedCapability,
-            ContentPolicyViolation,
-            ModelNotFound,
-            NotFound,
-            MethodNotAllowed,
-            InvalidApiKey,
-            InvalidAdminToken,
-            PermissionDenied,
-            RouterOverloaded,
-            Shed,
-            UpstreamRateLimited,
-            NoEligibleBackend,
-            RetryBudgetExhausted,
-            AllBackendsFailed,
-            UpstreamRejected,
-            UpstreamAuth,
-            Timeout,
-            Upstream(ErrorClass::ServerError),
-            InvalidConfig,
-            GateRunning,
-            GateRunFailed,
-            LedgerOff,
-            LedgerUnavailable,
-            KeyNotActive,
-            LimitStateUnavailable { budget: true },
-            LimitStateUnavailable { budget: false },
-        ];
-        let limits = [ScopeKind::Key, ScopeKind::Team]
-            .into_iter()
-            .flat_map(|scope| Limit::ALL.into_iter().map(move |limit| OverLimit(scope, limit)));
-        let all: Vec<ErrorCode> = all.into_iter().chain(limits).collect();
+        let all = ErrorCode::all();
         let mut seen = std::collections::HashSet::new();
         for code in all {
             let (status, kind, name) = code.table();
