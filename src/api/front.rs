@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::HeaderMap;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::{ApiError, ErrorCode};
 use super::request_id::RequestId;
@@ -18,6 +18,19 @@ use super::AppState;
 use crate::canonical::Principal;
 use crate::serve::Arrival;
 use crate::trace::RequestSpan;
+
+/// What a front door checks before it decodes: who may send, how many at once, how big and
+/// how slow a body may be.
+#[derive(Clone)]
+pub struct Door {
+    /// The client keys (neither kind configured: no auth).
+    pub client_keys: Arc<crate::keys::KeyBoard>,
+    /// Admission control: the global concurrency limit.
+    pub limiter: Arc<Semaphore>,
+    pub max_body_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_read_timeout: std::time::Duration,
+}
 
 /// A request received by a front door: who sent it, its body, and its share of the router's
 /// concurrency (held until the answer has been written).
@@ -51,32 +64,33 @@ impl Received {
 /// request-id layer), its server span (set by the trace layer, when tracing is on) and the
 /// request itself, unread.
 pub struct Incoming {
-    pub state: Arc<AppState>,
+    pub state: AppState,
     pub request_id: String,
     pub trace: Option<RequestSpan>,
     pub headers: HeaderMap,
     pub body: Body,
 }
 
-impl FromRequest<Arc<AppState>> for Incoming {
+impl FromRequest<AppState> for Incoming {
     type Rejection = Infallible;
 
-    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Incoming, Infallible> {
+    async fn from_request(request: Request, state: &AppState) -> Result<Incoming, Infallible> {
         let (parts, body) = request.into_parts();
         let request_id =
             parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
         let trace = parts.extensions.get::<RequestSpan>().cloned();
-        Ok(Incoming { state: Arc::clone(state), request_id, trace, headers: parts.headers, body })
+        Ok(Incoming { state: state.clone(), request_id, trace, headers: parts.headers, body })
     }
 }
 
 /// Authenticate, read the JSON body, then take an admission permit: only once the body is in,
 /// so a slow sender never holds a permit.
-pub async fn receive(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+pub async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+    let door = &state.door;
     let arrived_at = SystemTime::now();
-    let principal = super::authenticate(state, headers)?;
-    let body = super::body::read_json(headers, body, state.max_body_bytes, state.body_read_timeout).await?;
-    let Ok(admission) = Arc::clone(&state.limiter).try_acquire_owned() else {
+    let principal = super::authenticate(&door.client_keys, headers)?;
+    let body = super::body::read_json(headers, body, door.max_body_bytes, door.body_read_timeout).await?;
+    let Ok(admission) = Arc::clone(&door.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
             ErrorCode::RouterOverloaded,
             "Spillway is at its concurrency limit; retry shortly",

@@ -11,7 +11,7 @@ mod completions;
 pub mod dashboard;
 pub mod edge;
 mod embeddings;
-mod front;
+pub mod front;
 mod input;
 mod messages;
 pub mod request_id;
@@ -29,7 +29,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use tokio::sync::Semaphore;
 
 use crate::canonical::Principal;
 pub use crate::serve::error;
@@ -37,10 +36,26 @@ pub use crate::serve::key_may_use;
 use crate::snapshot::Snapshot;
 pub use error::{ApiError, ErrorCode};
 
-/// What every handler shares.
+/// What every handler shares, by who needs it (cheap to clone: each part is shared).
+#[derive(Clone)]
 pub struct AppState {
-    /// The request pipeline and what it needs.
+    /// The request pipeline and what it needs (the dialects).
     pub serving: Arc<crate::serve::Serving>,
+    /// What a front door checks before it decodes ([`front::receive`]).
+    pub door: front::Door,
+    /// What the admin API, `/metrics`, `/readyz`, `/v1/models`, the dashboard and the layers
+    /// read.
+    pub ops: Arc<Ops>,
+}
+
+impl axum::extract::FromRef<AppState> for Arc<Ops> {
+    fn from_ref(state: &AppState) -> Arc<Ops> {
+        Arc::clone(&state.ops)
+    }
+}
+
+/// The router's state as the operator sees and changes it.
+pub struct Ops {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
@@ -49,14 +64,8 @@ pub struct AppState {
     pub client_keys: Arc<crate::keys::KeyBoard>,
     /// Hosted quota counters (for `/metrics`: whether the shared Redis state is reachable).
     pub quota: Arc<crate::guard::quota::QuotaBoard>,
-    /// Limits and budgets per client key and team, checked before dispatch.
+    /// Limits and budgets per client key and team (for `/metrics`: the shared state).
     pub budgets: Arc<crate::guard::budget::BudgetBoard>,
-    /// Running totals of requests, spills and failed attempts.
-    /// Admission control: the global concurrency limit.
-    pub limiter: Arc<Semaphore>,
-    pub max_body_bytes: usize,
-    /// How long a request body may take to arrive.
-    pub body_read_timeout: std::time::Duration,
     /// The cost ledger (`None` when it is off): its store for reports, its writer's buffer.
     pub ledger: Option<(crate::ledger::Store, crate::ledger::LedgerSender)>,
     /// Bearer token of the admin API; `None`: the admin API is off.
@@ -67,7 +76,6 @@ pub struct AppState {
     /// Operator holds (drain, disable) and breaker overrides as applied here; the admin API
     /// changes them through `operator` (shared through the ledger store when there is one).
     pub holds: Arc<crate::guard::holds::HoldBoard>,
-    pub breakers: Arc<crate::guard::breaker::BreakerBoard>,
     pub operator: Arc<crate::control::opstate::OperatorBoard>,
     /// Canary probes of fallback backends (run on an interval, or now by the admin API).
     pub canaries: Arc<crate::control::canary::Canaries>,
@@ -81,7 +89,7 @@ pub struct AppState {
     pub tracing: crate::trace::Tracing,
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/responses", post(responses::responses))
@@ -108,9 +116,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             )
         })
         // Inside the request-id layer: the span carries the request's id.
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), traced::layer))
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), request_id::layer))
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), close_when_leaving))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state.ops), traced::layer))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state.ops), request_id::layer))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state.ops), close_when_leaving))
         .with_state(state)
 }
 
@@ -118,7 +126,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// carry `Connection: close`, so kept-alive clients reconnect (through the Service, to another
 /// replica) instead of reusing a connection the drain will close under them.
 async fn close_when_leaving(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<Ops>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -134,8 +142,11 @@ async fn close_when_leaving(
 /// 401. The key comes as `Authorization: Bearer <key>` (OpenAI's SDKs) or `x-api-key: <key>`
 /// (Anthropic's), on every route. An unknown, revoked or expired key gets one answer, which
 /// each front door sends in its dialect's envelope. The key is never logged.
-pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
-    if !state.client_keys.required() {
+pub fn authenticate(
+    keys: &crate::keys::KeyBoard,
+    headers: &HeaderMap,
+) -> Result<Option<Principal>, ApiError> {
+    if !keys.required() {
         return Ok(None);
     }
     let unauthorized = |m: &str| ApiError::new(ErrorCode::InvalidApiKey, m);
@@ -153,14 +164,14 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Prin
         }
     };
     let now_ms = crate::ledger::unix_millis(std::time::SystemTime::now());
-    state.client_keys.check(key.trim(), now_ms).map(Some).map_err(|_| unauthorized("invalid API key"))
+    keys.check(key.trim(), now_ms).map(Some).map_err(|_| unauthorized("invalid API key"))
 }
 
 /// The tasks this key may use, and their aliases: in OpenAI's list shape, or in Anthropic's
 /// when the request carries `anthropic-version` (Anthropic's SDKs always send it).
-async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn models(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     let anthropic = headers.contains_key("anthropic-version");
-    let key = match authenticate(&state, &headers) {
+    let key = match authenticate(&state.client_keys, &headers) {
         Ok(key) => key,
         Err(e) if anthropic => return messages::error_response(&e),
         Err(e) => return e.into_response(),
@@ -194,7 +205,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 /// wait over) and until a shutdown signal. The body says how much of the fleet the router can
 /// see: local nodes, how many have fresh telemetry, which pools are unmeasured, which nodes
 /// are quarantined.
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+async fn readyz(State(state): State<Arc<Ops>>) -> Response {
     if state.readiness.leaving() {
         let body = json!({"status": "draining", "message": "shutting down: send new traffic elsewhere"});
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
@@ -237,12 +248,12 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// The Prometheus exposition, with state gauges read now.
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<Ops>>) -> Response {
     ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], current_metrics(&state)).into_response()
 }
 
 /// Set the state gauges from the current snapshot and render every family.
-pub fn current_metrics(state: &AppState) -> String {
+pub fn current_metrics(state: &Ops) -> String {
     let snapshot = state.snapshot.load();
     state.metrics.refresh(&crate::metrics::StateView {
         snapshot: &snapshot,

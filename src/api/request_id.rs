@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
-use super::AppState;
+use super::Ops;
 use crate::config::{AccessLogConfig, AccessLogLevel};
 
 pub const HEADER: &str = "x-request-id";
@@ -27,7 +27,7 @@ fn acceptable(id: &str) -> bool {
 }
 
 /// The middleware: id, span, access log line (as `access_log` says), response header.
-pub async fn layer(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+pub async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
         .get(HEADER)

@@ -15,11 +15,11 @@ use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
 use super::request_id::RequestId;
-use super::AppState;
+use super::Ops;
 use crate::trace::RequestSpan;
 
 /// The middleware: a span per API request, ended with the answer's body.
-pub async fn layer(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+pub async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
     let span = path
         .starts_with("/v1/")

@@ -307,22 +307,23 @@ pub async fn start_with(
         shadows: gate.shadows.clone(),
         share_feedback,
     });
-    let state = Arc::new(AppState {
-        serving,
-        snapshot,
-        load,
-        quota,
-        budgets,
+    let door = api::front::Door {
         client_keys: Arc::clone(&client_keys),
         limiter: Arc::new(Semaphore::new(config.limits.max_concurrency)),
         max_body_bytes: config.limits.max_body_bytes,
         body_read_timeout: config.limits.body_read_timeout(),
+    };
+    let ops = Arc::new(api::Ops {
+        snapshot,
+        load,
+        client_keys: Arc::clone(&client_keys),
+        quota,
+        budgets,
         ledger: ledger.as_ref().map(|l| (l.store.clone(), l.sender.clone())),
         admin_token: secrets.admin_token,
         metrics,
         telemetry: Arc::clone(&telemetry),
         holds,
-        breakers: Arc::clone(&breakers),
         operator,
         canaries,
         reloader,
@@ -330,8 +331,9 @@ pub async fn start_with(
         readiness: Arc::clone(&readiness),
         tracing: tracing.clone(),
     });
+    let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;
-    let edge_metrics = state.metrics.edge.clone();
+    let edge_metrics = state.ops.metrics.edge.clone();
     let app = api::router(state);
     let limits = config.limits.clone();
     let task = tokio::spawn(async move {

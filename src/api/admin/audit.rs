@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 
 const LIMIT: usize = 100;
 const LIMIT_MAX: usize = 1_000;
@@ -36,7 +36,7 @@ fn parse_limit(params: &HashMap<String, String>) -> Result<usize, ApiError> {
 }
 
 pub async fn list(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<Ops>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 use crate::canonical::NodeKey;
 use crate::control::opstate::Change;
 use crate::guard::breaker::Forced;
@@ -50,7 +50,7 @@ fn breaker_str(b: BreakerView) -> &'static str {
 /// A self-hosted node's engine as telemetry knows it: which adapter reads its pages (`null`
 /// before the first good scrape of an `auto` pool), what its side page said, and which of the
 /// TTFT predictor's inputs its telemetry gives (the rest are defaults).
-fn engine_of(state: &AppState, n: &crate::snapshot::NodeView) -> serde_json::Map<String, Value> {
+fn engine_of(state: &Ops, n: &crate::snapshot::NodeView) -> serde_json::Map<String, Value> {
     let telemetry = state.telemetry.get(&n.key);
     let (measured, defaulted): (Vec<_>, Vec<_>) =
         crate::fleet::headroom::predictor_inputs(&n.signals).into_iter().partition(|(_, had)| *had);
@@ -80,7 +80,7 @@ fn terms_json(t: &crate::config::DataTerms) -> Value {
 
 /// `GET /admin/backends`: each backend with its nodes, its data terms, and the tasks whose
 /// data class refuses it (`policy_refused`, with the reason).
-pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn list(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     reply(authorize(&state, &headers).map(|_| {
         let snap = state.snapshot.load();
         let now = tokio::time::Instant::now();
@@ -202,7 +202,7 @@ impl Target {
 }
 
 /// `POST /admin/hold {"backend", "node"?, "kind": "drain"|"disable"}`.
-pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn hold(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     reply(async {
         let who = authorize(&state, &headers)?;
         let req: Target = decode(&body)?;
@@ -224,7 +224,7 @@ pub async fn hold(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
 }
 
 /// `POST /admin/release {"backend", "node"?}`: lift a drain or disable.
-pub async fn release(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn release(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     reply(async {
         let who = authorize(&state, &headers)?;
         let target: Target = decode(&body)?;
@@ -238,7 +238,7 @@ pub async fn release(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
 }
 
 /// `POST /admin/breakers {"backend", "node"?, "state": "open"|"closed"|"auto"}`.
-pub async fn force_breaker(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn force_breaker(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     reply(async {
         let who = authorize(&state, &headers)?;
         let req: Target = decode(&body)?;
@@ -275,7 +275,7 @@ struct CanaryRequest {
 }
 
 /// `POST /admin/canary {"backend"?}`: run the canaries now and return their results.
-pub async fn canary(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn canary(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     let who = match authorize(&state, &headers) {
         Ok(who) => who,
         Err(e) => return e.into_response(),

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 use crate::gate::requalify::Requalified;
 use crate::gate::store::GateResult;
 
@@ -28,7 +28,7 @@ fn result_json(r: &GateResult) -> Value {
 }
 
 /// `GET /admin/gate`.
-pub async fn status(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn status(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers) {
         return e.into_response();
     }
@@ -86,7 +86,7 @@ struct RequalifyBody {
 
 /// `POST /admin/gate/requalify` `{"node": KEY}`: run the gate again on a node it kept out
 /// (every gated task of its pool, under what the node reports).
-pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn requalify(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     let who = match authorize(&state, &headers) {
         Ok(who) => who,
         Err(e) => return e.into_response(),
@@ -115,7 +115,7 @@ pub async fn requalify(State(state): State<Arc<AppState>>, headers: HeaderMap, b
 }
 
 /// `POST /admin/gate/run` `{"task": …, "backend": …}`.
-pub async fn run(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn run(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     let who = match authorize(&state, &headers) {
         Ok(who) => who,
         Err(e) => return e.into_response(),

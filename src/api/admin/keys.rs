@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 use crate::canonical::KeyId;
 use crate::keys::new::{NewKey, Refusal};
 use crate::keys::{self, store, KeyError, Listing};
@@ -42,7 +42,7 @@ fn now_ms() -> i64 {
     unix_millis(SystemTime::now())
 }
 
-fn store_of(state: &AppState) -> Result<&Store, ApiError> {
+fn store_of(state: &Ops) -> Result<&Store, ApiError> {
     state.ledger.as_ref().map(|(store, _)| store).ok_or_else(|| {
         ApiError::new(
             ErrorCode::LedgerOff,
@@ -81,12 +81,12 @@ fn id_of(text: &str) -> Result<KeyId, ApiError> {
 }
 
 /// Read the store again so this router answers by the change at once.
-async fn refresh(state: &AppState, store: &Store) -> Result<(), ApiError> {
+async fn refresh(state: &Ops, store: &Store) -> Result<(), ApiError> {
     keys::reload(&state.client_keys, store).await.map_err(key_error)
 }
 
 /// `GET /admin/keys`: every issued key, never a secret or a hash.
-pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn list(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     let listed = async {
         authorize(&state, &headers)?;
         let rows = store::list(store_of(&state)?).await.map_err(key_error)?;
@@ -97,7 +97,7 @@ pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
 }
 
 /// `POST /admin/keys {"name", "team", "tasks"?, "expires_in"?}`: 201 with the key, shown once.
-pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn create(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
     let created = async {
         let who = authorize(&state, &headers)?;
         let req: Create = serde_json::from_slice(&body)
@@ -118,11 +118,7 @@ pub async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body
 
 /// `POST /admin/keys/{id}/revoke`: refused from now on (here at once, elsewhere within a
 /// refresh period).
-pub async fn revoke(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn revoke(State(state): State<Arc<Ops>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let revoked = async {
         let who = authorize(&state, &headers)?;
         let id = id_of(&id)?;
@@ -137,11 +133,7 @@ pub async fn revoke(
 }
 
 /// `POST /admin/keys/{id}/rotate`: a new secret, shown once; the old one is refused.
-pub async fn rotate(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
+pub async fn rotate(State(state): State<Arc<Ops>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let rotated = async {
         let who = authorize(&state, &headers)?;
         let id = id_of(&id)?;

@@ -16,14 +16,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, AppState, ErrorCode};
+use super::{ApiError, AppState, ErrorCode, Ops};
 
 /// Who is acting: the `x-spillway-operator` header (a name for the audit log), else "admin".
 #[derive(Debug, Clone)]
 pub struct Operator(pub String);
 
 /// Check the admin bearer token and say who is acting.
-pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiError> {
+pub fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, ApiError> {
     let Some(expected) = &state.admin_token else {
         return Err(ApiError::new(ErrorCode::NotFound, "the admin API is off (set admin_token_env)"));
     };
@@ -47,7 +47,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<Operator, ApiE
 }
 
 /// Every admin route.
-pub fn routes() -> Router<Arc<AppState>> {
+pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/admin/reports/cost", get(report::cost_report))
         .route("/admin/spenders", get(spenders::top_spenders))
@@ -68,7 +68,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 /// `POST /admin/reload`: read the config file again and apply it (see `control::reload`).
 async fn reload(
-    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    axum::extract::State(state): axum::extract::State<Arc<Ops>>,
     headers: HeaderMap,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;

@@ -8,12 +8,12 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 use crate::report::{self, ReportFormat, ReportQuery};
 
 /// `GET /admin/reports/cost?from=&to=&group_by=&format=`: the same report as `spillway report`.
 pub async fn cost_report(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<Ops>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -24,7 +24,7 @@ pub async fn cost_report(
 }
 
 async fn cost_report_inner(
-    state: &AppState,
+    state: &Ops,
     headers: &HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {

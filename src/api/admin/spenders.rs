@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::authorize;
-use crate::api::{ApiError, AppState, ErrorCode};
+use crate::api::{ApiError, ErrorCode, Ops};
 use crate::report::budgets::Directory;
 use crate::report::spenders::{spenders, Period, Rows};
 
@@ -22,7 +22,7 @@ const TOP: usize = 10;
 const TOP_MAX: usize = 100;
 
 pub async fn top_spenders(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<Ops>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -50,7 +50,7 @@ fn parse_top(params: &HashMap<String, String>) -> Result<usize, ApiError> {
 }
 
 async fn inner(
-    state: &AppState,
+    state: &Ops,
     headers: &HeaderMap,
     params: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {

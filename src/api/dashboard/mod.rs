@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::api::AppState;
+use crate::api::Ops;
 
 /// The page, with its script and style inlined at the markers.
 static PAGE: LazyLock<String> = LazyLock::new(|| {
@@ -44,7 +44,7 @@ pub async fn page() -> Response {
 }
 
 /// `GET /dashboard/data`: what the page draws, as JSON (see [`data::build`]).
-pub async fn data(State(state): State<Arc<AppState>>) -> Response {
+pub async fn data(State(state): State<Arc<Ops>>) -> Response {
     let text = crate::api::current_metrics(&state);
     let snapshot = state.snapshot.load();
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
