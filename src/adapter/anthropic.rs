@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
     ToolChoice, UpstreamError, Usage,
@@ -45,11 +45,11 @@ pub const JSON_OBJECT_INSTRUCTION: &str =
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/v1/messages", upstream.base_url.trim_end_matches('/'));
-    send_to(transport, &url, upstream, req, native::Speaker::Anthropic).await
+    let url = format!("{}/v1/messages", call.upstream.base_url.trim_end_matches('/'));
+    send_to(transport, &url, call, req, native::Speaker::Anthropic).await
 }
 
 /// `POST url` in the Messages format: to Anthropic itself, or to a node that serves the
@@ -58,7 +58,7 @@ pub async fn send(
 pub(crate) async fn send_to(
     transport: &Transport,
     url: &str,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
     speaker: native::Speaker,
 ) -> Result<EventStream, UpstreamError> {
@@ -73,7 +73,7 @@ pub(crate) async fn send_to(
     {
         headers.push((HeaderName::from_static("anthropic-beta"), beta.to_string()));
     }
-    match (&upstream.api_key, speaker) {
+    match (&call.upstream.api_key, speaker) {
         (Some(key), native::Speaker::Anthropic) => {
             headers.push((HeaderName::from_static("x-api-key"), key.clone()))
         }
@@ -85,16 +85,16 @@ pub(crate) async fn send_to(
         }
         (None, _) => {}
     }
-    if req.stream {
+    if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     let mut body = match client {
-        Some(client) => native::body(req, client, speaker),
-        None => request_body(req),
+        Some(client) => native::body(req, call, client, speaker),
+        None => request_body(req, call),
     };
     // Only Anthropic caches where told to; a node caches every prefix on its own.
     if let (Some(placement), native::Speaker::Anthropic, Some(body)) =
-        (&req.cache_placement, speaker, body.as_object_mut())
+        (&call.cache_placement, speaker, body.as_object_mut())
     {
         let placed = cache::place(body, placement);
         tracing::debug!(?placed, "prompt-cache breakpoints");
@@ -104,18 +104,18 @@ pub(crate) async fn send_to(
     let parse = if relay { parse_response_relayed } else { parse_response };
     Ok(http::answer_events(
         answer,
-        req.stream,
+        call.stream,
         AnthropicStream { relay, ..AnthropicStream::default() },
         parse,
     ))
 }
 
-/// The Messages request body for `req`.
-pub(crate) fn request_body(req: &ChatRequest) -> Value {
+/// The Messages request body for `call` of `req`.
+pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
+    body.insert("model".into(), json!(call.model));
     body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
-    let system = match (req.system_prompt(), &req.response_format) {
+    let system = match (call.system_prompt(req), &req.response_format) {
         (Some(system), ResponseFormat::JsonObject) => Some(format!("{system}\n\n{JSON_OBJECT_INSTRUCTION}")),
         (None, ResponseFormat::JsonObject) => Some(JSON_OBJECT_INSTRUCTION.to_string()),
         (system, _) => system,
@@ -167,7 +167,7 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     if let Some(choice) = &req.tool_choice {
         body.insert("tool_choice".into(), tool_choice(choice));
     }
-    body.insert("stream".into(), json!(req.stream));
+    body.insert("stream".into(), json!(call.stream));
     Value::Object(body)
 }
 

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
     Usage,
@@ -26,20 +26,20 @@ use crate::canonical::{
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    let url = url(&upstream.base_url, &req.model, req.stream);
+    let url = url(&call.upstream.base_url, call.model, call.stream);
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &upstream.api_key {
+    if let Some(key) = &call.upstream.api_key {
         headers.push((HeaderName::from_static("x-goog-api-key"), key.clone()));
     }
-    if req.stream {
+    if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = serde_json::to_vec(&request_body(req)).expect("a JSON value serialises");
+    let body = serde_json::to_vec(&request_body(req, call)).expect("a JSON value serialises");
     let answer = http::post(transport, &url, &headers, body, classify).await?;
-    Ok(http::answer_events(answer, req.stream, GeminiStream::new(), parse_response))
+    Ok(http::answer_events(answer, call.stream, GeminiStream::new(), parse_response))
 }
 
 fn url(base_url: &str, model: &str, stream: bool) -> String {
@@ -48,11 +48,12 @@ fn url(base_url: &str, model: &str, stream: bool) -> String {
     format!("{}/models/{model}:{method}", base_url.trim_end_matches('/'))
 }
 
-/// The `GenerateContentRequest` body for `req`.
-pub(crate) fn request_body(req: &ChatRequest) -> Value {
+/// The `GenerateContentRequest` body for `call` of `req` (the model and stream flag are in
+/// the URL).
+pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     let mut body = Map::new();
     body.insert("contents".into(), Value::Array(contents(req)));
-    if let Some(system) = req.system_prompt() {
+    if let Some(system) = call.system_prompt(req) {
         body.insert("systemInstruction".into(), json!({"parts": [{"text": system}]}));
     }
     let mut config = Map::new();

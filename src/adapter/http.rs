@@ -359,7 +359,8 @@ mod tests {
         let req =
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
         let transport = Transport::from(reqwest::Client::new());
-        let events = openai_compat::send(&transport, &upstream, &req).await.unwrap();
+        let call = super::super::Call::as_written(super::super::WireFormat::OpenAi, upstream, &req);
+        let events = openai_compat::send(&transport, &call, &req).await.unwrap();
         events.map(|e| e.unwrap()).collect().await
     }
 

@@ -7,6 +7,7 @@
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
+mod call;
 pub mod error;
 pub mod gemini;
 pub mod h1;
@@ -23,6 +24,8 @@ use std::sync::Arc;
 
 use futures::Stream;
 
+pub use call::Call;
+
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
 
 /// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
@@ -38,7 +41,7 @@ pub enum WireFormat {
 }
 
 /// Where and as whom one call goes: resolved from config by dispatch for one target.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Upstream {
     /// Base URL without a trailing slash, e.g. `http://10.0.0.5:8000/v1` for OpenAI-compatible
     /// servers, `https://api.anthropic.com` for Anthropic, and
@@ -83,44 +86,42 @@ impl From<reqwest::Client> for Transport {
     }
 }
 
-/// Send `req` (with `req.model` already set to the backend's model) to `upstream` in `format`.
-/// Resolves once the upstream has answered with a status: `Ok` holds the event stream (for a
-/// non-streaming request it yields every event of the whole answer), `Err` the classified
-/// failure. Timeouts are the caller's business (dispatch wraps this in its deadlines).
-/// Callers outside the adapters use [`redact::send_scrubbed`], which scrubs error texts of secrets.
+/// Make `call` for `req`. Resolves once the upstream has answered with a status: `Ok` holds
+/// the event stream (for a non-streaming request it yields every event of the whole answer),
+/// `Err` the classified failure. Timeouts are the caller's business (dispatch wraps this in its
+/// deadlines). Callers outside the adapters use [`redact::send_scrubbed`], which scrubs error
+/// texts of secrets.
 pub async fn send(
-    format: WireFormat,
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let dialect = req.native.as_ref().map(|n| n.dialect);
-    match (&req.operation, format) {
+    let upstream = &call.upstream;
+    match (&req.operation, call.format) {
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_messages && dialect == Some(Dialect::AnthropicMessages) =>
         {
             let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
-            anthropic::send_to(transport, &url, upstream, req, anthropic::native::Speaker::Node).await
+            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Node).await
         }
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_responses && dialect == Some(Dialect::OpenAiResponses) =>
         {
-            openai_responses::send(transport, upstream, req).await
+            openai_responses::send(transport, call, req).await
         }
-        (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, upstream, req).await,
-        (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, upstream, req).await,
-        (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, upstream, req).await,
+        (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, call, req).await,
+        (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, call, req).await,
+        (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, call, req).await,
         (Operation::Completion(c), WireFormat::OpenAi) => {
-            openai_completions::send(transport, upstream, req, c).await
+            openai_completions::send(transport, call, req, c).await
         }
-        (Operation::Embedding(e), WireFormat::OpenAi) => {
-            openai_embeddings::send(transport, upstream, req, e).await
-        }
+        (Operation::Embedding(e), WireFormat::OpenAi) => openai_embeddings::send(transport, call, e).await,
         // The capability filter keeps these from being planned; said plainly if one is.
         (operation, _) => Err(UpstreamError::new(
             ErrorClass::InvalidRequest,
             None,
-            format!("a {format:?} backend serves no {}", operation.describe()),
+            format!("a {:?} backend serves no {}", call.format, operation.describe()),
         )),
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
 use super::openai_relay::SplitChunk;
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, UpstreamError,
     Usage,
@@ -25,45 +25,46 @@ use crate::canonical::{
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
+    let upstream = &call.upstream;
     let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     if let Some(key) = &upstream.api_key {
         headers.push((AUTHORIZATION, format!("Bearer {key}")));
     }
-    if req.stream {
+    if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = serde_json::to_vec(&upstream_body(req, upstream)).expect("a JSON value serialises");
+    let body = serde_json::to_vec(&upstream_body(req, call)).expect("a JSON value serialises");
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     Ok(http::answer_events(
         answer,
-        req.stream,
+        call.stream,
         OpenAiStream::new(req.relay && req.native.is_none()),
         parse_response,
     ))
 }
 
-/// What `upstream` is sent: [`request_body`], and to OpenAI itself (the upstream that serves
+/// What the call's upstream is sent: [`request_body`], and to OpenAI itself (the upstream that serves
 /// Responses) the fields only it reads: `prompt_cache_key`. vLLM logs a warning for every
 /// request with a field it does not know, and other OpenAI-compatible servers may refuse one.
-fn upstream_body(req: &ChatRequest, upstream: &Upstream) -> Value {
-    let mut body = request_body(req);
-    if let (true, Some(key)) = (upstream.serves_responses, &req.prompt_cache_key) {
+fn upstream_body(req: &ChatRequest, call: &Call) -> Value {
+    let mut body = request_body(req, call);
+    if let (true, Some(key)) = (call.upstream.serves_responses, &req.prompt_cache_key) {
         body["prompt_cache_key"] = json!(key);
     }
     body
 }
 
-/// The Chat Completions request body for `req`.
-pub(crate) fn request_body(req: &ChatRequest) -> Value {
+/// The Chat Completions request body for `call` of `req`.
+pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), Value::Array(req.messages.iter().map(message).collect()));
-    body.insert("stream".into(), json!(req.stream));
-    if req.stream {
+    body.insert("model".into(), json!(call.model));
+    body.insert("messages".into(), Value::Array(call.messages(req).map(message).collect()));
+    body.insert("stream".into(), json!(call.stream));
+    if call.stream {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     if let Some(max_tokens) = req.max_tokens {

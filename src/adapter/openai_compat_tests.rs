@@ -4,8 +4,25 @@ use std::time::Duration;
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
 use crate::adapter::Transport;
+use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{Image, ResponseFormat, Tool, ToolCall};
 use futures::StreamExt;
+
+/// `send` as the request is written (its own model and stream flag).
+async fn send(
+    transport: &crate::adapter::Transport,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<crate::adapter::EventStream, UpstreamError> {
+    let call = Call::as_written(WireFormat::OpenAi, upstream.clone(), req);
+    super::send(transport, &call, req).await
+}
+
+/// The body of a call made as the request is written.
+fn request_body(req: &ChatRequest) -> Value {
+    let call = Call::as_written(WireFormat::OpenAi, Default::default(), req);
+    super::request_body(req, &call)
+}
 
 fn fixture_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap()
@@ -113,16 +130,18 @@ fn only_openai_itself_gets_the_prompt_cache_key() {
         serves_messages: false,
         serves_responses,
     };
-    let openai = upstream_body(&req, &upstream(true));
+    let openai = upstream_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(true), &req));
     assert_eq!(
         (openai["prompt_cache_key"].as_str(), openai["user"].as_str()),
         (Some("session-9"), Some("u-1"))
     );
-    let node = upstream_body(&req, &upstream(false));
+    let node = upstream_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(false), &req));
     assert!(node.get("prompt_cache_key").is_none(), "{node}");
     assert_eq!(node["user"], "u-1", "`user` goes to every OpenAI-format upstream, as before");
     let without = ChatRequest { prompt_cache_key: None, ..req };
-    assert!(upstream_body(&without, &upstream(true)).get("prompt_cache_key").is_none());
+    assert!(upstream_body(&without, &Call::as_written(WireFormat::OpenAi, upstream(true), &without))
+        .get("prompt_cache_key")
+        .is_none());
 }
 
 #[test]

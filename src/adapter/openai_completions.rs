@@ -18,24 +18,24 @@ use serde_json::{json, Value};
 use super::http::{self, StreamParser};
 use super::openai_compat::{classify, finish_reason, in_band_error, usage};
 use super::openai_relay::SplitChunk;
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, Completion, Event, FinishReason, RelayChunk, UpstreamError, Usage};
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
     completion: &Completion,
 ) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/completions", upstream.base_url.trim_end_matches('/'));
+    let url = format!("{}/completions", call.upstream.base_url.trim_end_matches('/'));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &upstream.api_key {
+    if let Some(key) = &call.upstream.api_key {
         headers.push((AUTHORIZATION, format!("Bearer {key}")));
     }
     if completion.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = request_body(req, completion).to_string().into_bytes();
+    let body = request_body(req, call.model, completion).to_string().into_bytes();
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     if completion.stream {
         // A whole JSON answer to a stream request is relayed as its one chunk.
@@ -47,9 +47,9 @@ pub async fn send(
 }
 
 /// The completions request body: the client's other members, then the checked ones.
-pub(crate) fn request_body(req: &ChatRequest, completion: &Completion) -> Value {
+pub(crate) fn request_body(req: &ChatRequest, model: &str, completion: &Completion) -> Value {
     let mut body = completion.passthrough.clone();
-    body.insert("model".into(), json!(req.model));
+    body.insert("model".into(), json!(model));
     body.insert("prompt".into(), json!(completion.prompt));
     body.insert("stream".into(), json!(completion.stream));
     if completion.stream {

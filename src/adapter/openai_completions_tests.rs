@@ -1,5 +1,17 @@
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
+
+/// `send` as the request is written (its own model).
+async fn send(
+    transport: &Transport,
+    upstream: &Upstream,
+    req: &ChatRequest,
+    completion: &Completion,
+) -> Result<EventStream, UpstreamError> {
+    super::send(transport, &Call::as_written(WireFormat::OpenAi, upstream.clone(), req), req, completion)
+        .await
+}
 use crate::canonical::{ErrorClass, Input, Operation};
 use futures::StreamExt;
 
@@ -34,7 +46,7 @@ fn request(completion: &Completion) -> ChatRequest {
 fn the_request_passes_through_with_the_backends_model() {
     let streamed = completion(true);
     assert_eq!(
-        request_body(&request(&streamed), &streamed),
+        request_body(&request(&streamed), "qwen-7b", &streamed),
         json!({
             "model": "qwen-7b", "prompt": ["Once upon", "a time"], "stream": true,
             "stream_options": {"include_usage": true}, "max_tokens": 5, "stop": ["\n"],
@@ -42,7 +54,7 @@ fn the_request_passes_through_with_the_backends_model() {
         })
     );
     let whole = completion(false);
-    let body = request_body(&request(&whole), &whole);
+    let body = request_body(&request(&whole), "qwen-7b", &whole);
     assert_eq!(body["stream"], false, "the client's own stream flag");
     assert!(body.get("stream_options").is_none(), "{body}");
 }

@@ -13,23 +13,22 @@ use serde_json::{json, Map, Value};
 
 use super::http;
 use super::openai_compat::{classify, in_band_error};
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{
-    vector_from_base64, ChatRequest, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
+    vector_from_base64, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
 };
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
-    req: &ChatRequest,
+    call: &Call<'_>,
     embedding: &Embedding,
 ) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/embeddings", upstream.base_url.trim_end_matches('/'));
+    let url = format!("{}/embeddings", call.upstream.base_url.trim_end_matches('/'));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &upstream.api_key {
+    if let Some(key) = &call.upstream.api_key {
         headers.push((AUTHORIZATION, format!("Bearer {key}")));
     }
-    let body = request_body(&req.model, embedding).to_string().into_bytes();
+    let body = request_body(call.model, embedding).to_string().into_bytes();
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     let inputs = embedding.input.len();
     let events = http::json_answer_events(answer, parse_response).map(move |item| match item {
@@ -104,7 +103,8 @@ fn vector(value: Option<&Value>) -> Option<Vec<f32>> {
 mod tests {
     use super::*;
     use crate::adapter::http::testing::canned_server;
-    use crate::canonical::{vector_to_base64, EncodingFormat, Input, Operation};
+    use crate::adapter::{Upstream, WireFormat};
+    use crate::canonical::{vector_to_base64, ChatRequest, EncodingFormat, Input, Operation};
 
     fn embedding(input: Input, encoding_format: EncodingFormat) -> Embedding {
         Embedding { input, encoding_format, dimensions: Some(3), user: Some("u-1".into()) }
@@ -126,7 +126,8 @@ mod tests {
             ..ChatRequest::default()
         };
         let transport = Transport::from(reqwest::Client::new());
-        let events = send(&transport, &upstream, &req, &embedding).await.unwrap();
+        let call = Call::as_written(WireFormat::OpenAi, upstream, &req);
+        let events = send(&transport, &call, &embedding).await.unwrap();
         let events: Vec<_> = events.collect().await;
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.uri, "/v1/embeddings");

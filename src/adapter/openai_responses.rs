@@ -19,18 +19,18 @@
 use std::collections::{HashMap, HashSet};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::http::{self, StreamParser};
 use super::openai_compat;
-use super::{EventStream, Transport, Upstream};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
 };
 
 pub async fn send(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let Some(client) = req.native.as_ref().filter(|n| n.dialect == Dialect::OpenAiResponses) else {
@@ -40,25 +40,23 @@ pub async fn send(
             "the Responses API is called only with the client's own Responses request",
         ));
     };
-    let url = format!("{}/responses", upstream.base_url.trim_end_matches('/'));
+    let url = format!("{}/responses", call.upstream.base_url.trim_end_matches('/'));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &upstream.api_key {
+    if let Some(key) = &call.upstream.api_key {
         headers.push((AUTHORIZATION, format!("Bearer {key}")));
     }
-    if req.stream {
+    if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = body(req, client).to_string().into_bytes();
+    let body = body(req, call, client).to_string().into_bytes();
     let answer = http::post(transport, &url, &headers, body, openai_compat::classify).await?;
     let parse = if req.relay { parse_response_relayed } else { parse_response };
-    Ok(http::answer_events(answer, req.stream, ResponsesStream::new(req.relay), parse))
+    Ok(http::answer_events(answer, call.stream, ResponsesStream::new(req.relay), parse))
 }
 
 /// The body for this call: the client's, with the call's `model`, `stream` and output cap.
-pub(crate) fn body(req: &ChatRequest, client: &NativeRequest) -> Value {
-    let mut body: Map<String, Value> = (*client.body).clone();
-    body.insert("model".into(), json!(req.model));
-    body.insert("stream".into(), json!(req.stream));
+pub(crate) fn body(req: &ChatRequest, call: &Call, client: &NativeRequest) -> Value {
+    let mut body = call.native_body(client);
     if let Some(cap) = req.max_tokens {
         body.insert("max_output_tokens".into(), json!(cap));
     }

@@ -4,6 +4,7 @@ use futures::StreamExt;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::{Call, Upstream, WireFormat};
 
 fn sse(events: &[Value]) -> String {
     events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect()
@@ -207,13 +208,15 @@ fn only_model_stream_and_the_cap_are_rewritten() {
         "reasoning": {"effort": "low"}, "max_output_tokens": 9000}));
     let req =
         ChatRequest { model: "gpt-5.6".into(), max_tokens: Some(512), stream: true, ..Default::default() };
-    let sent = body(&req, &native);
+    let sent = body(&req, &Call::as_written(WireFormat::OpenAi, Upstream::default(), &req), &native);
     assert_eq!((sent["model"].as_str(), sent["stream"].as_bool()), (Some("gpt-5.6"), Some(true)));
     assert_eq!(sent["max_output_tokens"], 512);
     for field in ["input", "previous_response_id", "store", "include", "reasoning"] {
         assert_eq!(sent[field], native.body[field], "{field}");
     }
-    let uncapped = body(&ChatRequest { max_tokens: None, ..req }, &client(json!({"input": "hi"})));
+    let uncapped = ChatRequest { max_tokens: None, ..req };
+    let call = Call::as_written(WireFormat::OpenAi, Upstream::default(), &uncapped);
+    let uncapped = body(&uncapped, &call, &client(json!({"input": "hi"})));
     assert!(uncapped.get("max_output_tokens").is_none());
 }
 
@@ -234,7 +237,8 @@ async fn send_posts_the_body_to_responses_and_relays_the_answer() {
         native: Some(client(json!({"model": "t", "input": "hi", "previous_response_id": "resp_prev"}))),
         ..Default::default()
     };
-    let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &req).await.unwrap().collect().await;
+    let call = Call::as_written(WireFormat::OpenAi, upstream.clone(), &req);
+    let events: Vec<_> = send(&reqwest::Client::new().into(), &call, &req).await.unwrap().collect().await;
     assert!(matches!(&events[0], Ok(Event::Native(n)) if &*n.name == "response.created"));
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
     let seen = seen.lock().unwrap().clone();
@@ -246,9 +250,9 @@ async fn send_posts_the_body_to_responses_and_relays_the_answer() {
         (Some("resp_prev"), Some("gpt-5.6"))
     );
 
-    let plain = ChatRequest { native: None, ..req };
+    let plain = ChatRequest { native: None, ..req.clone() };
     assert_eq!(
-        send(&reqwest::Client::new().into(), &upstream, &plain).await.err().unwrap().class,
+        send(&reqwest::Client::new().into(), &call, &plain).await.err().unwrap().class,
         ErrorClass::InvalidRequest
     );
 }

@@ -26,7 +26,7 @@ use std::sync::{Arc, LazyLock};
 use futures::StreamExt;
 use regex::Regex;
 
-use super::{EventStream, Transport, Upstream, WireFormat};
+use super::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, UpstreamError};
 
 /// What a secret is replaced with.
@@ -119,12 +119,11 @@ impl Redactor {
 /// `redactor`. Every caller outside the adapters goes through here.
 pub async fn send_scrubbed(
     redactor: Arc<Redactor>,
-    format: WireFormat,
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
-    match super::send(format, transport, upstream, req).await {
+    match super::send(transport, call, req).await {
         Ok(events) => Ok(redactor.scrub_stream(events)),
         Err(error) => Err(redactor.scrub_error(error)),
     }

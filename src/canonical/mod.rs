@@ -265,7 +265,7 @@ pub struct ChatRequest {
     /// `None`: the client did not say (each provider's default, which is `auto` with tools).
     pub tool_choice: Option<ToolChoice>,
     pub seed: Option<u64>,
-    /// Ask the upstream for a streamed answer.
+    /// The client asked for a streamed answer (whether an upstream streams is the call's: `adapter::Call`).
     pub stream: bool,
     /// The shape the answer must have; JSON formats are checked by dispatch before it commits.
     #[serde(default)]
@@ -284,10 +284,6 @@ pub struct ChatRequest {
     /// What is asked for: a chat answer to `messages` unless a front door says otherwise.
     #[serde(default)]
     pub operation: Operation,
-    /// Where the adapter places prompt-cache breakpoints for a backend that needs them
-    /// (Anthropic), set by dispatch per call; `None`: none placed.
-    #[serde(skip)]
-    pub cache_placement: Option<CachePlacement>,
 }
 
 impl ChatRequest {

@@ -35,15 +35,16 @@ impl NativeRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
     }
+}
 
-    /// Put `text` before the system prompt (a task's prompt variant for one backend): Messages'
-    /// `system`, Responses' `instructions`.
-    pub fn prepend_system(&mut self, text: &str) {
-        let field = match self.dialect {
+impl Dialect {
+    /// Put `text` before the system prompt of `body`, a request in this dialect (a task's
+    /// prompt variant for one backend): Messages' `system`, Responses' `instructions`.
+    pub fn prepend_system(self, body: &mut Map<String, Value>, text: &str) {
+        let field = match self {
             Dialect::AnthropicMessages => "system",
             Dialect::OpenAiResponses => "instructions",
         };
-        let body = Arc::make_mut(&mut self.body);
         let system = match body.remove(field) {
             None | Some(Value::Null) => Value::String(text.to_string()),
             Some(Value::String(s)) if s.is_empty() => Value::String(text.to_string()),
@@ -72,19 +73,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn native(dialect: Dialect, body: Value) -> NativeRequest {
-        let Value::Object(body) = body else { panic!("an object") };
-        NativeRequest { dialect, body: Arc::new(body), headers: Vec::new() }
+    fn body(value: Value) -> Map<String, Value> {
+        let Value::Object(body) = value else { panic!("an object") };
+        body
     }
 
     #[test]
     fn a_variant_goes_before_each_dialects_system_prompt() {
-        let mut messages = native(Dialect::AnthropicMessages, json!({"system": "be brief"}));
-        messages.prepend_system("Use JSON.");
-        assert_eq!(messages.body["system"], "Use JSON.\n\nbe brief");
-        let mut responses = native(Dialect::OpenAiResponses, json!({"input": "hi"}));
-        responses.prepend_system("Use JSON.");
-        assert_eq!(responses.body["instructions"], "Use JSON.");
-        assert!(responses.body.get("system").is_none());
+        let mut messages = body(json!({"system": "be brief"}));
+        Dialect::AnthropicMessages.prepend_system(&mut messages, "Use JSON.");
+        assert_eq!(messages["system"], "Use JSON.\n\nbe brief");
+        let mut responses = body(json!({"input": "hi"}));
+        Dialect::OpenAiResponses.prepend_system(&mut responses, "Use JSON.");
+        assert_eq!(responses["instructions"], "Use JSON.");
+        assert!(responses.get("system").is_none());
     }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::Dispatcher;
-use crate::adapter::{anthropic, Upstream};
+use crate::adapter::{anthropic, Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendId, BackendKind};
 use crate::snapshot::Snapshot;
@@ -28,19 +28,18 @@ impl Dispatcher {
         request: &ChatRequest,
     ) -> Result<TokenCount, UpstreamError> {
         let view = &snap.backends[backend];
-        let mut req = request.clone();
-        req.model = view.model.clone();
         if let (BackendKind::Anthropic, Some(node)) = (view.kind, view.nodes.first()) {
             let upstream = Upstream {
                 base_url: node.base_url.clone(),
                 api_key: self.secrets.load().get(&view.name).cloned(),
-                serves_messages: false,
-                serves_responses: false,
+                ..Upstream::default()
             };
+            let call =
+                Call { model: &view.model, ..Call::as_written(WireFormat::Anthropic, upstream, request) };
             // A count is one short call: it gets the time an answer's silence may last.
             let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let counted =
-                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &upstream, &req))
+                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &call, request))
                     .await
                     .unwrap_or_else(|_| {
                         Err(UpstreamError::new(
@@ -55,6 +54,6 @@ impl Dispatcher {
         }
         let counter =
             snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, tokens::counter_for);
-        Ok(TokenCount { input_tokens: counter.count_request(&req), exact: counter.is_exact() })
+        Ok(TokenCount { input_tokens: counter.count_request(request), exact: counter.is_exact() })
     }
 }

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{EventStream, Transport, Upstream, WireFormat};
+use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 
 /// Call the upstream and read until its first output event, within `deadline` of the call.
@@ -26,9 +26,8 @@ use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 /// secret reaches the records, the logs or the client.
 pub(super) async fn first_output(
     redactor: Arc<Redactor>,
-    format: WireFormat,
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
     deadline: Duration,
     idle: Duration,
@@ -41,7 +40,7 @@ pub(super) async fn first_output(
         )
     };
     let read_first = async {
-        let mut stream = redact::send_scrubbed(redactor, format, transport, upstream, req).await?;
+        let mut stream = redact::send_scrubbed(redactor, transport, call, req).await?;
         let mut buffered = Vec::new();
         while let Some(item) = stream.next().await {
             let event = item?;

@@ -30,7 +30,7 @@ use walk::{Admitted, AfterFailure, Walk};
 
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::redact::Redactor;
-use crate::adapter::{EventStream, Transport, Upstream, WireFormat};
+use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::fleet::headroom::SpillReason;
@@ -245,23 +245,26 @@ impl Dispatcher {
                 None => &self.transport,
             };
 
-            let mut req = request.clone();
-            req.model = backend.model.clone();
-            variant::apply(task, &backend.name, backend.kind, &mut req);
-            req.cache_placement =
-                snap.config.backends[target.backend].cache_placement().filter(|_| task.prompt_cache);
-            req.stream = request.stream || backend.stream_upstream;
-            let upstream = Upstream {
-                base_url: node.base_url.clone(),
-                api_key: self.secrets.load().get(&backend.name).cloned(),
-                serves_messages: backend.serves_messages,
-                serves_responses: backend.kind == BackendKind::Openai,
-            };
+            let call = Call {
+                format: wire_format(backend.kind),
+                upstream: Upstream {
+                    base_url: node.base_url.clone(),
+                    api_key: self.secrets.load().get(&backend.name).cloned(),
+                    serves_messages: backend.serves_messages,
+                    serves_responses: backend.kind == BackendKind::Openai,
+                },
+                model: &backend.model,
+                stream: request.stream || backend.stream_upstream,
+                cache_placement: snap.config.backends[target.backend]
+                    .cache_placement()
+                    .filter(|_| task.prompt_cache),
+                variant: None,
+            }
+            .with_variant(variant::for_backend(task, &backend.name, backend.kind));
             let call_started = Instant::now();
-            let format = wire_format(backend.kind);
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let redactor = self.redactor.load_full();
-            let first = first_output(redactor, format, transport, &upstream, &req, deadline, idle).await;
+            let first = first_output(redactor, transport, &call, request, deadline, idle).await;
             let calls = walk.calls();
             match first {
                 Ok((buffered, rest, first_token)) => {

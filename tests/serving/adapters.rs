@@ -54,7 +54,8 @@ async fn collect(
         serves_responses: false,
     };
     let client = adapter::Transport::from(reqwest::Client::new());
-    let stream = adapter::send(case.format, &client, &upstream, &req).await?;
+    let call = adapter::Call::as_written(case.format, upstream, &req);
+    let stream = adapter::send(&client, &call, &req).await?;
     Ok(stream.collect().await)
 }
 
@@ -171,12 +172,11 @@ async fn quotas_answer_429_in_each_providers_format() {
             serves_responses: false,
         };
         let client = adapter::Transport::from(reqwest::Client::new());
-        let first = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3)).await;
+        let req = request(case.model, false, 3);
+        let call = adapter::Call::as_written(case.format, upstream, &req);
+        let first = adapter::send(&client, &call, &req).await;
         assert!(first.is_ok(), "{:?}", case.kind);
-        let second = adapter::send(case.format, &client, &upstream, &request(case.model, false, 3))
-            .await
-            .err()
-            .unwrap();
+        let second = adapter::send(&client, &call, &req).await.err().unwrap();
         assert_eq!(second.class, ErrorClass::RateLimited, "{:?}", case.kind);
         assert!(second.retry_after.is_some_and(|d| d.as_secs() <= 60), "{:?}", case.kind);
     }

@@ -5,16 +5,16 @@ use reqwest::header::{HeaderName, CONTENT_TYPE};
 use serde_json::Value;
 
 use super::{classify, native, request_body, API_VERSION};
-use crate::adapter::{http, Transport, Upstream};
+use crate::adapter::{http, Call, Transport};
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, UpstreamError};
 
-/// The input tokens of `req` (its `model` set to the backend's) as Anthropic counts them.
+/// The input tokens of `req`, sent as `call`, as Anthropic counts them.
 pub async fn count_tokens(
     transport: &Transport,
-    upstream: &Upstream,
+    call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<u32, UpstreamError> {
-    let url = format!("{}/v1/messages/count_tokens", upstream.base_url.trim_end_matches('/'));
+    let url = format!("{}/v1/messages/count_tokens", call.upstream.base_url.trim_end_matches('/'));
     let client = req.native.as_ref().filter(|n| n.dialect == Dialect::AnthropicMessages);
     let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
     let mut headers = vec![
@@ -24,12 +24,12 @@ pub async fn count_tokens(
     if let Some(beta) = client.and_then(|n| n.header("anthropic-beta")) {
         headers.push((HeaderName::from_static("anthropic-beta"), beta.to_string()));
     }
-    if let Some(key) = &upstream.api_key {
+    if let Some(key) = &call.upstream.api_key {
         headers.push((HeaderName::from_static("x-api-key"), key.clone()));
     }
     let mut body = match client {
-        Some(client) => native::body(req, client, native::Speaker::Anthropic),
-        None => request_body(req),
+        Some(client) => native::body(req, call, client, native::Speaker::Anthropic),
+        None => request_body(req, call),
     };
     // The count route takes what a request is, not how to answer it.
     if let Some(body) = body.as_object_mut() {

@@ -10,8 +10,9 @@
 //!   generally available API only: the beta body fields in [`BETA_FIELDS`] are dropped for it,
 //!   and it gets no `anthropic-beta` header.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use crate::adapter::Call;
 use crate::canonical::{ChatRequest, NativeRequest};
 
 /// Who receives the request.
@@ -25,14 +26,13 @@ pub enum Speaker {
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
 
-/// The body for `speaker`: the client's, with the call's `model`, `max_tokens` and `stream`.
-pub fn body(req: &ChatRequest, client: &NativeRequest, speaker: Speaker) -> Value {
-    let mut body: Map<String, Value> = (*client.body).clone();
-    body.insert("model".into(), json!(req.model));
+/// The body for `speaker`: the client's, with the call's `model`, `stream` and variant, and
+/// the task's `max_tokens`.
+pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Speaker) -> Value {
+    let mut body = call.native_body(client);
     if let Some(max_tokens) = req.max_tokens {
         body.insert("max_tokens".into(), json!(max_tokens));
     }
-    body.insert("stream".into(), json!(req.stream));
     match speaker {
         Speaker::Anthropic => {
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
@@ -66,6 +66,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::adapter::WireFormat;
     use crate::canonical::Dialect;
 
     fn client(body: Value) -> NativeRequest {
@@ -83,7 +84,12 @@ mod tests {
         }));
         let req =
             ChatRequest { model: "qwen".into(), max_tokens: Some(512), stream: true, ..Default::default() };
-        let to_anthropic = body(&req, &native, Speaker::Anthropic);
+        let to_anthropic = body(
+            &req,
+            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &native,
+            Speaker::Anthropic,
+        );
         assert_eq!(to_anthropic["model"], "qwen");
         assert_eq!(to_anthropic["max_tokens"], 512);
         assert_eq!(to_anthropic["stream"], true);
@@ -91,7 +97,12 @@ mod tests {
         assert_eq!(to_anthropic["metadata"]["user_id"], "u1");
         assert_eq!(to_anthropic["system"][0]["cache_control"]["type"], "ephemeral");
         assert_eq!(to_anthropic["context_management"], json!({"edits": []}));
-        let to_node = body(&req, &native, Speaker::Node);
+        let to_node = body(
+            &req,
+            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &native,
+            Speaker::Node,
+        );
         assert!(to_node.get("context_management").is_none());
         assert_eq!(to_node["system"], to_anthropic["system"]);
     }
@@ -107,7 +118,12 @@ mod tests {
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "alone"}]},
         ]}));
         let req = ChatRequest::default();
-        let to_anthropic = body(&req, &native, Speaker::Anthropic);
+        let to_anthropic = body(
+            &req,
+            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &native,
+            Speaker::Anthropic,
+        );
         let kept: Vec<&str> = to_anthropic["messages"][1]["content"]
             .as_array()
             .unwrap()
@@ -116,7 +132,12 @@ mod tests {
             .collect();
         assert_eq!(kept, ["signed", "hello"]);
         assert_eq!(to_anthropic["messages"][2]["content"][0]["thinking"], "alone");
-        let to_node = body(&req, &native, Speaker::Node);
+        let to_node = body(
+            &req,
+            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &native,
+            Speaker::Node,
+        );
         assert_eq!(to_node["messages"][1]["content"].as_array().unwrap().len(), 3);
     }
 }

@@ -172,7 +172,6 @@ impl ResponsesRequest {
             relay: native.is_some(),
             native,
             operation: crate::canonical::Operation::Chat,
-            cache_placement: None,
         })
     }
 

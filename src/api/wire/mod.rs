@@ -454,7 +454,6 @@ impl ChatCompletionRequest {
                 .transpose()?
                 .unwrap_or_default(),
             operation: Operation::Chat,
-            cache_placement: None,
         })
     }
 }

@@ -7,11 +7,28 @@ use futures::StreamExt;
 
 use super::*;
 use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
 
 mod request;
 mod response;
 mod send;
+
+/// `send` as the request is written (its own model and stream flag).
+async fn send(
+    transport: &crate::adapter::Transport,
+    upstream: &Upstream,
+    req: &ChatRequest,
+) -> Result<crate::adapter::EventStream, UpstreamError> {
+    let call = Call::as_written(WireFormat::Anthropic, upstream.clone(), req);
+    super::send(transport, &call, req).await
+}
+
+/// The body of a call made as the request is written.
+fn request_body(req: &ChatRequest) -> Value {
+    let call = Call::as_written(WireFormat::Anthropic, Default::default(), req);
+    super::request_body(req, &call)
+}
 
 fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())

@@ -171,16 +171,9 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
         serves_responses: false,
     };
     let req = messages_client(true);
-    let events: Vec<_> = crate::adapter::send(
-        crate::adapter::WireFormat::OpenAi,
-        &reqwest::Client::new().into(),
-        &upstream,
-        &req,
-    )
-    .await
-    .unwrap()
-    .collect()
-    .await;
+    let call = crate::adapter::Call::as_written(crate::adapter::WireFormat::OpenAi, upstream, &req);
+    let events: Vec<_> =
+        crate::adapter::send(&reqwest::Client::new().into(), &call, &req).await.unwrap().collect().await;
     assert!(events.iter().any(|e| matches!(e, Ok(Event::Native(_)))));
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.uri, "/v1/messages");
@@ -193,7 +186,7 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
 
 #[tokio::test]
 async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own() {
-    let sent = |req: ChatRequest, serves_messages: bool| async move {
+    let sent = |req: ChatRequest, cache_placement, serves_messages: bool| async move {
         let (base, seen) = canned_server(
             200,
             &[("content-type", "text/event-stream")],
@@ -208,8 +201,11 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
             crate::adapter::WireFormat::Anthropic
         };
         let transport = reqwest::Client::new().into();
-        let _: Vec<_> =
-            crate::adapter::send(format, &transport, &upstream, &req).await.unwrap().collect().await;
+        let call = crate::adapter::Call {
+            cache_placement,
+            ..crate::adapter::Call::as_written(format, upstream, &req)
+        };
+        let _: Vec<_> = crate::adapter::send(&transport, &call, &req).await.unwrap().collect().await;
         let body = seen.lock().unwrap().body.clone();
         serde_json::from_str::<Value>(&body).unwrap()
     };
@@ -217,8 +213,7 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
     let mut canonical = sample_request(true);
     canonical.tools =
         vec![Tool { name: "get_weather".into(), description: None, parameters: json!({"type": "object"}) }];
-    canonical.cache_placement = placement;
-    let body = sent(canonical.clone(), false).await;
+    let body = sent(canonical.clone(), placement, false).await;
     let ephemeral = json!({"type": "ephemeral"});
     assert_eq!(body["tools"][0]["cache_control"], ephemeral);
     assert_eq!(body["system"][0]["cache_control"], ephemeral);
@@ -227,20 +222,18 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
     assert_eq!(body["messages"][2]["content"][1]["cache_control"], ephemeral);
     assert_eq!(body["messages"][0]["content"][1]["cache_control"], ephemeral);
     assert!(body["messages"][0]["content"][0].get("cache_control").is_none(), "{body}");
-    canonical.cache_placement = None;
-    assert!(!sent(canonical, false).await.to_string().contains("cache_control"), "none asked for");
+    assert!(!sent(canonical, None, false).await.to_string().contains("cache_control"), "none asked for");
 
     // A Messages client that marked its request itself gets it as written.
-    let mut client = messages_client(true);
-    client.cache_placement = placement;
-    let body = sent(client.clone(), false).await;
+    let client = messages_client(true);
+    let body = sent(client.clone(), placement, false).await;
     assert_eq!(body["messages"], client.native.as_ref().unwrap().body["messages"]);
     // A node caches by itself: no marks of ours for it.
     let mut unmarked = client.clone();
     let native = unmarked.native.as_mut().unwrap();
     std::sync::Arc::make_mut(&mut native.body)["messages"] = json!([{"role": "user", "content": "hi"}]);
-    let node = sent(unmarked.clone(), true).await;
+    let node = sent(unmarked.clone(), placement, true).await;
     assert_eq!(node["messages"], json!([{"role": "user", "content": "hi"}]));
-    let anthropic = sent(unmarked, false).await;
+    let anthropic = sent(unmarked, placement, false).await;
     assert_eq!(anthropic["messages"][0]["content"][0]["cache_control"], ephemeral);
 }

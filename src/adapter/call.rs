@@ -1,0 +1,96 @@
+//! One call to one target, as dispatch resolved it: where it goes, which model it asks for,
+//! whether the answer streams, where prompt-cache breakpoints go and the task's prompt variant
+//! for that backend. It travels beside the client's request, which no call rewrites: every
+//! adapter reads these from the call and the rest from the request.
+
+use serde_json::{json, Map, Value};
+
+use super::{Upstream, WireFormat};
+use crate::canonical::{CachePlacement, ChatRequest, Message, NativeRequest, Role};
+
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    pub format: WireFormat,
+    pub upstream: Upstream,
+    /// The backend's model: what the upstream is asked for.
+    pub model: &'a str,
+    /// Ask the upstream for a streamed answer (the client asked for one, or the backend is
+    /// always read streamed).
+    pub stream: bool,
+    /// Where an adapter that needs them (Anthropic) places prompt-cache breakpoints; `None`:
+    /// none placed.
+    pub cache_placement: Option<CachePlacement>,
+    /// The task's system prompt for this backend, put before the request's own.
+    pub variant: Option<Message>,
+}
+
+impl<'a> Call<'a> {
+    /// A call made as the request is written: its own model and stream flag, no variant and
+    /// no cache breakpoints (a call made outside a dispatch walk, and the adapters' tests).
+    pub fn as_written(format: WireFormat, upstream: Upstream, req: &'a ChatRequest) -> Call<'a> {
+        Call { format, upstream, model: &req.model, stream: req.stream, cache_placement: None, variant: None }
+    }
+
+    /// Put `text` before the request's system prompt on this call.
+    pub fn with_variant(self, text: Option<&str>) -> Call<'a> {
+        Call { variant: text.map(|t| Message::new(Role::System, t)), ..self }
+    }
+
+    /// The conversation this call sends: the variant first, then the request's messages.
+    pub fn messages<'s>(&'s self, req: &'s ChatRequest) -> impl Iterator<Item = &'s Message> {
+        self.variant.iter().chain(&req.messages)
+    }
+
+    /// The system prompt this call sends: every system message, the variant's first, joined by
+    /// blank lines.
+    pub fn system_prompt(&self, req: &ChatRequest) -> Option<String> {
+        let parts: Vec<&str> =
+            self.messages(req).filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// The client's own body for a backend of its dialect, with this call's `model`, `stream`
+    /// and variant (each dialect sets its own output cap).
+    pub fn native_body(&self, client: &NativeRequest) -> Map<String, Value> {
+        let mut body: Map<String, Value> = (*client.body).clone();
+        body.insert("model".into(), json!(self.model));
+        body.insert("stream".into(), json!(self.stream));
+        if let Some(variant) = &self.variant {
+            client.dialect.prepend_system(&mut body, &variant.content);
+        }
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::canonical::Dialect;
+
+    #[test]
+    fn the_variant_leads_the_conversation_and_the_system_prompt_and_the_request_is_untouched() {
+        let req = ChatRequest {
+            model: "task".into(),
+            messages: vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "hi")],
+            ..Default::default()
+        };
+        let before = req.clone();
+        let plain = Call::as_written(WireFormat::OpenAi, Upstream::default(), &req);
+        assert_eq!((plain.model, plain.system_prompt(&req)), ("task", Some("be brief".to_string())));
+        let call = Call { model: "m", ..plain }.with_variant(Some("Use JSON."));
+        let contents: Vec<&str> = call.messages(&req).map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["Use JSON.", "be brief", "hi"]);
+        assert_eq!(call.system_prompt(&req).as_deref(), Some("Use JSON.\n\nbe brief"));
+        let Value::Object(body) = json!({"model": "task", "system": "be brief", "stream": false}) else {
+            unreachable!()
+        };
+        let client =
+            NativeRequest { dialect: Dialect::AnthropicMessages, body: Arc::new(body), headers: Vec::new() };
+        let sent = call.native_body(&client);
+        assert_eq!((&sent["model"], &sent["system"]), (&json!("m"), &json!("Use JSON.\n\nbe brief")));
+        assert_eq!(client.body["system"], "be brief", "the client's body is not rewritten");
+        assert_eq!(req, before);
+    }
+}
