@@ -6,11 +6,42 @@
 
 use std::time::{Duration, SystemTime};
 
+use rust_decimal::Decimal;
 use tokio::time::Instant;
 
 use crate::canonical::{Affinity, ErrorClass, NodeKey, UpstreamError};
 use crate::canonical::{Event, Usage};
 use crate::fleet::headroom::SpillReason;
+
+/// What one answer cost, and on what basis. Priced once, by dispatch's lease when the answer's
+/// usage arrives; the budget, the `x-spillway-cost-usd` header, the ledger and the cost metric
+/// all read that one figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerCost {
+    /// A hosted backend's list price of the usage: what the provider bills.
+    ListPrice(Decimal),
+    /// A pool's estimate: one sequence slot of its node for as long as the answer took, at the
+    /// node's GPU price (`ledger::slot_cost`).
+    GpuSlot(Decimal),
+}
+
+impl AnswerCost {
+    /// Dollars, on either basis.
+    pub fn usd(self) -> Decimal {
+        match self {
+            AnswerCost::ListPrice(d) | AnswerCost::GpuSlot(d) => d,
+        }
+    }
+
+    /// What a provider bills: the list price. A pool's GPU hours are paid whether used or not;
+    /// the reports allocate them, so the ledger and the cost metric count list prices only.
+    pub fn billed(self) -> Option<Decimal> {
+        match self {
+            AnswerCost::ListPrice(d) => Some(d),
+            AnswerCost::GpuSlot(_) => None,
+        }
+    }
+}
 
 /// Why a target of the plan was passed over without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +273,8 @@ pub struct RequestOutcome {
     /// A local node served it without telemetry: its pool had no fresh scrape and nothing
     /// else could take it (`route::Reason::Unmeasured`).
     pub unmeasured: bool,
+    /// What the answer cost, once its usage arrived (`None` before, or when unpriced).
+    pub cost: Option<AnswerCost>,
     pub meta: RequestMeta,
     started: Instant,
 }
@@ -267,6 +300,7 @@ impl RequestOutcome {
             ending: Ending::InFlight,
             spill: None,
             unmeasured: false,
+            cost: None,
             meta: RequestMeta::default(),
             started,
         }
@@ -292,6 +326,11 @@ impl RequestOutcome {
             ending: Ending::Shed,
             ..Self::started(task, "", &NodeKey::default(), 0, Duration::ZERO, started)
         }
+    }
+
+    /// How long since dispatch started, at `now`.
+    pub fn running_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.started)
     }
 
     pub fn observe(&mut self, event: &Event) {

@@ -23,7 +23,7 @@ use super::error::ApiError;
 use super::wire::WireUsage;
 use crate::adapter::EventStream;
 use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
-use crate::serve::meter::CostCell;
+use crate::dispatch::CostCell;
 use std::sync::Arc;
 
 /// Most bytes written in one frame when several events are ready at once.

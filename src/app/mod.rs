@@ -1,7 +1,10 @@
 //! The composition root: a running router assembled from a config and its secrets: the
 //! boards, the snapshot and its loops, dispatch, the bookkeeping channel, and the HTTP listener.
 
+mod ledger;
+mod limits;
 pub mod rollout;
+mod sight;
 pub mod signal;
 pub mod startup;
 
@@ -10,7 +13,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, RouterHandle};
@@ -18,7 +21,6 @@ use crate::config::secrets::Secrets;
 use crate::config::Config;
 use crate::control::balancing::{self, AvailabilityBoard};
 use crate::control::canary::Canaries;
-use crate::control::discovery::{self, DiscoveredNodes};
 use crate::control::opstate::{self, OperatorBoard};
 use crate::control::pins::PinBoard;
 use crate::control::reload::Reloader;
@@ -30,11 +32,12 @@ use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::breaker::BreakerBoard;
 use crate::guard::holds::HoldBoard;
 use crate::guard::node::NodeBoard;
-use crate::guard::quota::{system_clock, Clock, QuotaBoard, QuotaOptions};
-use crate::ledger::{LedgerBook, LedgerSender, Store, WriterHandle};
+use crate::guard::quota::Clock;
+use crate::ledger::LedgerBook;
 use crate::metrics::Metrics;
 use crate::outcome::Record;
 use crate::snapshot::Snapshot;
+use ledger::Ledger;
 
 /// What a router is built with besides its config and secrets.
 #[derive(Clone, Default)]
@@ -50,13 +53,6 @@ pub struct Options {
     /// The prefix of the shared telemetry's Redis keys; `None`: `spillway:telemetry`. Tests
     /// give each run its own, so runs sharing a Redis do not share each other's readings.
     pub telemetry_prefix: Option<String>,
-}
-
-/// This replica's id among those sharing telemetry: the host (the pod's name under Kubernetes)
-/// and a random suffix, so a restarted pod is a new replica.
-fn replica_id() -> crate::fleet::rendezvous::ReplicaId {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "spillway".into());
-    crate::fleet::rendezvous::ReplicaId::new(format!("{host}-{:08x}", rand::random::<u32>()))
 }
 
 /// Start a router on `listener` with `config` and `secrets`; it serves until the handle's
@@ -103,57 +99,19 @@ pub async fn start_with(
         None => None,
     };
     let config_swap = Arc::new(ArcSwap::new(Arc::clone(&config)));
-    let prices = Arc::new(ArcSwap::from_pointee(crate::ledger::HostedPrices::new(&config)));
     let metrics = Arc::new(Metrics::new());
     metrics.configure(&config);
     let books = books::Books {
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
-        prices: Arc::clone(&prices),
     };
     let bookkeeping = tokio::spawn(books::consume(records_rx, books, books_stop.clone()));
     let interval = Duration::from_secs(config.balancing.interval_secs);
     loops.spawn(balancing::run(Arc::clone(&availability), interval));
 
-    let (discovered_tx, discovered_rx) = watch::channel(DiscoveredNodes::new());
-    let kube_backends: Vec<_> = config
-        .backends
-        .iter()
-        .filter_map(|b| b.pool()?.discovery.as_ref().map(|d| (b.name.clone(), d.kubernetes.clone())))
-        .collect();
-    if !kube_backends.is_empty() {
-        let client = discovery::client_from_env().await.map_err(std::io::Error::other)?;
-        for (backend, cfg) in kube_backends {
-            let watch = discovery::run(backend, cfg, client.clone(), discovered_tx.clone());
-            loops.spawn(watch);
-        }
-    }
-    let quota = QuotaBoard::with_options(
-        &config,
-        QuotaOptions {
-            redis_url: secrets.redis_url.clone(),
-            clock: options.quota_clock.clone().unwrap_or_else(system_clock),
-            ..QuotaOptions::default()
-        },
-    );
-    let budgets = crate::guard::budget::BudgetBoard::new(
-        &config.budgets,
-        crate::guard::budget::BudgetOptions {
-            redis_url: secrets.redis_url.clone(),
-            clock: options.quota_clock.clone().unwrap_or_else(system_clock),
-            key_prefix: options.budget_prefix.clone().unwrap_or_else(|| "spillway:budget".into()),
-            timeout: Duration::from_millis(config.budgets.redis_timeout_ms),
-        },
-    );
-    if secrets.redis_url.is_some() && !quota.wait_shared(Duration::from_secs(2)).await {
-        tracing::warn!("Redis is not reachable: quotas are counted per replica until it is");
-    }
-    if secrets.redis_url.is_some() && !budgets.wait_shared(Duration::from_millis(500)).await {
-        tracing::warn!(
-            "Redis is not reachable: key limits and budgets follow budgets.when_redis_down until it is"
-        );
-    }
+    let (discovered_tx, discovered_rx) = sight::discovery(&config, &mut loops).await?;
+    let (quota, budgets) = limits::boards(&config, secrets.redis_url.as_deref(), &options).await;
     tokio::task::spawn_blocking(crate::tokens::warm_up);
     // Holds, forced breakers, canary results, gate verdicts and pins: read before the first
     // request, then kept in step with every other replica.
@@ -163,17 +121,8 @@ pub async fn start_with(
         canaries: Arc::clone(&canary_board),
         pins: Arc::clone(&pins),
     };
-    let operator = match &ledger {
-        Some(l) => {
-            let board = OperatorBoard::shared(targets, l.store.clone(), secrets.redis_url.as_deref());
-            if let Err(e) = board.sync().await {
-                tracing::error!("operator state: not loaded at start ({e}); retrying every poll");
-            }
-            loops.spawn(Arc::clone(&board).run(config.state.operator_poll()));
-            board
-        }
-        None => OperatorBoard::in_memory(targets),
-    };
+    let operator =
+        operator_board(&config, targets, ledger.as_ref(), secrets.redis_url.as_deref(), &mut loops).await;
     let gate_board = Arc::new(crate::gate::board::GateBoard::default());
     let over_quota = Arc::clone(&quota);
     let share_feedback = Arc::new(crate::route::sticky::ShareFeedback::default());
@@ -202,37 +151,15 @@ pub async fn start_with(
         };
         tokio::spawn(gpu_time::run(sources, l.sender.clone(), Duration::from_secs(1), stop.clone()))
     });
-    let scrape_client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(config.telemetry.timeout_ms))
-        .build()
-        .map_err(std::io::Error::other)?;
-    let share = match (&secrets.redis_url, config.telemetry.share_readings) {
-        (Some(url), true) => {
-            let prefix = options.telemetry_prefix.clone().unwrap_or_else(|| "spillway:telemetry".into());
-            let t = &config.telemetry;
-            let share = scrape::ScrapeShare::new(
-                url,
-                &prefix,
-                replica_id(),
-                t.scrape_replicas as usize,
-                Duration::from_millis(t.interval_ms),
-                Duration::from_millis(t.stale_after_ms),
-            )
-            .map_err(std::io::Error::other)?;
-            if !share.connect(Duration::from_millis(500)).await {
-                tracing::warn!("Redis is not reachable: this replica scrapes every node itself until it is");
-            }
-            Some(share)
-        }
-        _ => None,
-    };
     // Scraping and parsing run on a thread of their own, away from the request path.
+    let share =
+        sight::share(&config, secrets.redis_url.as_deref(), options.telemetry_prefix.as_deref()).await?;
     let scrape_thread = scrape::spawn_thread_with(scrape::Scraping {
         snapshot: Arc::clone(&snapshot),
         board: Arc::clone(&telemetry),
         load: Arc::clone(&load),
         cfg: config.telemetry.clone(),
-        client: scrape_client,
+        client: sight::scrape_client(&config)?,
         share,
         metrics: metrics.telemetry.clone(),
     })?;
@@ -265,22 +192,10 @@ pub async fn start_with(
         };
         crate::gate::service::GateService::start(parts, gate_board, &mut loops).await
     };
-    // Static keys now; issued keys read once before the first request, then on an interval.
-    let client_keys =
-        Arc::new(crate::keys::KeyBoard::new(crate::keys::StaticKeys::new(&secrets.client_keys)));
-    if let Some(l) = &ledger {
-        crate::keys::reload(&client_keys, &l.store).await.map_err(std::io::Error::other)?;
-        let refresh = crate::control::keys::run(
-            Arc::clone(&client_keys),
-            l.store.clone(),
-            config.issued_keys.refresh(),
-        );
-        loops.spawn(refresh);
-    }
+    let client_keys = client_keys(&config, &secrets.client_keys, ledger.as_ref(), &mut loops).await?;
     let reloader = Arc::new(Reloader {
         config: config_swap,
         client_keys: Arc::clone(&client_keys),
-        prices,
         dispatcher: Arc::clone(&dispatcher),
         quota: Arc::clone(&quota),
         budgets: Arc::clone(&budgets),
@@ -356,45 +271,40 @@ pub async fn start_with(
     Ok(RouterHandle { addr, task, readiness })
 }
 
-/// The ledger's store and writer while the router runs.
-struct Ledger {
-    store: Store,
-    sender: LedgerSender,
-    writer: WriterHandle,
+/// Static keys now; issued keys read once before the first request, then on an interval.
+async fn client_keys(
+    config: &Config,
+    keys: &std::collections::HashMap<String, String>,
+    ledger: Option<&Ledger>,
+    loops: &mut Loops,
+) -> std::io::Result<Arc<crate::keys::KeyBoard>> {
+    let client_keys = Arc::new(crate::keys::KeyBoard::new(crate::keys::StaticKeys::new(keys)));
+    if let Some(l) = ledger {
+        crate::keys::reload(&client_keys, &l.store).await.map_err(std::io::Error::other)?;
+        let refresh = crate::control::keys::run(
+            Arc::clone(&client_keys),
+            l.store.clone(),
+            config.issued_keys.refresh(),
+        );
+        loops.spawn(refresh);
+    }
+    Ok(client_keys)
 }
 
-impl Ledger {
-    async fn open(url: &str, spool: &crate::config::SpoolSettings) -> std::io::Result<Ledger> {
-        let store = Store::open(url).await.map_err(std::io::Error::other)?;
-        let writer_config = crate::ledger::WriterConfig { capacity: 8_192, ..Default::default() };
-        let spooled = spool.dir_for(url).and_then(|dir| {
-            let config = crate::ledger::SpoolConfig {
-                dir,
-                max_bytes: spool.max_bytes,
-                fsync_interval: Duration::from_millis(spool.fsync_interval_ms),
-            };
-            crate::ledger::Spool::open(&config)
-                .inspect_err(|e| {
-                    let dir = config.dir.display();
-                    tracing::error!("ledger.spool.dir: cannot use {dir}, rows wait in memory only: {e}");
-                })
-                .ok()
-        });
-        let (sender, writer) = match spooled {
-            Some((spool, replay)) => {
-                crate::ledger::spawn_spooled(store.clone(), writer_config, spool, replay)
-            }
-            None => crate::ledger::spawn_with(store.clone(), writer_config),
-        };
-        Ok(Ledger { store, sender, writer })
+/// The operator state: shared through the ledger's store (and Redis, for speed) when there is
+/// a ledger, read before the first request and then polled; in memory otherwise.
+async fn operator_board(
+    config: &Config,
+    targets: opstate::Targets,
+    ledger: Option<&Ledger>,
+    redis_url: Option<&str>,
+    loops: &mut Loops,
+) -> Arc<OperatorBoard> {
+    let Some(l) = ledger else { return OperatorBoard::in_memory(targets) };
+    let board = OperatorBoard::shared(targets, l.store.clone(), redis_url);
+    if let Err(e) = board.sync().await {
+        tracing::error!("operator state: not loaded at start ({e}); retrying every poll");
     }
-
-    /// Write everything accepted, then close the store.
-    async fn close(self) {
-        drop(self.sender);
-        if let Err(unwritten) = self.writer.shutdown().await {
-            tracing::error!(rows = unwritten.len(), "the ledger store kept failing: rows were not written");
-        }
-        self.store.close().await;
-    }
+    loops.spawn(Arc::clone(&board).run(config.state.operator_poll()));
+    board
 }

@@ -3,7 +3,7 @@
 //! stay out of the request metrics and SLO windows; of them only canaries and judges reach
 //! the ledger (`Purpose::ledgered`: gate items and shadows are costed in their own tables).
 
-use crate::outcome::{Ending, Record};
+use crate::outcome::{AnswerCost, Ending, Record};
 
 /// Where the bookkeeping loop puts what it reads.
 pub struct Books {
@@ -11,8 +11,6 @@ pub struct Books {
     /// `None` when the ledger is off.
     pub ledger: Option<crate::ledger::LedgerBook>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    /// Swapped on a config reload.
-    pub prices: std::sync::Arc<arc_swap::ArcSwap<crate::ledger::HostedPrices>>,
 }
 
 /// Read records until the channel closes or `stop` is cancelled (then read what is already queued):
@@ -22,7 +20,7 @@ pub async fn consume(
     books: Books,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let Books { availability, ledger, metrics, prices } = books;
+    let Books { availability, ledger, metrics } = books;
     let mut stopping = false;
     loop {
         let record = tokio::select! {
@@ -65,7 +63,9 @@ pub async fn consume(
                     unmeasured = r.unmeasured,
                     "request"
                 );
-                let cost = prices.load().cost(&r);
+                // The list price dispatch's lease put on the answer (a pool's GPU hours are
+                // allocated by the reports, not ledgered per request).
+                let cost = r.cost.and_then(AnswerCost::billed);
                 metrics
                     .observe_request(&r, cost.and_then(|c| rust_decimal::prelude::ToPrimitive::to_f64(&c)));
                 // A synthetic call's cost is ledgered only where it has no other home.

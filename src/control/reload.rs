@@ -17,7 +17,6 @@ use super::balancing::AvailabilityBoard;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::guard::quota::QuotaBoard;
-use crate::ledger::HostedPrices;
 use crate::metrics::Metrics;
 
 /// Everything a reload swaps.
@@ -25,7 +24,6 @@ pub struct Reloader {
     pub config: Arc<ArcSwap<Config>>,
     /// Static client keys are swapped here; issued keys come from the store, not the config.
     pub client_keys: Arc<crate::keys::KeyBoard>,
-    pub prices: Arc<ArcSwap<HostedPrices>>,
     pub dispatcher: Arc<Dispatcher>,
     pub quota: Arc<QuotaBoard>,
     /// Key limits and budgets: a reload takes the new ones, spend so far is kept.
@@ -85,7 +83,6 @@ impl Reloader {
         self.budgets.set_config(&new.budgets);
         self.availability.track_new(&new);
         self.metrics.configure(&new);
-        self.prices.store(Arc::new(HostedPrices::new(&new)));
         let reloaded = Reloaded {
             source: path.display().to_string(),
             backends: new.backends.iter().map(|b| b.name.clone()).collect(),

@@ -5,26 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::lease::Charge;
+use super::lease::{Charge, NodeHold};
 use super::walk::Guards;
 use super::Dispatcher;
 use crate::canonical::ChatRequest;
 use crate::config::Priority;
-use crate::guard::breaker::BreakerPermit;
 use crate::guard::quota::QuotaDecision;
 use crate::outcome::{AttemptRecord, Skip};
 use crate::route::Target;
 use crate::snapshot::Snapshot;
 use crate::tokens;
-
-/// What a call holds on its node until it ends.
-pub(super) struct NodeHold {
-    pub slot: Option<OwnedSemaphorePermit>,
-    pub permit: BreakerPermit,
-}
 
 /// One request's view of the dispatcher's guards, and the attempts it skipped.
 pub(super) struct LiveGuards<'a> {

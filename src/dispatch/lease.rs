@@ -1,23 +1,60 @@
 //! A committed request's hold on its backend, and the client-facing stream that settles it:
-//! breaker verdict, node slot and in-flight count released, quota corrected to real usage,
-//! one outcome record emitted, whether the stream ends, breaks, stalls or is dropped.
+//! the answer priced once when its usage arrives, breaker verdict, node slot and in-flight
+//! count released, quota corrected to real usage, one outcome record emitted, whether the
+//! stream ends, breaks, stalls or is dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use rust_decimal::Decimal;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::adapter::EventStream;
-
-use crate::canonical::Event;
-use crate::canonical::{ErrorClass, UpstreamError};
+use crate::canonical::{ErrorClass, Event, UpstreamError};
+use crate::config::{BackendId, Config};
 use crate::fleet::load::InFlight;
 use crate::guard::breaker::BreakerPermit;
 use crate::guard::quota::QuotaBoard;
-use crate::outcome::{Record, RequestOutcome};
+use crate::ledger::call_cost;
+use crate::outcome::{AnswerCost, Record, RequestOutcome};
 use crate::trace::Answer;
+
+/// The answer's cost once its usage has arrived (`None` before, or when its backend is
+/// unpriced): set by the lease, read by whoever settles or reports the answer (the budget
+/// meter, the `x-spillway-cost-usd` header, the usage extension, a synthetic call's grader).
+#[derive(Debug, Default)]
+pub struct CostCell(Mutex<Option<AnswerCost>>);
+
+impl CostCell {
+    pub fn answer(&self) -> Option<AnswerCost> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Dollars, as clients are told them (no trailing zeros).
+    pub fn get(&self) -> Option<Decimal> {
+        self.answer().map(|c| c.usd().normalize())
+    }
+
+    fn set(&self, cost: Option<AnswerCost>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = cost;
+    }
+}
+
+/// How the lease prices the answer: the serving backend's prices in the config it was
+/// dispatched under, and where it puts the figure.
+pub(super) struct Pricing {
+    pub config: Arc<Config>,
+    pub backend: BackendId,
+    pub cell: Arc<CostCell>,
+}
+
+/// What a call holds on its node until it ends.
+pub(super) struct NodeHold {
+    pub slot: Option<OwnedSemaphorePermit>,
+    pub permit: BreakerPermit,
+}
 
 /// What a request was charged against a hosted quota; corrected to the real usage at the end.
 pub(super) struct Charge {
@@ -36,6 +73,7 @@ pub(super) struct Lease {
     _slot: Option<OwnedSemaphorePermit>,
     _in_flight: InFlight,
     charge: Option<Charge>,
+    pricing: Pricing,
     outcome: RequestOutcome,
     /// The request's and the serving call's spans, when tracing is on.
     trace: Option<Answer>,
@@ -45,19 +83,20 @@ pub(super) struct Lease {
 
 impl Lease {
     pub fn new(
-        permit: BreakerPermit,
-        slot: Option<OwnedSemaphorePermit>,
+        hold: NodeHold,
         in_flight: InFlight,
         charge: Option<Charge>,
+        pricing: Pricing,
         outcome: RequestOutcome,
         trace: Option<Answer>,
         records: mpsc::UnboundedSender<Record>,
     ) -> Lease {
         Lease {
-            permit: Some(permit),
-            _slot: slot,
+            permit: Some(hold.permit),
+            _slot: hold.slot,
             _in_flight: in_flight,
             charge,
+            pricing,
             outcome,
             trace,
             records,
@@ -67,6 +106,12 @@ impl Lease {
 
     fn observe(&mut self, event: &Event) {
         self.outcome.observe(event);
+        if let Event::Usage(usage) = event {
+            let backend = &self.pricing.config.backends[self.pricing.backend];
+            let cost = call_cost(backend, usage, self.outcome.running_for(Instant::now()));
+            self.outcome.cost = cost;
+            self.pricing.cell.set(cost);
+        }
         if let Some(answer) = &mut self.trace {
             answer.observe(event);
         }

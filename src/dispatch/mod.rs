@@ -16,14 +16,15 @@ pub mod variant;
 pub mod walk;
 
 pub use count::TokenCount;
+pub use lease::CostCell;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use first_output::first_output;
-use guards::{LiveGuards, NodeHold};
-use lease::{track, Lease};
+use guards::LiveGuards;
+use lease::{track, Lease, Pricing};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
@@ -55,7 +56,11 @@ pub struct Committed {
     /// Why the serving target was in the plan (a local node served blind: `Reason::Unmeasured`).
     pub reason: Reason,
     /// Every event of the answer from the start; ends with an `Err` if the upstream broke.
+    /// Already inside the lease, the first of the wrappers a live answer passes through on its
+    /// way out (`serve` adds the others, and lists all three in order).
     pub events: EventStream,
+    /// What the answer cost, once the lease has priced its usage.
+    pub cost: Arc<CostCell>,
 }
 
 /// Why no backend answered.
@@ -283,14 +288,19 @@ impl Dispatcher {
                     outcome.spill = spill;
                     outcome.unmeasured = matches!(target.reason, Reason::Unmeasured { .. });
                     outcome.model = backend.model.clone();
-                    let NodeHold { slot, permit } = hold;
                     let answer = meta.trace.as_ref().zip(attempt).map(|(span, attempt)| {
                         attempt.served(&backend.model);
                         span.served(&trace::Target { attempt: calls, ..traced_target });
                         trace::Answer::new(span.clone(), attempt)
                     });
+                    let cost = Arc::new(CostCell::default());
+                    let pricing = Pricing {
+                        config: Arc::clone(&snap.config),
+                        backend: target.backend,
+                        cell: Arc::clone(&cost),
+                    };
                     let lease =
-                        Lease::new(permit, slot, in_flight, charge, outcome, answer, self.records.clone());
+                        Lease::new(hold, in_flight, charge, pricing, outcome, answer, self.records.clone());
                     let slo = Duration::from_millis(task.slo.ttft_ms);
                     let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft, slo);
                     self.emit(Record::Attempt(served.for_request(&meta.request_id)));
@@ -306,6 +316,7 @@ impl Dispatcher {
                             _ => None,
                         },
                         events: track(buffered, rest, lease, idle),
+                        cost,
                     });
                 }
                 Err(error) => {

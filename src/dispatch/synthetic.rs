@@ -118,9 +118,7 @@ impl Dispatcher {
             };
             let started = Instant::now();
             let answer = match self.dispatch(snap, &plan, &task, &request, Priority::Batch, &meta).await {
-                Ok(committed) => {
-                    answer::collect(committed, &snap.config.backends[backend], started, ANSWER_TIMEOUT).await
-                }
+                Ok(committed) => answer::collect(committed, started, ANSWER_TIMEOUT).await,
                 Err(e) => Err(SyntheticError::from_dispatch(e)),
             };
             match answer {

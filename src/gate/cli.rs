@@ -27,7 +27,7 @@ use crate::fleet::load::NodeLoad;
 use crate::guard::breaker::BreakerBoard;
 use crate::guard::node::NodeBoard;
 use crate::guard::quota::QuotaBoard;
-use crate::ledger::{HostedPrices, LedgerBook, Store, WriterHandle};
+use crate::ledger::{LedgerBook, Store, WriterHandle};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 
@@ -121,7 +121,6 @@ impl CliCalls {
             availability: AvailabilityBoard::new(config),
             ledger: Some(LedgerBook::new(sender)),
             metrics: Arc::new(Metrics::new()),
-            prices: Arc::new(ArcSwap::from_pointee(HostedPrices::new(config))),
         };
         let books = tokio::spawn(books::consume(rx, books, CancellationToken::new()));
         // The config's breaker settings and node slots apply to the CLI's calls too.

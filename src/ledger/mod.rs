@@ -23,7 +23,7 @@ mod writer;
 
 pub use book::LedgerBook;
 pub use error::{RedactedUrl, StoreError};
-pub use price::{call_cost, hosted_cost, slot_cost, HostedPrices, Tokens};
+pub use price::{call_cost, hosted_cost, slot_cost, Tokens};
 pub use record::{new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use spool::{Spool, SpoolConfig, SpoolStats};
 pub use store::{Store, StoreKind};

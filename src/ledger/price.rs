@@ -1,7 +1,6 @@
 //! What a call costs: a hosted request at its backend's list prices, a pool's answer as a
 //! share of its node's GPU price. Exact decimal arithmetic; no I/O.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use rust_decimal::Decimal;
@@ -9,8 +8,8 @@ use serde::Serialize;
 
 use super::LedgerRecord;
 use crate::canonical::Usage;
-use crate::config::{BackendConfig, Config, PoolSpec, Price};
-use crate::outcome::RequestOutcome;
+use crate::config::{BackendConfig, PoolSpec, Price};
+use crate::outcome::AnswerCost;
 
 /// Token counts to price or report, summed over any number of requests. `input` counts every
 /// prompt token, those read from the prompt cache (`cached_input`) and written to it
@@ -57,29 +56,6 @@ impl std::ops::AddAssign for Tokens {
     }
 }
 
-/// The list prices of the config's priced hosted backends.
-#[derive(Debug, Clone, Default)]
-pub struct HostedPrices(HashMap<String, Price>);
-
-impl HostedPrices {
-    pub fn new(config: &Config) -> Self {
-        HostedPrices(
-            config
-                .backends
-                .iter()
-                .filter(|b| !b.kind().is_local())
-                .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
-                .collect(),
-        )
-    }
-
-    /// What the request cost at list price; `None` when its backend is self-hosted, unpriced
-    /// or absent.
-    pub fn cost(&self, o: &RequestOutcome) -> Option<Decimal> {
-        self.0.get(&o.backend).map(|p| hosted_cost(p, &Tokens::of(&o.usage)))
-    }
-}
-
 /// Dollars for `t` at `price` (per million tokens): input neither read from the provider's
 /// prompt cache nor written to it at `input_per_mtok`, cache reads at `cached_input_per_mtok`
 /// and cache writes at `cache_write_per_mtok` (each the input price when not given), output
@@ -107,12 +83,12 @@ pub fn slot_cost(pool: &PoolSpec, gpu_hourly_usd: Decimal, latency: Duration) ->
 
 /// What one whole answer cost: list price on a priced hosted backend, a slot of its node
 /// (see [`slot_cost`]) on a priced pool, else `None`.
-pub fn call_cost(backend: &BackendConfig, usage: &Usage, latency: Duration) -> Option<Decimal> {
+pub fn call_cost(backend: &BackendConfig, usage: &Usage, latency: Duration) -> Option<AnswerCost> {
     if let Some(p) = &backend.price {
-        return Some(hosted_cost(p, &Tokens::of(usage)));
+        return Some(AnswerCost::ListPrice(hosted_cost(p, &Tokens::of(usage))));
     }
     let pool = backend.pool()?;
-    pool.gpu_hourly_usd.map(|hourly| slot_cost(pool, hourly, latency))
+    pool.gpu_hourly_usd.map(|hourly| AnswerCost::GpuSlot(slot_cost(pool, hourly, latency)))
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::ApiError;
-use super::meter::CostCell;
 use crate::config::Priority;
 use crate::dispatch::Committed;
+use crate::dispatch::CostCell;
 use crate::route::Reason;
 
 /// The priority the client asked for in `x-spillway-priority`, if any.

@@ -1,46 +1,29 @@
-//! The committed answer's meter: it watches the event stream a front door encodes, prices the
-//! answer when its usage arrives (the figure of `x-spillway-cost-usd` and of the usage
-//! extension, read from a [`CostCell`]), and settles the request's budget reservation when
-//! the stream ends, breaks or is dropped. Every dialect's answer passes through it, so every
-//! answer is priced and settled the same way. It changes no event; it only moves a relayed
-//! usage chunk's canonical usage ahead, so the chunk can carry the cost.
+//! The committed answer's meter: it watches the event stream a front door encodes and settles
+//! the request's budget reservation when the stream ends, breaks or is dropped, at the cost
+//! dispatch's lease put on the answer (the [`CostCell`] that `x-spillway-cost-usd` and the usage
+//! extension read too). Every dialect's answer passes through it, so every answer is settled
+//! the same way. It changes no event; it only moves a relayed usage chunk's canonical usage
+//! ahead, so the chunk can carry the cost.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use rust_decimal::Decimal;
-use tokio::time::Instant;
 
 use crate::adapter::EventStream;
 use crate::canonical::{Event, UpstreamError, Usage};
-use crate::config::{BackendConfig, BudgetsConfig};
-use crate::guard::budget::cost::{answer_cost, counted};
+use crate::config::BudgetsConfig;
+use crate::dispatch::CostCell;
+use crate::guard::budget::cost::counted;
 use crate::guard::budget::Reservation;
-
-/// The answer's cost once its usage is known (`None` before, or when its backend is unpriced).
-#[derive(Debug, Default)]
-pub struct CostCell(Mutex<Option<Decimal>>);
-
-impl CostCell {
-    pub fn get(&self) -> Option<Decimal> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn set(&self, cost: Option<Decimal>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = cost;
-    }
-}
 
 /// What the meter needs of the request.
 pub struct Metering {
-    /// The serving backend (its prices, or its pool's GPU price).
-    pub backend: BackendConfig,
     pub budgets: Arc<BudgetsConfig>,
     /// The request's hold on its budgets, if any limits it.
     pub reservation: Option<Reservation>,
+    /// The answer's cost, priced by the lease inside this meter.
     pub cost: Arc<CostCell>,
-    /// When dispatch started: a pool's answer costs its slot from then.
-    pub started: Instant,
 }
 
 type Item = Result<Event, UpstreamError>;
@@ -58,7 +41,6 @@ impl State {
     fn observe(&mut self, event: &Event) {
         if let Event::Usage(u) = event {
             self.usage = Some(*u);
-            self.m.cost.set(answer_cost(&self.m.backend, u, self.m.started.elapsed()));
         }
     }
 
@@ -67,7 +49,7 @@ impl State {
         let r = self.m.reservation.take()?;
         Some(match self.usage {
             Some(u) => {
-                let cost = counted(&self.m.backend, self.m.cost.get(), &self.m.budgets);
+                let cost = counted(self.m.cost.answer(), &self.m.budgets);
                 (r, cost, Some(u64::from(u.input_tokens) + u64::from(u.output_tokens)))
             }
             None => {

@@ -2,8 +2,9 @@
 //! the answer back into it, and dispatch, which walks the plan. [`serve`] reads as the flow of
 //! one request: the task its `model` names and whether the key may use it; the request's facts
 //! (canonical request, priority, affinity); the backends its policy and pinning leave; the
-//! plan; the key's limits and budgets; dispatch up to the first token; settlement (the meter
-//! prices the answer and settles the reservation); the shadow tap. Every dialect's traffic is
+//! plan; the key's limits and budgets; dispatch up to the first token; settlement (the lease
+//! prices the answer once, the meter settles the reservation at that price); the shadow tap.
+//! Every dialect's traffic is
 //! routed, priced, counted and shadowed the same way here, and nothing here knows a wire format.
 //!
 //! A door may pin a request ([`Pinning`]) to the task's first backend, one that holds state
@@ -14,7 +15,7 @@ pub mod affinity;
 mod count;
 pub mod error;
 mod headers;
-pub mod meter;
+mod meter;
 mod refusal;
 mod shadow;
 mod spend;
@@ -28,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::canonical::{Affinity, ChatRequest, Principal};
 use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
-use crate::dispatch::{Committed, Dispatcher};
+use crate::dispatch::{Committed, CostCell, Dispatcher};
 use crate::outcome::RequestMeta;
 use crate::route::{self, Plan, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
@@ -37,7 +38,7 @@ use crate::trace::RequestSpan;
 pub use count::count_tokens;
 pub use error::{ApiError, ErrorCode};
 pub use headers::add_cost_header;
-use meter::{CostCell, Metering};
+use meter::Metering;
 pub use refusal::plan_error;
 
 /// What the pipeline needs, shared by every request.
@@ -127,7 +128,6 @@ pub async fn serve(
         synthetic: false,
         trace,
     };
-    let started = Instant::now();
     let mut committed =
         match serving.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
             Ok(committed) => committed,
@@ -140,16 +140,15 @@ pub async fn serve(
             }
         };
     let answer_headers = headers::spillway_headers(&committed);
-    // 7. Settlement: the meter prices the answer and settles the reservation when it ends.
-    let cost = Arc::new(CostCell::default());
-    if let Some(backend) = snap.config.backend(&committed.backend) {
-        let budgets = serving.budgets.config();
-        let metering =
-            Metering { backend: backend.clone(), budgets, reservation, cost: Arc::clone(&cost), started };
-        committed.events = meter::meter(committed.events, metering);
-    }
-    // 8. The shadow tap. A pinned request leans on its backend's state: a copy elsewhere would
-    // answer another question.
+    // 7. Settlement. The answer passes through three wrappers, inside out, and each sees the
+    // stream end after the one inside it: dispatch's lease (prices the answer once when its
+    // usage arrives, frees the node slot and breaker permit, corrects the quota charge,
+    // records the outcome), the meter (settles the budget reservation at that price), and
+    // 8. the shadow tap (copies the request to a shadow backend; not for a pinned request,
+    // which leans on its backend's state: a copy elsewhere would answer another question).
+    let cost = Arc::clone(&committed.cost);
+    let metering = Metering { budgets: serving.budgets.config(), reservation, cost: Arc::clone(&cost) };
+    committed.events = meter::meter(committed.events, metering);
     if pinned.is_none() {
         committed = shadow::tap(serving, &snap, task, &canonical, &meta.request_id, committed);
     }

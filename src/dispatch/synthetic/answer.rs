@@ -9,9 +9,9 @@ use rust_decimal::Decimal;
 use tokio::time::Instant;
 
 use crate::canonical::{ErrorClass, Event, Usage};
-use crate::config::{BackendConfig, BackendId};
+use crate::config::BackendId;
 use crate::dispatch::{Committed, DispatchError};
-use crate::outcome::Skip;
+use crate::outcome::{AnswerCost, Skip};
 use crate::route::Plan;
 use crate::snapshot::Snapshot;
 
@@ -182,7 +182,6 @@ impl SyntheticError {
 /// Read a committed answer to its end, within `timeout` of the walk's start.
 pub(super) async fn collect(
     committed: Committed,
-    backend: &BackendConfig,
     started: Instant,
     timeout: Duration,
 ) -> Result<Answered, SyntheticError> {
@@ -209,6 +208,6 @@ pub(super) async fn collect(
     }
     answered.text = text.finish();
     answered.latency = started.elapsed();
-    answered.cost = crate::ledger::call_cost(backend, &answered.usage, answered.latency);
+    answered.cost = committed.cost.answer().map(AnswerCost::usd);
     Ok(answered)
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use rust_decimal::Decimal;
 
-use crate::canonical::Usage;
 use crate::config::{BackendConfig, BudgetsConfig};
-use crate::ledger::{call_cost, hosted_cost, slot_cost, Tokens};
+use crate::ledger::{hosted_cost, slot_cost, Tokens};
+use crate::outcome::AnswerCost;
 
 /// The most the request could cost on any of `backends` (those policy lets it use): its
 /// prompt estimate and `max_tokens` at a hosted backend's list prices, or one sequence slot
@@ -35,24 +35,20 @@ pub fn worst_case<'a>(
         .unwrap_or(Decimal::ZERO)
 }
 
-/// What the answer cost (the figure in `x-spillway-cost-usd`): list price of its usage on a
-/// hosted backend, the marginal GPU estimate on a pool; `None` when its backend is unpriced.
-pub fn answer_cost(backend: &BackendConfig, usage: &Usage, took: Duration) -> Option<Decimal> {
-    call_cost(backend, usage, took).map(|c| c.normalize())
-}
-
 /// What the answer counts toward budgets: its cost, except a pool's when self-hosted answers
 /// do not count.
-pub fn counted(backend: &BackendConfig, cost: Option<Decimal>, budgets: &BudgetsConfig) -> Decimal {
-    if backend.pool().is_some() && !budgets.count_self_hosted {
-        return Decimal::ZERO;
+pub fn counted(cost: Option<AnswerCost>, budgets: &BudgetsConfig) -> Decimal {
+    match cost {
+        Some(AnswerCost::GpuSlot(_)) if !budgets.count_self_hosted => Decimal::ZERO,
+        cost => cost.map_or(Decimal::ZERO, AnswerCost::usd),
     }
-    cost.unwrap_or(Decimal::ZERO)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::Usage;
+    use crate::ledger::call_cost;
 
     fn backend(yaml: &str) -> BackendConfig {
         serde_yaml_ng::from_str(yaml).unwrap()
@@ -83,8 +79,9 @@ mod tests {
         assert_eq!(worst_case([&pool, &cheap], 1_000, 500, &budgets), d("0.005208333"));
         budgets.count_self_hosted = false;
         assert_eq!(worst_case([&pool, &cheap], 1_000, 500, &budgets), d("0.00045"));
-        assert_eq!(counted(&pool, Some(d("0.001")), &budgets), Decimal::ZERO);
-        assert_eq!(counted(&dear, Some(d("0.001")), &budgets), d("0.001"));
+        assert_eq!(counted(Some(AnswerCost::GpuSlot(d("0.001"))), &budgets), Decimal::ZERO);
+        assert_eq!(counted(Some(AnswerCost::ListPrice(d("0.001"))), &budgets), d("0.001"));
+        assert_eq!(counted(None, &budgets), Decimal::ZERO);
     }
 
     #[test]
@@ -93,12 +90,13 @@ mod tests {
             backend("{name: d, kind: anthropic, model: m, price: {input_per_mtok: 3, output_per_mtok: 15}}");
         let usage = Usage { input_tokens: 12, output_tokens: 7, ..Usage::default() };
         // 12 × 3 + 7 × 15 = 141 per million.
-        assert_eq!(answer_cost(&dear, &usage, Duration::from_secs(9)), Some(d("0.000141")));
+        let cost = |b: &BackendConfig, took| call_cost(b, &usage, took);
+        assert_eq!(cost(&dear, Duration::from_secs(9)), Some(AnswerCost::ListPrice(d("0.000141"))));
         let pool = backend(
             "{name: p, kind: vllm, model: m, endpoints: ['http://h:1'], max_running: 8, gpu_hourly_usd: 4}",
         );
         // $4/h, 8 slots, 1.8 s: 4 × 1.8 / 3600 / 8 = 0.00025.
-        assert_eq!(answer_cost(&pool, &usage, Duration::from_millis(1_800)), Some(d("0.00025")));
-        assert_eq!(answer_cost(&backend("{name: f, kind: openai, model: m}"), &usage, Duration::ZERO), None);
+        assert_eq!(cost(&pool, Duration::from_millis(1_800)), Some(AnswerCost::GpuSlot(d("0.00025"))));
+        assert_eq!(cost(&backend("{name: f, kind: openai, model: m}"), Duration::ZERO), None);
     }
 }
