@@ -20,17 +20,22 @@ mod refusal;
 mod shadow;
 mod spend;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::canonical::{Affinity, ChatRequest, Principal};
-use crate::config::{BackendId, BackendKind, Priority, TaskConfig};
-use crate::dispatch::{Committed, CostCell, Dispatcher};
-use crate::outcome::RequestMeta;
+use crate::config::{BackendId, BackendKind, Config, Priority, TaskConfig};
+use crate::dispatch::{Committed, CostCell, Dispatcher, Keys};
+use crate::guard::budget::{BudgetBoard, BudgetOptions};
+use crate::guard::quota::QuotaBoard;
+use crate::keys::{KeyBoard, StaticKeys};
+use crate::outcome::{Record, RequestMeta};
 use crate::route::{self, Plan, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 use crate::trace::RequestSpan;
@@ -46,13 +51,32 @@ pub struct Serving {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub dispatcher: Arc<Dispatcher>,
     /// The client keys (an issued key's own limits).
-    pub client_keys: Arc<crate::keys::KeyBoard>,
+    pub client_keys: Arc<KeyBoard>,
     /// Limits and budgets per client key and team, checked before dispatch.
-    pub budgets: Arc<crate::guard::budget::BudgetBoard>,
+    pub budgets: Arc<BudgetBoard>,
     /// Shadow traffic of the evaluation gate (`None`: off).
     pub shadows: Option<Arc<crate::gate::shadow::Shadows>>,
     /// Each plan's word on the pools that take its project first (`route::sticky`).
     pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
+}
+
+impl Serving {
+    /// A pipeline with in-process state and no control loops: the snapshot stays the config's
+    /// first (configured nodes, not yet measured), hosted quotas, key limits and budgets count
+    /// in memory, and no shadows run. Outcome records go to `records`. What a test or a bench
+    /// needs to call [`serve`] without HTTP.
+    pub fn in_process(config: Arc<Config>, keys: Keys, records: mpsc::UnboundedSender<Record>) -> Serving {
+        let quota = QuotaBoard::new(&config, None);
+        let client_keys = Arc::new(KeyBoard::new(StaticKeys::new(&HashMap::new())));
+        Serving {
+            snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config)))),
+            dispatcher: Arc::new(Dispatcher::new(config.dispatch.clone(), keys, records, quota)),
+            client_keys,
+            budgets: BudgetBoard::new(&config.budgets, BudgetOptions::default()),
+            shadows: None,
+            share_feedback: Arc::default(),
+        }
+    }
 }
 
 /// What a front door knows of a request before the pipeline takes it.

@@ -13,6 +13,7 @@ mod dialects;
 mod edge;
 mod embeddings;
 mod failover;
+mod in_process;
 mod logs;
 mod messages;
 mod metrics;
