@@ -33,7 +33,7 @@ use crate::adapter::h1::PoolConfig;
 use crate::adapter::redact::Redactor;
 use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{BackendKind, DispatchConfig, Priority, TaskConfig};
+use crate::config::{BackendId, BackendKind, DispatchConfig, Priority, TaskConfig};
 use crate::fleet::headroom::SpillReason;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
@@ -167,6 +167,34 @@ impl Dispatcher {
         let _ = self.records.send(record);
     }
 
+    /// The call to one target: its node's address, the backend's key and model, whether to
+    /// stream, cache breakpoints where the task caches prompts, and the task's prompt variant.
+    fn call_for<'s>(
+        &self,
+        snap: &'s Snapshot,
+        task: &'s TaskConfig,
+        backend: BackendId,
+        node: usize,
+        request: &ChatRequest,
+    ) -> Call<'s> {
+        let view = &snap.backends[backend];
+        let upstream = Upstream {
+            base_url: view.nodes[node].base_url.clone(),
+            api_key: self.secrets.load().get(&view.name).cloned(),
+            serves_messages: view.serves_messages,
+            serves_responses: view.kind == BackendKind::Openai,
+        };
+        Call {
+            format: wire_format(view.kind),
+            upstream,
+            model: &view.model,
+            stream: request.stream || view.stream_upstream,
+            cache_placement: snap.config.backends[backend].cache_placement().filter(|_| task.prompt_cache),
+            variant: None,
+        }
+        .with_variant(variant::for_backend(task, &view.name, view.kind))
+    }
+
     /// Walk `plan` until a backend produces its first token.
     pub async fn dispatch(
         &self,
@@ -250,22 +278,7 @@ impl Dispatcher {
                 None => &self.transport,
             };
 
-            let call = Call {
-                format: wire_format(backend.kind),
-                upstream: Upstream {
-                    base_url: node.base_url.clone(),
-                    api_key: self.secrets.load().get(&backend.name).cloned(),
-                    serves_messages: backend.serves_messages,
-                    serves_responses: backend.kind == BackendKind::Openai,
-                },
-                model: &backend.model,
-                stream: request.stream || backend.stream_upstream,
-                cache_placement: snap.config.backends[target.backend]
-                    .cache_placement()
-                    .filter(|_| task.prompt_cache),
-                variant: None,
-            }
-            .with_variant(variant::for_backend(task, &backend.name, backend.kind));
+            let call = self.call_for(snap, task, target.backend, target.node, request);
             let call_started = Instant::now();
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let redactor = self.redactor.load_full();
