@@ -37,12 +37,6 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
                     }
                 }
             }
-            if !(0.0..=1.0).contains(&gate.min_pass) {
-                p("gate.min_pass", "must be 0 to 1".into());
-            }
-            if gate.concurrency == 0 {
-                p("gate.concurrency", "must be at least 1".into());
-            }
             if let Some(judge) = &gate.judge {
                 if !backends.iter().any(|(name, _)| name == judge) && !undecoded.may_be_backend(judge) {
                     p("gate.judge", format!("no backend is named `{judge}`"));
@@ -53,9 +47,6 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
             }
         }
         if let Some(shadow) = &task.shadow {
-            if !(0.0..=1.0).contains(&shadow.rate) {
-                p("shadow.rate", "must be 0 to 1".into());
-            }
             if !ledger_on {
                 p("shadow", "shadow answers are kept in the ledger store: enable `ledger`".into());
             }
