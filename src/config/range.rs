@@ -29,6 +29,8 @@ pub enum Says {
     TooSmall,
     /// `at most 4 (why), not 5`: the note before the value.
     AtMostNot,
+    /// `must be 0 to 1`
+    To,
 }
 
 /// The bounds of one numeric key of a section, by its path within the section
@@ -90,6 +92,7 @@ impl Range {
         let range = match (self.says, self.min, self.max) {
             (Says::OutOfRange, Incl(a), Incl(b)) => format!("{value} is out of range: {a} to {b}"),
             (Says::TooSmall, Incl(a), _) => format!("{value} is too small: at least {a}"),
+            (Says::To, Incl(a), Incl(b)) => format!("must be {a} to {b}"),
             (_, Incl(a), Open) => format!("must be at least {a}"),
             (_, Excl(a), Open) => format!("must be above {a}"),
             (_, Open, Incl(b)) => format!("must be at most {b}"),

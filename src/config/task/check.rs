@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::super::range::{self, Bound, Range};
+use super::super::range::{self, Bound, Range, Says};
 use super::{Strategy, TaskConfig};
 use crate::config::Problem;
 
@@ -22,9 +22,9 @@ impl TaskConfig {
         share("slo.availability"),
         Range::new("slo.ttft_ms", Bound::Excl(0.0), Bound::Open),
         Range::at_least("max_output_tokens", 1.0),
-        Range::between("gate.min_pass", 0.0, 1.0),
+        Range::between("gate.min_pass", 0.0, 1.0).says(Says::To),
         Range::at_least("gate.concurrency", 1.0),
-        Range::between("shadow.rate", 0.0, 1.0),
+        Range::between("shadow.rate", 0.0, 1.0).says(Says::To),
     ];
 
     /// The task's values that have a range (the gate's and the shadow's where they are set).
