@@ -26,6 +26,7 @@ mod range;
 mod schema;
 pub mod secrets;
 mod state;
+mod structure;
 mod task;
 mod telemetry;
 mod terms;
