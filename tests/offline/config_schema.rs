@@ -1,8 +1,9 @@
 //! The config schema has one source, the config types: `spillway config-schema` prints it, the
 //! chart's `values.schema.json` carries it as generated, the example configs pass it, and the
 //! "Config reference" (`docs/reference.md`, the README's reference appendix) lists exactly its
-//! keys, with its defaults and required keys, and says which kinds of backend take each backend
-//! key (the schema's branches by `kind`).
+//! keys, with its defaults, required keys and ranges (the sections' range tables, which the
+//! checks apply and the schema carries), and says which kinds of backend take each backend key
+//! (the schema's branches by `kind`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
