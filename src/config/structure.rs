@@ -97,18 +97,8 @@ impl Structure {
     fn key(&mut self, name: &str, value: Value) -> Option<Value> {
         use super::*;
         match name {
-            "backends" => {
-                let mut at = std::mem::take(&mut self.backend_at);
-                let decoded = self.list(name, value, &mut at, backend);
-                self.backend_at = at;
-                decoded
-            }
-            "tasks" => {
-                let mut at = std::mem::take(&mut self.task_at);
-                let decoded = self.list(name, value, &mut at, serde::<TaskConfig>);
-                self.task_at = at;
-                decoded
-            }
+            "backends" => self.list(name, value, backend),
+            "tasks" => self.list(name, value, serde::<TaskConfig>),
             "listen" => self.peel(name, value, serde::<String>),
             "client_keys_env" => self.peel(name, value, serde::<Vec<String>>),
             "issued_keys" => self.peel(name, value, serde::<IssuedKeysConfig>),
@@ -127,10 +117,10 @@ impl Structure {
         }
     }
 
-    /// Decode each item of the list at `path` on its own; `at` gets each decoded item's index
-    /// in the file. A backend that does not decode is remembered by name, so that a task
-    /// naming it is not reported a second time.
-    fn list(&mut self, path: &str, value: Value, at: &mut Vec<usize>, decode: Decode) -> Option<Value> {
+    /// Decode each item of the list at `path` on its own, noting each decoded item's index in
+    /// the file. A backend that does not decode is remembered by name, so that a task naming it
+    /// is not reported a second time.
+    fn list(&mut self, path: &str, value: Value, decode: Decode) -> Option<Value> {
         let Value::Sequence(items) = value else {
             self.problems.push(Problem::new(path, "expected a list"));
             self.undecoded.sections.insert(path.to_string());
@@ -142,7 +132,10 @@ impl Structure {
             match self.peel(&format!("{path}[{i}]"), item, decode) {
                 Some(item) => {
                     decoded.push(item);
-                    at.push(i);
+                    match path {
+                        "backends" => self.backend_at.push(i),
+                        _ => self.task_at.push(i),
+                    }
                 }
                 None => match name {
                     Some(name) => {
