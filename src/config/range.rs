@@ -170,6 +170,76 @@ pub fn apply(schema: &mut Value, path: &[&str], range: &Range) -> usize {
 mod tests {
     use super::*;
 
+    /// A value just outside `range` (a whole number as an integer).
+    fn outside(range: &Range) -> serde_yaml_ng::Value {
+        let value = match (range.max, range.min) {
+            (Bound::Incl(b), _) => b + 1.0,
+            (Bound::Excl(b), _) => b,
+            (Bound::Open, Bound::Incl(a)) => a - 1.0,
+            (Bound::Open, Bound::Excl(a)) => a,
+            (Bound::Open, Bound::Open) => f64::NAN,
+        };
+        if value.fract() == 0.0 {
+            (value as i64).into()
+        } else {
+            value.into()
+        }
+    }
+
+    /// Put `new` at the dotted `key` below `node`, making the mappings on the way.
+    fn set(mut node: &mut serde_yaml_ng::Value, key: &str, new: serde_yaml_ng::Value) {
+        for step in key.split('.') {
+            if !node.is_mapping() {
+                *node = serde_yaml_ng::Mapping::new().into();
+            }
+            let map = node.as_mapping_mut().unwrap();
+            node = map.entry(step.into()).or_insert(serde_yaml_ng::Value::Null);
+        }
+        *node = new;
+    }
+
+    /// Each range of each section's table, one value just outside it at a time: the check
+    /// reports it at its key, with the table's bounds.
+    #[test]
+    fn every_range_in_a_table_is_checked_with_its_bounds() {
+        let base: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+            "backends:\n  - {name: p, kind: vllm, model: m, endpoints: [\"http://x:1\"]}\n  \
+             - {name: a, kind: anthropic, model: m}\n  - {name: o, kind: openai, model: m}\n\
+             tasks: [{name: t, backends: [o], slo: {ttft_ms: 500}}]\n",
+        )
+        .unwrap();
+        let mut checked = 0;
+        for (section, ranges) in crate::config::ranges() {
+            for range in ranges {
+                let bad = outside(range);
+                let mut config = base.clone();
+                match section {
+                    // The pool and the Anthropic backend: one of them has the key.
+                    "backends[]" => {
+                        for i in 0..2 {
+                            set(&mut config["backends"][i], range.key, bad.clone());
+                        }
+                    }
+                    "tasks[]" => {
+                        if range.key.starts_with("gate.") {
+                            set(&mut config["tasks"][0], "gate.golden", "g.jsonl".into());
+                        }
+                        set(&mut config["tasks"][0], range.key, bad.clone());
+                    }
+                    section => set(&mut config, &format!("{section}.{}", range.key), bad.clone()),
+                }
+                let text = serde_yaml_ng::to_string(&config).unwrap();
+                let problems = crate::config::parse(&text).expect_err(&text);
+                let message = range.message(bad.as_f64().unwrap());
+                let at = format!(".{}", range.key);
+                let found = problems.iter().any(|p| p.path.ends_with(&at) && p.message == message);
+                assert!(found, "{section}{at}: {bad:?} not reported as {message:?}: {problems:#?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 40, "only {checked} ranges");
+    }
+
     #[test]
     fn a_range_reads_as_its_bounds_say() {
         let r = Range::new("x", Bound::Excl(0.0), Bound::Incl(1.0));
