@@ -30,6 +30,7 @@ mod structure;
 mod task;
 mod telemetry;
 mod terms;
+mod tree;
 mod validate;
 
 use schemars::JsonSchema;

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::backend::written::{self, Refusal};
+use super::tree::{insert, join, remove, steps, Step};
 use super::validate::Undecoded;
 use super::Problem;
 
@@ -235,68 +236,6 @@ fn backend(value: Value) -> Result<(), (Vec<Step>, String)> {
         Err(Refusal::Serde(err)) => Err((steps(err.path()), err.into_inner().to_string())),
         Err(Refusal::Misplaced(m)) => Err((vec![Step::Key(m.key.to_string())], m.message)),
     }
-}
-
-/// One step of a key path into the YAML tree.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// The steps of serde's path, up to the first one that is neither a key nor an index.
-pub(super) fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
-    use serde_path_to_error::Segment;
-    path.iter()
-        .map_while(|segment| match segment {
-            Segment::Map { key } => Some(Step::Key(key.clone())),
-            Segment::Seq { index } => Some(Step::Index(*index)),
-            Segment::Enum { .. } | Segment::Unknown => None,
-        })
-        .collect()
-}
-
-pub(super) fn join(prefix: &str, steps: &[Step]) -> String {
-    let mut path = prefix.to_string();
-    for step in steps {
-        match step {
-            Step::Key(key) if path.is_empty() => path.push_str(key),
-            Step::Key(key) => {
-                path.push('.');
-                path.push_str(key);
-            }
-            Step::Index(i) => path.push_str(&format!("[{i}]")),
-        }
-    }
-    path
-}
-
-/// The node at `at` (keys and indices) in `value`.
-fn node<'a>(mut node: &'a mut Value, at: &[Step]) -> Option<&'a mut Value> {
-    for step in at {
-        node = match step {
-            Step::Key(key) => node.get_mut(key.as_str())?,
-            Step::Index(i) => node.get_mut(*i)?,
-        };
-    }
-    Some(node)
-}
-
-/// Take the key at `at` (keys only) out of `value`; false if it is not there.
-fn remove(value: &mut Value, at: &[Step]) -> bool {
-    let Some((Step::Key(last), parents)) = at.split_last() else { return false };
-    if parents.iter().any(|s| matches!(s, Step::Index(_))) {
-        return false;
-    }
-    node(value, parents).and_then(Value::as_mapping_mut).and_then(|m| m.remove(last.as_str())).is_some()
-}
-
-/// Put `new` at the key `at` of `value`; false if its parent is not a mapping.
-fn insert(value: &mut Value, at: &[Step], new: Value) -> bool {
-    let Some((Step::Key(last), parents)) = at.split_last() else { return false };
-    let Some(map) = node(value, parents).and_then(Value::as_mapping_mut) else { return false };
-    map.insert(Value::String(last.clone()), new);
-    true
 }
 
 /// A structural problem, with a hint where the mistake is a common one.
