@@ -9,9 +9,10 @@ use rust_decimal::Decimal;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::range::{self, Range, Says};
 use super::Problem;
 
-/// Limits and budgets per client key and per team (README "Limits and budgets").
+/// Limits and budgets per client key and per team (`docs/reference.md`, "Limits and budgets").
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetsConfig {
@@ -147,28 +148,24 @@ impl KeyLimits {
     }
 }
 
+impl BudgetsConfig {
+    /// The ranges of the section's numbers (keys below `budgets`).
+    pub const RANGES: &'static [Range] = &[
+        Range::between("self_hosted_reserve_secs", 1.0, 3_600.0).says(Says::OutOfRange),
+        Range::between("reservation_ttl_secs", 10.0, 86_400.0).says(Says::OutOfRange),
+        Range::between("redis_timeout_ms", 1.0, 5_000.0).says(Says::OutOfRange),
+    ];
+}
+
 /// What types cannot check: ranges, and that a key named is a static key of this config or
 /// could be an issued key's id (issued keys live in the store, so only the form is checked).
 pub fn check(b: &BudgetsConfig, client_keys_env: &[String]) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    if !(1..=3_600).contains(&b.self_hosted_reserve_secs) {
-        let secs = b.self_hosted_reserve_secs;
-        problems.push(Problem::new(
-            "budgets.self_hosted_reserve_secs",
-            format!("{secs} is out of range: 1 to 3600"),
-        ));
-    }
-    if !(10..=86_400).contains(&b.reservation_ttl_secs) {
-        let secs = b.reservation_ttl_secs;
-        problems.push(Problem::new(
-            "budgets.reservation_ttl_secs",
-            format!("{secs} is out of range: 10 to 86400"),
-        ));
-    }
-    if !(1..=5_000).contains(&b.redis_timeout_ms) {
-        let ms = b.redis_timeout_ms;
-        problems.push(Problem::new("budgets.redis_timeout_ms", format!("{ms} is out of range: 1 to 5000")));
-    }
+    let values = [
+        ("self_hosted_reserve_secs", b.self_hosted_reserve_secs as f64),
+        ("reservation_ttl_secs", b.reservation_ttl_secs as f64),
+        ("redis_timeout_ms", b.redis_timeout_ms as f64),
+    ];
+    let mut problems = range::check("budgets", BudgetsConfig::RANGES, &values);
     for (name, limits) in &b.keys {
         let at = format!("budgets.keys.{name}");
         let known = client_keys_env.contains(name) || crate::canonical::KeyId::parse(name).is_some();

@@ -37,12 +37,6 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
                     }
                 }
             }
-            if !(0.0..=1.0).contains(&gate.min_pass) {
-                p("gate.min_pass", "must be 0 to 1".into());
-            }
-            if gate.concurrency == 0 {
-                p("gate.concurrency", "must be at least 1".into());
-            }
             if let Some(judge) = &gate.judge {
                 if !backends.iter().any(|(name, _)| name == judge) && !undecoded.may_be_backend(judge) {
                     p("gate.judge", format!("no backend is named `{judge}`"));
@@ -53,9 +47,6 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
             }
         }
         if let Some(shadow) = &task.shadow {
-            if !(0.0..=1.0).contains(&shadow.rate) {
-                p("shadow.rate", "must be 0 to 1".into());
-            }
             if !ledger_on {
                 p("shadow", "shadow answers are kept in the ledger store: enable `ledger`".into());
             }
@@ -77,31 +68,44 @@ pub fn prepare(config: &mut Config, base: Option<&Path>, undecoded: &Undecoded) 
                 }
             }
         }
-        let mut texts = std::collections::BTreeMap::new();
-        for (key, path) in task.prompt_variants.iter_mut() {
-            let known = backends.iter().any(|(name, kind)| name == key || kind.is_named(key))
-                || undecoded.some_backend();
-            if !known {
-                p(
-                    &format!("prompt_variants.{key}"),
-                    "is neither a backend name nor a backend kind (local, openai, anthropic, gemini, openai_compatible)"
-                        .into(),
-                );
-                continue;
-            }
-            *path = resolve(base, path);
-            match std::fs::read_to_string(&*path) {
-                Ok(text) if !text.trim().is_empty() => {
-                    texts.insert(key.clone(), text.trim().to_string());
-                }
-                Ok(_) => p(&format!("prompt_variants.{key}"), format!("{} is empty", path.display())),
-                Err(e) => {
-                    p(&format!("prompt_variants.{key}"), format!("cannot read {}: {e}", path.display()))
-                }
-            }
-        }
-        task.variant_texts = texts;
+        problems.extend(read_variants(task, &format!("tasks[{i}]"), base, &backends, undecoded));
     }
+    problems
+}
+
+/// Resolve and read the task's prompt variants into `variant_texts`; each key must name a
+/// backend or a kind. Problems at `at.prompt_variants.KEY`.
+fn read_variants(
+    task: &mut super::TaskConfig,
+    at: &str,
+    base: Option<&Path>,
+    backends: &[(String, BackendKind)],
+    undecoded: &Undecoded,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut p = |key: &str, message: String| problems.push(Problem::new(format!("{at}.{key}"), message));
+    let mut texts = std::collections::BTreeMap::new();
+    for (key, path) in task.prompt_variants.iter_mut() {
+        let known =
+            backends.iter().any(|(name, kind)| name == key || kind.is_named(key)) || undecoded.some_backend();
+        if !known {
+            p(
+                &format!("prompt_variants.{key}"),
+                "is neither a backend name nor a backend kind (local, openai, anthropic, gemini, openai_compatible)"
+                    .into(),
+            );
+            continue;
+        }
+        *path = resolve(base, path);
+        match std::fs::read_to_string(&*path) {
+            Ok(text) if !text.trim().is_empty() => {
+                texts.insert(key.clone(), text.trim().to_string());
+            }
+            Ok(_) => p(&format!("prompt_variants.{key}"), format!("{} is empty", path.display())),
+            Err(e) => p(&format!("prompt_variants.{key}"), format!("cannot read {}: {e}", path.display())),
+        }
+    }
+    task.variant_texts = texts;
     problems
 }
 

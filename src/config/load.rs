@@ -1,9 +1,9 @@
 //! Reading a YAML config into [`Config`], collecting every problem with its key path.
 //!
 //! serde stops at the first error of a value, so the document is first read as a YAML tree and
-//! each top-level key and each backend and task is decoded on its own: one bad backend does not
-//! hide the problems of the next. Within one item, each offending key is noted and taken out
-//! of the tree before decoding again, so every unknown key and wrong type is found. Semantic
+//! each top-level key and each backend and task is decoded on its own (`structure`): one bad
+//! backend does not hide the problems of the next, and within one item every unknown key,
+//! wrong type and missing required key is found. Semantic
 //! checks then run on whatever decoded, in the same report: nothing is held back until the
 //! structural problems are fixed, and nothing is reported twice (a task naming a backend that
 //! did not decode, a check of a default standing in for a bad key). Last, the files a backend
@@ -17,8 +17,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
-use super::backend::written::{self, Refusal};
-use super::validate::Undecoded;
+use super::structure::{problem, Structure};
+use super::tree::{join, steps};
 use super::Config;
 
 /// One thing wrong with a config, at a key path such as `backends[1].price.input_per_mtok`.
@@ -49,26 +49,6 @@ impl fmt::Display for Problem {
     }
 }
 
-const TOP_KEYS: &[&str] = &[
-    "listen",
-    "client_keys_env",
-    "issued_keys",
-    "backends",
-    "tasks",
-    "policy",
-    "dispatch",
-    "limits",
-    "telemetry",
-    "state",
-    "balancing",
-    "affinity",
-    "ledger",
-    "admin_token_env",
-    "canary",
-    "access_log",
-    "budgets",
-];
-
 /// Read and check a config file.
 pub fn load_file(path: &Path) -> Result<Config, Vec<Problem>> {
     let text = std::fs::read_to_string(path)
@@ -90,58 +70,7 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     let Value::Mapping(map) = root else {
         return Err(vec![Problem::new("", "the config must be a mapping of keys to values")]);
     };
-    let mut s = Structure::default();
-    let mut clean = serde_yaml_ng::Mapping::new();
-    let mut backend_at = Vec::new();
-    let mut task_at = Vec::new();
-    for (key, value) in map {
-        let Some(name) = key.as_str() else {
-            s.problems.push(Problem::new("", format!("keys must be strings, found {key:?}")));
-            continue;
-        };
-        if !TOP_KEYS.contains(&name) {
-            s.problems
-                .push(Problem::new(name, format!("unknown key; expected one of {}", TOP_KEYS.join(", "))));
-            continue;
-        }
-        let before = s.problems.len();
-        let decoded = match name {
-            "backends" => s.list(name, value, &mut backend_at, backend),
-            "tasks" => s.list(name, value, &mut task_at, serde::<super::TaskConfig>),
-            "listen" => s.peel(name, value, serde::<String>),
-            "client_keys_env" => s.peel(name, value, serde::<Vec<String>>),
-            "issued_keys" => s.peel(name, value, serde::<super::IssuedKeysConfig>),
-            "policy" => s.peel(name, value, serde::<super::PolicyConfig>),
-            "dispatch" => s.peel(name, value, serde::<super::DispatchConfig>),
-            "limits" => s.peel(name, value, serde::<super::LimitsConfig>),
-            "telemetry" => s.peel(name, value, serde::<super::TelemetryConfig>),
-            "state" => s.peel(name, value, serde::<super::StateConfig>),
-            "ledger" => s.peel(name, value, serde::<super::LedgerConfig>),
-            "canary" => s.peel(name, value, serde::<super::CanaryConfig>),
-            "affinity" => s.peel(name, value, serde::<super::AffinityConfig>),
-            "access_log" => s.peel(name, value, serde::<super::AccessLogConfig>),
-            "budgets" => s.peel(name, value, serde::<super::BudgetsConfig>),
-            "admin_token_env" => s.peel(name, value, serde::<Option<String>>),
-            _ => s.peel(name, value, serde::<super::BalancingConfig>),
-        };
-        // A list keeps its decoded items (`list` notes the rest); any other key with a problem
-        // may be standing on defaults.
-        if s.problems.len() > before && !matches!(name, "backends" | "tasks") {
-            s.undecoded.sections.insert(name.to_string());
-        }
-        if let Some(value) = decoded {
-            clean.insert(Value::String(name.to_string()), value);
-        }
-    }
-    for required in ["backends", "tasks"] {
-        if !clean.contains_key(required) {
-            if !s.problems.iter().any(|p| p.path.starts_with(required)) {
-                s.problems.push(Problem::new(required, "missing (required)"));
-            }
-            s.undecoded.sections.insert(required.to_string());
-            clean.insert(Value::String(required.to_string()), Value::Sequence(Vec::new()));
-        }
-    }
+    let (mut s, clean) = Structure::read(map);
     let mut config: Config = match decode("", Value::Mapping(clean)) {
         Ok(config) => config,
         Err(problem) => {
@@ -157,8 +86,8 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     semantic.extend(load_tokenizers(&mut config, base));
     let mut problems = s.problems;
     for mut problem in semantic {
-        problem.path = renumber(&problem.path, "backends", &backend_at);
-        problem.path = renumber(&problem.path, "tasks", &task_at);
+        problem.path = renumber(&problem.path, "backends", &s.backend_at);
+        problem.path = renumber(&problem.path, "tasks", &s.task_at);
         if !s.peeled.iter().any(|peeled| is_under(&problem.path, peeled)) {
             problems.push(problem);
         }
@@ -168,154 +97,6 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     } else {
         Err(problems)
     }
-}
-
-/// The structural pass: every problem found so far, the key paths taken out of the tree to
-/// find the next one, and what could not be decoded at all.
-#[derive(Default)]
-struct Structure {
-    problems: Vec<Problem>,
-    peeled: Vec<String>,
-    undecoded: Undecoded,
-}
-
-/// At most this many problems are peeled from one item: a safeguard, as each peel takes a key
-/// out of a finite tree.
-const MAX_PEELS: usize = 64;
-
-impl Structure {
-    /// Decode each item of the list at `path` on its own; `at` gets each decoded item's index
-    /// in the file. A backend that does not decode is remembered by name, so that a task
-    /// naming it is not reported a second time.
-    fn list(&mut self, path: &str, value: Value, at: &mut Vec<usize>, decode: Decode) -> Option<Value> {
-        let Value::Sequence(items) = value else {
-            self.problems.push(Problem::new(path, "expected a list"));
-            self.undecoded.sections.insert(path.to_string());
-            return None;
-        };
-        let mut decoded = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            let name = item.get("name").and_then(Value::as_str).map(str::to_string);
-            match self.peel(&format!("{path}[{i}]"), item, decode) {
-                Some(item) => {
-                    decoded.push(item);
-                    at.push(i);
-                }
-                None => match name {
-                    Some(name) => {
-                        self.undecoded.names.insert((path.to_string(), name));
-                    }
-                    None => {
-                        self.undecoded.sections.insert(path.to_string());
-                    }
-                },
-            }
-        }
-        Some(Value::Sequence(decoded))
-    }
-
-    /// Decode `value` with `decode`; on each error, note the problem, take the offending key out of
-    /// the tree and try again, so every unknown key and wrong type of one item is reported,
-    /// not only the first. A required key taken out (or missing) takes its parent with it.
-    /// `Some`: what is left decodes. `None`: the item itself is unusable.
-    fn peel(&mut self, prefix: &str, mut value: Value, decode: Decode) -> Option<Value> {
-        let mut removed: Vec<Vec<Step>> = Vec::new();
-        for _ in 0..MAX_PEELS {
-            let (mut at, message) = match decode(value.clone()) {
-                Ok(()) => return Some(value),
-                Err(err) => err,
-            };
-            // serde's fixed wording is the only place a missing field is named.
-            let missing = message.strip_prefix("missing field `").and_then(|r| r.split('`').next());
-            match missing {
-                Some(field) => {
-                    let mut full = at.clone();
-                    full.push(Step::Key(field.to_string()));
-                    if !removed.contains(&full) {
-                        self.problems.push(Problem::new(join(prefix, &full), "missing (required)"));
-                    }
-                }
-                None => self.problems.push(problem(join(prefix, &at), message)),
-            }
-            // A bad list element takes its whole list out: the later elements' indices stay true.
-            if let Some(seq) = at.iter().position(|s| matches!(s, Step::Index(_))) {
-                at.truncate(seq);
-            }
-            if at.is_empty() || !remove(&mut value, &at) {
-                return None;
-            }
-            self.peeled.push(join(prefix, &at));
-            removed.push(at);
-        }
-        None
-    }
-}
-
-/// How one item is decoded: `Err` has the path of its first problem within it, and the problem.
-type Decode = fn(Value) -> Result<(), (Vec<Step>, String)>;
-
-/// Decode as `T` (serde, with the path of the error).
-fn serde<T: DeserializeOwned>(value: Value) -> Result<(), (Vec<Step>, String)> {
-    serde_path_to_error::deserialize::<_, T>(value)
-        .map(drop)
-        .map_err(|err| (steps(err.path()), err.into_inner().to_string()))
-}
-
-/// Decode a backend: as serde would, but a key its kind does not take is named by its path.
-fn backend(value: Value) -> Result<(), (Vec<Step>, String)> {
-    match written::decode(value) {
-        Ok(_) => Ok(()),
-        Err(Refusal::Serde(err)) => Err((steps(err.path()), err.into_inner().to_string())),
-        Err(Refusal::Misplaced(m)) => Err((vec![Step::Key(m.key.to_string())], m.message)),
-    }
-}
-
-/// One step of a key path into the YAML tree.
-#[derive(Debug, Clone, PartialEq)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// The steps of serde's path, up to the first one that is neither a key nor an index.
-fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
-    use serde_path_to_error::Segment;
-    path.iter()
-        .map_while(|segment| match segment {
-            Segment::Map { key } => Some(Step::Key(key.clone())),
-            Segment::Seq { index } => Some(Step::Index(*index)),
-            Segment::Enum { .. } | Segment::Unknown => None,
-        })
-        .collect()
-}
-
-fn join(prefix: &str, steps: &[Step]) -> String {
-    let mut path = prefix.to_string();
-    for step in steps {
-        match step {
-            Step::Key(key) if path.is_empty() => path.push_str(key),
-            Step::Key(key) => {
-                path.push('.');
-                path.push_str(key);
-            }
-            Step::Index(i) => path.push_str(&format!("[{i}]")),
-        }
-    }
-    path
-}
-
-/// Take the key at `at` (keys only) out of `value`; false if it is not there.
-fn remove(value: &mut Value, at: &[Step]) -> bool {
-    let Some((Step::Key(last), parents)) = at.split_last() else { return false };
-    let mut node = value;
-    for step in parents {
-        let Step::Key(key) = step else { return false };
-        match node.get_mut(key.as_str()) {
-            Some(child) => node = child,
-            None => return false,
-        }
-    }
-    node.as_mapping_mut().and_then(|m| m.remove(last.as_str())).is_some()
 }
 
 /// `path` is `prefix` or a key below it.
@@ -363,140 +144,6 @@ fn decode<T: DeserializeOwned>(prefix: &str, value: Value) -> Result<T, Problem>
     })
 }
 
-/// A structural problem, with a hint where the mistake is a common one.
-fn problem(path: String, mut message: String) -> Problem {
-    if message.contains("unknown field `api_key`") {
-        message.push_str("; secrets are never written in the config: name the environment variable that holds it with api_key_env");
-    }
-    Problem::new(path, message)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const EXAMPLE: &str = include_str!("../../spillway.example.yaml");
-
-    #[test]
-    fn the_example_config_loads() {
-        let config = parse(EXAMPLE).unwrap_or_else(|p| panic!("{p:?}"));
-        assert_eq!(config.backends.len(), 3);
-        assert_eq!(config.tasks[0].backends, ["local-llama", "anthropic", "openai"]);
-        assert_eq!(config.listen, "127.0.0.1:8080");
-    }
-
-    #[test]
-    fn every_structural_problem_is_reported_with_its_path() {
-        let text = r#"
-listen: 127.0.0.1:8080
-colour: blue
-backends:
-  - name: a
-    kind: vllm
-    endpoints: [http://127.0.0.1:1]
-    model: m
-    price: {input_per_mtok: cheap, output_per_mtok: 1}
-  - name: b
-    kind: martian
-    model: m
-  - name: c
-    kind: openai
-    model: m
-    api_key: sk-inline-secret
-tasks:
-  - name: t
-    backends: [a]
-    slo: {ttft_ms: 800}
-"#;
-        let problems = parse(text).unwrap_err();
-        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert!(paths.contains(&"colour"), "{problems:?}");
-        assert!(paths.contains(&"backends[0].price.input_per_mtok"), "{problems:?}");
-        assert!(paths.contains(&"backends[1].kind"), "{problems:?}");
-        let secret = problems.iter().find(|p| p.path == "backends[2].api_key").unwrap();
-        assert!(secret.message.contains("api_key_env"), "{secret}");
-    }
-
-    #[test]
-    fn structural_and_semantic_problems_are_reported_together() {
-        let text = r#"
-listen: not-an-address
-colour: blue
-backends:
-  - name: a
-    kind: vllm
-    model: m
-    weight: 3
-    reserve: lots
-    gpu_count: 0
-    price: {input_per_mtok: -1, output_per_mtok: 1}
-    endpoints: [7, "http://127.0.0.1:1"]
-  - name: b
-    kind: martian
-    model: m
-  - {name: c, kind: openai, model: "", api_key: sk-inline, base_url: "ftp://x"}
-  - {name: c, kind: anthropic, model: m, gpu_count: 0, temperature: 1}
-tasks:
-  - name: t
-    backends: [a, b, ghost]
-    slo: {ttft_ms: 100, margin: wide, objective: 2}
-    data_class: secret
-    colour: red
-  - {name: t, backends: [c], slo: {ttft_ms: 0}, max_output_tokens: 0}
-  - {backends: [a], slo: {ttft_ms: 100}}
-dispatch: {max_attempts: 0, retries: 2}
-telemetry: {jitter: 0.9, scrape_replicas: 0}
-"#;
-        let problems: Vec<String> = parse(text).unwrap_err().iter().map(|p| p.to_string()).collect();
-        let structural = [
-            "colour: unknown key",
-            "backends[0].weight: unknown field `weight`",
-            "backends[0].reserve: invalid type",
-            "backends[0].endpoints[0]: invalid type",
-            "backends[1].kind: unknown variant `martian`",
-            "backends[2].api_key: unknown field `api_key`",
-            "backends[3].temperature: unknown field",
-            "backends[3].gpu_count: `gpu_count` does not apply to kind anthropic; only kind local takes it",
-            "tasks[0].slo.margin: invalid type",
-            "tasks[0].colour: unknown field",
-            "tasks[2].name: missing (required)",
-            "dispatch.retries: unknown field",
-        ];
-        let semantic = [
-            "listen: `not-an-address`",
-            "backends[0].price.input_per_mtok: must not be negative",
-            "backends[2].model: must not be empty",
-            "backends[2].base_url: `ftp://x`: scheme",
-            "backends[3].name: `c` is used by another backend",
-            "backends[0].gpu_count: must be at least 1",
-            "tasks[0].backends[2]: no backend is named `ghost`",
-            "tasks[0].data_class: unknown data class `secret`",
-            "tasks[0].slo.objective: must be above 0 and below 1",
-            "tasks[1].name: `t` is used by another task",
-            "tasks[1].slo.ttft_ms: must be above 0",
-            "tasks[1].max_output_tokens: must be at least 1",
-            "dispatch.max_attempts: must be at least 1",
-            "telemetry.jitter: must be between 0 and 0.5",
-            "telemetry.scrape_replicas: must be between 1 and 16",
-        ];
-        for expected in structural.iter().chain(&semantic) {
-            assert!(
-                problems.iter().any(|p| p.starts_with(expected)),
-                "missing {expected:?} in {problems:#?}"
-            );
-        }
-        // Nothing twice, and nothing about a key already reported or its stand-in default:
-        // the backend that did not decode is not also "no backend named b", the bad endpoint
-        // does not make "needs at least one node address", the bad reserve no range problem.
-        assert_eq!(problems.len(), structural.len() + semantic.len(), "{problems:#?}");
-    }
-
-    #[test]
-    fn bad_yaml_and_missing_sections_are_problems_not_panics() {
-        assert!(parse("listen: [unclosed").unwrap_err()[0].message.contains("YAML"));
-        let problems = parse("listen: 127.0.0.1:1").unwrap_err();
-        assert_eq!(problems.len(), 2);
-        assert_eq!(problems[0].to_string(), "backends: missing (required)");
-        assert!(parse("- a\n- b").is_err());
-    }
-}
+#[path = "load_tests.rs"]
+mod tests;

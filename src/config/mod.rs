@@ -1,36 +1,61 @@
 //! The typed configuration: what an operator writes in YAML, and nothing else.
 //!
 //! Every struct rejects unknown keys, secrets appear only as the *names* of environment
-//! variables, and money is a decimal. Loading (`load`) reports every problem with its key
-//! path; `validate` checks what types alone cannot (references, ranges, URLs). `schema` derives
-//! the file's JSON schema from these types.
+//! variables, and money is a decimal. Each section has a file of its own with its types, their
+//! defaults, the ranges of its numbers (`range`) and its own check; loading (`load`) reports
+//! every problem with its key path, and `validate` runs each section's check and the checks
+//! where sections meet (references). `schema` derives the file's JSON schema from these types
+//! and the sections' ranges.
 
+mod access_log;
+mod affinity;
 mod backend;
+mod balancing;
 mod budgets;
+mod canary;
+mod check;
+mod dispatch;
 mod evaluation;
 pub mod golden;
 mod ids;
+mod ledger;
+mod limits;
 mod load;
+mod policy;
+mod range;
 mod schema;
 pub mod secrets;
-mod settings;
+mod state;
+mod structure;
 mod task;
+mod telemetry;
 mod terms;
+mod tree;
 mod validate;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+pub use access_log::{AccessLogConfig, AccessLogLevel};
+pub use affinity::AffinityConfig;
 pub use backend::*;
+pub use balancing::{BalancingConfig, SlowSignalConfig, StickySpillConfig};
 pub use budgets::{BudgetsConfig, FailMode, KeyLimits, WhenRedisDown};
+pub use canary::CanaryConfig;
+pub use dispatch::{BreakerConfig, DispatchConfig};
 pub use ids::{BackendId, TaskId};
+pub use ledger::{LedgerConfig, SpoolSettings};
+pub use limits::{IssuedKeysConfig, LimitsConfig};
 pub use load::{load_file, parse, parse_in, Problem};
-pub use schema::{chart_schema, schema};
-pub use settings::*;
+pub use policy::{DataClassPolicy, PolicyConfig, BUILTIN_DATA_CLASSES};
+pub use range::{Bound, Range};
+pub use schema::{chart_schema, ranges, schema};
+pub use state::StateConfig;
 pub use task::*;
+pub use telemetry::TelemetryConfig;
 pub use terms::DataTerms;
 
-/// A Spillway config file (README "Config reference").
+/// A Spillway config file (`docs/reference.md`, "Config reference").
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 #[schemars(title = "Spillway config")]

@@ -1,7 +1,8 @@
 //! The config file's JSON schema, derived from the config types themselves (schemars), so that
 //! what an editor, the Helm chart (`values.schema.json`) and `spillway config-schema` check is
-//! what serde accepts, with the field docs as descriptions. Checks that need more than one
-//! key (references, ranges, URLs) stay in `validate`.
+//! what serde accepts, with the field docs as descriptions and each section's ranges (`range`)
+//! as `minimum` and `maximum`. Checks that need more than one key (references, URLs) stay in
+//! the sections' checks and `validate`.
 
 use std::borrow::Cow;
 
@@ -9,7 +10,11 @@ use schemars::generate::SchemaSettings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde_json::Value;
 
-use super::Config;
+use super::range::{self, Range};
+use super::{
+    AccessLogConfig, BackendConfig, BalancingConfig, BudgetsConfig, CanaryConfig, Config, DispatchConfig,
+    IssuedKeysConfig, LedgerConfig, LimitsConfig, StateConfig, TaskConfig, TelemetryConfig,
+};
 
 /// A decimal (price) written as a string; YAML numbers are decimals too. Looser spellings that
 /// rust_decimal also reads (`1_000`) are left out.
@@ -21,7 +26,44 @@ pub fn schema() -> Value {
     let settings = SchemaSettings::draft07().with(|s| s.inline_subschemas = true);
     let mut schema = settings.into_generator().into_root_schema_for::<Config>().to_value();
     join_description_lines(&mut schema);
+    for (section, ranges) in ranges() {
+        for r in ranges {
+            let path = format!("{section}.{}", r.key);
+            let steps = key_steps(&path);
+            assert!(range::apply(&mut schema, &steps, r) > 0, "{path}: no such key in the schema");
+        }
+    }
     schema
+}
+
+/// Every section's ranges, by the key path of the section (`tasks[]`: each task).
+pub fn ranges() -> Vec<(&'static str, &'static [Range])> {
+    vec![
+        ("issued_keys", IssuedKeysConfig::RANGES),
+        ("backends[]", BackendConfig::RANGES),
+        ("tasks[]", TaskConfig::RANGES),
+        ("dispatch", DispatchConfig::RANGES),
+        ("limits", LimitsConfig::RANGES),
+        ("telemetry", TelemetryConfig::RANGES),
+        ("state", StateConfig::RANGES),
+        ("balancing", BalancingConfig::RANGES),
+        ("ledger", LedgerConfig::RANGES),
+        ("canary", CanaryConfig::RANGES),
+        ("access_log", AccessLogConfig::RANGES),
+        ("budgets", BudgetsConfig::RANGES),
+    ]
+}
+
+/// `tasks[].slo.margin` → `tasks`, `[]`, `slo`, `margin`.
+fn key_steps(path: &str) -> Vec<&str> {
+    let mut steps = Vec::new();
+    for key in path.split('.') {
+        match key.strip_suffix("[]") {
+            Some(list) => steps.extend([list, "[]"]),
+            None => steps.push(key),
+        }
+    }
+    steps
 }
 
 /// The schema of the Helm chart's `config` value (`helm/spillway/values.schema.json`): the
@@ -34,7 +76,7 @@ pub fn chart_schema() -> Value {
     root.remove("$schema");
     root.insert(
         "description".into(),
-        "The Spillway config (README \"Config reference\"; `spillway config-schema --chart`). The chart \
+        "The Spillway config (docs/reference.md \"Config reference\"; `spillway config-schema --chart`). The chart \
          sets listen, client_keys_env, admin_token_env, state, ledger.url(_env) and each backend's \
          api_key_env, and fills in discovery.kubernetes.namespace"
             .into(),

@@ -125,6 +125,39 @@ dispatch: {max_attempts: 0, retries: 1}
 }
 
 #[test]
+fn a_missing_required_key_is_reported_beside_other_structural_problems() {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("missing.yaml");
+    std::fs::write(
+        &file,
+        r#"backends:
+  - {name: a, kind: openai, model: m, price: {input_per_mtok: free, output_per_mtok: 1}}
+tasks:
+  - {name: t, backends: [a], slo: {ttft_ms: 100}, strategy: fastest}
+  - {name: u, backends: [a, 7]}
+dispatch: {max_attempts: lots}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["check-config"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let expected = [
+        "backends[0].price.input_per_mtok: invalid value",
+        "tasks[0].strategy: unknown variant `fastest`",
+        "tasks[1].backends[1]: invalid type",
+        // Reported although the same task has a structural problem of another kind.
+        "tasks[1].slo: missing (required)",
+        "dispatch.max_attempts: invalid type",
+    ];
+    for line in expected {
+        assert!(err.contains(&format!("{}: {line}", file.display())), "missing {line:?} in {err}");
+    }
+    assert!(err.contains(&format!("{} problem(s) found", expected.len())), "{err}");
+}
+
+#[test]
 fn serve_refuses_an_invalid_config_with_the_problems() {
     let dir = std::env::temp_dir().join(format!("spillway-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,8 +1,9 @@
 //! The config schema has one source, the config types: `spillway config-schema` prints it, the
 //! chart's `values.schema.json` carries it as generated, the example configs pass it, and the
 //! "Config reference" (`docs/reference.md`, the README's reference appendix) lists exactly its
-//! keys, with its defaults and required keys, and says which kinds of backend take each backend
-//! key (the schema's branches by `kind`).
+//! keys, with its defaults, required keys and ranges (the sections' range tables, which the
+//! checks apply and the schema carries), and says which kinds of backend take each backend key
+//! (the schema's branches by `kind`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -352,4 +353,75 @@ fn the_readme_says_which_kinds_take_each_backend_key() {
     // Each kind-specific key is named for some kinds, not all.
     assert!(schema["backends[].reserve"].kinds == BTreeSet::from(["local".to_string()]));
     assert!(schema["backends[].quota"].kinds == hosted);
+}
+
+/// One end of a range: its value and whether the value itself is allowed.
+type End = Option<(f64, bool)>;
+
+/// The ends of a key's range in the schema: `minimum` or `exclusiveMinimum`, and the same at
+/// the top.
+fn schema_range(schema: &Value) -> (End, End) {
+    let end = |incl: &str, excl: &str| {
+        (schema[incl].as_f64().map(|v| (v, true))).or(schema[excl].as_f64().map(|v| (v, false)))
+    };
+    (end("minimum", "exclusiveMinimum"), end("maximum", "exclusiveMaximum"))
+}
+
+/// The range ends a row's text states: `(100 to 5000)`, `0–4`, `between 0 and 1`, `at most
+/// 60000`, `at least 1048576`, `above 0`, `below 1`.
+fn stated_range(text: &str) -> (End, End) {
+    let num = r"(-?\d+(?:\.\d+)?)";
+    let both =
+        regex::Regex::new(&format!(r"(?:between {num} and {num})|(?:\b{num}(?: to |–){num}\b)")).unwrap();
+    let one = regex::Regex::new(&format!(r"\b(at most|at least|above|below) {num}\b")).unwrap();
+    let (mut min, mut max) = (None, None);
+    for c in both.captures_iter(text) {
+        let (a, b) = (c.get(1).or(c.get(3)).unwrap(), c.get(2).or(c.get(4)).unwrap());
+        min = Some((a.as_str().parse().unwrap(), true));
+        max = Some((b.as_str().parse().unwrap(), true));
+    }
+    for c in one.captures_iter(text) {
+        let v: f64 = c[2].parse().unwrap();
+        match &c[1] {
+            "at most" => max = Some((v, true)),
+            "below" => max = Some((v, false)),
+            "at least" => min = Some((v, true)),
+            _ => min = Some((v, false)),
+        }
+    }
+    (min, max)
+}
+
+#[test]
+fn the_ranges_the_checks_apply_are_the_schemas_and_the_references() {
+    let schema = schema_keys();
+    let rows = readme_rows();
+    let mut compared = 0;
+    for (section, ranges) in spillway::config::ranges() {
+        for range in ranges {
+            let key = format!("{section}.{}", range.key);
+            let k = schema.get(&key).unwrap_or_else(|| panic!("{key}: a range for a key the schema lacks"));
+            // The schema carries the check's bounds.
+            for (keyword, bound) in range.schema_keywords() {
+                assert_eq!(k.schema[keyword].as_f64(), Some(bound), "{key}: the schema's {keyword}");
+            }
+            // The reference states them in the key's row (an object's row, `prompt_cache`, may
+            // leave its keys' ranges to the schema).
+            let Some(row) = rows.iter().find(|r| r.keys.contains(&key)) else { continue };
+            let (min, max) = stated_range(&row.text);
+            let (schema_min, schema_max) = schema_range(&k.schema);
+            if range.max != spillway::config::Bound::Open {
+                assert!(max.is_some(), "{key}: the Config reference does not state its range: {}", row.text);
+            }
+            if let Some(max) = max {
+                assert_eq!(Some(max), schema_max, "{key}: the Config reference says at most {max:?}");
+                compared += 1;
+            }
+            if let Some(min) = min {
+                assert_eq!(Some(min), schema_min, "{key}: the Config reference says at least {min:?}");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 30, "only {compared} range ends compared with the Config reference");
 }

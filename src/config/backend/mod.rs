@@ -1,9 +1,10 @@
 //! What a backend is: a pool of self-hosted nodes or a hosted API, its wire format, price, tokenizer and
 //! capabilities, and, by kind, what only that kind has (`pool`: nodes, capacity, agent, pins,
-//! discovery, GPU price; `hosted`: API address, quota, model version). Types only: `written`
-//! reads the YAML form into them (and gives their schema), checks live in `validate`, and
+//! discovery, GPU price; `hosted`: API address, quota, model version). The types; `written`
+//! reads the YAML form into them (and gives their schema), `check` says what types cannot, and
 //! `load` reads the one file a backend may name (`tokenizer_file`).
 
+pub(super) mod check;
 mod hosted;
 mod pool;
 pub(super) mod written;

@@ -1,5 +1,8 @@
 //! What a task is: the name clients send as `model`, its backends in preference order, how
-//! they are ordered, its SLO, data class and default priority. Types only.
+//! they are ordered, its SLO, data class and default priority. The types; `check` says what
+//! types cannot.
+
+pub(super) mod check;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
