@@ -262,6 +262,19 @@ impl ApiError {
         Self::new(ErrorCode::InvalidRequest, message)
     }
 
+    /// The refusal's log line, written as it is answered in any dialect: status, type, code,
+    /// the field at fault and why. Messages name fields and the values checked, never a key.
+    pub fn log(&self) {
+        let (_, kind, code) = self.code.table();
+        let status = self.status.as_u16();
+        let param = self.param.as_deref();
+        if self.status.is_server_error() {
+            tracing::warn!(status, kind, code, param, reason = %self.message, "refused");
+        } else {
+            tracing::info!(status, kind, code, param, reason = %self.message, "refused");
+        }
+    }
+
     /// The error body alone, as sent in-band on a stream that already started.
     pub fn body(&self) -> serde_json::Value {
         let (_, kind, code) = self.code.table();
@@ -309,6 +322,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.log();
         let mut response = (self.status, axum::Json(self.body())).into_response();
         if let Some(secs) = self.retry_after_secs {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -76,6 +76,16 @@ ledger: {{url: "sqlite://{ledger}"}}
     let bad = chat("no-such-task", Some("bad id with spaces")).await.unwrap();
     assert_eq!(bad.status(), 404);
     assert_ne!(bad.headers()["x-request-id"], "bad id with spaces");
+    let bad_id = bad.headers()["x-request-id"].to_str().unwrap().to_string();
+    let malformed = client
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(CLIENT_KEY)
+        .json(&json!({"model": "local", "messages": [{"role": "narrator", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), 400);
+    let malformed_id = malformed.headers()["x-request-id"].to_str().unwrap().to_string();
 
     // An issued key: created, used, rotated (the old secret refused), used again.
     let admin = |path: String, body: Value| {
@@ -135,6 +145,18 @@ ledger: {{url: "sqlite://{ledger}"}}
     let with_id = |id: &str| -> Vec<&Value> {
         lines.iter().filter(|l| l["span"]["request_id"] == id || l["fields"]["request_id"] == id).collect()
     };
+    // Every refusal is logged with its status, its reason and the field at fault.
+    let refused = |id: &str| {
+        let lines = with_id(id);
+        let line = lines.iter().find(|l| l["fields"]["message"] == "refused");
+        line.map(|l| l["fields"].clone()).unwrap_or_else(|| panic!("no refusal line for {id}: {lines:?}"))
+    };
+    let unknown = refused(&bad_id);
+    assert_eq!(unknown["status"], 404, "{unknown}");
+    assert!(unknown["reason"].as_str().unwrap().contains("no-such-task"), "{unknown}");
+    let invalid = refused(&malformed_id);
+    assert_eq!(invalid["status"], 400, "{invalid}");
+    assert!(invalid["reason"].as_str().unwrap().contains("messages[0].role"), "{invalid}");
     let local_lines = with_id(&local_id);
     assert!(local_lines.iter().any(|l| l["fields"]["message"] == "http response"), "{local_lines:?}");
     assert!(

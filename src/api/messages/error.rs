@@ -68,6 +68,7 @@ pub fn body(e: &ApiError) -> Value {
 
 /// The whole response, with `Retry-After` when known.
 pub fn response(e: &ApiError) -> Response {
+    e.log();
     let mut response = (status_and_type(e).0, axum::Json(body(e))).into_response();
     if let Some(secs) = e.retry_after_secs {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
