@@ -81,7 +81,7 @@ impl AvailabilityBoard {
         self.lock().slow(backend)
     }
 
-    pub fn all(&self) -> std::collections::BTreeMap<String, f64> {
+    pub fn all(&self) -> std::collections::BTreeMap<crate::canonical::BackendName, f64> {
         self.lock().all()
     }
 }

@@ -59,7 +59,7 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
         let Some(pool) = config.pool() else { continue };
         for node in &view.nodes {
             let annotated = discovered
-                .get(&view.name)
+                .get(view.name.as_str())
                 .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
                 .and_then(|n| n.metadata.gpu_hourly_usd);
             let load = node.handle.load.view();

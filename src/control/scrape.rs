@@ -300,10 +300,8 @@ mod tests {
             [("host", "http://192.168.1.7:9400/metrics"), ("pod", "http://10.0.0.5:9400/metrics")]
         {
             let config = std::sync::Arc::new(crate::config::parse(&yaml(address)).unwrap());
-            let discovered = std::collections::BTreeMap::from([(
-                "pool".to_string(),
-                vec!["http://10.0.0.5:8000".to_string()],
-            )]);
+            let discovered =
+                std::collections::BTreeMap::from([("pool".into(), vec!["http://10.0.0.5:8000".to_string()])]);
             let inputs = crate::snapshot::SnapshotInputs {
                 discovered: &discovered,
                 breaker: &|_| crate::snapshot::BreakerView::Closed,

@@ -45,7 +45,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::canonical::ErrorClass;
+use crate::canonical::{BackendName, ErrorClass};
 use crate::route::slowness::{self, SlowRule, SlowVerdict};
 
 /// The three gains. Per nominal interval: a step of `dt = interval` adds `ki × e` to the
@@ -190,7 +190,7 @@ struct Provider {
 pub struct Availability {
     cfg: PidConfig,
     rule: SlowRule,
-    providers: BTreeMap<String, Provider>,
+    providers: BTreeMap<BackendName, Provider>,
 }
 
 impl Availability {
@@ -221,7 +221,7 @@ impl Availability {
                 errors: 0,
                 verdict: SlowVerdict::default(),
             };
-            self.providers.insert(backend.to_string(), fresh);
+            self.providers.insert(BackendName::from(backend), fresh);
         }
         self.providers.get_mut(backend).expect("inserted above")
     }
@@ -272,7 +272,7 @@ impl Availability {
     /// Close the interval: step every tracked provider with its counts (zero for idle ones),
     /// reset the counts, and return every availability. A zero `dt` changes nothing (the
     /// counts carry over to the next tick).
-    pub fn tick(&mut self, dt: Duration) -> BTreeMap<String, f64> {
+    pub fn tick(&mut self, dt: Duration) -> BTreeMap<BackendName, f64> {
         let secs = dt.as_secs_f64();
         let (cfg, rule) = (self.cfg, self.rule);
         for p in self.providers.values_mut() {
@@ -312,7 +312,7 @@ impl Availability {
     }
 
     /// Every tracked provider's current availability.
-    pub fn all(&self) -> BTreeMap<String, f64> {
+    pub fn all(&self) -> BTreeMap<BackendName, f64> {
         self.providers.iter().map(|(name, p)| (name.clone(), p.pid.output)).collect()
     }
 
