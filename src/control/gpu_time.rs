@@ -67,8 +67,8 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
             let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(0);
             let agent = sources.telemetry.get(&node.key).and_then(|t| t.agent);
             samples.push(NodeSample {
-                backend: view.name.clone(),
-                node: node.key.to_string(),
+                backend: view.name.as_str().into(),
+                node: node.key.clone(),
                 gpu_count: i64::from(pool.gpu_count),
                 gpu_hourly_usd: annotated.or(pool.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),
