@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 
-use crate::canonical::NodeKey;
+use crate::canonical::{BackendName, NodeKey};
 use crate::config::Pin;
 use crate::control::canary::CanaryResult;
 use crate::guard::breaker::Forced;
@@ -168,10 +168,10 @@ fn parse<T: DeserializeOwned>(value: &str) -> Result<T, String> {
 pub struct Desired {
     pub holds: BTreeMap<Scope, Hold>,
     pub breakers: BTreeMap<NodeKey, Forced>,
-    pub canaries: BTreeMap<String, CanaryResult>,
+    pub canaries: BTreeMap<BackendName, CanaryResult>,
     pub gate_verdicts: BTreeMap<NodeKey, String>,
     /// Accepted pins by backend.
-    pub pins: BTreeMap<String, Pin>,
+    pub pins: BTreeMap<BackendName, Pin>,
 }
 
 /// Read every entry; one that does not parse (hand-edited, or from a newer version) is left
@@ -193,13 +193,13 @@ pub fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
                 d.breakers.insert(node(), f);
             }),
             Kind::Canary => parse(&e.value).map(|r| {
-                d.canaries.insert(scope.clone(), r);
+                d.canaries.insert(scope.as_str().into(), r);
             }),
             Kind::GateVerdict => parse(&e.value).map(|why| {
                 d.gate_verdicts.insert(node(), why);
             }),
             Kind::Pin => parse(&e.value).map(|pin| {
-                d.pins.insert(scope.clone(), pin);
+                d.pins.insert(scope.as_str().into(), pin);
             }),
         };
         if let Err(why) = read {
