@@ -23,6 +23,8 @@ use std::sync::Mutex;
 
 use prometheus::{Encoder, IntGauge, TextEncoder};
 
+use crate::canonical::TaskName;
+
 pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
 pub use family::FamilyDoc;
@@ -47,7 +49,7 @@ pub struct Metrics {
     /// The scrape loop's (handed to it at start).
     pub telemetry: TelemetryFamilies,
     /// SLO windows by task.
-    slo: Mutex<HashMap<String, slo::TaskSlo>>,
+    slo: Mutex<HashMap<TaskName, slo::TaskSlo>>,
 }
 
 impl Metrics {

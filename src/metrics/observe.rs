@@ -23,7 +23,10 @@ impl Metrics {
         windows.retain(|task, _| config.task(task).is_some());
         for task in &config.tasks {
             let target = task.slo.ttft_ms;
-            windows.entry(task.name.clone()).or_insert_with(|| slo::TaskSlo::new(target)).set_target(target);
+            windows
+                .entry(task.name.as_str().into())
+                .or_insert_with(|| slo::TaskSlo::new(target))
+                .set_target(target);
             self.slo_gauges.target.get(Task { task: &task.name }).set(target as f64 / 1000.0);
             self.slo_gauges.objective.get(TaskSlo { task: &task.name, slo: "ttft" }).set(task.slo.objective);
             self.slo_gauges
@@ -187,7 +190,7 @@ impl Metrics {
             self.requests.cost.get(tb).inc_by(cost);
         }
         if let Some(o) = slo_observation(r) {
-            if let Some(w) = self.slo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&r.task) {
+            if let Some(w) = self.slo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(r.task.as_str()) {
                 w.record(o);
             }
         }

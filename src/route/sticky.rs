@@ -53,6 +53,7 @@ use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
+use crate::canonical::BackendName;
 use crate::config::{StickySpillConfig, Strategy};
 use crate::fleet::headroom::{self, PoolLimits};
 use crate::fleet::load::LoadView;
@@ -228,9 +229,9 @@ impl Share {
 /// snapshot's occupancy.
 #[derive(Debug, Default)]
 pub struct PoolShares {
-    shares: BTreeMap<String, Share>,
+    shares: BTreeMap<BackendName, Share>,
     /// Each pool's mean prompt over the last step that planned requests on it.
-    own_prompt: BTreeMap<String, f64>,
+    own_prompt: BTreeMap<BackendName, f64>,
     last: Option<Instant>,
 }
 
@@ -265,14 +266,14 @@ impl PoolShares {
                 .filter(|t| t.backends.contains(&view.name))
                 .map(|t| t.slo.ttft_ms as f64 / 1000.0 * (1.0 - t.slo.margin))
                 .fold(f64::INFINITY, f64::min);
-            let k = kept.get(&view.name).copied().unwrap_or_default();
+            let k = kept.get(view.name.as_str()).copied().unwrap_or_default();
             if let Some(mean) = k.prompt_mean() {
-                self.own_prompt.insert(view.name.clone(), mean);
+                self.own_prompt.insert(view.name.as_str().into(), mean);
             }
-            let l = pool_load(view, load, slo_s, self.own_prompt.get(&view.name).copied(), now);
-            self.shares.entry(view.name.clone()).or_default().step(l, k, dt, cfg);
+            let l = pool_load(view, load, slo_s, self.own_prompt.get(view.name.as_str()).copied(), now);
+            self.shares.entry(view.name.as_str().into()).or_default().step(l, k, dt, cfg);
         }
-        let known = |name: &String| snap.backends.iter().any(|b| &b.name == name);
+        let known = |name: &BackendName| snap.backends.iter().any(|b| b.name == name.as_str());
         self.shares.retain(|name, _| known(name));
         self.own_prompt.retain(|name, _| known(name));
     }
