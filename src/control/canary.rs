@@ -67,7 +67,7 @@ impl CanaryBoard {
     }
 
     /// Hand every new result to `sink` as well.
-    pub fn forward_to(&self, sink: tokio::sync::mpsc::UnboundedSender<CanaryResult>) {
+    pub(crate) fn forward_to(&self, sink: tokio::sync::mpsc::UnboundedSender<CanaryResult>) {
         *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 

@@ -34,7 +34,12 @@ pub struct Sources {
 
 /// Whether a node is serving: vLLM runs a sequence, a GPU shows utilisation, or this router
 /// has a request on it now or sent one since the last sample.
-pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64, sent_since: u64) -> bool {
+pub(crate) fn is_busy(
+    running: Option<f64>,
+    agent: Option<&AgentSample>,
+    in_flight: u64,
+    sent_since: u64,
+) -> bool {
     let gpu_busy =
         agent.is_some_and(|a| a.up && a.gpus.iter().any(|g| g.utilization.is_some_and(|u| u > 0.0)));
     running.is_some_and(|r| r > 0.0) || gpu_busy || in_flight > 0 || sent_since > 0
@@ -44,7 +49,7 @@ pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64
 /// flight on it, plus the others a fresh reading's running gauge showed beyond this router's
 /// own (a node with no fresh gauge counts only what this router has on it, a lower bound). A
 /// lagging gauge that still shows requests this router saw finish adds nothing.
-pub fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, load: LoadView) -> f64 {
+pub(crate) fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, load: LoadView) -> f64 {
     let running = sig.running.filter(|_| headroom::fresh(sig, limits, now));
     load.at_node(running, None)
 }

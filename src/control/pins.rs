@@ -141,18 +141,18 @@ impl PinBoard {
     }
 
     /// The pin in effect for `backend`: the last one the gate accepted, else the configured one.
-    pub fn in_effect(&self, backend: &str, configured: Option<&Pin>) -> Option<Pin> {
+    pub(crate) fn in_effect(&self, backend: &str, configured: Option<&Pin>) -> Option<Pin> {
         let accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
         accepted.get(backend).and_then(|pins| pins.last().cloned()).or_else(|| configured.cloned())
     }
 
     /// Record why the gate keeps a quarantined node out (shown with its quarantine reason).
-    pub fn gate_verdict(&self, node: &NodeKey, why: String) {
+    pub(crate) fn gate_verdict(&self, node: &NodeKey, why: String) {
         self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.clone(), why);
     }
 
     /// Put exactly `verdicts` in place (the shared state as read from the store).
-    pub fn set_gate_verdicts(&self, verdicts: BTreeMap<NodeKey, String>) {
+    pub(crate) fn set_gate_verdicts(&self, verdicts: BTreeMap<NodeKey, String>) {
         *self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()) = verdicts;
     }
 

@@ -43,7 +43,7 @@ use crate::snapshot::Snapshot;
 pub use super::scrape_error::ScrapeError;
 
 /// Most scrapes in flight at once, over all nodes.
-pub const MAX_CONCURRENT_SCRAPES: usize = 32;
+pub(crate) const MAX_CONCURRENT_SCRAPES: usize = 32;
 
 /// Every self-hosted node in `snap`, by node key.
 pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
@@ -118,7 +118,7 @@ pub async fn run(
 /// [`run`], sharing readings when `s.share` says so: every interval the node set is re-read
 /// and (sharing) the live replicas with it; a quarter of an interval apart, this replica's
 /// readings are published and the others' read.
-pub async fn run_with(s: Scraping) {
+pub(crate) async fn run_with(s: Scraping) {
     let interval = Duration::from_millis(s.cfg.interval_ms.max(1));
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
     let mut tasks = JoinSet::new();

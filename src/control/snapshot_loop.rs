@@ -68,7 +68,7 @@ fn reported(
 }
 
 /// Build the next snapshot.
-pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
+pub(crate) fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     let discovered = sources.discovered.borrow().clone();
     let origins: BTreeMap<BackendName, Vec<String>> = discovered
         .iter()

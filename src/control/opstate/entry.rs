@@ -165,7 +165,7 @@ fn parse<T: DeserializeOwned>(value: &str) -> Result<T, String> {
 
 /// What the entries mean for the boards.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Desired {
+pub(crate) struct Desired {
     pub holds: BTreeMap<Scope, Hold>,
     pub breakers: BTreeMap<NodeKey, Forced>,
     pub canaries: BTreeMap<BackendName, CanaryResult>,
@@ -176,7 +176,7 @@ pub struct Desired {
 
 /// Read every entry; one that does not parse (hand-edited, or from a newer version) is left
 /// out and named in the second list.
-pub fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
+pub(crate) fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
     let mut d = Desired::default();
     let mut problems = Vec::new();
     for ((kind, scope), e) in &state.entries {
@@ -219,7 +219,13 @@ pub fn changed(old: &OperatorState, new: &OperatorState) -> Vec<Key> {
 }
 
 /// Apply `effects` to `state` at `version` (the in-memory store, and tests).
-pub fn apply_effects(state: &mut OperatorState, effects: &[Effect], by: &str, at_ms: i64, version: i64) {
+pub(crate) fn apply_effects(
+    state: &mut OperatorState,
+    effects: &[Effect],
+    by: &str,
+    at_ms: i64,
+    version: i64,
+) {
     for e in effects {
         match &e.new {
             Some(value) => {
