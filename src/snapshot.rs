@@ -72,7 +72,7 @@ pub struct BackendView {
 }
 
 impl BackendView {
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.kind.is_local()
     }
 
@@ -108,7 +108,7 @@ fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
 }
 
 /// A hosted backend whose availability is below this counts as down for the reserve.
-pub const DOWN_BELOW: f64 = 0.1;
+pub(crate) const DOWN_BELOW: f64 = 0.1;
 
 /// What the control loops know, as lookups the builder calls per backend and node.
 pub struct SnapshotInputs<'a> {
@@ -269,7 +269,7 @@ impl Snapshot {
         self.backends.iter().filter(|b| b.unmeasured(now)).map(|b| b.name.as_str()).collect()
     }
 
-    pub fn backend_id(&self, name: &str) -> Option<BackendId> {
+    pub(crate) fn backend_id(&self, name: &str) -> Option<BackendId> {
         self.by_name.get(name).copied()
     }
 }

@@ -27,7 +27,7 @@ pub struct Kept {
 
 impl Kept {
     /// Their mean prompt in tokens; `None` when none was counted.
-    pub fn prompt_mean(&self) -> Option<f64> {
+    pub(crate) fn prompt_mean(&self) -> Option<f64> {
         let n = self.taken + self.refused;
         (n > 0).then(|| self.prompt_tokens as f64 / n as f64)
     }

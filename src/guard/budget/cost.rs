@@ -37,7 +37,7 @@ pub fn worst_case<'a>(
 
 /// What the answer cost (the figure in `x-spillway-cost-usd`): list price of its usage on a
 /// hosted backend, the marginal GPU estimate on a pool; `None` when its backend is unpriced.
-pub fn answer_cost(backend: &BackendConfig, usage: &Usage, took: Duration) -> Option<Decimal> {
+pub(crate) fn answer_cost(backend: &BackendConfig, usage: &Usage, took: Duration) -> Option<Decimal> {
     call_cost(backend, usage, took).map(|c| c.normalize())
 }
 

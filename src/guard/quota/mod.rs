@@ -30,7 +30,7 @@ pub use window::{minute_of, until_next_window, Limits, MinuteWindow, WINDOW_MS};
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// The system clock as a [`Clock`].
-pub fn system_clock() -> Clock {
+pub(crate) fn system_clock() -> Clock {
     Arc::new(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0))
 }
 
@@ -129,7 +129,7 @@ impl QuotaBoard {
     }
 
     /// Take the quotas of a reloaded config; counts so far this minute are kept.
-    pub fn set_limits(&self, config: &Config) {
+    pub(crate) fn set_limits(&self, config: &Config) {
         self.limits.store(Arc::new(limits_of(config)));
     }
 
