@@ -51,7 +51,7 @@ impl Standing {
 
 impl GateBoard {
     /// Take in results (any order); the latest per key wins.
-    pub fn absorb(&self, results: impl IntoIterator<Item = GateResult>) {
+    pub(crate) fn absorb(&self, results: impl IntoIterator<Item = GateResult>) {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         for r in results {
             let key = (r.task.clone(), r.backend.clone(), r.fingerprint.clone());
@@ -117,7 +117,7 @@ impl GateBoard {
 
 /// A backend's fingerprint now: a pool's under its pin in effect (the gate may have accepted a
 /// newer one than the config's), a hosted backend's from its model and version tag.
-pub fn current_fingerprint(backend: &crate::config::BackendConfig, pins: &PinBoard) -> String {
+pub(crate) fn current_fingerprint(backend: &crate::config::BackendConfig, pins: &PinBoard) -> String {
     if let Some(pool) = backend.pool() {
         let pin = pins.in_effect(&backend.name, pool.pin.as_ref()).unwrap_or_default();
         fingerprint::of_pin(&backend.model, &pin)

@@ -21,7 +21,7 @@ use crate::canonical::{BackendName, NodeKey};
 pub use super::occupancy::Occupancy;
 
 /// Milliseconds in a minute.
-pub const MINUTE_MS: i64 = 60_000;
+pub(crate) const MINUTE_MS: i64 = 60_000;
 
 /// One node's minute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +44,7 @@ pub struct NodeMinute {
 impl NodeMinute {
     /// What the node costs an hour: GPUs × hourly price (zero when unpriced). Sums of minutes
     /// stay exact when kept in these units and divided by 60 once, at the end.
-    pub fn hourly_rate(&self) -> Decimal {
+    pub(crate) fn hourly_rate(&self) -> Decimal {
         self.gpu_hourly_usd.map_or(Decimal::ZERO, |p| p * Decimal::from(self.gpu_count))
     }
 
@@ -93,7 +93,7 @@ impl Held {
 /// Folds samples into minutes; a minute is finished when a sample of a later minute arrives
 /// (or at [`MinuteTracker::finish`]).
 #[derive(Debug, Default)]
-pub struct MinuteTracker {
+pub(crate) struct MinuteTracker {
     minute_ms: Option<i64>,
     /// Node key → its minute so far.
     open: BTreeMap<NodeKey, NodeMinute>,

@@ -21,7 +21,7 @@ use crate::ledger::usage::NodeMinute;
 
 /// One request as the allocation sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Work<'a> {
+pub(crate) struct Work<'a> {
     /// Index of the group the request belongs to.
     pub group: usize,
     pub node: &'a str,
@@ -74,7 +74,12 @@ fn split(
 
 /// Share the cost of `minutes` among `groups` groups by the `work` done on each node.
 /// `bucket_ms` sets the time buckets of `by_bucket` (at least one minute).
-pub fn allocate(groups: usize, work: &[Work<'_>], minutes: &[NodeMinute], bucket_ms: i64) -> Allocation {
+pub(crate) fn allocate(
+    groups: usize,
+    work: &[Work<'_>],
+    minutes: &[NodeMinute],
+    bucket_ms: i64,
+) -> Allocation {
     let bucket_ms = bucket_ms.max(crate::ledger::usage::MINUTE_MS);
     let mut in_minute: HashMap<(&str, i64), Shares> = HashMap::new();
     let mut in_period: HashMap<&str, Shares> = HashMap::new();

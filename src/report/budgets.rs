@@ -85,7 +85,7 @@ impl BudgetPeriod {
 
 /// The budget use of every key and team of `report` (grouped by key or team) that has a
 /// budget covering `[from_ms, to_ms)`, keys first, each by name.
-pub fn budget_use(report: &Report, from_ms: i64, to_ms: i64, dir: &Directory) -> Vec<BudgetUse> {
+pub(crate) fn budget_use(report: &Report, from_ms: i64, to_ms: i64, dir: &Directory) -> Vec<BudgetUse> {
     let spans = BudgetPeriod::covering(from_ms, to_ms);
     let mut out = Vec::new();
     for (scope, column) in [(Scope::Key, GroupKey::Key), (Scope::Team, GroupKey::Team)] {
