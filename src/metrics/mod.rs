@@ -78,7 +78,7 @@ impl Metrics {
     }
 
     /// Where the shared operator state stands on this replica.
-    pub fn set_operator_state(&self, view: &OperatorStateView) {
+    pub(crate) fn set_operator_state(&self, view: &OperatorStateView) {
         self.operator_state.set(view);
     }
 
