@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// The least time between two collections on one thread.
-pub const COLLECT_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const COLLECT_EVERY: Duration = Duration::from_secs(1);
 
 thread_local! {
     static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -16,7 +16,7 @@ thread_local! {
 
 /// For `on_thread_park`: collect this thread's mimalloc heap if it has not been collected for
 /// [`COLLECT_EVERY`]. Does nothing in a build without mimalloc.
-pub fn on_park() {
+pub(crate) fn on_park() {
     LAST.with(|last| {
         let now = Instant::now();
         if due(last.get(), now) {

@@ -126,12 +126,12 @@ impl AttemptRecord {
     }
 
     /// The same record, for the request with this id.
-    pub fn for_request(self, request_id: &str) -> Self {
+    pub(crate) fn for_request(self, request_id: &str) -> Self {
         AttemptRecord { request_id: request_id.to_string(), ..self }
     }
 
     /// One line for logs and client error messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (self.skipped, self.error_class) {
             (Some(skip), _) => format!("{}: skipped ({})", self.backend, skip.as_str()),
             (None, Some(class)) => format!(
@@ -307,7 +307,7 @@ impl RequestOutcome {
     }
 
     /// The same outcome, for the request `meta` describes.
-    pub fn with_meta(self, meta: &RequestMeta) -> Self {
+    pub(crate) fn with_meta(self, meta: &RequestMeta) -> Self {
         RequestOutcome { meta: meta.clone(), ..self }
     }
 
@@ -344,7 +344,7 @@ impl RequestOutcome {
         self.ending = error.map_or(Ending::Completed, Ending::Failed);
     }
 
-    pub fn cancel(&mut self, now: Instant) {
+    pub(crate) fn cancel(&mut self, now: Instant) {
         self.duration = now.saturating_duration_since(self.started);
         self.ending = Ending::Cancelled;
     }

@@ -74,7 +74,7 @@ fn refusal(rule: Option<&DataClassPolicy>, backend: &BackendConfig) -> Option<St
 
 /// Why each task that lists `backend` may not send it data (task name, reason), in task order:
 /// what `GET /admin/backends` shows. The gate's refusals are not here (`/admin/gate` has them).
-pub fn refusals_of(config: &Config, backend: &BackendConfig) -> Vec<(String, String)> {
+pub(crate) fn refusals_of(config: &Config, backend: &BackendConfig) -> Vec<(String, String)> {
     config
         .tasks
         .iter()

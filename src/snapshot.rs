@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::canonical::NodeKey;
+use crate::canonical::{BackendName, NodeKey, TaskName};
 use crate::config::{BackendConfig, BackendId, BackendKind, BackendSpec, Config, PoolSpec, Price};
 use crate::fleet::headroom::{NodeSignals, PoolLimits};
 use crate::guard::node::{NodeBoard, NodeHandle};
@@ -72,7 +72,7 @@ pub struct BackendView {
 }
 
 impl BackendView {
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.kind.is_local()
     }
 
@@ -108,12 +108,12 @@ fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
 }
 
 /// A hosted backend whose availability is below this counts as down for the reserve.
-pub const DOWN_BELOW: f64 = 0.1;
+pub(crate) const DOWN_BELOW: f64 = 0.1;
 
 /// What the control loops know, as lookups the builder calls per backend and node.
 pub struct SnapshotInputs<'a> {
     /// Node origins found by discovery, by backend name (added to configured endpoints).
-    pub discovered: &'a BTreeMap<String, Vec<String>>,
+    pub discovered: &'a BTreeMap<BackendName, Vec<String>>,
     pub breaker: &'a dyn Fn(&NodeKey) -> BreakerView,
     /// The handle of a node (its key, its `max_inflight_per_node`).
     pub handle: &'a dyn Fn(&NodeKey, Option<u32>) -> NodeHandle,
@@ -138,11 +138,11 @@ pub struct Snapshot {
     /// In config order; a task refers to them by name.
     pub backends: Vec<BackendView>,
     /// Backend name → its id (index into `backends`).
-    by_name: HashMap<String, BackendId>,
+    by_name: HashMap<BackendName, BackendId>,
     /// Task → backend → why the evaluation gate keeps them apart (filled by the snapshot loop
     /// from the gate's results; empty when no task has a required gate). Read through
     /// [`Snapshot::gate_refusal`], which looks up without allocating.
-    pub gate_refusals: BTreeMap<String, BTreeMap<String, String>>,
+    pub gate_refusals: BTreeMap<TaskName, BTreeMap<BackendName, String>>,
 }
 
 impl Snapshot {
@@ -190,7 +190,7 @@ impl Snapshot {
             .map(|b| {
                 let mut origins = configured_nodes(b);
                 if b.kind() == BackendKind::Local {
-                    for origin in inputs.discovered.get(&b.name).into_iter().flatten() {
+                    for origin in inputs.discovered.get(b.name.as_str()).into_iter().flatten() {
                         let origin = trim(origin);
                         if !origins.iter().any(|(o, _)| *o == origin) {
                             origins.push((origin.clone(), format!("{origin}/v1")));
@@ -256,7 +256,11 @@ impl Snapshot {
             b.reserve_released = true;
             b.limits.reserve = 0.0;
         }
-        let by_name = backends.iter().enumerate().map(|(i, b)| (b.name.clone(), BackendId::new(i))).collect();
+        let by_name = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (BackendName::from(&b.name), BackendId::new(i)))
+            .collect();
         Snapshot { version, config, backends, by_name, gate_refusals: BTreeMap::new() }
     }
 
@@ -265,7 +269,7 @@ impl Snapshot {
         self.backends.iter().filter(|b| b.unmeasured(now)).map(|b| b.name.as_str()).collect()
     }
 
-    pub fn backend_id(&self, name: &str) -> Option<BackendId> {
+    pub(crate) fn backend_id(&self, name: &str) -> Option<BackendId> {
         self.by_name.get(name).copied()
     }
 }

@@ -23,15 +23,15 @@ use crate::config::{BackendConfig, BackendKind, Tokenizer};
 
 /// Framing tokens per message (`<|start|>{role}<|message|>…<|end|>`), as OpenAI's cookbook
 /// ("How to count tokens with tiktoken") documents for current chat models.
-pub const TOKENS_PER_MESSAGE: u32 = 3;
+pub(crate) const TOKENS_PER_MESSAGE: u32 = 3;
 /// Tokens that prime the assistant's reply, once per request (same source).
-pub const REPLY_PRIMING: u32 = 3;
+pub(crate) const REPLY_PRIMING: u32 = 3;
 /// Extra tokens per tool call an earlier assistant turn made (tiktoken-rs's heuristic).
-pub const TOKENS_PER_TOOL_CALL: u32 = 1;
+pub(crate) const TOKENS_PER_TOOL_CALL: u32 = 1;
 /// An ESTIMATE per attached image: OpenAI's documented figure for a 1024×1024 image at high
 /// detail (85 + 4 tiles × 170). Real counts depend on the image's size and the provider
 /// (Anthropic documents about width × height / 750, Gemini 258 per 768×768 tile).
-pub const TOKENS_PER_IMAGE: u32 = 765;
+pub(crate) const TOKENS_PER_IMAGE: u32 = 765;
 
 /// English prose used to measure a loaded tokenizer against `o200k_base` for the capacity
 /// plan's reference ratio.
@@ -50,7 +50,7 @@ compares hosted prices with the price of GPU hours, idle time included.";
 /// | Gemini | 1.00 | Google's docs: "a token is equivalent to about 4 characters; 100 tokens ≈ 60–80 English words", OpenAI's own rule of thumb for its tokenizers. |
 /// | Llama 3 | 1.05 | Meta: Llama 3's 128 K vocabulary is tiktoken's 100 K (cl100k) plus 28 K non-English tokens, ≈ 4 characters per token on English; cl100k runs a few percent above o200k on English. |
 /// | cl100k_base | 1.00 | exact counts come from the real table; this ratio is only used to convert *reference* loads in the capacity plan (within a few percent of o200k on English). |
-pub const RATIOS: [(Tokenizer, f64); 5] = [
+pub(crate) const RATIOS: [(Tokenizer, f64); 5] = [
     (Tokenizer::O200kBase, 1.0),
     (Tokenizer::Cl100kBase, 1.0),
     (Tokenizer::ClaudeEstimate, 1.20),
@@ -132,7 +132,7 @@ pub enum TokenCounter {
 
 /// The counter a backend uses: its loaded `tokenizer_file`, else its explicit `tokenizer`
 /// key, else the default for its kind.
-pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
+pub(crate) fn counter_for(backend: &BackendConfig) -> TokenCounter {
     if let Some(file) = &backend.tokenizer_loaded {
         return TokenCounter::File(Arc::clone(file));
     }
@@ -149,7 +149,7 @@ pub fn counter_for(backend: &BackendConfig) -> TokenCounter {
 
 /// Build the shared BPE tables now (they take a noticeable moment, once per process).
 /// Optional: counting builds them on first use otherwise.
-pub fn warm_up() {
+pub(crate) fn warm_up() {
     let _ = o200k();
     let _ = cl100k();
 }
@@ -200,7 +200,7 @@ impl TokenCounter {
     }
 
     /// Whether counts are exact (a real tokenizer) rather than an estimate.
-    pub fn is_exact(&self) -> bool {
+    pub(crate) fn is_exact(&self) -> bool {
         matches!(self, TokenCounter::O200kBase | TokenCounter::Cl100kBase | TokenCounter::File(_))
     }
 
@@ -217,7 +217,7 @@ impl TokenCounter {
 
     /// Tokens in a piece of text. Special-token markers in the text (`<|endoftext|>`) count as
     /// ordinary text, as providers treat user content.
-    pub fn count_text(&self, text: &str) -> u32 {
+    pub(crate) fn count_text(&self, text: &str) -> u32 {
         match self {
             TokenCounter::Cl100kBase => saturate(cl100k().count_ordinary(text)),
             TokenCounter::File(file) => file.count(text),

@@ -11,25 +11,25 @@ use prometheus::{Encoder, Gauge, GaugeVec, IntCounter, IntGauge, IntGaugeVec, Op
 
 use super::source::GpuReading;
 
-pub const NVML_UP: &str = "spillway_nvml_up";
-pub const NVML_INFO: &str = "spillway_nvml_info";
-pub const GPU_UTILIZATION_RATIO: &str = "spillway_gpu_utilization_ratio";
-pub const GPU_MEMORY_USED_BYTES: &str = "spillway_gpu_memory_used_bytes";
-pub const GPU_MEMORY_TOTAL_BYTES: &str = "spillway_gpu_memory_total_bytes";
-pub const GPU_POWER_WATTS: &str = "spillway_gpu_power_watts";
-pub const GPU_TEMPERATURE_CELSIUS: &str = "spillway_gpu_temperature_celsius";
-pub const AGENT_READS_TOTAL: &str = "spillway_agent_reads_total";
-pub const AGENT_READ_ERRORS_TOTAL: &str = "spillway_agent_read_errors_total";
-pub const AGENT_LAST_READ_TIMESTAMP_SECONDS: &str = "spillway_agent_last_read_timestamp_seconds";
+pub(crate) const NVML_UP: &str = "spillway_nvml_up";
+pub(crate) const NVML_INFO: &str = "spillway_nvml_info";
+pub(crate) const GPU_UTILIZATION_RATIO: &str = "spillway_gpu_utilization_ratio";
+pub(crate) const GPU_MEMORY_USED_BYTES: &str = "spillway_gpu_memory_used_bytes";
+pub(crate) const GPU_MEMORY_TOTAL_BYTES: &str = "spillway_gpu_memory_total_bytes";
+pub(crate) const GPU_POWER_WATTS: &str = "spillway_gpu_power_watts";
+pub(crate) const GPU_TEMPERATURE_CELSIUS: &str = "spillway_gpu_temperature_celsius";
+pub(crate) const AGENT_READS_TOTAL: &str = "spillway_agent_reads_total";
+pub(crate) const AGENT_READ_ERRORS_TOTAL: &str = "spillway_agent_read_errors_total";
+pub(crate) const AGENT_LAST_READ_TIMESTAMP_SECONDS: &str = "spillway_agent_last_read_timestamp_seconds";
 
 /// The labels of every per-GPU series: NVML's index (as a string) and the device UUID.
-pub const GPU_LABELS: [&str; 2] = ["gpu", "uuid"];
+pub(crate) const GPU_LABELS: [&str; 2] = ["gpu", "uuid"];
 
 /// Longest reason kept in the `reason` label; longer text is cut at a char boundary.
 const MAX_REASON_CHARS: usize = 240;
 
 /// The agent's metric families and their registry.
-pub struct AgentMetrics {
+pub(crate) struct AgentMetrics {
     registry: Registry,
     up: IntGauge,
     info: IntGaugeVec,

@@ -39,7 +39,7 @@ impl NvmlGpus {
 }
 
 /// A short, stable, actionable reason for a failed NVML init.
-pub fn describe_init_error(e: &NvmlError) -> String {
+pub(crate) fn describe_init_error(e: &NvmlError) -> String {
     match e {
         NvmlError::LibloadingError(inner) => format!("NVML library not found: {inner}"),
         NvmlError::FailedToLoadSymbol(inner) => {

@@ -48,7 +48,7 @@ where
     }
 
     /// One tick at `now` (the trait's `read` passes `Instant::now()`).
-    pub fn read_at(&mut self, now: Instant) -> Result<Vec<GpuReading>, String> {
+    pub(crate) fn read_at(&mut self, now: Instant) -> Result<Vec<GpuReading>, String> {
         if self.inner.is_none() {
             if self.next_open.is_some_and(|at| now < at) {
                 return Err(self.last_reason.clone());

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::error::{ApiError, ErrorCode};
 
 /// The whole body of a JSON request, or the error the client gets.
-pub async fn read_json(
+pub(crate) async fn read_json(
     headers: &HeaderMap,
     body: Body,
     max_bytes: usize,

@@ -15,7 +15,7 @@ use super::wire::{self, completion_json};
 use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 use crate::serve::{self, Served};
 
-pub async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
+pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
     let request = wire::decode(&received.body)?;

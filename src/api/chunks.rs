@@ -30,7 +30,7 @@ use std::sync::Arc;
 const BATCH_BYTES: usize = 16 * 1024;
 
 /// The fixed part of every chunk of one response, serialised once.
-pub struct ChunkWriter {
+pub(crate) struct ChunkWriter {
     /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…`
     head: Vec<u8>,
     /// Legacy completions: only relayed upstream chunks are written (a canonical event has no
@@ -137,7 +137,13 @@ impl ChunkWriter {
     /// An upstream chunk under this response's head. Its `usage` goes only to a client that
     /// asked for usage, and a usage-only chunk not at all to one that did not. Returns whether
     /// a usage object was written.
-    pub fn relay(&self, out: &mut Vec<u8>, chunk: &RelayChunk, include_usage: bool, cost: &CostCell) -> bool {
+    pub(crate) fn relay(
+        &self,
+        out: &mut Vec<u8>,
+        chunk: &RelayChunk,
+        include_usage: bool,
+        cost: &CostCell,
+    ) -> bool {
         if chunk.no_choices && !include_usage {
             return false;
         }
@@ -188,7 +194,7 @@ fn head(id: &str, object: &'static str, model: &str, created: u64) -> Vec<u8> {
 }
 
 /// Canonical events → the SSE response; `hold` (the admission permit) lives as long as the body.
-pub fn stream_response<H: Send + 'static>(
+pub(crate) fn stream_response<H: Send + 'static>(
     events: EventStream,
     backend: &str,
     writer: ChunkWriter,

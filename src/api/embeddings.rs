@@ -21,7 +21,7 @@ use crate::canonical::{vector_to_base64, ChatRequest, Embedding, EncodingFormat,
 use crate::serve::{self, Served};
 
 /// The most inputs one request may hold (OpenAI's limit).
-pub const MAX_INPUTS: usize = 2048;
+pub(crate) const MAX_INPUTS: usize = 2048;
 
 #[derive(Debug, Deserialize)]
 struct EmbeddingsRequest {

@@ -34,7 +34,7 @@ pub struct Door {
 
 /// A request received by a front door: who sent it, its body, and its share of the router's
 /// concurrency (held until the answer has been written).
-pub struct Received {
+pub(crate) struct Received {
     pub arrived_at: SystemTime,
     pub principal: Option<Principal>,
     pub body: Bytes,
@@ -43,7 +43,7 @@ pub struct Received {
 
 impl Received {
     /// What the core needs to know of the request's arrival.
-    pub fn arrival<'a>(
+    pub(crate) fn arrival<'a>(
         &self,
         request_id: String,
         trace: Option<RequestSpan>,
@@ -63,7 +63,7 @@ impl Received {
 /// What a front door's route is handed: the shared state, the request's id (set by the
 /// request-id layer), its server span (set by the trace layer, when tracing is on) and the
 /// request itself, unread.
-pub struct Incoming {
+pub(crate) struct Incoming {
     pub state: AppState,
     pub request_id: String,
     pub trace: Option<RequestSpan>,
@@ -85,7 +85,7 @@ impl FromRequest<AppState> for Incoming {
 
 /// Authenticate, read the JSON body, then take an admission permit: only once the body is in,
 /// so a slow sender never holds a permit.
-pub async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+pub(crate) async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let door = &state.door;
     let arrived_at = SystemTime::now();
     let principal = super::authenticate(&door.client_keys, headers)?;

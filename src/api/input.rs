@@ -15,7 +15,7 @@ const SHAPES: &str =
 
 /// Whether an empty string is a valid input (it is a prompt; it is no text to embed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmptyText {
+pub(crate) enum EmptyText {
     Allowed,
     Refused,
 }

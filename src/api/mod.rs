@@ -142,7 +142,7 @@ async fn close_when_leaving(
 /// 401. The key comes as `Authorization: Bearer <key>` (OpenAI's SDKs) or `x-api-key: <key>`
 /// (Anthropic's), on every route. An unknown, revoked or expired key gets one answer, which
 /// each front door sends in its dialect's envelope. The key is never logged.
-pub fn authenticate(
+pub(crate) fn authenticate(
     keys: &crate::keys::KeyBoard,
     headers: &HeaderMap,
 ) -> Result<Option<Principal>, ApiError> {

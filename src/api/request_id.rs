@@ -15,11 +15,11 @@ use tracing::Instrument;
 use super::Ops;
 use crate::config::{AccessLogConfig, AccessLogLevel};
 
-pub const HEADER: &str = "x-request-id";
+pub(crate) const HEADER: &str = "x-request-id";
 
 /// The id of the request being handled (a request extension).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestId(pub String);
+pub(crate) struct RequestId(pub String);
 
 /// A client-supplied id is kept when it is 1–128 characters of `[A-Za-z0-9._-]`.
 fn acceptable(id: &str) -> bool {
@@ -27,7 +27,7 @@ fn acceptable(id: &str) -> bool {
 }
 
 /// The middleware: id, span, access log line (as `access_log` says), response header.
-pub async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
         .get(HEADER)

@@ -19,7 +19,7 @@ use super::Ops;
 use crate::trace::RequestSpan;
 
 /// The middleware: a span per API request, ended with the answer's body.
-pub async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
     let span = path
         .starts_with("/v1/")

@@ -38,7 +38,7 @@ impl Readiness {
     }
 
     /// True once a shutdown signal came: the router still serves but wants no new traffic.
-    pub fn leaving(&self) -> bool {
+    pub(crate) fn leaving(&self) -> bool {
         self.leaving.load(Ordering::Relaxed)
     }
 
@@ -57,7 +57,7 @@ pub enum Signal {
 
 /// How the delay after the first signal ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DelayEnd {
+pub(crate) enum DelayEnd {
     /// The whole delay was served.
     Served,
     /// A second signal cut it short.
@@ -67,7 +67,7 @@ pub enum DelayEnd {
 /// Wait for the first signal, report unready, then serve on for `delay` (or until a second
 /// signal); resolves when the listener should stop accepting. A closed channel before the
 /// first signal means none can come: this never resolves then.
-pub async fn sequence(
+pub(crate) async fn sequence(
     signals: &mut mpsc::Receiver<Signal>,
     delay: Duration,
     readiness: &Readiness,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::control::reload::Reloader;
 
 /// Resolves on ctrl-c or SIGTERM, for a process that drains at once (no shutdown delay).
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -31,7 +31,7 @@ pub async fn shutdown_signal() {
 
 /// Reload the config file on every SIGHUP (logging what happened).
 #[cfg(unix)]
-pub async fn reload_on_sighup(reloader: Arc<Reloader>) {
+pub(crate) async fn reload_on_sighup(reloader: Arc<Reloader>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
     while hangups.recv().await.is_some() {

@@ -36,7 +36,7 @@ impl Default for CachePlacement {
 
 impl CachePlacement {
     /// Places nothing at all.
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         !self.system && !self.tools && self.last_turns == 0
     }
 }

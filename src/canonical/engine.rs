@@ -31,7 +31,7 @@ impl Engine {
     }
 
     /// The engine of a [`Engine::name`], if it is one.
-    pub fn from_name(name: &str) -> Option<Engine> {
+    pub(crate) fn from_name(name: &str) -> Option<Engine> {
         Engine::ALL.into_iter().find(|e| e.name() == name)
     }
 

@@ -52,7 +52,7 @@ impl ErrorClass {
 
     /// Does this failure count against the backend's health (breakers, availability)?
     /// Client mistakes do not.
-    pub fn counts_against_backend(self) -> bool {
+    pub(crate) fn counts_against_backend(self) -> bool {
         self.may_fail_over()
     }
 
@@ -74,7 +74,7 @@ impl ErrorClass {
     }
 
     /// The class an HTTP status implies when the body says nothing more specific.
-    pub fn from_status(status: u16) -> ErrorClass {
+    pub(crate) fn from_status(status: u16) -> ErrorClass {
         match status {
             429 => ErrorClass::RateLimited,
             503 | 529 => ErrorClass::Overloaded,
@@ -104,7 +104,7 @@ impl UpstreamError {
         UpstreamError { class, status, retry_after: None, message: message.into() }
     }
 
-    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+    pub(crate) fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
         self.retry_after = retry_after;
         self
     }

@@ -9,6 +9,7 @@ mod cache;
 mod engine;
 mod error;
 mod id;
+mod name;
 mod native;
 mod operation;
 mod principal;
@@ -20,6 +21,7 @@ pub use cache::{CachePlacement, MAX_BREAKPOINTS};
 pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
+pub use name::{BackendName, TaskName, TeamName};
 pub use native::{Dialect, NativeEvent, NativeRequest};
 pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,

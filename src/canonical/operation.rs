@@ -24,7 +24,7 @@ pub enum Operation {
 
 impl Operation {
     /// In words, for the client's error when no backend can do it.
-    pub fn describe(&self) -> &'static str {
+    pub(crate) fn describe(&self) -> &'static str {
         match self {
             Operation::Chat => "chat",
             Operation::Completion(_) => "legacy completions",
@@ -79,7 +79,7 @@ impl Input {
     }
 
     /// The tokens given as ids (none when it is given as text).
-    pub fn token_ids(&self) -> usize {
+    pub(crate) fn token_ids(&self) -> usize {
         match self {
             Input::Text(_) | Input::Texts(_) => 0,
             Input::Tokens(ids) => ids.len(),

@@ -15,7 +15,7 @@ pub struct KeyId(Arc<str>);
 
 impl KeyId {
     /// How many hex digits an id has.
-    pub const LEN: usize = 12;
+    pub(crate) const LEN: usize = 12;
 
     /// An id from its text: exactly [`KeyId::LEN`] lowercase hex digits, else `None`.
     pub fn parse(text: &str) -> Option<KeyId> {

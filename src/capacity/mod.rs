@@ -141,7 +141,7 @@ pub fn build(config: &Config, profile: Option<&Profile>) -> Report {
 }
 
 /// What the plan knows of each backend, from the config and the profile.
-pub fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<BackendInfo> {
+pub(crate) fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<BackendInfo> {
     config
         .backends
         .iter()
@@ -179,7 +179,7 @@ pub fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<BackendI
 }
 
 /// The arithmetic's view of the backends.
-pub fn backend_caps(infos: &[BackendInfo]) -> Vec<BackendCap> {
+pub(crate) fn backend_caps(infos: &[BackendInfo]) -> Vec<BackendCap> {
     infos
         .iter()
         .map(|b| BackendCap {
@@ -194,7 +194,7 @@ pub fn backend_caps(infos: &[BackendInfo]) -> Vec<BackendCap> {
 }
 
 /// The tasks of the profile, in config order.
-pub fn task_loads(config: &Config, profile: &Profile) -> Vec<TaskLoad> {
+pub(crate) fn task_loads(config: &Config, profile: &Profile) -> Vec<TaskLoad> {
     config
         .tasks
         .iter()

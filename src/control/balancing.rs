@@ -33,7 +33,7 @@ impl AvailabilityBoard {
     }
 
     /// Start tracking the hosted backends a reloaded config added (kept ones keep their state).
-    pub fn track_new(&self, config: &Config) {
+    pub(crate) fn track_new(&self, config: &Config) {
         let mut hosted = self.hosted.lock().unwrap_or_else(|e| e.into_inner());
         for b in config.backends.iter().filter(|b| !b.kind().is_local()) {
             if !hosted.contains(&b.name) {
@@ -72,7 +72,7 @@ impl AvailabilityBoard {
 
     /// What the next snapshot shows for `backend`: its availability, 0 while the open
     /// interval is slow (`route::slowness`).
-    pub fn effective(&self, backend: &str) -> f64 {
+    pub(crate) fn effective(&self, backend: &str) -> f64 {
         self.lock().effective(backend)
     }
 
@@ -81,7 +81,7 @@ impl AvailabilityBoard {
         self.lock().slow(backend)
     }
 
-    pub fn all(&self) -> std::collections::BTreeMap<String, f64> {
+    pub fn all(&self) -> std::collections::BTreeMap<crate::canonical::BackendName, f64> {
         self.lock().all()
     }
 }

@@ -15,7 +15,7 @@ pub struct Books {
 
 /// Read records until the channel closes or `stop` is cancelled (then read what is already queued):
 /// log them, feed the metrics and write the ledger.
-pub async fn consume(
+pub(crate) async fn consume(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
     books: Books,
     stop: tokio_util::sync::CancellationToken,

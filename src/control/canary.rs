@@ -18,7 +18,9 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::canonical::{ChatRequest, Embedding, EncodingFormat, Input, Message, Operation, Role};
+use crate::canonical::{
+    BackendName, ChatRequest, Embedding, EncodingFormat, Input, Message, Operation, Role,
+};
 use crate::config::{BackendId, TaskId};
 use crate::dispatch::synthetic::{Destination, Purpose, SyntheticCall};
 use crate::dispatch::Dispatcher;
@@ -55,7 +57,7 @@ pub struct CanaryResult {
 /// back (`replace`): every replica shows the latest probe of each backend, whoever ran it.
 #[derive(Debug, Default)]
 pub struct CanaryBoard {
-    last: Mutex<BTreeMap<String, CanaryResult>>,
+    last: Mutex<BTreeMap<BackendName, CanaryResult>>,
     sink: Mutex<Option<tokio::sync::mpsc::UnboundedSender<CanaryResult>>>,
 }
 
@@ -65,17 +67,20 @@ impl CanaryBoard {
     }
 
     /// Hand every new result to `sink` as well.
-    pub fn forward_to(&self, sink: tokio::sync::mpsc::UnboundedSender<CanaryResult>) {
+    pub(crate) fn forward_to(&self, sink: tokio::sync::mpsc::UnboundedSender<CanaryResult>) {
         *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 
     /// Put exactly `results` in place (the shared state as read from the store).
-    pub fn replace(&self, results: BTreeMap<String, CanaryResult>) {
+    pub fn replace(&self, results: BTreeMap<BackendName, CanaryResult>) {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = results;
     }
 
     fn record(&self, result: &CanaryResult) {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(result.backend.clone(), result.clone());
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(result.backend.as_str().into(), result.clone());
         if let Some(sink) = &*self.sink.lock().unwrap_or_else(|e| e.into_inner()) {
             let _ = sink.send(result.clone());
         }

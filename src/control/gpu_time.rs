@@ -34,7 +34,12 @@ pub struct Sources {
 
 /// Whether a node is serving: vLLM runs a sequence, a GPU shows utilisation, or this router
 /// has a request on it now or sent one since the last sample.
-pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64, sent_since: u64) -> bool {
+pub(crate) fn is_busy(
+    running: Option<f64>,
+    agent: Option<&AgentSample>,
+    in_flight: u64,
+    sent_since: u64,
+) -> bool {
     let gpu_busy =
         agent.is_some_and(|a| a.up && a.gpus.iter().any(|g| g.utilization.is_some_and(|u| u > 0.0)));
     running.is_some_and(|r| r > 0.0) || gpu_busy || in_flight > 0 || sent_since > 0
@@ -44,7 +49,7 @@ pub fn is_busy(running: Option<f64>, agent: Option<&AgentSample>, in_flight: u64
 /// flight on it, plus the others a fresh reading's running gauge showed beyond this router's
 /// own (a node with no fresh gauge counts only what this router has on it, a lower bound). A
 /// lagging gauge that still shows requests this router saw finish adds nothing.
-pub fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, load: LoadView) -> f64 {
+pub(crate) fn running_now(sig: &NodeSignals, limits: &PoolLimits, now: Instant, load: LoadView) -> f64 {
     let running = sig.running.filter(|_| headroom::fresh(sig, limits, now));
     load.at_node(running, None)
 }
@@ -59,7 +64,7 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
         let Some(pool) = config.pool() else { continue };
         for node in &view.nodes {
             let annotated = discovered
-                .get(&view.name)
+                .get(view.name.as_str())
                 .and_then(|nodes| nodes.iter().find(|n| n.origin == node.origin))
                 .and_then(|n| n.metadata.gpu_hourly_usd);
             let load = node.handle.load.view();
@@ -67,8 +72,8 @@ fn sample(sources: &Sources, last_sent: &mut HashMap<NodeKey, u64>) -> Vec<NodeS
             let before = last_sent.insert(node.key.clone(), load.sent).unwrap_or(0);
             let agent = sources.telemetry.get(&node.key).and_then(|t| t.agent);
             samples.push(NodeSample {
-                backend: view.name.clone(),
-                node: node.key.to_string(),
+                backend: view.name.as_str().into(),
+                node: node.key.clone(),
                 gpu_count: i64::from(pool.gpu_count),
                 gpu_hourly_usd: annotated.or(pool.gpu_hourly_usd),
                 busy: is_busy(node.signals.running, agent.as_ref(), load.in_flight, load.sent - before),

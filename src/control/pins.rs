@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use tokio::sync::broadcast;
 
-use crate::canonical::NodeKey;
+use crate::canonical::{BackendName, NodeKey};
 use crate::config::Pin;
 
 /// What a node says it is, from whichever source knows (pod annotations, vLLM's
@@ -56,7 +56,7 @@ pub struct PinBoard {
     current: Mutex<BTreeMap<NodeKey, String>>,
     /// Pins whose fingerprint passed the gate, by backend, oldest first: a node reporting any
     /// of them is not quarantined, and the last is the pin in effect.
-    accepted: Mutex<BTreeMap<String, Vec<Pin>>>,
+    accepted: Mutex<BTreeMap<BackendName, Vec<Pin>>>,
     /// Why the gate kept a quarantined node out, by node key.
     gate_verdicts: Mutex<BTreeMap<NodeKey, String>>,
     events: broadcast::Sender<QuarantineEvent>,
@@ -135,24 +135,24 @@ impl PinBoard {
     /// effect, and nodes reporting it leave quarantine at the next check.
     pub fn accept(&self, backend: &str, pin: Pin) {
         let mut accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
-        let pins = accepted.entry(backend.to_string()).or_default();
+        let pins = accepted.entry(BackendName::from(backend)).or_default();
         pins.retain(|p| *p != pin);
         pins.push(pin);
     }
 
     /// The pin in effect for `backend`: the last one the gate accepted, else the configured one.
-    pub fn in_effect(&self, backend: &str, configured: Option<&Pin>) -> Option<Pin> {
+    pub(crate) fn in_effect(&self, backend: &str, configured: Option<&Pin>) -> Option<Pin> {
         let accepted = self.accepted.lock().unwrap_or_else(|e| e.into_inner());
         accepted.get(backend).and_then(|pins| pins.last().cloned()).or_else(|| configured.cloned())
     }
 
     /// Record why the gate keeps a quarantined node out (shown with its quarantine reason).
-    pub fn gate_verdict(&self, node: &NodeKey, why: String) {
+    pub(crate) fn gate_verdict(&self, node: &NodeKey, why: String) {
         self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(node.clone(), why);
     }
 
     /// Put exactly `verdicts` in place (the shared state as read from the store).
-    pub fn set_gate_verdicts(&self, verdicts: BTreeMap<NodeKey, String>) {
+    pub(crate) fn set_gate_verdicts(&self, verdicts: BTreeMap<NodeKey, String>) {
         *self.gate_verdicts.lock().unwrap_or_else(|e| e.into_inner()) = verdicts;
     }
 

@@ -43,7 +43,7 @@ use crate::snapshot::Snapshot;
 pub use super::scrape_error::ScrapeError;
 
 /// Most scrapes in flight at once, over all nodes.
-pub const MAX_CONCURRENT_SCRAPES: usize = 32;
+pub(crate) const MAX_CONCURRENT_SCRAPES: usize = 32;
 
 /// Every self-hosted node in `snap`, by node key.
 pub fn targets(snap: &Snapshot) -> HashMap<NodeKey, Target> {
@@ -118,7 +118,7 @@ pub async fn run(
 /// [`run`], sharing readings when `s.share` says so: every interval the node set is re-read
 /// and (sharing) the live replicas with it; a quarter of an interval apart, this replica's
 /// readings are published and the others' read.
-pub async fn run_with(s: Scraping) {
+pub(crate) async fn run_with(s: Scraping) {
     let interval = Duration::from_millis(s.cfg.interval_ms.max(1));
     let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
     let mut tasks = JoinSet::new();
@@ -300,10 +300,8 @@ mod tests {
             [("host", "http://192.168.1.7:9400/metrics"), ("pod", "http://10.0.0.5:9400/metrics")]
         {
             let config = std::sync::Arc::new(crate::config::parse(&yaml(address)).unwrap());
-            let discovered = std::collections::BTreeMap::from([(
-                "pool".to_string(),
-                vec!["http://10.0.0.5:8000".to_string()],
-            )]);
+            let discovered =
+                std::collections::BTreeMap::from([("pool".into(), vec!["http://10.0.0.5:8000".to_string()])]);
             let inputs = crate::snapshot::SnapshotInputs {
                 discovered: &discovered,
                 breaker: &|_| crate::snapshot::BreakerView::Closed,

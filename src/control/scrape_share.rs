@@ -130,7 +130,7 @@ impl ScrapeShare {
 
     /// Say this replica is live; the live replicas (this one included), or `None` when Redis
     /// does not answer.
-    pub async fn beat(self: &Arc<Self>) -> Option<Vec<ReplicaId>> {
+    pub(crate) async fn beat(self: &Arc<Self>) -> Option<Vec<ReplicaId>> {
         let args = [self.me.to_string(), self.member_ttl.as_millis().to_string()];
         let redis = Arc::clone(&self.redis);
         let members: Vec<String> = redis.invoke(&self.heartbeat, &[self.members_key()], &args).await?;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::discovery::DiscoveredNodes;
 use super::pins::{PinBoard, Reported};
-use crate::canonical::NodeKey;
+use crate::canonical::{BackendName, NodeKey};
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::node::NodeBoard;
@@ -68,9 +68,9 @@ fn reported(
 }
 
 /// Build the next snapshot.
-pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
+pub(crate) fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     let discovered = sources.discovered.borrow().clone();
-    let origins: BTreeMap<String, Vec<String>> = discovered
+    let origins: BTreeMap<BackendName, Vec<String>> = discovered
         .iter()
         .map(|(b, nodes)| (b.clone(), nodes.iter().map(|n| n.origin.clone()).collect()))
         .collect();
@@ -91,7 +91,7 @@ pub fn rebuild(sources: &Sources, version: u64, now: Instant) -> Snapshot {
     let config = sources.config.load_full();
     let mut snap = Snapshot::build(Arc::clone(&config), &inputs, version);
     for view in &mut snap.backends {
-        let found = discovered.get(&view.name);
+        let found = discovered.get(view.name.as_str());
         for node in &mut view.nodes {
             node.held = sources.holds.why_held(&view.name, &node.key);
             node.host_ip = found
@@ -199,10 +199,8 @@ tasks:
 
     #[tokio::test(start_paused = true)]
     async fn discovered_pods_join_the_pool_and_a_pod_that_differs_from_the_pin_is_quarantined() {
-        let pods = [(
-            "pool".to_string(),
-            vec![pod("a", "10.1.0.1", "sha256:aaa"), pod("b", "10.1.0.2", "sha256:bbb")],
-        )];
+        let pods =
+            [("pool".into(), vec![pod("a", "10.1.0.1", "sha256:aaa"), pod("b", "10.1.0.2", "sha256:bbb")])];
         let (sources, tx) = sources(pods.into_iter().collect(), false);
         let mut events = sources.pins.subscribe();
         let snap = rebuild(&sources, 2, Instant::now());
@@ -221,9 +219,7 @@ tasks:
         assert_eq!(event.reported.weights.as_deref(), Some("sha256:bbb"));
         // The pod is replaced by one with the pinned weights: it leaves quarantine; a pod
         // that leaves the cluster leaves the pool.
-        tx.send_replace(
-            [("pool".to_string(), vec![pod("b", "10.1.0.2", "sha256:aaa")])].into_iter().collect(),
-        );
+        tx.send_replace([("pool".into(), vec![pod("b", "10.1.0.2", "sha256:aaa")])].into_iter().collect());
         let snap = rebuild(&sources, 3, Instant::now());
         assert_eq!(snap.backends[0].nodes.len(), 2);
         assert!(snap.backends[0].nodes.iter().all(|n| n.quarantine.is_none()));

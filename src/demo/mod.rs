@@ -42,7 +42,7 @@ pub struct DemoArgs {
 const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 
 /// The demo's golden set, written beside its config.
-pub const GOLDEN_FILE: &str = "spillway-demo-golden.jsonl";
+pub(crate) const GOLDEN_FILE: &str = "spillway-demo-golden.jsonl";
 
 /// Golden items for summarise-ticket that the simulators' generated words pass or fail on
 /// their merits (they answer with words from a fixed vocabulary, never with numbers).

@@ -86,7 +86,10 @@ pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, ParseError> {
 /// [`parse_exposition`] of the `# TYPE` and sample lines whose metric name passes `keep`
 /// (`# HELP` text is never used, so it is skipped). Parsing costs about 2 µs a line, so
 /// leaving out families nobody reads is the cheapest speed-up there is.
-pub fn parse_exposition_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
+pub(crate) fn parse_exposition_where(
+    text: &str,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<Sample>, ParseError> {
     read_lines(text, |line| match split_line(line) {
         (LineKind::Help | LineKind::Other, ..) => false,
         (_, _, name, _) => keep(name),
@@ -97,7 +100,7 @@ pub fn parse_exposition_where(text: &str, keep: impl Fn(&str) -> bool) -> Result
 /// sum and count (recent means), and buckets are most of a page, so skipping them cuts the
 /// parse cost several times over. The `# TYPE` line of a histogram is dropped with them, so its
 /// `_sum` and `_count` are read as plain samples.
-pub fn parse_means_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
+pub(crate) fn parse_means_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, ParseError> {
     let histograms: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("# TYPE ") && l.ends_with(" histogram"))
@@ -117,7 +120,7 @@ fn read_lines(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Sample>, Pa
 }
 
 /// The number a counter, gauge or untyped sample holds.
-pub fn scalar(v: &Value) -> Option<f64> {
+pub(crate) fn scalar(v: &Value) -> Option<f64> {
     match v {
         Value::Counter(x) | Value::Gauge(x) | Value::Untyped(x) => Some(*x),
         _ => None,
@@ -125,7 +128,7 @@ pub fn scalar(v: &Value) -> Option<f64> {
 }
 
 /// Sum of every series named `name` whose labels pass `pick`, `None` if there is none.
-pub fn sum_where(samples: &[Sample], name: &str, pick: impl Fn(&Sample) -> bool) -> Option<f64> {
+pub(crate) fn sum_where(samples: &[Sample], name: &str, pick: impl Fn(&Sample) -> bool) -> Option<f64> {
     samples
         .iter()
         .filter(|s| s.metric == name && pick(s))
@@ -140,12 +143,12 @@ pub fn sum_of(samples: &[Sample], name: &str) -> Option<f64> {
 
 /// Sum of the series named `name` whose label `label` is `value` (Triton's one-family-many-
 /// gauges style), `None` if there is none.
-pub fn sum_labelled(samples: &[Sample], name: &str, label: &str, value: &str) -> Option<f64> {
+pub(crate) fn sum_labelled(samples: &[Sample], name: &str, label: &str, value: &str) -> Option<f64> {
     sum_where(samples, name, |s| s.labels.get(label) == Some(value))
 }
 
 /// Mean of every series named `name`, `None` if there is none.
-pub fn mean_of(samples: &[Sample], name: &str) -> Option<f64> {
+pub(crate) fn mean_of(samples: &[Sample], name: &str) -> Option<f64> {
     let xs: Vec<f64> = samples.iter().filter(|s| s.metric == name).filter_map(|s| scalar(&s.value)).collect();
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }

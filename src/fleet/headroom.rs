@@ -136,7 +136,12 @@ pub fn slots(sig: &NodeSignals, limits: &PoolLimits) -> f64 {
 }
 
 /// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node.
-pub fn predict_ttft(sig: &NodeSignals, load: LoadView, limits: &PoolLimits, prompt_tokens: u32) -> f64 {
+pub(crate) fn predict_ttft(
+    sig: &NodeSignals,
+    load: LoadView,
+    limits: &PoolLimits,
+    prompt_tokens: u32,
+) -> f64 {
     let at_node = load.at_node(sig.running, sig.waiting);
     let slots = slots(sig, limits);
     // Requests ahead of this one in the queue once every slot is busy.

@@ -55,7 +55,7 @@ pub struct LoadView {
 
 impl LoadView {
     /// Requests at the node now, `running` and `waiting` being its last reading's gauges.
-    pub fn at_node(&self, running: Option<f64>, waiting: Option<f64>) -> f64 {
+    pub(crate) fn at_node(&self, running: Option<f64>, waiting: Option<f64>) -> f64 {
         self.in_flight as f64 + self.others(running, waiting).unwrap_or(0.0)
     }
 
@@ -138,7 +138,7 @@ impl NodeCounters {
     /// A good reading of the node landed at `now`, its gauges taken at `taken_at` and trailing
     /// the engine's true state by up to `lag`: the open interval closes, and the reading's
     /// share of the router's own requests is fixed.
-    pub fn mark_scraped(&self, now: Instant, taken_at: Instant, lag: Duration) {
+    pub(crate) fn mark_scraped(&self, now: Instant, taken_at: Instant, lag: Duration) {
         let c = &self.0;
         let mut w = c.window.lock().unwrap_or_else(|e| e.into_inner());
         let sent = c.sent.load(Ordering::Relaxed);
@@ -198,7 +198,7 @@ impl NodeLoad {
     }
 
     /// A good reading of the node landed (see [`NodeCounters::mark_scraped`]).
-    pub fn mark_scraped(&self, key: &NodeKey, now: Instant, taken_at: Instant, lag: Duration) {
+    pub(crate) fn mark_scraped(&self, key: &NodeKey, now: Instant, taken_at: Instant, lag: Duration) {
         self.node(key).mark_scraped(now, taken_at, lag);
     }
 

@@ -58,7 +58,7 @@ impl Reading {
     }
 
     /// The scrape time of an encoded reading, without decoding the rest.
-    pub fn time_of(text: &str) -> Option<u64> {
+    pub(crate) fn time_of(text: &str) -> Option<u64> {
         text.split_once('|')?.0.parse().ok()
     }
 

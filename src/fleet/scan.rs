@@ -52,7 +52,9 @@ impl Labels {
         std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
     }
 
-    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(pairs: impl IntoIterator<Item = (K, V)>) -> Labels {
+    pub(crate) fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Labels {
         let mut packed = String::new();
         for (k, v) in pairs {
             packed.push_str(k.as_ref());

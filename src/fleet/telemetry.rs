@@ -22,7 +22,7 @@ use crate::canonical::{Engine, NodeKey};
 
 /// Weight of the newest interval in the recent figures: a figure is mostly forgotten after
 /// about three intervals that have something to say about it.
-pub const EWMA_ALPHA: f64 = 0.5;
+pub(crate) const EWMA_ALPHA: f64 = 0.5;
 
 /// Recent figures, each smoothed over the last few scrape intervals that observed it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -199,7 +199,7 @@ impl NodeTelemetry {
 
     /// A good scrape, read as `engine`'s page, landed at `now`. A page of another engine than
     /// the last (the node was replaced) starts the recent figures afresh.
-    pub fn on_scrape(&mut self, engine: Engine, sample: NodeSample, now: Instant) {
+    pub(crate) fn on_scrape(&mut self, engine: Engine, sample: NodeSample, now: Instant) {
         if self.engine != Some(engine) {
             self.recent = RecentStats::default();
             self.info = EngineInfo::default();
@@ -222,20 +222,20 @@ impl NodeTelemetry {
     }
 
     /// A scrape failed at `now`. The latest good sample stays, ageing.
-    pub fn on_failure(&mut self, error: String, now: Instant) {
+    pub(crate) fn on_failure(&mut self, error: String, now: Instant) {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         self.last_error = Some(error);
         self.last_attempt = Some(now);
     }
 
     /// The NVML agent answered (possibly with `up == false`); vLLM telemetry is untouched.
-    pub fn on_agent(&mut self, agent: AgentSample) {
+    pub(crate) fn on_agent(&mut self, agent: AgentSample) {
         self.agent = Some(agent);
         self.agent_error = None;
     }
 
     /// The NVML agent did not answer; its GPU figures are no longer known.
-    pub fn on_agent_failure(&mut self, error: String) {
+    pub(crate) fn on_agent_failure(&mut self, error: String) {
         self.agent = None;
         self.agent_error = Some(error);
     }
@@ -253,7 +253,7 @@ impl NodeTelemetry {
     /// What planning reads of this node (see [`NodeSignals`]). Where the engine reports a
     /// figure itself (a throughput or hit-rate gauge, a limit on its side page) it stands in for
     /// the one the router would derive, and only then.
-    pub fn signals(&self) -> NodeSignals {
+    pub(crate) fn signals(&self) -> NodeSignals {
         let s = self.sample.as_deref();
         let cache = s.and_then(|s| s.cache.as_ref());
         let r = &self.recent;
@@ -309,13 +309,13 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_scrape`].
-    pub fn on_scrape(&self, key: &NodeKey, engine: Engine, sample: NodeSample, now: Instant) {
+    pub(crate) fn on_scrape(&self, key: &NodeKey, engine: Engine, sample: NodeSample, now: Instant) {
         self.with(key, |n| n.on_scrape(engine, sample, now));
     }
 
     /// A scrape and what the engine's side page said, recorded together: whoever reads the
     /// board never sees a node's first sample without the limits its side page gave.
-    pub fn on_scrape_with_info(
+    pub(crate) fn on_scrape_with_info(
         &self,
         key: &NodeKey,
         engine: Engine,
@@ -330,7 +330,7 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_failure`]; returns the node's consecutive failures.
-    pub fn on_failure(&self, key: &NodeKey, error: String, now: Instant) -> u32 {
+    pub(crate) fn on_failure(&self, key: &NodeKey, error: String, now: Instant) -> u32 {
         self.with(key, |n| {
             n.on_failure(error, now);
             n.consecutive_failures
@@ -338,22 +338,22 @@ impl TelemetryBoard {
     }
 
     /// See [`NodeTelemetry::on_agent`].
-    pub fn on_agent(&self, key: &NodeKey, agent: AgentSample) {
+    pub(crate) fn on_agent(&self, key: &NodeKey, agent: AgentSample) {
         self.with(key, |n| n.on_agent(agent));
     }
 
     /// See [`NodeTelemetry::on_agent_failure`].
-    pub fn on_agent_failure(&self, key: &NodeKey, error: String) {
+    pub(crate) fn on_agent_failure(&self, key: &NodeKey, error: String) {
         self.with(key, |n| n.on_agent_failure(error));
     }
 
     /// [`NodeTelemetry::signals`] of one node, without copying the rest.
-    pub fn signals(&self, key: &str) -> Option<NodeSignals> {
+    pub(crate) fn signals(&self, key: &str) -> Option<NodeSignals> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).map(NodeTelemetry::signals)
     }
 
     /// When the node's latest good scrape landed, without copying the rest.
-    pub fn last_ok(&self, key: &str) -> Option<Instant> {
+    pub(crate) fn last_ok(&self, key: &str) -> Option<Instant> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).get(key).and_then(|n| n.last_ok)
     }
 
@@ -368,7 +368,7 @@ impl TelemetryBoard {
     }
 
     /// Keep only the nodes for which `keep(key)` holds.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keep(k.as_str()));
     }
 }

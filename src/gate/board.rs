@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use super::fingerprint;
 use super::store::GateResult;
+use crate::canonical::{BackendName, TaskName};
 use crate::config::Config;
 use crate::control::pins::PinBoard;
 
@@ -50,7 +51,7 @@ impl Standing {
 
 impl GateBoard {
     /// Take in results (any order); the latest per key wins.
-    pub fn absorb(&self, results: impl IntoIterator<Item = GateResult>) {
+    pub(crate) fn absorb(&self, results: impl IntoIterator<Item = GateResult>) {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         for r in results {
             let key = (r.task.clone(), r.backend.clone(), r.fingerprint.clone());
@@ -99,11 +100,15 @@ impl GateBoard {
     }
 
     /// (task, backend) pairs a required gate keeps apart, and why.
-    pub fn refusals(&self, config: &Config, pins: &PinBoard) -> BTreeMap<String, BTreeMap<String, String>> {
-        let mut refusals: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    pub fn refusals(
+        &self,
+        config: &Config,
+        pins: &PinBoard,
+    ) -> BTreeMap<TaskName, BTreeMap<BackendName, String>> {
+        let mut refusals: BTreeMap<TaskName, BTreeMap<BackendName, String>> = BTreeMap::new();
         for s in self.standings(config, pins) {
             if let Some(why) = s.refusal() {
-                refusals.entry(s.task).or_default().insert(s.backend, why);
+                refusals.entry(TaskName::from(s.task)).or_default().insert(BackendName::from(s.backend), why);
             }
         }
         refusals
@@ -112,7 +117,7 @@ impl GateBoard {
 
 /// A backend's fingerprint now: a pool's under its pin in effect (the gate may have accepted a
 /// newer one than the config's), a hosted backend's from its model and version tag.
-pub fn current_fingerprint(backend: &crate::config::BackendConfig, pins: &PinBoard) -> String {
+pub(crate) fn current_fingerprint(backend: &crate::config::BackendConfig, pins: &PinBoard) -> String {
     if let Some(pool) = backend.pool() {
         let pin = pins.in_effect(&backend.name, pool.pin.as_ref()).unwrap_or_default();
         fingerprint::of_pin(&backend.model, &pin)
@@ -165,8 +170,9 @@ mod tests {
     #[test]
     fn a_required_gate_refuses_until_the_current_fingerprint_passes() {
         let (config, pins, board) = (config(), PinBoard::default(), GateBoard::default());
-        let pairs =
-            |r: &BTreeMap<String, BTreeMap<String, String>>| r.values().map(BTreeMap::len).sum::<usize>();
+        let pairs = |r: &BTreeMap<TaskName, BTreeMap<BackendName, String>>| {
+            r.values().map(BTreeMap::len).sum::<usize>()
+        };
         let refused = board.refusals(&config, &pins);
         assert_eq!(pairs(&refused), 2, "{refused:?}");
         assert_eq!(refused["t"]["oa"], "gate: no result yet for fingerprint gpt@v1");

@@ -26,7 +26,7 @@ pub struct Calls {
 
 impl Calls {
     /// Where a call to `backend` (by name) goes, or `None` when it has no node.
-    pub fn to_backend(&self, snap: &Snapshot, backend: &str) -> Option<Destination> {
+    pub(crate) fn to_backend(&self, snap: &Snapshot, backend: &str) -> Option<Destination> {
         let b = snap.backend_id(backend)?;
         if snap.backends[b].nodes.is_empty() {
             return None;
@@ -38,7 +38,7 @@ impl Calls {
     }
 
     /// Where a call to one node (by key) of `backend` goes, or `None` when it is gone.
-    pub fn to_node(&self, snap: &Snapshot, backend: &str, node: &str) -> Option<Destination> {
+    pub(crate) fn to_node(&self, snap: &Snapshot, backend: &str, node: &str) -> Option<Destination> {
         let b = snap.backend_id(backend)?;
         let n = snap.backends[b].nodes.iter().position(|v| v.key == node)?;
         Some(Destination::Node { backend: b, node: n })

@@ -93,7 +93,7 @@ async fn pins_of(store: &Store) -> Result<PinBoard, GateError> {
 /// environment and its quotas (shared through Redis when the config names it), over a snapshot
 /// of the config alone (no telemetry: a backend is called at its first node), whose records go
 /// through the bookkeeping loop into the ledger store (judges' calls; see `Purpose::ledgered`).
-pub struct CliCalls {
+pub(crate) struct CliCalls {
     pub calls: Calls,
     books: tokio::task::JoinHandle<()>,
     writer: WriterHandle,

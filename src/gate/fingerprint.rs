@@ -6,7 +6,7 @@ use crate::config::{BackendConfig, Pin};
 use crate::control::pins::Reported;
 
 /// The fingerprint of a backend as configured (a pool: its config pin).
-pub fn of_backend(backend: &BackendConfig) -> String {
+pub(crate) fn of_backend(backend: &BackendConfig) -> String {
     if let Some(pool) = backend.pool() {
         of_pin(&backend.model, pool.pin.as_ref().unwrap_or(&Pin::default()))
     } else {
@@ -18,7 +18,7 @@ pub fn of_backend(backend: &BackendConfig) -> String {
 }
 
 /// A pool's fingerprint under `pin`: the pinned fields, or the model name when none is pinned.
-pub fn of_pin(model: &str, pin: &Pin) -> String {
+pub(crate) fn of_pin(model: &str, pin: &Pin) -> String {
     let fields: Vec<String> =
         [("weights", &pin.weights), ("quantization", &pin.quantization), ("engine", &pin.engine)]
             .into_iter()
@@ -33,7 +33,7 @@ pub fn of_pin(model: &str, pin: &Pin) -> String {
 
 /// The pin a node would have if what it reports were accepted: the configured pin with every
 /// reported field in place of the pinned one.
-pub fn reported_pin(pin: &Pin, reported: &Reported) -> Pin {
+pub(crate) fn reported_pin(pin: &Pin, reported: &Reported) -> Pin {
     Pin {
         weights: reported.weights.clone().or_else(|| pin.weights.clone()),
         quantization: reported.quantization.clone().or_else(|| pin.quantization.clone()),

@@ -8,7 +8,7 @@ use crate::config::golden::{first_number, Grader};
 
 /// The outcome of grading one answer.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     Fail(String),
     /// The grader is `judge`: a model must score it.
@@ -17,7 +17,7 @@ pub enum Verdict {
 
 impl Grader {
     /// Grade `answer` (the model's text) against this grader and the item's `reference`.
-    pub fn grade(&self, answer: &str, reference: Option<&str>) -> Verdict {
+    pub(crate) fn grade(&self, answer: &str, reference: Option<&str>) -> Verdict {
         let fail = |why: String| Verdict::Fail(why);
         match self {
             Grader::Exact { expected, case_sensitive } => {
@@ -77,7 +77,7 @@ impl Grader {
 }
 
 /// F1 of the two texts' word multisets (1 when both are empty).
-pub fn word_f1(a: &str, b: &str) -> f64 {
+pub(crate) fn word_f1(a: &str, b: &str) -> f64 {
     let words = |s: &str| -> std::collections::HashMap<String, usize> {
         let mut counts = std::collections::HashMap::new();
         for w in s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
@@ -116,7 +116,7 @@ fn json_in(answer: &str) -> Option<Value> {
 
 /// The judge's score (0–10): the first number in its reply, or `None` when there is none or
 /// it is out of range.
-pub fn parse_judge_score(reply: &str) -> Option<f64> {
+pub(crate) fn parse_judge_score(reply: &str) -> Option<f64> {
     first_number(reply).filter(|s| (0.0..=10.0).contains(s))
 }
 

@@ -34,7 +34,7 @@ pub struct ShadowLine {
 }
 
 /// Sum shadows per (task, backend).
-pub fn shadow_lines(rows: &[ShadowResult]) -> BTreeMap<(String, String), ShadowLine> {
+pub(crate) fn shadow_lines(rows: &[ShadowResult]) -> BTreeMap<(String, String), ShadowLine> {
     let mut out: BTreeMap<(String, String), ShadowLine> = BTreeMap::new();
     for r in rows {
         let line = out.entry((r.task.clone(), r.backend.clone())).or_default();

@@ -95,7 +95,7 @@ pub async fn run(
 }
 
 /// The request a golden item sends: its messages, the task's output cap, temperature 0.
-pub fn item_request(task: &TaskConfig, item: &GoldenItem) -> ChatRequest {
+pub(crate) fn item_request(task: &TaskConfig, item: &GoldenItem) -> ChatRequest {
     ChatRequest {
         messages: item.messages.clone(),
         max_tokens: task.max_output_tokens.or(Some(512)),
@@ -147,7 +147,7 @@ fn outcome(answered: &Answered, verdict: Result<Verdict, GateError>) -> ItemOutc
 }
 
 /// Grade an answer; a `judge` grader asks the judge backend.
-pub async fn grade(
+pub(crate) async fn grade(
     calls: &Calls,
     judge: &Judge,
     grader: &Grader,
@@ -171,7 +171,7 @@ pub async fn grade(
 }
 
 /// The task's judge backend, checked against the task's policy filter.
-pub struct Judge {
+pub(crate) struct Judge {
     /// The task whose answers it grades (its policy applies to the judge's calls).
     task: TaskConfig,
     /// The judge backend's name; `None` when the task names none.
@@ -195,7 +195,7 @@ impl Judge {
     }
 
     /// Ask the judge for a 0–10 score of `answer` under `rubric`.
-    pub async fn score(
+    pub(crate) async fn score(
         &self,
         calls: &Calls,
         rubric: &str,

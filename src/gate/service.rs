@@ -87,7 +87,7 @@ impl GateService {
     }
 
     /// Run `task`'s golden set on `backend` now, under its current fingerprint, and store it.
-    pub async fn run_now(&self, task: &str, backend: &str) -> Result<GateResult, GateError> {
+    pub(crate) async fn run_now(&self, task: &str, backend: &str) -> Result<GateResult, GateError> {
         let r = self.requalifier.as_ref().ok_or(GateError::NoStore)?;
         let config = r.config.load_full();
         let t = config.task(task).ok_or_else(|| GateError::NoTask(task.to_string()))?;

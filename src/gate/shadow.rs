@@ -89,7 +89,7 @@ pub fn targets(
 
 /// The client's stream, unchanged, and the whole answer once it ended well (text, then tool
 /// calls as `name(arguments)` lines, the form graders see).
-pub fn tap(events: EventStream) -> (EventStream, oneshot::Receiver<String>) {
+pub(crate) fn tap(events: EventStream) -> (EventStream, oneshot::Receiver<String>) {
     let (tx, rx) = oneshot::channel();
     let state = (events, GradedText::default(), Some(tx));
     let stream = futures::stream::unfold(state, |(mut events, mut text, tx)| async move {
@@ -193,13 +193,13 @@ impl Shadows {
 }
 
 /// The grader of a task's shadows: its configured one, else word overlap with the primary.
-pub fn grader_of(task: &TaskConfig) -> Grader {
+pub(crate) fn grader_of(task: &TaskConfig) -> Grader {
     task.shadow.as_ref().and_then(|s| s.grader.clone()).unwrap_or(Grader::Similar { min: 0.5 })
 }
 
 /// Grade every stored shadow answer not graded yet; returns how many were graded. Answers
 /// whose primary broke off have no reference and stay ungraded.
-pub async fn grade_pending(
+pub(crate) async fn grade_pending(
     store: &Store,
     config: &Arc<Config>,
     calls: &Calls,
@@ -237,7 +237,7 @@ pub async fn grade_pending(
 }
 
 /// Grade pending shadows every `period` until aborted.
-pub async fn grade_loop(
+pub(crate) async fn grade_loop(
     store: Store,
     config: Arc<arc_swap::ArcSwap<Config>>,
     calls: Calls,

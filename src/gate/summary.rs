@@ -42,7 +42,7 @@ impl Summary {
         }
     }
 
-    pub fn cost_per_item(&self) -> Option<Decimal> {
+    pub(crate) fn cost_per_item(&self) -> Option<Decimal> {
         self.cost.filter(|_| self.items > 0).map(|c| (c / Decimal::from(self.items)).round_dp(6))
     }
 }

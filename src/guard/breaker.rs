@@ -37,11 +37,11 @@ enum State {
 }
 
 /// The longest an upstream's `Retry-After` holds a node.
-pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(300);
+pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(300);
 
 /// One breaker's state machine.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     state: State,
     /// No call before this: the upstream asked (`Retry-After`).
     not_before: Option<Instant>,
@@ -108,7 +108,7 @@ impl Breaker {
 
     /// The node answers again after it could not be reached (its metrics page reads again):
     /// an open breaker lets its probe through now rather than after the rest of `open_secs`.
-    pub fn node_back(&mut self, now: Instant) {
+    pub(crate) fn node_back(&mut self, now: Instant) {
         if let State::Open { until } = &mut self.state {
             *until = (*until).min(now);
         }
@@ -121,7 +121,7 @@ impl Breaker {
         }
     }
 
-    pub fn on_success(&mut self, now: Instant, cfg: &BreakerConfig) {
+    pub(crate) fn on_success(&mut self, now: Instant, cfg: &BreakerConfig) {
         self.count(now, cfg, false);
         self.consecutive_failures = 0;
         if matches!(self.state, State::HalfOpen { .. }) {
@@ -130,7 +130,7 @@ impl Breaker {
         }
     }
 
-    pub fn on_failure(&mut self, now: Instant, cfg: &BreakerConfig) {
+    pub(crate) fn on_failure(&mut self, now: Instant, cfg: &BreakerConfig) {
         self.count(now, cfg, true);
         self.consecutive_failures += 1;
         let open = match self.state {
@@ -233,7 +233,7 @@ impl NodeBreaker {
     }
 
     /// See [`Breaker::node_back`].
-    pub fn node_back(&self, now: Instant) {
+    pub(crate) fn node_back(&self, now: Instant) {
         self.with(|b| b.node_back(now));
     }
 
@@ -274,7 +274,7 @@ impl BreakerBoard {
 
     /// Force exactly the breakers in `forced`; every other breaker goes back to its state
     /// machine (the shared state as read from the store).
-    pub fn force_all(&self, forced: &std::collections::BTreeMap<NodeKey, Forced>) {
+    pub(crate) fn force_all(&self, forced: &std::collections::BTreeMap<NodeKey, Forced>) {
         for key in forced.keys() {
             self.node(key);
         }

@@ -65,7 +65,7 @@ impl HoldBoard {
     }
 
     /// Why a node of `backend` may not take requests: the node's own hold, else its backend's.
-    pub fn why_held(&self, backend: &str, node: &NodeKey) -> Option<String> {
+    pub(crate) fn why_held(&self, backend: &str, node: &NodeKey) -> Option<String> {
         let holds = self.lock();
         let own = holds.get(&Scope::Node(node.clone())).map(|h| (h, "node"));
         let whole = holds.get(&Scope::Backend(backend.to_string())).map(|h| (h, "backend"));

@@ -25,7 +25,7 @@ pub struct NodeHandle {
 
 impl NodeHandle {
     /// A handle on state of its own, shared with nothing (a snapshot built from config alone).
-    pub fn detached(_: &NodeKey, max_inflight: Option<u32>) -> NodeHandle {
+    pub(crate) fn detached(_: &NodeKey, max_inflight: Option<u32>) -> NodeHandle {
         NodeHandle {
             breaker: NodeBreaker::new(Default::default()),
             load: NodeCounters::default(),
@@ -34,7 +34,7 @@ impl NodeHandle {
     }
 
     /// One of the node's slots, or `Err` when they are all taken; `Ok(None)` when unlimited.
-    pub fn try_slot(&self) -> Result<Option<OwnedSemaphorePermit>, NodeFull> {
+    pub(crate) fn try_slot(&self) -> Result<Option<OwnedSemaphorePermit>, NodeFull> {
         match &self.slots {
             None => Ok(None),
             Some(slots) => Arc::clone(slots).try_acquire_owned().map(Some).map_err(|_| NodeFull),
@@ -44,7 +44,7 @@ impl NodeHandle {
 
 /// Every slot of the node is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeFull;
+pub(crate) struct NodeFull;
 
 impl fmt::Debug for NodeHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -7,7 +7,7 @@
 use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     ratio: f64,
     min_per_sec: f64,
     balance: f64,
@@ -29,13 +29,13 @@ impl RetryBudget {
     }
 
     /// A new request arrived.
-    pub fn deposit(&mut self, now: Instant) {
+    pub(crate) fn deposit(&mut self, now: Instant) {
         self.refill(now);
         self.balance = (self.balance + self.ratio).min(self.cap);
     }
 
     /// May this request retry once more? Takes one retry's worth when it may.
-    pub fn try_withdraw(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_withdraw(&mut self, now: Instant) -> bool {
         self.refill(now);
         if self.balance >= 1.0 {
             self.balance -= 1.0;

@@ -31,13 +31,13 @@ struct Issued {
 
 /// The issued keys of one read of the store.
 #[derive(Debug, Default)]
-pub struct IssuedKeys {
+pub(crate) struct IssuedKeys {
     by_id: HashMap<KeyId, Issued>,
 }
 
 impl IssuedKeys {
     /// The view of a read of the whole table.
-    pub fn from_rows(rows: Vec<StoredKey>) -> IssuedKeys {
+    pub(crate) fn from_rows(rows: Vec<StoredKey>) -> IssuedKeys {
         let by_id = rows
             .into_iter()
             .map(|row| {
@@ -94,20 +94,20 @@ impl KeyBoard {
     }
 
     /// The issued keys were read from the store at `at`.
-    pub fn mark_read(&self, at: tokio::time::Instant) {
+    pub(crate) fn mark_read(&self, at: tokio::time::Instant) {
         *self.read_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
     }
 
     /// How long ago the issued keys were last read from the store (`None`: never).
-    pub fn read_age(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
+    pub(crate) fn read_age(&self, now: tokio::time::Instant) -> Option<std::time::Duration> {
         self.read_at.lock().unwrap_or_else(|e| e.into_inner()).map(|at| now.saturating_duration_since(at))
     }
 
-    pub fn set_static(&self, statics: StaticKeys) {
+    pub(crate) fn set_static(&self, statics: StaticKeys) {
         self.statics.store(Arc::new(statics));
     }
 
-    pub fn set_issued(&self, issued: IssuedKeys) {
+    pub(crate) fn set_issued(&self, issued: IssuedKeys) {
         self.issued.store(Arc::new(issued));
     }
 
@@ -117,7 +117,7 @@ impl KeyBoard {
     }
 
     /// How many issued keys (of any status) the last read of the store held.
-    pub fn issued_count(&self) -> usize {
+    pub(crate) fn issued_count(&self) -> usize {
         self.issued.load().len()
     }
 

@@ -27,7 +27,7 @@ pub async fn reload(board: &KeyBoard, store: &Store) -> Result<(), KeyError> {
 
 /// A stored key as listed (CLI, admin API): never its hash or salt. Times are RFC 3339 (UTC).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub id: crate::canonical::KeyId,
     pub name: String,
     pub team: String,

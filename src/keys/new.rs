@@ -68,7 +68,7 @@ fn text(field: &'static str, value: &str) -> Result<String, Refusal> {
 }
 
 /// `90d`, `12h`, `30m`, `45s`: a whole positive number and one unit.
-pub fn parse_duration(text: &str) -> Result<Duration, Refusal> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, Refusal> {
     let bad = || Refusal::BadDuration(text.to_string());
     let t = text.trim();
     let split = t.len().checked_sub(1).filter(|&i| i > 0 && t.is_char_boundary(i)).ok_or_else(bad)?;

@@ -29,7 +29,7 @@ impl std::fmt::Debug for Hashed {
 }
 
 /// A freshly made key: its id, the full text to hand the client once, and what to store.
-pub struct Minted {
+pub(crate) struct Minted {
     pub id: KeyId,
     pub text: String,
     pub hashed: Hashed,
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Minted {
 }
 
 /// A new key with a new id.
-pub fn mint(rng: &mut impl RngCore) -> Minted {
+pub(crate) fn mint(rng: &mut impl RngCore) -> Minted {
     let mut id = [0u8; KeyId::LEN / 2];
     rng.fill_bytes(&mut id);
     let id = KeyId::parse(&hex::encode(id)).expect("12 hex digits are an id");
@@ -50,7 +50,7 @@ pub fn mint(rng: &mut impl RngCore) -> Minted {
 }
 
 /// A new secret for the key `id` (rotation keeps the id).
-pub fn remint(id: &KeyId, rng: &mut impl RngCore) -> Minted {
+pub(crate) fn remint(id: &KeyId, rng: &mut impl RngCore) -> Minted {
     let mut secret = [0u8; SECRET_BYTES];
     rng.fill_bytes(&mut secret);
     let secret = hex::encode(secret);
@@ -78,7 +78,7 @@ pub fn hash(salt: &[u8; 16], secret: &str) -> [u8; 32] {
 
 /// Whether `secret` is the one `stored` was made from, in time that does not depend on where
 /// the two hashes differ.
-pub fn verify(stored: &Hashed, secret: &str) -> bool {
+pub(crate) fn verify(stored: &Hashed, secret: &str) -> bool {
     bool::from(hash(&stored.salt, secret).ct_eq(&stored.hash))
 }
 

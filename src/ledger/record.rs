@@ -106,7 +106,7 @@ impl From<super::usage::NodeMinute> for LedgerRow {
 impl LedgerRecord {
     /// The ledger row for a finished request, priced elsewhere (`None`: unpriced); `None`
     /// while it is still in flight.
-    pub fn from_outcome(o: &RequestOutcome, cost_usd: Option<Decimal>) -> Option<LedgerRecord> {
+    pub(crate) fn from_outcome(o: &RequestOutcome, cost_usd: Option<Decimal>) -> Option<LedgerRecord> {
         let (outcome, error_class) = match o.ending {
             Ending::InFlight => return None,
             Ending::Completed => (Outcome::Completed, None),

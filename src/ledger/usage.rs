@@ -16,10 +16,12 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+use crate::canonical::{BackendName, NodeKey};
+
 pub use super::occupancy::Occupancy;
 
 /// Milliseconds in a minute.
-pub const MINUTE_MS: i64 = 60_000;
+pub(crate) const MINUTE_MS: i64 = 60_000;
 
 /// One node's minute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +44,7 @@ pub struct NodeMinute {
 impl NodeMinute {
     /// What the node costs an hour: GPUs × hourly price (zero when unpriced). Sums of minutes
     /// stay exact when kept in these units and divided by 60 once, at the end.
-    pub fn hourly_rate(&self) -> Decimal {
+    pub(crate) fn hourly_rate(&self) -> Decimal {
         self.gpu_hourly_usd.map_or(Decimal::ZERO, |p| p * Decimal::from(self.gpu_count))
     }
 
@@ -60,8 +62,8 @@ pub fn minute_of(at_ms: i64) -> i64 {
 /// One sample of one node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSample {
-    pub backend: String,
-    pub node: String,
+    pub backend: BackendName,
+    pub node: NodeKey,
     pub gpu_count: i64,
     pub gpu_hourly_usd: Option<Decimal>,
     pub busy: bool,
@@ -91,12 +93,12 @@ impl Held {
 /// Folds samples into minutes; a minute is finished when a sample of a later minute arrives
 /// (or at [`MinuteTracker::finish`]).
 #[derive(Debug, Default)]
-pub struct MinuteTracker {
+pub(crate) struct MinuteTracker {
     minute_ms: Option<i64>,
     /// Node key → its minute so far.
-    open: BTreeMap<String, NodeMinute>,
+    open: BTreeMap<NodeKey, NodeMinute>,
     /// Node key → its latest sample, as of the last sweep.
-    held: BTreeMap<String, Held>,
+    held: BTreeMap<NodeKey, Held>,
 }
 
 impl MinuteTracker {
@@ -125,8 +127,8 @@ impl MinuteTracker {
         for s in samples {
             let row = self.open.entry(s.node.clone()).or_insert_with(|| NodeMinute {
                 minute_ms: minute,
-                backend: s.backend.clone(),
-                node: s.node.clone(),
+                backend: s.backend.to_string(),
+                node: s.node.to_string(),
                 gpu_count: s.gpu_count,
                 gpu_hourly_usd: s.gpu_hourly_usd,
                 busy: false,
@@ -210,8 +212,8 @@ mod tests {
         let s = sample("a", true);
         NodeMinute {
             minute_ms: 0,
-            backend: s.backend,
-            node: s.node,
+            backend: s.backend.to_string(),
+            node: s.node.to_string(),
             gpu_count: s.gpu_count,
             gpu_hourly_usd: s.gpu_hourly_usd,
             busy: true,

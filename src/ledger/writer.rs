@@ -110,7 +110,7 @@ impl LedgerSender {
     }
 
     /// How full the spool is; `None` without one.
-    pub fn spool_stats(&self) -> Option<SpoolStats> {
+    pub(crate) fn spool_stats(&self) -> Option<SpoolStats> {
         self.spool.as_ref().map(Spool::stats)
     }
 

@@ -30,7 +30,7 @@ label_set!(TaskBackendResult { task, backend, result });
 label_set!(TaskBackendVerdict { task, backend, verdict });
 
 /// Requests, from their outcome records.
-pub struct RequestFamilies {
+pub(crate) struct RequestFamilies {
     pub finished: Family<IntCounterVec, TaskBackendOutcome<'static>>,
     pub ttft: Family<HistogramVec, TaskBackend<'static>>,
     pub inter_token: Family<HistogramVec, TaskBackend<'static>>,
@@ -112,7 +112,7 @@ impl RequestFamilies {
 }
 
 /// Upstream calls per backend (the first seed document's five metrics) and canaries.
-pub struct ProviderFamilies {
+pub(crate) struct ProviderFamilies {
     pub calls: Family<IntCounterVec, Backend<'static>>,
     pub successes: Family<IntCounterVec, Backend<'static>>,
     pub failures: Family<IntCounterVec, BackendStatus<'static>>,
@@ -175,7 +175,7 @@ impl ProviderFamilies {
 }
 
 /// Breakers, nodes, availability and weights, set from the snapshot at scrape time.
-pub struct FleetFamilies {
+pub(crate) struct FleetFamilies {
     pub breaker: Family<IntGaugeVec, Node<'static>>,
     pub availability: Family<GaugeVec, Backend<'static>>,
     pub share: Family<GaugeVec, Backend<'static>>,
@@ -256,7 +256,7 @@ impl FleetFamilies {
 }
 
 /// SLO targets, windows and burn rates, set at scrape time.
-pub struct SloFamilies {
+pub(crate) struct SloFamilies {
     pub target: Family<GaugeVec, Task<'static>>,
     pub objective: Family<GaugeVec, TaskSlo<'static>>,
     pub attainment: Family<GaugeVec, TaskSloWindow<'static>>,
@@ -289,7 +289,7 @@ impl SloFamilies {
 }
 
 /// The evaluation gate and shadow traffic.
-pub struct GateFamilies {
+pub(crate) struct GateFamilies {
     pub passing: Family<IntGaugeVec, TaskBackend<'static>>,
     pub failed: Family<IntGaugeVec, TaskBackend<'static>>,
     pub runs: Family<IntCounterVec, TaskBackendResult<'static>>,

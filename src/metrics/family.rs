@@ -17,7 +17,7 @@ use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVe
 /// registered. The exposition leaves out a family with no series yet; the reference table of
 /// families (`docs/reference.md`, checked by a test) needs every one.
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     inner: prometheus::Registry,
     described: Mutex<Vec<FamilyDoc>>,
 }
@@ -36,7 +36,7 @@ impl Registry {
         Registry::default()
     }
 
-    pub fn register(&self, c: Box<dyn Collector>) -> prometheus::Result<()> {
+    pub(crate) fn register(&self, c: Box<dyn Collector>) -> prometheus::Result<()> {
         let labels: Vec<String> = c.desc().iter().flat_map(|d| d.variable_labels.clone()).collect();
         let kind = c.collect().first().map_or("untyped", |f| match f.get_field_type() {
             MetricType::COUNTER => "counter",
@@ -60,7 +60,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn gather(&self) -> Vec<MetricFamily> {
+    pub(crate) fn gather(&self) -> Vec<MetricFamily> {
         self.inner.gather()
     }
 
@@ -71,12 +71,12 @@ impl Registry {
 }
 
 /// The label names of a label set, in registration order.
-pub trait LabelNames {
+pub(crate) trait LabelNames {
     const NAMES: &'static [&'static str];
 }
 
 /// One family of `V` (a Prometheus vector) labelled by `L` (a [`label_set!`] type).
-pub struct Family<V, L> {
+pub(crate) struct Family<V, L> {
     pub(super) vec: V,
     labels: PhantomData<fn(L)>,
 }
@@ -97,7 +97,7 @@ pub fn counter<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<In
     register(r, IntCounterVec::new(Opts::new(name, help), L::NAMES).expect("static metric definition"))
 }
 
-pub fn float_counter<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<CounterVec, L> {
+pub(crate) fn float_counter<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<CounterVec, L> {
     register(r, CounterVec::new(Opts::new(name, help), L::NAMES).expect("static metric definition"))
 }
 
@@ -105,7 +105,7 @@ pub fn gauge<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<Gaug
     register(r, GaugeVec::new(Opts::new(name, help), L::NAMES).expect("static metric definition"))
 }
 
-pub fn int_gauge<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<IntGaugeVec, L> {
+pub(crate) fn int_gauge<L: LabelNames>(r: &Registry, name: &str, help: &str) -> Family<IntGaugeVec, L> {
     register(r, IntGaugeVec::new(Opts::new(name, help), L::NAMES).expect("static metric definition"))
 }
 

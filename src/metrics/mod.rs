@@ -23,6 +23,8 @@ use std::sync::Mutex;
 
 use prometheus::{Encoder, IntGauge, TextEncoder};
 
+use crate::canonical::TaskName;
+
 pub use edge::{ConnectionEnd, EdgeMetrics};
 use families::{FleetFamilies, GateFamilies, ProviderFamilies, RequestFamilies, SloFamilies};
 pub use family::FamilyDoc;
@@ -47,7 +49,7 @@ pub struct Metrics {
     /// The scrape loop's (handed to it at start).
     pub telemetry: TelemetryFamilies,
     /// SLO windows by task.
-    slo: Mutex<HashMap<String, slo::TaskSlo>>,
+    slo: Mutex<HashMap<TaskName, slo::TaskSlo>>,
 }
 
 impl Metrics {
@@ -76,7 +78,7 @@ impl Metrics {
     }
 
     /// Where the shared operator state stands on this replica.
-    pub fn set_operator_state(&self, view: &OperatorStateView) {
+    pub(crate) fn set_operator_state(&self, view: &OperatorStateView) {
         self.operator_state.set(view);
     }
 

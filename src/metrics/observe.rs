@@ -18,12 +18,15 @@ fn unix_secs(t: SystemTime) -> f64 {
 
 impl Metrics {
     /// Take the tasks' SLO targets and objectives (at start and on every config reload).
-    pub fn configure(&self, config: &Config) {
+    pub(crate) fn configure(&self, config: &Config) {
         let mut windows = self.slo.lock().unwrap_or_else(|e| e.into_inner());
         windows.retain(|task, _| config.task(task).is_some());
         for task in &config.tasks {
             let target = task.slo.ttft_ms;
-            windows.entry(task.name.clone()).or_insert_with(|| slo::TaskSlo::new(target)).set_target(target);
+            windows
+                .entry(task.name.as_str().into())
+                .or_insert_with(|| slo::TaskSlo::new(target))
+                .set_target(target);
             self.slo_gauges.target.get(Task { task: &task.name }).set(target as f64 / 1000.0);
             self.slo_gauges.objective.get(TaskSlo { task: &task.name, slo: "ttft" }).set(task.slo.objective);
             self.slo_gauges
@@ -38,7 +41,7 @@ impl Metrics {
     }
 
     /// One upstream call (skipped targets are not calls).
-    pub fn observe_attempt(&self, a: &AttemptRecord) {
+    pub(crate) fn observe_attempt(&self, a: &AttemptRecord) {
         if a.skipped.is_some() {
             return;
         }
@@ -59,7 +62,7 @@ impl Metrics {
 
     /// Where each gated (task, backend) stands now (set at scrape time): `(task, backend,
     /// passing, last run failed)`.
-    pub fn set_gate<'a>(&self, standings: impl IntoIterator<Item = (&'a str, &'a str, bool, bool)>) {
+    pub(crate) fn set_gate<'a>(&self, standings: impl IntoIterator<Item = (&'a str, &'a str, bool, bool)>) {
         self.gate.passing.reset();
         self.gate.failed.reset();
         for (task, backend, passing, last_run_failed) in standings {
@@ -70,7 +73,7 @@ impl Metrics {
     }
 
     /// A gate run this router made.
-    pub fn observe_gate_run(&self, task: &str, backend: &str, passed: bool) {
+    pub(crate) fn observe_gate_run(&self, task: &str, backend: &str, passed: bool) {
         self.gate
             .runs
             .get(TaskBackendResult { task, backend, result: if passed { "pass" } else { "fail" } })
@@ -78,12 +81,12 @@ impl Metrics {
     }
 
     /// A shadow copy sent (`result`: ok, error, over_quota).
-    pub fn observe_shadow(&self, task: &str, backend: &str, result: &str) {
+    pub(crate) fn observe_shadow(&self, task: &str, backend: &str, result: &str) {
         self.gate.shadows.get(TaskBackendResult { task, backend, result }).inc();
     }
 
     /// A shadow answer graded.
-    pub fn observe_shadow_grade(&self, task: &str, backend: &str, passed: bool) {
+    pub(crate) fn observe_shadow_grade(&self, task: &str, backend: &str, passed: bool) {
         self.gate
             .shadow_grades
             .get(TaskBackendVerdict { task, backend, verdict: if passed { "pass" } else { "fail" } })
@@ -91,7 +94,7 @@ impl Metrics {
     }
 
     /// One canary probe of a backend.
-    pub fn observe_canary(&self, backend: &str, ok: bool) {
+    pub(crate) fn observe_canary(&self, backend: &str, ok: bool) {
         self.providers
             .canaries
             .get(BackendResult { backend, result: if ok { "ok" } else { "failed" } })
@@ -99,12 +102,12 @@ impl Metrics {
     }
 
     /// A plan was made; `first` is the backend that came first in it.
-    pub fn observe_planned(&self, task: &str, first: &str) {
+    pub(crate) fn observe_planned(&self, task: &str, first: &str) {
         self.requests.first_choice.get(TaskBackend { task, backend: first }).inc();
     }
 
     /// Whether the store shared quotas are kept in answers (`None`: there is none).
-    pub fn set_quota_shared_state(&self, up: Option<bool>) {
+    pub(crate) fn set_quota_shared_state(&self, up: Option<bool>) {
         self.providers.quota_shared_state.reset();
         if let Some(up) = up {
             self.providers.quota_shared_state.get(Store { store: "redis" }).set(i64::from(up));
@@ -112,7 +115,7 @@ impl Metrics {
     }
 
     /// Whether the store key limits and budgets are kept in answers (`None`: there is none).
-    pub fn set_budget_shared_state(&self, up: Option<bool>) {
+    pub(crate) fn set_budget_shared_state(&self, up: Option<bool>) {
         self.providers.budget_shared_state.reset();
         if let Some(up) = up {
             self.providers.budget_shared_state.get(Store { store: "redis" }).set(i64::from(up));
@@ -120,7 +123,7 @@ impl Metrics {
     }
 
     /// How long ago the issued keys were read from the ledger store (`None`: never, or none).
-    pub fn set_issued_keys_age(&self, age_secs: Option<f64>) {
+    pub(crate) fn set_issued_keys_age(&self, age_secs: Option<f64>) {
         self.providers.issued_keys_age.reset();
         if let Some(age) = age_secs {
             self.providers.issued_keys_age.get(Store { store: "ledger" }).set(age);
@@ -128,17 +131,17 @@ impl Metrics {
     }
 
     /// One sample of a local node for GPU time.
-    pub fn observe_gpu_sample(&self, backend: &str, busy: bool) {
+    pub(crate) fn observe_gpu_sample(&self, backend: &str, busy: bool) {
         self.fleet.gpu_samples.get(BackendBusy { backend, busy: if busy { "true" } else { "false" } }).inc();
     }
 
     /// Dispatch moved on from a backend that failed.
-    pub fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
+    pub(crate) fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
         self.requests.failovers.get(Failover { task, from, to, reason }).inc();
     }
 
     /// One finished request; `cost_usd` is its hosted list-price cost, if any.
-    pub fn observe_request(&self, r: &RequestOutcome, cost_usd: Option<f64>) {
+    pub(crate) fn observe_request(&self, r: &RequestOutcome, cost_usd: Option<f64>) {
         if r.meta.synthetic {
             return;
         }
@@ -187,7 +190,7 @@ impl Metrics {
             self.requests.cost.get(tb).inc_by(cost);
         }
         if let Some(o) = slo_observation(r) {
-            if let Some(w) = self.slo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&r.task) {
+            if let Some(w) = self.slo.lock().unwrap_or_else(|e| e.into_inner()).get_mut(r.task.as_str()) {
                 w.record(o);
             }
         }

@@ -18,14 +18,14 @@ pub struct OperatorStateView {
     pub notify_up: Option<bool>,
 }
 
-pub struct OperatorStateFamilies {
+pub(crate) struct OperatorStateFamilies {
     version: IntGauge,
     sync_age: GaugeVec,
     notify_up: IntGaugeVec,
 }
 
 impl OperatorStateFamilies {
-    pub fn register(r: &Registry) -> OperatorStateFamilies {
+    pub(crate) fn register(r: &Registry) -> OperatorStateFamilies {
         let f = OperatorStateFamilies {
             version: IntGauge::new(
                 "spillway_operator_state_version",

@@ -12,14 +12,14 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 
 /// The windows burn rates are reported over, with their label.
-pub const WINDOWS: [(&str, i64); 4] = [("5m", 300), ("30m", 1_800), ("1h", 3_600), ("6h", 21_600)];
+pub(crate) const WINDOWS: [(&str, i64); 4] = [("5m", 300), ("30m", 1_800), ("1h", 3_600), ("6h", 21_600)];
 
 /// How many recent minutes keep a TTFT histogram (for percentiles over five minutes).
 const HISTOGRAM_MINUTES: i64 = 5;
 
 /// One request, as the SLO windows see it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// Unix seconds at the end of the request.
     pub at_secs: i64,
     /// Time to first token; `None` when none came.
@@ -41,7 +41,7 @@ struct Minute {
 
 /// Counts over one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct WindowStats {
+pub(crate) struct WindowStats {
     pub total: u64,
     pub ttft_good: u64,
     pub errors: u64,
@@ -49,7 +49,7 @@ pub struct WindowStats {
 
 impl WindowStats {
     /// Share of requests that met the TTFT SLO (1 with no requests: nothing was missed).
-    pub fn ttft_attainment(&self) -> f64 {
+    pub(crate) fn ttft_attainment(&self) -> f64 {
         if self.total == 0 {
             1.0
         } else {
@@ -69,7 +69,7 @@ impl WindowStats {
 
 /// How fast the error budget of `objective` burns at `attainment`: 1 uses it up exactly over
 /// the SLO period, 14.4 uses a 30-day budget in about two days.
-pub fn burn_rate(attainment: f64, objective: f64) -> f64 {
+pub(crate) fn burn_rate(attainment: f64, objective: f64) -> f64 {
     let budget = 1.0 - objective;
     if budget <= 0.0 {
         return if attainment >= 1.0 { 0.0 } else { f64::INFINITY };
@@ -79,7 +79,7 @@ pub fn burn_rate(attainment: f64, objective: f64) -> f64 {
 
 /// One task's SLO windows.
 #[derive(Debug)]
-pub struct TaskSlo {
+pub(crate) struct TaskSlo {
     ttft_target_ms: u64,
     minutes: VecDeque<Minute>,
 }
@@ -90,7 +90,7 @@ impl TaskSlo {
     }
 
     /// A new target (config reload) applies to requests from now on.
-    pub fn set_target(&mut self, ttft_target_ms: u64) {
+    pub(crate) fn set_target(&mut self, ttft_target_ms: u64) {
         self.ttft_target_ms = ttft_target_ms;
     }
 
@@ -135,7 +135,7 @@ impl TaskSlo {
     }
 
     /// TTFT quantiles (0–1) in milliseconds over the last five minutes; `None` without data.
-    pub fn ttft_quantiles(&self, now_secs: i64, quantiles: &[f64]) -> Vec<Option<u64>> {
+    pub(crate) fn ttft_quantiles(&self, now_secs: i64, quantiles: &[f64]) -> Vec<Option<u64>> {
         let first = now_secs.div_euclid(60) - HISTOGRAM_MINUTES + 1;
         let mut merged: Option<Histogram<u64>> = None;
         for h in self.minutes.iter().filter(|m| m.index >= first).filter_map(|m| m.ttft.as_ref()) {

@@ -7,7 +7,7 @@ use prometheus::{Gauge, IntCounter, IntGauge};
 
 use crate::ledger::SpoolStats;
 
-pub struct SpoolFamilies {
+pub(crate) struct SpoolFamilies {
     bytes: IntGauge,
     oldest: Gauge,
     replayed: IntCounter,
@@ -16,7 +16,7 @@ pub struct SpoolFamilies {
 }
 
 impl SpoolFamilies {
-    pub fn register(r: &Registry) -> SpoolFamilies {
+    pub(crate) fn register(r: &Registry) -> SpoolFamilies {
         let f = SpoolFamilies {
             bytes: IntGauge::new("spillway_ledger_spool_bytes", "Bytes in the ledger's local crash spool.")
                 .expect("static metric definition"),

@@ -98,7 +98,7 @@ impl Metrics {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let windows = self.slo.lock().unwrap_or_else(|e| e.into_inner());
         for task in &snap.config.tasks {
-            let Some(w) = windows.get(&task.name) else { continue };
+            let Some(w) = windows.get(task.name.as_str()) else { continue };
             for (label, secs) in WINDOWS {
                 let stats = w.window(now, secs);
                 for (slo, attained, objective) in [

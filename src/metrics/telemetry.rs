@@ -18,7 +18,7 @@ pub struct TelemetryFamilies {
 }
 
 impl TelemetryFamilies {
-    pub fn register(r: &Registry) -> TelemetryFamilies {
+    pub(crate) fn register(r: &Registry) -> TelemetryFamilies {
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("static metric definition");
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("static metric definition");
         let f = TelemetryFamilies {

@@ -16,11 +16,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use rust_decimal::Decimal;
 
+use crate::canonical::BackendName;
 use crate::ledger::usage::NodeMinute;
 
 /// One request as the allocation sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Work<'a> {
+pub(crate) struct Work<'a> {
     /// Index of the group the request belongs to.
     pub group: usize,
     pub node: &'a str,
@@ -37,8 +38,8 @@ pub struct Allocation {
     /// By group index: cost of idle minutes.
     pub idle: Vec<Decimal>,
     /// By pool (backend): cost of nodes that served no group in the period.
-    pub unallocated_busy: BTreeMap<String, Decimal>,
-    pub unallocated_idle: BTreeMap<String, Decimal>,
+    pub unallocated_busy: BTreeMap<BackendName, Decimal>,
+    pub unallocated_idle: BTreeMap<BackendName, Decimal>,
     /// Cost by (start of time bucket, group), busy and idle together; `None` group: unallocated.
     pub by_bucket: BTreeMap<(i64, Option<usize>), Decimal>,
 }
@@ -73,7 +74,12 @@ fn split(
 
 /// Share the cost of `minutes` among `groups` groups by the `work` done on each node.
 /// `bucket_ms` sets the time buckets of `by_bucket` (at least one minute).
-pub fn allocate(groups: usize, work: &[Work<'_>], minutes: &[NodeMinute], bucket_ms: i64) -> Allocation {
+pub(crate) fn allocate(
+    groups: usize,
+    work: &[Work<'_>],
+    minutes: &[NodeMinute],
+    bucket_ms: i64,
+) -> Allocation {
     let bucket_ms = bucket_ms.max(crate::ledger::usage::MINUTE_MS);
     let mut in_minute: HashMap<(&str, i64), Shares> = HashMap::new();
     let mut in_period: HashMap<&str, Shares> = HashMap::new();
@@ -103,7 +109,7 @@ pub fn allocate(groups: usize, work: &[Work<'_>], minutes: &[NodeMinute], bucket
             (None, Some(shares)) => split(cost, shares, &mut a.idle, bucket, &mut a.by_bucket),
             (None, None) => {
                 let pool = if m.busy { &mut a.unallocated_busy } else { &mut a.unallocated_idle };
-                *pool.entry(m.backend.clone()).or_default() += cost;
+                *pool.entry(m.backend.as_str().into()).or_default() += cost;
                 *a.by_bucket.entry((bucket, None)).or_default() += cost;
             }
         }

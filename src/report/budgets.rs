@@ -16,6 +16,7 @@ use super::build::Report;
 pub use super::figures::{BudgetPeriod, BudgetUse, Scope};
 use super::group::NONE;
 use super::query::GroupKey;
+use crate::canonical::TeamName;
 use crate::config::{BudgetsConfig, KeyLimits};
 
 /// Who the keys and teams are: an issued key's name by id, and the limits each key (by
@@ -24,7 +25,7 @@ use crate::config::{BudgetsConfig, KeyLimits};
 pub struct Directory {
     pub names: BTreeMap<String, String>,
     pub key_limits: BTreeMap<String, KeyLimits>,
-    pub team_limits: BTreeMap<String, KeyLimits>,
+    pub team_limits: BTreeMap<TeamName, KeyLimits>,
 }
 
 impl Directory {
@@ -33,7 +34,8 @@ impl Directory {
         issued: impl IntoIterator<Item = (String, String, &'a KeyLimits)>,
         budgets: &BudgetsConfig,
     ) -> Directory {
-        let mut dir = Directory { team_limits: budgets.teams.clone(), ..Directory::default() };
+        let team_limits = budgets.teams.iter().map(|(team, limits)| (team.into(), limits.clone())).collect();
+        let mut dir = Directory { team_limits, ..Directory::default() };
         for (id, name, own) in issued {
             let limits = budgets.keys.get(&id).map_or_else(|| own.clone(), |c| own.overridden_by(c));
             dir.key_limits.insert(id.clone(), limits);
@@ -43,6 +45,14 @@ impl Directory {
             dir.key_limits.entry(key.clone()).or_insert_with(|| limits.clone());
         }
         dir
+    }
+
+    /// The limits of the key or team `name`.
+    fn limits(&self, scope: Scope, name: &str) -> Option<&KeyLimits> {
+        match scope {
+            Scope::Key => self.key_limits.get(name),
+            Scope::Team => self.team_limits.get(name),
+        }
     }
 }
 
@@ -75,19 +85,17 @@ impl BudgetPeriod {
 
 /// The budget use of every key and team of `report` (grouped by key or team) that has a
 /// budget covering `[from_ms, to_ms)`, keys first, each by name.
-pub fn budget_use(report: &Report, from_ms: i64, to_ms: i64, dir: &Directory) -> Vec<BudgetUse> {
+pub(crate) fn budget_use(report: &Report, from_ms: i64, to_ms: i64, dir: &Directory) -> Vec<BudgetUse> {
     let spans = BudgetPeriod::covering(from_ms, to_ms);
     let mut out = Vec::new();
-    for (scope, column, limits) in
-        [(Scope::Key, GroupKey::Key, &dir.key_limits), (Scope::Team, GroupKey::Team, &dir.team_limits)]
-    {
+    for (scope, column) in [(Scope::Key, GroupKey::Key), (Scope::Team, GroupKey::Team)] {
         let Some(at) = report.group_by.iter().position(|g| *g == column) else { continue };
         let mut spend: BTreeMap<&str, Decimal> = BTreeMap::new();
         for line in &report.lines {
             *spend.entry(line.group[at].as_str()).or_default() += line.total_usd;
         }
         for (name, spend_usd) in spend.into_iter().filter(|(name, _)| *name != NONE) {
-            let Some(own) = limits.get(name) else { continue };
+            let Some(own) = dir.limits(scope, name) else { continue };
             let Some((period, limit_usd)) = spans.iter().find_map(|p| Some((*p, p.limit(own)?))) else {
                 continue;
             };

@@ -14,6 +14,7 @@ pub use super::figures::{Line, PoolUsage, Tokens, UtilisationBasis};
 use super::group::Fine;
 use super::query::{GroupKey, ReportQuery};
 use super::utilisation::Tally;
+use crate::canonical::{BackendName, TaskName};
 use crate::config::Config;
 use crate::ledger::usage::NodeMinute;
 use crate::ledger::{LedgerRecord, Outcome};
@@ -39,7 +40,7 @@ pub struct CostSeries {
     pub bucket_ms: i64,
     /// Start of each bucket, unix milliseconds.
     pub buckets: Vec<i64>,
-    pub by_task: BTreeMap<String, Vec<Decimal>>,
+    pub by_task: BTreeMap<TaskName, Vec<Decimal>>,
     pub unallocated: Vec<Decimal>,
 }
 
@@ -139,12 +140,12 @@ pub fn build(
     let lines: Vec<Line> = grouped.into_values().map(finish_line).collect();
 
     // Pools.
-    let mut pool_usage: BTreeMap<String, PoolUsage> = BTreeMap::new();
-    let mut pool_nodes: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    let mut pool_usage: BTreeMap<BackendName, PoolUsage> = BTreeMap::new();
+    let mut pool_nodes: BTreeMap<BackendName, BTreeSet<&str>> = BTreeMap::new();
     let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
     for m in minutes {
-        let p = pool_usage.entry(m.backend.clone()).or_default();
-        pool_nodes.entry(m.backend.clone()).or_default().insert(&m.node);
+        let p = pool_usage.entry(m.backend.as_str().into()).or_default();
+        pool_nodes.entry(m.backend.as_str().into()).or_default().insert(&m.node);
         tallies.entry(&m.backend).or_default().add(m);
         let gpu_hours = Decimal::from(m.gpu_count) / Decimal::from(60);
         if m.busy {
@@ -155,13 +156,13 @@ pub fn build(
         p.unpriced_node_minutes += u64::from(m.gpu_hourly_usd.is_none());
     }
     for (g, &i) in &fine {
-        if let Some(p) = pool_usage.get_mut(&g.backend) {
+        if let Some(p) = pool_usage.get_mut(g.backend.as_str()) {
             p.busy_usd += alloc.busy[i];
             p.idle_usd += alloc.idle[i];
         }
     }
     for (pool, p) in pool_usage.iter_mut() {
-        p.pool = pool.clone();
+        p.pool = pool.to_string();
         p.nodes = pool_nodes.get(pool).map_or(0, BTreeSet::len);
         p.unallocated_usd = money(
             alloc.unallocated_busy.get(pool).copied().unwrap_or_default()
@@ -240,7 +241,7 @@ fn series(
     let zeros = vec![Decimal::ZERO; buckets.len()];
     s.unallocated = zeros.clone();
     for r in records {
-        let row = s.by_task.entry(r.task.clone()).or_insert_with(|| zeros.clone());
+        let row = s.by_task.entry(r.task.as_str().into()).or_insert_with(|| zeros.clone());
         if !pools.contains(&r.backend) {
             if let Some(slot) = row.get_mut(index(r.at_ms)) {
                 *slot += r.cost_usd.unwrap_or_default();
@@ -249,7 +250,7 @@ fn series(
     }
     for (&(bucket, group), &cost) in gpu {
         let row = match group {
-            Some(g) => s.by_task.entry(task_of[g].to_string()).or_insert_with(|| zeros.clone()),
+            Some(g) => s.by_task.entry(task_of[g].into()).or_insert_with(|| zeros.clone()),
             None => &mut s.unallocated,
         };
         if let Some(slot) = row.get_mut(index(bucket)) {

@@ -15,6 +15,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 
 use super::figures::{money, per, ratio, Line, PoolUsage, Tokens, UtilisationBasis};
+use crate::canonical::{BackendName, TaskName};
 use crate::config::{Config, Price};
 use crate::ledger::hosted_cost;
 use crate::snapshot::Snapshot;
@@ -64,7 +65,7 @@ pub(super) fn economics(
     fine: &BTreeMap<super::group::Fine, usize>,
     lines: &[Line],
     pools: &BTreeSet<String>,
-    pool_usage: &BTreeMap<String, PoolUsage>,
+    pool_usage: &BTreeMap<BackendName, PoolUsage>,
     config: Option<&Config>,
 ) -> Vec<TaskEconomics> {
     let mut by_task: BTreeMap<&str, BTreeMap<&str, Line>> = BTreeMap::new();
@@ -108,7 +109,7 @@ pub(super) fn economics(
 
 /// Per task, the priced hosted backends its data may reach (the same policy filter as
 /// routing): a restricted task has none, and then no break-even.
-fn eligible_hosted(config: Option<&Config>) -> BTreeMap<String, Vec<(String, Price)>> {
+fn eligible_hosted(config: Option<&Config>) -> BTreeMap<TaskName, Vec<(String, Price)>> {
     let Some(config) = config else { return BTreeMap::new() };
     let snap = Snapshot::from_config(std::sync::Arc::new(config.clone()));
     config
@@ -122,7 +123,7 @@ fn eligible_hosted(config: Option<&Config>) -> BTreeMap<String, Vec<(String, Pri
                 .filter(|b| !b.kind().is_local())
                 .filter_map(|b| b.price.clone().map(|p| (b.name.clone(), p)))
                 .collect();
-            (task.name.clone(), priced)
+            (TaskName::from(&task.name), priced)
         })
         .collect()
 }

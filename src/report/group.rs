@@ -10,11 +10,11 @@ use crate::ledger::LedgerRecord;
 pub const NO_BACKEND: &str = "(none)";
 /// The key or team of a row that has none: no client key (auth off, a synthetic call), or a
 /// static key, which has no team.
-pub const NONE: &str = "-";
+pub(crate) const NONE: &str = "-";
 
 /// The finest grouping a report keeps: every line, share and series is a sum of these.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Fine {
+pub(crate) struct Fine {
     pub task: String,
     /// [`NO_BACKEND`] when no backend served.
     pub backend: String,

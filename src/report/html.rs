@@ -428,8 +428,8 @@ mod tests {
                 bucket_ms: 3_600_000,
                 buckets: vec![1_795_860_000_000, 1_795_863_600_000, 1_795_867_200_000],
                 by_task: BTreeMap::from([
-                    ("summarise".to_string(), series([10, 50, 30])),
-                    ("<b>&x".to_string(), series([0, 20, 20])),
+                    ("summarise".into(), series([10, 50, 30])),
+                    ("<b>&x".into(), series([0, 20, 20])),
                 ]),
                 unallocated: series([5, 0, 5]),
             },

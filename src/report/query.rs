@@ -73,7 +73,7 @@ pub struct ReportQuery {
 }
 
 /// Parse `--group-by`: task, backend, key and team, comma-separated, in any order, each once.
-pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
+pub(crate) fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
     let mut keys = Vec::new();
     for part in s.split(',').map(str::trim) {
         let key = match part {
@@ -93,7 +93,7 @@ pub fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
 
 /// Parse a point in time: `now`, `today` (UTC midnight), a date (`2026-11-29`, UTC midnight),
 /// an RFC 3339 timestamp (`2026-11-29T10:00:00Z`), or an age such as `-90m`, `-24h`, `-7d`.
-pub fn parse_time(what: &'static str, s: &str, now: Timestamp) -> Result<Timestamp, ReportError> {
+pub(crate) fn parse_time(what: &'static str, s: &str, now: Timestamp) -> Result<Timestamp, ReportError> {
     let s = s.trim();
     let text = || s.to_string();
     let bad = |source: jiff::Error| ReportError::Time { what, text: text(), source };

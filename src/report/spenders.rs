@@ -165,7 +165,7 @@ pub fn spenders(period: Period, now: Timestamp, rows: &Rows<'_>, dir: &Directory
             hosted_usd: l.hosted_usd,
             gpu_usd: gpu(l),
             spend_usd: l.total_usd,
-            limit_usd: period.limit(dir.team_limits.get(&l.group[0])),
+            limit_usd: period.limit(dir.team_limits.get(l.group[0].as_str())),
         })
         .collect();
     let (key_count, team_count) = (keys.len(), teams.len());

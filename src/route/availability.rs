@@ -45,7 +45,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::canonical::ErrorClass;
+use crate::canonical::{BackendName, ErrorClass};
 use crate::route::slowness::{self, SlowRule, SlowVerdict};
 
 /// The three gains. Per nominal interval: a step of `dt = interval` adds `ki × e` to the
@@ -109,19 +109,19 @@ impl Default for PidConfig {
 
 /// The raw score of one interval: `successes − E × errors + 1`. Only errors whose class
 /// [`counts_against_backend`](ErrorClass::counts_against_backend) belong in `errors`.
-pub fn score(successes: u64, errors: u64, error_weight: f64) -> f64 {
+pub(crate) fn score(successes: u64, errors: u64, error_weight: f64) -> f64 {
     successes as f64 - error_weight * errors as f64 + 1.0
 }
 
 /// The score divided by `requests + prior_requests`: what the controller holds at zero.
-pub fn normalised_score(successes: u64, errors: u64, cfg: &PidConfig) -> f64 {
+pub(crate) fn normalised_score(successes: u64, errors: u64, cfg: &PidConfig) -> f64 {
     let requests = successes as f64 + errors as f64;
     score(successes, errors, cfg.error_weight) / (requests + cfg.prior_requests.max(1e-9))
 }
 
 /// [`normalised_score`] less `S` for each slow answer (already counted among `successes`),
 /// on the same denominator.
-pub fn latency_aware_score(successes: u64, slow: u64, errors: u64, cfg: &PidConfig) -> f64 {
+pub(crate) fn latency_aware_score(successes: u64, slow: u64, errors: u64, cfg: &PidConfig) -> f64 {
     let requests = successes as f64 + errors as f64;
     normalised_score(successes, errors, cfg)
         - cfg.slow_weight * slow.min(successes) as f64 / (requests + cfg.prior_requests.max(1e-9))
@@ -190,7 +190,7 @@ struct Provider {
 pub struct Availability {
     cfg: PidConfig,
     rule: SlowRule,
-    providers: BTreeMap<String, Provider>,
+    providers: BTreeMap<BackendName, Provider>,
 }
 
 impl Availability {
@@ -221,7 +221,7 @@ impl Availability {
                 errors: 0,
                 verdict: SlowVerdict::default(),
             };
-            self.providers.insert(backend.to_string(), fresh);
+            self.providers.insert(BackendName::from(backend), fresh);
         }
         self.providers.get_mut(backend).expect("inserted above")
     }
@@ -246,7 +246,7 @@ impl Availability {
     }
 
     /// Count an answer that reached its first token; `slow`: later than its task's SLO.
-    pub fn record_served(&mut self, backend: &str, slow: bool) {
+    pub(crate) fn record_served(&mut self, backend: &str, slow: bool) {
         self.record_counts(backend, 1, 0);
         if slow {
             let p = self.provider(backend);
@@ -256,14 +256,14 @@ impl Availability {
 
     /// Count a failure of this class; classes that do not count against the backend (client
     /// mistakes) are ignored entirely.
-    pub fn record_failure(&mut self, backend: &str, class: ErrorClass) {
+    pub(crate) fn record_failure(&mut self, backend: &str, class: ErrorClass) {
         if class.counts_against_backend() {
             self.record_counts(backend, 0, 1);
         }
     }
 
     /// Count many outcomes at once.
-    pub fn record_counts(&mut self, backend: &str, successes: u64, errors: u64) {
+    pub(crate) fn record_counts(&mut self, backend: &str, successes: u64, errors: u64) {
         let p = self.provider(backend);
         p.successes = p.successes.saturating_add(successes);
         p.errors = p.errors.saturating_add(errors);
@@ -272,7 +272,7 @@ impl Availability {
     /// Close the interval: step every tracked provider with its counts (zero for idle ones),
     /// reset the counts, and return every availability. A zero `dt` changes nothing (the
     /// counts carry over to the next tick).
-    pub fn tick(&mut self, dt: Duration) -> BTreeMap<String, f64> {
+    pub fn tick(&mut self, dt: Duration) -> BTreeMap<BackendName, f64> {
         let secs = dt.as_secs_f64();
         let (cfg, rule) = (self.cfg, self.rule);
         for p in self.providers.values_mut() {
@@ -295,7 +295,7 @@ impl Availability {
 
     /// What a snapshot shows: 0 while the open interval is [`slowness::slow_now`], else
     /// [`Availability::get`].
-    pub fn effective(&self, backend: &str) -> f64 {
+    pub(crate) fn effective(&self, backend: &str) -> f64 {
         match self.providers.get(backend) {
             Some(p) if slowness::slow_now(p.successes, p.slow, p.errors, &self.rule) => 0.0,
             Some(p) => p.pid.output,
@@ -312,7 +312,7 @@ impl Availability {
     }
 
     /// Every tracked provider's current availability.
-    pub fn all(&self) -> BTreeMap<String, f64> {
+    pub fn all(&self) -> BTreeMap<BackendName, f64> {
         self.providers.iter().map(|(name, p)| (name.clone(), p.pid.output)).collect()
     }
 
@@ -325,7 +325,7 @@ impl Availability {
 impl PidConfig {
     /// The PID settings the `balancing` keys describe (anti-windup and normalisation at their
     /// defaults).
-    pub fn from_settings(b: &crate::config::BalancingConfig) -> PidConfig {
+    pub(crate) fn from_settings(b: &crate::config::BalancingConfig) -> PidConfig {
         PidConfig {
             gains: PidGains { kp: b.kp, ki: b.ki, kd: b.kd },
             error_weight: b.error_weight,

@@ -34,7 +34,11 @@ pub fn capacity(view: &BackendView) -> u32 {
 
 /// Whether `backend` could take the request in an unmeasured pool's place; `has_headroom`
 /// says whether a local pool has a node with headroom for it.
-pub fn alternative(snap: &Snapshot, backend: BackendId, has_headroom: &dyn Fn(BackendId) -> bool) -> bool {
+pub(crate) fn alternative(
+    snap: &Snapshot,
+    backend: BackendId,
+    has_headroom: &dyn Fn(BackendId) -> bool,
+) -> bool {
     let view = &snap.backends[backend];
     if view.is_local() {
         has_headroom(backend)

@@ -46,7 +46,7 @@ use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 /// Admitted nodes a bounded scan finds beyond the affinity node, by default: more than a
 /// dispatch walk's calls (`dispatch.max_attempts`, 4 by default) can use, so that the walk
 /// goes where it would have gone with the full plan.
-pub const DEFAULT_K: usize = 8;
+pub(crate) const DEFAULT_K: usize = 8;
 
 /// The affinity node of each known key over one set of nodes.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ pub struct AffinityTable {
 
 /// The identity hash of a key that is a hash.
 #[derive(Debug, Default)]
-pub struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -310,7 +310,7 @@ impl Candidates {
 
     /// A request of the router's on `node` of `backend` ended: a node its load had filled
     /// may take requests again.
-    pub fn freed(&self, backend: BackendId, node: usize) {
+    pub(crate) fn freed(&self, backend: BackendId, node: usize) {
         for pool in [&self.pools, &self.relaxed].into_iter().filter_map(|p| p.get(backend.index())?.as_ref())
         {
             let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -322,13 +322,17 @@ impl Candidates {
 }
 
 /// `key`'s affinity node in `backend` from the index's table, if it has one for the key.
-pub fn cached_affinity(index: Option<&Candidates>, backend: BackendId, key: u64) -> Option<Option<usize>> {
+pub(crate) fn cached_affinity(
+    index: Option<&Candidates>,
+    backend: BackendId,
+    key: u64,
+) -> Option<Option<usize>> {
     let pool = index?.pools.get(backend.index())?.as_ref()?;
     pool.affinity.as_ref()?.node.get(&key).copied()
 }
 
 /// The nodes of one pool that planning judges for one request, in the order it judges them.
-pub struct Scan<'a> {
+pub(crate) struct Scan<'a> {
     n: usize,
     next: usize,
     bounded: Option<Bounded<'a>>,
@@ -448,7 +452,7 @@ impl<'a> Scan<'a> {
     /// bounded scan whose pool has fewer than `k` targets (more would come first in the plan,
     /// beyond what a walk's calls use). `None`: nothing more to judge (a full scan judged
     /// every node).
-    pub fn last_resorts(self, targets: usize, deadline_s: f64) -> Option<LastResorts<'a>> {
+    pub(crate) fn last_resorts(self, targets: usize, deadline_s: f64) -> Option<LastResorts<'a>> {
         let b = self.bounded?;
         let pool = b.resorts.filter(|_| targets < b.k)?;
         let mut state = pool.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -459,7 +463,7 @@ impl<'a> Scan<'a> {
 }
 
 /// The rest of a bounded scan, for a standard request's last resorts.
-pub struct LastResorts<'a> {
+pub(crate) struct LastResorts<'a> {
     k: usize,
     deadline_s: f64,
     state: MutexGuard<'a, PoolState>,

@@ -127,7 +127,7 @@ pub struct Unfit {
 
 impl Unfit {
     /// Every backend was refused for its context window alone.
-    pub fn is_context_length(&self) -> bool {
+    pub(crate) fn is_context_length(&self) -> bool {
         self.refusals.iter().all(|(_, r)| matches!(r, Refusal::TooLong { .. }))
     }
 
@@ -147,7 +147,7 @@ impl Unfit {
     }
 
     /// The operation no backend could do, when that is why every one was refused.
-    pub fn unserved(&self) -> Option<Unserved> {
+    pub(crate) fn unserved(&self) -> Option<Unserved> {
         let first = match self.refusals.first() {
             Some((_, Refusal::Unserved(u))) => *u,
             _ => return None,

@@ -32,7 +32,7 @@ const KEY_SEED: u64 = 0x5350_494c_4c57_4159;
 
 /// The index of the time window containing `unix_secs`; `window_secs = 0` counts as 1.
 /// Every key re-draws at the same instants; see [`key_window`] for staggered boundaries.
-pub fn window_index(unix_secs: u64, window_secs: u64) -> u64 {
+pub(crate) fn window_index(unix_secs: u64, window_secs: u64) -> u64 {
     unix_secs / window_secs.max(1)
 }
 

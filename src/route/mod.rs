@@ -120,7 +120,7 @@ pub struct Plan {
 
 impl Plan {
     /// The first reason the request left the fleet, if it did.
-    pub fn spill_reason(&self) -> Option<SpillReason> {
+    pub(crate) fn spill_reason(&self) -> Option<SpillReason> {
         self.spills.iter().map(|s| s.reason).min()
     }
 }
@@ -149,7 +149,7 @@ pub fn plan(facts: &RequestFacts<'_>, snap: &Snapshot, now: Instant) -> Result<P
 ///
 /// When no eligible backend can take the request (no pool has headroom, every hosted backend
 /// is down), a pool none of whose nodes has fresh telemetry is served blind ([`blind`]).
-pub fn plan_among(
+pub(crate) fn plan_among(
     facts: &RequestFacts<'_>,
     snap: &Snapshot,
     mut eligible: Vec<BackendId>,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use crate::canonical::BackendName;
 use crate::snapshot::Snapshot;
 
 use super::Plan;
@@ -26,7 +27,7 @@ pub struct Kept {
 
 impl Kept {
     /// Their mean prompt in tokens; `None` when none was counted.
-    pub fn prompt_mean(&self) -> Option<f64> {
+    pub(crate) fn prompt_mean(&self) -> Option<f64> {
         let n = self.taken + self.refused;
         (n > 0).then(|| self.prompt_tokens as f64 / n as f64)
     }
@@ -42,7 +43,7 @@ struct Counters {
 /// Shared by the request paths (which record each plan) and the loop that steps the shares.
 #[derive(Debug, Default)]
 pub struct ShareFeedback {
-    pools: ArcSwap<BTreeMap<String, Arc<Counters>>>,
+    pools: ArcSwap<BTreeMap<BackendName, Arc<Counters>>>,
 }
 
 impl ShareFeedback {
@@ -61,7 +62,7 @@ impl ShareFeedback {
     }
 
     /// What was counted since the last call, and start afresh.
-    pub fn take(&self) -> BTreeMap<String, Kept> {
+    pub fn take(&self) -> BTreeMap<BackendName, Kept> {
         let swap = |c: &AtomicU64| c.swap(0, Relaxed);
         let pools = self.pools.load();
         pools
@@ -85,7 +86,7 @@ impl ShareFeedback {
         }
         self.pools.rcu(|pools| {
             let mut pools = BTreeMap::clone(pools);
-            pools.entry(pool.to_string()).or_default();
+            pools.entry(BackendName::from(pool)).or_default();
             pools
         });
         self.pools.load().get(pool).map(Arc::clone).unwrap_or_default()

@@ -40,7 +40,7 @@ impl Default for SlowRule {
 }
 
 impl SlowRule {
-    pub fn from_settings(b: &crate::config::BalancingConfig) -> SlowRule {
+    pub(crate) fn from_settings(b: &crate::config::BalancingConfig) -> SlowRule {
         SlowRule { min_slow: b.slow_signal.min_slow, share: b.slow_signal.share }
     }
 
@@ -52,13 +52,13 @@ impl SlowRule {
 
 /// Is the provider slow now, by the counts of the interval still open? (`slow` counts among
 /// `successes`.)
-pub fn slow_now(successes: u64, slow: u64, errors: u64, rule: &SlowRule) -> bool {
+pub(crate) fn slow_now(successes: u64, slow: u64, errors: u64, rule: &SlowRule) -> bool {
     rule.min_slow > 0 && slow.min(successes) >= rule.min_slow && rule.slow_share(successes, slow, errors)
 }
 
 /// Whether a provider is written off for slowness, carried from one interval to the next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SlowVerdict {
+pub(crate) struct SlowVerdict {
     pub slow: bool,
 }
 

@@ -53,6 +53,7 @@ use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
+use crate::canonical::BackendName;
 use crate::config::{StickySpillConfig, Strategy};
 use crate::fleet::headroom::{self, PoolLimits};
 use crate::fleet::load::LoadView;
@@ -67,7 +68,7 @@ const SEED: u64 = 0x5354_4943_4b59;
 /// The least time between two steps of the shares. The refusals a step weighs (against
 /// `refused_max` and `cut_min_requests`) are those of at least this long, however often the
 /// snapshot is rebuilt: every 100 ms live, every scrape in the simulator, which then agree.
-pub const STEP: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const STEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The usual prompt, in tokens, of a pool whose engines report none before the router has
 /// planned any request on it.
@@ -77,27 +78,27 @@ const USUAL_PROMPT_TOKENS: f64 = 1000.0;
 const MIN_OCCUPANCY: f64 = 0.05;
 
 /// The uniform in (0, 1) that `key` draws for `pool`.
-pub fn uniform(key: u64, pool: &str) -> f64 {
+pub(crate) fn uniform(key: u64, pool: &str) -> f64 {
     let h = xxhash_rust::xxh3::xxh3_64_with_seed(pool.as_bytes(), key ^ SEED);
     ((h >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)
 }
 
 /// Does `pool` take `key` first at this share? Always at a share of 1.
-pub fn takes_first(key: u64, pool: &str, share: f64) -> bool {
+pub(crate) fn takes_first(key: u64, pool: &str, share: f64) -> bool {
     share >= 1.0 || uniform(key, pool) < share
 }
 
 /// Whether stickiness applies to a request: on, `strategy: adaptive`, and a hosted backend
 /// of the request is up to keep its project (else everyone comes home). Its pools count
 /// whether they could take it ([`ShareFeedback`]), at a share of 1 too.
-pub fn applies(cfg: &StickySpillConfig, strategy: Strategy, hosted_up: bool) -> bool {
+pub(crate) fn applies(cfg: &StickySpillConfig, strategy: Strategy, hosted_up: bool) -> bool {
     cfg.enabled && strategy == Strategy::Adaptive && hosted_up
 }
 
 /// Whether stickiness decides for this pool and key: `Some(true)` the pool takes the key
 /// first (and stays its node past the reserve), `Some(false)` the key keeps its hosted chain,
 /// `None` it does not ([`applies`] is false, or the share is 1: planned as without it).
-pub fn membership(view: &BackendView, applies: bool, key: u64) -> Option<bool> {
+pub(crate) fn membership(view: &BackendView, applies: bool, key: u64) -> Option<bool> {
     (applies && view.share < 1.0).then(|| takes_first(key, &view.name, view.share))
 }
 
@@ -119,7 +120,7 @@ pub struct PoolLoad {
 /// `slo_s`: the tightest first-token target (with its margin) of the tasks it serves;
 /// `own_prompt`: the mean prompt of the requests the router planned on it lately, the usual
 /// size on a node whose engine reports none (llama.cpp's metrics have no request count).
-pub fn pool_load(
+pub(crate) fn pool_load(
     view: &BackendView,
     load: &dyn Fn(&NodeView) -> LoadView,
     slo_s: f64,
@@ -228,9 +229,9 @@ impl Share {
 /// snapshot's occupancy.
 #[derive(Debug, Default)]
 pub struct PoolShares {
-    shares: BTreeMap<String, Share>,
+    shares: BTreeMap<BackendName, Share>,
     /// Each pool's mean prompt over the last step that planned requests on it.
-    own_prompt: BTreeMap<String, f64>,
+    own_prompt: BTreeMap<BackendName, f64>,
     last: Option<Instant>,
 }
 
@@ -265,14 +266,14 @@ impl PoolShares {
                 .filter(|t| t.backends.contains(&view.name))
                 .map(|t| t.slo.ttft_ms as f64 / 1000.0 * (1.0 - t.slo.margin))
                 .fold(f64::INFINITY, f64::min);
-            let k = kept.get(&view.name).copied().unwrap_or_default();
+            let k = kept.get(view.name.as_str()).copied().unwrap_or_default();
             if let Some(mean) = k.prompt_mean() {
-                self.own_prompt.insert(view.name.clone(), mean);
+                self.own_prompt.insert(view.name.as_str().into(), mean);
             }
-            let l = pool_load(view, load, slo_s, self.own_prompt.get(&view.name).copied(), now);
-            self.shares.entry(view.name.clone()).or_default().step(l, k, dt, cfg);
+            let l = pool_load(view, load, slo_s, self.own_prompt.get(view.name.as_str()).copied(), now);
+            self.shares.entry(view.name.as_str().into()).or_default().step(l, k, dt, cfg);
         }
-        let known = |name: &String| snap.backends.iter().any(|b| &b.name == name);
+        let known = |name: &BackendName| snap.backends.iter().any(|b| b.name == name.as_str());
         self.shares.retain(|name, _| known(name));
         self.own_prompt.retain(|name, _| known(name));
     }

@@ -42,7 +42,7 @@ pub fn weights(availabilities_in_preference_order: &[f64]) -> Vec<f64> {
 
 /// An adaptive task's first-choice weights now, by backend: only the backends its
 /// policy allows, each local pool counted as having headroom. Empty when nothing is eligible.
-pub fn task_weights(
+pub(crate) fn task_weights(
     task: &crate::config::TaskConfig,
     snap: &super::Snapshot,
 ) -> Vec<(crate::config::BackendId, f64)> {

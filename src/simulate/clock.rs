@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Microseconds since the start of a run.
-pub type Micros = u64;
+pub(crate) type Micros = u64;
 
 pub fn from_secs(s: f64) -> Micros {
     (s.max(0.0) * 1e6).round() as Micros
@@ -35,7 +35,7 @@ pub struct Clock {
 
 /// The wall clock the simulated router believes in at the start (2026-01-01T00:00:00Z): it
 /// drives affinity windows and quota minutes, and is fixed so that runs repeat exactly.
-pub const EPOCH_UNIX_SECS: u64 = 1_767_225_600;
+pub(crate) const EPOCH_UNIX_SECS: u64 = 1_767_225_600;
 
 impl Clock {
     pub fn new() -> Clock {
@@ -47,7 +47,7 @@ impl Clock {
     }
 
     /// Unix seconds at virtual time `t`.
-    pub fn unix_secs(&self, t: Micros) -> u64 {
+    pub(crate) fn unix_secs(&self, t: Micros) -> u64 {
         EPOCH_UNIX_SECS + t / 1_000_000
     }
 
@@ -153,7 +153,7 @@ impl<E> Queue<E> {
     }
 
     /// When the earliest event is due.
-    pub fn peek_at(&mut self) -> Option<Micros> {
+    pub(crate) fn peek_at(&mut self) -> Option<Micros> {
         loop {
             if let Some(Reverse((at, _, _))) = self.current.peek() {
                 return Some(*at);

@@ -16,7 +16,7 @@ const SUB: u64 = 64;
 /// log2(SUB).
 const SUB_BITS: u32 = 6;
 /// The largest value kept, in microseconds (larger ones count as this).
-pub const MAX_US: u64 = (1 << 30) - 1;
+pub(crate) const MAX_US: u64 = (1 << 30) - 1;
 /// 128 exact buckets, then 64 for each power of two from 2^7 to 2^29.
 const BUCKETS: usize = (LINEAR + (30 - 7) * SUB) as usize;
 
@@ -73,7 +73,7 @@ impl Histogram {
 
     /// The `q` quantile by nearest rank, in microseconds (see the module's doc for the
     /// precision); `None` when nothing was recorded.
-    pub fn quantile_us(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_us(&self, q: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
         }
@@ -93,7 +93,7 @@ impl Histogram {
     }
 
     /// The `q` quantile in milliseconds.
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         self.quantile_us(q).map(|us| us / 1000.0)
     }
 }

@@ -41,7 +41,7 @@ pub enum Answer {
 
 /// One call's request as the provider sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct Call {
+pub(crate) struct Call {
     pub prompt: u32,
     pub prefix: u32,
     pub output: u32,
@@ -49,7 +49,7 @@ pub struct Call {
 }
 
 #[derive(Debug, Clone)]
-pub struct Provider {
+pub(crate) struct Provider {
     model: ProviderModel,
     pub rpm: Option<u64>,
     pub tpm: Option<u64>,

@@ -157,7 +157,7 @@ impl Node {
     }
 
     /// Queue a job; returns the jobs that entered a slot (this one, if a slot was free).
-    pub fn submit(&mut self, job: Job, now: Micros) -> Vec<Started> {
+    pub(crate) fn submit(&mut self, job: Job, now: Micros) -> Vec<Started> {
         self.waiting.insert((job.req, job.attempt));
         self.queue.push_back(job);
         self.fill(now)
@@ -203,7 +203,7 @@ impl Node {
     }
 
     /// The job's first token came out.
-    pub fn first_token(&mut self, req: usize, attempt: u32, now: Micros) {
+    pub(crate) fn first_token(&mut self, req: usize, attempt: u32, now: Micros) {
         if let Some(r) = self.position(req, attempt).map(|i| &self.running[i]) {
             let (ttft, prefill) = (secs(now - r.job.enqueued), secs(now - r.begun));
             self.counters.ttft.observe(ttft, 1.0);
@@ -229,7 +229,7 @@ impl Node {
     }
 
     /// The router gave up on the job (first-token deadline): it leaves the queue or its slot.
-    pub fn cancel(&mut self, req: usize, attempt: u32, now: Micros) -> Vec<Started> {
+    pub(crate) fn cancel(&mut self, req: usize, attempt: u32, now: Micros) -> Vec<Started> {
         if !self.waiting.remove(&(req, attempt)) {
             if let Some(i) = self.position(req, attempt) {
                 self.running.swap_remove(i);
@@ -261,7 +261,7 @@ impl Node {
         lost
     }
 
-    pub fn recover(&mut self) {
+    pub(crate) fn recover(&mut self) {
         self.alive = true;
     }
 

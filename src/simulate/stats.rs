@@ -44,7 +44,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// TTFT p95 of the bucket's served requests, ms.
-    pub fn ttft_p95(&self) -> Option<f64> {
+    pub(crate) fn ttft_p95(&self) -> Option<f64> {
         self.ttft.quantile_ms(0.95)
     }
 }

@@ -34,7 +34,7 @@ use crate::snapshot::Snapshot;
 
 /// Which backends a strategy's PID controller follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracked {
+pub(crate) enum Tracked {
     None,
     /// Hosted backends (what the router's availability loop tracks).
     Hosted,
@@ -44,11 +44,11 @@ pub enum Tracked {
 
 impl StrategyName {
     /// Does planning see the fleet's live signals and the router's own load?
-    pub fn uses_headroom(self) -> bool {
+    pub(crate) fn uses_headroom(self) -> bool {
         self == StrategyName::Spillway
     }
 
-    pub fn tracked(self) -> Tracked {
+    pub(crate) fn tracked(self) -> Tracked {
         match self {
             StrategyName::Priority | StrategyName::Weighted => Tracked::None,
             StrategyName::PidChains => Tracked::All,
@@ -57,7 +57,7 @@ impl StrategyName {
     }
 
     /// A fresh random seed per request (else the affinity hash, as the server does).
-    pub fn random_seed(self) -> bool {
+    pub(crate) fn random_seed(self) -> bool {
         self == StrategyName::Weighted
     }
 
@@ -88,7 +88,7 @@ impl StrategyName {
 
 /// What an idle, just-scraped node looks like, for strategies that plan without headroom: no
 /// queue, no load, and a first token predicted at once, so `admit` always says yes.
-pub fn idle_signals(scraped_at: tokio::time::Instant) -> NodeSignals {
+pub(crate) fn idle_signals(scraped_at: tokio::time::Instant) -> NodeSignals {
     NodeSignals {
         scraped_at: Some(scraped_at),
         running: Some(0.0),
@@ -102,7 +102,7 @@ pub fn idle_signals(scraped_at: tokio::time::Instant) -> NodeSignals {
 /// `pid-chains`: the task's backends reordered into `key`'s chain for `window`, from the
 /// availabilities of the backends policy allows (in preference order). Backends policy refuses
 /// keep their place at the end; planning drops them anyway.
-pub fn pid_chain(
+pub(crate) fn pid_chain(
     task: &TaskConfig,
     snap: &Snapshot,
     availability: &Availability,
@@ -122,7 +122,7 @@ pub fn pid_chain(
 }
 
 /// The weights `pid-chains` and `spillway` would give the task's backends now, for charts.
-pub fn current_weights(task: &TaskConfig, availability: &dyn Fn(&str) -> f64) -> Vec<(String, f64)> {
+pub(crate) fn current_weights(task: &TaskConfig, availability: &dyn Fn(&str) -> f64) -> Vec<(String, f64)> {
     let avail: Vec<f64> = task.backends.iter().map(|b| availability(b)).collect();
     task.backends.iter().cloned().zip(weights::weights(&avail)).collect()
 }

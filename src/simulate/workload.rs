@@ -34,7 +34,7 @@ pub struct Arrival {
 }
 
 /// Rate (requests per second) at `t` seconds.
-pub fn rate_at(rate: &Rate, t: f64) -> f64 {
+pub(crate) fn rate_at(rate: &Rate, t: f64) -> f64 {
     match rate {
         Rate::Constant(r) => *r,
         Rate::Points(points) => {
@@ -68,7 +68,7 @@ pub fn normal(rng: &mut StdRng) -> f64 {
 }
 
 /// A log-normal draw with the given mean and standard deviation, clamped to `[min, max]`.
-pub fn draw(dist: &Dist, rng: &mut StdRng) -> u32 {
+pub(crate) fn draw(dist: &Dist, rng: &mut StdRng) -> u32 {
     let v = if dist.sd <= 0.0 {
         dist.mean
     } else {
@@ -183,12 +183,12 @@ impl Arrivals {
     }
 
     /// Every project's affinity key, across the streams.
-    pub fn affinity_keys(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn affinity_keys(&self) -> impl Iterator<Item = u64> + '_ {
         self.streams.iter().flat_map(|s| s.affinity.iter().copied())
     }
 
     /// When the next arrival comes, without drawing it.
-    pub fn peek_at(&self) -> Option<u64> {
+    pub(crate) fn peek_at(&self) -> Option<u64> {
         self.heads.iter().flatten().map(|a| a.at_us).min()
     }
 }

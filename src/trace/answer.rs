@@ -33,7 +33,7 @@ impl Answer {
     }
 
     /// The client went away before the end.
-    pub fn cancel(self, usage: &Usage) {
+    pub(crate) fn cancel(self, usage: &Usage) {
         self.record(usage, Some(CANCELLED));
     }
 

@@ -6,31 +6,31 @@
 use crate::canonical::Operation;
 use crate::config::BackendKind;
 
-pub const OPERATION: &str = "gen_ai.operation.name";
-pub const PROVIDER: &str = "gen_ai.provider.name";
-pub const REQUEST_MODEL: &str = "gen_ai.request.model";
-pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
-pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+pub(crate) const OPERATION: &str = "gen_ai.operation.name";
+pub(crate) const PROVIDER: &str = "gen_ai.provider.name";
+pub(crate) const REQUEST_MODEL: &str = "gen_ai.request.model";
+pub(crate) const RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub(crate) const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-pub const CACHE_READ_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
-pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
-pub const ERROR_TYPE: &str = "error.type";
+pub(crate) const CACHE_READ_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+pub(crate) const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub(crate) const ERROR_TYPE: &str = "error.type";
 /// `error.type` of an answer the client stopped reading (no error of the router's or the
 /// upstream's: the span's status stays unset).
-pub const CANCELLED: &str = "cancelled";
+pub(crate) const CANCELLED: &str = "cancelled";
 
-pub const TASK: &str = "spillway.task";
-pub const BACKEND: &str = "spillway.backend";
-pub const NODE: &str = "spillway.node";
-pub const SPILL_REASON: &str = "spillway.spill_reason";
+pub(crate) const TASK: &str = "spillway.task";
+pub(crate) const BACKEND: &str = "spillway.backend";
+pub(crate) const NODE: &str = "spillway.node";
+pub(crate) const SPILL_REASON: &str = "spillway.spill_reason";
 /// On a client span: which call of the request it is (1 for the first). On the server span:
 /// how many calls were made.
-pub const ATTEMPT: &str = "spillway.attempt";
-pub const REQUEST_ID: &str = "spillway.request_id";
+pub(crate) const ATTEMPT: &str = "spillway.attempt";
+pub(crate) const REQUEST_ID: &str = "spillway.request_id";
 
-pub const HTTP_METHOD: &str = "http.request.method";
-pub const HTTP_ROUTE: &str = "http.route";
-pub const HTTP_STATUS: &str = "http.response.status_code";
+pub(crate) const HTTP_METHOD: &str = "http.request.method";
+pub(crate) const HTTP_ROUTE: &str = "http.route";
+pub(crate) const HTTP_STATUS: &str = "http.response.status_code";
 
 /// `gen_ai.operation.name` for a request doing `operation`.
 pub fn operation(operation: &Operation) -> &'static str {

@@ -39,7 +39,7 @@ impl Settings {
     }
 
     /// The settings the variables (as `get` reads them) describe.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+    pub(crate) fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
         let var = |name: &str| get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         let service_name = var("OTEL_SERVICE_NAME").unwrap_or_else(|| DEFAULT_SERVICE.into());
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -82,7 +82,7 @@ impl Settings {
     }
 
     /// The endpoint for a log line: scheme, host, port and path, never a user or a query.
-    pub fn shown_endpoint(&self) -> Option<String> {
+    pub(crate) fn shown_endpoint(&self) -> Option<String> {
         self.endpoint.as_deref().map(shown)
     }
 }

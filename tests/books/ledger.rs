@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common;
+use crate::common::{self, wait_until};
 
 use rust_decimal::Decimal;
 use spillway::ledger::usage::{NodeMinute, Occupancy};
@@ -218,14 +218,6 @@ mod url_parts {
     }
 }
 
-async fn eventually<Fut: std::future::Future<Output = bool>>(
-    what: &str,
-    timeout: Duration,
-    check: impl FnMut() -> Fut,
-) {
-    crate::common::wait_until(timeout, what, check).await
-}
-
 fn quick() -> WriterConfig {
     WriterConfig {
         capacity: 1_024,
@@ -269,7 +261,7 @@ async fn writer_batches_by_size_and_shutdown_flushes_the_rest() {
         for r in records(0..25) {
             tx.send(r).unwrap();
         }
-        eventually("two full batches", Duration::from_secs(10), || async { all(&store).await.len() == 20 })
+        wait_until(Duration::from_secs(10), "two full batches", || async { all(&store).await.len() == 20 })
             .await;
         // A real sleep: time passes, and the partial batch must not be written in it.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -296,13 +288,13 @@ async fn store_outage_loses_nothing() {
             assert_eq!(tx.buffered(), i as u64 + 1, "{}: counts up", target.name());
         }
         // Longer than SQLite's 2 s busy timeout and the pool's connect retries: writes fail.
-        eventually("a failed write", Duration::from_secs(10), || async { handle.failed_writes() > 0 }).await;
+        wait_until(Duration::from_secs(10), "a failed write", || async { handle.failed_writes() > 0 }).await;
         // A real sleep: the writer keeps retrying, and nothing may be committed meanwhile.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(handle.buffered(), 300, "{}: nothing committed while down", target.name());
         assert!(handle.overflowed() > 0, "the 16-slot channel overflowed");
         target.heal_store().await;
-        eventually("the backlog to drain", Duration::from_secs(30), || async { handle.buffered() == 0 })
+        wait_until(Duration::from_secs(30), "the backlog to drain", || async { handle.buffered() == 0 })
             .await;
         assert_eq!(all(&store).await, records(0..300), "{}: each record once", target.name());
         handle.shutdown().await.unwrap();
@@ -417,7 +409,7 @@ async fn requests_flow_while_the_store_is_down_and_every_row_arrives() {
         };
         assert!(buffered().await >= 20, "{}: the rows wait in memory", target.name());
         target.heal_store().await;
-        eventually("the buffer to drain", Duration::from_secs(30), || async { buffered().await == 0 }).await;
+        wait_until(Duration::from_secs(30), "the buffer to drain", || async { buffered().await == 0 }).await;
         let store = Store::open(&target.url).await.unwrap();
         let rows = all(&store).await;
         assert_eq!(rows.len(), 20, "{}: every request's row, once", target.name());

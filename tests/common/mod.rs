@@ -204,6 +204,17 @@ where
     }
 }
 
+/// [`wait_until`] from a test that is not async (one that drives a child process): polled on
+/// a runtime of its own. A check with nothing to await polls `std::future::ready(fact)`.
+pub fn block_until<F, Fut>(within: Duration, what: impl Display, check: impl FnMut() -> Fut) -> F::Value
+where
+    F: Fact,
+    Fut: Future<Output = F>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(wait_until(within, what, check))
+}
+
 /// `GET {base}{path}` as JSON.
 pub async fn get_json(base: impl AsRef<str>, path: &str) -> serde_json::Value {
     let url = format!("{}{path}", base.as_ref());

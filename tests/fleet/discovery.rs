@@ -7,6 +7,7 @@
 //! crypto provider.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::ready;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +23,8 @@ use serde_json::{json, Value};
 use spillway::config::{KubeResource, KubernetesDiscovery};
 use spillway::control::discovery::{self, DiscoveredNode, DiscoveredNodes};
 use tokio::sync::{mpsc, watch};
+
+use crate::common::wait_until;
 
 /// One scripted watch response: the lines the test sends, until it drops the sender.
 type WatchScript = mpsc::UnboundedReceiver<Value>;
@@ -213,14 +216,6 @@ async fn expect(
     }
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    crate::common::wait_until(Duration::from_secs(15), what, || {
-        let holds = cond();
-        async move { holds }
-    })
-    .await
-}
-
 fn param<'a>(request: &'a str, key: &str) -> Option<&'a str> {
     let query = request.split_once('?')?.1;
     query.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
@@ -271,7 +266,7 @@ async fn pods_list_watch_relist_against_a_fake_api_server() {
     assert!(list_request.starts_with(&format!("{PODS}?")), "{list_request}");
     assert_eq!(param(&list_request, "labelSelector"), Some("app%3Dvllm%2Cpool%3Dllama-8b"));
     assert_eq!(param(&list_request, "watch"), None);
-    wait_until("the first watch call", || fake.requests().len() >= 2).await;
+    wait_until(Duration::from_secs(15), "the first watch call", || ready(fake.requests().len() >= 2)).await;
     let watch_request = fake.requests()[1].clone();
     assert_eq!(param(&watch_request, "watch"), Some("true"), "{watch_request}");
     assert_eq!(param(&watch_request, "resourceVersion"), Some("10"));
@@ -303,7 +298,7 @@ async fn pods_list_watch_relist_against_a_fake_api_server() {
     // without a relist and without a change.
     let second_watch = fake.queue_watch();
     drop(first_watch);
-    wait_until("the second watch call", || fake.requests().len() >= 3).await;
+    wait_until(Duration::from_secs(15), "the second watch call", || ready(fake.requests().len() >= 3)).await;
     let rewatch = fake.requests()[2].clone();
     assert_eq!(param(&rewatch, "watch"), Some("true"), "{rewatch}");
     assert_eq!(param(&rewatch, "resourceVersion"), Some("15"));
@@ -380,7 +375,7 @@ async fn watch_errors_are_retried_until_the_server_answers() {
     let client = discovery::client_for_url(&url).unwrap();
     let (tx, mut rx) = watch::channel(DiscoveredNodes::new());
     let task = tokio::spawn(discovery::run("llama".into(), discovery_cfg(KubeResource::Pods), client, tx));
-    wait_until("a failed list call", || !fake.requests().is_empty()).await;
+    wait_until(Duration::from_secs(15), "a failed list call", || ready(!fake.requests().is_empty())).await;
     assert!(!rx.borrow().contains_key("llama"), "nothing is published before a listing");
     fake.set_list(
         "/api/v1/namespaces/llm/pods",

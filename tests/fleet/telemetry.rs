@@ -3,6 +3,7 @@
 //! or absent, a node that dies, a node that hangs, and a node that leaves the fleet.
 
 use std::collections::BTreeSet;
+use std::future::ready;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,8 @@ use spillway::fleet::telemetry::{NodeTelemetry, TelemetryBoard};
 use spillway::sim::{self, SimArgs, SimKind};
 use spillway::snapshot::Snapshot;
 use tokio::time::Instant;
+
+use crate::common::wait_until;
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const V0: &str = include_str!("../fixtures/vllm/v0-engine.prom");
@@ -201,14 +204,6 @@ fn key(pool: &str, url: &str) -> NodeKey {
     NodeKey::new(pool, LLAMA, &format!("{url}/v1"))
 }
 
-async fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    crate::common::wait_until(limit, what, || {
-        let holds = ok();
-        async move { holds }
-    })
-    .await
-}
-
 fn scraped(board: &TelemetryBoard, key: &str) -> bool {
     board.get(key).is_some_and(|n| n.sample.is_some())
 }
@@ -265,8 +260,8 @@ async fn fills_the_board_follows_load_and_reads_agents() {
         client.clone(),
     ));
 
-    wait_until("all three nodes are scraped", Duration::from_secs(3), || {
-        [&ka, &kb, &kc].iter().all(|k| scraped(&board, k))
+    wait_until(Duration::from_secs(3), "all three nodes are scraped", || {
+        ready([&ka, &kb, &kc].iter().all(|k| scraped(&board, k)))
     })
     .await;
     let na = board.get(&ka).unwrap();
@@ -309,24 +304,28 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     // The router's own sends are credited until a scrape has seen them.
     let held: Vec<_> = (0..3).map(|_| load.start(&ka)).collect();
     assert_eq!(load.view(&ka).unseen, 3);
-    wait_until("a scrape clears unseen", Duration::from_secs(2), || load.view(&ka).unseen == 0).await;
+    wait_until(Duration::from_secs(2), "a scrape clears unseen", || ready(load.view(&ka).unseen == 0)).await;
     drop(held);
 
     // Load beyond max_num_seqs: running fills, the queue grows, then TTFT becomes known.
     assert_eq!(na.recent.ttft_s, None, "an idle node has no recent TTFT");
     let requests: Vec<_> = (0..8).map(|_| tokio::spawn(chat_stream(client.clone(), a.url()))).collect();
-    wait_until("the node reports running 2 and some waiting", Duration::from_secs(5), || {
-        board
-            .get(&ka)
-            .and_then(|n| n.sample.clone())
-            .is_some_and(|s| s.running == Some(2.0) && s.waiting >= Some(1.0))
+    wait_until(Duration::from_secs(5), "the node reports running 2 and some waiting", || {
+        ready(
+            board
+                .get(&ka)
+                .and_then(|n| n.sample.clone())
+                .is_some_and(|s| s.running == Some(2.0) && s.waiting >= Some(1.0)),
+        )
     })
     .await;
     for r in requests {
         r.await.unwrap();
     }
-    wait_until("recent TTFT and throughput are known", Duration::from_secs(2), || {
-        board.get(&ka).is_some_and(|n| n.recent.ttft_s.is_some() && n.recent.completions_per_s.is_some())
+    wait_until(Duration::from_secs(2), "recent TTFT and throughput are known", || {
+        ready(
+            board.get(&ka).is_some_and(|n| n.recent.ttft_s.is_some() && n.recent.completions_per_s.is_some()),
+        )
     })
     .await;
     let r = board.get(&ka).unwrap().recent;
@@ -361,8 +360,8 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
     let loop_thread =
         scrape::spawn_thread(current.clone(), board.clone(), load, cfg, reqwest::Client::new()).unwrap();
 
-    wait_until("both sims are scraped", Duration::from_secs(3), || {
-        scraped(&board, &kl) && scraped(&board, &kd)
+    wait_until(Duration::from_secs(3), "both sims are scraped", || {
+        ready(scraped(&board, &kl) && scraped(&board, &kd))
     })
     .await;
     dying.kill();
@@ -410,9 +409,9 @@ async fn dead_and_hanging_nodes_back_off_without_delaying_others() {
 
     // Discovery drops the dead pool: its nodes are forgotten.
     current.store(snapshot(&[("pl", vec![live.url()], None)], telemetry));
-    wait_until("departed nodes are forgotten", Duration::from_secs(2), || {
+    wait_until(Duration::from_secs(2), "departed nodes are forgotten", || {
         let all = board.all();
-        all.len() == 1 && all.contains_key(&kl)
+        ready(all.len() == 1 && all.contains_key(&kl))
     })
     .await;
     drop(loop_thread);

@@ -60,15 +60,6 @@ async fn metrics(url: &str) -> String {
     reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap()
 }
 
-/// Whether `check` holds within `secs` seconds (polled by `common::poll_until`).
-async fn eventually<F, Fut>(secs: u64, check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    common::poll_until(Duration::from_secs(secs), check).await.is_ok()
-}
-
 fn pool_config(node: &str, hosted: &str, golden: &std::path::Path, ledger: &str) -> String {
     format!(
         r#"
@@ -136,31 +127,34 @@ async fn a_pin_change_runs_the_gate_and_a_pass_puts_the_node_back_under_the_new_
     // Meanwhile the node reported engine 0.11.0+sim, not the pinned 0.10.1: the gate ran on it
     // by itself, passed, and the new engine is the pin in effect; the node serves again.
     let url = router.url.clone();
-    let back = eventually(20, || {
+    wait_until(Duration::from_secs(20), "the new engine as the pin in effect, nothing quarantined", || {
         let url = url.clone();
         async move {
             let gate = admin_json(&url, "/admin/gate", ADMIN).await;
-            gate["pins_in_effect"]["local"]["engine"] == "0.11.0+sim"
-                && gate["quarantined"].as_array().unwrap().is_empty()
+            let back = gate["pins_in_effect"]["local"]["engine"] == "0.11.0+sim"
+                && gate["quarantined"].as_array().unwrap().is_empty();
+            if back {
+                Ok(())
+            } else {
+                Err(format!("{gate:#}"))
+            }
         }
     })
     .await;
     let gate = admin_json(&router.url, "/admin/gate", ADMIN).await;
-    assert!(back, "{gate:#}");
     let local =
         gate["standings"].as_array().unwrap().iter().find(|s| s["backend"] == "local").unwrap().clone();
     assert_eq!(local["fingerprint"], "engine=0.11.0+sim", "{gate:#}");
     assert_eq!(local["passing"], true);
     assert_eq!(local["result"]["trigger"], "pin_change");
     assert!(local["result"]["node"].as_str().unwrap().contains(&node.base_url()));
-    let served = eventually(5, || {
+    wait_until(Duration::from_secs(5), "the requalified node to take traffic again", || {
         let url = router.url.clone();
         async move {
             post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("local")
         }
     })
     .await;
-    assert!(served, "the requalified node takes traffic again");
     let m = metrics(&router.url).await;
     assert!(m.contains(r#"spillway_gate_passing{backend="local",task="capitals"} 1"#), "{m}");
     assert!(
@@ -183,15 +177,18 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     assert_eq!(status, 200);
 
     let url = router.url.clone();
-    let failed = eventually(20, || {
+    wait_until(Duration::from_secs(20), "the node quarantined because its gate failed", || {
         let url = url.clone();
         async move {
             let gate = admin_json(&url, "/admin/gate", ADMIN).await;
-            gate["quarantined"][0]["why"].as_str().unwrap_or_default().contains("gate failed")
+            if gate["quarantined"][0]["why"].as_str().unwrap_or_default().contains("gate failed") {
+                Ok(())
+            } else {
+                Err(format!("{gate:#}"))
+            }
         }
     })
     .await;
-    assert!(failed, "{:#}", admin_json(&router.url, "/admin/gate", ADMIN).await);
     let m = metrics(&router.url).await;
     assert!(m.contains(r#"spillway_gate_failed{backend="local",task="capitals"} 1"#), "{m}");
     assert!(
@@ -211,14 +208,13 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     let backends = admin_json(&router.url, "/admin/backends", ADMIN).await;
     assert!(backends.to_string().contains("gate failed for fingerprint engine=0.11.0+sim"), "{backends}");
     // The hosted pass reaches routing with the next snapshot (every 100 ms).
-    let hosted_serves = eventually(10, || {
+    wait_until(Duration::from_secs(10), "the hosted backend to serve", || {
         let url = router.url.clone();
         async move {
             post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("hosted")
         }
     })
     .await;
-    assert!(hosted_serves);
     for _ in 0..3 {
         let s = post_stream(&router.url, &body("capitals", true)).await;
         assert_eq!(s.header("x-spillway-backend"), Some("hosted"), "{} {:?}", s.status, s.data);
@@ -234,14 +230,19 @@ async fn a_failed_gate_keeps_the_node_out_raises_the_alert_metric_and_says_why()
     assert_eq!(again["accepted"], true, "{again}");
     let (status, unknown) = admin_post(&router.url, "/admin/gate/requalify", json!({"node": "nope"})).await;
     assert_eq!(status, 400, "{unknown}");
-    let served = eventually(5, || {
-        let url = router.url.clone();
+    let url = router.url.clone();
+    wait_until(Duration::from_secs(5), "the local node to serve", || {
+        let url = url.clone();
         async move {
-            post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("local")
+            if post_stream(&url, &body("capitals", true)).await.header("x-spillway-backend") == Some("local")
+            {
+                Ok(())
+            } else {
+                Err(format!("{:#}", admin_json(&url, "/admin/gate", ADMIN).await))
+            }
         }
     })
     .await;
-    assert!(served, "{:#}", admin_json(&router.url, "/admin/gate", ADMIN).await);
 }
 
 /// An OpenAI-compatible upstream that records each request body and streams "Paris".
@@ -349,16 +350,19 @@ tasks:
         assert_eq!(r.0, 200);
     }
     let store = spillway::ledger::Store::open(&ledger).await.unwrap();
-    let graded = eventually(15, || {
+    wait_until(Duration::from_secs(15), "six graded shadows", || {
         let store = store.clone();
         async move {
             let rows = spillway::gate::store::shadows(&store, false).await.unwrap();
-            rows.len() == 6 && rows.iter().all(|r| r.verdict.is_some())
+            if rows.len() == 6 && rows.iter().all(|r| r.verdict.is_some()) {
+                Ok(())
+            } else {
+                Err(format!("{rows:#?}"))
+            }
         }
     })
     .await;
     let rows = spillway::gate::store::shadows(&store, false).await.unwrap();
-    assert!(graded, "{rows:#?}");
     for row in &rows {
         assert_eq!(row.primary_backend, "openai");
         assert_eq!(row.primary_answer.as_deref(), Some("Reset the router and call support."));
@@ -601,29 +605,24 @@ tasks:
         m.lines().find_map(|l| l.strip_prefix(&series)).map_or(0, |v| v.parse().unwrap())
     };
     let url = router.url.clone();
-    assert!(
-        eventually(10, || {
-            let url = url.clone();
-            async move {
-                let m = metrics(&url).await;
-                count(&m, "ok") + count(&m, "over_quota") == 20
-            }
-        })
-        .await
-    );
+    wait_until(Duration::from_secs(10), "20 shadows counted, ok or over quota", || {
+        let url = url.clone();
+        async move {
+            let m = metrics(&url).await;
+            count(&m, "ok") + count(&m, "over_quota") == 20
+        }
+    })
+    .await;
     let m = metrics(&router.url).await;
     let (ok, over) = (count(&m, "ok"), count(&m, "over_quota"));
     // Batch work may use 70 % of the 10 a minute: 7 per minute window (two windows at most).
     assert!((7..=14).contains(&ok) && over >= 6, "ok {ok}, over quota {over}");
     let store = spillway::ledger::Store::open(&ledger).await.unwrap();
-    assert!(
-        eventually(5, || {
-            let store = store.clone();
-            async move { spillway::gate::store::shadows(&store, false).await.unwrap().len() as u64 == ok }
-        })
-        .await,
-        "only the shadows that were sent are stored"
-    );
+    wait_until(Duration::from_secs(5), "only the shadows that were sent stored", || {
+        let store = store.clone();
+        async move { spillway::gate::store::shadows(&store, false).await.unwrap().len() as u64 == ok }
+    })
+    .await;
 }
 
 /// Requests a vLLM simulator has completed, from its own `/metrics`.
@@ -653,9 +652,16 @@ tasks:
         let (status, headers, _) = post_json(&router.url, &body("t", false)).await;
         assert_eq!((status, &headers["x-spillway-backend"]), (200, &"hosted".parse().unwrap()));
     }
-    let all_in = eventually(15, || async { completed(&a).await + completed(&b).await >= 16.0 }).await;
+    wait_until(Duration::from_secs(15), "16 shadows sent", || async {
+        let (on_a, on_b) = (completed(&a).await, completed(&b).await);
+        if on_a + on_b >= 16.0 {
+            Ok(())
+        } else {
+            Err(format!("{on_a} + {on_b}"))
+        }
+    })
+    .await;
     let (on_a, on_b) = (completed(&a).await, completed(&b).await);
-    assert!(all_in, "16 shadows sent: {on_a} + {on_b}");
     // Before, every shadow of a pool went to its first admitting node.
     assert!(on_a > 0.0 && on_b > 0.0, "shadows spread over the pool: {on_a} and {on_b}");
 }

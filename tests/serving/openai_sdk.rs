@@ -36,22 +36,14 @@ fn sim(args: &[&str]) -> (Killed, String) {
 
 /// Local nodes serve only once the router has their telemetry: wait for all `nodes` (up to 10 s).
 fn wait_until_nodes_are_fresh(url: &str, nodes: u64) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        crate::common::wait_until(
-            Duration::from_secs(10),
-            "the router to see its nodes' telemetry",
-            || async {
-                let ready = crate::common::get_json(url, "/readyz").await;
-                if ready["fresh_local_nodes"] == nodes {
-                    Ok(())
-                } else {
-                    Err(ready)
-                }
-            },
-        )
-        .await
-    });
+    crate::common::block_until(Duration::from_secs(10), "the router to see its nodes' telemetry", || async {
+        let ready = crate::common::get_json(url, "/readyz").await;
+        if ready["fresh_local_nodes"] == nodes {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    })
 }
 
 fn python() -> PathBuf {

@@ -238,7 +238,11 @@ pub async fn release(State(state): State<Arc<Ops>>, headers: HeaderMap, body: By
 }
 
 /// `POST /admin/breakers {"backend", "node"?, "state": "open"|"closed"|"auto"}`.
-pub async fn force_breaker(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn force_breaker(
+    State(state): State<Arc<Ops>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     reply(async {
         let who = authorize(&state, &headers)?;
         let req: Target = decode(&body)?;

@@ -23,7 +23,7 @@ use super::{ApiError, AppState, ErrorCode, Ops};
 pub struct Operator(pub String);
 
 /// Check the admin bearer token and say who is acting.
-pub fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, ApiError> {
+pub(crate) fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, ApiError> {
     let Some(expected) = &state.admin_token else {
         return Err(ApiError::new(ErrorCode::NotFound, "the admin API is off (set admin_token_env)"));
     };

@@ -21,7 +21,7 @@ use crate::report::spenders::{spenders, Period, Rows};
 const TOP: usize = 10;
 const TOP_MAX: usize = 100;
 
-pub async fn top_spenders(
+pub(crate) async fn top_spenders(
     State(state): State<Arc<Ops>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,

@@ -28,7 +28,7 @@ pub fn num(v: f64) -> Value {
 }
 
 /// Share of the error budget of `objective` left at `attainment`, in 0–1.
-pub fn budget_left(attainment: f64, objective: f64) -> f64 {
+pub(crate) fn budget_left(attainment: f64, objective: f64) -> f64 {
     let budget = 1.0 - objective;
     if budget <= 0.0 {
         return if attainment >= 1.0 { 1.0 } else { 0.0 };

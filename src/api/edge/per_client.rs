@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 /// Open connections by client address.
 #[derive(Default)]
-pub struct PerClient {
+pub(crate) struct PerClient {
     limit: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
@@ -35,7 +35,7 @@ impl PerClient {
 }
 
 /// One admitted connection; frees its slot when dropped.
-pub struct ClientSlot(Option<(Arc<PerClient>, IpAddr)>);
+pub(crate) struct ClientSlot(Option<(Arc<PerClient>, IpAddr)>);
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {

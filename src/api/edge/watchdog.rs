@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 /// Why the watchdog closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dawdled {
+pub(crate) enum Dawdled {
     /// The request head did not arrive in time.
     HeaderTimeout,
     /// No request for the idle timeout.
@@ -29,7 +29,7 @@ pub enum Dawdled {
 }
 
 /// Shared between the socket wrapper, the service and the watchdog of one connection.
-pub struct Activity {
+pub(crate) struct Activity {
     epoch: Instant,
     in_flight: AtomicU32,
     /// Milliseconds since `epoch` (+1) when the next request's first byte came; 0: none yet.
@@ -71,14 +71,14 @@ impl Activity {
     }
 
     /// A request's head reached the service; the guard ends it when its response is done.
-    pub fn request_started(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn request_started(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_since.store(0, Ordering::Release);
         InFlight(Arc::clone(self))
     }
 
     /// Wait until the connection dawdles past a limit (never, while it behaves).
-    pub async fn dawdled(&self, header_timeout: Duration, idle_timeout: Duration) -> Dawdled {
+    pub(crate) async fn dawdled(&self, header_timeout: Duration, idle_timeout: Duration) -> Dawdled {
         let header_ms = header_timeout.as_millis() as u64;
         let idle_ms = idle_timeout.as_millis() as u64;
         loop {
@@ -120,7 +120,7 @@ impl Drop for InFlight {
 }
 
 /// A socket whose reads are reported to its connection's [`Activity`].
-pub struct Watched<T> {
+pub(crate) struct Watched<T> {
     inner: T,
     activity: Arc<Activity>,
 }

@@ -110,7 +110,7 @@ impl Answer {
     }
 
     /// The `message` object, under `id` and `model`.
-    pub fn into_json(mut self, id: &str, model: &str) -> Value {
+    pub(crate) fn into_json(mut self, id: &str, model: &str) -> Value {
         if let Some(mut native) = self.native.take() {
             native["model"] = json!(model);
             return native;

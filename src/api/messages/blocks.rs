@@ -12,14 +12,14 @@ use crate::api::error::{ApiError, ErrorCode};
 use crate::canonical::{Image, Message, Role, ToolCall};
 
 #[derive(Debug, Deserialize)]
-pub struct WireMessage {
+pub(crate) struct WireMessage {
     pub role: WireRole,
     pub content: Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum WireRole {
+pub(crate) enum WireRole {
     User,
     Assistant,
 }

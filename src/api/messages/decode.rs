@@ -23,12 +23,12 @@ use crate::canonical::{
 };
 
 /// The version Spillway assumes when the client sends no `anthropic-version`.
-pub const DEFAULT_VERSION: &str = "2023-06-01";
+pub(crate) const DEFAULT_VERSION: &str = "2023-06-01";
 
 /// The top-level fields the canonical request needs; content blocks are read by hand
 /// (`blocks.rs`), so each refusal names its exact place.
 #[derive(Debug, Deserialize)]
-pub struct MessagesRequest {
+pub(crate) struct MessagesRequest {
     pub model: String,
     pub max_tokens: u32,
     pub messages: Vec<WireMessage>,
@@ -55,7 +55,7 @@ pub struct MessagesRequest {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct WireTool {
+pub(crate) struct WireTool {
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
     pub name: String,
@@ -66,13 +66,13 @@ pub struct WireTool {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Metadata {
+pub(crate) struct Metadata {
     #[serde(default)]
     pub user_id: Option<String>,
 }
 
 /// A decoded request: the canonical form, the kept body, and whether the client streams.
-pub struct Decoded {
+pub(crate) struct Decoded {
     pub model: String,
     pub request: MessagesRequest,
     pub body: Arc<Map<String, Value>>,
@@ -84,7 +84,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
 }
 
 /// A body already parsed into a JSON object: its fields read, the object itself kept.
-pub fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
+pub(crate) fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
     let body = Value::Object(body);
     let request: MessagesRequest = wire::decode_value(&body)?;
     let Value::Object(body) = body else { unreachable!("built as an object above") };
@@ -92,13 +92,13 @@ pub fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
 }
 
 impl Decoded {
-    pub fn wants_stream(&self) -> bool {
+    pub(crate) fn wants_stream(&self) -> bool {
         self.request.stream.unwrap_or(false)
     }
 
     /// The canonical request, `max_tokens` capped at the task's `output_cap`, with the
     /// client's body and its `anthropic-*` headers kept for native backends.
-    pub fn to_canonical(
+    pub(crate) fn to_canonical(
         &self,
         headers: &HeaderMap,
         output_cap: Option<u32>,

@@ -15,7 +15,7 @@ use crate::canonical::ErrorClass;
 const OVERLOADED: u16 = 529;
 
 /// Anthropic's status and error `type` for an error.
-pub fn status_and_type(e: &ApiError) -> (StatusCode, &'static str) {
+pub(crate) fn status_and_type(e: &ApiError) -> (StatusCode, &'static str) {
     use ErrorCode::*;
     let overloaded = (StatusCode::from_u16(OVERLOADED).expect("529 is a status"), "overloaded_error");
     match e.code {

@@ -24,13 +24,13 @@ use crate::api::error::ApiError;
 use crate::canonical::{Event, FinishReason, NativeEvent, Usage};
 
 /// How long the stream may be quiet before a `ping` keeps the connection alive.
-pub const PING_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
 
 /// What every event of one answer shares.
-pub struct Head {
+pub(crate) struct Head {
     pub id: String,
     /// The model the client asked for (a task, or one of its aliases).
     pub model: String,
@@ -49,7 +49,7 @@ fn write(out: &mut Vec<u8>, name: &str, data: &Value) {
 
 /// The content blocks of a translated answer, opened and closed as the canonical events come.
 #[derive(Default)]
-pub struct Blocks {
+pub(crate) struct Blocks {
     /// The open block's index and what it holds.
     open: Option<(u32, Open)>,
     next_index: u32,

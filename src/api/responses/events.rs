@@ -20,7 +20,7 @@ use crate::api::error::ApiError;
 use crate::canonical::{Event, FinishReason, Usage};
 
 /// One answer being encoded.
-pub struct Encoder {
+pub(crate) struct Encoder {
     head: Head,
     /// Write SSE events (a streamed answer); otherwise only the Response object is built.
     streaming: bool,
@@ -86,7 +86,7 @@ impl Encoder {
     }
 
     /// The SSE bytes written since the last call.
-    pub fn take_frames(&mut self) -> Vec<u8> {
+    pub(crate) fn take_frames(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.frames)
     }
 

@@ -9,7 +9,7 @@ use super::decode::ResponsesRequest;
 use crate::canonical::Usage;
 
 /// What every Response object of one answer repeats.
-pub struct Head {
+pub(crate) struct Head {
     pub id: String,
     pub created_at: u64,
     /// The task's name.

@@ -33,7 +33,7 @@ fn response_of<'v>(name: &str, data: &'v mut Value) -> Option<&'v mut Value> {
 
 /// The Response object that ends a relayed answer (a whole one, or a stream's last event), with
 /// the task's name as its model.
-pub fn final_response(event: &NativeEvent, model: &str) -> Option<Value> {
+pub(crate) fn final_response(event: &NativeEvent, model: &str) -> Option<Value> {
     if !matches!(&*event.name, "response" | "response.completed" | "response.incomplete") {
         return None;
     }
@@ -54,7 +54,7 @@ impl Relay {
     }
 
     /// The SSE bytes written since the last call.
-    pub fn take_frames(&mut self) -> Vec<u8> {
+    pub(crate) fn take_frames(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.frames)
     }
 

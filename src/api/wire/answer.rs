@@ -23,7 +23,7 @@ pub struct WireUsage {
 }
 
 impl WireUsage {
-    pub fn with_cost(self, cost: Option<rust_decimal::Decimal>) -> WireUsage {
+    pub(crate) fn with_cost(self, cost: Option<rust_decimal::Decimal>) -> WireUsage {
         WireUsage { cost_usd: cost.map(|c| c.to_string()), ..self }
     }
 }

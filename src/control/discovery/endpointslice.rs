@@ -26,7 +26,7 @@ fn serves_port(slice: &EndpointSlice, port: u16) -> bool {
 }
 
 /// The ready nodes of `slice` on `port`.
-pub fn ready_nodes(slice: &EndpointSlice, port: u16) -> Vec<DiscoveredNode> {
+pub(crate) fn ready_nodes(slice: &EndpointSlice, port: u16) -> Vec<DiscoveredNode> {
     if slice.address_type == "FQDN" || !serves_port(slice, port) {
         return Vec::new();
     }

@@ -10,13 +10,13 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 
 /// Weights digest, e.g. `sha256:…` (compared with `pin.weights`).
-pub const WEIGHTS_DIGEST: &str = "spillway.dev/weights-digest";
+pub(crate) const WEIGHTS_DIGEST: &str = "spillway.dev/weights-digest";
 /// Quantisation, e.g. `fp8` (compared with `pin.quantization`).
-pub const QUANTIZATION: &str = "spillway.dev/quantization";
+pub(crate) const QUANTIZATION: &str = "spillway.dev/quantization";
 /// Serving engine version, e.g. `0.6.3` (compared with `pin.engine`).
-pub const ENGINE_VERSION: &str = "spillway.dev/engine-version";
+pub(crate) const ENGINE_VERSION: &str = "spillway.dev/engine-version";
 /// The node's GPU price per hour in US dollars, a decimal such as `2.49`.
-pub const GPU_HOURLY_USD: &str = "spillway.dev/gpu-hourly-usd";
+pub(crate) const GPU_HOURLY_USD: &str = "spillway.dev/gpu-hourly-usd";
 
 /// What a node announces about itself. `None`: not announced (or, for the price, invalid).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -19,6 +19,8 @@ pub mod watch;
 
 use std::collections::BTreeMap;
 
+use crate::canonical::BackendName;
+
 pub use error::DiscoveryError;
 pub use metadata::NodeMetadata;
 pub use set::{Discoverable, NodeSet};
@@ -44,7 +46,7 @@ pub struct DiscoveredNode {
 ///
 /// A backend is absent until its first complete listing; from then on its entry is the
 /// whole ready set (possibly empty), replaced on every change.
-pub type DiscoveredNodes = BTreeMap<String, Vec<DiscoveredNode>>;
+pub type DiscoveredNodes = BTreeMap<BackendName, Vec<DiscoveredNode>>;
 
 /// `http://<ip>:<port>`, with an IPv6 address in brackets.
 pub(crate) fn origin_of(ip: &str, port: u16) -> String {

@@ -11,7 +11,7 @@ use super::set::Discoverable;
 use super::{origin_of, DiscoveredNode};
 
 /// Whether `pod` may take traffic (see the module docs).
-pub fn is_ready(pod: &Pod) -> bool {
+pub(crate) fn is_ready(pod: &Pod) -> bool {
     let Some(status) = &pod.status else { return false };
     pod.metadata.deletion_timestamp.is_none()
         && status.phase.as_deref() == Some("Running")
@@ -20,7 +20,7 @@ pub fn is_ready(pod: &Pod) -> bool {
 }
 
 /// The node `pod` stands for, if it is ready.
-pub fn ready_node(pod: &Pod, port: u16) -> Option<DiscoveredNode> {
+pub(crate) fn ready_node(pod: &Pod, port: u16) -> Option<DiscoveredNode> {
     if !is_ready(pod) {
         return None;
     }

@@ -47,7 +47,7 @@ impl NodeSet {
 
     /// Apply one watcher event. Returns whether [`NodeSet::nodes`] changed, or the set became
     /// listed for the first time.
-    pub fn apply<K: Discoverable>(&mut self, event: Event<K>) -> bool {
+    pub(crate) fn apply<K: Discoverable>(&mut self, event: Event<K>) -> bool {
         let before = self.listed.then(|| self.nodes());
         match event {
             Event::Apply(obj) => {

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use super::error::DiscoveryError;
 use super::set::{Discoverable, NodeSet};
 use super::{DiscoveredNode, DiscoveredNodes};
+use crate::canonical::BackendName;
 use crate::config::{KubeResource, KubernetesDiscovery};
 
 /// Make `ring` the process-wide rustls crypto provider unless one is installed already.
@@ -112,7 +113,7 @@ fn publish(out: &watch::Sender<DiscoveredNodes>, backend: &str, nodes: Vec<Disco
         }
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         tracing::info!(backend, nodes = ?names, "kubernetes discovery: ready nodes changed");
-        all.insert(backend.to_string(), nodes);
+        all.insert(BackendName::from(backend), nodes);
         true
     });
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 
-use crate::canonical::NodeKey;
+use crate::canonical::{BackendName, NodeKey};
 use crate::config::Pin;
 use crate::control::canary::CanaryResult;
 use crate::guard::breaker::Forced;
@@ -165,18 +165,18 @@ fn parse<T: DeserializeOwned>(value: &str) -> Result<T, String> {
 
 /// What the entries mean for the boards.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Desired {
+pub(crate) struct Desired {
     pub holds: BTreeMap<Scope, Hold>,
     pub breakers: BTreeMap<NodeKey, Forced>,
-    pub canaries: BTreeMap<String, CanaryResult>,
+    pub canaries: BTreeMap<BackendName, CanaryResult>,
     pub gate_verdicts: BTreeMap<NodeKey, String>,
     /// Accepted pins by backend.
-    pub pins: BTreeMap<String, Pin>,
+    pub pins: BTreeMap<BackendName, Pin>,
 }
 
 /// Read every entry; one that does not parse (hand-edited, or from a newer version) is left
 /// out and named in the second list.
-pub fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
+pub(crate) fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
     let mut d = Desired::default();
     let mut problems = Vec::new();
     for ((kind, scope), e) in &state.entries {
@@ -193,13 +193,13 @@ pub fn desired(state: &OperatorState) -> (Desired, Vec<String>) {
                 d.breakers.insert(node(), f);
             }),
             Kind::Canary => parse(&e.value).map(|r| {
-                d.canaries.insert(scope.clone(), r);
+                d.canaries.insert(scope.as_str().into(), r);
             }),
             Kind::GateVerdict => parse(&e.value).map(|why| {
                 d.gate_verdicts.insert(node(), why);
             }),
             Kind::Pin => parse(&e.value).map(|pin| {
-                d.pins.insert(scope.clone(), pin);
+                d.pins.insert(scope.as_str().into(), pin);
             }),
         };
         if let Err(why) = read {
@@ -219,7 +219,13 @@ pub fn changed(old: &OperatorState, new: &OperatorState) -> Vec<Key> {
 }
 
 /// Apply `effects` to `state` at `version` (the in-memory store, and tests).
-pub fn apply_effects(state: &mut OperatorState, effects: &[Effect], by: &str, at_ms: i64, version: i64) {
+pub(crate) fn apply_effects(
+    state: &mut OperatorState,
+    effects: &[Effect],
+    by: &str,
+    at_ms: i64,
+    version: i64,
+) {
     for e in effects {
         match &e.new {
             Some(value) => {

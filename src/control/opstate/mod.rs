@@ -90,7 +90,7 @@ pub struct OperatorBoard {
 
 impl OperatorBoard {
     /// The state on this replica alone (no ledger store).
-    pub fn in_memory(targets: Targets) -> Arc<OperatorBoard> {
+    pub(crate) fn in_memory(targets: Targets) -> Arc<OperatorBoard> {
         OperatorBoard::new(targets, Backing::Memory(memory::Memory::default()))
     }
 

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use crate::guard::quota::shared::Shared;
 
 /// The channel every replica listens on.
-pub const CHANNEL: &str = "spillway:operator_state";
+pub(crate) const CHANNEL: &str = "spillway:operator_state";
 const TIMEOUT: Duration = Duration::from_millis(250);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -27,7 +27,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 const PUBLISH: &str = "return redis.call('PUBLISH', KEYS[1], ARGV[1])";
 
-pub struct Notifier {
+pub(crate) struct Notifier {
     client: redis::Client,
     shared: Arc<Shared>,
     publish: Script,

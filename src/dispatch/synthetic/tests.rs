@@ -62,7 +62,7 @@ policy:
     });
     assert_eq!(plan(&snap, &tools, 1, &idle).unwrap_err().class(), "unfit", "no tools there");
     // The gate never holds a synthetic call back: its run is how a backend earns a result.
-    snap.gate_refusals.insert("t".into(), [("eu-api".to_string(), "gate: no result".to_string())].into());
+    snap.gate_refusals.insert("t".into(), [("eu-api".into(), "gate: no result".to_string())].into());
     assert_eq!(plan(&snap, &hi(), 1, &idle).unwrap().targets.len(), 1);
 }
 

@@ -17,10 +17,10 @@ pub fn metrics_path(engine: Option<Engine>) -> &'static str {
 
 /// Where else a page of no known engine's names might be: TensorRT-LLM's, when `/metrics` was
 /// not Prometheus text.
-pub const OTHER_METRICS_PATH: &str = "/prometheus/metrics";
+pub(crate) const OTHER_METRICS_PATH: &str = "/prometheus/metrics";
 
 /// The page that tells `engine`'s version and limits, if it has one.
-pub fn info_path(engine: Engine) -> Option<&'static str> {
+pub(crate) fn info_path(engine: Engine) -> Option<&'static str> {
     match engine {
         Engine::Vllm | Engine::Trtllm => Some("/version"),
         Engine::Llamacpp => Some("/props"),
@@ -46,7 +46,7 @@ pub struct EngineInfo {
 }
 
 /// Read `engine`'s side page (the JSON of [`info_path`]).
-pub fn read_info(engine: Engine, body: &str) -> EngineInfo {
+pub(crate) fn read_info(engine: Engine, body: &str) -> EngineInfo {
     let Ok(v) = serde_json::from_str::<Value>(body) else { return EngineInfo::default() };
     let text = |key: &str| v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
     let positive = |key: &str| v.get(key).and_then(Value::as_f64).filter(|n| n.is_finite() && *n > 0.0);

@@ -27,7 +27,7 @@ fn rate(samples: &[Sample], name: &str) -> Option<f64> {
 
 /// Read llama-server's samples. Prefill rate between scrapes is `prompt_tokens` over
 /// `prompt_seconds` (both cumulative); the gauge is kept as `reported_prefill_tps`.
-pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
+pub(crate) fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
     require(Engine::Llamacpp, samples)?;
     Ok(NodeSample {
         running: num(samples, "requests_processing"),

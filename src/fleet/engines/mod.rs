@@ -50,7 +50,7 @@ pub fn read(engine: Engine, page: &str) -> Result<NodeSample, ParseError> {
 }
 
 /// [`read`] without histogram buckets (sums and counts only), for the scrape loop.
-pub fn read_means(engine: Engine, page: &str) -> Result<NodeSample, ParseError> {
+pub(crate) fn read_means(engine: Engine, page: &str) -> Result<NodeSample, ParseError> {
     engine.read_samples(&parse_means_where(page, |n| engine.keeps(n))?)
 }
 

@@ -16,7 +16,7 @@ use crate::fleet::metrics::{NodeSample, ParseError};
 /// the radix cache, summed over `cache_source`) and `prefix_cache_queries` is
 /// `prompt_tokens_total` (every prompt token is looked up), so the hit rate between two scrapes
 /// means what vLLM's does; the engine's own `cache_hit_rate` gauge is kept apart.
-pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
+pub(crate) fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
     require(Engine::Sglang, samples)?;
     let respelled: Vec<Sample> = samples
         .iter()

@@ -15,7 +15,7 @@ use crate::fleet::metrics::{NodeSample, ParseError};
 /// Read TGI's samples. Prompt and generated tokens are the `_sum`s of the per-request
 /// `tgi_request_input_length` and `tgi_request_generated_tokens` histograms (cumulative, like
 /// vLLM's counters); `tgi_request_mean_time_per_token_duration` is the inter-token latency.
-pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
+pub(crate) fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
     require(Engine::Tgi, samples)?;
     let s = samples;
     Ok(NodeSample {

@@ -25,7 +25,7 @@ fn blocks(s: &[Sample], kind: &str) -> Option<f64> {
 /// (`trtllm_num_requests_running` is documented "Number of active requests"; Triton's
 /// `request_type="active"`). KV use is the utilisation gauge (`fraction` on Triton), else used
 /// over max blocks; capacity is max blocks × tokens per block, as vLLM's cache config.
-pub fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
+pub(crate) fn from_samples(samples: &[Sample]) -> Result<NodeSample, ParseError> {
     require(Engine::Trtllm, samples)?;
     let s = samples;
     let max_blocks = sum_of(s, "trtllm_kv_cache_max_blocks").or_else(|| blocks(s, "max"));

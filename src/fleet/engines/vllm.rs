@@ -14,7 +14,7 @@ use crate::fleet::metrics::{CacheConfig, NodeSample, ParseError};
 
 /// Families [`parse_vllm`] reads, without `_total`; a line is parsed when its metric name
 /// starts with one of them (so `_bucket`, `_sum`, `_count`, `_total` all pass).
-pub const VLLM_FAMILIES: &[&str] = &[
+pub(crate) const VLLM_FAMILIES: &[&str] = &[
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",

@@ -73,7 +73,7 @@ impl Limit {
         }
     }
 
-    pub fn from_code(code: i64) -> Option<Limit> {
+    pub(crate) fn from_code(code: i64) -> Option<Limit> {
         Limit::ALL.into_iter().find(|l| l.code() == code)
     }
 }
@@ -133,7 +133,7 @@ pub struct Demand {
 
 /// A scope's counts at the moment of the decision.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Requests and tokens this minute.
     pub requests: u64,
     pub tokens: u64,
@@ -148,7 +148,7 @@ pub struct Counts {
 /// The first limit (budgets first, then concurrency, requests, tokens) the request would go
 /// over; `None`: it fits under all of them. A budget holds settled spend plus every in-flight
 /// reservation plus this request's worst case, so settled spend never passes the budget.
-pub fn first_exceeded(caps: &Caps, counts: &Counts, demand: &Demand) -> Option<Limit> {
+pub(crate) fn first_exceeded(caps: &Caps, counts: &Counts, demand: &Demand) -> Option<Limit> {
     let committed =
         |spent: i64| spent.saturating_add(counts.reserved_nanos).saturating_add(demand.reserve_nanos);
     let over = |limit: Limit| match limit {

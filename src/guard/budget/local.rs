@@ -56,7 +56,7 @@ impl ScopeState {
 
 /// Counters per scope.
 #[derive(Debug, Default)]
-pub struct LocalCounters {
+pub(crate) struct LocalCounters {
     scopes: HashMap<Scope, ScopeState>,
 }
 

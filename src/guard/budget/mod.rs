@@ -118,7 +118,7 @@ impl BudgetBoard {
     }
 
     /// Take the limits of a reloaded config; counts and spend so far are kept.
-    pub fn set_config(&self, config: &BudgetsConfig) {
+    pub(crate) fn set_config(&self, config: &BudgetsConfig) {
         self.config.store(Arc::new(config.clone()));
     }
 
@@ -130,7 +130,7 @@ impl BudgetBoard {
     /// or id: `own`, the limits an issued key was created with, each overridden by the
     /// config's `budgets.keys` entry where that sets it), its team's. Empty when nothing
     /// limits it (then nothing is counted).
-    pub fn scopes(&self, principal: &Principal, own: &KeyLimits) -> Vec<(Scope, Caps)> {
+    pub(crate) fn scopes(&self, principal: &Principal, own: &KeyLimits) -> Vec<(Scope, Caps)> {
         let config = self.config.load();
         let mut scopes = Vec::new();
         let key = match config.keys.get(principal.name()) {

@@ -45,7 +45,7 @@ impl Reservation {
     }
 
     /// The worst case it reserved.
-    pub fn reserved(&self) -> Decimal {
+    pub(crate) fn reserved(&self) -> Decimal {
         from_nanos(self.demand.reserve_nanos)
     }
 

@@ -86,7 +86,7 @@ const DAY_TTL_SECS: u64 = 2 * 86_400;
 const MONTH_TTL_SECS: u64 = 32 * 86_400;
 
 /// The budget scripts over one [`Shared`] connection.
-pub struct Scripts {
+pub(crate) struct Scripts {
     pub shared: Arc<Shared>,
     admit: Script,
     settle: Script,
@@ -94,7 +94,7 @@ pub struct Scripts {
 
 /// What Redis decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decided {
+pub(crate) enum Decided {
     Admitted,
     Refused { scope: usize, limit: Limit },
 }
@@ -122,12 +122,12 @@ impl Scripts {
     }
 
     /// The key holding a scope's settled spend of the UTC day `w` falls in.
-    pub fn day_key(&self, scope: &Scope, w: Windows) -> String {
+    pub(crate) fn day_key(&self, scope: &Scope, w: Windows) -> String {
         self.keys(scope, w)[1].clone()
     }
 
     /// The key holding a scope's settled spend of the UTC month `w` falls in.
-    pub fn month_key(&self, scope: &Scope, w: Windows) -> String {
+    pub(crate) fn month_key(&self, scope: &Scope, w: Windows) -> String {
         self.keys(scope, w)[2].clone()
     }
 

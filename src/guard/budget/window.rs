@@ -9,13 +9,13 @@ use rust_decimal::Decimal;
 use crate::guard::quota::{until_next_window, WINDOW_MS};
 
 /// Milliseconds in a UTC day.
-pub const DAY_MS: u64 = 86_400_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 /// Nano-dollars in a dollar: the unit budgets are counted in.
-pub const NANOS_PER_USD: i64 = 1_000_000_000;
+pub(crate) const NANOS_PER_USD: i64 = 1_000_000_000;
 
 /// The windows an instant falls in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Windows {
+pub(crate) struct Windows {
     /// Minutes since the Unix epoch.
     pub minute: u64,
     /// UTC days since the Unix epoch.
@@ -53,7 +53,7 @@ pub fn retry_after_secs(unix_ms: u64) -> u64 {
 
 /// Dollars as whole nano-dollars, rounded up (a reservation or a charge is never short by a
 /// fraction); negative amounts count as zero, huge ones saturate.
-pub fn to_nanos(usd: Decimal) -> i64 {
+pub(crate) fn to_nanos(usd: Decimal) -> i64 {
     if usd.is_sign_negative() {
         return 0;
     }
@@ -61,7 +61,7 @@ pub fn to_nanos(usd: Decimal) -> i64 {
 }
 
 /// Nano-dollars back to dollars, exactly.
-pub fn from_nanos(nanos: i64) -> Decimal {
+pub(crate) fn from_nanos(nanos: i64) -> Decimal {
     Decimal::new(nanos, 9).normalize()
 }
 

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::canonical::BackendName;
 use crate::config::Config;
 
 use shared::Shared;
@@ -29,7 +30,7 @@ pub use window::{minute_of, until_next_window, Limits, MinuteWindow, WINDOW_MS};
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// The system clock as a [`Clock`].
-pub fn system_clock() -> Clock {
+pub(crate) fn system_clock() -> Clock {
     Arc::new(|| SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0))
 }
 
@@ -71,14 +72,14 @@ impl Default for QuotaOptions {
     }
 }
 
-fn limits_of(config: &Config) -> HashMap<String, Limits> {
+fn limits_of(config: &Config) -> HashMap<BackendName, Limits> {
     config
         .backends
         .iter()
         .filter_map(|b| {
             let q = b.hosted()?.quota.as_ref()?;
             let limits = Limits { rpm: q.rpm, tpm: q.tpm };
-            limits.is_limited().then(|| (b.name.clone(), limits))
+            limits.is_limited().then(|| (BackendName::from(&b.name), limits))
         })
         .collect()
 }
@@ -86,9 +87,9 @@ fn limits_of(config: &Config) -> HashMap<String, Limits> {
 /// Per-minute quota counters of every backend that has a `quota`.
 pub struct QuotaBoard {
     /// Swapped whole on a config reload.
-    limits: arc_swap::ArcSwap<HashMap<String, Limits>>,
+    limits: arc_swap::ArcSwap<HashMap<BackendName, Limits>>,
     /// This replica's view: its own counts, raised to the shared counts Redis last reported.
-    local: Mutex<HashMap<String, MinuteWindow>>,
+    local: Mutex<HashMap<BackendName, MinuteWindow>>,
     shared: Option<Arc<Shared>>,
     /// Redis was configured but its URL could not be used.
     broken_url: bool,
@@ -128,7 +129,7 @@ impl QuotaBoard {
     }
 
     /// Take the quotas of a reloaded config; counts so far this minute are kept.
-    pub fn set_limits(&self, config: &Config) {
+    pub(crate) fn set_limits(&self, config: &Config) {
         self.limits.store(Arc::new(limits_of(config)));
     }
 
@@ -150,7 +151,7 @@ impl QuotaBoard {
             let key = shared.key(backend, minute);
             if let Some(counted) = shared.take(&key, &limits.scaled(ceiling), tokens).await {
                 let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-                let window = local.entry(backend.to_string()).or_default();
+                let window = local.entry(BackendName::from(backend)).or_default();
                 window.observe(minute, counted.requests, counted.tokens);
                 if counted.granted {
                     return QuotaDecision::Granted;
@@ -162,7 +163,7 @@ impl QuotaBoard {
             }
         }
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-        let window = local.entry(backend.to_string()).or_default();
+        let window = local.entry(BackendName::from(backend)).or_default();
         if window.try_take(minute, &limits, tokens, ceiling) {
             QuotaDecision::Granted
         } else {

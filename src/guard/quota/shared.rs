@@ -140,7 +140,7 @@ impl Shared {
 
     /// Run `script` with `keys` and `args` under the timeout. `None`: Redis is not available
     /// now (the caller falls back); a failure is signalled and the reconnect started.
-    pub async fn invoke<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
         self: &Arc<Self>,
         script: &Script,
         keys: &[String],
@@ -192,7 +192,7 @@ impl Shared {
     }
 
     /// Move a window's token count, in the background (never awaited by a request).
-    pub fn adjust(self: &Arc<Self>, key: String, delta: i64) {
+    pub(crate) fn adjust(self: &Arc<Self>, key: String, delta: i64) {
         let Some(mut conn) = self.connection() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let shared = Arc::clone(self);
@@ -223,7 +223,7 @@ impl Shared {
 
     /// Start the reconnect task unless one runs (needs a tokio runtime; without one the next
     /// request, which runs inside one, starts it).
-    pub fn ensure_connecting(self: &Arc<Self>) {
+    pub(crate) fn ensure_connecting(self: &Arc<Self>) {
         if self.connecting.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -30,7 +30,7 @@ pub struct Limits {
 
 impl Limits {
     /// Whether there is anything to count.
-    pub fn is_limited(&self) -> bool {
+    pub(crate) fn is_limited(&self) -> bool {
         self.rpm.is_some() || self.tpm.is_some()
     }
 
@@ -43,7 +43,7 @@ impl Limits {
     }
 
     /// Whether one more request of `tokens` fits on top of `requests`/`used_tokens`.
-    pub fn admits(&self, requests: u64, used_tokens: u64, tokens: u64) -> bool {
+    pub(crate) fn admits(&self, requests: u64, used_tokens: u64, tokens: u64) -> bool {
         self.rpm.is_none_or(|rpm| requests.saturating_add(1) <= rpm)
             && self.tpm.is_none_or(|tpm| used_tokens.saturating_add(tokens) <= tpm)
     }
@@ -61,7 +61,7 @@ pub struct MinuteWindow {
 
 impl MinuteWindow {
     /// Start over if `minute` is a later window than the one held.
-    pub fn roll(&mut self, minute: u64) {
+    pub(crate) fn roll(&mut self, minute: u64) {
         if minute > self.minute {
             *self = MinuteWindow { minute, ..MinuteWindow::default() };
         }

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::ledger::record::LedgerRow;
 
 /// Bytes before each payload: length and checksum.
-pub const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 
 /// A payload longer than this is not a record (a corrupt length), so the scan stops there.
 const MAX_PAYLOAD: usize = 1 << 20;
@@ -30,7 +30,7 @@ pub fn encode(row: &LedgerRow, out: &mut Vec<u8>) -> usize {
 
 /// What a segment holds.
 #[derive(Debug, Default, PartialEq)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// Every whole record, in the order written.
     pub rows: Vec<LedgerRow>,
     /// Bytes covered by those records.
@@ -79,7 +79,7 @@ pub struct SyncRule {
 impl SyncRule {
     /// Is an fsync due for `unsynced` rows, `since_last` after the previous one? When not, the
     /// answer says how long until it is.
-    pub fn due(&self, unsynced: usize, since_last: Duration) -> Result<(), Duration> {
+    pub(crate) fn due(&self, unsynced: usize, since_last: Duration) -> Result<(), Duration> {
         if unsynced == 0 {
             return Err(self.interval);
         }

@@ -55,7 +55,7 @@ pub struct SpoolStats {
 }
 
 /// The open spool. Not thread-safe by itself: the stage and the writer share it behind a mutex.
-pub struct Segments {
+pub(crate) struct Segments {
     dir: PathBuf,
     max_bytes: u64,
     /// Held for the directory lock.
@@ -128,7 +128,7 @@ impl Segments {
 
     /// Append `rows` (not yet synced); `false` at a row that did not fit (the spool is full: it
     /// goes on in memory only). Rotates the segment first when it is due.
-    pub fn append(&mut self, rows: &[LedgerRow], now: Instant) -> std::io::Result<Vec<bool>> {
+    pub(crate) fn append(&mut self, rows: &[LedgerRow], now: Instant) -> std::io::Result<Vec<bool>> {
         self.rotate_if_due(now)?;
         let mut buf = Vec::new();
         let mut spooled = Vec::with_capacity(rows.len());
@@ -178,7 +178,7 @@ impl Segments {
 
     /// The files that rows appended so far may sit in unsynced (the segments sealed since the
     /// last call, and the current one), for an fsync outside the lock.
-    pub fn files_to_sync(&mut self) -> std::io::Result<Vec<File>> {
+    pub(crate) fn files_to_sync(&mut self) -> std::io::Result<Vec<File>> {
         let current = self.current.try_clone()?;
         let mut files = std::mem::take(&mut self.sealed_unsynced);
         files.push(current);
@@ -187,7 +187,7 @@ impl Segments {
 
     /// `rows` are committed to the store: forget them, and delete every sealed segment left
     /// with none pending.
-    pub fn ack(&mut self, rows: &[LedgerRow]) {
+    pub(crate) fn ack(&mut self, rows: &[LedgerRow]) {
         for row in rows {
             let k = key(row);
             let Some(seqs) = self.keys.get_mut(&k) else { continue };

@@ -34,7 +34,7 @@ use crate::snapshot::{NodeView, Snapshot};
 
 /// One client request's progress through its plan.
 #[derive(Debug)]
-pub struct Req {
+pub(crate) struct Req {
     pub arrival: Arrival,
     /// Its place in arrival order.
     pub seq: u64,

@@ -44,7 +44,7 @@ use dispatch::Req;
 
 /// Something that happens at a virtual instant.
 #[derive(Debug, Clone, Copy)]
-pub enum Ev {
+pub(crate) enum Ev {
     Scrape,
     Pid,
     Sample,

@@ -366,7 +366,7 @@ impl Default for Planning {
 
 impl Scenario {
     /// The `(backend index, node index)` a `backend#index` reference names.
-    pub fn node_ref(&self, reference: &str) -> Option<(usize, usize)> {
+    pub(crate) fn node_ref(&self, reference: &str) -> Option<(usize, usize)> {
         let (name, index) = reference.split_once('#')?;
         let b = self.config.backends.iter().position(|b| b.name == name && b.kind() == BackendKind::Local)?;
         let i: usize = index.parse().ok()?;
@@ -374,7 +374,7 @@ impl Scenario {
     }
 
     /// Shorten the scenario (tests): timeline and rate points scale with it.
-    pub fn scaled_to(&mut self, duration: Duration) {
+    pub(crate) fn scaled_to(&mut self, duration: Duration) {
         let f = duration.as_secs_f64() / self.duration.as_secs_f64().max(1e-9);
         let scale = |s: &mut Secs| s.0 *= f;
         for e in &mut self.timeline {
