@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{Call, EventStream, Transport};
+use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
     ToolChoice, UpstreamError, Usage,
@@ -123,7 +123,7 @@ pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     if let Some(system) = system {
         body.insert("system".into(), json!(system));
     }
-    body.insert("messages".into(), Value::Array(messages(req)));
+    body.insert("messages".into(), Value::Array(messages(req, call)));
     if let ResponseFormat::JsonSchema { schema, .. } = &req.response_format {
         body.insert("output_config".into(), json!({"format": {"type": "json_schema", "schema": schema}}));
     }
@@ -181,12 +181,13 @@ pub(crate) fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// The conversation without system messages, as alternating user/assistant content blocks.
-fn messages(req: &ChatRequest) -> Vec<Value> {
+/// The conversation after the system prompt, as alternating user/assistant content blocks (a
+/// later system message a user turn at its place: [`system_turn`]).
+fn messages(req: &ChatRequest, call: &Call) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for m in &req.messages {
+    for m in call.turns(req) {
         let (role, blocks) = match m.role {
-            Role::System => continue,
+            Role::System => ("user", text_block(&system_turn(&m.content)).into_iter().collect()),
             Role::User => {
                 let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
                 blocks.extend(m.images.iter().map(image_block));

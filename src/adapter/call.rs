@@ -41,12 +41,19 @@ impl<'a> Call<'a> {
         self.variant.iter().chain(&req.messages)
     }
 
-    /// The system prompt this call sends: every system message, the variant's first, joined by
-    /// blank lines.
+    /// The system prompt this call sends ahead of the conversation: the variant and the
+    /// request's system messages before its first turn, joined by blank lines. A system
+    /// message later in the conversation keeps its place ([`Call::turns`]).
     pub fn system_prompt(&self, req: &ChatRequest) -> Option<String> {
-        let parts: Vec<&str> =
-            self.messages(req).filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
+        let parts: Vec<&str> = self.messages(req).take_while(is_system).map(|m| m.content.as_str()).collect();
         (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// The conversation after the leading system prompt, in order: for a backend that takes
+    /// system text only ahead of the conversation, a later system message is among these (see
+    /// [`system_turn`]).
+    pub fn turns<'s>(&'s self, req: &'s ChatRequest) -> impl Iterator<Item = &'s Message> {
+        self.messages(req).skip_while(is_system)
     }
 
     /// The client's own body for a backend of its dialect, with this call's `model`, `stream`
@@ -60,6 +67,18 @@ impl<'a> Call<'a> {
         }
         body
     }
+}
+
+fn is_system(m: &&Message) -> bool {
+    m.role == Role::System
+}
+
+/// A system message that came after the conversation started, as the text of a user turn at
+/// the same place, for a backend that takes system text only ahead of the conversation
+/// (Anthropic and Gemini translated, a node's Messages route): the conversation keeps its
+/// order and the model still reads the text as the system's.
+pub fn system_turn(text: &str) -> String {
+    format!("<system>\n{text}\n</system>")
 }
 
 #[cfg(test)]
@@ -83,6 +102,11 @@ mod tests {
         let contents: Vec<&str> = call.messages(&req).map(|m| m.content.as_str()).collect();
         assert_eq!(contents, ["Use JSON.", "be brief", "hi"]);
         assert_eq!(call.system_prompt(&req).as_deref(), Some("Use JSON.\n\nbe brief"));
+        let mut later = req.clone();
+        later.messages.push(Message::new(Role::System, "Tools changed."));
+        assert_eq!(call.system_prompt(&later).as_deref(), Some("Use JSON.\n\nbe brief"), "leading only");
+        let turns: Vec<&str> = call.turns(&later).map(|m| m.content.as_str()).collect();
+        assert_eq!(turns, ["hi", "Tools changed."]);
         let Value::Object(body) = json!({"model": "task", "system": "be brief", "stream": false}) else {
             unreachable!()
         };

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
 use super::http::{self, StreamParser};
-use super::{Call, EventStream, Transport};
+use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
     Usage,
@@ -52,7 +52,7 @@ fn url(base_url: &str, model: &str, stream: bool) -> String {
 /// the URL).
 pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     let mut body = Map::new();
-    body.insert("contents".into(), Value::Array(contents(req)));
+    body.insert("contents".into(), Value::Array(contents(req, call)));
     if let Some(system) = call.system_prompt(req) {
         body.insert("systemInstruction".into(), json!({"parts": [{"text": system}]}));
     }
@@ -138,13 +138,14 @@ pub(crate) fn tool_config(choice: &ToolChoice) -> Value {
     json!({"functionCallingConfig": config})
 }
 
-/// The conversation as `contents` with roles `user` and `model`; consecutive turns of one role
-/// are merged (parallel function responses must share one turn).
-fn contents(req: &ChatRequest) -> Vec<Value> {
+/// The conversation after the system prompt as `contents` with roles `user` and `model` (a
+/// later system message a user turn at its place); consecutive turns of one role are merged
+/// (parallel function responses must share one turn).
+fn contents(req: &ChatRequest, call: &Call) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for m in &req.messages {
+    for m in call.turns(req) {
         let (role, parts) = match m.role {
-            Role::System => continue,
+            Role::System => ("user", text_part(&system_turn(&m.content)).into_iter().collect()),
             Role::User => {
                 let mut parts: Vec<Value> = text_part(&m.content).into_iter().collect();
                 parts.extend(m.images.iter().map(image_part));

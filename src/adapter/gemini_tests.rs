@@ -402,3 +402,27 @@ fn structured_output_and_images_follow_generate_content() {
     let req = ChatRequest { response_format: ResponseFormat::JsonObject, max_tokens: None, ..req };
     assert_eq!(request_body(&req)["generationConfig"], json!({"responseMimeType": "application/json"}));
 }
+
+#[test]
+fn a_later_system_message_becomes_a_user_turn_at_its_place() {
+    let req = ChatRequest {
+        model: "m".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "hi"),
+            Message::new(Role::Assistant, "hello"),
+            Message::new(Role::System, "Tools changed."),
+        ],
+        ..Default::default()
+    };
+    let body = request_body(&req);
+    assert_eq!(body["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+    assert_eq!(
+        body["contents"],
+        json!([
+            {"role": "user", "parts": [{"text": "hi"}]},
+            {"role": "model", "parts": [{"text": "hello"}]},
+            {"role": "user", "parts": [{"text": "<system>\nTools changed.\n</system>"}]},
+        ])
+    );
+}

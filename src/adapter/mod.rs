@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-pub use call::Call;
+pub use call::{system_turn, Call};
 
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
 

@@ -289,13 +289,6 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// The system prompt: every system message joined by blank lines, if any.
-    pub fn system_prompt(&self) -> Option<String> {
-        let parts: Vec<&str> =
-            self.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
-        (!parts.is_empty()).then(|| parts.join("\n\n"))
-    }
-
     /// Whether any message carries an image.
     pub fn has_images(&self) -> bool {
         self.messages.iter().any(|m| !m.images.is_empty())

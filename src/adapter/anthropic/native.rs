@@ -8,11 +8,12 @@
 //!   refuse the whole request, so unsigned thinking blocks are dropped for Anthropic.
 //! - A node serving the Messages API natively (vLLM, SGLang, llama.cpp) implements the
 //!   generally available API only: the beta body fields in [`BETA_FIELDS`] are dropped for it,
-//!   and it gets no `anthropic-beta` header.
+//!   it gets no `anthropic-beta` header, and a system message inside the conversation (a beta)
+//!   reaches it as a user turn at the same place ([`system_turn`]).
 
 use serde_json::{json, Value};
 
-use crate::adapter::Call;
+use crate::adapter::{system_turn, Call};
 use crate::canonical::{ChatRequest, NativeRequest};
 
 /// Who receives the request.
@@ -43,9 +44,29 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
             for field in BETA_FIELDS {
                 body.remove(field);
             }
+            if let Some(Value::Array(messages)) = body.get_mut("messages") {
+                messages.iter_mut().for_each(system_as_user_turn);
+            }
         }
     }
     Value::Object(body)
+}
+
+/// A system message inside the conversation, as the user turn [`system_turn`] makes of it.
+fn system_as_user_turn(message: &mut Value) {
+    if message.get("role").and_then(Value::as_str) != Some("system") {
+        return;
+    }
+    let text = match message.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => {
+            let texts: Vec<&str> =
+                blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
+            texts.join("\n\n")
+        }
+        _ => String::new(),
+    };
+    *message = json!({"role": "user", "content": [{"type": "text", "text": system_turn(&text)}]});
 }
 
 /// Remove an assistant message's thinking blocks that carry no signature (unless that would
@@ -105,6 +126,28 @@ mod tests {
         );
         assert!(to_node.get("context_management").is_none());
         assert_eq!(to_node["system"], to_anthropic["system"]);
+    }
+
+    #[test]
+    fn a_system_message_inside_the_conversation_reaches_a_node_as_a_user_turn() {
+        let native = client(json!({"max_tokens": 10, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Tools changed."}]},
+            {"role": "system", "content": "Be brief."},
+        ]}));
+        let req = ChatRequest::default();
+        let call = Call::as_written(WireFormat::Anthropic, Default::default(), &req);
+        let to_anthropic = body(&req, &call, &native, Speaker::Anthropic);
+        assert_eq!(to_anthropic["messages"], native.body["messages"], "Anthropic takes it as written");
+        let to_node = body(&req, &call, &native, Speaker::Node);
+        assert_eq!(
+            to_node["messages"],
+            json!([
+                {"role": "user", "content": "hi"},
+                {"role": "user", "content": [{"type": "text", "text": "<system>\nTools changed.\n</system>"}]},
+                {"role": "user", "content": [{"type": "text", "text": "<system>\nBe brief.\n</system>"}]},
+            ])
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The content of a Messages request, block by block, into canonical messages: `system`,
-//! text, image, `tool_use` and `tool_result` blocks (a result must answer an earlier
+//! The content of a Messages request, block by block, into canonical messages: `system` (and
+//! system messages inside the conversation, kept at their place), text, image, `tool_use` and
+//! `tool_result` blocks (a result must answer an earlier
 //! `tool_use`); thinking blocks are accepted and kept only in the client's body. Each refusal
 //! names its place the way Anthropic does (`messages.1.content.0.tool_use_id`).
 
@@ -22,6 +23,9 @@ pub(crate) struct WireMessage {
 pub(crate) enum WireRole {
     User,
     Assistant,
+    /// A system message inside the conversation (Claude Code sends one with the
+    /// `mid-conversation-tool-changes` beta): text blocks, kept at their place.
+    System,
 }
 
 /// `system`: a string, or a list of text blocks.
@@ -67,6 +71,7 @@ pub(super) fn read_message(
     let role = match m.role {
         WireRole::User => Role::User,
         WireRole::Assistant => Role::Assistant,
+        WireRole::System => Role::System,
     };
     let blocks = match &m.content {
         Value::String(text) => {
@@ -90,6 +95,9 @@ pub(super) fn read_message(
             block_type(block).ok_or_else(|| invalid(at(".type"), "a content block needs a `type`".into()))?;
         match (kind, role) {
             ("text", _) => texts.push(field("text").ok_or_else(|| invalid(at(".text"), "Field required".into()))?),
+            (other, Role::System) => {
+                return Err(invalid(at(".type"), format!("`{other}` blocks are not allowed in system messages")))
+            }
             ("image", Role::User) => message.images.push(image(block).map_err(|why| invalid(at(".source"), why))?),
             ("tool_use", Role::Assistant) => {
                 let id = field("id").ok_or_else(|| invalid(at(".id"), "Field required".into()))?;

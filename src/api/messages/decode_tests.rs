@@ -81,7 +81,13 @@ fn each_mistake_is_a_400_naming_its_field() {
         (with(&|b| b["max_tokens"] = json!(0)), "max_tokens"),
         (with(&|b| b["messages"] = json!([])), "messages"),
         (with(&|b| b["temperature"] = json!(1.5)), "temperature"),
-        (with(&|b| b["messages"][0]["role"] = json!("system")), "messages[0].role"),
+        (with(&|b| b["messages"][0]["role"] = json!("narrator")), "messages[0].role"),
+        (
+            with(&|b| {
+                b["messages"][0] = json!({"role": "system", "content": [{"type": "image", "source": {}}]})
+            }),
+            "messages.0.content.0.type",
+        ),
         (
             with(
                 &|b| b["messages"] = json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}]),
@@ -127,6 +133,31 @@ fn each_mistake_is_a_400_naming_its_field() {
     assert_eq!(not_json.code, ErrorCode::InvalidJson);
     let array = decode(b"[1]").err().unwrap();
     assert_eq!(array.status, 400);
+}
+
+#[test]
+fn a_system_message_inside_the_conversation_keeps_its_place() {
+    // What Claude Code sends with the mid-conversation-tool-changes beta.
+    let d = decoded(json!({"model": "m", "max_tokens": 5, "system": "be kind", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": [{"type": "text", "text": "Tools changed."}, {"type": "text", "text": "Use grep."}]},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "bye"}]}));
+    let c = d.to_canonical(&HeaderMap::new(), None).unwrap();
+    let got: Vec<(Role, &str)> = c.messages.iter().map(|m| (m.role, m.content.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (Role::System, "be kind"),
+            (Role::User, "hi"),
+            (Role::Assistant, "hello"),
+            (Role::System, "Tools changed.\n\nUse grep."),
+            (Role::System, "Be brief."),
+            (Role::User, "bye"),
+        ]
+    );
+    assert_eq!(c.native.unwrap().body["messages"][2]["role"], "system", "the body as written");
 }
 
 #[test]

@@ -9,7 +9,8 @@ fn request_body_follows_messages_api() {
         json!({
             "model": "claude-sonnet-4-20250514",
             "max_tokens": 4096,
-            "system": "Be brief.\n\nAnswer in French.",
+            // A system message after the conversation started keeps its place, as a user turn.
+            "system": "Be brief.",
             "messages": [
                 {"role": "user", "content": [
                     {"type": "text", "text": "Weather in Paris?"},
@@ -24,6 +25,7 @@ fn request_body_follows_messages_api() {
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21C"},
                     {"type": "tool_result", "tool_use_id": "toolu_2", "content": "14:00"},
+                    {"type": "text", "text": "<system>\nAnswer in French.\n</system>"},
                 ]},
             ],
             "temperature": 1.0,
@@ -217,9 +219,10 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
     let ephemeral = json!({"type": "ephemeral"});
     assert_eq!(body["tools"][0]["cache_control"], ephemeral);
     assert_eq!(body["system"][0]["cache_control"], ephemeral);
-    assert_eq!(body["system"][0]["text"], "Be brief.\n\nAnswer in French.");
-    // The tool results are the last user turn, the two questions the one before.
-    assert_eq!(body["messages"][2]["content"][1]["cache_control"], ephemeral);
+    assert_eq!(body["system"][0]["text"], "Be brief.");
+    // The tool results (and the later system text) are the last user turn, the two questions
+    // the one before.
+    assert_eq!(body["messages"][2]["content"][2]["cache_control"], ephemeral);
     assert_eq!(body["messages"][0]["content"][1]["cache_control"], ephemeral);
     assert!(body["messages"][0]["content"][0].get("cache_control").is_none(), "{body}");
     assert!(!sent(canonical, None, false).await.to_string().contains("cache_control"), "none asked for");
@@ -236,4 +239,31 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
     assert_eq!(node["messages"], json!([{"role": "user", "content": "hi"}]));
     let anthropic = sent(unmarked, placement, false).await;
     assert_eq!(anthropic["messages"][0]["content"][0]["cache_control"], ephemeral);
+}
+
+#[test]
+fn a_later_system_message_becomes_a_user_turn_at_its_place() {
+    let req = ChatRequest {
+        model: "m".into(),
+        messages: vec![
+            Message::new(Role::System, "Be brief."),
+            Message::new(Role::User, "hi"),
+            Message::new(Role::Assistant, "hello"),
+            Message::new(Role::System, "Tools changed."),
+            Message::new(Role::User, "go on"),
+        ],
+        ..Default::default()
+    };
+    let body = request_body(&req);
+    assert_eq!(body["system"], "Be brief.", "only the leading system prompt");
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system>\nTools changed.\n</system>"},
+                {"type": "text", "text": "go on"}]},
+        ])
+    );
 }
