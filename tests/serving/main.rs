@@ -7,6 +7,7 @@ mod common;
 
 mod adapters;
 mod affinity;
+mod agents;
 mod anthropic_sdk;
 mod api;
 mod dialects;
