@@ -36,10 +36,15 @@ pub(crate) async fn layer(State(state): State<Arc<Ops>>, mut request: Request, n
         .map_or_else(|| format!("{:032x}", rand::random::<u128>()), str::to_string);
     request.extensions_mut().insert(RequestId(id.clone()));
     let span = tracing::info_span!("http", request_id = %id, method = %request.method(), path = %request.uri().path());
+    // A probe's 503 (not ready yet) is an answer, not a refusal.
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
     let started = tokio::time::Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     let access = state.snapshot.load().config.access_log.clone();
     let status = response.status().as_u16();
+    if status >= 400 && !probe {
+        state.metrics.edge.refused(status);
+    }
     if let Some(level) = access_line(&access, status, rand::random()) {
         let ms = started.elapsed().as_millis() as u64;
         span.in_scope(|| match level {

@@ -1,5 +1,6 @@
 //! Client connections at the HTTP edge: how many are open and why each one ended, so that an
-//! SRE can see slow or hostile clients being turned away (and tests can wait on it).
+//! SRE can see slow or hostile clients being turned away (and tests can wait on it); and the
+//! requests the router refused, by status.
 
 use super::family::Registry;
 use prometheus::{IntCounterVec, IntGauge, Opts};
@@ -48,6 +49,7 @@ impl ConnectionEnd {
 pub struct EdgeMetrics {
     pub open: IntGauge,
     ended: IntCounterVec,
+    refused: IntCounterVec,
 }
 
 impl EdgeMetrics {
@@ -67,7 +69,21 @@ impl EdgeMetrics {
         for end in ConnectionEnd::ALL {
             ended.with_label_values(&[end.as_str()]);
         }
-        EdgeMetrics { open, ended }
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "spillway_refusals_total",
+                "Requests the router answered with an error status (4xx or 5xx), by status (the health probes' answers aside); each is also logged as `refused` with its reason and field.",
+            ),
+            &["status"],
+        )
+        .expect("static metric definition");
+        r.register(Box::new(refused.clone())).expect("each family is registered once");
+        EdgeMetrics { open, ended, refused }
+    }
+
+    /// Count an answer with an error status.
+    pub fn refused(&self, status: u16) {
+        self.refused.with_label_values(&[&status.to_string()]).inc();
     }
 
     pub fn closed(&self, end: ConnectionEnd) {

@@ -1,13 +1,15 @@
-//! Coding agents as they ship: each client's captured request (tests/fixtures/agents/, headers
-//! and body as the current release sends them, secrets removed) replayed through the router.
-//! A new client version that sends something new fails here before users meet it.
+//! Coding agents as they ship. Each client's captured request (tests/fixtures/agents/, headers
+//! and body as the current release sends them, secrets removed) is replayed through the router,
+//! so a new client version that sends something new fails here before users meet it; and the
+//! clients themselves (tests/agents/, pinned, installed by `.ci/run`) run headless against the
+//! router with simulators behind it, with a proxy that counts any try to reach the internet.
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 use spillway::sim::SimKind;
 
-use crate::common::{router, sim};
+use crate::common::{self, router, sim};
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const CLAUDE: &str = "claude-sonnet-4-5";
@@ -67,4 +69,114 @@ tasks:
         assert_eq!(events.first().map(String::as_str), Some("message_start"), "{task}: {events:?}");
         assert_eq!(events.last().map(String::as_str), Some("message_stop"), "{task}: {events:?}");
     }
+}
+
+/// A pinned client's binary in tests/agents/node_modules, or `None` (the test passes having
+/// said why) when it is not installed and not required (`SPILLWAY_REQUIRE_AGENTS=1`).
+fn agent_or_skip(name: &str) -> Option<std::path::PathBuf> {
+    let bin =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/node_modules/.bin").join(name);
+    if bin.is_file() {
+        return Some(bin);
+    }
+    let required = std::env::var("SPILLWAY_REQUIRE_AGENTS").is_ok_and(|v| v == "1");
+    assert!(!required, "SPILLWAY_REQUIRE_AGENTS=1 but no {name}: run `npm ci` in tests/agents");
+    eprintln!("skipped: {name} not installed (npm ci in tests/agents)");
+    None
+}
+
+/// A proxy that answers nothing and counts who tried it: the clients get it as their
+/// `HTTPS_PROXY`, so any try to reach the internet shows up here.
+async fn internet_trap() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let tries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&tries);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (url, tries)
+}
+
+/// Run a client with `env`, isolated (its own `HOME`), behind the trap; (exit ok, stdout, stderr).
+async fn run_agent(
+    bin: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, String)],
+    trap: &str,
+) -> (bool, String, String) {
+    let home = std::env::temp_dir().join(format!("spillway-agent-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .args(args)
+        .current_dir(&home)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("HTTPS_PROXY", trap)
+        .env("HTTP_PROXY", trap)
+        .env("ALL_PROXY", trap)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
+        .await
+        .expect("the client finished within 120 s")
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[tokio::test]
+async fn claude_code_with_its_default_model_is_answered_by_the_fleet() {
+    let Some(claude) = agent_or_skip("claude") else { return };
+    let captured = fixture("claude-code-2.1.332.json");
+    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
+"#,
+        node = node.base_url(),
+    );
+    let router = router(&yaml, &[]).await;
+    let (trap, tries) = internet_trap().await;
+    let env = [
+        ("ANTHROPIC_BASE_URL", router.url.clone()),
+        ("ANTHROPIC_API_KEY", "sk-ant-not-checked".to_string()),
+        ("DISABLE_AUTOUPDATER", "1".into()),
+        ("DISABLE_TELEMETRY", "1".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+    ];
+    let args = ["-p", "Say hello", "--output-format", "stream-json", "--verbose"];
+    let (ok, stdout, stderr) = run_agent(&claude, &args, &env, &trap).await;
+    assert!(ok, "claude failed:\n{stdout}\n{stderr}");
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let result =
+        lines.iter().rev().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result: {stdout}"));
+    assert_eq!(result["subtype"], "success", "{result}");
+    assert_eq!(result["is_error"], false, "{result}");
+    assert!(!result["result"].as_str().unwrap_or_default().is_empty(), "{result}");
+    let metrics = common::metrics_text(&router.url).await;
+    let served =
+        common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "node")]);
+    assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
+    let refused = common::series_sum(&metrics, "spillway_refusals_total", &[]);
+    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
+    assert_eq!(refused.unwrap_or(0.0), 0.0, "the router refused nothing: {refusals:?}");
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
 }

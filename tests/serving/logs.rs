@@ -86,6 +86,11 @@ ledger: {{url: "sqlite://{ledger}"}}
         .unwrap();
     assert_eq!(malformed.status(), 400);
     let malformed_id = malformed.headers()["x-request-id"].to_str().unwrap().to_string();
+    let metrics = common::metrics_text(&url).await;
+    for status in ["400", "404"] {
+        let refused = common::series_sum(&metrics, "spillway_refusals_total", &[("status", status)]);
+        assert!(refused.unwrap_or(0.0) >= 1.0, "{status} counted: {refused:?}");
+    }
 
     // An issued key: created, used, rotated (the old secret refused), used again.
     let admin = |path: String, body: Value| {
