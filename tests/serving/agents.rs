@@ -71,6 +71,27 @@ tasks:
     }
 }
 
+#[tokio::test]
+async fn codexs_first_request_is_served_by_the_fleet() {
+    let captured = fixture("codex-0.171.0.json");
+    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
+"#,
+        node = node.base_url(),
+    );
+    let router = router(&yaml, &[]).await;
+    let (status, events) = replay(&router.url, &captured).await;
+    assert_eq!(status, 200, "{events:?}");
+    assert_eq!(events.first().map(String::as_str), Some("response.created"), "{events:?}");
+    assert_eq!(events.last().map(String::as_str), Some("response.completed"), "{events:?}");
+}
+
 /// A pinned client's binary in tests/agents/node_modules, or `None` (the test passes having
 /// said why) when it is not installed and not required (`SPILLWAY_REQUIRE_AGENTS=1`).
 fn agent_or_skip(name: &str) -> Option<std::path::PathBuf> {
@@ -178,5 +199,46 @@ tasks:
     let refused = common::series_sum(&metrics, "spillway_refusals_total", &[]);
     let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
     assert_eq!(refused.unwrap_or(0.0), 0.0, "the router refused nothing: {refusals:?}");
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+}
+
+#[tokio::test]
+async fn codex_with_its_default_model_and_tools_is_answered_by_the_fleet() {
+    let Some(codex) = agent_or_skip("codex") else { return };
+    let captured = fixture("codex-0.171.0.json");
+    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
+"#,
+        node = node.base_url(),
+    );
+    let router = router(&yaml, &[]).await;
+    let (trap, tries) = internet_trap().await;
+    // Codex reads its provider from CODEX_HOME/config.toml.
+    let codex_home = std::env::temp_dir().join(format!("spillway-codex-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let config = format!(
+        "model_provider = \"spillway\"\n\n[model_providers.spillway]\nname = \"spillway\"\nbase_url = \"{}/v1\"\n\
+         env_key = \"SPILLWAY_KEY\"\nwire_api = \"responses\"\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
+        router.url
+    );
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let env = [("CODEX_HOME", codex_home.display().to_string()), ("SPILLWAY_KEY", "not-checked".to_string())];
+    let args = ["exec", "--skip-git-repo-check", "Say hello"];
+    let (ok, stdout, stderr) = run_agent(&codex, &args, &env, &trap).await;
+    let _ = std::fs::remove_dir_all(&codex_home);
+    assert!(ok, "codex failed:\n{stdout}\n{stderr}");
+    assert!(!stdout.trim().is_empty(), "codex printed the answer: {stderr}");
+    let metrics = common::metrics_text(&router.url).await;
+    let served =
+        common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "node")]);
+    assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
+    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
+    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
     assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
 }

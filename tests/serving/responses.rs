@@ -163,7 +163,7 @@ async fn bad_input_is_a_400_in_openais_envelope_naming_the_field() {
         ),
         (json!({"input": "hi", "previous_response_id": "resp_1"}), "previous_response_id"),
         (json!({"input": "hi", "store": true}), "store"),
-        (json!({"input": "hi", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+        (json!({"input": "hi", "tools": [{"type": "functoin", "name": "f"}]}), "tools[0].type"),
         (json!({"input": "hi", "max_output_tokens": -1}), "max_output_tokens"),
     ];
     for (mut body, param) in cases {
@@ -175,6 +175,11 @@ async fn bad_input_is_a_400_in_openais_envelope_naming_the_field() {
         assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
         assert!(error["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{error}");
     }
+    // A tool that runs inside OpenAI is dropped for another backend, and the answer says so.
+    let body = json!({"model": "t", "input": "hi", "tools": [{"type": "web_search"}]});
+    let response = post(&router.url, &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-spillway-dropped-tools"], "web_search");
     // The core's own refusals name Responses' fields too.
     let image = json!({"type": "input_image", "image_url": "https://x.test/cat.png"});
     let body = json!({"model": "local-only", "input": [{"role": "user", "content": [image]}]});

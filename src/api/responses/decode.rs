@@ -20,9 +20,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::items::Calls;
-use super::refuse::{invalid, missing, missing_root, type_name};
+use super::refuse::{invalid, missing_root, type_name};
+use super::toolset::Toolset;
 use crate::api::error::{ApiError, ErrorCode};
-use crate::api::wire::{self, WireFunction, WireTool};
+use crate::api::wire;
 use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
 
 /// What the client sent, as far as types can say.
@@ -34,8 +35,9 @@ pub struct ResponsesRequest {
     pub input: Option<Value>,
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Read by [`ResponsesRequest::toolset`] (with those of `additional_tools` items).
     #[serde(default)]
-    pub tools: Option<Vec<ResponsesTool>>,
+    pub tools: Option<Vec<Value>>,
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -66,21 +68,6 @@ pub struct ResponsesRequest {
     pub conversation: Option<Value>,
 }
 
-/// One of `tools`: only `function` tools are served; the others run inside OpenAI.
-#[derive(Debug, Deserialize)]
-pub struct ResponsesTool {
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub description: Option<String>,
-    #[serde(default)]
-    pub parameters: Value,
-    #[serde(default)]
-    pub strict: Option<bool>,
-}
-
 /// `text`: the answer's format (`verbosity` is accepted and not forwarded).
 #[derive(Debug, Deserialize)]
 pub struct TextConfig {
@@ -102,8 +89,8 @@ impl ResponsesRequest {
 
     /// The canonical request (`model` is filled by dispatch); `output_cap` is the task's cap
     /// on `max_output_tokens`. Each refusal names its field.
-    pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-        self.build(output_cap, None)
+    pub fn to_canonical(&self, output_cap: Option<u32>, toolset: &Toolset) -> Result<ChatRequest, ApiError> {
+        self.build(output_cap, None, toolset)
     }
 
     /// [`Self::to_canonical`] for a request pinned to OpenAI: the state it leans on is OpenAI's
@@ -112,14 +99,38 @@ impl ResponsesRequest {
     pub fn to_canonical_pinned(
         &self,
         output_cap: Option<u32>,
+        toolset: &Toolset,
         body: Map<String, Value>,
     ) -> Result<ChatRequest, ApiError> {
         let native =
             NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(body), headers: Vec::new() };
-        self.build(output_cap, Some(native))
+        self.build(output_cap, Some(native), toolset)
     }
 
-    fn build(&self, output_cap: Option<u32>, native: Option<NativeRequest>) -> Result<ChatRequest, ApiError> {
+    /// The request's tools: those of `tools` and of every `additional_tools` input item.
+    pub fn toolset(&self) -> Result<Toolset, ApiError> {
+        let listed = self.tools.iter().flatten().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
+        let items = match &self.input {
+            Some(Value::Array(items)) => items.as_slice(),
+            _ => &[],
+        };
+        let added = items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"));
+        let added = added.flat_map(|(i, item)| {
+            let tools = item.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            tools.iter().enumerate().map(move |(j, t)| (format!("input[{i}].tools[{j}]"), t))
+        });
+        Toolset::read(listed.chain(added))
+    }
+
+    fn build(
+        &self,
+        output_cap: Option<u32>,
+        native: Option<NativeRequest>,
+        toolset: &Toolset,
+    ) -> Result<ChatRequest, ApiError> {
         if let (Some(refusal), None) = (self.needs_openai_state(), &native) {
             return Err(refusal);
         }
@@ -138,7 +149,7 @@ impl ResponsesRequest {
         if self.max_output_tokens == Some(0) {
             return Err(invalid("max_output_tokens", "`max_output_tokens` must be at least 1".into()));
         }
-        let tools = self.tools()?;
+        let tools = toolset.tools.clone();
         let tool_choice = self.tool_choice(&tools)?;
         let response_format = match self.text.as_ref().and_then(|t| t.format.as_ref()) {
             None | Some(Value::Null) => Default::default(),
@@ -156,7 +167,7 @@ impl ResponsesRequest {
         let calls = if native.is_some() { Calls::Stored } else { Calls::Seen(Default::default()) };
         Ok(ChatRequest {
             model: String::new(),
-            messages: self.messages(calls)?,
+            messages: self.messages(calls, toolset)?,
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,
@@ -205,31 +216,6 @@ impl ResponsesRequest {
         ))
     }
 
-    fn tools(&self) -> Result<Vec<Tool>, ApiError> {
-        let mut as_chat = Vec::new();
-        for (i, tool) in self.tools.iter().flatten().enumerate() {
-            if tool.kind != "function" {
-                return Err(invalid(
-                    &format!("tools[{i}].type"),
-                    format!(
-                        "tool type `{}` is not supported; only `function` tools are (OpenAI's built-in tools run inside OpenAI)",
-                        tool.kind
-                    ),
-                ));
-            }
-            let Some(name) = &tool.name else {
-                return Err(missing(&format!("tools[{i}]"), "name"));
-            };
-            let function = WireFunction {
-                name: name.clone(),
-                description: tool.description.clone(),
-                parameters: tool.parameters.clone(),
-            };
-            as_chat.push(WireTool { kind: Some("function".into()), function });
-        }
-        wire::tools(&as_chat).map_err(|e| renamed(e, &[(".function.", ".")]))
-    }
-
     /// `auto`, `none`, `required` or `{"type": "function", "name"}`. Without tools, `auto` and
     /// `none` say nothing and are dropped; anything else needs tools.
     fn tool_choice(&self, tools: &[Tool]) -> Result<Option<ToolChoice>, ApiError> {
@@ -247,7 +233,7 @@ impl ResponsesRequest {
     }
 
     /// `instructions` first, then `input` in order; `calls` says which calls an output answers.
-    fn messages(&self, mut calls: Calls) -> Result<Vec<Message>, ApiError> {
+    fn messages(&self, mut calls: Calls, toolset: &Toolset) -> Result<Vec<Message>, ApiError> {
         let mut messages = Vec::new();
         if let Some(instructions) = self.instructions.as_ref().filter(|i| !i.is_empty()) {
             messages.push(Message::new(Role::System, instructions.as_str()));
@@ -257,7 +243,7 @@ impl ResponsesRequest {
             Some(Value::String(text)) => messages.push(Message::new(Role::User, text.as_str())),
             Some(Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    super::items::add(&mut messages, &mut calls, item, &format!("input[{i}]"))?;
+                    super::items::add(&mut messages, &mut calls, toolset, item, &format!("input[{i}]"))?;
                 }
             }
             Some(other) => {

@@ -3,7 +3,8 @@ use crate::canonical::{Dialect, Image, ResponseFormat, ToolCall};
 use serde_json::json;
 
 fn canonical(body: Value) -> Result<ChatRequest, ApiError> {
-    decode(body.to_string().as_bytes())?.to_canonical(Some(100))
+    let request = decode(body.to_string().as_bytes())?;
+    request.to_canonical(Some(100), &request.toolset()?)
 }
 
 /// The refusal of `body`: always a 400, with its `param` and `code`.
@@ -31,8 +32,9 @@ fn a_string_input_is_one_user_message_after_the_instructions() {
     assert!(request.stream);
     assert!(!request.relay, "relay is for chat clients only");
     let uncapped = decode(br#"{"model": "t", "input": "hi", "max_output_tokens": 20}"#).unwrap();
-    assert_eq!(uncapped.to_canonical(Some(100)).unwrap().max_tokens, Some(20));
-    assert_eq!(uncapped.to_canonical(None).unwrap().max_tokens, Some(20));
+    let tools = uncapped.toolset().unwrap();
+    assert_eq!(uncapped.to_canonical(Some(100), &tools).unwrap().max_tokens, Some(20));
+    assert_eq!(uncapped.to_canonical(None, &tools).unwrap().max_tokens, Some(20));
 }
 
 #[test]
@@ -211,7 +213,7 @@ fn each_bad_input_names_its_param() {
             Some("invalid_value"),
         ),
         (
-            json!({"model": "t", "input": "hi", "tools": [{"type": "web_search"}]}),
+            json!({"model": "t", "input": "hi", "tools": [{"type": "functoin", "name": "f"}]}),
             "tools[0].type",
             Some("invalid_value"),
         ),
@@ -312,7 +314,7 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     assert_eq!(refusal.param.as_deref(), Some("store"));
     assert!(refusal.message.contains("first backend is OpenAI"), "{}", refusal.message);
     let Value::Object(map) = body.clone() else { unreachable!() };
-    let pinned = request.to_canonical_pinned(Some(100), map).unwrap();
+    let pinned = request.to_canonical_pinned(Some(100), &request.toolset().unwrap(), map).unwrap();
     assert!(pinned.relay);
     let native = pinned.native.expect("the client's body");
     assert_eq!(native.dialect, Dialect::OpenAiResponses);
@@ -329,7 +331,45 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     assert!(decode(with_input(json!("hi")).to_string().as_bytes()).unwrap().needs_openai_state().is_none());
     let background = json!({"model": "t", "input": "hi", "store": true, "background": true});
     let Value::Object(map) = background.clone() else { unreachable!() };
-    let error =
-        decode(background.to_string().as_bytes()).unwrap().to_canonical_pinned(None, map).unwrap_err();
+    let error = decode(background.to_string().as_bytes())
+        .unwrap()
+        .to_canonical_pinned(None, &Default::default(), map)
+        .unwrap_err();
     assert_eq!(error.param.as_deref(), Some("background"));
+}
+
+#[test]
+fn codexs_tools_and_history_become_flat_function_tools_and_calls() {
+    // What Codex 0.171.0 sends: its tools in an `additional_tools` item, grouped by namespace,
+    // a `custom` grammar tool among them, and earlier calls in both shapes.
+    let body = json!({"model": "gpt-6.2-sol", "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "tools": [
+                {"type": "custom", "name": "exec", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "function", "name": "wait", "parameters": {"type": "object"}}]},
+            {"type": "namespace", "name": "clock", "tools": [
+                {"type": "function", "name": "sleep", "parameters": {"type": "object"}}]},
+            {"type": "web_search"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "exec", "namespace": "functions", "input": "print(1)"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "1"},
+        {"type": "function_call", "call_id": "c2", "name": "sleep", "namespace": "clock", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c2", "output": "slept"},
+    ]});
+    let request = decode(body.to_string().as_bytes()).unwrap();
+    let toolset = request.toolset().unwrap();
+    assert_eq!(toolset.dropped, ["web_search"]);
+    let c = request.to_canonical(None, &toolset).unwrap();
+    let names: Vec<&str> = c.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["exec", "wait", "sleep"]);
+    let calls: Vec<&ToolCall> = c.messages.iter().flat_map(|m| &m.tool_calls).collect();
+    assert_eq!((calls[0].name.as_str(), calls[0].arguments.as_str()), ("exec", r#"{"input":"print(1)"}"#));
+    assert_eq!(calls[1].name, "sleep");
+    let answers: Vec<(&str, &str)> = c
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| (m.tool_call_id.as_deref().unwrap(), m.content.as_str()))
+        .collect();
+    assert_eq!(answers, [("c1", "1"), ("c2", "slept")]);
 }

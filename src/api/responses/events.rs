@@ -117,7 +117,7 @@ impl Encoder {
         if !matches!(self.open, Some(Open::Message { .. })) {
             self.close();
             let open = Open::Message { id: new_id("msg"), text: String::new() };
-            let mut item = open.item("in_progress");
+            let mut item = open.item("in_progress", &self.head.tools);
             item["content"] = json!([]);
             let at = json!({"item_id": item["id"], "output_index": self.output.len(), "content_index": 0});
             self.item_added(item);
@@ -153,18 +153,20 @@ impl Encoder {
                 name: name.unwrap_or_default().to_string(),
                 arguments: String::new(),
             };
-            self.item_added(open.item("in_progress"));
+            self.item_added(open.item("in_progress", &self.head.tools));
             self.open = Some(open);
         } else if let (Some(Open::Call { name: so_far, .. }), Some(more)) = (&mut self.open, name) {
             so_far.push_str(more);
         }
         let output_index = self.output.len();
+        // A custom tool's input is written whole when the call ends.
+        let whole = self.open.as_ref().is_some_and(|o| o.is_custom(&self.head.tools));
         if let Some(Open::Call { id, arguments, .. }) = &mut self.open {
             if delta.is_empty() {
                 return;
             }
             arguments.push_str(delta);
-            if self.streaming {
+            if self.streaming && !whole {
                 let event = ArgumentsDelta {
                     kind: "response.function_call_arguments.delta",
                     sequence_number: self.sequence,
@@ -187,8 +189,12 @@ impl Encoder {
     fn close(&mut self) {
         let Some(open) = self.open.take() else { return };
         let output_index = self.output.len();
-        let item = open.item(self.item_status());
+        let item = open.item(self.item_status(), &self.head.tools);
         match &open {
+            Open::Call { id, .. } if open.is_custom(&self.head.tools) => self.event(
+                "response.custom_tool_call_input.done",
+                json!({"item_id": id, "output_index": output_index, "input": item["input"]}),
+            ),
             Open::Message { id, text } => {
                 let at = json!({"item_id": id, "output_index": output_index, "content_index": 0});
                 self.event("response.output_text.done", with(&at, json!({"text": text, "logprobs": []})));
@@ -234,7 +240,7 @@ impl Encoder {
     /// far, the open item `incomplete`), then an `error` event.
     pub fn fail(&mut self, error: &ApiError) {
         if let Some(open) = self.open.take() {
-            self.output.push(open.item("incomplete"));
+            self.output.push(open.item("incomplete", &self.head.tools));
         }
         let body = error.body();
         let code = body["error"]["code"].clone();

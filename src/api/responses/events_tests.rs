@@ -6,7 +6,13 @@ use serde_json::Map;
 fn head() -> Head {
     let mut echo = Map::new();
     echo.insert("instructions".into(), json!("be brief"));
-    Head { id: "resp_1".into(), created_at: 1764547200, model: "summarise".into(), echo }
+    Head {
+        id: "resp_1".into(),
+        created_at: 1764547200,
+        model: "summarise".into(),
+        echo,
+        tools: Default::default(),
+    }
 }
 
 /// The SSE body the handler writes for `events`: each event's data, after checking that its
@@ -199,4 +205,40 @@ fn a_whole_answer_is_the_same_response_without_frames() {
     assert_eq!(response["output"][0]["content"][0]["text"], "Hi");
     assert_eq!(response["usage"]["total_tokens"], 10);
     assert_eq!(response["instructions"], "be brief");
+}
+
+#[test]
+fn calls_are_written_back_under_the_clients_own_names_and_shapes() {
+    let tools = [
+        json!({"type": "namespace", "name": "functions", "tools": [
+            {"type": "custom", "name": "exec", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]}),
+        json!({"type": "namespace", "name": "clock", "tools": [
+            {"type": "function", "name": "sleep", "parameters": {"type": "object"}}]}),
+    ];
+    let toolset = super::super::toolset::Toolset::read(tools.iter().map(|t| (String::new(), t))).unwrap();
+    let mut encoder = Encoder::new(Head { tools: std::sync::Arc::new(toolset), ..head() }, true);
+    encoder.start();
+    let call = |index, id: &str, name: &str, arguments: &str| Event::ToolCallDelta {
+        index,
+        id: Some(id.into()),
+        name: Some(name.into()),
+        arguments: arguments.into(),
+    };
+    encoder.add(&call(0, "c1", "exec", r#"{"input": "print("#));
+    encoder.add(&Event::ToolCallDelta { index: 0, id: None, name: None, arguments: r#"1)"}"#.into() });
+    encoder.add(&call(1, "c2", "sleep", r#"{"duration_ms": 1}"#));
+    encoder.add(&Event::Finish(FinishReason::ToolCalls));
+    let response = encoder.finish();
+    let output = &response["output"];
+    assert_eq!(output[0]["type"], "custom_tool_call");
+    assert_eq!(
+        (&output[0]["name"], &output[0]["namespace"], &output[0]["input"]),
+        (&json!("exec"), &json!("functions"), &json!("print(1)"))
+    );
+    assert_eq!(output[1]["type"], "function_call");
+    assert_eq!((&output[1]["name"], &output[1]["namespace"]), (&json!("sleep"), &json!("clock")));
+    assert_eq!(output[1]["arguments"], r#"{"duration_ms": 1}"#);
+    let frames = String::from_utf8(encoder.take_frames()).unwrap();
+    assert!(frames.contains("event: response.custom_tool_call_input.done"), "{frames}");
+    assert!(!frames.contains(r#""delta":"{\"input\""#), "a custom tool's input is written whole: {frames}");
 }

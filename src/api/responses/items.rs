@@ -4,23 +4,26 @@
 //! (`input[2].content[0].image_url`) and an unknown item `type` is answered as such rather
 //! than as "no variant matched". What is read: `message` items (also without `type`), whose
 //! content is a string or `input_text` / `output_text` / `input_image` parts; `function_call`
-//! items, which become tool calls of an assistant message; `function_call_output` items,
-//! which become tool messages and must answer a call made earlier in the same `input` (or,
-//! for a request pinned to OpenAI, in its stored turns). `reasoning` items are dropped, and so
-//! are `item_reference` items, which reach here only in a request pinned to OpenAI (elsewhere
-//! the decoder has refused them): they stay in the body that goes there.
+//! and `custom_tool_call` items, which become tool calls of an assistant message under the
+//! backends' name of the tool ([`Toolset`]); `function_call_output` and
+//! `custom_tool_call_output` items, which become tool messages and must answer a call made
+//! earlier in the same `input` (or, for a request pinned to OpenAI, in its stored turns).
+//! `additional_tools` items are the toolset's. `reasoning` items are dropped, and so are
+//! `item_reference` items, which reach here only in a request pinned to OpenAI (elsewhere the
+//! decoder has refused them): they stay in the body that goes there.
 
 use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
 use super::refuse::{invalid, missing, type_name};
+use super::toolset::{custom_arguments, Toolset};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireImageUrl};
 use crate::canonical::{Message, Role, ToolCall};
 
 /// The item types Spillway reads, for the refusal of any other.
-const ITEM_TYPES: &str = "message, function_call, function_call_output (reasoning items are dropped)";
+const ITEM_TYPES: &str = "message, function_call, function_call_output, custom_tool_call, custom_tool_call_output, additional_tools (reasoning items are dropped)";
 
 /// Which calls a `function_call_output` may answer.
 pub(super) enum Calls {
@@ -34,6 +37,7 @@ pub(super) enum Calls {
 pub(super) fn add(
     messages: &mut Vec<Message>,
     calls: &mut Calls,
+    toolset: &Toolset,
     item: &Value,
     at: &str,
 ) -> Result<(), ApiError> {
@@ -48,12 +52,17 @@ pub(super) fn add(
     };
     match kind {
         "message" => messages.push(message(item, at)?),
-        "function_call" => {
+        "function_call" | "custom_tool_call" => {
             let call_id = text(item, at, "call_id")?;
+            let namespace = item.get("namespace").and_then(Value::as_str);
+            let arguments = match kind {
+                "function_call" => text(item, at, "arguments")?.to_string(),
+                _ => custom_arguments(text(item, at, "input")?),
+            };
             let call = ToolCall {
                 id: call_id.to_string(),
-                name: text(item, at, "name")?.to_string(),
-                arguments: text(item, at, "arguments")?.to_string(),
+                name: toolset.backend_name(namespace, text(item, at, "name")?),
+                arguments,
             };
             if let Calls::Seen(seen) = calls {
                 seen.insert(call.id.clone());
@@ -66,7 +75,7 @@ pub(super) fn add(
                 }
             }
         }
-        "function_call_output" => {
+        "function_call_output" | "custom_tool_call_output" => {
             let call_id = text(item, at, "call_id")?;
             if matches!(calls, Calls::Seen(seen) if !seen.contains(call_id)) {
                 return Err(invalid(
@@ -87,7 +96,7 @@ pub(super) fn add(
                 ..Message::new(Role::Tool, output)
             });
         }
-        "reasoning" | "item_reference" => {}
+        "reasoning" | "item_reference" | "additional_tools" => {}
         other => {
             return Err(invalid(
                 &format!("{at}.type"),

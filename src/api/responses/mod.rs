@@ -19,6 +19,7 @@ mod items;
 mod object;
 mod refuse;
 mod relay;
+mod toolset;
 
 use std::pin::Pin;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -57,9 +58,11 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         None => None,
     };
     let admission = received.admission;
+    let arrival_pinned = pinned_body.is_some();
+    let toolset = std::sync::Arc::new(request.toolset()?);
     let to_canonical = |task: &TaskConfig| match pinned_body {
-        Some(body) => request.to_canonical_pinned(task.max_output_tokens, body),
-        None => request.to_canonical(task.max_output_tokens),
+        Some(body) => request.to_canonical_pinned(task.max_output_tokens, &toolset, body),
+        None => request.to_canonical(task.max_output_tokens, &toolset),
     };
     let Served { committed, task, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &request.model, to_canonical)
@@ -67,7 +70,10 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
             .map_err(decode::in_responses_terms)?;
     // When the answer was created: now, after commit (OpenAI's `created_at`).
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let head = Head { id: new_response_id(), created_at, model: task, echo: object::echo(&request) };
+    let echo = object::echo(&request);
+    // A request pinned to OpenAI goes as written, hosted tools and all.
+    let dropped = (!arrival_pinned && !toolset.dropped.is_empty()).then(|| toolset.dropped.join(", "));
+    let head = Head { id: new_response_id(), created_at, model: task, echo, tools: toolset };
 
     let mut response = if request.wants_stream() {
         let encoder = Encoder::new(head, true);
@@ -95,6 +101,9 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
+    if let Some(value) = dropped.and_then(|d| HeaderValue::from_str(&d).ok()) {
+        response.headers_mut().insert(toolset::DROPPED_HEADER, value);
+    }
     Ok(response)
 }
 

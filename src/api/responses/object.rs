@@ -1,11 +1,15 @@
 //! The shapes of a Response object as OpenAI writes them: its output items (`message` with one
-//! `output_text` part, `function_call`), its usage, and the request settings it repeats
+//! `output_text` part, `function_call` or `custom_tool_call` under the client's own tool name
+//! and namespace), its usage, and the request settings it repeats
 //! (`instructions`, `tools`, `tool_choice`, `text`, …). Only shapes; the event sequence that
 //! builds them is `events.rs`.
+
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use super::decode::ResponsesRequest;
+use super::toolset::{custom_input, Shape, Toolset};
 use crate::canonical::Usage;
 
 /// What every Response object of one answer repeats.
@@ -16,6 +20,8 @@ pub(crate) struct Head {
     pub model: String,
     /// The request's settings (`instructions`, `tools`, `tool_choice`, …).
     pub echo: Map<String, Value>,
+    /// The request's tools: how a backend's call is written back.
+    pub tools: Arc<Toolset>,
 }
 
 /// The output item being written.
@@ -25,14 +31,34 @@ pub(super) enum Open {
 }
 
 impl Open {
-    /// The item as the Response object lists it, with `status`.
-    pub(super) fn item(&self, status: &str) -> Value {
+    /// The item as the Response object lists it, with `status`; a call under the client's
+    /// own name (and namespace) for `tools`.
+    pub(super) fn item(&self, status: &str, tools: &Toolset) -> Value {
         match self {
             Open::Message { id, text } => json!({"id": id, "type": "message", "status": status,
                                                  "role": "assistant", "content": [output_text(text)]}),
-            Open::Call { id, call_id, name, arguments, .. } => json!({"id": id, "type": "function_call",
-                "status": status, "call_id": call_id, "name": name, "arguments": arguments}),
+            Open::Call { id, call_id, name, arguments, .. } => {
+                let client = tools.client_tool(name);
+                let mut item = match client.map(|t| t.shape) {
+                    Some(Shape::Custom) => json!({"id": id, "type": "custom_tool_call", "status": status,
+                        "call_id": call_id, "name": name, "input": custom_input(arguments)}),
+                    _ => json!({"id": id, "type": "function_call", "status": status, "call_id": call_id,
+                        "name": name, "arguments": arguments}),
+                };
+                if let Some(client) = client {
+                    item["name"] = json!(client.name);
+                    if let Some(namespace) = &client.namespace {
+                        item["namespace"] = json!(namespace);
+                    }
+                }
+                item
+            }
         }
+    }
+
+    /// Whether this is a call of a `custom` tool (its input is written whole, at its end).
+    pub(super) fn is_custom(&self, tools: &Toolset) -> bool {
+        matches!(self, Open::Call { name, .. } if tools.client_tool(name).is_some_and(|t| t.shape == Shape::Custom))
     }
 }
 
@@ -76,9 +102,11 @@ pub fn echo(request: &ResponsesRequest) -> Map<String, Value> {
         .tools
         .iter()
         .flatten()
-        .map(|t| {
-            json!({"type": t.kind, "name": t.name, "description": t.description,
-                   "parameters": t.parameters, "strict": t.strict})
+        .map(|t| match t.get("type").and_then(Value::as_str) {
+            // A function tool with every member OpenAI lists (null where not given).
+            Some("function") => json!({"type": "function", "name": t.get("name"),
+                "description": t.get("description"), "parameters": t.get("parameters"), "strict": t.get("strict")}),
+            _ => t.clone(),
         })
         .collect();
     let format = request.text.as_ref().and_then(|t| t.format.clone());
