@@ -41,6 +41,11 @@ pub struct DemoArgs {
 /// The admin token the demo uses when `SPILLWAY_ADMIN_TOKEN` is not set.
 const DEMO_ADMIN_TOKEN: &str = "demo-admin-token";
 
+/// The model ids Claude Code 2.1.332 and Codex 0.171.0 ask for by default (their captured
+/// requests: tests/fixtures/agents/), aliased to the demo's coding-agent task.
+const CLAUDE_CODE_MODEL: &str = "claude-opus-5-5";
+const CODEX_MODEL: &str = "gpt-6.2-sol";
+
 /// The demo's golden set, written beside its config.
 pub(crate) const GOLDEN_FILE: &str = "spillway-demo-golden.jsonl";
 
@@ -106,6 +111,7 @@ backends:
     reserve: 0.2
     gpu_count: 1
     gpu_hourly_usd: 2.50     # per GPU hour, for the cost report
+    capabilities: {{tools: true}}   # coding agents call tools
   - name: openai
     kind: openai
     base_url: {openai}/v1
@@ -141,6 +147,13 @@ tasks:
     backends: [openai, anthropic, gemini]
     strategy: cost
     slo: {{ttft_ms: 1500}}
+  - name: coding-agent
+    # Claude Code and Codex as they ship: their default model ids name this task, so they
+    # run on the fleet unmodified and spill to hosted when it fills.
+    aliases: [{claude_code_model}, {codex_model}]
+    backends: [local-llama, anthropic, openai]
+    strategy: priority
+    slo: {{ttft_ms: 2000}}
   - name: restricted-notes
     backends: [local-llama, openai]
     data_class: restricted
@@ -154,6 +167,8 @@ policy:
         openai = openai.base_url(),
         anthropic = anthropic.base_url(),
         gemini = gemini.base_url(),
+        claude_code_model = CLAUDE_CODE_MODEL,
+        codex_model = CODEX_MODEL,
     );
     Ok(DemoFleet { sims: vec![node_a, node_b, openai, anthropic, gemini], config_yaml })
 }
@@ -189,7 +204,9 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let router = crate::app::start(cfg, secrets, listener, shutdown).await.map_err(|e| e.to_string())?;
     let url = format!("http://{}", router.addr);
     println!("Spillway demo is up.");
-    println!("  router:          {url}   (tasks: summarise-ticket, cheap-chat, restricted-notes)");
+    println!(
+        "  router:          {url}   (tasks: summarise-ticket, cheap-chat, coding-agent, restricted-notes)"
+    );
     for (name, s) in
         ["vllm node a", "sglang node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims)
     {
@@ -199,6 +216,11 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
     println!("  With the openai SDK's Responses API (what Codex-family agents speak):\n    python3 -c \"import openai; c = openai.OpenAI(base_url='{url}/v1', api_key='unused'); print(c.responses.create(model='summarise-ticket', max_output_tokens=64, input='Summarise: disk full on db-2').output_text)\"");
     println!("  With the anthropic SDK (Messages, the dialect Claude Code speaks):\n    python3 -c \"import anthropic; c = anthropic.Anthropic(base_url='{url}', api_key='unused'); print(c.messages.create(model='summarise-ticket', max_tokens=64, messages=[{{'role': 'user', 'content': 'Summarise: disk full on db-2'}}]).content[0].text)\"");
+    println!("\nPoint a coding agent at it (task coding-agent: the fleet first, hosted when it fills):");
+    println!("  Claude Code:  ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=unused claude");
+    println!(
+        "  Codex:        SPILLWAY_KEY=unused codex -c model_provider=spillway -c 'model_providers.spillway={{name=\"spillway\", base_url=\"{url}/v1\", env_key=\"SPILLWAY_KEY\", wire_api=\"responses\"}}'"
+    );
     println!("\nWatch it:\n  dashboard:       {url}/dashboard\n  metrics:         {url}/metrics");
     println!("  log:             {} (this terminal shows warnings only)", args.log_file.display());
     if args.load > 0.0 {

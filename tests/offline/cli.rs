@@ -222,6 +222,12 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     assert!(stdout.contains("spillway report --config"));
     assert!(stdout.contains("sglang node b"), "the demo's pool mixes engines: {stdout}");
     assert!(stdout.contains("last 5s:"), "the five-second summary is on the terminal: {stdout}");
+    // The two lines that point the coding agents at the demo, whose config aliases their
+    // default model ids (those of tests/fixtures/agents/) to a task with tools on the fleet.
+    assert!(stdout.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"), "{stdout}");
+    assert!(stdout.contains(r#"wire_api="responses""#), "{stdout}");
+    let written = std::fs::read_to_string(config).unwrap();
+    assert!(written.contains("aliases: [claude-opus-5-5, gpt-6.2-sol]"), "{written}");
     // The terminal gets warnings only; every line goes to the log file the demo names.
     let stderr = String::from_utf8_lossy(&demo.stderr);
     assert!(!stderr.contains("INFO"), "info lines on the demo's terminal: {stderr}");
