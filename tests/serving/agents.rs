@@ -6,7 +6,9 @@
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
 use spillway::sim::SimKind;
 
 use crate::common::{self, router, sim};
@@ -238,6 +240,103 @@ tasks:
     let served =
         common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "node")]);
     assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
+    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
+    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+}
+
+/// An OpenAI-compatible upstream that records each request and plays a model that calls a
+/// tool once: while the conversation's last message is not a tool result it calls `tool` with
+/// `arguments`, then it answers text. Streams as OpenAI does.
+async fn tool_calling_upstream(
+    tool: &'static str,
+    arguments: &'static str,
+) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let recorded = Arc::clone(&recorded);
+            async move {
+                let answered = body["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "tool");
+                recorded.lock().unwrap().push(body);
+                let chunk = |delta: Value, finish: Value| {
+                    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                };
+                let chunks = if answered {
+                    vec![chunk(json!({"role": "assistant", "content": "The answer is 42."}), json!("stop"))]
+                } else {
+                    let call = json!({"index": 0, "id": "call_1", "type": "function",
+                                      "function": {"name": tool, "arguments": arguments}});
+                    vec![chunk(json!({"role": "assistant", "tool_calls": [call]}), json!("tool_calls"))]
+                };
+                let usage = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                                   "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+                let mut sse: String = chunks.iter().chain([&usage]).map(|c| format!("data: {c}\n\n")).collect();
+                sse.push_str("data: [DONE]\n\n");
+                ([(axum::http::header::CONTENT_TYPE, "text/event-stream")], sse)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn codex_runs_its_own_exec_tool_through_the_router_and_answers() {
+    let Some(codex) = agent_or_skip("codex") else { return };
+    let captured = fixture("codex-0.171.0.json");
+    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
+    // The model asks for Codex's custom grammar tool `exec` (a JavaScript cell): `text(6*7)`.
+    let (upstream, seen) = tool_calling_upstream("exec", r#"{"input": "text(6*7)"}"#).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: model, kind: openai_compatible, base_url: "{upstream}", model: m, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: coder, aliases: [{default_model}], backends: [model], slo: {{ttft_ms: 5000}}}}
+"#
+    );
+    let router = router(&yaml, &[]).await;
+    let (trap, tries) = internet_trap().await;
+    let codex_home = std::env::temp_dir().join(format!("spillway-codex-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let provider = format!(
+        r#"model_providers.spillway={{name="spillway", base_url="{}/v1", env_key="SPILLWAY_KEY", wire_api="responses"}}"#,
+        router.url
+    );
+    let env = [("CODEX_HOME", codex_home.display().to_string()), ("SPILLWAY_KEY", "not-checked".to_string())];
+    // Telemetry and plugin fetches off, as a headless run wants them (`-c`, as a user would).
+    let args = [
+        "exec",
+        "--skip-git-repo-check",
+        "-c",
+        "model_provider=spillway",
+        "-c",
+        &provider,
+        "-c",
+        "analytics.enabled=false",
+        "-c",
+        "features.plugins=false",
+        "Compute 6*7",
+    ];
+    let (ok, stdout, stderr) = run_agent(&codex, &args, &env, &trap).await;
+    let _ = std::fs::remove_dir_all(&codex_home);
+    assert!(ok, "codex failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("The answer is 42."), "{stdout}\n{stderr}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "a call, then the answer: {seen:#?}");
+    let exec = seen[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "exec").unwrap();
+    assert_eq!(exec["function"]["parameters"]["required"], json!(["input"]), "{exec}");
+    // Codex ran the cell and sent its output back, answering the call.
+    let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
+    assert!(last["content"].as_str().unwrap().contains("42"), "{last}");
+    let metrics = common::metrics_text(&router.url).await;
     let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
     assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
     assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
