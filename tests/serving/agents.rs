@@ -248,16 +248,14 @@ tasks:
 /// An OpenAI-compatible upstream that records each request and plays a model that calls a
 /// tool once: while the conversation's last message is not a tool result it calls `tool` with
 /// `arguments`, then it answers text. Streams as OpenAI does.
-async fn tool_calling_upstream(
-    tool: &'static str,
-    arguments: &'static str,
-) -> (String, Arc<Mutex<Vec<Value>>>) {
+async fn tool_calling_upstream(tool: &'static str, arguments: String) -> (String, Arc<Mutex<Vec<Value>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
             let recorded = Arc::clone(&recorded);
+            let arguments = arguments.clone();
             async move {
                 let answered = body["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["role"] == "tool");
                 recorded.lock().unwrap().push(body);
@@ -292,7 +290,7 @@ async fn codex_runs_its_own_exec_tool_through_the_router_and_answers() {
     let captured = fixture("codex-0.171.0.json");
     let default_model = captured["body"]["model"].as_str().unwrap().to_string();
     // The model asks for Codex's custom grammar tool `exec` (a JavaScript cell): `text(6*7)`.
-    let (upstream, seen) = tool_calling_upstream("exec", r#"{"input": "text(6*7)"}"#).await;
+    let (upstream, seen) = tool_calling_upstream("exec", r#"{"input": "text(6*7)"}"#.into()).await;
     let yaml = format!(
         r#"
 backends:
@@ -336,6 +334,61 @@ tasks:
     let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
     assert!(last["content"].as_str().unwrap().contains("42"), "{last}");
+    let metrics = common::metrics_text(&router.url).await;
+    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
+    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+}
+
+#[tokio::test]
+async fn claude_code_runs_its_own_read_tool_through_the_router_and_answers() {
+    let Some(claude) = agent_or_skip("claude") else { return };
+    let captured = fixture("claude-code-2.1.332.json");
+    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
+    let note = std::env::temp_dir().join(format!("spillway-agent-note-{:016x}.txt", rand::random::<u64>()));
+    std::fs::write(&note, "the launch code is 4242\n").unwrap();
+    // The model asks Claude Code to read the note with its own `Read` tool.
+    let (upstream, seen) = tool_calling_upstream("Read", json!({"file_path": note}).to_string()).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: model, kind: openai_compatible, base_url: "{upstream}", model: m, capabilities: {{tools: true}}}}
+tasks:
+  - {{name: coder, aliases: [{default_model}], backends: [model], slo: {{ttft_ms: 5000}}}}
+"#
+    );
+    let router = router(&yaml, &[]).await;
+    let (trap, tries) = internet_trap().await;
+    let env = [
+        ("ANTHROPIC_BASE_URL", router.url.clone()),
+        ("ANTHROPIC_API_KEY", "sk-ant-not-checked".to_string()),
+        ("DISABLE_AUTOUPDATER", "1".into()),
+        ("DISABLE_TELEMETRY", "1".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+    ];
+    // A headless run grants its tools up front, as a user of `claude -p` does.
+    let args = [
+        "-p",
+        "What is in the note?",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--allowedTools",
+        "Read",
+    ];
+    let (ok, stdout, stderr) = run_agent(&claude, &args, &env, &trap).await;
+    let _ = std::fs::remove_file(&note);
+    assert!(ok, "claude failed:\n{stdout}\n{stderr}");
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let result =
+        lines.iter().rev().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result: {stdout}"));
+    assert_eq!(result["result"], "The answer is 42.", "{result}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "a call, then the answer: {seen:#?}");
+    // Claude Code read the file and sent its text back, answering the call.
+    let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
+    assert!(last["content"].as_str().unwrap().contains("the launch code is 4242"), "{last}");
     let metrics = common::metrics_text(&router.url).await;
     let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
     assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
