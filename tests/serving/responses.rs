@@ -30,6 +30,7 @@ tasks:
   - {{name: t, backends: [local, hosted], slo: {{ttft_ms: 2000}}}}
   - {{name: local-only, backends: [local], slo: {{ttft_ms: 2000}}}}
   - {{name: openai-first, backends: [hosted, local], slo: {{ttft_ms: 2000}}}}
+  - {{name: strict, backends: [local], slo: {{ttft_ms: 2000}}, unsupported_tools: refuse}}
 dispatch: {{backoff_base_ms: 1, backoff_max_ms: 5}}
 ledger: {{url: "{ledger}"}}
 "#
@@ -180,6 +181,12 @@ async fn bad_input_is_a_400_in_openais_envelope_naming_the_field() {
     let response = post(&router.url, &body).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-spillway-dropped-tools"], "web_search");
+    // A task that refuses them says which.
+    let body = json!({"model": "strict", "input": "hi", "tools": [{"type": "web_search"}]});
+    let response = post(&router.url, &body).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "tools[0].type", "{error}");
     // The core's own refusals name Responses' fields too.
     let image = json!({"type": "input_image", "image_url": "https://x.test/cat.png"});
     let body = json!({"model": "local-only", "input": [{"role": "user", "content": [image]}]});

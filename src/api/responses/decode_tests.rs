@@ -358,7 +358,7 @@ fn codexs_tools_and_history_become_flat_function_tools_and_calls() {
     ]});
     let request = decode(body.to_string().as_bytes()).unwrap();
     let toolset = request.toolset().unwrap();
-    assert_eq!(toolset.dropped, ["web_search"]);
+    assert_eq!(toolset.dropped_header().as_deref(), Some("web_search"));
     let c = request.to_canonical(None, &toolset).unwrap();
     let names: Vec<&str> = c.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["exec", "wait", "sleep"]);

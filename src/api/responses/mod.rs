@@ -34,7 +34,7 @@ use super::front::{self, Incoming};
 use super::wire;
 use crate::adapter::EventStream;
 use crate::canonical::Event;
-use crate::config::{BackendKind, TaskConfig};
+use crate::config::{BackendKind, TaskConfig, UnsupportedTools};
 use crate::serve::{self, Pinning, Served};
 use events::Encoder;
 use object::Head;
@@ -62,7 +62,10 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let toolset = std::sync::Arc::new(request.toolset()?);
     let to_canonical = |task: &TaskConfig| match pinned_body {
         Some(body) => request.to_canonical_pinned(task.max_output_tokens, &toolset, body),
-        None => request.to_canonical(task.max_output_tokens, &toolset),
+        None => match (task.unsupported_tools, toolset.refusal()) {
+            (UnsupportedTools::Refuse, Some(refusal)) => Err(refusal),
+            _ => request.to_canonical(task.max_output_tokens, &toolset),
+        },
     };
     let Served { committed, task, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &request.model, to_canonical)
@@ -72,7 +75,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let echo = object::echo(&request);
     // A request pinned to OpenAI goes as written, hosted tools and all.
-    let dropped = (!arrival_pinned && !toolset.dropped.is_empty()).then(|| toolset.dropped.join(", "));
+    let dropped = toolset.dropped_header().filter(|_| !arrival_pinned);
     let head = Head { id: new_response_id(), created_at, model: task, echo, tools: toolset };
 
     let mut response = if request.wants_stream() {

@@ -59,8 +59,8 @@ pub(crate) struct ClientTool {
 pub(crate) struct Toolset {
     /// What backends get.
     pub tools: Vec<Tool>,
-    /// The types of the tools dropped (they run inside OpenAI).
-    pub dropped: Vec<String>,
+    /// The tools dropped (they run inside OpenAI): where each is, and its type.
+    pub dropped: Vec<(String, String)>,
     /// The backends' name of each tool → the client's tool.
     client: HashMap<String, ClientTool>,
 }
@@ -75,6 +75,22 @@ struct Read<'a> {
 }
 
 impl Toolset {
+    /// The dropped tools' types, as the header lists them; `None` when none was dropped.
+    pub fn dropped_header(&self) -> Option<String> {
+        let kinds: Vec<&str> = self.dropped.iter().map(|(_, kind)| kind.as_str()).collect();
+        (!kinds.is_empty()).then(|| kinds.join(", "))
+    }
+
+    /// The refusal of a request with a dropped tool, for a task that refuses them.
+    pub fn refusal(&self) -> Option<ApiError> {
+        self.dropped.first().map(|(at, kind)| {
+            let why = format!(
+                "tool type `{kind}` runs inside OpenAI, and this task refuses tools its backends cannot run (`unsupported_tools: refuse`)"
+            );
+            invalid(&format!("{at}.type"), why)
+        })
+    }
+
     /// Read `tools` (each with the path a refusal names), namespaces opened.
     pub fn read<'a>(tools: impl IntoIterator<Item = (String, &'a Value)>) -> Result<Toolset, ApiError> {
         let mut read = Vec::new();
@@ -136,7 +152,7 @@ fn collect<'a>(
     tool: &'a Value,
     namespace: Option<&str>,
     read: &mut Vec<Read<'a>>,
-    dropped: &mut Vec<String>,
+    dropped: &mut Vec<(String, String)>,
 ) -> Result<(), ApiError> {
     let Value::Object(fields) = tool else {
         return Err(invalid(at, format!("a tool must be an object, not {}", type_name(tool))));
@@ -157,7 +173,7 @@ fn collect<'a>(
         }
         "namespace" => return Err(invalid(&format!("{at}.type"), "a namespace holds no namespace".into())),
         hosted if HOSTED.iter().any(|h| hosted.starts_with(h)) => {
-            dropped.push(hosted.to_string());
+            dropped.push((at.to_string(), hosted.to_string()));
             return Ok(());
         }
         other => {
@@ -236,7 +252,7 @@ mod tests {
         .unwrap();
         let names: Vec<&str> = set.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["exec", "functions__wait", "sleep", "clock__wait"]);
-        assert_eq!(set.dropped, ["web_search"]);
+        assert_eq!(set.dropped, [("tools[2]".to_string(), "web_search".to_string())]);
         assert_eq!(
             set.client_tool("clock__wait"),
             Some(&ClientTool {
@@ -266,6 +282,6 @@ mod tests {
         let unknown = json!([{"type": "functoin", "name": "f"}]);
         assert_eq!(read(unknown).unwrap_err().param.as_deref(), Some("tools[0].type"));
         let dated = read(json!([{"type": "web_search_preview_2025_03_11"}])).unwrap();
-        assert_eq!(dated.dropped, ["web_search_preview_2025_03_11"]);
+        assert_eq!(dated.dropped[0].1, "web_search_preview_2025_03_11");
     }
 }

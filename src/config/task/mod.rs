@@ -156,6 +156,22 @@ pub struct TaskConfig {
     /// (default true); false: none are placed, a client's own are still sent as written.
     #[serde(default = "crate::config::yes")]
     pub prompt_cache: bool,
+    /// A tool that runs inside a provider (OpenAI's `web_search`, …) in a request served by a
+    /// backend that cannot run it: `drop` it (named in `x-spillway-dropped-tools`) or `refuse`
+    /// the request.
+    #[serde(default)]
+    pub unsupported_tools: UnsupportedTools,
+}
+
+/// What to do with a tool the serving backend cannot run.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsupportedTools {
+    /// Send the request without it, and say so in `x-spillway-dropped-tools`.
+    #[default]
+    Drop,
+    /// Refuse the request with 400, naming the tool.
+    Refuse,
 }
 
 /// A task's evaluation gate.
