@@ -280,3 +280,27 @@ async fn mistakes_and_failures_come_back_in_anthropics_envelope() {
     assert_eq!(last.1["type"], "error");
     assert!(events.iter().all(|(n, _)| n != "message_stop"), "{events:?}");
 }
+
+#[tokio::test]
+async fn thinking_only_anthropic_can_read_stays_with_anthropic_and_its_absence_is_said() {
+    let s = setup("", |_| {}).await;
+    // A session that spilled to Anthropic and comes home: its history holds signed thinking.
+    let body = |model: &str| {
+        json!({"model": model, "max_tokens": 16, "messages": [
+            {"role": "user", "content": "plan the fix"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "look at the disk first", "signature": "EqQBCkYIBxgCKkD"},
+                {"type": "text", "text": "Check the disk."}]},
+            {"role": "user", "content": "done, what next?"}]})
+    };
+    let home = post(&s.router, "/v1/messages", &body("native")).await;
+    assert_eq!(home.status(), 200);
+    assert_eq!(home.headers()["x-spillway-dropped-content"], "thinking", "the node got no signed thinking");
+    let translated = post(&s.router, "/v1/messages", &body("coder")).await;
+    assert_eq!(translated.status(), 200);
+    assert_eq!(translated.headers()["x-spillway-backend"], "local");
+    assert_eq!(translated.headers()["x-spillway-dropped-content"], "thinking");
+    let anthropic = post(&s.router, "/v1/messages", &body("claude-only")).await;
+    assert_eq!(anthropic.status(), 200);
+    assert!(anthropic.headers().get("x-spillway-dropped-content").is_none(), "Anthropic reads its own");
+}

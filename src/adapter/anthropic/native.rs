@@ -9,7 +9,10 @@
 //! - A node serving the Messages API natively (vLLM, SGLang, llama.cpp) implements the
 //!   generally available API only: the beta body fields in [`BETA_FIELDS`] are dropped for it,
 //!   it gets no `anthropic-beta` header, and a system message inside the conversation (a beta)
-//!   reaches it as a user turn at the same place ([`system_turn`]).
+//!   reaches it as a user turn at the same place ([`system_turn`]). Thinking that Anthropic
+//!   wrote (signed or redacted blocks, from turns before the session came home) is Anthropic's
+//!   to read: it is dropped for a node ([`anthropics_own`]), which the door says in
+//!   `x-spillway-dropped-content`.
 
 use serde_json::{json, Value};
 
@@ -37,7 +40,7 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
     match speaker {
         Speaker::Anthropic => {
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
-                messages.iter_mut().for_each(drop_unsigned_thinking);
+                messages.iter_mut().for_each(|m| drop_blocks(m, unsigned_thinking));
             }
         }
         Speaker::Node => {
@@ -46,6 +49,7 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
             }
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
                 messages.iter_mut().for_each(system_as_user_turn);
+                messages.iter_mut().for_each(|m| drop_blocks(m, anthropics_own));
             }
         }
     }
@@ -69,16 +73,26 @@ fn system_as_user_turn(message: &mut Value) {
     *message = json!({"role": "user", "content": [{"type": "text", "text": system_turn(&text)}]});
 }
 
-/// Remove an assistant message's thinking blocks that carry no signature (unless that would
-/// leave it empty, which Anthropic refuses for another reason).
-fn drop_unsigned_thinking(message: &mut Value) {
+/// Remove a message's blocks that `dropped` picks (unless that would leave it empty, which the
+/// API refuses for another reason).
+fn drop_blocks(message: &mut Value, dropped: fn(&Value) -> bool) {
     let Some(Value::Array(blocks)) = message.get_mut("content") else { return };
-    let unsigned = |b: &Value| {
-        b.get("type").and_then(Value::as_str) == Some("thinking")
-            && b.get("signature").and_then(Value::as_str).is_none_or(str::is_empty)
-    };
-    if blocks.iter().any(|b| !unsigned(b)) {
-        blocks.retain(|b| !unsigned(b));
+    if blocks.iter().any(|b| !dropped(b)) {
+        blocks.retain(|b| !dropped(b));
+    }
+}
+
+fn unsigned_thinking(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("thinking")
+        && block.get("signature").and_then(Value::as_str).is_none_or(str::is_empty)
+}
+
+/// A block only Anthropic can read back: thinking it signed, or thinking it redacted.
+pub fn anthropics_own(block: &Value) -> bool {
+    match block.get("type").and_then(Value::as_str) {
+        Some("redacted_thinking") => true,
+        Some("thinking") => !unsigned_thinking(block),
+        _ => false,
     }
 }
 
@@ -151,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn unsigned_thinking_is_dropped_for_anthropic_only() {
+    fn each_side_gets_only_the_thinking_it_can_read() {
         let native = client(json!({"max_tokens": 10, "messages": [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": [
@@ -181,6 +195,15 @@ mod tests {
             &native,
             Speaker::Node,
         );
-        assert_eq!(to_node["messages"][1]["content"].as_array().unwrap().len(), 3);
+        // A node gets its own kind's (unsigned) reasoning, never Anthropic's signed thinking.
+        let kept: Vec<&str> = to_node["messages"][1]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.get("thinking").or(b.get("text")).and_then(Value::as_str).unwrap())
+            .collect();
+        assert_eq!(kept, ["local reasoning", "hello"]);
+        assert!(anthropics_own(&json!({"type": "redacted_thinking", "data": "x"})));
+        assert!(!anthropics_own(&json!({"type": "thinking", "thinking": "t", "signature": ""})));
     }
 }

@@ -92,6 +92,14 @@ pub(crate) fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
 }
 
 impl Decoded {
+    /// Whether the conversation holds thinking only Anthropic can read back (signed or
+    /// redacted blocks of earlier turns).
+    pub(crate) fn carries_anthropics_own(&self) -> bool {
+        let blocks = self.body.get("messages").and_then(Value::as_array).into_iter().flatten();
+        let blocks = blocks.filter_map(|m| m.get("content").and_then(Value::as_array)).flatten();
+        blocks.into_iter().any(crate::adapter::anthropic::native::anthropics_own)
+    }
+
     pub(crate) fn wants_stream(&self) -> bool {
         self.request.stream.unwrap_or(false)
     }

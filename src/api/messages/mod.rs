@@ -39,6 +39,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             Ok(canonical)
         })
         .await?;
+    let committed_backend = committed.backend.clone();
     let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
     let mut response = if decoded.wants_stream() {
         let head = stream::Head { id, model: decoded.model.clone(), estimated_input_tokens };
@@ -57,8 +58,20 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
+    // Thinking only Anthropic can read reached another kind of backend without it.
+    let served_by_anthropic =
+        state.serving.snapshot.load().config.backend(&committed_backend).map(|b| b.kind())
+            == Some(crate::config::BackendKind::Anthropic);
+    if !served_by_anthropic && decoded.carries_anthropics_own() {
+        response
+            .headers_mut()
+            .insert(DROPPED_CONTENT_HEADER, axum::http::HeaderValue::from_static("thinking"));
+    }
     Ok(response)
 }
+
+/// The response header naming content of the request that the serving backend did not get.
+const DROPPED_CONTENT_HEADER: &str = "x-spillway-dropped-content";
 
 /// `POST /v1/messages/count_tokens`: the request's input tokens for the backend that would
 /// serve it now (the plan's first choice). `x-spillway-token-count` says `exact` or
