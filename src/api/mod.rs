@@ -87,6 +87,10 @@ pub struct Ops {
     pub readiness: Arc<crate::app::rollout::Readiness>,
     /// OpenTelemetry traces (off unless an OTLP endpoint is configured).
     pub tracing: crate::trace::Tracing,
+    /// Why each task's policy refuses a backend, (task, reason): `policy::refusals_of`, handed
+    /// in by the composition root so that `/admin/backends` shows policy's verdict without the
+    /// API depending on planning.
+    pub policy_refusals: fn(&crate::config::Config, &crate::config::BackendConfig) -> Vec<(String, String)>,
 }
 
 pub fn router(state: AppState) -> Router {

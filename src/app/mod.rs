@@ -245,6 +245,7 @@ pub async fn start_with(
         gate,
         readiness: Arc::clone(&readiness),
         tracing: tracing.clone(),
+        policy_refusals: crate::policy::refusals_of,
     });
     let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;
