@@ -304,3 +304,39 @@ async fn thinking_only_anthropic_can_read_stays_with_anthropic_and_its_absence_i
     assert_eq!(anthropic.status(), 200);
     assert!(anthropic.headers().get("x-spillway-dropped-content").is_none(), "Anthropic reads its own");
 }
+
+#[tokio::test]
+async fn server_tools_reach_anthropic_and_are_left_out_elsewhere_saying_so() {
+    let native = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let anthropic = sim(SimKind::Anthropic, CLAUDE, |a| a.api_key = Some("sk-ant-sim".into())).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: native, kind: vllm, endpoints: ["{native}"], model: {LLAMA}, messages: native, capabilities: {{tools: true}}}}
+  - {{name: claude, kind: anthropic, base_url: "{anthropic}", model: {CLAUDE}, api_key_env: ANTHROPIC_KEY}}
+tasks:
+  - {{name: on-claude, backends: [claude], slo: {{ttft_ms: 5000}}}}
+  - {{name: on-native, backends: [native], slo: {{ttft_ms: 5000}}}}
+  - {{name: strict, backends: [native, claude], slo: {{ttft_ms: 5000}}, unsupported_tools: refuse}}
+"#,
+        native = native.base_url(),
+        anthropic = anthropic.base_url(),
+    );
+    let router = router(&yaml, &[("ANTHROPIC_KEY", "sk-ant-sim")]).await;
+    let body = |model: &str| {
+        json!({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "news?"}],
+               "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 1},
+                         {"name": "grep", "input_schema": {"type": "object"}}]})
+    };
+    let to_anthropic = post(&router, "/v1/messages", &body("on-claude")).await;
+    assert_eq!(to_anthropic.status(), 200);
+    assert!(to_anthropic.headers().get("x-spillway-dropped-tools").is_none(), "Anthropic runs its own");
+    let to_node = post(&router, "/v1/messages", &body("on-native")).await;
+    assert_eq!(to_node.status(), 200);
+    assert_eq!(to_node.headers()["x-spillway-dropped-tools"], "web_search_20250305");
+    // A task that refuses them says which, in Anthropic's envelope.
+    let strict = post(&router, "/v1/messages", &body("strict")).await;
+    assert_eq!(strict.status(), 400);
+    let error: Value = strict.json().await.unwrap();
+    assert!(error["error"]["message"].as_str().unwrap().starts_with("tools.0.type"), "{error}");
+}

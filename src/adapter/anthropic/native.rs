@@ -12,7 +12,8 @@
 //!   reaches it as a user turn at the same place ([`system_turn`]). Thinking that Anthropic
 //!   wrote (signed or redacted blocks, from turns before the session came home) is Anthropic's
 //!   to read: it is dropped for a node ([`anthropics_own`]), which the door says in
-//!   `x-spillway-dropped-content`.
+//!   `x-spillway-dropped-content`. So are server tools (`web_search_…`, named in
+//!   `x-spillway-dropped-tools`).
 
 use serde_json::{json, Value};
 
@@ -50,6 +51,10 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
                 messages.iter_mut().for_each(system_as_user_turn);
                 messages.iter_mut().for_each(|m| drop_blocks(m, anthropics_own));
+            }
+            // Server tools run inside Anthropic: a node gets the client's own tools only.
+            if let Some(Value::Array(tools)) = body.get_mut("tools") {
+                tools.retain(|t| t.get("type").and_then(Value::as_str).is_none_or(|kind| kind == "custom"));
             }
         }
     }

@@ -92,6 +92,11 @@ pub(crate) fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
 }
 
 impl Decoded {
+    /// The request's server tools (which only Anthropic runs): where each is, and its type.
+    pub(crate) fn server_tools(&self) -> Vec<(String, String)> {
+        server_tools(self.request.tools.as_deref().unwrap_or_default())
+    }
+
     /// Whether the conversation holds thinking only Anthropic can read back (signed or
     /// redacted blocks of earlier turns).
     pub(crate) fn carries_anthropics_own(&self) -> bool {
@@ -174,14 +179,39 @@ impl Decoded {
 }
 
 /// Custom tools only: a name used once and an object schema.
+/// Anthropic's server tools (dated types such as `web_search_20250305`): they run inside
+/// Anthropic, so they reach it as written and no other backend; any other unknown type is
+/// refused.
+const SERVER_TOOLS: [&str; 8] = [
+    "web_search_",
+    "web_fetch_",
+    "bash_",
+    "text_editor_",
+    "code_execution_",
+    "computer_",
+    "memory_",
+    "tool_search_tool_",
+];
+
+/// The request's server tools: where each is (`tools.{i}`) and its type.
+pub(crate) fn server_tools(wire: &[WireTool]) -> Vec<(String, String)> {
+    let server = |kind: &str| SERVER_TOOLS.iter().any(|p| kind.starts_with(p));
+    let kinds = wire.iter().enumerate().filter_map(|(i, t)| Some((i, t.kind.as_deref()?)));
+    kinds.filter(|(_, kind)| server(kind)).map(|(i, kind)| (format!("tools.{i}"), kind.to_string())).collect()
+}
+
 fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
     let mut names = HashSet::new();
     let mut tools = Vec::new();
+    let server = server_tools(wire);
     for (i, t) in wire.iter().enumerate() {
+        if server.iter().any(|(at, _)| *at == format!("tools.{i}")) {
+            continue;
+        }
         if let Some(kind) = t.kind.as_deref().filter(|k| *k != "custom") {
             return Err(invalid(
                 format!("tools.{i}.type"),
-                format!("tool type `{kind}` is not supported; Spillway routes custom tools (a name and an input_schema) only"),
+                format!("tool type `{kind}` is not supported; Spillway routes custom tools (a name and an input_schema) and Anthropic's server tools"),
             ));
         }
         if t.name.is_empty() || !names.insert(t.name.as_str()) {

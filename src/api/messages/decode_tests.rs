@@ -107,10 +107,7 @@ fn each_mistake_is_a_400_naming_its_field() {
         ),
         (with(&|b| b["messages"][0]["content"] = json!(7)), "messages.0.content"),
         (with(&|b| b["tools"] = json!([{"name": "f", "input_schema": "nope"}])), "tools.0.input_schema"),
-        (
-            with(&|b| b["tools"] = json!([{"type": "web_search_20250305", "name": "web_search"}])),
-            "tools.0.type",
-        ),
+        (with(&|b| b["tools"] = json!([{"type": "bogus_20250305", "name": "bogus"}])), "tools.0.type"),
         (
             with(&|b| {
                 b["tools"] = json!([{"name": "f", "input_schema": {"type": "object"}}]);

@@ -15,8 +15,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use super::front::{self, Incoming};
+use super::AppState;
+use crate::config::{BackendKind, TaskConfig, UnsupportedTools};
 use crate::serve::{self, Served};
 
 pub use error::response as error_response;
@@ -32,8 +34,12 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
+    let server_tools = decoded.server_tools();
     let Served { committed, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &decoded.model, |task| {
+            if let Some(refusal) = refuse_server_tools(&state, task, &server_tools) {
+                return Err(refusal);
+            }
             let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
             estimated_input_tokens = canonical.estimated_prompt_tokens();
             Ok(canonical)
@@ -61,13 +67,40 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     // Thinking only Anthropic can read reached another kind of backend without it.
     let served_by_anthropic =
         state.serving.snapshot.load().config.backend(&committed_backend).map(|b| b.kind())
-            == Some(crate::config::BackendKind::Anthropic);
+            == Some(BackendKind::Anthropic);
     if !served_by_anthropic && decoded.carries_anthropics_own() {
-        response
-            .headers_mut()
-            .insert(DROPPED_CONTENT_HEADER, axum::http::HeaderValue::from_static("thinking"));
+        response.headers_mut().insert(DROPPED_CONTENT_HEADER, HeaderValue::from_static("thinking"));
+    }
+    // Server tools run inside Anthropic: any other backend got the request without them.
+    let dropped: Vec<&str> = server_tools.iter().map(|(_, kind)| kind.as_str()).collect();
+    if let (false, Ok(value)) = (served_by_anthropic || dropped.is_empty(), dropped.join(", ").parse()) {
+        response.headers_mut().insert(DROPPED_TOOLS_HEADER, value);
     }
     Ok(response)
+}
+
+/// The response header naming the server tools left out for a backend that is not Anthropic.
+const DROPPED_TOOLS_HEADER: &str = "x-spillway-dropped-tools";
+
+/// For a task with `unsupported_tools: refuse`, the refusal of server tools that a backend of
+/// the task other than Anthropic could not run.
+fn refuse_server_tools(
+    state: &AppState,
+    task: &TaskConfig,
+    server_tools: &[(String, String)],
+) -> Option<ApiError> {
+    let (at, kind) = server_tools.first()?;
+    let snap = state.serving.snapshot.load();
+    let anthropic =
+        |name: &String| snap.config.backend(name).map(|b| b.kind()) == Some(BackendKind::Anthropic);
+    if task.unsupported_tools != UnsupportedTools::Refuse || task.backends.iter().all(anthropic) {
+        return None;
+    }
+    let why = format!(
+        "tool type `{kind}` runs inside Anthropic, and task `{}` has backends that cannot run it (`unsupported_tools: refuse`)",
+        task.name
+    );
+    Some(ApiError::new(ErrorCode::InvalidValue, why).param(format!("{at}.type")))
 }
 
 /// The response header naming content of the request that the serving backend did not get.
