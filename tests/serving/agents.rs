@@ -73,21 +73,28 @@ tasks:
     }
 }
 
+/// One task, `coder`, over `backend` (a YAML flow mapping named `model`), with `captured`'s
+/// default model id as an alias: the client runs unmodified.
+fn coder_config(backend: &str, captured: &Value) -> String {
+    let default_model = captured["body"]["model"].as_str().unwrap();
+    format!(
+        "backends:\n  - {backend}\ntasks:\n  - {{name: coder, aliases: [{default_model}], backends: [model], slo: {{ttft_ms: 5000}}}}\n"
+    )
+}
+
+/// A fleet node with tools on, as `coder_config`'s backend.
+fn node_backend(node: &spillway::sim::SimHandle) -> String {
+    format!(
+        r#"{{name: model, kind: vllm, endpoints: ["{}"], model: {LLAMA}, capabilities: {{tools: true}}}}"#,
+        node.base_url()
+    )
+}
+
 #[tokio::test]
 async fn codexs_first_request_is_served_by_the_fleet() {
     let captured = fixture("codex-0.171.0.json");
-    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
-tasks:
-  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
-"#,
-        node = node.base_url(),
-    );
-    let router = router(&yaml, &[]).await;
+    let router = router(&coder_config(&node_backend(&node), &captured), &[]).await;
     let (status, events) = replay(&router.url, &captured).await;
     assert_eq!(status, 200, "{events:?}");
     assert_eq!(events.first().map(String::as_str), Some("response.created"), "{events:?}");
@@ -161,88 +168,88 @@ async fn run_agent(
     )
 }
 
-#[tokio::test]
-async fn claude_code_with_its_default_model_is_answered_by_the_fleet() {
-    let Some(claude) = agent_or_skip("claude") else { return };
-    let captured = fixture("claude-code-2.1.332.json");
-    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
-    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
-tasks:
-  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
-"#,
-        node = node.base_url(),
-    );
-    let router = router(&yaml, &[]).await;
-    let (trap, tries) = internet_trap().await;
-    let env = [
-        ("ANTHROPIC_BASE_URL", router.url.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-not-checked".to_string()),
+/// Claude Code pointed at the router, headless, its telemetry and updates off.
+fn claude_env(router: &str) -> [(&'static str, String); 5] {
+    [
+        ("ANTHROPIC_BASE_URL", router.to_string()),
+        ("ANTHROPIC_API_KEY", "sk-ant-not-checked".into()),
         ("DISABLE_AUTOUPDATER", "1".into()),
         ("DISABLE_TELEMETRY", "1".into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-    ];
-    let args = ["-p", "Say hello", "--output-format", "stream-json", "--verbose"];
-    let (ok, stdout, stderr) = run_agent(&claude, &args, &env, &trap).await;
-    assert!(ok, "claude failed:\n{stdout}\n{stderr}");
+    ]
+}
+
+/// The final `result` line of Claude Code's `stream-json` output.
+fn claude_result(stdout: &str) -> Value {
     let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let result =
-        lines.iter().rev().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result: {stdout}"));
+    lines.into_iter().rev().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result: {stdout}"))
+}
+
+/// `codex exec` with the router as its provider (`wire_api = "responses"`, `-c` as a user
+/// would), telemetry and plugin fetches off, as a headless run wants them.
+fn codex_args(router: &str, prompt: &str) -> Vec<String> {
+    let provider = format!(
+        r#"model_providers.spillway={{name="spillway", base_url="{router}/v1", env_key="SPILLWAY_KEY", wire_api="responses"}}"#
+    );
+    let settings =
+        ["model_provider=spillway", &provider, "analytics.enabled=false", "features.plugins=false"];
+    let mut args = vec!["exec".to_string(), "--skip-git-repo-check".into()];
+    args.extend(settings.iter().flat_map(|s| ["-c".to_string(), s.to_string()]));
+    args.push(prompt.into());
+    args
+}
+
+/// The key Codex sends (any, when the router has no client keys).
+fn codex_env() -> [(&'static str, String); 1] {
+    [("SPILLWAY_KEY", "not-checked".into())]
+}
+
+/// What every agent run must leave: no refusal by the router, no try to reach the internet.
+async fn assert_nothing_refused_and_no_internet(router: &str, tries: &std::sync::atomic::AtomicUsize) {
+    let metrics = common::metrics_text(router).await;
+    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
+    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+}
+
+/// The fleet node served at least one request of `coder`.
+async fn assert_served_by_the_node(router: &str) {
+    let metrics = common::metrics_text(router).await;
+    let served =
+        common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "model")]);
+    assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
+}
+
+#[tokio::test]
+async fn claude_code_with_its_default_model_is_answered_by_the_fleet() {
+    let Some(claude) = agent_or_skip("claude") else { return };
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let router = router(&coder_config(&node_backend(&node), &fixture("claude-code-2.1.332.json")), &[]).await;
+    let (trap, tries) = internet_trap().await;
+    let args = ["-p", "Say hello", "--output-format", "stream-json", "--verbose"];
+    let (ok, stdout, stderr) = run_agent(&claude, &args, &claude_env(&router.url), &trap).await;
+    assert!(ok, "claude failed:\n{stdout}\n{stderr}");
+    let result = claude_result(&stdout);
     assert_eq!(result["subtype"], "success", "{result}");
     assert_eq!(result["is_error"], false, "{result}");
     assert!(!result["result"].as_str().unwrap_or_default().is_empty(), "{result}");
-    let metrics = common::metrics_text(&router.url).await;
-    let served =
-        common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "node")]);
-    assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
-    let refused = common::series_sum(&metrics, "spillway_refusals_total", &[]);
-    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
-    assert_eq!(refused.unwrap_or(0.0), 0.0, "the router refused nothing: {refusals:?}");
-    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+    assert_served_by_the_node(&router.url).await;
+    assert_nothing_refused_and_no_internet(&router.url, &tries).await;
 }
 
 #[tokio::test]
 async fn codex_with_its_default_model_and_tools_is_answered_by_the_fleet() {
     let Some(codex) = agent_or_skip("codex") else { return };
-    let captured = fixture("codex-0.171.0.json");
-    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: node, kind: vllm, endpoints: ["{node}"], model: {LLAMA}, capabilities: {{tools: true}}}}
-tasks:
-  - {{name: coder, aliases: [{default_model}], backends: [node], slo: {{ttft_ms: 5000}}}}
-"#,
-        node = node.base_url(),
-    );
-    let router = router(&yaml, &[]).await;
+    let router = router(&coder_config(&node_backend(&node), &fixture("codex-0.171.0.json")), &[]).await;
     let (trap, tries) = internet_trap().await;
-    // Codex reads its provider from CODEX_HOME/config.toml.
-    let codex_home = std::env::temp_dir().join(format!("spillway-codex-{:016x}", rand::random::<u64>()));
-    std::fs::create_dir_all(&codex_home).unwrap();
-    let config = format!(
-        "model_provider = \"spillway\"\n\n[model_providers.spillway]\nname = \"spillway\"\nbase_url = \"{}/v1\"\n\
-         env_key = \"SPILLWAY_KEY\"\nwire_api = \"responses\"\n\n[analytics]\nenabled = false\n\n[features]\nplugins = false\n",
-        router.url
-    );
-    std::fs::write(codex_home.join("config.toml"), config).unwrap();
-    let env = [("CODEX_HOME", codex_home.display().to_string()), ("SPILLWAY_KEY", "not-checked".to_string())];
-    let args = ["exec", "--skip-git-repo-check", "Say hello"];
-    let (ok, stdout, stderr) = run_agent(&codex, &args, &env, &trap).await;
-    let _ = std::fs::remove_dir_all(&codex_home);
+    let args = codex_args(&router.url, "Say hello");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, stdout, stderr) = run_agent(&codex, &args, &codex_env(), &trap).await;
     assert!(ok, "codex failed:\n{stdout}\n{stderr}");
     assert!(!stdout.trim().is_empty(), "codex printed the answer: {stderr}");
-    let metrics = common::metrics_text(&router.url).await;
-    let served =
-        common::series_sum(&metrics, "spillway_requests_total", &[("task", "coder"), ("backend", "node")]);
-    assert!(served.unwrap_or(0.0) >= 1.0, "the fleet served it: {served:?}");
-    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
-    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
-    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+    assert_served_by_the_node(&router.url).await;
+    assert_nothing_refused_and_no_internet(&router.url, &tries).await;
 }
 
 /// An OpenAI-compatible upstream that records each request and plays a model that calls a
@@ -284,88 +291,54 @@ async fn tool_calling_upstream(tool: &'static str, arguments: String) -> (String
     (url, seen)
 }
 
+/// A recording upstream as `coder_config`'s backend.
+fn upstream_backend(upstream: &str) -> String {
+    format!(
+        r#"{{name: model, kind: openai_compatible, base_url: "{upstream}", model: m, capabilities: {{tools: true}}}}"#
+    )
+}
+
+/// The upstream saw a call, then the client's answer to it: that answer's text.
+fn tool_answer(seen: &Mutex<Vec<Value>>) -> String {
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "a call, then the answer: {seen:#?}");
+    let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
+    last["content"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn codex_runs_its_own_exec_tool_through_the_router_and_answers() {
     let Some(codex) = agent_or_skip("codex") else { return };
-    let captured = fixture("codex-0.171.0.json");
-    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
     // The model asks for Codex's custom grammar tool `exec` (a JavaScript cell): `text(6*7)`.
     let (upstream, seen) = tool_calling_upstream("exec", r#"{"input": "text(6*7)"}"#.into()).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: model, kind: openai_compatible, base_url: "{upstream}", model: m, capabilities: {{tools: true}}}}
-tasks:
-  - {{name: coder, aliases: [{default_model}], backends: [model], slo: {{ttft_ms: 5000}}}}
-"#
-    );
-    let router = router(&yaml, &[]).await;
+    let router =
+        router(&coder_config(&upstream_backend(&upstream), &fixture("codex-0.171.0.json")), &[]).await;
     let (trap, tries) = internet_trap().await;
-    let codex_home = std::env::temp_dir().join(format!("spillway-codex-{:016x}", rand::random::<u64>()));
-    std::fs::create_dir_all(&codex_home).unwrap();
-    let provider = format!(
-        r#"model_providers.spillway={{name="spillway", base_url="{}/v1", env_key="SPILLWAY_KEY", wire_api="responses"}}"#,
-        router.url
-    );
-    let env = [("CODEX_HOME", codex_home.display().to_string()), ("SPILLWAY_KEY", "not-checked".to_string())];
-    // Telemetry and plugin fetches off, as a headless run wants them (`-c`, as a user would).
-    let args = [
-        "exec",
-        "--skip-git-repo-check",
-        "-c",
-        "model_provider=spillway",
-        "-c",
-        &provider,
-        "-c",
-        "analytics.enabled=false",
-        "-c",
-        "features.plugins=false",
-        "Compute 6*7",
-    ];
-    let (ok, stdout, stderr) = run_agent(&codex, &args, &env, &trap).await;
-    let _ = std::fs::remove_dir_all(&codex_home);
+    let args = codex_args(&router.url, "Compute 6*7");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, stdout, stderr) = run_agent(&codex, &args, &codex_env(), &trap).await;
     assert!(ok, "codex failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("The answer is 42."), "{stdout}\n{stderr}");
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 2, "a call, then the answer: {seen:#?}");
-    let exec = seen[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "exec").unwrap();
+    let first = seen.lock().unwrap()[0].clone();
+    let exec = first["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "exec").unwrap();
     assert_eq!(exec["function"]["parameters"]["required"], json!(["input"]), "{exec}");
     // Codex ran the cell and sent its output back, answering the call.
-    let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
-    assert!(last["content"].as_str().unwrap().contains("42"), "{last}");
-    let metrics = common::metrics_text(&router.url).await;
-    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
-    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
-    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+    let answer = tool_answer(&seen);
+    assert!(answer.contains("42"), "{answer}");
+    assert_nothing_refused_and_no_internet(&router.url, &tries).await;
 }
 
 #[tokio::test]
 async fn claude_code_runs_its_own_read_tool_through_the_router_and_answers() {
     let Some(claude) = agent_or_skip("claude") else { return };
-    let captured = fixture("claude-code-2.1.332.json");
-    let default_model = captured["body"]["model"].as_str().unwrap().to_string();
     let note = std::env::temp_dir().join(format!("spillway-agent-note-{:016x}.txt", rand::random::<u64>()));
     std::fs::write(&note, "the launch code is 4242\n").unwrap();
     // The model asks Claude Code to read the note with its own `Read` tool.
     let (upstream, seen) = tool_calling_upstream("Read", json!({"file_path": note}).to_string()).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: model, kind: openai_compatible, base_url: "{upstream}", model: m, capabilities: {{tools: true}}}}
-tasks:
-  - {{name: coder, aliases: [{default_model}], backends: [model], slo: {{ttft_ms: 5000}}}}
-"#
-    );
-    let router = router(&yaml, &[]).await;
+    let config = coder_config(&upstream_backend(&upstream), &fixture("claude-code-2.1.332.json"));
+    let router = router(&config, &[]).await;
     let (trap, tries) = internet_trap().await;
-    let env = [
-        ("ANTHROPIC_BASE_URL", router.url.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-not-checked".to_string()),
-        ("DISABLE_AUTOUPDATER", "1".into()),
-        ("DISABLE_TELEMETRY", "1".into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-    ];
     // A headless run grants its tools up front, as a user of `claude -p` does.
     let args = [
         "-p",
@@ -376,21 +349,13 @@ tasks:
         "--allowedTools",
         "Read",
     ];
-    let (ok, stdout, stderr) = run_agent(&claude, &args, &env, &trap).await;
+    let (ok, stdout, stderr) = run_agent(&claude, &args, &claude_env(&router.url), &trap).await;
     let _ = std::fs::remove_file(&note);
     assert!(ok, "claude failed:\n{stdout}\n{stderr}");
-    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let result =
-        lines.iter().rev().find(|l| l["type"] == "result").unwrap_or_else(|| panic!("no result: {stdout}"));
+    let result = claude_result(&stdout);
     assert_eq!(result["result"], "The answer is 42.", "{result}");
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 2, "a call, then the answer: {seen:#?}");
     // Claude Code read the file and sent its text back, answering the call.
-    let last = seen[1]["messages"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((&last["role"], &last["tool_call_id"]), (&json!("tool"), &json!("call_1")), "{last}");
-    assert!(last["content"].as_str().unwrap().contains("the launch code is 4242"), "{last}");
-    let metrics = common::metrics_text(&router.url).await;
-    let refusals: Vec<&str> = metrics.lines().filter(|l| l.starts_with("spillway_refusals_total")).collect();
-    assert!(refusals.is_empty(), "the router refused nothing: {refusals:?}");
-    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 0, "no try to reach the internet");
+    let answer = tool_answer(&seen);
+    assert!(answer.contains("the launch code is 4242"), "{answer}");
+    assert_nothing_refused_and_no_internet(&router.url, &tries).await;
 }
