@@ -64,17 +64,20 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
-    // Thinking only Anthropic can read reached another kind of backend without it.
-    let served_by_anthropic =
-        state.serving.snapshot.load().config.backend(&committed_backend).map(|b| b.kind())
-            == Some(BackendKind::Anthropic);
-    if !served_by_anthropic && decoded.carries_anthropics_own() {
-        response.headers_mut().insert(DROPPED_CONTENT_HEADER, HeaderValue::from_static("thinking"));
-    }
-    // Server tools run inside Anthropic: any other backend got the request without them.
-    let dropped: Vec<&str> = server_tools.iter().map(|(_, kind)| kind.as_str()).collect();
-    if let (false, Ok(value)) = (served_by_anthropic || dropped.is_empty(), dropped.join(", ").parse()) {
-        response.headers_mut().insert(DROPPED_TOOLS_HEADER, value);
+    // What only Anthropic can take (its signed thinking, its server tools) reached another
+    // kind of backend without it: say so.
+    let thinking = decoded.carries_anthropics_own();
+    if (thinking || !server_tools.is_empty())
+        && state.serving.snapshot.load().config.backend(&committed_backend).map(|b| b.kind())
+            != Some(BackendKind::Anthropic)
+    {
+        if thinking {
+            response.headers_mut().insert(DROPPED_CONTENT_HEADER, HeaderValue::from_static("thinking"));
+        }
+        let dropped: Vec<&str> = server_tools.iter().map(|(_, kind)| kind.as_str()).collect();
+        if let (false, Ok(value)) = (dropped.is_empty(), dropped.join(", ").parse()) {
+            response.headers_mut().insert(DROPPED_TOOLS_HEADER, value);
+        }
     }
     Ok(response)
 }
