@@ -259,6 +259,8 @@ pub struct RequestOutcome {
     pub task: String,
     /// Empty when no backend served.
     pub backend: String,
+    /// The serving backend's kind (`None` when none served).
+    pub kind: Option<crate::config::BackendKind>,
     /// The model the serving backend ran; empty when none served.
     pub model: String,
     pub node: NodeKey,
@@ -291,6 +293,7 @@ impl RequestOutcome {
         RequestOutcome {
             task: task.into(),
             backend: backend.into(),
+            kind: None,
             model: String::new(),
             node: node.clone(),
             attempts,

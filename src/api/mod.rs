@@ -9,6 +9,7 @@ mod chat;
 mod chunks;
 mod completions;
 pub mod dashboard;
+mod dropped;
 pub mod edge;
 mod embeddings;
 pub mod front;
@@ -91,6 +92,8 @@ pub struct Ops {
     /// in by the composition root so that `/admin/backends` shows policy's verdict without the
     /// API depending on planning.
     pub policy_refusals: fn(&crate::config::Config, &crate::config::BackendConfig) -> Vec<(String, String)>,
+    /// Where each session was served last, and its moves (fed by the bookkeeping loop).
+    pub sessions: Arc<std::sync::Mutex<crate::control::sessions::SessionBook>>,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -101,10 +101,12 @@ pub async fn start_with(
     let config_swap = Arc::new(ArcSwap::new(Arc::clone(&config)));
     let metrics = Arc::new(Metrics::new());
     metrics.configure(&config);
+    let sessions = Arc::new(std::sync::Mutex::new(crate::control::sessions::SessionBook::default()));
     let books = books::Books {
         availability: Arc::clone(&availability),
         ledger: ledger.as_ref().map(|l| LedgerBook::new(l.sender.clone())),
         metrics: Arc::clone(&metrics),
+        sessions: Arc::clone(&sessions),
     };
     let bookkeeping = tokio::spawn(books::consume(records_rx, books, books_stop.clone()));
     let interval = Duration::from_secs(config.balancing.interval_secs);
@@ -246,6 +248,7 @@ pub async fn start_with(
         readiness: Arc::clone(&readiness),
         tracing: tracing.clone(),
         policy_refusals: crate::policy::refusals_of,
+        sessions,
     });
     let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;

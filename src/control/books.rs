@@ -3,7 +3,11 @@
 //! stay out of the request metrics and SLO windows; of them only canaries and judges reach
 //! the ledger (`Purpose::ledgered`: gate items and shadows are costed in their own tables).
 
-use crate::outcome::{AnswerCost, Ending, Record};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::sessions::SessionBook;
+use crate::outcome::{AnswerCost, Ending, Record, RequestOutcome};
 
 /// Where the bookkeeping loop puts what it reads.
 pub struct Books {
@@ -11,6 +15,8 @@ pub struct Books {
     /// `None` when the ledger is off.
     pub ledger: Option<crate::ledger::LedgerBook>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Where each session was served last, and its moves.
+    pub sessions: Arc<Mutex<SessionBook>>,
 }
 
 /// Read records until the channel closes or `stop` is cancelled (then read what is already queued):
@@ -20,7 +26,7 @@ pub(crate) async fn consume(
     books: Books,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let Books { availability, ledger, metrics } = books;
+    let Books { availability, ledger, metrics, sessions } = books;
     let mut stopping = false;
     loop {
         let record = tokio::select! {
@@ -68,11 +74,31 @@ pub(crate) async fn consume(
                 let cost = r.cost.and_then(AnswerCost::billed);
                 metrics
                     .observe_request(&r, cost.and_then(|c| rust_decimal::prelude::ToPrimitive::to_f64(&c)));
+                note_session(&sessions, &metrics, &r);
                 // A synthetic call's cost is ledgered only where it has no other home.
                 if let Some(ledger) = ledger.as_ref().filter(|_| r.meta.ledgered()) {
                     ledger.record(&r, cost);
                 }
             }
         }
+    }
+}
+
+/// A served request of a session: note where, and count and log a move.
+fn note_session(sessions: &Mutex<SessionBook>, metrics: &crate::metrics::Metrics, r: &RequestOutcome) {
+    let (Some(affinity), Some(kind), false) = (r.meta.affinity, r.kind, r.meta.synthetic) else { return };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let moved =
+        sessions.lock().unwrap_or_else(|e| e.into_inner()).record(affinity, &r.task, &r.backend, kind, now);
+    if let Some(moved) = moved {
+        metrics.observe_session_move(&r.task, moved.as_str());
+        tracing::info!(
+            request_id = %r.meta.request_id,
+            session = %affinity.hex(),
+            task = %r.task,
+            backend = %r.backend,
+            moved = moved.as_str(),
+            "session moved"
+        );
     }
 }

@@ -18,6 +18,7 @@ mod scrape_http;
 mod scrape_node;
 mod scrape_peers;
 mod scrape_share;
+pub mod sessions;
 pub mod snapshot_loop;
 
 /// The router's background loops, stopped together by one cancellation token: each ends at

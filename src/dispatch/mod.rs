@@ -299,6 +299,7 @@ impl Dispatcher {
                     )
                     .with_meta(meta);
                     outcome.spill = spill;
+                    outcome.kind = Some(backend.kind);
                     outcome.unmeasured = matches!(target.reason, Reason::Unmeasured { .. });
                     outcome.model = backend.model.clone();
                     let answer = meta.trace.as_ref().zip(attempt).map(|(span, attempt)| {

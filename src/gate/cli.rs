@@ -121,6 +121,7 @@ impl CliCalls {
             availability: AvailabilityBoard::new(config),
             ledger: Some(LedgerBook::new(sender)),
             metrics: Arc::new(Metrics::new()),
+            sessions: Arc::default(),
         };
         let books = tokio::spawn(books::consume(rx, books, CancellationToken::new()));
         // The config's breaker settings and node slots apply to the CLI's calls too.

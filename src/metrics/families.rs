@@ -13,6 +13,7 @@ label_set!(TaskBackendOutcome { task, backend, outcome });
 label_set!(TaskBackend { task, backend });
 label_set!(TaskBackendKind { task, backend, kind });
 label_set!(TaskReason { task, reason });
+label_set!(TaskDirection { task, direction });
 label_set!(TaskPriority { task, priority });
 label_set!(Failover { task, from, to, reason });
 label_set!(BackendResult { backend, result });
@@ -42,6 +43,7 @@ pub(crate) struct RequestFamilies {
     pub shed: Family<IntCounterVec, TaskPriority<'static>>,
     pub failovers: Family<IntCounterVec, Failover<'static>>,
     pub first_choice: Family<IntCounterVec, TaskBackend<'static>>,
+    pub session_moves: Family<IntCounterVec, TaskDirection<'static>>,
 }
 
 impl RequestFamilies {
@@ -106,6 +108,11 @@ impl RequestFamilies {
                 r,
                 "spillway_first_choice_total",
                 "Plans by task and the backend that came first in them (an adaptive task's chain choice).",
+            ),
+            session_moves: counter(
+                r,
+                "spillway_session_moves_total",
+                "Moves of a session (a session header or prompt_cache_key) from one request to the next: to_hosted, home (to the fleet), between_providers. Each session's own are at GET /admin/sessions.",
             ),
         }
     }

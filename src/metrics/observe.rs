@@ -5,7 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::families::{
     Backend, BackendBusy, BackendResult, BackendStatus, Failover, Store, Task, TaskBackend, TaskBackendKind,
-    TaskBackendOutcome, TaskBackendResult, TaskBackendVerdict, TaskPriority, TaskReason, TaskSlo,
+    TaskBackendOutcome, TaskBackendResult, TaskBackendVerdict, TaskDirection, TaskPriority, TaskReason,
+    TaskSlo,
 };
 use super::slo::{self, Observation};
 use super::Metrics;
@@ -136,6 +137,10 @@ impl Metrics {
     }
 
     /// Dispatch moved on from a backend that failed.
+    pub(crate) fn observe_session_move(&self, task: &str, direction: &str) {
+        self.requests.session_moves.get(TaskDirection { task, direction }).inc();
+    }
+
     pub(crate) fn observe_failover(&self, task: &str, from: &str, to: &str, reason: &str) {
         self.requests.failovers.get(Failover { task, from, to, reason }).inc();
     }

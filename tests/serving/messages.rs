@@ -12,6 +12,7 @@ use crate::common::{self, router, sim, Router};
 
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 const CLAUDE: &str = "claude-sonnet-4-5";
+const ADMIN: &str = "messages-admin-token";
 
 /// A fleet node (`local`), Anthropic (`claude`), and tasks over them: `coder` prefers the
 /// fleet and spills to Anthropic, `claude-only` and `native` have one backend each.
@@ -28,6 +29,7 @@ tasks:
   - {{name: claude-only, backends: [claude], slo: {{ttft_ms: 5000}}}}
   - {{name: native, backends: [native], slo: {{ttft_ms: 5000}}}}
 ledger: {{url: "{ledger}"}}
+admin_token_env: MESSAGES_ADMIN
 "#
     )
 }
@@ -44,7 +46,7 @@ async fn setup(local_extra: &str, tune_local: impl FnOnce(&mut spillway::sim::Si
     let anthropic = sim(SimKind::Anthropic, CLAUDE, |a| a.api_key = Some("sk-ant-sim".into())).await;
     let ledger = common::temp_ledger_url();
     let yaml = config(&local.base_url(), &anthropic.base_url(), &native.base_url(), &ledger, local_extra);
-    let router = router(&yaml, &[("ANTHROPIC_KEY", "sk-ant-sim")]).await;
+    let router = router(&yaml, &[("ANTHROPIC_KEY", "sk-ant-sim"), ("MESSAGES_ADMIN", ADMIN)]).await;
     Setup { router, ledger, _sims: vec![local, native, anthropic] }
 }
 
@@ -157,6 +159,71 @@ async fn a_messages_stream_spills_from_a_full_fleet_to_anthropic_as_one_answer()
     assert_eq!(events[0].1["message"]["model"], "coder", "the client sees the model it asked for");
     assert_eq!(events.iter().rev().nth(1).unwrap().1["delta"]["stop_reason"], "max_tokens");
     drop(holder);
+}
+
+#[tokio::test]
+async fn a_session_that_spills_and_comes_home_has_its_moves_counted_and_listed() {
+    let s = setup(", max_inflight_per_node: 1", |a| a.token_delay_ms = 30).await;
+    let url = &s.router.url;
+    let turn = || async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .header("x-claude-code-session-id", "session-7")
+            .json(&request("coder", false))
+            .send()
+            .await
+            .unwrap()
+    };
+    let backend = |r: &reqwest::Response| r.headers()["x-spillway-backend"].to_str().unwrap().to_string();
+    assert_eq!(backend(&turn().await), "local", "the session starts on the fleet");
+    // Another client's long answer fills the fleet's only slot: the session spills...
+    let mut long = request("coder", true);
+    long["max_tokens"] = json!(400);
+    let holder = post(&s.router, "/v1/messages", &long).await;
+    assert_eq!(holder.headers()["x-spillway-backend"], "local");
+    assert_eq!(backend(&turn().await), "claude");
+    // ...and comes home once the slot is free again.
+    drop(holder);
+    let home = || {
+        let answer = turn();
+        async move { backend(&answer.await) == "local" }
+    };
+    common::wait_until(std::time::Duration::from_secs(10), "the session back on the fleet", home).await;
+
+    let moves =
+        |direction: &str| format!(r#"spillway_session_moves_total{{direction="{direction}",task="coder"}}"#);
+    let within = std::time::Duration::from_secs(5);
+    assert_eq!(common::wait_metric(&s.router.url, &moves("home"), 1.0, within).await, 1.0);
+    assert_eq!(common::metric(&s.router.url, &moves("to_hosted")).await, 1.0);
+
+    let listed: Value = reqwest::Client::new()
+        .get(format!("{}/admin/sessions", s.router.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sessions = listed["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "only the session's requests are a session: {listed}");
+    let session = &sessions[0];
+    assert_eq!((session["to_hosted"].as_u64(), session["home"].as_u64()), (Some(1), Some(1)), "{session}");
+    assert_eq!(
+        (&session["place"], &session["backend"], &session["task"]),
+        (&json!("fleet"), &json!("local"), &json!("coder"))
+    );
+    assert_eq!(session["source"], "session_header");
+    assert!(!listed.to_string().contains("session-7"), "a session is named by its hash only: {listed}");
+    let one = reqwest::Client::new()
+        .get(format!("{}/admin/sessions/{}", s.router.url, session["session"].as_str().unwrap()))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), 200);
+    assert_eq!(one.json::<Value>().await.unwrap(), *session);
 }
 
 #[tokio::test]

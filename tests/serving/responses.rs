@@ -18,13 +18,13 @@ use spillway::sim::SimKind;
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 /// A task `t` over a local node then hosted OpenAI, `local-only` over the node alone (a vLLM
-/// pool: no vision), `openai-first` over hosted OpenAI then the node, with the ledger at
+/// pool with tools and no vision), `openai-first` over hosted OpenAI then the node, with the ledger at
 /// `ledger`.
 fn config(local: &str, hosted: &str, ledger: &str) -> String {
     format!(
         r#"
 backends:
-  - {{name: local, kind: vllm, endpoints: [{local}], model: {LLAMA}}}
+  - {{name: local, kind: vllm, endpoints: [{local}], model: {LLAMA}, capabilities: {{tools: true}}}}
   - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt-5.6}}
 tasks:
   - {{name: t, backends: [local, hosted], slo: {{ttft_ms: 2000}}}}
@@ -292,6 +292,60 @@ async fn state_kept_at_openai_passes_through_to_an_openai_first_task_and_is_rela
     let error: Value = refused.json().await.unwrap();
     assert_eq!(error["error"]["param"], "store", "{error}");
     assert!(error["error"]["message"].as_str().unwrap().contains("first backend is OpenAI"), "{error}");
+}
+
+/// What Codex sends on a later turn: its tools in an `additional_tools` item (grouped, a
+/// `custom` grammar tool among them, OpenAI's `web_search`), OpenAI's encrypted reasoning from
+/// the turn before, and a `custom_tool_call` with its output.
+fn codex_like(model: &str) -> Value {
+    let reasoning = format!("{}-turn-1", spillway::sim::ENCRYPTED_PREFIX);
+    json!({"model": model, "stream": false, "store": false, "max_output_tokens": 12,
+        "include": ["reasoning.encrypted_content"], "tools": [], "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "tools": [
+                {"type": "custom", "name": "exec", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]},
+            {"type": "web_search", "external_web_access": false}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "compute"}]},
+        {"type": "reasoning", "summary": [], "encrypted_content": reasoning},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "exec", "namespace": "functions", "input": "text(6*7)"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "42"}]})
+}
+
+#[tokio::test]
+async fn openai_gets_the_body_as_written_and_another_backend_is_told_what_it_did_not_get() {
+    let local = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let hosted = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let router = router(&config(&local.base_url(), &hosted.base_url(), &temp_ledger_url()), &[]).await;
+
+    // To OpenAI: namespaces, the custom tool, web_search and the reasoning, as Codex wrote them.
+    let to_openai = post(&router.url, &codex_like("openai-first")).await;
+    assert_eq!(to_openai.headers()["x-spillway-backend"], "hosted");
+    assert!(to_openai.headers().get("x-spillway-dropped-tools").is_none(), "OpenAI runs web_search");
+    assert!(to_openai.headers().get("x-spillway-dropped-content").is_none(), "OpenAI reads its reasoning");
+    let answer: Value = to_openai.json().await.unwrap();
+    assert_eq!(answer["model"], "openai-first", "{answer}");
+    assert!(answer["id"].as_str().unwrap().starts_with("resp_sim"), "OpenAI's own answer: {answer}");
+    let sent = hosted.requests().pop().unwrap();
+    let mut expected = codex_like("gpt-5.6");
+    expected["max_output_tokens"] = json!(12);
+    assert_eq!(sent["input"], expected["input"], "the input went as written");
+    assert_eq!(sent["include"], expected["include"]);
+
+    // To the node: flat function tools, no reasoning, and the answer names both.
+    let to_node = post(&router.url, &codex_like("t")).await;
+    assert_eq!(to_node.headers()["x-spillway-backend"], "local");
+    assert_eq!(to_node.headers()["x-spillway-dropped-tools"], "web_search");
+    assert_eq!(to_node.headers()["x-spillway-dropped-content"], "reasoning");
+    let sent = local.requests().pop().unwrap();
+    assert_eq!(sent["tools"][0]["function"]["name"], "exec", "{sent}");
+    assert!(!sent.to_string().contains(spillway::sim::ENCRYPTED_PREFIX), "no reasoning reached the node");
+
+    // A task that refuses what its backends cannot run refuses web_search only where a backend
+    // is not OpenAI.
+    let refused = post(&router.url, &codex_like("strict")).await;
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "input[0].tools[1].type", "{error}");
 }
 
 #[tokio::test]

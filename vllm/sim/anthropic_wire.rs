@@ -242,9 +242,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
     if st.kind == SimKind::Anthropic && !headers.contains_key("anthropic-version") {
         return Err(SimError::new(400, "anthropic-version: header is required"));
     }
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
-    st.log(&v);
+    let v = st.read_json(body)?;
     let (req, asked) = decode_value(st.kind, &v)?;
     let Asked { model, stream, thinking } = asked;
     let model = model.unwrap_or_else(|| st.model.clone());

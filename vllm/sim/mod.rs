@@ -41,6 +41,7 @@ use tokio::task::JoinHandle;
 
 pub use args::{SimArgs, SimKind};
 pub use faults::FAULT_HEADER;
+pub use responses_wire::ENCRYPTED_PREFIX;
 
 /// A running simulator; dropping it stops it.
 pub struct SimHandle {

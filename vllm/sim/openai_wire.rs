@@ -72,9 +72,7 @@ fn content_text(c: &Value) -> String {
 }
 
 /// Decode a chat request into a `GenRequest` plus (model, stream, include_usage).
-fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, bool), SimError> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+fn decode(v: &Value) -> Result<(GenRequest, Option<String>, bool, bool), SimError> {
     let messages =
         v.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty()).ok_or_else(|| {
             SimError::new(400, "'messages' is a required property and must be a non-empty array")
@@ -92,7 +90,7 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, bool), SimEr
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     let answered = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str) == Some("tool");
-    let tool = requested_tool(&v).filter(|_| !answered);
+    let tool = requested_tool(v).filter(|_| !answered);
     Ok((GenRequest { prompt, max_tokens, cache_blocks: Vec::new(), tool }, model, stream, include_usage))
 }
 
@@ -156,7 +154,7 @@ pub async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Byt
 
 async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
     st.check_key(bearer(headers))?;
-    let (req, model, stream, include_usage) = decode(body)?;
+    let (req, model, stream, include_usage) = decode(&st.read_json(body)?)?;
     let model = model.unwrap_or_else(|| st.model.clone());
     if st.kind == SimKind::Vllm && model != st.model {
         return Err(SimError::new(404, format!("The model `{model}` does not exist.")));

@@ -39,9 +39,8 @@ struct Echo {
 }
 
 /// Decode a Responses request into a `GenRequest` plus (model, stream, echo).
-fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, Echo), SimError> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+/// `openai`: read as OpenAI does, which takes more item types than vLLM.
+fn decode(v: &Value, openai: bool) -> Result<(GenRequest, Option<String>, bool, Echo), SimError> {
     let mut prompt = String::new();
     if let Some(instructions) = v.get("instructions").and_then(Value::as_str) {
         prompt.push_str(&format!("system: {instructions}\n"));
@@ -57,17 +56,26 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, Echo), SimEr
                         let role = item.get("role").and_then(Value::as_str).unwrap_or("user");
                         format!("{role}: {}", item.get("content").map(content_text).unwrap_or_default())
                     }
-                    "function_call" => format!(
+                    "function_call" | "custom_tool_call" => format!(
                         "assistant: {}({})",
                         item.get("name").and_then(Value::as_str).unwrap_or_default(),
-                        item.get("arguments").and_then(Value::as_str).unwrap_or_default()
+                        item.get("arguments")
+                            .or(item.get("input"))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
                     ),
-                    "function_call_output" => {
+                    "function_call_output" | "custom_tool_call_output" => {
                         format!("tool: {}", item.get("output").map(content_text).unwrap_or_default())
+                    }
+                    // What OpenAI takes and vLLM does not: its encrypted reasoning (which must be
+                    // OpenAI's own) and tools declared in the input.
+                    "reasoning" | "additional_tools" if openai => {
+                        openais_own(item)?;
+                        continue;
                     }
                     other => return Err(SimError::new(400, format!("Invalid input item type: '{other}'"))),
                 };
-                answered = kind == "function_call_output";
+                answered = kind.ends_with("call_output");
                 prompt.push_str(&line);
                 prompt.push('\n');
             }
@@ -78,12 +86,26 @@ fn decode(body: &[u8]) -> Result<(GenRequest, Option<String>, bool, Echo), SimEr
         v.get("max_output_tokens").and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
     let model = v.get("model").and_then(Value::as_str).map(str::to_string);
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let tool = requested_tool(&v).filter(|_| !answered);
+    let tool = requested_tool(v).filter(|_| !answered);
     let echo = Echo {
         store: v.get("store").and_then(Value::as_bool).unwrap_or(false),
         previous_response_id: v.get("previous_response_id").cloned().unwrap_or(Value::Null),
     };
     Ok((GenRequest { prompt, max_tokens, cache_blocks: Vec::new(), tool }, model, stream, echo))
+}
+
+/// The prefix of the simulated OpenAI's encrypted reasoning (what a test writes as OpenAI's).
+pub const ENCRYPTED_PREFIX: &str = "gAAAAsim";
+
+/// A `reasoning` item's `encrypted_content` must be OpenAI's own (here: carry the prefix), as
+/// OpenAI refuses another provider's or a tampered one.
+fn openais_own(item: &Value) -> Result<(), SimError> {
+    match item.get("encrypted_content").and_then(Value::as_str) {
+        Some(text) if !text.starts_with(ENCRYPTED_PREFIX) => {
+            Err(SimError::new(400, "The encrypted content for item could not be verified."))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn content_text(c: &Value) -> String {
@@ -165,7 +187,7 @@ impl Answer {
 async fn respond(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
     let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     st.check_key(bearer.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim))?;
-    let (req, model, stream, echo) = decode(body)?;
+    let (req, model, stream, echo) = decode(&st.read_json(body)?, st.kind == super::SimKind::OpenAi)?;
     let model = model.unwrap_or_else(|| st.model.clone());
     if st.kind == super::SimKind::Vllm && model != st.model {
         return Err(SimError::new(404, format!("The model `{model}` does not exist.")));

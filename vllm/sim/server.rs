@@ -135,6 +135,14 @@ impl AppState {
         }
     }
 
+    /// A request's JSON body, kept for tests to read back ([`super::SimHandle::requests`]).
+    pub fn read_json(&self, body: &[u8]) -> Result<Value, SimError> {
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
+        self.log(&v);
+        Ok(v)
+    }
+
     /// Keep a request's body for tests to read back ([`super::SimHandle::requests`]).
     pub fn log(&self, body: &Value) {
         let mut log = self.requests.lock().expect("request log");

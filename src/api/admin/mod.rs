@@ -7,6 +7,7 @@ mod fleet;
 mod gate;
 mod keys;
 mod report;
+mod sessions;
 mod spenders;
 
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/admin/reports/cost", get(report::cost_report))
         .route("/admin/spenders", get(spenders::top_spenders))
+        .route("/admin/sessions", get(sessions::list))
+        .route("/admin/sessions/{id}", get(sessions::one))
         .route("/admin/backends", get(fleet::list))
         .route("/admin/audit", get(audit::list))
         .route("/admin/hold", post(fleet::hold))

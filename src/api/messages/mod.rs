@@ -15,10 +15,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::error::{ApiError, ErrorCode};
+use super::dropped::OwnersOnly;
+use super::error::ApiError;
 use super::front::{self, Incoming};
-use super::AppState;
-use crate::config::{BackendKind, TaskConfig, UnsupportedTools};
+use crate::config::BackendKind;
 use crate::serve::{self, Served};
 
 pub use error::response as error_response;
@@ -35,9 +35,14 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
     let server_tools = decoded.server_tools();
+    let anthropics_own = OwnersOnly {
+        owner: BackendKind::Anthropic,
+        tools: &server_tools,
+        content: decoded.carries_anthropics_own().then_some("thinking"),
+    };
     let Served { committed, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &decoded.model, |task| {
-            if let Some(refusal) = refuse_server_tools(&state, task, &server_tools) {
+            if let Some(refusal) = anthropics_own.refusal(&state, task) {
                 return Err(refusal);
             }
             let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
@@ -66,48 +71,9 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     serve::add_cost_header(response.headers_mut(), &cost);
     // What only Anthropic can take (its signed thinking, its server tools) reached another
     // kind of backend without it: say so.
-    let thinking = decoded.carries_anthropics_own();
-    if (thinking || !server_tools.is_empty())
-        && state.serving.snapshot.load().config.backend(&committed_backend).map(|b| b.kind())
-            != Some(BackendKind::Anthropic)
-    {
-        if thinking {
-            response.headers_mut().insert(DROPPED_CONTENT_HEADER, HeaderValue::from_static("thinking"));
-        }
-        let dropped: Vec<&str> = server_tools.iter().map(|(_, kind)| kind.as_str()).collect();
-        if let (false, Ok(value)) = (dropped.is_empty(), dropped.join(", ").parse()) {
-            response.headers_mut().insert(DROPPED_TOOLS_HEADER, value);
-        }
-    }
+    anthropics_own.say(&state, &committed_backend, response.headers_mut());
     Ok(response)
 }
-
-/// The response header naming the server tools left out for a backend that is not Anthropic.
-const DROPPED_TOOLS_HEADER: &str = "x-spillway-dropped-tools";
-
-/// For a task with `unsupported_tools: refuse`, the refusal of server tools that a backend of
-/// the task other than Anthropic could not run.
-fn refuse_server_tools(
-    state: &AppState,
-    task: &TaskConfig,
-    server_tools: &[(String, String)],
-) -> Option<ApiError> {
-    let (at, kind) = server_tools.first()?;
-    let snap = state.serving.snapshot.load();
-    let anthropic =
-        |name: &String| snap.config.backend(name).map(|b| b.kind()) == Some(BackendKind::Anthropic);
-    if task.unsupported_tools != UnsupportedTools::Refuse || task.backends.iter().all(anthropic) {
-        return None;
-    }
-    let why = format!(
-        "tool type `{kind}` runs inside Anthropic, and task `{}` has backends that cannot run it (`unsupported_tools: refuse`)",
-        task.name
-    );
-    Some(ApiError::new(ErrorCode::InvalidValue, why).param(format!("{at}.type")))
-}
-
-/// The response header naming content of the request that the serving backend did not get.
-const DROPPED_CONTENT_HEADER: &str = "x-spillway-dropped-content";
 
 /// `POST /v1/messages/count_tokens`: the request's input tokens for the backend that would
 /// serve it now (the plan's first choice). `x-spillway-token-count` says `exact` or

@@ -3,13 +3,14 @@
 //! `input` is a string (one user message) or a list of items: messages (`type: message` or the
 //! `{role, content}` shorthand; `developer` is a system message), `function_call` (an assistant
 //! message's tool call; consecutive calls join one message) and `function_call_output` (a tool
-//! message, which must answer an earlier call). `reasoning` items are dropped: no backend
-//! Spillway routes to can read another model's reasoning. Tools, `tool_choice` and
+//! message, which must answer an earlier call). `reasoning` items (OpenAI's, encrypted) are
+//! dropped from the translation: only OpenAI, which gets the client's body as written, can read
+//! them. Tools, `tool_choice` and
 //! `text.format` are checked by the chat door's checks (`wire::checks`), once, with Responses'
 //! field names in `param`. Spillway's Responses are stateless: what leans on state OpenAI
 //! keeps (`store: true`, `previous_response_id`, `conversation`, `item_reference` items) is
 //! refused here, naming its field, unless the request is pinned to OpenAI (the task's first
-//! backend is OpenAI itself): then the client's body is kept, to go there as it was written.
+//! backend is OpenAI itself), where the client's body goes as it was written.
 //! `background: true` is always refused (its answer is fetched later from a route Spillway does
 //! not serve). Nothing here panics on input.
 
@@ -66,6 +67,9 @@ pub struct ResponsesRequest {
     pub previous_response_id: Option<String>,
     #[serde(default)]
     pub conversation: Option<Value>,
+    /// The body as the client wrote it, for a backend that speaks Responses itself.
+    #[serde(skip)]
+    pub body: Arc<Map<String, Value>>,
 }
 
 /// `text`: the answer's format (`verbosity` is accepted and not forwarded).
@@ -79,7 +83,11 @@ pub struct TextConfig {
 
 /// Decode a Responses request body.
 pub fn decode(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
-    wire::decode_json(body, "a responses request")
+    let body = Value::Object(wire::decode_json(body, "a responses request")?);
+    let mut request: ResponsesRequest = wire::decode_value(&body)?;
+    let Value::Object(body) = body else { unreachable!("decoded as an object") };
+    request.body = Arc::new(body);
+    Ok(request)
 }
 
 impl ResponsesRequest {
@@ -88,33 +96,41 @@ impl ResponsesRequest {
     }
 
     /// The canonical request (`model` is filled by dispatch); `output_cap` is the task's cap
-    /// on `max_output_tokens`. Each refusal names its field.
-    pub fn to_canonical(&self, output_cap: Option<u32>, toolset: &Toolset) -> Result<ChatRequest, ApiError> {
-        self.build(output_cap, None, toolset)
-    }
-
-    /// [`Self::to_canonical`] for a request pinned to OpenAI: the state it leans on is OpenAI's
-    /// to keep, and `body` (the client's, as sent) goes there with the canonical request, whose
-    /// events are relayed as they come.
-    pub fn to_canonical_pinned(
+    /// on `max_output_tokens`. Each refusal names its field. The client's body goes with it,
+    /// as written, to a backend that speaks Responses itself (OpenAI), namespaces, `custom`
+    /// and hosted tools, `additional_tools` and encrypted reasoning included. `pinned`: the
+    /// request leans on state OpenAI keeps and goes only there (its earlier turns are stored
+    /// at OpenAI, so a tool output may answer a call not in `input`).
+    pub fn to_canonical(
         &self,
         output_cap: Option<u32>,
         toolset: &Toolset,
-        body: Map<String, Value>,
+        pinned: bool,
     ) -> Result<ChatRequest, ApiError> {
-        let native =
-            NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(body), headers: Vec::new() };
-        self.build(output_cap, Some(native), toolset)
+        if let (Some(refusal), false) = (self.needs_openai_state(), pinned) {
+            return Err(refusal);
+        }
+        self.build(output_cap, toolset, pinned)
+    }
+
+    /// `input`'s items (none when it is a string).
+    fn items(&self) -> &[Value] {
+        match &self.input {
+            Some(Value::Array(items)) => items,
+            _ => &[],
+        }
+    }
+
+    /// Whether `input` holds reasoning that only OpenAI can read (a `reasoning` item).
+    pub fn carries_openais_own(&self) -> bool {
+        self.items().iter().any(|item| item.get("type").and_then(Value::as_str) == Some("reasoning"))
     }
 
     /// The request's tools: those of `tools` and of every `additional_tools` input item.
     pub fn toolset(&self) -> Result<Toolset, ApiError> {
         let listed = self.tools.iter().flatten().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
-        let items = match &self.input {
-            Some(Value::Array(items)) => items.as_slice(),
-            _ => &[],
-        };
-        let added = items
+        let added = self
+            .items()
             .iter()
             .enumerate()
             .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"));
@@ -128,12 +144,9 @@ impl ResponsesRequest {
     fn build(
         &self,
         output_cap: Option<u32>,
-        native: Option<NativeRequest>,
         toolset: &Toolset,
+        pinned: bool,
     ) -> Result<ChatRequest, ApiError> {
-        if let (Some(refusal), None) = (self.needs_openai_state(), &native) {
-            return Err(refusal);
-        }
         if self.background == Some(true) {
             return Err(invalid(
                 "background",
@@ -164,7 +177,12 @@ impl ResponsesRequest {
             (Some(asked), Some(cap)) => Some(asked.min(cap)),
             (asked, cap) => asked.or(cap),
         };
-        let calls = if native.is_some() { Calls::Stored } else { Calls::Seen(Default::default()) };
+        let calls = if pinned { Calls::Stored } else { Calls::Seen(Default::default()) };
+        let native = NativeRequest {
+            dialect: Dialect::OpenAiResponses,
+            body: Arc::clone(&self.body),
+            headers: Vec::new(),
+        };
         Ok(ChatRequest {
             model: String::new(),
             messages: self.messages(calls, toolset)?,
@@ -180,8 +198,8 @@ impl ResponsesRequest {
             seed: None,
             stream: self.wants_stream(),
             response_format,
-            relay: native.is_some(),
-            native,
+            relay: true,
+            native: Some(native),
             operation: crate::canonical::Operation::Chat,
         })
     }

@@ -4,7 +4,7 @@ use serde_json::json;
 
 fn canonical(body: Value) -> Result<ChatRequest, ApiError> {
     let request = decode(body.to_string().as_bytes())?;
-    request.to_canonical(Some(100), &request.toolset()?)
+    request.to_canonical(Some(100), &request.toolset()?, false)
 }
 
 /// The refusal of `body`: always a 400, with its `param` and `code`.
@@ -30,11 +30,11 @@ fn a_string_input_is_one_user_message_after_the_instructions() {
     assert_eq!(request.max_tokens, Some(100), "capped by the task");
     assert_eq!(request.temperature, Some(0.5));
     assert!(request.stream);
-    assert!(!request.relay, "relay is for chat clients only");
+    assert!(request.relay, "OpenAI's own events are relayed as they come");
     let uncapped = decode(br#"{"model": "t", "input": "hi", "max_output_tokens": 20}"#).unwrap();
     let tools = uncapped.toolset().unwrap();
-    assert_eq!(uncapped.to_canonical(Some(100), &tools).unwrap().max_tokens, Some(20));
-    assert_eq!(uncapped.to_canonical(None, &tools).unwrap().max_tokens, Some(20));
+    assert_eq!(uncapped.to_canonical(Some(100), &tools, false).unwrap().max_tokens, Some(20));
+    assert_eq!(uncapped.to_canonical(None, &tools, false).unwrap().max_tokens, Some(20));
 }
 
 #[test]
@@ -313,8 +313,7 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     let refusal = request.needs_openai_state().expect("it leans on stored state");
     assert_eq!(refusal.param.as_deref(), Some("store"));
     assert!(refusal.message.contains("first backend is OpenAI"), "{}", refusal.message);
-    let Value::Object(map) = body.clone() else { unreachable!() };
-    let pinned = request.to_canonical_pinned(Some(100), &request.toolset().unwrap(), map).unwrap();
+    let pinned = request.to_canonical(Some(100), &request.toolset().unwrap(), true).unwrap();
     assert!(pinned.relay);
     let native = pinned.native.expect("the client's body");
     assert_eq!(native.dialect, Dialect::OpenAiResponses);
@@ -330,10 +329,9 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     assert_eq!(only_reference.needs_openai_state().unwrap().param.as_deref(), Some("input[0].type"));
     assert!(decode(with_input(json!("hi")).to_string().as_bytes()).unwrap().needs_openai_state().is_none());
     let background = json!({"model": "t", "input": "hi", "store": true, "background": true});
-    let Value::Object(map) = background.clone() else { unreachable!() };
     let error = decode(background.to_string().as_bytes())
         .unwrap()
-        .to_canonical_pinned(None, &Default::default(), map)
+        .to_canonical(None, &Default::default(), true)
         .unwrap_err();
     assert_eq!(error.param.as_deref(), Some("background"));
 }
@@ -358,8 +356,8 @@ fn codexs_tools_and_history_become_flat_function_tools_and_calls() {
     ]});
     let request = decode(body.to_string().as_bytes()).unwrap();
     let toolset = request.toolset().unwrap();
-    assert_eq!(toolset.dropped_header().as_deref(), Some("web_search"));
-    let c = request.to_canonical(None, &toolset).unwrap();
+    assert_eq!(toolset.dropped, [("input[0].tools[2]".to_string(), "web_search".to_string())]);
+    let c = request.to_canonical(None, &toolset, false).unwrap();
     let names: Vec<&str> = c.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["exec", "wait", "sleep"]);
     let calls: Vec<&ToolCall> = c.messages.iter().flat_map(|m| &m.tool_calls).collect();

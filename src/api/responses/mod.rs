@@ -22,6 +22,7 @@ mod relay;
 mod toolset;
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
@@ -29,17 +30,16 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, Stream, StreamExt};
 
+use super::dropped::OwnersOnly;
 use super::error::ApiError;
 use super::front::{self, Incoming};
-use super::wire;
 use crate::adapter::EventStream;
 use crate::canonical::Event;
-use crate::config::{BackendKind, TaskConfig, UnsupportedTools};
+use crate::config::{BackendKind, TaskConfig};
 use crate::serve::{self, Pinning, Served};
 use events::Encoder;
 use object::Head;
 use relay::Relay;
-use serde_json::{Map, Value};
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
@@ -50,22 +50,23 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let request = decode::decode(&received.body)?;
     let mut arrival = received.arrival(request_id, trace, &headers);
     // State kept at OpenAI pins the request there (or is refused), with the body as sent.
-    let pinned_body = match request.needs_openai_state() {
+    let pinned = match request.needs_openai_state() {
         Some(refusal) => {
             arrival.pin = Some(Pinning { kind: BackendKind::Openai, refusal });
-            Some(wire::decode_json::<Map<String, Value>>(&received.body, "a responses request")?)
+            true
         }
-        None => None,
+        None => false,
     };
     let admission = received.admission;
-    let arrival_pinned = pinned_body.is_some();
-    let toolset = std::sync::Arc::new(request.toolset()?);
-    let to_canonical = |task: &TaskConfig| match pinned_body {
-        Some(body) => request.to_canonical_pinned(task.max_output_tokens, &toolset, body),
-        None => match (task.unsupported_tools, toolset.refusal()) {
-            (UnsupportedTools::Refuse, Some(refusal)) => Err(refusal),
-            _ => request.to_canonical(task.max_output_tokens, &toolset),
-        },
+    let toolset = Arc::new(request.toolset()?);
+    let openais_own = OwnersOnly {
+        owner: BackendKind::Openai,
+        tools: &toolset.dropped,
+        content: request.carries_openais_own().then_some("reasoning"),
+    };
+    let to_canonical = |task: &TaskConfig| match openais_own.refusal(&state, task) {
+        Some(refusal) => Err(refusal),
+        None => request.to_canonical(task.max_output_tokens, &toolset, pinned),
     };
     let Served { committed, task, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &request.model, to_canonical)
@@ -74,9 +75,8 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     // When the answer was created: now, after commit (OpenAI's `created_at`).
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let echo = object::echo(&request);
-    // A request pinned to OpenAI goes as written, hosted tools and all.
-    let dropped = toolset.dropped_header().filter(|_| !arrival_pinned);
-    let head = Head { id: new_response_id(), created_at, model: task, echo, tools: toolset };
+    let head = Head { id: new_response_id(), created_at, model: task, echo, tools: Arc::clone(&toolset) };
+    let backend = committed.backend.clone();
 
     let mut response = if request.wants_stream() {
         let encoder = Encoder::new(head, true);
@@ -104,9 +104,8 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
-    if let Some(value) = dropped.and_then(|d| HeaderValue::from_str(&d).ok()) {
-        response.headers_mut().insert(toolset::DROPPED_HEADER, value);
-    }
+    // OpenAI got the body as written; any other backend, the tools and reasoning it can take.
+    openais_own.say(&state, &backend, response.headers_mut());
     Ok(response)
 }
 

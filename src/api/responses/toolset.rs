@@ -2,11 +2,12 @@
 //!
 //! A Responses client may group its tools: a `namespace` tool holds function and `custom`
 //! tools, and tools come in `tools` or in `additional_tools` input items (Codex sends all of
-//! its own that way). A backend gets one flat list of function tools. Each keeps its own name
+//! its own that way). OpenAI gets them as written (the client's body); any other backend gets
+//! one flat list of function tools. Each keeps its own name
 //! where that is unique across the groups, else it is `{namespace}__{name}`. A `custom` tool
 //! (free-form text input, often with a grammar) becomes a function with one string argument,
 //! `input`, its grammar in the description. Tools that run inside OpenAI (`web_search`,
-//! `file_search`, …) are dropped and named in the `x-spillway-dropped-tools` header. On the
+//! `file_search`, …) are dropped for those backends (`api::dropped` names them in a header). On the
 //! way out each call is written under the client's own name and namespace, as a
 //! `function_call` or a `custom_tool_call` item. Pure: no I/O.
 
@@ -18,9 +19,6 @@ use super::refuse::{invalid, missing, type_name};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireFunction, WireTool};
 use crate::canonical::Tool;
-
-/// The response header naming the tools dropped for the backend.
-pub const DROPPED_HEADER: &str = "x-spillway-dropped-tools";
 
 /// The tool types that run inside OpenAI (dated variants such as `web_search_2025_08_26`
 /// included): dropped for other backends. Any other unknown type is refused.
@@ -75,22 +73,6 @@ struct Read<'a> {
 }
 
 impl Toolset {
-    /// The dropped tools' types, as the header lists them; `None` when none was dropped.
-    pub fn dropped_header(&self) -> Option<String> {
-        let kinds: Vec<&str> = self.dropped.iter().map(|(_, kind)| kind.as_str()).collect();
-        (!kinds.is_empty()).then(|| kinds.join(", "))
-    }
-
-    /// The refusal of a request with a dropped tool, for a task that refuses them.
-    pub fn refusal(&self) -> Option<ApiError> {
-        self.dropped.first().map(|(at, kind)| {
-            let why = format!(
-                "tool type `{kind}` runs inside OpenAI, and this task refuses tools its backends cannot run (`unsupported_tools: refuse`)"
-            );
-            invalid(&format!("{at}.type"), why)
-        })
-    }
-
     /// Read `tools` (each with the path a refusal names), namespaces opened.
     pub fn read<'a>(tools: impl IntoIterator<Item = (String, &'a Value)>) -> Result<Toolset, ApiError> {
         let mut read = Vec::new();
