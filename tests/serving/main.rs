@@ -7,6 +7,7 @@ mod common;
 
 mod adapters;
 mod affinity;
+mod agent_sessions;
 mod agents;
 mod anthropic_sdk;
 mod api;
