@@ -188,7 +188,7 @@ impl Drop for Note {
 }
 
 /// Claude Code headless, its `Read` tool granted up front as a user of `claude -p` does.
-fn claude_args<'a>(prompt: &'a str, continuing: bool) -> Vec<&'a str> {
+fn claude_args(prompt: &str, continuing: bool) -> Vec<&str> {
     let mut args =
         vec!["-p", prompt, "--output-format", "stream-json", "--verbose", "--allowedTools", "Read"];
     if continuing {

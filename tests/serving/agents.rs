@@ -163,7 +163,7 @@ pub(crate) async fn run_agent_in(
         .current_dir(home)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
+        .env("HOME", home)
         .env("HTTPS_PROXY", trap)
         .env("HTTP_PROXY", trap)
         .env("ALL_PROXY", trap)
