@@ -90,14 +90,24 @@ fn node_backend(node: &spillway::sim::SimHandle) -> String {
 }
 
 #[tokio::test]
-async fn codexs_first_request_is_served_by_the_fleet() {
+async fn codexs_first_request_is_served_by_the_fleet_and_by_openai() {
     let captured = fixture("codex-0.171.0.json");
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let router = router(&coder_config(&node_backend(&node), &captured), &[]).await;
-    let (status, events) = replay(&router.url, &captured).await;
+    let to_node = router(&coder_config(&node_backend(&node), &captured), &[]).await;
+    let (status, events) = replay(&to_node.url, &captured).await;
     assert_eq!(status, 200, "{events:?}");
     assert_eq!(events.first().map(String::as_str), Some("response.created"), "{events:?}");
     assert_eq!(events.last().map(String::as_str), Some("response.completed"), "{events:?}");
+
+    // OpenAI takes Codex's body as written: what the simulator refuses of it fails here.
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let hosted =
+        format!(r#"{{name: model, kind: openai, base_url: "{}/v1", model: gpt-5.6}}"#, openai.base_url());
+    let to_openai = router(&coder_config(&hosted, &captured), &[]).await;
+    let (status, events) = replay(&to_openai.url, &captured).await;
+    assert_eq!(status, 200, "{events:?}");
+    assert_eq!(events.last().map(String::as_str), Some("response.completed"), "{events:?}");
+    assert_eq!(openai.requests()[0]["input"], captured["body"]["input"], "the input went as written");
 }
 
 /// A pinned client's binary in tests/agents/node_modules, or `None` (the test passes having
