@@ -110,43 +110,6 @@ impl ResponsesRequest {
         if let (Some(refusal), false) = (self.needs_openai_state(), pinned) {
             return Err(refusal);
         }
-        self.build(output_cap, toolset, pinned)
-    }
-
-    /// `input`'s items (none when it is a string).
-    fn items(&self) -> &[Value] {
-        match &self.input {
-            Some(Value::Array(items)) => items,
-            _ => &[],
-        }
-    }
-
-    /// Whether `input` holds reasoning that only OpenAI can read (a `reasoning` item).
-    pub fn carries_openais_own(&self) -> bool {
-        self.items().iter().any(|item| item.get("type").and_then(Value::as_str) == Some("reasoning"))
-    }
-
-    /// The request's tools: those of `tools` and of every `additional_tools` input item.
-    pub fn toolset(&self) -> Result<Toolset, ApiError> {
-        let listed = self.tools.iter().flatten().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
-        let added = self
-            .items()
-            .iter()
-            .enumerate()
-            .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"));
-        let added = added.flat_map(|(i, item)| {
-            let tools = item.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-            tools.iter().enumerate().map(move |(j, t)| (format!("input[{i}].tools[{j}]"), t))
-        });
-        Toolset::read(listed.chain(added))
-    }
-
-    fn build(
-        &self,
-        output_cap: Option<u32>,
-        toolset: &Toolset,
-        pinned: bool,
-    ) -> Result<ChatRequest, ApiError> {
         if self.background == Some(true) {
             return Err(invalid(
                 "background",
@@ -202,6 +165,34 @@ impl ResponsesRequest {
             native: Some(native),
             operation: crate::canonical::Operation::Chat,
         })
+    }
+
+    /// `input`'s items (none when it is a string).
+    fn items(&self) -> &[Value] {
+        match &self.input {
+            Some(Value::Array(items)) => items,
+            _ => &[],
+        }
+    }
+
+    /// Whether `input` holds reasoning that only OpenAI can read (a `reasoning` item).
+    pub fn carries_openais_own(&self) -> bool {
+        self.items().iter().any(|item| item.get("type").and_then(Value::as_str) == Some("reasoning"))
+    }
+
+    /// The request's tools: those of `tools` and of every `additional_tools` input item.
+    pub fn toolset(&self) -> Result<Toolset, ApiError> {
+        let listed = self.tools.iter().flatten().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
+        let added = self
+            .items()
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"));
+        let added = added.flat_map(|(i, item)| {
+            let tools = item.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            tools.iter().enumerate().map(move |(j, t)| (format!("input[{i}].tools[{j}]"), t))
+        });
+        Toolset::read(listed.chain(added))
     }
 
     /// The refusal, naming its field, of the first thing that leans on state OpenAI keeps:
