@@ -31,7 +31,7 @@ LAYERS = [
     ["policy", "route", "adapter"],
     ["dispatch", "metrics"],
     # beside it: the control loops, the gate and the report over the ledger
-    ["gate", "control", "report"],
+    ["gate", "control", "report", "batch"],
     # the request pipeline: task and key, facts, plan, budget, dispatch, settlement, shadow
     ["serve"],
     # the front door (the dialects, the edge, admin) and the composition root

@@ -42,6 +42,7 @@ pub mod api;
 pub mod app;
 
 pub mod agent;
+pub mod batch;
 pub mod capacity;
 pub mod cli;
 pub mod demo;

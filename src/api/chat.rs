@@ -16,8 +16,8 @@ use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 use crate::serve::{self, Served};
 
 pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let request = wire::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;

@@ -106,8 +106,8 @@ impl CompletionsRequest {
 }
 
 pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let request: CompletionsRequest = wire::decode_json(&received.body, "a completions request")?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;

@@ -80,8 +80,8 @@ impl EmbeddingsRequest {
 }
 
 pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let request: EmbeddingsRequest = wire::decode_json(&received.body, "an embeddings request")?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;

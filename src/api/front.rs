@@ -36,6 +36,8 @@ pub struct Door {
 /// concurrency (held until the answer has been written).
 pub(crate) struct Received {
     pub arrived_at: SystemTime,
+    /// A batch line, kept on the fleet.
+    pub fleet_only: bool,
     pub principal: Option<Principal>,
     pub body: Bytes,
     pub admission: OwnedSemaphorePermit,
@@ -55,6 +57,7 @@ impl Received {
             principal: self.principal.clone(),
             headers,
             pin: None,
+            fleet_only: self.fleet_only,
             trace,
         }
     }
@@ -65,6 +68,8 @@ impl Received {
 /// request itself, unread.
 pub(crate) struct Incoming {
     pub state: AppState,
+    /// Set when the batch runner sends one of its lines (never from the network).
+    pub batch: Option<BatchLine>,
     pub request_id: String,
     pub trace: Option<RequestSpan>,
     pub headers: HeaderMap,
@@ -79,16 +84,35 @@ impl FromRequest<AppState> for Incoming {
         let request_id =
             parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
         let trace = parts.extensions.get::<RequestSpan>().cloned();
-        Ok(Incoming { state: state.clone(), request_id, trace, headers: parts.headers, body })
+        let batch = parts.extensions.get::<BatchLine>().cloned();
+        Ok(Incoming { state: state.clone(), batch, request_id, trace, headers: parts.headers, body })
     }
 }
 
-/// Authenticate, read the JSON body, then take an admission permit: only once the body is in,
-/// so a slow sender never holds a permit.
-pub(crate) async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+/// A line of a batch job, sent by the batch runner through the front door in process (a
+/// request extension: nothing from the network can carry it). Its job's owner is who sent it,
+/// already authenticated when the job was created.
+#[derive(Debug, Clone)]
+pub struct BatchLine {
+    pub principal: Option<Principal>,
+    /// Plan it over the fleet only.
+    pub fleet_only: bool,
+}
+
+/// Authenticate (a batch line is its job owner's), read the JSON body, then take an admission
+/// permit: only once the body is in, so a slow sender never holds a permit.
+pub(crate) async fn receive(
+    state: &AppState,
+    batch: Option<&BatchLine>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Received, ApiError> {
     let door = &state.door;
     let arrived_at = SystemTime::now();
-    let principal = super::authenticate(&door.client_keys, headers)?;
+    let principal = match batch {
+        Some(line) => line.principal.clone(),
+        None => super::authenticate(&door.client_keys, headers)?,
+    };
     let body = super::body::read_json(headers, body, door.max_body_bytes, door.body_read_timeout).await?;
     let Ok(admission) = Arc::clone(&door.limiter).try_acquire_owned() else {
         return Err(ApiError::new(
@@ -97,5 +121,5 @@ pub(crate) async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -
         )
         .retry_after(1));
     };
-    Ok(Received { arrived_at, principal, body, admission })
+    Ok(Received { arrived_at, fleet_only: batch.is_some_and(|b| b.fleet_only), principal, body, admission })
 }

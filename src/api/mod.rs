@@ -4,6 +4,7 @@
 //! Every error leaves as an OpenAI error envelope.
 
 mod admin;
+mod batches;
 mod body;
 mod chat;
 mod chunks;
@@ -111,6 +112,7 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard", get(crate::api::dashboard::page))
         .route("/dashboard/data", get(crate::api::dashboard::data))
         .merge(admin::routes())
+        .merge(batches::routes())
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         // After every route (it applies to the routes registered so far); axum adds `Allow`.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {

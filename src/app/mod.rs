@@ -1,6 +1,7 @@
 //! The composition root: a running router assembled from a config and its secrets: the
 //! boards, the snapshot and its loops, dispatch, the bookkeeping channel, and the HTTP listener.
 
+mod batch_lines;
 mod ledger;
 mod limits;
 pub mod rollout;
@@ -253,7 +254,13 @@ pub async fn start_with(
     let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;
     let edge_metrics = state.ops.metrics.edge.clone();
+    let batch_store = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled);
+    let batch_snapshot = Arc::clone(&state.ops.snapshot);
     let app = api::router(state);
+    if let Some(store) = batch_store {
+        let door = batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&client_keys) };
+        loops.spawn(crate::batch::runner::Runner::new(store, batch_snapshot, Arc::new(door)).run());
+    }
     let limits = config.limits.clone();
     let task = tokio::spawn(async move {
         let served = api::edge::serve(listener, app, &limits, edge_metrics, shutdown).await;

@@ -11,6 +11,7 @@ mod access_log;
 mod affinity;
 mod backend;
 mod balancing;
+mod batch;
 mod budgets;
 mod canary;
 mod check;
@@ -40,6 +41,7 @@ pub use access_log::{AccessLogConfig, AccessLogLevel};
 pub use affinity::AffinityConfig;
 pub use backend::*;
 pub use balancing::{BalancingConfig, SlowSignalConfig, StickySpillConfig};
+pub use batch::BatchConfig;
 pub use budgets::{BudgetsConfig, FailMode, KeyLimits, WhenRedisDown};
 pub use canary::CanaryConfig;
 pub use dispatch::{BreakerConfig, DispatchConfig};
@@ -97,6 +99,9 @@ pub struct Config {
     /// Where the cost ledger is kept.
     #[serde(default)]
     pub ledger: LedgerConfig,
+    /// Batch jobs: limits, file retention, and how lines share the fleet.
+    #[serde(default)]
+    pub batch: BatchConfig,
     /// Synthetic requests to fallback backends on an interval.
     #[serde(default)]
     pub canary: CanaryConfig,

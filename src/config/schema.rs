@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::range::{self, Range};
 use super::{
-    AccessLogConfig, BackendConfig, BalancingConfig, BudgetsConfig, CanaryConfig, Config, DispatchConfig,
-    IssuedKeysConfig, LedgerConfig, LimitsConfig, StateConfig, TaskConfig, TelemetryConfig,
+    AccessLogConfig, BackendConfig, BalancingConfig, BatchConfig, BudgetsConfig, CanaryConfig, Config,
+    DispatchConfig, IssuedKeysConfig, LedgerConfig, LimitsConfig, StateConfig, TaskConfig, TelemetryConfig,
 };
 
 /// A decimal (price) written as a string; YAML numbers are decimals too. Looser spellings that
@@ -48,6 +48,7 @@ pub fn ranges() -> Vec<(&'static str, &'static [Range])> {
         ("state", StateConfig::RANGES),
         ("balancing", BalancingConfig::RANGES),
         ("ledger", LedgerConfig::RANGES),
+        ("batch", BatchConfig::RANGES),
         ("canary", CanaryConfig::RANGES),
         ("access_log", AccessLogConfig::RANGES),
         ("budgets", BudgetsConfig::RANGES),

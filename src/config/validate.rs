@@ -50,6 +50,7 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     problems.extend(config.state.check());
     problems.extend(config.balancing.check());
     problems.extend(config.ledger.check());
+    problems.extend(config.batch.check());
     problems.extend(config.issued_keys.check());
     problems.extend(config.canary.check());
     problems.extend(config.limits.check());

@@ -127,6 +127,20 @@ impl KeyBoard {
         !self.statics.load().0.is_empty() || !self.issued.load().is_empty()
     }
 
+    /// The key named `name` (a static key's variable, an issued key's id) if it may still be
+    /// used at `now_ms`: how a batch job's lines run as the key that created it.
+    pub fn named(&self, name: &str, now_ms: i64) -> Option<Principal> {
+        if let Some(id) = KeyId::parse(name) {
+            let issued = self.issued.load();
+            if let Some(key) = issued.by_id.get(&id) {
+                let live = !key.revoked && key.expires_ms.is_none_or(|at| now_ms < at);
+                return live.then(|| Principal::Issued(Arc::clone(&key.key)));
+            }
+        }
+        let statics = self.statics.load();
+        statics.0.iter().any(|(_, env)| env == name).then(|| Principal::Static { env: name.to_string() })
+    }
+
     /// Who `presented` is, at unix milliseconds `now_ms`.
     pub fn check(&self, presented: &str, now_ms: i64) -> Result<Principal, Refused> {
         if let Some((id, secret)) = secret::parse(presented) {

@@ -59,6 +59,4 @@ impl Listing {
     }
 }
 
-fn rfc3339(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
-}
+use crate::ledger::rfc3339;

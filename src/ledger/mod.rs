@@ -24,7 +24,7 @@ mod writer;
 pub use book::LedgerBook;
 pub use error::{RedactedUrl, StoreError};
 pub use price::{call_cost, hosted_cost, slot_cost, Tokens};
-pub use record::{new_record_id, unix_millis, LedgerRecord, LedgerRow, Outcome};
+pub use record::{new_record_id, rfc3339, unix_millis, LedgerRecord, LedgerRow, Outcome};
 pub use spool::{Spool, SpoolConfig, SpoolStats};
 pub use store::{Store, StoreKind};
 pub use writer::{spawn, spawn_spooled, spawn_with, LedgerSender, WriterConfig, WriterHandle};

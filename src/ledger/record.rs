@@ -150,6 +150,11 @@ pub fn unix_millis(t: SystemTime) -> i64 {
     }
 }
 
+/// Unix milliseconds as an RFC 3339 timestamp (UTC), or the number when out of range.
+pub fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
+}
+
 /// A fresh random record id: 32 lowercase hex digits.
 pub fn new_record_id() -> String {
     format!("{:032x}", rand::random::<u128>())

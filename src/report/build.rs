@@ -59,9 +59,7 @@ pub struct Report {
     pub budgets: Vec<super::figures::BudgetUse>,
 }
 
-fn rfc3339(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| ms.to_string())
-}
+use crate::ledger::rfc3339;
 
 /// A bucket size that gives at most about 60 points over `span_ms`.
 fn bucket_for(span_ms: i64) -> i64 {

@@ -88,6 +88,8 @@ pub struct Arrival<'a> {
     pub headers: &'a HeaderMap,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
+    /// Plan it over the task's fleet pools only (a batch line, which must not spill).
+    pub fleet_only: bool,
     /// The request's server span, when tracing is on.
     pub trace: Option<RequestSpan>,
 }
@@ -121,7 +123,7 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, principal, headers, pin, trace } = arrival;
+    let Arrival { arrived_at, request_id, principal, headers, pin, fleet_only, trace } = arrival;
     let snap = serving.snapshot.load_full();
     // 1. The task, and whether the key may use it.
     let asked_priority = headers::priority(headers)?;
@@ -137,7 +139,17 @@ pub async fn serve(
     let affinity = affinity_of(headers, &canonical, key_name, task, &snap);
     let created = arrived_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     // 3. The backends its policy (and a pin) leave, 4. the plan.
-    let eligible = eligible(&snap, task, pinned)?;
+    let mut eligible = eligible(&snap, task, pinned)?;
+    if fleet_only {
+        eligible.retain(|&id| snap.backends[id].is_local());
+        if eligible.is_empty() {
+            let why = format!(
+                "task `{}` has no fleet pool its policy allows, and this request runs on the fleet only",
+                task.name
+            );
+            return Err(ApiError::new(ErrorCode::Shed, why));
+        }
+    }
     let plan = plan(serving, &snap, task, &canonical, (priority, affinity, created), eligible)?;
     // 5. The key's limits and budgets: its worst case reserved, or refused.
     let reservation = spend::reserve(serving, principal.as_ref(), &snap, &plan, &canonical).await?;

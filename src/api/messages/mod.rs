@@ -28,8 +28,8 @@ pub async fn messages(incoming: Incoming) -> Response {
 }
 
 async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let decoded = decode::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
@@ -83,8 +83,8 @@ pub async fn count_tokens(incoming: Incoming) -> Response {
 }
 
 async fn count(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, headers, body, .. } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, headers, body, .. } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     // A count takes a request without `max_tokens`; any placeholder will do.
     let mut body: serde_json::Map<String, Value> =
         super::wire::decode_json(&received.body, "a Messages request")?;

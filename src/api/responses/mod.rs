@@ -45,8 +45,8 @@ use relay::Relay;
 const BATCH_BYTES: usize = 16 * 1024;
 
 pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, &headers, body).await?;
+    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let request = decode::decode(&received.body)?;
     let mut arrival = received.arrival(request_id, trace, &headers);
     // State kept at OpenAI pins the request there (or is refused), with the body as sent.

@@ -1,0 +1,80 @@
+//! The batch APIs clients already speak: OpenAI's Files and Batches (`files.rs`, `openai.rs`)
+//! and Anthropic's Message Batches (`anthropic.rs`). They check what the providers check at
+//! creation, keep files and jobs in the ledger store (`batch::store`), and show a job as its
+//! provider does; the batch runner (`batch::runner`) runs the lines. A key sees only its own
+//! files and jobs.
+
+mod anthropic;
+mod files;
+mod openai;
+
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::Router;
+
+use super::error::{ApiError, ErrorCode};
+use super::AppState;
+use crate::ledger::Store;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/files", post(files::upload))
+        .route("/v1/files/{id}", get(files::show).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::content))
+        .route("/v1/batches", post(openai::create).get(openai::list))
+        .route("/v1/batches/{id}", get(openai::show))
+        .route("/v1/batches/{id}/cancel", post(openai::cancel))
+        .route("/v1/messages/batches", post(anthropic::create).get(anthropic::list))
+        .route("/v1/messages/batches/{id}", get(anthropic::show))
+        .route("/v1/messages/batches/{id}/cancel", post(anthropic::cancel))
+        .route("/v1/messages/batches/{id}/results", get(anthropic::results))
+}
+
+/// Who is asking (the name their files and jobs are kept under), and the store they live in.
+struct Caller<'s> {
+    owner: Option<String>,
+    store: &'s Store,
+}
+
+fn caller<'s>(state: &'s AppState, headers: &HeaderMap) -> Result<Caller<'s>, ApiError> {
+    let principal = super::authenticate(&state.door.client_keys, headers)?;
+    let config = state.serving.snapshot.load();
+    let store = match (&state.ops.ledger, config.config.batch.enabled) {
+        (Some((store, _)), true) => store,
+        (None, _) => {
+            return Err(ApiError::new(
+                ErrorCode::LedgerOff,
+                "batches are kept in the ledger store, which is off",
+            ))
+        }
+        (_, false) => {
+            return Err(ApiError::new(ErrorCode::NotFound, "the batch APIs are off (batch.enabled: false)"))
+        }
+    };
+    Ok(Caller { owner: principal.map(|p| p.name().to_string()), store })
+}
+
+impl Caller<'_> {
+    /// Whether `owner`'s files and jobs are this caller's.
+    fn owns(&self, owner: &Option<String>) -> bool {
+        self.owner.is_none() || &self.owner == owner
+    }
+}
+
+fn store_error(e: sqlx::Error) -> ApiError {
+    tracing::warn!(error = %e, "batch store");
+    ApiError::new(ErrorCode::LedgerUnavailable, "the batch store is unavailable; retry shortly")
+}
+
+fn not_found(what: &str, id: &str) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("no {what} with id `{id}`"))
+}
+
+fn now_ms() -> i64 {
+    crate::ledger::unix_millis(std::time::SystemTime::now())
+}
+
+/// A new id: `prefix` and 24 random hex digits.
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}{:024x}", rand::random::<u128>() >> 32)
+}

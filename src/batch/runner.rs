@@ -1,0 +1,270 @@
+//! The batch runner: a control loop beside the request path. Each tick it moves every job a
+//! step (`job::step`), and starts the lines the fleet has room for (`admission::room`), each
+//! sent through the router's own front door in process (the [`LineCaller`] the composition
+//! root hands in: the job owner's key, its limits and budgets, policy, batch priority, kept on
+//! the fleet). A line's answer is written with its final state by this replica's claim; a line
+//! refused for want of room goes back to the queue. A job ends completed (every line ended),
+//! expired (its window passed: what had not run is reported expired) or cancelled.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::admission::{self, NodeRoom};
+use super::job::{self, Counts, LineState, Status, Step};
+use super::store::{self, Claimed, JobRow, LineEnd};
+use crate::config::Config;
+use crate::fleet::headroom;
+use crate::ledger::Store;
+use crate::snapshot::{BackendView, BreakerView, Snapshot};
+
+/// One line to run through the front door.
+#[derive(Debug, Clone)]
+pub struct LineCall {
+    /// The job owner's key (its name: a static key's variable, an issued key's id).
+    pub owner: Option<String>,
+    pub endpoint: String,
+    pub body: String,
+    /// Plan it over the task's fleet pools only.
+    pub fleet_only: bool,
+    pub request_id: String,
+}
+
+/// A line's answer: its status, body, and the backend that served it.
+#[derive(Debug, Clone)]
+pub struct LineAnswer {
+    pub status: u16,
+    pub body: String,
+    pub backend: Option<String>,
+}
+
+/// Sends a line through the router's front door.
+pub trait LineCaller: Send + Sync {
+    fn call(&self, line: LineCall) -> BoxFuture<'static, LineAnswer>;
+}
+
+/// What the runner needs.
+pub struct Runner {
+    pub store: Store,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub caller: Arc<dyn LineCaller>,
+    /// This replica's name in its claims.
+    pub me: String,
+    /// Batch lines this replica has in flight, by pool (`None`: a task with no pool).
+    in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
+}
+
+/// Lines started per tick for a task with no fleet pool (only hosted backends to run on).
+const HOSTED_PER_TICK: u64 = 16;
+
+impl Runner {
+    pub fn new(store: Store, snapshot: Arc<ArcSwap<Snapshot>>, caller: Arc<dyn LineCaller>) -> Runner {
+        let me = format!("replica-{:016x}", rand::random::<u64>());
+        Runner { store, snapshot, caller, me, in_flight: Arc::default() }
+    }
+
+    /// Run until the task is dropped (the control loops' token).
+    pub async fn run(self) {
+        let runner = Arc::new(self);
+        loop {
+            let poll = Duration::from_millis(runner.snapshot.load().config.batch.poll_ms);
+            if let Err(e) = runner.tick().await {
+                tracing::warn!(error = %e, "batch runner: the store failed; trying again next tick");
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    /// Move every active job one step.
+    pub async fn tick(self: &Arc<Self>) -> Result<(), sqlx::Error> {
+        let now = now_ms();
+        for job in store::active_jobs(&self.store).await? {
+            let counts = store::counts(&self.store, &job.id).await?;
+            match job::step(job.status, &counts, now, job.expires_ms()) {
+                Step::Start => {
+                    store::set_status(&self.store, &job.id, &[Status::Validating], Status::InProgress, now)
+                        .await?;
+                }
+                Step::Run => self.start_lines(&job).await?,
+                Step::Expire => self.end(&job, &counts, LineState::Expired, Status::Expired, now).await?,
+                Step::Cancel => self.end(&job, &counts, LineState::Canceled, Status::Cancelled, now).await?,
+                Step::Complete => {
+                    store::set_status(&self.store, &job.id, &[Status::InProgress], Status::Finalizing, now)
+                        .await?;
+                    self.finish(&job, Status::Finalizing, Status::Completed, now).await?;
+                }
+                Step::Wait => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// End a job's queued lines as `state`, and the job as `to` once none of its lines runs.
+    async fn end(
+        &self,
+        job: &JobRow,
+        counts: &Counts,
+        state: LineState,
+        to: Status,
+        now: i64,
+    ) -> Result<(), sqlx::Error> {
+        let why = match state {
+            LineState::Expired => "the batch's completion window passed before this request ran",
+            _ => "the batch was cancelled before this request ran",
+        };
+        store::end_queued(&self.store, &job.id, state, why, now).await?;
+        if counts.running == 0 {
+            self.finish(job, job.status, to, now).await?;
+        }
+        Ok(())
+    }
+
+    /// The job from `from` to `to`, with its output and error files named.
+    async fn finish(&self, job: &JobRow, from: Status, to: Status, now: i64) -> Result<(), sqlx::Error> {
+        let counts = store::counts(&self.store, &job.id).await?;
+        if !store::set_status(&self.store, &job.id, &[from], to, now).await? {
+            return Ok(());
+        }
+        let name = |kind: &str| format!("file-{kind}-{}", job.id);
+        let output = (counts.succeeded > 0).then(|| name("output"));
+        let errors = (counts.failed() > 0).then(|| name("errors"));
+        for (id, kind) in [(&output, "output"), (&errors, "errors")] {
+            if let Some(id) = id {
+                let file = store::FileRow {
+                    id: id.clone(),
+                    purpose: "batch_output".into(),
+                    filename: format!("{}_{kind}.jsonl", job.id),
+                    bytes: 0,
+                    owner: job.owner.clone(),
+                    created_ms: now,
+                    expires_ms: None,
+                    batch_id: Some(job.id.clone()),
+                };
+                store::insert_file(&self.store, &file, None).await?;
+            }
+        }
+        store::set_files(&self.store, &job.id, output.as_deref(), errors.as_deref()).await?;
+        tracing::info!(batch = %job.id, status = to.as_str(), succeeded = counts.succeeded, failed = counts.failed(), "batch ended");
+        Ok(())
+    }
+
+    /// Claim and start as many of the job's lines as the fleet has room for.
+    async fn start_lines(self: &Arc<Self>, job: &JobRow) -> Result<(), sqlx::Error> {
+        let snap = self.snapshot.load_full();
+        let mut room = self.room(&snap);
+        let wanted: u64 = room.values().sum();
+        if wanted == 0 {
+            return Ok(());
+        }
+        let now = now_ms();
+        let until = now + snap.config.batch.claim_secs as i64 * 1000;
+        let claimed = store::claim(&self.store, &job.id, &self.me, wanted as usize, now, until).await?;
+        for line in claimed {
+            let pool = pool_of(&snap.config, &line);
+            match room.get_mut(&pool) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    self.spawn_line(job, line, pool);
+                }
+                _ => store::release(&self.store, &job.id, line.idx, &self.me).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The lines each pool may start now, and those a task with no pool may.
+    fn room(&self, snap: &Snapshot) -> HashMap<Option<String>, u64> {
+        let cfg = &snap.config.batch;
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut room: HashMap<Option<String>, u64> = snap
+            .backends
+            .iter()
+            .filter(|b| b.is_local())
+            .map(|b| {
+                let running = in_flight.get(&Some(b.name.clone())).copied().unwrap_or(0);
+                (
+                    Some(b.name.clone()),
+                    admission::room(&node_rooms(b), cfg.occupancy_bar, cfg.max_per_node, running),
+                )
+            })
+            .collect();
+        let hosted = in_flight.get(&None).copied().unwrap_or(0);
+        room.insert(None, HOSTED_PER_TICK.saturating_sub(hosted));
+        room
+    }
+
+    fn spawn_line(self: &Arc<Self>, job: &JobRow, line: Claimed, pool: Option<String>) {
+        let runner = Arc::clone(self);
+        let call = LineCall {
+            owner: job.owner.clone(),
+            endpoint: job.endpoint.clone(),
+            body: line.request.clone(),
+            fleet_only: pool.is_some(),
+            request_id: format!("{}-{}", job.id, line.idx),
+        };
+        let batch_id = job.id.clone();
+        self.count(&pool, true);
+        tokio::spawn(async move {
+            let answer = runner.caller.call(call).await;
+            runner.count(&pool, false);
+            if let Err(e) = runner.settle(&batch_id, &line, answer).await {
+                tracing::warn!(batch = %batch_id, line = line.idx, error = %e, "batch runner: a line's result was not written; it runs again when its claim lapses");
+            }
+        });
+    }
+
+    /// Write a line's answer, or hand it back when the router had no room for it.
+    async fn settle(&self, batch_id: &str, line: &Claimed, answer: LineAnswer) -> Result<(), sqlx::Error> {
+        if no_room(answer.status) {
+            return store::release(&self.store, batch_id, line.idx, &self.me).await;
+        }
+        let end = LineEnd {
+            state: if answer.status == 200 { LineState::Succeeded } else { LineState::Errored },
+            status_code: Some(i64::from(answer.status)),
+            result: &answer.body,
+            backend: answer.backend.as_deref(),
+        };
+        store::finish(&self.store, batch_id, line.idx, &self.me, end, now_ms()).await.map(|_| ())
+    }
+
+    fn count(&self, pool: &Option<String>, up: bool) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let n = in_flight.entry(pool.clone()).or_default();
+        *n = if up { *n + 1 } else { n.saturating_sub(1) };
+    }
+}
+
+/// Whether the router turned a line away for want of room (it waits in the queue).
+fn no_room(status: u16) -> bool {
+    matches!(status, 429 | 503 | 529)
+}
+
+/// Each fresh, usable node of a pool, for the admission rule.
+fn node_rooms(b: &BackendView) -> Vec<NodeRoom> {
+    let now = tokio::time::Instant::now();
+    b.nodes
+        .iter()
+        .filter(|n| n.held.is_none() && n.quarantine.is_none() && n.breaker != BreakerView::Open)
+        .filter(|n| headroom::fresh(&n.signals, &b.limits, now))
+        .map(|n| {
+            let slots = headroom::slots(&n.signals, &b.limits);
+            let held = n.handle.load.view().at_node(n.signals.running, n.signals.waiting);
+            NodeRoom { slots, reserved: (slots * b.limits.reserve.max(0.0) + 1e-9).floor(), held }
+        })
+        .collect()
+}
+
+/// The fleet pool a line's task runs on first (`None`: the task has none, or names no task).
+fn pool_of(config: &Config, line: &Claimed) -> Option<String> {
+    let model = serde_json::from_str::<Value>(&line.request).ok()?.get("model")?.as_str()?.to_string();
+    let task = config.task(&model)?;
+    task.backends.iter().find(|b| config.backend(b).is_some_and(|b| b.kind().is_local())).cloned()
+}
+
+fn now_ms() -> i64 {
+    crate::ledger::unix_millis(std::time::SystemTime::now())
+}

@@ -1,0 +1,225 @@
+//! Batch jobs end to end: a real router (its ledger store, its runner) in front of a fleet node
+//! simulator. OpenAI's Files and Batches and Anthropic's Message Batches over HTTP, each line
+//! run through the front door at batch priority on the fleet; what the providers refuse at
+//! validation refused the same way; a job past its window expires with what finished.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use spillway::sim::SimKind;
+
+use crate::common::{self, router, sim, Router};
+
+const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+fn config(node: &str) -> String {
+    format!(
+        r#"
+backends:
+  - {{name: fleet, kind: vllm, endpoints: ["{node}"], model: {LLAMA}}}
+tasks:
+  - {{name: chat, backends: [fleet], slo: {{ttft_ms: 5000}}}}
+batch: {{poll_ms: 20}}
+"#
+    )
+}
+
+/// An OpenAI input line for task `model`.
+fn line(id: &str, model: &str) -> Value {
+    json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
+           "body": {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": format!("question {id}")}]}})
+}
+
+/// `POST /v1/files` with `text` as the file, the way the SDKs send it.
+async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response {
+    let boundary = "spillway-test-boundary";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\
+         Content-Type: application/jsonl\r\n\r\n{text}\r\n--{boundary}--\r\n"
+    );
+    reqwest::Client::new()
+        .post(format!("{}/v1/files", router.url))
+        .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn post(router: &Router, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{}{path}", router.url)).json(body).send().await.unwrap()
+}
+
+async fn get(router: &Router, path: &str) -> reqwest::Response {
+    reqwest::Client::new().get(format!("{}{path}", router.url)).send().await.unwrap()
+}
+
+/// Poll `path` until its JSON says `field` is one of `ended`.
+async fn wait_status(router: &Router, path: &str, field: &str, ended: &[&str]) -> Value {
+    let seen = || async {
+        let job: Value = get(router, path).await.json().await.unwrap();
+        if ended.contains(&job[field].as_str().unwrap_or_default()) {
+            Ok(job)
+        } else {
+            Err(job)
+        }
+    };
+    common::wait_until(Duration::from_secs(30), format!("{path} to end"), seen).await
+}
+
+#[tokio::test]
+async fn an_openai_batch_runs_on_the_fleet_and_reports_each_line() {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let router = router(&config(&node.base_url()), &[]).await;
+    let mut lines: Vec<Value> = (0..6).map(|i| line(&format!("r{i}"), "chat")).collect();
+    lines.push(line("lost", "no-such-task"));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
+    assert_eq!((file["object"].as_str(), file["purpose"].as_str()), (Some("file"), Some("batch")), "{file}");
+
+    let create = json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+                        "completion_window": "24h", "metadata": {"job": "nightly"}});
+    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
+    assert_eq!(job["status"], "validating", "{job}");
+    assert_eq!(job["request_counts"]["total"], 7);
+    let id = job["id"].as_str().unwrap().to_string();
+    let job =
+        wait_status(&router, &format!("/v1/batches/{id}"), "status", &["completed", "failed", "expired"])
+            .await;
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["request_counts"], json!({"total": 7, "completed": 6, "failed": 1}));
+    assert_eq!(job["metadata"], json!({"job": "nightly"}));
+    for at in ["in_progress_at", "finalizing_at", "completed_at"] {
+        assert!(job[at].as_i64().is_some(), "{at}: {job}");
+    }
+
+    let output =
+        get(&router, &format!("/v1/files/{}/content", job["output_file_id"].as_str().unwrap())).await;
+    let output: Vec<Value> =
+        output.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ids: Vec<&str> = output.iter().map(|l| l["custom_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r0", "r1", "r2", "r3", "r4", "r5"], "every line once, in order");
+    for l in &output {
+        assert_eq!(l["response"]["status_code"], 200, "{l}");
+        assert_eq!(l["response"]["body"]["model"], "chat", "{l}");
+        assert!(l["response"]["body"]["choices"][0]["message"]["content"].is_string(), "{l}");
+    }
+    let errors = get(&router, &format!("/v1/files/{}/content", job["error_file_id"].as_str().unwrap())).await;
+    let errors: Vec<Value> =
+        errors.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(
+        (errors[0]["custom_id"].as_str(), errors[0]["response"]["status_code"].as_i64()),
+        (Some("lost"), Some(404))
+    );
+    assert_eq!(errors[0]["response"]["body"]["error"]["code"], "model_not_found", "{}", errors[0]);
+
+    // Each line ran through the pipeline at batch priority, on the fleet, and was counted.
+    let metrics = common::metrics_text(&router.url).await;
+    let served =
+        common::series_sum(&metrics, "spillway_requests_total", &[("task", "chat"), ("backend", "fleet")]);
+    assert_eq!(served, Some(6.0), "{metrics}");
+    let listed: Value = get(&router, "/v1/batches?limit=5").await.json().await.unwrap();
+    assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed["has_more"], false);
+}
+
+#[tokio::test]
+async fn what_the_providers_refuse_at_validation_is_refused_naming_the_line() {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let router = router(&config(&node.base_url()), &[]).await;
+    let wrong_purpose = upload(&router, "fine-tune", &line("a", "chat").to_string()).await;
+    assert_eq!(wrong_purpose.status(), 400);
+    let error: Value = wrong_purpose.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "purpose", "{error}");
+
+    let text = [line("a", "chat").to_string(), "{oops".into(), line("a", "chat").to_string()].join("\n");
+    let file: Value = upload(&router, "batch", &text).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
+    assert_eq!(job["status"], "failed", "{job}");
+    let problems: Vec<(i64, &str)> = job["errors"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["line"].as_i64().unwrap(), e["code"].as_str().unwrap()))
+        .collect();
+    assert_eq!(problems, [(2, "invalid_json_line"), (3, "duplicate_custom_id")]);
+
+    let unknown =
+        json!({"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    assert_eq!(post(&router, "/v1/batches", &unknown).await.status(), 404);
+    let endpoint = json!({"input_file_id": file["id"], "endpoint": "/v1/images", "completion_window": "24h"});
+    let refused: Value = post(&router, "/v1/batches", &endpoint).await.json().await.unwrap();
+    assert_eq!(refused["error"]["param"], "endpoint", "{refused}");
+
+    let twice = json!({"requests": [{"custom_id": "x", "params": {}}, {"custom_id": "x", "params": {}}]});
+    let refused = post(&router, "/v1/messages/batches", &twice).await;
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["type"], "error", "Anthropic's envelope: {error}");
+    assert!(error["error"]["message"].as_str().unwrap().starts_with("requests.1.custom_id"), "{error}");
+}
+
+#[tokio::test]
+async fn an_anthropic_batch_ends_with_a_result_per_request_in_order() {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let router = router(&config(&node.base_url()), &[]).await;
+    let requests: Vec<Value> = (0..4)
+        .map(|i| {
+            json!({"custom_id": format!("m{i}"), "params": {"model": if i == 3 { "nope" } else { "chat" },
+            "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]}})
+        })
+        .collect();
+    let job: Value =
+        post(&router, "/v1/messages/batches", &json!({"requests": requests})).await.json().await.unwrap();
+    assert_eq!(
+        (job["type"].as_str(), job["processing_status"].as_str()),
+        (Some("message_batch"), Some("in_progress"))
+    );
+    let id = job["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("msgbatch_"), "{id}");
+    let job =
+        wait_status(&router, &format!("/v1/messages/batches/{id}"), "processing_status", &["ended"]).await;
+    assert_eq!(
+        job["request_counts"],
+        json!({"processing": 0, "succeeded": 3, "errored": 1, "canceled": 0, "expired": 0}),
+        "{job}"
+    );
+    let results = get(&router, job["results_url"].as_str().unwrap()).await;
+    assert_eq!(results.headers()["content-type"], "application/x-jsonl");
+    let results: Vec<Value> =
+        results.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<(&str, &str)> = results
+        .iter()
+        .map(|r| (r["custom_id"].as_str().unwrap(), r["result"]["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("m0", "succeeded"), ("m1", "succeeded"), ("m2", "succeeded"), ("m3", "errored")]);
+    assert_eq!(results[0]["result"]["message"]["type"], "message", "{}", results[0]);
+    assert_eq!(results[3]["result"]["error"]["type"], "error", "Anthropic's envelope: {}", results[3]);
+}
+
+#[tokio::test]
+async fn a_job_past_its_window_expires_with_what_finished() {
+    // A node too slow for the window: the first lines finish, the rest expire.
+    let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 300).await;
+    let router =
+        router(&config(&node.base_url()).replace("poll_ms: 20", "poll_ms: 20, max_per_node: 1"), &[]).await;
+    let text: Vec<String> = (0..20).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
+    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "2s"});
+    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
+    let id = job["id"].as_str().unwrap();
+    let job = wait_status(&router, &format!("/v1/batches/{id}"), "status", &["completed", "expired"]).await;
+    assert_eq!(job["status"], "expired", "{job}");
+    let done = job["request_counts"]["completed"].as_i64().unwrap();
+    assert!((1..20).contains(&done), "{job}");
+    assert_eq!(job["request_counts"]["failed"].as_i64().unwrap(), 20 - done);
+    let errors = get(&router, &format!("/v1/files/{}/content", job["error_file_id"].as_str().unwrap())).await;
+    let errors = errors.text().await.unwrap();
+    assert_eq!(errors.lines().count() as i64, 20 - done);
+    assert!(errors.lines().all(|l| l.contains("batch_expired")), "{errors}");
+}
