@@ -48,7 +48,7 @@ fn read_lines(content: &[u8], endpoint: &str) -> Result<Vec<Line>, String> {
 
 /// `POST /v1/batches`.
 pub async fn create(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorize(&st, &headers) {
+    if let Some(r) = authorize(&st, &headers) {
         return r;
     }
     let req: Value = match serde_json::from_slice(&body) {
@@ -170,7 +170,7 @@ fn not_found(id: &str) -> Response {
 
 /// `GET /v1/batches/{id}`.
 pub async fn get(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(r) = authorize(&st, &headers) {
+    if let Some(r) = authorize(&st, &headers) {
         return r;
     }
     st.batches.get(&id).map(|b| Json(b).into_response()).unwrap_or_else(|| not_found(&id))
@@ -178,7 +178,7 @@ pub async fn get(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id): 
 
 /// `POST /v1/batches/{id}/cancel`: `cancelling` now, `cancelled` once the batch stops.
 pub async fn cancel(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(r) = authorize(&st, &headers) {
+    if let Some(r) = authorize(&st, &headers) {
         return r;
     }
     let mut refused = None;
@@ -206,7 +206,7 @@ pub async fn list(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authorize(&st, &headers) {
+    if let Some(r) = authorize(&st, &headers) {
         return r;
     }
     let limit = match q.get("limit").map(|l| l.parse::<usize>()) {

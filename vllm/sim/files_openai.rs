@@ -24,9 +24,9 @@ pub fn error(status: u16, message: impl Into<String>, param: Option<&str>) -> Re
     (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), Json(body)).into_response()
 }
 
-/// The Bearer key check of the chat route, as an OpenAI error response.
-pub fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    st.check_key(bearer(headers)).map_err(|SimError { status, message, .. }| error(status, message, None))
+/// The Bearer key check of the chat route: the OpenAI error response when it fails.
+pub fn authorize(st: &AppState, headers: &HeaderMap) -> Option<Response> {
+    st.check_key(bearer(headers)).err().map(|SimError { status, message, .. }| error(status, message, None))
 }
 
 /// One part of a multipart body: its field name, filename and bytes.
@@ -83,7 +83,7 @@ pub fn store(st: &AppState, filename: &str, purpose: &str, content: Bytes) -> Va
 
 /// `POST /v1/files`.
 pub async fn upload(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = authorize(&st, &headers) {
+    if let Some(r) = authorize(&st, &headers) {
         return r;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -106,16 +106,18 @@ pub async fn upload(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
     Json(store(&st, &filename, purpose.trim(), Bytes::copy_from_slice(file.data))).into_response()
 }
 
-fn lookup(st: &AppState, headers: &HeaderMap, id: &str) -> Result<StoredFile, Response> {
-    authorize(st, headers)?;
-    st.batches.file(id).ok_or_else(|| error(404, format!("No such File object: {id}"), Some("id")))
+fn lookup(st: &AppState, headers: &HeaderMap, id: &str) -> Result<StoredFile, Box<Response>> {
+    if let Some(r) = authorize(st, headers) {
+        return Err(Box::new(r));
+    }
+    st.batches.file(id).ok_or_else(|| Box::new(error(404, format!("No such File object: {id}"), Some("id"))))
 }
 
 /// `GET /v1/files/{id}`.
 pub async fn get(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     match lookup(&st, &headers, &id) {
         Ok(f) => Json(f.object).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -132,7 +134,7 @@ pub async fn content(
             resp.headers_mut().insert(header::CONTENT_TYPE, ty);
             resp
         }
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -143,7 +145,7 @@ pub async fn delete(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id
             st.batches.delete_file(&id);
             Json(json!({"id": id, "object": "file", "deleted": true})).into_response()
         }
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
