@@ -27,5 +27,6 @@ mod reload;
 mod responses;
 mod secrets;
 mod sim;
+mod sim_batches;
 mod sim_engines;
 mod traces;

@@ -237,11 +237,17 @@ pub async fn count_tokens(State(st): State<Arc<AppState>>, headers: HeaderMap, b
     }
 }
 
-async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
+/// The key and `anthropic-version` checks of every Messages route (batches included).
+pub(super) fn check_headers(st: &AppState, headers: &HeaderMap) -> Result<(), SimError> {
     st.check_key(presented_key(headers))?;
     if st.kind == SimKind::Anthropic && !headers.contains_key("anthropic-version") {
         return Err(SimError::new(400, "anthropic-version: header is required"));
     }
+    Ok(())
+}
+
+async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
+    check_headers(st, headers)?;
     let v = st.read_json(body)?;
     let (req, asked) = decode_value(st.kind, &v)?;
     let Asked { model, stream, thinking } = asked;

@@ -127,6 +127,13 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 0)]
     pub token_delay_ms: u64,
 
+    /// openai, anthropic: how long a batch waits before its requests are answered, in ms.
+    #[arg(long, default_value_t = 200)]
+    pub batch_delay_ms: u64,
+    /// openai, anthropic: batches expire (every request `expired`) instead of completing.
+    #[arg(long)]
+    pub batch_expire: bool,
+
     /// Answer with exactly this text (streamed in pieces of a few characters) instead of
     /// generated words.
     #[arg(long)]

@@ -8,18 +8,23 @@
 //! in `routes.rs`). The `openai`, `anthropic` and `gemini` sims speak those providers' real
 //! wire formats (streaming included) with a fixed TTFT and token rate, per-minute quotas, and
 //! prompt-cache usage figures (Anthropic's from the request's `cache_control` breakpoints,
-//! `prompt_cache.rs`), and keep a log of the Messages requests they were sent for tests; `vllm` and `openai` also serve legacy completions and
+//! `prompt_cache.rs`), their batch APIs (`batch_store.rs`, `files_openai.rs`,
+//! `batches_openai.rs`, `batches_anthropic.rs`), and keep a log of the Messages requests they were sent for tests; `vllm` and `openai` also serve legacy completions and
 //! deterministic embeddings. Every kind can inject faults, by flag or per request
 //! (`x-sim-fault`), and replies are deterministic under `--seed`. The flags are `args.rs`'s;
 //! this file holds the lifecycle and must stay free of modelling and wire details.
 
 mod anthropic_wire;
 mod args;
+mod batch_store;
+mod batches_anthropic;
+mod batches_openai;
 mod completions_wire;
 mod embeddings_wire;
 pub mod engine;
 mod engine_loop;
 pub mod faults;
+mod files_openai;
 mod gemini_wire;
 pub mod generate;
 mod openai_wire;
@@ -161,6 +166,8 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     );
     state.reply = args.reply.clone();
     state.tool_call_args = args.tool_call_args.clone();
+    state.batches =
+        batch_store::BatchStore::new(Duration::from_millis(args.batch_delay_ms), args.batch_expire);
     let serves = match args.kind {
         SimKind::Vllm => routes::Serves::Node(args.engine, &facts),
         hosted => routes::Serves::Hosted(hosted),

@@ -10,7 +10,8 @@
 use super::pages::{self, info, NodeFacts};
 use super::server::AppState;
 use super::{
-    anthropic_wire, completions_wire, embeddings_wire, gemini_wire, openai_wire, responses_wire, SimKind,
+    anthropic_wire, batches_anthropic, batches_openai, completions_wire, embeddings_wire, files_openai,
+    gemini_wire, openai_wire, responses_wire, SimKind,
 };
 use crate::fleet::engines::Engine;
 use axum::extract::State;
@@ -80,10 +81,20 @@ pub fn router(serves: Serves<'_>, state: Arc<AppState>) -> Router {
             .route("/v1/responses", post(responses_wire::responses))
             .route("/v1/completions", post(completions_wire::completions))
             .route("/v1/embeddings", post(embeddings_wire::embeddings))
-            .route("/v1/models", get(openai_wire::models)),
+            .route("/v1/models", get(openai_wire::models))
+            .route("/v1/files", post(files_openai::upload))
+            .route("/v1/files/{id}", get(files_openai::get).delete(files_openai::delete))
+            .route("/v1/files/{id}/content", get(files_openai::content))
+            .route("/v1/batches", post(batches_openai::create).get(batches_openai::list))
+            .route("/v1/batches/{id}", get(batches_openai::get))
+            .route("/v1/batches/{id}/cancel", post(batches_openai::cancel)),
         Serves::Hosted(SimKind::Anthropic) => Router::new()
             .route("/v1/messages", post(anthropic_wire::messages))
-            .route("/v1/messages/count_tokens", post(anthropic_wire::count_tokens)),
+            .route("/v1/messages/count_tokens", post(anthropic_wire::count_tokens))
+            .route("/v1/messages/batches", post(batches_anthropic::create).get(batches_anthropic::list))
+            .route("/v1/messages/batches/{id}", get(batches_anthropic::get).delete(batches_anthropic::delete))
+            .route("/v1/messages/batches/{id}/cancel", post(batches_anthropic::cancel))
+            .route("/v1/messages/batches/{id}/results", get(batches_anthropic::results)),
         Serves::Hosted(SimKind::Gemini) => {
             Router::new().route("/v1beta/models/{model_action}", post(gemini_wire::generate))
         }

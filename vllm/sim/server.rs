@@ -5,6 +5,7 @@
 //! vLLM engine or the hosted pacer). Errors come back as a `SimError` that each wire renders
 //! in its own provider's envelope; nothing here knows a wire format.
 
+use super::batch_store::BatchStore;
 use super::engine_loop::EngineHandle;
 use super::faults::{Faults, FAULT_HEADER};
 use super::generate::{output_len, GenRequest, Generation, HostedPacer, Usage};
@@ -83,6 +84,8 @@ pub struct AppState {
     ids: AtomicU64,
     /// Prometheus pages served (how often the node was scraped).
     pub pages_served: AtomicU64,
+    /// The batch APIs' files and batches (`openai`, `anthropic` kinds).
+    pub batches: BatchStore,
 }
 
 impl AppState {
@@ -122,6 +125,7 @@ impl AppState {
             tool_call_args: None,
             ids: AtomicU64::new(1),
             pages_served: AtomicU64::new(0),
+            batches: BatchStore::default(),
         }
     }
 
