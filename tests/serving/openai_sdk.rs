@@ -1,5 +1,6 @@
 //! The official `openai` Python package against `spillway serve`, each a real process: chat
-//! completions (`openai_sdk_check.py`) and the Responses API (`openai_responses_check.py`).
+//! completions (`openai_sdk_check.py`), the Responses API (`openai_responses_check.py`), and
+//! with the `anthropic` package the batch APIs (`batch_sdk_check.py`).
 //!
 //! Needs a Python with `openai` installed: `SPILLWAY_PYTHON`, else `.venv/bin/python` (what
 //! `.ci/run` creates). The test fails, rather than skips, when neither works.
@@ -172,4 +173,20 @@ tasks:
         2,
     );
     run_sdk_script("openai_embeddings_check.py", &[&url, "sk-sdk"]);
+}
+
+#[test]
+fn the_official_openai_and_anthropic_sdks_run_batches_through_spillway_serve() {
+    let (_pool, pool_url) = sim(&["--kind", "vllm", "--model", MODEL]);
+    let (_router, url) = serve(
+        &format!(
+            r#"backends:
+  - {{name: local, kind: vllm, endpoints: [{pool_url}], model: {MODEL}}}
+tasks:
+  - {{name: chat, backends: [local], slo: {{ttft_ms: 2000}}}}
+batch: {{poll_ms: 50}}"#
+        ),
+        1,
+    );
+    run_sdk_script("batch_sdk_check.py", &[&url, "sk-sdk"]);
 }
