@@ -247,21 +247,28 @@ pub async fn job(store: &Store, id: &str) -> Result<Option<JobRow>> {
 
 /// A dialect's jobs, newest first, `limit` of them after the job `after` (its id).
 pub async fn jobs(store: &Store, dialect: Dialect, after: Option<&str>, limit: i64) -> Result<Vec<JobRow>> {
-    let query = match after {
-        None => format!(
-            "SELECT {JOB_COLUMNS} FROM batch_jobs WHERE dialect = $1 ORDER BY created_ms DESC, id DESC LIMIT $2"
-        ),
-        Some(_) => format!(
-            "SELECT {JOB_COLUMNS} FROM batch_jobs j WHERE dialect = $1 AND EXISTS (SELECT 1 FROM batch_jobs a \
-             WHERE a.id = $3 AND (j.created_ms < a.created_ms OR (j.created_ms = a.created_ms AND j.id < a.id))) \
-             ORDER BY created_ms DESC, id DESC LIMIT $2"
-        ),
+    // Placeholders in the order they are bound: SQLite numbers them as they appear.
+    let rows = match after {
+        None => {
+            let query = format!(
+                "SELECT {JOB_COLUMNS} FROM batch_jobs WHERE dialect = $1 ORDER BY created_ms DESC, id DESC LIMIT $2"
+            );
+            sqlx::query(AssertSqlSafe(query))
+                .bind(dialect.as_str())
+                .bind(limit)
+                .fetch_all(store.pool())
+                .await?
+        }
+        Some(after) => {
+            let query = format!(
+                "SELECT {JOB_COLUMNS} FROM batch_jobs j WHERE dialect = $1 AND EXISTS (SELECT 1 FROM batch_jobs a \
+                 WHERE a.id = $2 AND (j.created_ms < a.created_ms OR (j.created_ms = a.created_ms AND j.id < a.id))) \
+                 ORDER BY created_ms DESC, id DESC LIMIT $3"
+            );
+            let query = sqlx::query(AssertSqlSafe(query)).bind(dialect.as_str()).bind(after.to_string());
+            query.bind(limit).fetch_all(store.pool()).await?
+        }
     };
-    let mut query = sqlx::query(AssertSqlSafe(query)).bind(dialect.as_str()).bind(limit);
-    if let Some(after) = after {
-        query = query.bind(after.to_string());
-    }
-    let rows = query.fetch_all(store.pool()).await?;
     rows.iter().map(job_of).collect()
 }
 

@@ -223,3 +223,43 @@ async fn a_job_past_its_window_expires_with_what_finished() {
     assert_eq!(errors.lines().count() as i64, 20 - done);
     assert!(errors.lines().all(|l| l.contains("batch_expired")), "{errors}");
 }
+
+/// Create an OpenAI job of `n` chat lines; its id.
+async fn openai_job(router: &Router, n: usize) -> String {
+    let text: Vec<String> = (0..n).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
+    let file: Value = upload(router, "batch", &text.join("\n")).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let job: Value = post(router, "/v1/batches", &create).await.json().await.unwrap();
+    job["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn jobs_run_and_page_on_both_stores() {
+    let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
+    let mut stores = vec![common::temp_ledger_url()];
+    stores.extend(common::pg_store_url("batches").await);
+    for store in stores {
+        let yaml = format!("{}ledger: {{url: \"{store}\"}}\n", config(&node.base_url()));
+        let router = router(&yaml, &[]).await;
+        let first = openai_job(&router, 3).await;
+        let second = openai_job(&router, 2).await;
+        for id in [&first, &second] {
+            let job =
+                wait_status(&router, &format!("/v1/batches/{id}"), "status", &["completed", "failed"]).await;
+            assert_eq!(job["status"], "completed", "{store}: {job}");
+        }
+        // Newest first, a page at a time.
+        let page: Value = get(&router, "/v1/batches?limit=1").await.json().await.unwrap();
+        assert_eq!(
+            (page["data"][0]["id"].as_str(), page["has_more"].as_bool()),
+            (Some(second.as_str()), Some(true))
+        );
+        let next: Value =
+            get(&router, &format!("/v1/batches?limit=1&after={second}")).await.json().await.unwrap();
+        assert_eq!(
+            (next["data"][0]["id"].as_str(), next["has_more"].as_bool()),
+            (Some(first.as_str()), Some(false))
+        );
+    }
+}
