@@ -58,8 +58,8 @@ pub struct Runner {
     in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
 }
 
-/// Lines started per tick for a task with no fleet pool (only hosted backends to run on).
-const HOSTED_PER_TICK: u64 = 16;
+/// Lines in flight at once, over every task with no fleet pool (only hosted backends to run on).
+const HOSTED_IN_FLIGHT: u64 = 16;
 
 impl Runner {
     pub fn new(store: Store, snapshot: Arc<ArcSwap<Snapshot>>, caller: Arc<dyn LineCaller>) -> Runner {
@@ -193,7 +193,7 @@ impl Runner {
             })
             .collect();
         let hosted = in_flight.get(&None).copied().unwrap_or(0);
-        room.insert(None, HOSTED_PER_TICK.saturating_sub(hosted));
+        room.insert(None, HOSTED_IN_FLIGHT.saturating_sub(hosted));
         room
     }
 

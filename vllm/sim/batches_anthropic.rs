@@ -5,6 +5,7 @@
 //! `--batch-delay-ms` each request is answered by the Messages route (`batch_store.rs`).
 
 use super::anthropic_wire::{check_headers, error_response};
+use super::batch_lines;
 use super::batch_store::{self, Ending, Line};
 use super::server::{AppState, SimError};
 use axum::body::Bytes;
@@ -92,7 +93,7 @@ pub async fn create(State(st): State<Arc<AppState>>, headers: HeaderMap, body: B
 /// Answer the requests (or not), keep the results and end the batch.
 async fn run(st: &Arc<AppState>, id: &str, lines: &[Line], ending: Ending, results_url: String) {
     let answers = match ending {
-        Ending::Run => batch_store::answer_all(st, lines).await.into_iter().map(Some).collect(),
+        Ending::Run => batch_lines::answer_all(st, lines).await.into_iter().map(Some).collect(),
         _ => vec![None; lines.len()],
     };
     let mut counts = HashMap::from([("succeeded", 0), ("errored", 0), ("canceled", 0), ("expired", 0)]);

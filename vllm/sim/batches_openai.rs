@@ -5,6 +5,7 @@
 //! its `url` names (`batch_store.rs`), and the answers become the output file (2xx) and the
 //! error file (the rest, and `batch_expired` lines under `--batch-expire`).
 
+use super::batch_lines;
 use super::batch_store::{self, now_secs, Answer, Ending, Line, OPENAI_ENDPOINTS};
 use super::files_openai::{authorize, error, store};
 use super::server::AppState;
@@ -119,7 +120,7 @@ async fn run(st: &Arc<AppState>, id: &str, lines: &[Line], ending: Ending) {
     let (mut completed, mut failed) = (0, 0);
     match ending {
         Ending::Run => {
-            for (line, a) in lines.iter().zip(batch_store::answer_all(st, lines).await) {
+            for (line, a) in lines.iter().zip(batch_lines::answer_all(st, lines).await) {
                 if (200..300).contains(&a.status) {
                     completed += 1;
                     out += &result_line(st, line, Some(&a), None);

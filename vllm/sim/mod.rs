@@ -16,6 +16,7 @@
 
 mod anthropic_wire;
 mod args;
+mod batch_lines;
 mod batch_store;
 mod batches_anthropic;
 mod batches_openai;
