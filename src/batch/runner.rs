@@ -123,12 +123,10 @@ impl Runner {
         Ok(())
     }
 
-    /// The job from `from` to `to`, with its output and error files named.
+    /// The job from `from` to `to`, its output and error files named first: a client that sees
+    /// it ended finds them.
     async fn finish(&self, job: &JobRow, from: Status, to: Status, now: i64) -> Result<(), sqlx::Error> {
         let counts = store::counts(&self.store, &job.id).await?;
-        if !store::set_status(&self.store, &job.id, &[from], to, now).await? {
-            return Ok(());
-        }
         let name = |kind: &str| format!("file-{kind}-{}", job.id);
         let output = (counts.succeeded > 0).then(|| name("output"));
         let errors = (counts.failed() > 0).then(|| name("errors"));
@@ -148,7 +146,10 @@ impl Runner {
             }
         }
         store::set_files(&self.store, &job.id, output.as_deref(), errors.as_deref()).await?;
-        tracing::info!(batch = %job.id, status = to.as_str(), succeeded = counts.succeeded, failed = counts.failed(), "batch ended");
+        if store::set_status(&self.store, &job.id, &[from], to, now).await? {
+            let failed = counts.failed();
+            tracing::info!(batch = %job.id, status = to.as_str(), succeeded = counts.succeeded, failed, "batch ended");
+        }
         Ok(())
     }
 

@@ -136,10 +136,11 @@ fn job_of(row: &AnyRow) -> Result<JobRow> {
     })
 }
 
+/// Keep a file (once: a file already kept under its id stays as it is).
 pub async fn insert_file(store: &Store, f: &FileRow, content: Option<&str>) -> Result<()> {
     sqlx::query(
         "INSERT INTO batch_files (id, purpose, filename, bytes, owner, created_ms, expires_ms, content, batch_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
     )
     .bind(f.id.clone())
     .bind(f.purpose.clone())
