@@ -7,6 +7,7 @@
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
+pub mod batch_api;
 mod call;
 pub mod error;
 pub mod gemini;
@@ -71,6 +72,11 @@ pub struct Transport {
 impl Transport {
     pub fn new(hosted: reqwest::Client, plain: h1::PoolConfig) -> Transport {
         Transport { hosted, plain: h1::Pool::new(plain), trace: Vec::new() }
+    }
+
+    /// The hosted client (TLS, its pools and settings), for calls beside the request path.
+    pub fn hosted(&self) -> &reqwest::Client {
+        &self.hosted
     }
 
     /// The same pools, sending `trace` (a call's trace context headers) with every request.

@@ -256,10 +256,13 @@ pub async fn start_with(
     let edge_metrics = state.ops.metrics.edge.clone();
     let batch_store = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled);
     let batch_snapshot = Arc::clone(&state.ops.snapshot);
+    let batch_dispatcher = Arc::clone(&state.serving.dispatcher);
     let app = api::router(state);
     if let Some(store) = batch_store {
         let door = batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&client_keys) };
-        loops.spawn(crate::batch::runner::Runner::new(store, batch_snapshot, Arc::new(door)).run());
+        let runner =
+            crate::batch::runner::Runner::new(store, batch_snapshot, Arc::new(door), batch_dispatcher);
+        loops.spawn(runner.run());
     }
     let limits = config.limits.clone();
     let task = tokio::spawn(async move {

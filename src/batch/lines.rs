@@ -10,8 +10,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 /// The endpoints a job's lines may name (OpenAI's list; Anthropic's is `/v1/messages`).
-pub const ENDPOINTS: [&str; 4] =
-    ["/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"];
+pub use crate::adapter::batch_api::OPENAI_ENDPOINTS as ENDPOINTS;
 
 /// One line, ready to run.
 #[derive(Debug, Clone, PartialEq)]

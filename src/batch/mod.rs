@@ -6,7 +6,9 @@
 //! lines' states are `job`'s.
 
 pub mod admission;
+pub mod deadline;
 pub mod job;
 pub mod lines;
 pub mod runner;
+pub mod spill;
 pub mod store;

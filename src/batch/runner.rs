@@ -15,9 +15,12 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::admission::{self, NodeRoom};
+use super::deadline::{self, Progress, Route};
 use super::job::{self, Counts, LineState, Status, Step};
+use super::spill;
 use super::store::{self, Claimed, JobRow, LineEnd};
 use crate::config::Config;
+use crate::dispatch::Dispatcher;
 use crate::fleet::headroom;
 use crate::ledger::Store;
 use crate::snapshot::{BackendView, BreakerView, Snapshot};
@@ -52,19 +55,29 @@ pub struct Runner {
     pub store: Store,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub caller: Arc<dyn LineCaller>,
+    /// The hosted backends' batch APIs (their keys and client), for a job at risk.
+    pub dispatcher: Arc<Dispatcher>,
     /// This replica's name in its claims.
     pub me: String,
     /// Batch lines this replica has in flight, by pool (`None`: a task with no pool).
     in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
 }
 
+/// The span (seconds) over which a job's recent rate is measured.
+const RATE_WINDOW_S: f64 = 30.0;
+
 /// Lines in flight at once, over every task with no fleet pool (only hosted backends to run on).
 const HOSTED_IN_FLIGHT: u64 = 16;
 
 impl Runner {
-    pub fn new(store: Store, snapshot: Arc<ArcSwap<Snapshot>>, caller: Arc<dyn LineCaller>) -> Runner {
+    pub fn new(
+        store: Store,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        caller: Arc<dyn LineCaller>,
+        dispatcher: Arc<Dispatcher>,
+    ) -> Runner {
         let me = format!("replica-{:016x}", rand::random::<u64>());
-        Runner { store, snapshot, caller, me, in_flight: Arc::default() }
+        Runner { store, snapshot, caller, dispatcher, me, in_flight: Arc::default() }
     }
 
     /// Run until the task is dropped (the control loops' token).
@@ -82,6 +95,8 @@ impl Runner {
     /// Move every active job one step.
     pub async fn tick(self: &Arc<Self>) -> Result<(), sqlx::Error> {
         let now = now_ms();
+        let snap = self.snapshot.load_full();
+        spill::read_back(&self.store, &snap, &self.dispatcher, now).await?;
         for job in store::active_jobs(&self.store).await? {
             let counts = store::counts(&self.store, &job.id).await?;
             match job::step(job.status, &counts, now, job.expires_ms()) {
@@ -89,7 +104,13 @@ impl Runner {
                     store::set_status(&self.store, &job.id, &[Status::Validating], Status::InProgress, now)
                         .await?;
                 }
-                Step::Run => self.start_lines(&job).await?,
+                Step::Run => {
+                    let route = self.route(&snap, &job, &counts, now).await?;
+                    if route == Route::HostedBatch {
+                        spill::submit(&self.store, &snap, &self.dispatcher, &job, now).await?;
+                    }
+                    self.start_lines(&job, route == Route::HostedRealtime).await?;
+                }
                 Step::Expire => self.end(&job, &counts, LineState::Expired, Status::Expired, now).await?,
                 Step::Cancel => self.end(&job, &counts, LineState::Canceled, Status::Cancelled, now).await?,
                 Step::Complete => {
@@ -153,8 +174,63 @@ impl Runner {
         Ok(())
     }
 
-    /// Claim and start as many of the job's lines as the fleet has room for.
-    async fn start_lines(self: &Arc<Self>, job: &JobRow) -> Result<(), sqlx::Error> {
+    /// Where the job's queued lines go now (`deadline::plan`), kept with the job when it changes.
+    async fn route(
+        &self,
+        snap: &Snapshot,
+        job: &JobRow,
+        counts: &Counts,
+        now: i64,
+    ) -> Result<Route, sqlx::Error> {
+        let cfg = &snap.config.batch;
+        let Some(first) = store::queued(&self.store, &job.id, 1).await?.pop() else {
+            return Ok(Route::Fleet);
+        };
+        let task = spill::task_of(&snap.config, &first);
+        let started = job.entered(Status::InProgress).unwrap_or(now);
+        let window_s = ((now - started) as f64 / 1000.0).clamp(1.0, RATE_WINDOW_S);
+        let since = now - (window_s * 1000.0) as i64;
+        let observed_rate = store::finished_since(&self.store, &job.id, since).await? as f64 / window_s;
+        let in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let room = self.room(snap);
+        let pools = snap.backends.iter().filter(|b| b.is_local());
+        let concurrency: u64 = pools
+            .clone()
+            .map(|b| {
+                let name = Some(b.name.clone());
+                in_flight.get(&name).copied().unwrap_or(0) + room.get(&name).copied().unwrap_or(0)
+            })
+            .sum();
+        let services: Vec<f64> =
+            pools.flat_map(|b| b.nodes.iter().map(|n| headroom::service_s(&n.signals))).collect();
+        let line_s =
+            if services.is_empty() { 0.0 } else { services.iter().sum::<f64>() / services.len() as f64 };
+        let progress = Progress {
+            remaining: counts.open(),
+            observed_rate,
+            concurrency: concurrency as f64,
+            line_s,
+            left_s: (job.expires_ms() - now) as f64 / 1000.0,
+        };
+        let (batch, realtime) = match task.filter(|_| cfg.spill) {
+            Some(t) => {
+                (spill::batch_backend(snap, t, &job.endpoint).is_some(), spill::hosted_allowed(snap, t))
+            }
+            None => (false, false),
+        };
+        let plan = deadline::plan(&progress, batch, realtime, cfg.hosted_batch_lead_secs as f64);
+        let was = job.plan.as_deref().and_then(|p| serde_json::from_str::<Value>(p).ok());
+        if was.as_ref().and_then(|p| p["route"].as_str()) != Some(plan.route.as_str()) {
+            tracing::info!(batch = %job.id, route = plan.route.as_str(), reason = %plan.reason, "batch plan");
+            let text = serde_json::to_string(&plan).unwrap_or_default();
+            store::set_plan(&self.store, &job.id, &text).await?;
+        }
+        Ok(plan.route)
+    }
+
+    /// Claim and start as many of the job's lines as there is room for: on the fleet, or
+    /// (`realtime`, the last resort) wherever the pipeline plans them.
+    async fn start_lines(self: &Arc<Self>, job: &JobRow, realtime: bool) -> Result<(), sqlx::Error> {
         let snap = self.snapshot.load_full();
         let mut room = self.room(&snap);
         let wanted: u64 = room.values().sum();
@@ -165,7 +241,7 @@ impl Runner {
         let until = now + snap.config.batch.claim_secs as i64 * 1000;
         let claimed = store::claim(&self.store, &job.id, &self.me, wanted as usize, now, until).await?;
         for line in claimed {
-            let pool = pool_of(&snap.config, &line);
+            let pool = if realtime { None } else { pool_of(&snap.config, &line) };
             match room.get_mut(&pool) {
                 Some(left) if *left > 0 => {
                     *left -= 1;

@@ -45,6 +45,8 @@ pub struct JobRow {
     /// When it entered each status (`None`: never).
     pub at_ms: [Option<i64>; 7],
     pub total: i64,
+    /// JSON text: where its lines go now and why (`deadline::Plan`).
+    pub plan: Option<String>,
 }
 
 impl JobRow {
@@ -109,7 +111,7 @@ type Result<T> = std::result::Result<T, sqlx::Error>;
 
 const JOB_COLUMNS: &str = "id, dialect, endpoint, input_file_id, output_file_id, error_file_id, status, owner, \
      metadata, errors, window_ms, created_ms, in_progress_ms, finalizing_ms, completed_ms, failed_ms, expired_ms, \
-     cancelling_ms, cancelled_ms, total";
+     cancelling_ms, cancelled_ms, total, plan";
 
 fn job_of(row: &AnyRow) -> Result<JobRow> {
     let text = |name: &str| row.try_get::<String, _>(name);
@@ -133,6 +135,7 @@ fn job_of(row: &AnyRow) -> Result<JobRow> {
         created_ms: row.try_get("created_ms")?,
         at_ms,
         total: row.try_get("total")?,
+        plan: row.try_get("plan")?,
     })
 }
 
@@ -200,7 +203,7 @@ pub async fn create_job(store: &Store, job: &JobRow, lines: &[Line]) -> Result<(
     let mut tx = store.pool().begin().await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO batch_jobs ({JOB_COLUMNS}) VALUES \
-         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
     )))
     .bind(job.id.clone())
     .bind(job.dialect.as_str())
@@ -222,6 +225,7 @@ pub async fn create_job(store: &Store, job: &JobRow, lines: &[Line]) -> Result<(
     .bind(job.at_ms[5])
     .bind(job.at_ms[6])
     .bind(job.total)
+    .bind(job.plan.clone())
     .execute(&mut *tx)
     .await?;
     for (idx, line) in lines.iter().enumerate() {
@@ -457,4 +461,147 @@ pub async fn ended(store: &Store, id: &str, states: &[LineState]) -> Result<Vec<
             })
         })
         .collect()
+}
+
+/// Up to `n` of a job's queued lines, without claiming them (to choose where they go).
+pub async fn queued(store: &Store, id: &str, n: usize) -> Result<Vec<Claimed>> {
+    let rows = sqlx::query(
+        "SELECT idx, custom_id, request FROM batch_lines WHERE batch_id = $1 AND state = 'queued' ORDER BY idx LIMIT $2",
+    )
+    .bind(id.to_string())
+    .bind(n as i64)
+    .fetch_all(store.pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                idx: r.try_get("idx")?,
+                custom_id: r.try_get("custom_id")?,
+                request: r.try_get("request")?,
+            })
+        })
+        .collect()
+}
+
+/// Claim these queued lines for `me` until `until_ms`: those it got.
+pub async fn claim_these(
+    store: &Store,
+    id: &str,
+    lines: Vec<Claimed>,
+    me: &str,
+    until_ms: i64,
+) -> Result<Vec<Claimed>> {
+    let mut claimed = Vec::new();
+    for line in lines {
+        let taken = sqlx::query(
+            "UPDATE batch_lines SET state = 'running', claimed_by = $1, claim_until_ms = $2 \
+             WHERE batch_id = $3 AND idx = $4 AND state = 'queued'",
+        )
+        .bind(me.to_string())
+        .bind(until_ms)
+        .bind(id.to_string())
+        .bind(line.idx)
+        .execute(store.pool())
+        .await?;
+        if taken.rows_affected() == 1 {
+            claimed.push(line);
+        }
+    }
+    Ok(claimed)
+}
+
+/// The lines `me` holds of a job.
+pub async fn held(store: &Store, id: &str, me: &str) -> Result<Vec<Claimed>> {
+    let rows = sqlx::query(
+        "SELECT idx, custom_id, request FROM batch_lines WHERE batch_id = $1 AND state = 'running' AND claimed_by = $2 \
+         ORDER BY idx",
+    )
+    .bind(id.to_string())
+    .bind(me.to_string())
+    .fetch_all(store.pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Claimed {
+                idx: r.try_get("idx")?,
+                custom_id: r.try_get("custom_id")?,
+                request: r.try_get("request")?,
+            })
+        })
+        .collect()
+}
+
+/// How many of a job's lines have ended since `since_ms`.
+pub async fn finished_since(store: &Store, id: &str, since_ms: i64) -> Result<u64> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM batch_lines WHERE batch_id = $1 AND finished_ms >= $2")
+        .bind(id.to_string())
+        .bind(since_ms)
+        .fetch_one(store.pool())
+        .await?;
+    Ok(row.try_get::<i64, _>("n")? as u64)
+}
+
+/// Keep a job's plan (JSON), shown in its object.
+pub async fn set_plan(store: &Store, id: &str, plan: &str) -> Result<()> {
+    sqlx::query("UPDATE batch_jobs SET plan = $1 WHERE id = $2")
+        .bind(plan.to_string())
+        .bind(id.to_string())
+        .execute(store.pool())
+        .await
+        .map(|_| ())
+}
+
+/// A provider batch a job's lines were sent to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spill {
+    /// The provider's batch id.
+    pub id: String,
+    pub batch_id: String,
+    pub backend: String,
+    /// The claim its lines are held under.
+    pub claim: String,
+}
+
+pub async fn insert_spill(store: &Store, s: &Spill, lines: u64, now_ms: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO batch_spills (id, batch_id, backend, claim, state, lines, created_ms) \
+         VALUES ($1, $2, $3, $4, 'submitted', $5, $6)",
+    )
+    .bind(s.id.clone())
+    .bind(s.batch_id.clone())
+    .bind(s.backend.clone())
+    .bind(s.claim.clone())
+    .bind(lines as i64)
+    .bind(now_ms)
+    .execute(store.pool())
+    .await
+    .map(|_| ())
+}
+
+/// The provider batches not yet read back.
+pub async fn open_spills(store: &Store) -> Result<Vec<Spill>> {
+    let rows = sqlx::query(
+        "SELECT id, batch_id, backend, claim FROM batch_spills WHERE state = 'submitted' ORDER BY created_ms",
+    )
+    .fetch_all(store.pool())
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Spill {
+                id: r.try_get("id")?,
+                batch_id: r.try_get("batch_id")?,
+                backend: r.try_get("backend")?,
+                claim: r.try_get("claim")?,
+            })
+        })
+        .collect()
+}
+
+pub async fn end_spill(store: &Store, id: &str, now_ms: i64) -> Result<()> {
+    sqlx::query("UPDATE batch_spills SET state = 'ended', ended_ms = $1 WHERE id = $2")
+        .bind(now_ms)
+        .bind(id.to_string())
+        .execute(store.pool())
+        .await
+        .map(|_| ())
 }

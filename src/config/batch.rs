@@ -31,6 +31,13 @@ pub struct BatchConfig {
     pub claim_secs: u64,
     /// How often the runner looks for lines to start, in milliseconds (default 200).
     pub poll_ms: u64,
+    /// Send the lines of a job at risk of missing its window to a hosted provider's batch API
+    /// (or, with too little time left for one, to hosted realtime) where the task has such a
+    /// backend its policy allows (default true).
+    pub spill: bool,
+    /// The least time left for which a provider's batch API is tried; with less, hosted
+    /// realtime (default 3600 s).
+    pub hosted_batch_lead_secs: u64,
 }
 
 impl Default for BatchConfig {
@@ -44,6 +51,8 @@ impl Default for BatchConfig {
             max_per_node: 4,
             claim_secs: 600,
             poll_ms: 200,
+            spill: true,
+            hosted_batch_lead_secs: 3600,
         }
     }
 }
@@ -58,6 +67,7 @@ impl BatchConfig {
         Range::between("max_per_node", 1.0, 4096.0).says(Says::OutOfRange),
         Range::between("claim_secs", 5.0, 86_400.0).says(Says::OutOfRange),
         Range::between("poll_ms", 10.0, 60_000.0).says(Says::OutOfRange),
+        Range::between("hosted_batch_lead_secs", 0.0, 86_400.0).says(Says::OutOfRange),
     ];
 
     pub fn check(&self) -> Vec<Problem> {
@@ -69,6 +79,7 @@ impl BatchConfig {
             ("max_per_node", f64::from(self.max_per_node)),
             ("claim_secs", self.claim_secs as f64),
             ("poll_ms", self.poll_ms as f64),
+            ("hosted_batch_lead_secs", self.hosted_batch_lead_secs as f64),
         ];
         range::check("batch", Self::RANGES, &values)
     }

@@ -195,6 +195,17 @@ impl Dispatcher {
         .with_variant(variant::for_backend(task, &view.name, view.kind))
     }
 
+    /// The batch API of hosted backend `backend`, through the hosted client and with its key.
+    pub fn batch_api(&self, snap: &Snapshot, backend: BackendId) -> crate::adapter::batch_api::BatchApi {
+        let view = &snap.backends[backend];
+        crate::adapter::batch_api::BatchApi {
+            client: self.transport.hosted().clone(),
+            base_url: view.nodes.first().map(|n| n.base_url.clone()).unwrap_or_default(),
+            api_key: self.secrets.load().get(&view.name).cloned(),
+            kind: view.kind,
+        }
+    }
+
     /// Walk `plan` until a backend produces its first token.
     pub async fn dispatch(
         &self,

@@ -44,7 +44,7 @@ assert batch.status == "validating", batch
 batch = poll(lambda: client.batches.retrieve(batch.id), lambda b: b.status in ("completed", "failed", "expired"))
 assert batch.status == "completed", batch
 assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (5, 4, 1), batch
-assert batch.metadata == {"run": "sdk"}, batch
+assert batch.metadata["run"] == "sdk" and batch.metadata["spillway_route"] == "fleet", batch
 output = [json.loads(line) for line in client.files.content(batch.output_file_id).text.splitlines()]
 assert [o["custom_id"] for o in output] == ["q0", "q1", "q2", "q3"], output
 for o in output:

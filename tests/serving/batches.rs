@@ -89,7 +89,8 @@ async fn an_openai_batch_runs_on_the_fleet_and_reports_each_line() {
             .await;
     assert_eq!(job["status"], "completed", "{job}");
     assert_eq!(job["request_counts"], json!({"total": 7, "completed": 6, "failed": 1}));
-    assert_eq!(job["metadata"], json!({"job": "nightly"}));
+    assert_eq!(job["metadata"]["job"], "nightly", "the client's own metadata: {job}");
+    assert_eq!(job["metadata"]["spillway_route"], "fleet", "and where its lines went: {job}");
     for at in ["in_progress_at", "finalizing_at", "completed_at"] {
         assert!(job[at].as_i64().is_some(), "{at}: {job}");
     }
@@ -262,4 +263,52 @@ async fn jobs_run_and_page_on_both_stores() {
             (Some(first.as_str()), Some(false))
         );
     }
+}
+
+#[tokio::test]
+async fn a_job_too_big_for_its_window_on_the_fleet_goes_to_the_hosted_batch_api() {
+    // One slow line at a time on the fleet: 30 lines would take far longer than the window.
+    let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 200).await;
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| a.batch_delay_ms = 100).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
+batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
+"#,
+        node.base_url(),
+        openai.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    let text: Vec<String> = (0..30).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
+    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "30s"});
+    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
+    let id = job["id"].as_str().unwrap();
+    let job = wait_status(&router, &format!("/v1/batches/{id}"), "status", &["completed", "expired"]).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    assert_eq!(job["request_counts"], json!({"total": 30, "completed": 30, "failed": 0}));
+    assert_eq!(job["metadata"]["spillway_route"], "hosted_batch", "{job}");
+    assert!(job["metadata"]["spillway_plan"].as_str().unwrap().contains("hosted batch API"), "{job}");
+
+    // The provider got one batch of the lines the fleet had not started, with its own model.
+    let batches: Value =
+        reqwest::get(format!("{}/v1/batches", openai.base_url())).await.unwrap().json().await.unwrap();
+    let sent = batches["data"].as_array().unwrap();
+    assert_eq!(sent.len(), 1, "{batches}");
+    let spilled = sent[0]["request_counts"]["total"].as_i64().unwrap();
+    assert!((20..=30).contains(&spilled), "most lines went to the provider: {batches}");
+    let output =
+        get(&router, &format!("/v1/files/{}/content", job["output_file_id"].as_str().unwrap())).await;
+    let output: Vec<Value> =
+        output.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(output.len(), 30, "every line once");
+    assert!(
+        output.iter().all(|l| l["response"]["body"]["model"] == "chat"),
+        "the client's model, wherever it ran"
+    );
 }

@@ -75,6 +75,7 @@ pub(super) async fn create(
             created_ms: now_ms(),
             at_ms: [None; 7],
             total: lines.len() as i64,
+            plan: None,
         };
         store::create_job(who.store, &job, &lines).await.map_err(store_error)?;
         tracing::info!(batch = %job.id, lines = job.total, "message batch created");

@@ -55,8 +55,23 @@ pub(super) fn object(job: &JobRow, counts: &Counts) -> Value {
         "expired_at": secs(Status::Expired), "cancelling_at": secs(Status::Cancelling),
         "cancelled_at": secs(Status::Cancelled),
         "request_counts": {"total": job.total, "completed": counts.succeeded, "failed": counts.failed()},
-        "metadata": job.metadata.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok()),
+        "metadata": metadata(job),
     })
+}
+
+/// The client's metadata, and where the job's lines go now and why (`spillway_route`,
+/// `spillway_plan`), once the runner has planned it.
+fn metadata(job: &JobRow) -> Value {
+    let mut metadata = job.metadata.as_deref().and_then(|m| serde_json::from_str::<Value>(m).ok());
+    let plan = job.plan.as_deref().and_then(|p| serde_json::from_str::<Value>(p).ok());
+    if let Some(plan) = plan {
+        let fields = metadata.get_or_insert_with(|| json!({}));
+        if let Some(fields) = fields.as_object_mut() {
+            fields.insert("spillway_route".into(), plan["route"].clone());
+            fields.insert("spillway_plan".into(), plan["reason"].clone());
+        }
+    }
+    metadata.unwrap_or(Value::Null)
 }
 
 fn window_text(ms: i64) -> String {
@@ -131,6 +146,7 @@ async fn inner_create(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Res
         created_ms: now,
         at_ms,
         total: lines.len() as i64,
+        plan: None,
     };
     store::create_job(who.store, &job, &lines).await.map_err(store_error)?;
     tracing::info!(batch = %job.id, lines = job.total, status = job.status.as_str(), "batch created");

@@ -1,0 +1,131 @@
+//! A job at risk of missing its window sends its queued lines to a provider's batch API: for
+//! each line, the first backend of its task that the task's policy allows, that is hosted, and
+//! whose provider runs batches of the job's endpoint (OpenAI for the OpenAI endpoints,
+//! Anthropic for Messages). The lines are claimed under the provider batch's own claim until
+//! its results are read back (by any replica: the claim is in the store), and each is written
+//! with the provider's answer, its `model` the task the client named.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::job::LineState;
+use super::store::{self, Claimed, JobRow, LineEnd, Spill};
+use crate::adapter::batch_api::{BatchApi, LineResult, Polled};
+use crate::config::{BackendId, Config, TaskConfig};
+use crate::dispatch::Dispatcher;
+use crate::ledger::Store;
+use crate::snapshot::Snapshot;
+
+/// Most lines sent in one provider batch.
+const LINES_PER_SPILL: usize = 10_000;
+
+/// The task a line names, if any.
+pub fn task_of<'c>(config: &'c Config, line: &Claimed) -> Option<&'c TaskConfig> {
+    let body: Value = serde_json::from_str(&line.request).ok()?;
+    config.task(body.get("model")?.as_str()?)
+}
+
+/// The backend whose batch API takes `task`'s lines on `endpoint`, if its policy allows one.
+pub fn batch_backend(snap: &Snapshot, task: &TaskConfig, endpoint: &str) -> Option<BackendId> {
+    let eligible = crate::policy::eligible(task, snap).ok()?;
+    eligible
+        .into_iter()
+        .find(|&id| !snap.backends[id].is_local() && BatchApi::serves(snap.backends[id].kind, endpoint))
+}
+
+/// Whether `task` may run on a hosted backend at all.
+pub fn hosted_allowed(snap: &Snapshot, task: &TaskConfig) -> bool {
+    crate::policy::eligible(task, snap).is_ok_and(|e| e.iter().any(|&id| !snap.backends[id].is_local()))
+}
+
+/// Send the job's queued lines to the providers' batch APIs; lines with none stay queued.
+pub async fn submit(
+    store: &Store,
+    snap: &Snapshot,
+    dispatcher: &Dispatcher,
+    job: &JobRow,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    let mut groups: HashMap<BackendId, Vec<Claimed>> = HashMap::new();
+    for line in store::queued(store, &job.id, LINES_PER_SPILL).await? {
+        if let Some(backend) =
+            task_of(&snap.config, &line).and_then(|t| batch_backend(snap, t, &job.endpoint))
+        {
+            groups.entry(backend).or_default().push(line);
+        }
+    }
+    for (backend, lines) in groups {
+        let view = &snap.backends[backend];
+        let claim = format!("spill-{:016x}", rand::random::<u64>());
+        // Held until a day past the window: the provider's batch has its own.
+        let lines = store::claim_these(store, &job.id, lines, &claim, job.expires_ms() + 86_400_000).await?;
+        let bodies: Vec<(String, Value)> = lines
+            .iter()
+            .filter_map(|l| {
+                let mut body: Value = serde_json::from_str(&l.request).ok()?;
+                body["model"] = json!(view.model);
+                Some((l.custom_id.clone(), body))
+            })
+            .collect();
+        match dispatcher.batch_api(snap, backend).submit(&job.endpoint, &bodies).await {
+            Ok(id) => {
+                let spill = Spill { id, batch_id: job.id.clone(), backend: view.name.clone(), claim };
+                store::insert_spill(store, &spill, lines.len() as u64, now).await?;
+                tracing::info!(batch = %job.id, backend = %view.name, provider_batch = %spill.id, lines = lines.len(), "batch lines sent to a hosted batch API");
+            }
+            Err(why) => {
+                tracing::warn!(batch = %job.id, backend = %view.name, %why, "a hosted batch API refused the lines; they stay queued");
+                for line in &lines {
+                    store::release(store, &job.id, line.idx, &claim).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read back every provider batch that has ended, writing each of its lines.
+pub async fn read_back(
+    store: &Store,
+    snap: &Snapshot,
+    dispatcher: &Dispatcher,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    for spill in store::open_spills(store).await? {
+        let Some(backend) = snap.backend_id(&spill.backend) else { continue };
+        let results = match dispatcher.batch_api(snap, backend).poll(&spill.id).await {
+            Ok(Polled::Running) => continue,
+            Ok(Polled::Ended(results)) => results,
+            Err(why) => {
+                tracing::warn!(batch = %spill.batch_id, provider_batch = %spill.id, %why, "reading a hosted batch failed; trying again");
+                continue;
+            }
+        };
+        let by_id: HashMap<&str, &LineResult> = results.iter().map(|r| (r.custom_id.as_str(), r)).collect();
+        for line in store::held(store, &spill.batch_id, &spill.claim).await? {
+            let model = task_of(&snap.config, &line).map(|t| t.name.clone());
+            let (state, status, body) = match by_id.get(line.custom_id.as_str()) {
+                Some(r) if r.status == 200 => {
+                    let mut body = r.body.clone();
+                    if let (Some(model), Some(fields)) = (model, body.as_object_mut()) {
+                        fields.insert("model".into(), json!(model));
+                    }
+                    (LineState::Succeeded, Some(200), body)
+                }
+                Some(r) if r.status == 0 => (LineState::Expired, None, r.body.clone()),
+                Some(r) => (LineState::Errored, Some(i64::from(r.status)), r.body.clone()),
+                None => {
+                    let why = "the provider's batch returned no result for this request";
+                    (LineState::Errored, Some(500), json!({"error": {"message": why, "type": "api_error"}}))
+                }
+            };
+            let result = body.to_string();
+            let end = LineEnd { state, status_code: status, result: &result, backend: Some(&spill.backend) };
+            store::finish(store, &spill.batch_id, line.idx, &spill.claim, end, now).await?;
+        }
+        store::end_spill(store, &spill.id, now).await?;
+        tracing::info!(batch = %spill.batch_id, provider_batch = %spill.id, results = results.len(), "a hosted batch's results read back");
+    }
+    Ok(())
+}
