@@ -1,9 +1,9 @@
 //! A job's lines as the providers check them before it starts: an OpenAI input file (JSONL,
 //! one `{"custom_id", "method": "POST", "url", "body"}` per line, every `url` the job's
 //! endpoint) and an Anthropic `requests` list (`{"custom_id", "params"}`). A malformed line, a
-//! repeated `custom_id` or a body that asks to stream fails the whole job at validation, naming the line, as the providers do;
-//! what only running can tell (an unknown task, a body the door refuses) is that line's own
-//! error line later. Pure: no I/O.
+//! repeated `custom_id` or a body that asks to stream fails the whole job at validation,
+//! naming the line, as the providers do; what only running can tell (an unknown task, a body
+//! the door refuses) is that line's own error line later. Pure: no I/O.
 
 use std::collections::HashSet;
 
