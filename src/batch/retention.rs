@@ -92,10 +92,14 @@ mod tests {
 
     fn job(status: Status, at_ms: Option<i64>) -> JobRow {
         let mut stamps = [None; 7];
-        let slot = [Status::Completed, Status::Failed, Status::Expired, Status::Cancelled]
-            .iter()
-            .position(|s| *s == status)
-            .map(|i| i + 2);
+        // `JobRow::at_ms` order: in_progress, finalizing, completed, failed, expired, cancelling, cancelled.
+        let slot = match status {
+            Status::Completed => Some(2),
+            Status::Failed => Some(3),
+            Status::Expired => Some(4),
+            Status::Cancelled => Some(6),
+            _ => None,
+        };
         if let Some(slot) = slot {
             stamps[slot] = at_ms;
         }
