@@ -122,11 +122,22 @@ async fn crash_and_resume(ledger_url: &str, name: &str) {
     let midway =
         |job: &Value| (1..LINES as i64).contains(&job["request_counts"]["completed"].as_i64().unwrap_or(0));
     wait_job(&url, &id, "some lines completed, not all", midway).await;
+    // ... and some are in flight, so the kill leaves claims behind.
+    let store = Store::open(ledger_url).await.unwrap();
+    wait_until(Duration::from_secs(30), format!("{name}: a line in flight, not all done"), || async {
+        let counts = store::counts(&store, &id).await.map_err(|e| e.to_string())?;
+        let midway = counts.running >= 1 && (counts.succeeded as usize) < LINES;
+        if midway {
+            Ok(())
+        } else {
+            Err(format!("{counts:?}"))
+        }
+    })
+    .await;
     server.0.kill().unwrap(); // SIGKILL
     server.0.wait().unwrap();
 
     // What the store says at the kill: lines ended (kept), in flight (claimed), queued.
-    let store = Store::open(ledger_url).await.unwrap();
     let before = store::counts(&store, &id).await.unwrap();
     let kept = succeeded(&store, &id).await;
     assert!((1..LINES).contains(&kept.len()), "{name}: the kill came mid-job: {before:?}");
