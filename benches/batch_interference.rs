@@ -55,7 +55,8 @@ async fn start_batch(router: &str, n: usize) -> String {
         .json()
         .await
         .unwrap();
-    let create = json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
     let job: Value =
         client.post(format!("{router}/v1/batches")).json(&create).send().await.unwrap().json().await.unwrap();
     job["id"].as_str().unwrap().to_string()

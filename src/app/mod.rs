@@ -260,6 +260,7 @@ pub async fn start_with(
     let app = api::router(state);
     if let Some(store) = batch_store {
         let door = batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&client_keys) };
+        loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&batch_snapshot)));
         let runner =
             crate::batch::runner::Runner::new(store, batch_snapshot, Arc::new(door), batch_dispatcher);
         loops.spawn(runner.run());

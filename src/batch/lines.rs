@@ -1,9 +1,9 @@
 //! A job's lines as the providers check them before it starts: an OpenAI input file (JSONL,
 //! one `{"custom_id", "method": "POST", "url", "body"}` per line, every `url` the job's
-//! endpoint) and an Anthropic `requests` list (`{"custom_id", "params"}`). A malformed line or a
-//! repeated `custom_id` fails the whole job at validation, naming the line, as the providers do;
-//! what only running can tell (an unknown task, a body the door refuses) is that line's own
-//! error line later. Pure: no I/O.
+//! endpoint) and an Anthropic `requests` list (`{"custom_id", "params"}`). A malformed line, a
+//! repeated `custom_id` or a body that asks to stream fails the whole job at validation,
+//! naming the line, as the providers do; what only running can tell (an unknown task, a body
+//! the door refuses) is that line's own error line later. Pure: no I/O.
 
 use std::collections::HashSet;
 
@@ -80,6 +80,11 @@ pub fn openai(text: &str, endpoint: &str, max_lines: usize) -> Result<Vec<Line>,
                 continue;
             }
         };
+        if asks_to_stream(&body) {
+            let why = format!("line {n}: `body.stream` must not be true; a batch line is answered whole");
+            errors.push(LineError::at(n, "invalid_request", why, Some("body.stream")));
+            continue;
+        }
         if !seen.insert(custom_id.clone()) {
             let why =
                 format!("line {n}: `custom_id` `{custom_id}` is on an earlier line; each must be unique");
@@ -126,9 +131,18 @@ pub fn anthropic(requests: &[Value], max_lines: usize) -> Result<Vec<Line>, (Str
         let Some(params @ Value::Object(_)) = request.get("params") else {
             return Err((format!("requests.{i}.params"), "must be a Messages request object".into()));
         };
+        if asks_to_stream(params) {
+            let why = "must not be true; a batch request is answered whole".to_string();
+            return Err((format!("requests.{i}.params.stream"), why));
+        }
         lines.push(Line { custom_id: custom_id.to_string(), request: params.to_string() });
     }
     Ok(lines)
+}
+
+/// Whether a request body asks to stream: the providers refuse such a batch line.
+fn asks_to_stream(body: &Value) -> bool {
+    body.get("stream") == Some(&Value::Bool(true))
 }
 
 #[cfg(test)]
@@ -182,5 +196,24 @@ mod tests {
         let no_params = [json!({"custom_id": "x"})];
         assert_eq!(anthropic(&no_params, 10).unwrap_err().0, "requests.0.params");
         assert_eq!(anthropic(&[], 10).unwrap_err().0, "requests");
+    }
+
+    #[test]
+    fn a_line_that_asks_to_stream_is_refused_naming_it() {
+        let mut streamed: Value = serde_json::from_str(&line("s", "/v1/chat/completions")).unwrap();
+        streamed["body"]["stream"] = json!(true);
+        let text = [line("a", "/v1/chat/completions"), streamed.to_string()].join("\n");
+        let errors = openai(&text, "/v1/chat/completions", 10).unwrap_err();
+        let found: Vec<_> = errors.iter().map(|e| (e.line, e.code, e.param.as_deref())).collect();
+        assert_eq!(found, [(Some(2), "invalid_request", Some("body.stream"))]);
+        streamed["body"]["stream"] = json!(false);
+        let text = [line("a", "/v1/chat/completions"), streamed.to_string()].join("\n");
+        assert_eq!(openai(&text, "/v1/chat/completions", 10).unwrap().len(), 2, "stream: false is fine");
+
+        let ok = json!({"custom_id": "a", "params": {"model": "t"}});
+        let streaming = json!({"custom_id": "b", "params": {"model": "t", "stream": true}});
+        assert_eq!(anthropic(&[ok.clone(), streaming], 10).unwrap_err().0, "requests.1.params.stream");
+        let not_streaming = json!({"custom_id": "b", "params": {"model": "t", "stream": false}});
+        assert_eq!(anthropic(&[ok, not_streaming], 10).unwrap().len(), 2);
     }
 }

@@ -3,12 +3,13 @@
 //! (`store`), checked line by line as the providers check them (`lines`), and run by a control
 //! loop (`runner`) on the free slots of the fleet (`admission`), each line through the same
 //! front door and pipeline as a realtime request, at batch priority. A job's statuses and its
-//! lines' states are `job`'s.
+//! lines' states are `job`'s. What has been kept long enough is deleted by `retention`.
 
 pub mod admission;
 pub mod deadline;
 pub mod job;
 pub mod lines;
+pub mod retention;
 pub mod runner;
 pub mod spill;
 pub mod store;

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batch_crash;
 mod cost_report;
 mod ledger;
 mod ledger_crash;

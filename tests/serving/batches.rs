@@ -1,11 +1,13 @@
 //! Batch jobs end to end: a real router (its ledger store, its runner) in front of a fleet node
 //! simulator. OpenAI's Files and Batches and Anthropic's Message Batches over HTTP, each line
 //! run through the front door at batch priority on the fleet; what the providers refuse at
-//! validation refused the same way; a job past its window expires with what finished.
+//! validation refused the same way; a job past its window expires with what finished; what
+//! has been kept long enough is deleted, on both stores.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use spillway::batch::retention::{sweep, Due, Swept};
 use spillway::sim::SimKind;
 
 use crate::common::{self, router, sim, Router};
@@ -262,6 +264,24 @@ async fn jobs_run_and_page_on_both_stores() {
             (next["data"][0]["id"].as_str(), next["has_more"].as_bool()),
             (Some(first.as_str()), Some(false))
         );
+
+        // Retention: nothing is due yet; a month on, the jobs go with their lines and files.
+        let kept = spillway::ledger::Store::open(&store).await.unwrap();
+        let now = spillway::ledger::unix_millis(std::time::SystemTime::now());
+        assert_eq!(sweep(&kept, Due::at(now, 30)).await.unwrap(), Swept::default(), "{store}");
+        let job: Value = get(&router, &format!("/v1/batches/{first}")).await.json().await.unwrap();
+        let swept = sweep(&kept, Due::at(now + 31 * 86_400_000, 30)).await.unwrap();
+        assert_eq!(swept, Swept { files: 2, jobs: 2 }, "{store}");
+        let (input, output) =
+            (job["input_file_id"].as_str().unwrap(), job["output_file_id"].as_str().unwrap());
+        for path in
+            [format!("/v1/batches/{first}"), format!("/v1/files/{input}"), format!("/v1/files/{output}")]
+        {
+            assert_eq!(get(&router, &path).await.status(), 404, "{store}: {path}");
+        }
+        let lines = spillway::batch::store::counts(&kept, &first).await.unwrap();
+        assert_eq!(lines, Default::default(), "{store}: its lines are gone");
+        kept.close().await;
     }
 }
 
