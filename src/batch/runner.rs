@@ -287,10 +287,11 @@ impl Runner {
         self.count(&pool, true);
         tokio::spawn(async move {
             let answer = runner.caller.call(call).await;
-            runner.count(&pool, false);
+            // Counted until its result is written: the store and the count agree on what runs.
             if let Err(e) = runner.settle(&batch_id, &line, answer).await {
                 tracing::warn!(batch = %batch_id, line = line.idx, error = %e, "batch runner: a line's result was not written; it runs again when its claim lapses");
             }
+            runner.count(&pool, false);
         });
     }
 
