@@ -257,12 +257,18 @@ pub async fn start_with(
     let batch_store = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled);
     let batch_snapshot = Arc::clone(&state.ops.snapshot);
     let batch_dispatcher = Arc::clone(&state.serving.dispatcher);
+    let batch_metrics = state.ops.metrics.batch.clone();
     let app = api::router(state);
     if let Some(store) = batch_store {
         let door = batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&client_keys) };
         loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&batch_snapshot)));
-        let runner =
-            crate::batch::runner::Runner::new(store, batch_snapshot, Arc::new(door), batch_dispatcher);
+        let runner = crate::batch::runner::Runner::new(
+            store,
+            batch_snapshot,
+            Arc::new(door),
+            batch_dispatcher,
+            batch_metrics,
+        );
         loops.spawn(runner.run());
     }
     let limits = config.limits.clone();

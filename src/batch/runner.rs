@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::fleet::headroom;
 use crate::ledger::Store;
+use crate::metrics::BatchMetrics;
 use crate::snapshot::{BackendView, BreakerView, Snapshot};
 
 /// One line to run through the front door.
@@ -59,6 +60,7 @@ pub struct Runner {
     pub dispatcher: Arc<Dispatcher>,
     /// This replica's name in its claims.
     pub me: String,
+    metrics: BatchMetrics,
     /// Batch lines this replica has in flight, by pool (`None`: a task with no pool).
     in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
 }
@@ -75,9 +77,10 @@ impl Runner {
         snapshot: Arc<ArcSwap<Snapshot>>,
         caller: Arc<dyn LineCaller>,
         dispatcher: Arc<Dispatcher>,
+        metrics: BatchMetrics,
     ) -> Runner {
         let me = format!("replica-{:016x}", rand::random::<u64>());
-        Runner { store, snapshot, caller, dispatcher, me, in_flight: Arc::default() }
+        Runner { store, snapshot, caller, dispatcher, me, metrics, in_flight: Arc::default() }
     }
 
     /// Run until the task is dropped (the control loops' token).
@@ -97,8 +100,11 @@ impl Runner {
         let now = now_ms();
         let snap = self.snapshot.load_full();
         spill::read_back(&self.store, &snap, &self.dispatcher, now).await?;
+        let (mut queued, mut running) = (0, 0);
         for job in store::active_jobs(&self.store).await? {
             let counts = store::counts(&self.store, &job.id).await?;
+            queued += counts.queued;
+            running += counts.running;
             match job::step(job.status, &counts, now, job.expires_ms()) {
                 Step::Start => {
                     store::set_status(&self.store, &job.id, &[Status::Validating], Status::InProgress, now)
@@ -121,6 +127,7 @@ impl Runner {
                 Step::Wait => {}
             }
         }
+        self.metrics.set_lines(queued, running);
         Ok(())
     }
 
@@ -300,8 +307,17 @@ impl Runner {
         if no_room(answer.status) {
             return store::release(&self.store, batch_id, line.idx, &self.me).await;
         }
+        let state = if answer.status == 200 { LineState::Succeeded } else { LineState::Errored };
+        let task = serde_json::from_str::<Value>(&line.request)
+            .ok()
+            .and_then(|b| b["model"].as_str().map(str::to_string));
+        self.metrics.ended(
+            task.as_deref().unwrap_or(""),
+            answer.backend.as_deref().unwrap_or(""),
+            state.as_str(),
+        );
         let end = LineEnd {
-            state: if answer.status == 200 { LineState::Succeeded } else { LineState::Errored },
+            state,
             status_code: Some(i64::from(answer.status)),
             result: &answer.body,
             backend: answer.backend.as_deref(),
@@ -313,6 +329,7 @@ impl Runner {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let n = in_flight.entry(pool.clone()).or_default();
         *n = if up { *n + 1 } else { n.saturating_sub(1) };
+        self.metrics.set_in_flight(pool.as_deref().unwrap_or("hosted"), *n);
     }
 }
 

@@ -8,6 +8,7 @@
 //! task, backend, node (the configured or discovered fleet), outcome, reason, HTTP status or
 //! error class, priority, window. Never a client key, project, model text or request id.
 
+mod batch;
 mod edge;
 mod families;
 mod family;
@@ -18,6 +19,7 @@ mod spool;
 mod state;
 mod telemetry;
 
+pub use batch::BatchMetrics;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -46,6 +48,8 @@ pub struct Metrics {
     operator_state: opstate::OperatorStateFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
+    /// Batch jobs' lines (fed by the batch runner).
+    pub batch: BatchMetrics,
     /// The scrape loop's (handed to it at start).
     pub telemetry: TelemetryFamilies,
     /// SLO windows by task.
@@ -71,6 +75,7 @@ impl Metrics {
             spool: spool::SpoolFamilies::register(&r),
             operator_state: opstate::OperatorStateFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
+            batch: batch::BatchMetrics::register(&r),
             telemetry: TelemetryFamilies::register(&r),
             registry: r,
             slo: Mutex::new(HashMap::new()),

@@ -123,6 +123,14 @@ async fn an_openai_batch_runs_on_the_fleet_and_reports_each_line() {
     let served =
         common::series_sum(&metrics, "spillway_requests_total", &[("task", "chat"), ("backend", "fleet")]);
     assert_eq!(served, Some(6.0), "{metrics}");
+    let ended =
+        |labels: &[(&str, &str)]| common::series_sum(&metrics, "spillway_batch_lines_ended_total", labels);
+    assert_eq!(
+        ended(&[("task", "chat"), ("backend", "fleet"), ("state", "succeeded")]),
+        Some(6.0),
+        "{metrics}"
+    );
+    assert_eq!(ended(&[("task", "no-such-task"), ("state", "errored")]), Some(1.0), "{metrics}");
     let listed: Value = get(&router, "/v1/batches?limit=5").await.json().await.unwrap();
     assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
     assert_eq!(listed["has_more"], false);
