@@ -57,6 +57,10 @@ pub struct LedgerRecord {
     /// The issued key's owner team; `None` for a static key (static keys have no team), for
     /// no key, and for rows written before the column existed.
     pub team: Option<String>,
+    /// The request's priority (`interactive`, `standard`, `batch`: a batch job's line); `None`
+    /// for rows written before the column existed.
+    #[serde(default)]
+    pub priority: Option<crate::config::Priority>,
     /// The affinity key's hash ([`crate::canonical::Affinity::hex`]: 16 hex digits, as in the
     /// debug log), never the key.
     pub affinity_hash: Option<String>,
@@ -120,6 +124,7 @@ impl LedgerRecord {
             task: o.task.clone(),
             client_key: o.meta.client_key.clone(),
             team: o.meta.principal.as_ref().and_then(|p| p.team()).map(str::to_string),
+            priority: Some(o.meta.priority),
             affinity_hash: o.meta.affinity.map(|a| a.hex()),
             backend: o.backend.clone(),
             model: o.model.clone(),
@@ -203,6 +208,7 @@ mod tests {
         assert_eq!((r.input_tokens, r.cached_input_tokens, r.output_tokens), (1200, 1000, 40));
         assert_eq!(r.cache_write_tokens, 150);
         assert_eq!(r.affinity_hash.as_deref(), Some("0000000000000042"));
+        assert_eq!(r.priority, Some(meta().priority));
         assert_eq!(r.id.len(), 32);
     }
 

@@ -18,7 +18,7 @@ use super::record::{LedgerRecord, LedgerRow, Outcome};
 use super::usage::{NodeMinute, Occupancy};
 
 /// Columns in insert order; `row_to_record` reads them by name.
-const COLUMNS: [&str; 19] = [
+const COLUMNS: [&str; 20] = [
     "id",
     "at_ms",
     "task",
@@ -38,9 +38,10 @@ const COLUMNS: [&str; 19] = [
     "cost_usd",
     "cache_write_tokens",
     "team",
+    "priority",
 ];
 
-/// Rows per `INSERT` statement: 19 × 50 = 950 bind parameters, far below both databases' limits.
+/// Rows per `INSERT` statement: 20 × 50 = 1000 bind parameters, far below both databases' limits.
 const ROWS_PER_STATEMENT: usize = 50;
 
 /// One node-minute; another replica's row for it merges: `busy` is ORed and the occupancy of
@@ -185,7 +186,8 @@ impl Store {
                     .bind(r.duration_ms)
                     .bind(r.cost_usd.map(|c| c.to_string()))
                     .bind(r.cache_write_tokens)
-                    .bind(r.team.clone());
+                    .bind(r.team.clone())
+                    .bind(r.priority.map(|p| p.as_str()));
             }
             q.execute(&mut *tx).await.map_err(StoreError::statement("insert"))?;
         }
@@ -303,6 +305,7 @@ fn row_to_record(row: &AnyRow) -> Result<LedgerRecord, StoreError> {
         task: text("task")?,
         client_key: opt_text("client_key")?,
         team: opt_text("team")?,
+        priority: opt_text("priority")?.as_deref().and_then(crate::config::Priority::parse),
         affinity_hash: opt_text("affinity_hash")?,
         backend: text("backend")?,
         model: text("model")?,
@@ -334,7 +337,7 @@ mod tests {
     fn insert_sql_numbers_parameters_per_row() {
         let sql = insert_sql(2);
         assert!(sql.contains("($1, $2,"));
-        assert!(sql.contains("$19), ($20, $21,"));
-        assert!(sql.ends_with("$38) ON CONFLICT (id) DO NOTHING"));
+        assert!(sql.contains("$20), ($21, $22,"));
+        assert!(sql.ends_with("$40) ON CONFLICT (id) DO NOTHING"));
     }
 }

@@ -22,6 +22,7 @@ fn row(when: &str, key: &str, team: Option<&str>, task: &str, cost: &str) -> Led
         task: task.into(),
         client_key: Some(key.into()),
         team: team.map(str::to_string),
+        priority: None,
         affinity_hash: None,
         backend: "openai".into(),
         model: "m".into(),

@@ -305,6 +305,7 @@ policy:
             task: task.into(),
             client_key: None,
             team: None,
+            priority: None,
             affinity_hash: None,
             backend: backend.into(),
             model: "m".into(),

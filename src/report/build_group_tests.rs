@@ -20,6 +20,7 @@ fn keyed(
     LedgerRecord {
         client_key: key.map(str::to_string),
         team: team.map(str::to_string),
+        priority: None,
         ..record(task, backend, cost)
     }
 }

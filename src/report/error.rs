@@ -14,7 +14,7 @@ use crate::ledger::StoreError;
 pub enum ReportError {
     #[error("format `{0}` is not one of table, csv, json, html")]
     Format(String),
-    #[error("group-by `{0}` is not one of task, backend, key, team")]
+    #[error("group-by `{0}` is not one of task, backend, key, team, priority")]
     GroupKey(String),
     #[error("group-by names `{0}` twice")]
     GroupKeyTwice(String),

@@ -22,6 +22,8 @@ pub(crate) struct Fine {
     pub key: String,
     /// The issued key's team, or [`NONE`].
     pub team: String,
+    /// The request's priority, or [`NONE`] (rows from before it was kept).
+    pub priority: String,
 }
 
 impl Fine {
@@ -33,6 +35,7 @@ impl Fine {
             backend: if r.backend.is_empty() { NO_BACKEND.to_string() } else { r.backend.clone() },
             key: or_none(&r.client_key),
             team: or_none(&r.team),
+            priority: r.priority.map_or_else(|| NONE.to_string(), |p| p.as_str().to_string()),
         }
     }
 
@@ -43,6 +46,7 @@ impl Fine {
             GroupKey::Backend => &self.backend,
             GroupKey::Key => &self.key,
             GroupKey::Team => &self.team,
+            GroupKey::Priority => &self.priority,
         }
     }
 
@@ -63,6 +67,7 @@ mod tests {
             task: "chat".into(),
             client_key: key.map(str::to_string),
             team: team.map(str::to_string),
+            priority: None,
             affinity_hash: None,
             backend: backend.into(),
             model: String::new(),
@@ -101,5 +106,17 @@ mod tests {
             ["search", "chat", "pool"]
         );
         assert!(fine.pick(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_batch_line_groups_under_its_priority() {
+        let batch =
+            LedgerRecord { priority: Some(crate::config::Priority::Batch), ..row("pool", None, None) };
+        assert_eq!(Fine::of(&batch).pick(&[GroupKey::Task, GroupKey::Priority]), ["chat", "batch"]);
+        assert_eq!(
+            Fine::of(&row("pool", None, None)).get(GroupKey::Priority),
+            "-",
+            "rows from before it was kept"
+        );
     }
 }

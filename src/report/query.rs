@@ -16,6 +16,8 @@ pub enum GroupKey {
     Key,
     /// The issued key's team (a static key has none).
     Team,
+    /// The request's priority: `batch` is what batch jobs ran.
+    Priority,
 }
 
 impl GroupKey {
@@ -25,6 +27,7 @@ impl GroupKey {
             GroupKey::Backend => "backend",
             GroupKey::Key => "key",
             GroupKey::Team => "team",
+            GroupKey::Priority => "priority",
         }
     }
 }
@@ -72,7 +75,7 @@ pub struct ReportQuery {
     pub format: ReportFormat,
 }
 
-/// Parse `--group-by`: task, backend, key and team, comma-separated, in any order, each once.
+/// Parse `--group-by`: task, backend, key, team and priority, comma-separated, in any order, each once.
 pub(crate) fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
     let mut keys = Vec::new();
     for part in s.split(',').map(str::trim) {
@@ -81,6 +84,7 @@ pub(crate) fn parse_group_by(s: &str) -> Result<Vec<GroupKey>, ReportError> {
             "backend" => GroupKey::Backend,
             "key" => GroupKey::Key,
             "team" => GroupKey::Team,
+            "priority" => GroupKey::Priority,
             other => return Err(ReportError::GroupKey(other.to_string())),
         };
         if keys.contains(&key) {
@@ -187,12 +191,14 @@ mod tests {
         assert_eq!(q.unwrap().group_by, vec![GroupKey::Task, GroupKey::Key]);
         let err = |f, t, g| ReportQuery::parse(f, t, g, ReportFormat::Table, now()).unwrap_err().to_string();
         assert!(err(Some("now"), Some("-1h"), None).contains("must be before"));
-        assert!(err(None, None, Some("task,node")).contains("`node` is not one of task, backend, key, team"));
+        assert!(err(None, None, Some("task,node"))
+            .contains("`node` is not one of task, backend, key, team, priority"));
         assert!(err(None, None, Some("task,key,key")).contains("names `key` twice"));
         assert!(err(None, None, Some("team,,key")).contains("`` is not one of"));
         let q = |g| ReportQuery::parse(None, None, Some(g), ReportFormat::Table, now()).unwrap().group_by;
         assert_eq!(q("key,team"), [GroupKey::Key, GroupKey::Team]);
         assert_eq!(q("team"), [GroupKey::Team]);
+        assert_eq!(q("task,priority"), [GroupKey::Task, GroupKey::Priority]);
         assert_eq!(q(" backend , task "), [GroupKey::Backend, GroupKey::Task]);
         assert_eq!(q("team,task,key,backend").len(), 4);
         assert!(ReportFormat::parse("pdf").unwrap_err().to_string().contains("table, csv, json, html"));

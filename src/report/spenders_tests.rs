@@ -25,6 +25,7 @@ fn row(when: &str, key: &str, team: Option<&str>, backend: &str, cost: Option<&s
         task: "chat".into(),
         client_key: Some(key.into()),
         team: team.map(str::to_string),
+        priority: None,
         affinity_hash: None,
         backend: backend.into(),
         model: "m".into(),

@@ -29,6 +29,7 @@ fn record(i: usize) -> LedgerRecord {
         task: format!("task-{}", i % 3),
         client_key: i.is_multiple_of(2).then(|| "TEAM_A_KEY".to_string()),
         team: i.is_multiple_of(4).then(|| "search".to_string()),
+        priority: None,
         affinity_hash: i.is_multiple_of(3).then(|| format!("{i:016x}")),
         backend: if failed { String::new() } else { "fleet".into() },
         model: if failed { String::new() } else { "llama-3.1-8b".into() },

@@ -73,7 +73,8 @@ async fn wait_status(router: &Router, path: &str, field: &str, ended: &[&str]) -
 #[tokio::test]
 async fn an_openai_batch_runs_on_the_fleet_and_reports_each_line() {
     let node = sim(SimKind::Vllm, LLAMA, |_| {}).await;
-    let router = router(&config(&node.base_url()), &[]).await;
+    let ledger = common::temp_ledger_url();
+    let router = router(&format!("{}ledger: {{url: \"{ledger}\"}}\n", config(&node.base_url())), &[]).await;
     let mut lines: Vec<Value> = (0..6).map(|i| line(&format!("r{i}"), "chat")).collect();
     lines.push(line("lost", "no-such-task"));
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
@@ -131,6 +132,11 @@ async fn an_openai_batch_runs_on_the_fleet_and_reports_each_line() {
         "{metrics}"
     );
     assert_eq!(ended(&[("task", "no-such-task"), ("state", "errored")]), Some(1.0), "{metrics}");
+    // Each answered line is a ledger row at batch priority: what the report's batch spend reads.
+    common::wait_ledger_written(&router).await;
+    let rows = spillway::ledger::Store::open(&ledger).await.unwrap().query(0, i64::MAX).await.unwrap();
+    let batch = rows.iter().filter(|r| r.priority == Some(spillway::config::Priority::Batch)).count();
+    assert_eq!((rows.len(), batch), (6, 6), "{rows:#?}");
     let listed: Value = get(&router, "/v1/batches?limit=5").await.json().await.unwrap();
     assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
     assert_eq!(listed["has_more"], false);

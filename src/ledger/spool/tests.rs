@@ -15,6 +15,7 @@ pub(super) fn row(i: usize) -> LedgerRow {
         task: "t".into(),
         client_key: None,
         team: None,
+        priority: None,
         affinity_hash: None,
         backend: "pool".into(),
         model: "llama".into(),
