@@ -12,10 +12,12 @@ use serde_json::{json, Value};
 use super::job::LineState;
 use super::store::{self, Claimed, JobRow, LineEnd, Spill};
 use crate::adapter::batch_api::{BatchApi, LineResult, Polled};
+use crate::config::Priority;
 use crate::config::{BackendId, Config, TaskConfig};
 use crate::dispatch::Dispatcher;
-use crate::ledger::Store;
+use crate::ledger::{hosted_cost, LedgerRecord, Outcome, Store, Tokens};
 use crate::snapshot::Snapshot;
+use rust_decimal::Decimal;
 
 /// Most lines sent in one provider batch.
 const LINES_PER_SPILL: usize = 10_000;
@@ -103,10 +105,23 @@ pub async fn read_back(
             }
         };
         let by_id: HashMap<&str, &LineResult> = results.iter().map(|r| (r.custom_id.as_str(), r)).collect();
+        let owner = store::job(store, &spill.batch_id).await?.and_then(|j| j.owner);
+        let mut rows = Vec::new();
         for line in store::held(store, &spill.batch_id, &spill.claim).await? {
             let model = task_of(&snap.config, &line).map(|t| t.name.clone());
             let (state, status, body) = match by_id.get(line.custom_id.as_str()) {
                 Some(r) if r.status == 200 => {
+                    let view = &snap.backends[backend];
+                    let task = model.clone().unwrap_or_default();
+                    rows.push(ledger_row(
+                        &task,
+                        owner.clone(),
+                        &view.name,
+                        &view.model,
+                        view.price.as_ref(),
+                        &r.body,
+                        now,
+                    ));
                     let mut body = r.body.clone();
                     if let (Some(model), Some(fields)) = (model, body.as_object_mut()) {
                         fields.insert("model".into(), json!(model));
@@ -124,8 +139,58 @@ pub async fn read_back(
             let end = LineEnd { state, status_code: status, result: &result, backend: Some(&spill.backend) };
             store::finish(store, &spill.batch_id, line.idx, &spill.claim, end, now).await?;
         }
+        // The answers' cost at the provider's batch price, beside the rows of the lines that ran
+        // through the pipeline (idempotent on each row's id).
+        store.insert_batch(&rows).await.map_err(|e| sqlx::Error::Protocol(format!("ledger: {e}")))?;
         store::end_spill(store, &spill.id, now).await?;
         tracing::info!(batch = %spill.batch_id, provider_batch = %spill.id, results = results.len(), "a hosted batch's results read back");
     }
     Ok(())
+}
+
+/// What the providers' batch APIs charge against their standard prices (OpenAI's and
+/// Anthropic's batches are half price).
+const BATCH_PRICE: Decimal = Decimal::from_parts(5, 0, 0, false, 1);
+
+/// The ledger row of a line a provider's batch answered: its usage from the answer (OpenAI's or
+/// Anthropic's shape), priced at the batch price, at batch priority.
+fn ledger_row(
+    task: &str,
+    owner: Option<String>,
+    backend: &str,
+    model: &str,
+    price: Option<&crate::config::Price>,
+    body: &Value,
+    now: i64,
+) -> LedgerRecord {
+    let usage = &body["usage"];
+    let count =
+        |keys: &[&str]| keys.iter().find_map(|k| usage.pointer(k).and_then(Value::as_i64)).unwrap_or(0);
+    let input = count(&["/prompt_tokens", "/input_tokens"]);
+    let cached = count(&["/prompt_tokens_details/cached_tokens", "/cache_read_input_tokens"]);
+    let output = count(&["/completion_tokens", "/output_tokens"]);
+    let tokens =
+        Tokens { input: input as u64, cached_input: cached as u64, cache_write: 0, output: output as u64 };
+    LedgerRecord {
+        id: crate::ledger::new_record_id(),
+        at_ms: now,
+        task: task.to_string(),
+        client_key: owner,
+        team: None,
+        priority: Some(Priority::Batch),
+        affinity_hash: None,
+        backend: backend.to_string(),
+        model: model.to_string(),
+        node: String::new(),
+        attempts: 1,
+        outcome: Outcome::Completed,
+        error_class: None,
+        input_tokens: input,
+        cached_input_tokens: cached,
+        cache_write_tokens: 0,
+        output_tokens: output,
+        ttft_ms: None,
+        duration_ms: 0,
+        cost_usd: price.map(|p| hosted_cost(p, &tokens) * BATCH_PRICE),
+    }
 }

@@ -304,14 +304,16 @@ async fn a_job_too_big_for_its_window_on_the_fleet_goes_to_the_hosted_batch_api(
     // One slow line at a time on the fleet: 30 lines would take far longer than the window.
     let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 200).await;
     let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| a.batch_delay_ms = 100).await;
+    let ledger = common::temp_ledger_url();
     let yaml = format!(
         r#"
 backends:
   - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
-  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6, price: {{input_per_mtok: 2, output_per_mtok: 8}}}}
 tasks:
   - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
 batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
+ledger: {{url: "{ledger}"}}
 "#,
         node.base_url(),
         openai.base_url()
@@ -345,4 +347,17 @@ batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
         output.iter().all(|l| l["response"]["body"]["model"] == "chat"),
         "the client's model, wherever it ran"
     );
+
+    // The provider's answers are in the ledger at batch priority, at half the list price.
+    common::wait_ledger_written(&router).await;
+    let rows = spillway::ledger::Store::open(&ledger).await.unwrap().query(0, i64::MAX).await.unwrap();
+    let hosted: Vec<_> = rows.iter().filter(|r| r.backend == "hosted").collect();
+    assert_eq!(hosted.len() as i64, spilled, "{rows:#?}");
+    for r in hosted {
+        assert_eq!(r.priority, Some(spillway::config::Priority::Batch));
+        assert!(r.input_tokens > 0 && r.output_tokens > 0, "usage read from the provider's answer: {r:?}");
+        let list = rust_decimal::Decimal::from(r.input_tokens * 2 + r.output_tokens * 8)
+            / rust_decimal::Decimal::from(1_000_000);
+        assert_eq!(r.cost_usd, Some(list / rust_decimal::Decimal::from(2)), "{r:?}");
+    }
 }
