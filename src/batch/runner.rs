@@ -7,6 +7,7 @@
 //! expired (its window passed: what had not run is reported expired) or cancelled.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,9 +62,14 @@ pub struct Runner {
     /// This replica's name in its claims.
     pub me: String,
     metrics: BatchMetrics,
+    /// When the providers' batches were last read (unix ms).
+    read_back_at: AtomicI64,
     /// Batch lines this replica has in flight, by pool (`None`: a task with no pool).
     in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
 }
+
+/// How often the providers' batches are read back.
+const READ_BACK_EVERY_MS: i64 = 2_000;
 
 /// The span (seconds) over which a job's recent rate is measured.
 const RATE_WINDOW_S: f64 = 30.0;
@@ -80,7 +86,16 @@ impl Runner {
         metrics: BatchMetrics,
     ) -> Runner {
         let me = format!("replica-{:016x}", rand::random::<u64>());
-        Runner { store, snapshot, caller, dispatcher, me, metrics, in_flight: Arc::default() }
+        Runner {
+            store,
+            snapshot,
+            caller,
+            dispatcher,
+            me,
+            metrics,
+            read_back_at: AtomicI64::new(0),
+            in_flight: Arc::default(),
+        }
     }
 
     /// Run until the task is dropped (the control loops' token).
@@ -99,7 +114,11 @@ impl Runner {
     pub async fn tick(self: &Arc<Self>) -> Result<(), sqlx::Error> {
         let now = now_ms();
         let snap = self.snapshot.load_full();
-        spill::read_back(&self.store, &snap, &self.dispatcher, now).await?;
+        // The providers are asked about their batches every few seconds, not every tick.
+        if now - self.read_back_at.load(Ordering::Relaxed) >= READ_BACK_EVERY_MS {
+            self.read_back_at.store(now, Ordering::Relaxed);
+            spill::read_back(&self.store, &snap, &self.dispatcher, now).await?;
+        }
         let (mut queued, mut running) = (0, 0);
         for job in store::active_jobs(&self.store).await? {
             let counts = store::counts(&self.store, &job.id).await?;
