@@ -3,7 +3,8 @@
 //! whose provider runs batches of the job's endpoint (OpenAI for the OpenAI endpoints,
 //! Anthropic for Messages). The lines are claimed under the provider batch's own claim until
 //! its results are read back (by any replica: the claim is in the store), and each is written
-//! with the provider's answer, its `model` the task the client named.
+//! with the provider's answer, its `model` the task the client named, scrubbed of every secret
+//! (a provider may echo a key), and ledgered at the batch price.
 
 use std::collections::HashMap;
 
@@ -135,7 +136,8 @@ pub async fn read_back(
                     (LineState::Errored, Some(500), json!({"error": {"message": why, "type": "api_error"}}))
                 }
             };
-            let result = body.to_string();
+            // The provider's words reach the client: never a key it echoed.
+            let result = dispatcher.scrub(&body.to_string());
             let end = LineEnd { state, status_code: status, result: &result, backend: Some(&spill.backend) };
             store::finish(store, &spill.batch_id, line.idx, &spill.claim, end, now).await?;
         }

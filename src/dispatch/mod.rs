@@ -195,6 +195,12 @@ impl Dispatcher {
         .with_variant(variant::for_backend(task, &view.name, view.kind))
     }
 
+    /// `text` (an upstream's words) with every secret dispatch knows, and anything shaped like a
+    /// provider key, replaced: for what reaches a client by a way other than dispatch.
+    pub fn scrub(&self, text: &str) -> String {
+        self.redactor.load().scrub(text).into_owned()
+    }
+
     /// The batch API of hosted backend `backend`, through the hosted client and with its key.
     pub fn batch_api(&self, snap: &Snapshot, backend: BackendId) -> crate::adapter::batch_api::BatchApi {
         let view = &snap.backends[backend];
