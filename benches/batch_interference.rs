@@ -38,16 +38,12 @@ async fn start_batch(router: &str, n: usize) -> String {
             .to_string()
         })
         .collect();
-    let boundary = "bench-boundary";
-    let body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{boundary}\r\n\
-         Content-Disposition: form-data; name=\"file\"; filename=\"nightly.jsonl\"\r\n\r\n{}\r\n--{boundary}--\r\n",
-        lines.join("\n")
-    );
+    let (content_type, body) =
+        spillway::adapter::batch_api::file_form("batch", "nightly.jsonl", &lines.join("\n"));
     let client = reqwest::Client::new();
     let file: Value = client
         .post(format!("{router}/v1/files"))
-        .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+        .header("content-type", content_type)
         .body(body)
         .send()
         .await

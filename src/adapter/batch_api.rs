@@ -107,16 +107,10 @@ impl BatchApi {
                         json!({"custom_id": id, "method": "POST", "url": endpoint, "body": body}).to_string()
                     })
                     .collect();
-                let boundary = format!("spillway{:016x}", rand::random::<u64>());
-                let form = format!(
-                    "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{boundary}\r\n\
-                     Content-Disposition: form-data; name=\"file\"; filename=\"spillway.jsonl\"\r\n\
-                     Content-Type: application/jsonl\r\n\r\n{}\r\n--{boundary}--\r\n",
-                    jsonl.join("\n")
-                );
+                let (content_type, form) = file_form("batch", "spillway.jsonl", &jsonl.join("\n"));
                 let upload = self
                     .request(reqwest::Method::POST, &self.url("/files"))
-                    .header(CONTENT_TYPE, format!("multipart/form-data; boundary={boundary}"))
+                    .header(CONTENT_TYPE, content_type)
                     .body(form);
                 let file = self.json("uploading the batch file", upload).await?;
                 let file_id = file["id"].as_str().ok_or("uploading the batch file: no file id")?;
@@ -177,6 +171,18 @@ impl BatchApi {
             }
         }
     }
+}
+
+/// A Files API upload of `text` as `filename` for `purpose`, as the SDKs send it: its
+/// `content-type` (multipart/form-data with its boundary) and body.
+pub fn file_form(purpose: &str, filename: &str, text: &str) -> (String, String) {
+    let boundary = format!("spillway{:016x}", rand::random::<u64>());
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n--{boundary}\r\n\
+         Content-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n\
+         Content-Type: application/jsonl\r\n\r\n{text}\r\n--{boundary}--\r\n"
+    );
+    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 /// An OpenAI output or error line.

@@ -45,15 +45,10 @@ fn slow_node() -> (Child, String) {
 
 /// Upload `text` as a batch input file and create a chat job from it: the job's id.
 async fn create_job(client: &reqwest::Client, url: &str, text: &str) -> String {
-    let boundary = "spillway-test-boundary";
-    let body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n\
-         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\
-         Content-Type: application/jsonl\r\n\r\n{text}\r\n--{boundary}--\r\n"
-    );
+    let (content_type, body) = spillway::adapter::batch_api::file_form("batch", "in.jsonl", text);
     let file: Value = client
         .post(format!("{url}/v1/files"))
-        .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+        .header("content-type", content_type)
         .body(body)
         .send()
         .await

@@ -34,15 +34,10 @@ fn line(id: &str, model: &str) -> Value {
 
 /// `POST /v1/files` with `text` as the file, the way the SDKs send it.
 async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response {
-    let boundary = "spillway-test-boundary";
-    let body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n\
-         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\
-         Content-Type: application/jsonl\r\n\r\n{text}\r\n--{boundary}--\r\n"
-    );
+    let (content_type, body) = spillway::adapter::batch_api::file_form(purpose, "in.jsonl", text);
     reqwest::Client::new()
         .post(format!("{}/v1/files", router.url))
-        .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+        .header("content-type", content_type)
         .body(body)
         .send()
         .await

@@ -19,20 +19,7 @@ const LIMIT: usize = 100;
 const LIMIT_MAX: usize = 1_000;
 
 fn parse_limit(params: &HashMap<String, String>) -> Result<usize, ApiError> {
-    if let Some(unknown) = params.keys().find(|k| k.as_str() != "limit") {
-        return Err(
-            ApiError::bad_request(format!("unknown parameter `{unknown}`; expected limit")).param(unknown)
-        );
-    }
-    match params.get("limit") {
-        None => Ok(LIMIT),
-        Some(text) => {
-            text.trim().parse::<usize>().ok().filter(|n| (1..=LIMIT_MAX).contains(n)).ok_or_else(|| {
-                ApiError::bad_request(format!("limit `{text}` must be a whole number from 1 to {LIMIT_MAX}"))
-                    .param("limit")
-            })
-        }
-    }
+    super::count_param(params, "limit", LIMIT, LIMIT_MAX)
 }
 
 pub async fn list(

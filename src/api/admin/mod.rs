@@ -47,6 +47,28 @@ pub(crate) fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, Ap
     Ok(Operator(who.to_string()))
 }
 
+/// A route's one query parameter `name`, a count from 1 to `max` (`default` when absent); any
+/// other parameter, or a count out of range, is refused naming it.
+pub(crate) fn count_param(
+    params: &std::collections::HashMap<String, String>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    if let Some(unknown) = params.keys().find(|k| k.as_str() != name) {
+        return Err(
+            ApiError::bad_request(format!("unknown parameter `{unknown}`; expected {name}")).param(unknown)
+        );
+    }
+    match params.get(name) {
+        None => Ok(default),
+        Some(text) => text.trim().parse::<usize>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+            ApiError::bad_request(format!("{name} `{text}` must be a whole number from 1 to {max}"))
+                .param(name)
+        }),
+    }
+}
+
 /// Every admin route.
 pub fn routes() -> Router<AppState> {
     Router::new()

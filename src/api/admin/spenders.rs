@@ -33,20 +33,7 @@ pub(crate) async fn top_spenders(
 }
 
 fn parse_top(params: &HashMap<String, String>) -> Result<usize, ApiError> {
-    if let Some(unknown) = params.keys().find(|k| k.as_str() != "top") {
-        return Err(
-            ApiError::bad_request(format!("unknown parameter `{unknown}`; expected top")).param(unknown)
-        );
-    }
-    match params.get("top") {
-        None => Ok(TOP),
-        Some(text) => {
-            text.trim().parse::<usize>().ok().filter(|n| (1..=TOP_MAX).contains(n)).ok_or_else(|| {
-                ApiError::bad_request(format!("top `{text}` must be a whole number from 1 to {TOP_MAX}"))
-                    .param("top")
-            })
-        }
-    }
+    super::count_param(params, "top", TOP, TOP_MAX)
 }
 
 async fn inner(

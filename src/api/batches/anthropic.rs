@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::openai::{owned_job, page_limit, start_cancelling};
+use super::jobs::{self, Shown};
 use super::{caller, new_id, now_ms, store_error, AppState};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::messages::error_response;
@@ -84,17 +84,15 @@ pub(super) async fn create(
     respond(created.await)
 }
 
+/// How Anthropic shows a job.
+const SHOWN: Shown = Shown { dialect: Dialect::Anthropic, object, after: "after_id" };
+
 pub(super) async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let shown = async {
-        let who = caller(&state, &headers)?;
-        let (job, counts) = owned_job(&who, Dialect::Anthropic, &id).await?;
-        Ok(Json(object(&job, &counts)))
-    };
-    respond(shown.await)
+    respond(jobs::show(&state, &headers, &id, &SHOWN).await.map(Json))
 }
 
 pub(super) async fn cancel(
@@ -102,14 +100,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let cancelled = async {
-        let who = caller(&state, &headers)?;
-        let (job, _) = owned_job(&who, Dialect::Anthropic, &id).await?;
-        start_cancelling(&who, &job).await?;
-        let (job, counts) = owned_job(&who, Dialect::Anthropic, &id).await?;
-        Ok(Json(object(&job, &counts)))
-    };
-    respond(cancelled.await)
+    respond(jobs::cancel(&state, &headers, &id, &SHOWN).await.map(Json))
 }
 
 pub(super) async fn list(
@@ -117,22 +108,7 @@ pub(super) async fn list(
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let listed = async {
-        let who = caller(&state, &headers)?;
-        let limit = page_limit(&params)?;
-        let after = params.get("after_id").map(String::as_str);
-        let jobs = store::jobs(who.store, Dialect::Anthropic, after, limit + 1).await.map_err(store_error)?;
-        let more = jobs.len() as i64 > limit;
-        let mut data = Vec::new();
-        for job in jobs.into_iter().take(limit as usize).filter(|j| who.owns(&j.owner)) {
-            let counts = store::counts(who.store, &job.id).await.map_err(store_error)?;
-            data.push(object(&job, &counts));
-        }
-        let first = data.first().map(|o| o["id"].clone());
-        let last = data.last().map(|o| o["id"].clone());
-        Ok(Json(json!({"data": data, "has_more": more, "first_id": first, "last_id": last})))
-    };
-    respond(listed.await)
+    respond(jobs::page(&state, &headers, &params, &SHOWN).await.map(Json))
 }
 
 /// `GET …/{id}/results`: once the batch has ended, one line per request in order.
@@ -143,7 +119,7 @@ pub(super) async fn results(
 ) -> Response {
     let text = async {
         let who = caller(&state, &headers)?;
-        let (job, _) = owned_job(&who, Dialect::Anthropic, &id).await?;
+        let (job, _) = jobs::owned(&who, Dialect::Anthropic, &id).await?;
         if !job.status.ended() {
             let why = format!("batch `{id}` is still processing; its results are ready when it has ended");
             return Err(ApiError::new(ErrorCode::NotFound, why));

@@ -6,6 +6,7 @@
 
 mod anthropic;
 mod files;
+mod jobs;
 mod openai;
 
 use axum::http::HeaderMap;

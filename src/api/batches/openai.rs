@@ -12,7 +12,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{caller, files, new_id, not_found, now_ms, store_error, AppState, Caller};
+use super::jobs::{self, Shown};
+use super::{caller, files, new_id, now_ms, store_error, AppState};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::batch::job::{Counts, Dialect, Status};
 use crate::batch::lines::{self, ENDPOINTS};
@@ -154,33 +155,15 @@ async fn inner_create(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Res
     Ok(Json(object(&job, &counts)))
 }
 
-/// The caller's job `id` of `dialect`, with its counts.
-pub(super) async fn owned_job(
-    who: &Caller<'_>,
-    dialect: Dialect,
-    id: &str,
-) -> Result<(JobRow, Counts), ApiError> {
-    let job = store::job(who.store, id).await.map_err(store_error)?;
-    match job {
-        Some(job) if job.dialect == dialect && who.owns(&job.owner) => {
-            let counts = store::counts(who.store, id).await.map_err(store_error)?;
-            Ok((job, counts))
-        }
-        _ => Err(not_found("batch", id)),
-    }
-}
+/// How OpenAI shows a job.
+const SHOWN: Shown = Shown { dialect: Dialect::OpenAi, object, after: "after" };
 
 pub(super) async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let shown = async {
-        let who = caller(&state, &headers)?;
-        let (job, counts) = owned_job(&who, Dialect::OpenAi, &id).await?;
-        Ok(Json(object(&job, &counts)))
-    };
-    respond(shown.await)
+    respond(jobs::show(&state, &headers, &id, &SHOWN).await.map(Json))
 }
 
 pub(super) async fn cancel(
@@ -188,26 +171,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let cancelled = async {
-        let who = caller(&state, &headers)?;
-        let (job, _) = owned_job(&who, Dialect::OpenAi, &id).await?;
-        start_cancelling(&who, &job).await?;
-        tracing::info!(batch = %job.id, "batch cancelling");
-        let (job, counts) = owned_job(&who, Dialect::OpenAi, &id).await?;
-        Ok(Json(object(&job, &counts)))
-    };
-    respond(cancelled.await)
-}
-
-/// Move a job that has not ended to `cancelling` (the runner cancels its queued lines).
-pub(super) async fn start_cancelling(who: &Caller<'_>, job: &JobRow) -> Result<(), ApiError> {
-    if job.status.ended() {
-        let why = format!("batch `{}` has already ended ({})", job.id, job.status.as_str());
-        return Err(ApiError::new(ErrorCode::InvalidRequest, why));
-    }
-    let from = [Status::Validating, Status::InProgress, Status::Finalizing];
-    store::set_status(who.store, &job.id, &from, Status::Cancelling, now_ms()).await.map_err(store_error)?;
-    Ok(())
+    respond(jobs::cancel(&state, &headers, &id, &SHOWN).await.map(Json))
 }
 
 pub(super) async fn list(
@@ -215,34 +179,11 @@ pub(super) async fn list(
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let listed = async {
-        let who = caller(&state, &headers)?;
-        let limit = page_limit(&params)?;
-        let after = params.get("after").map(String::as_str);
-        let jobs = store::jobs(who.store, Dialect::OpenAi, after, limit + 1).await.map_err(store_error)?;
-        let more = jobs.len() as i64 > limit;
-        let mut data = Vec::new();
-        for job in jobs.into_iter().take(limit as usize).filter(|j| who.owns(&j.owner)) {
-            let counts = store::counts(who.store, &job.id).await.map_err(store_error)?;
-            data.push(object(&job, &counts));
-        }
-        let first = data.first().map(|o| o["id"].clone());
-        let last = data.last().map(|o| o["id"].clone());
-        Ok(Json(
-            json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": more}),
-        ))
-    };
-    respond(listed.await)
-}
-
-/// `limit`: 1 to 100, default 20.
-pub(super) fn page_limit(params: &HashMap<String, String>) -> Result<i64, ApiError> {
-    match params.get("limit") {
-        None => Ok(20),
-        Some(text) => text.parse::<i64>().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| {
-            ApiError::new(ErrorCode::InvalidValue, format!("limit `{text}` must be 1 to 100")).param("limit")
-        }),
-    }
+    let page = jobs::page(&state, &headers, &params, &SHOWN).await.map(|mut page| {
+        page["object"] = json!("list");
+        Json(page)
+    });
+    respond(page)
 }
 
 #[cfg(test)]

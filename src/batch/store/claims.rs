@@ -2,6 +2,7 @@
 //! with an expiry), ended with their result in one statement by the claim's holder, handed back
 //! when there was no room, and read back in input order for the output.
 
+use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::Result;
@@ -52,7 +53,7 @@ pub async fn claim(
     now_ms: i64,
     until_ms: i64,
 ) -> Result<Vec<Claimed>> {
-    let candidates = sqlx::query(
+    let rows = sqlx::query(
         "SELECT idx, custom_id, request FROM batch_lines WHERE batch_id = $1 \
          AND (state = 'queued' OR (state = 'running' AND claim_until_ms < $2)) ORDER BY idx LIMIT $3",
     )
@@ -61,9 +62,22 @@ pub async fn claim(
     .bind(n as i64)
     .fetch_all(store.pool())
     .await?;
+    let candidates = rows.iter().map(claimed_of).collect::<Result<Vec<_>>>()?;
+    take(store, id, candidates, me, until_ms, now_ms).await
+}
+
+/// Take each of `lines` for `me` until `until_ms` if it is still queued, or running under a
+/// claim that lapsed before `lapsed_before`: a conditional update, so one replica gets each.
+async fn take(
+    store: &Store,
+    id: &str,
+    lines: Vec<Claimed>,
+    me: &str,
+    until_ms: i64,
+    lapsed_before: i64,
+) -> Result<Vec<Claimed>> {
     let mut claimed = Vec::new();
-    for row in candidates {
-        let idx: i64 = row.try_get("idx")?;
+    for line in lines {
         let taken = sqlx::query(
             "UPDATE batch_lines SET state = 'running', claimed_by = $1, claim_until_ms = $2 \
              WHERE batch_id = $3 AND idx = $4 AND (state = 'queued' OR (state = 'running' AND claim_until_ms < $5))",
@@ -71,19 +85,19 @@ pub async fn claim(
         .bind(me.to_string())
         .bind(until_ms)
         .bind(id.to_string())
-        .bind(idx)
-        .bind(now_ms)
+        .bind(line.idx)
+        .bind(lapsed_before)
         .execute(store.pool())
         .await?;
         if taken.rows_affected() == 1 {
-            claimed.push(Claimed {
-                idx,
-                custom_id: row.try_get("custom_id")?,
-                request: row.try_get("request")?,
-            });
+            claimed.push(line);
         }
     }
     Ok(claimed)
+}
+
+fn claimed_of(r: &AnyRow) -> Result<Claimed> {
+    Ok(Claimed { idx: r.try_get("idx")?, custom_id: r.try_get("custom_id")?, request: r.try_get("request")? })
 }
 
 /// How a line ended: its state, its answer's status and body, and who served it.
@@ -185,15 +199,7 @@ pub async fn queued(store: &Store, id: &str, n: usize) -> Result<Vec<Claimed>> {
     .bind(n as i64)
     .fetch_all(store.pool())
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Claimed {
-                idx: r.try_get("idx")?,
-                custom_id: r.try_get("custom_id")?,
-                request: r.try_get("request")?,
-            })
-        })
-        .collect()
+    rows.iter().map(claimed_of).collect()
 }
 
 /// Claim these queued lines for `me` until `until_ms`: those it got.
@@ -204,23 +210,7 @@ pub async fn claim_these(
     me: &str,
     until_ms: i64,
 ) -> Result<Vec<Claimed>> {
-    let mut claimed = Vec::new();
-    for line in lines {
-        let taken = sqlx::query(
-            "UPDATE batch_lines SET state = 'running', claimed_by = $1, claim_until_ms = $2 \
-             WHERE batch_id = $3 AND idx = $4 AND state = 'queued'",
-        )
-        .bind(me.to_string())
-        .bind(until_ms)
-        .bind(id.to_string())
-        .bind(line.idx)
-        .execute(store.pool())
-        .await?;
-        if taken.rows_affected() == 1 {
-            claimed.push(line);
-        }
-    }
-    Ok(claimed)
+    take(store, id, lines, me, until_ms, i64::MIN).await
 }
 
 /// The lines `me` holds of a job.
@@ -233,15 +223,7 @@ pub async fn held(store: &Store, id: &str, me: &str) -> Result<Vec<Claimed>> {
     .bind(me.to_string())
     .fetch_all(store.pool())
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Claimed {
-                idx: r.try_get("idx")?,
-                custom_id: r.try_get("custom_id")?,
-                request: r.try_get("request")?,
-            })
-        })
-        .collect()
+    rows.iter().map(claimed_of).collect()
 }
 
 /// How many of a job's lines have ended since `since_ms`.
