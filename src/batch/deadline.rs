@@ -6,6 +6,9 @@
 
 use serde::Serialize;
 
+/// The span (seconds) over which a job's recent rate is measured.
+pub const RATE_WINDOW_S: f64 = 30.0;
+
 /// What the estimate reads.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Progress {

@@ -15,17 +15,16 @@ use arc_swap::ArcSwap;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use super::admission::{self, NodeRoom};
-use super::deadline::{self, Progress, Route};
+use super::admission;
+use super::deadline::{self, Progress, Route, RATE_WINDOW_S};
 use super::job::{self, Counts, LineState, Status, Step};
 use super::spill;
 use super::store::{self, Claimed, JobRow, LineEnd};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
-use crate::fleet::headroom;
 use crate::ledger::Store;
 use crate::metrics::BatchMetrics;
-use crate::snapshot::{BackendView, BreakerView, Snapshot};
+use crate::snapshot::Snapshot;
 
 /// One line to run through the front door.
 #[derive(Debug, Clone)]
@@ -70,12 +69,6 @@ pub struct Runner {
 
 /// How often the providers' batches are read back.
 const READ_BACK_EVERY_MS: i64 = 2_000;
-
-/// The span (seconds) over which a job's recent rate is measured.
-const RATE_WINDOW_S: f64 = 30.0;
-
-/// Lines in flight at once, over every task with no fleet pool (only hosted backends to run on).
-const HOSTED_IN_FLIGHT: u64 = 16;
 
 impl Runner {
     pub fn new(
@@ -221,16 +214,12 @@ impl Runner {
         let room = self.room(snap);
         let pools = snap.backends.iter().filter(|b| b.is_local());
         let concurrency: u64 = pools
-            .clone()
             .map(|b| {
                 let name = Some(b.name.clone());
                 in_flight.get(&name).copied().unwrap_or(0) + room.get(&name).copied().unwrap_or(0)
             })
             .sum();
-        let services: Vec<f64> =
-            pools.flat_map(|b| b.nodes.iter().map(|n| headroom::service_s(&n.signals))).collect();
-        let line_s =
-            if services.is_empty() { 0.0 } else { services.iter().sum::<f64>() / services.len() as f64 };
+        let line_s = admission::line_seconds(snap);
         let progress = Progress {
             remaining: counts.open(),
             observed_rate,
@@ -291,12 +280,17 @@ impl Runner {
                 let running = in_flight.get(&Some(b.name.clone())).copied().unwrap_or(0);
                 (
                     Some(b.name.clone()),
-                    admission::room(&node_rooms(b), cfg.occupancy_bar, cfg.max_per_node, running),
+                    admission::room(
+                        &admission::pool_rooms(b, tokio::time::Instant::now(), &|n| n.handle.load.view()),
+                        cfg.occupancy_bar,
+                        cfg.max_per_node,
+                        running,
+                    ),
                 )
             })
             .collect();
         let hosted = in_flight.get(&None).copied().unwrap_or(0);
-        room.insert(None, HOSTED_IN_FLIGHT.saturating_sub(hosted));
+        room.insert(None, admission::HOSTED_IN_FLIGHT.saturating_sub(hosted));
         room
     }
 
@@ -355,21 +349,6 @@ impl Runner {
 /// Whether the router turned a line away for want of room (it waits in the queue).
 fn no_room(status: u16) -> bool {
     matches!(status, 429 | 503 | 529)
-}
-
-/// Each fresh, usable node of a pool, for the admission rule.
-fn node_rooms(b: &BackendView) -> Vec<NodeRoom> {
-    let now = tokio::time::Instant::now();
-    b.nodes
-        .iter()
-        .filter(|n| n.held.is_none() && n.quarantine.is_none() && n.breaker != BreakerView::Open)
-        .filter(|n| headroom::fresh(&n.signals, &b.limits, now))
-        .map(|n| {
-            let slots = headroom::slots(&n.signals, &b.limits);
-            let held = n.handle.load.view().at_node(n.signals.running, n.signals.waiting);
-            NodeRoom { slots, reserved: (slots * b.limits.reserve.max(0.0) + 1e-9).floor(), held }
-        })
-        .collect()
 }
 
 /// The fleet pool a line's task runs on first (`None`: the task has none, or names no task).

@@ -154,6 +154,11 @@ pub async fn read_back(
 /// Anthropic's batches are half price).
 const BATCH_PRICE: Decimal = Decimal::from_parts(5, 0, 0, false, 1);
 
+/// What `tokens` cost at a provider's batch API whose standard price is `price`.
+pub fn batch_cost(price: &crate::config::Price, tokens: &Tokens) -> Decimal {
+    hosted_cost(price, tokens) * BATCH_PRICE
+}
+
 /// The ledger row of a line a provider's batch answered: its usage from the answer (OpenAI's or
 /// Anthropic's shape), priced at the batch price, at batch priority.
 fn ledger_row(
@@ -193,6 +198,6 @@ fn ledger_row(
         output_tokens: output,
         ttft_ms: None,
         duration_ms: 0,
-        cost_usd: price.map(|p| hosted_cost(p, &tokens) * BATCH_PRICE),
+        cost_usd: price.map(|p| batch_cost(p, &tokens)),
     }
 }

@@ -182,7 +182,7 @@ tasks:
         let (sources, _tx) = sources(DiscoveredNodes::new(), false);
         let first = rebuild(&sources, 2, Instant::now());
         let node = &first.backends[0].nodes[0];
-        let _in_flight = node.handle.load.start();
+        let _in_flight = node.handle.load.start(crate::config::Priority::Standard);
         let permit = node.handle.breaker.try_acquire(Instant::now()).unwrap();
         permit.failure(Instant::now());
 

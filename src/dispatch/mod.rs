@@ -274,7 +274,7 @@ impl Dispatcher {
                     reason: class.as_str(),
                 });
             }
-            let in_flight = node.handle.load.start();
+            let in_flight = node.handle.load.start(priority);
             let spill = if backend.is_local() { None } else { plan.spill_reason() };
             let traced_target = trace::Target {
                 backend: &backend.name,

@@ -36,6 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::canonical::NodeKey;
+use crate::config::Priority;
 
 /// One node's load as planning sees it: plain numbers, read before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,6 +76,8 @@ impl LoadView {
 #[derive(Debug, Default)]
 struct Counters {
     in_flight: AtomicU64,
+    /// Of `in_flight`, by priority (in `Priority::ALL` order).
+    by_priority: [AtomicU64; 3],
     sent: AtomicU64,
     /// The most in flight since the window's open interval began.
     peak: AtomicU64,
@@ -117,22 +120,34 @@ pub struct NodeCounters(Arc<Counters>);
 
 /// Held while a request is in flight on a node; dropping it ends the request.
 #[derive(Debug)]
-pub struct InFlight(Arc<Counters>);
+pub struct InFlight(Arc<Counters>, usize);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.by_priority[self.1].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
+fn priority_index(p: Priority) -> usize {
+    Priority::ALL.iter().position(|&q| q == p).unwrap_or(0)
+}
+
 impl NodeCounters {
-    /// A request is being sent to the node.
-    pub fn start(&self) -> InFlight {
+    /// A request of `priority` is being sent to the node.
+    pub fn start(&self, priority: Priority) -> InFlight {
         let c = &self.0;
         let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        let p = priority_index(priority);
+        c.by_priority[p].fetch_add(1, Ordering::Relaxed);
         c.peak.fetch_max(now, Ordering::Relaxed);
         c.sent.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(c))
+        InFlight(Arc::clone(c), p)
+    }
+
+    /// The router's requests in flight on the node now, of `priority`.
+    pub fn in_flight_of(&self, priority: Priority) -> u64 {
+        self.0.by_priority[priority_index(priority)].load(Ordering::Relaxed)
     }
 
     /// A good reading of the node landed at `now`, its gauges taken at `taken_at` and trailing
@@ -192,9 +207,9 @@ impl NodeLoad {
         nodes.entry(key.clone()).or_default().clone()
     }
 
-    /// A request is being sent to the node.
-    pub fn start(&self, key: &NodeKey) -> InFlight {
-        self.node(key).start()
+    /// A request of `priority` is being sent to the node.
+    pub fn start(&self, key: &NodeKey, priority: Priority) -> InFlight {
+        self.node(key).start(priority)
     }
 
     /// A good reading of the node landed (see [`NodeCounters::mark_scraped`]).

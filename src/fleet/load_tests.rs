@@ -20,7 +20,7 @@ fn sequential_requests_faster_than_the_scrape_interval_are_never_load_once_finis
     let t0 = Instant::now();
     let node = NodeCounters::default();
     scrape(&node, t0, 0.0, 1.0);
-    let mut running = node.start();
+    let mut running = node.start(Priority::Standard);
     for i in 1..=20 {
         if i == 5 {
             scrape(&node, t0, 1.0, 1.0);
@@ -33,7 +33,7 @@ fn sequential_requests_faster_than_the_scrape_interval_are_never_load_once_finis
         let v = node.view();
         assert_eq!(v.at_node(gauge_running, gauge_waiting), 0.0, "after request {i}: idle");
         assert_eq!(v.queued(gauge_waiting), 0.0);
-        running = node.start();
+        running = node.start(Priority::Standard);
     }
     let v = node.view();
     assert_eq!((v.sent, v.counted), (21, 1), "the reading held one of the router's own");
@@ -45,7 +45,7 @@ fn a_burst_inside_one_interval_counts_in_full_at_once_and_leaves_as_it_finishes(
     let node = NodeCounters::default();
     scrape(&node, t0, 0.0, 1.0);
     let idle = (Some(0.0), Some(0.0));
-    let mut burst: Vec<_> = (0..5).map(|_| node.start()).collect();
+    let mut burst: Vec<_> = (0..5).map(|_| node.start(Priority::Standard)).collect();
     let v = node.view();
     assert_eq!(v.at_node(idle.0, idle.1), 5.0, "the idle reading cannot hide the burst");
     assert_eq!(v.unseen, 5, "none of it is in the reading's KV cache either");
@@ -72,7 +72,7 @@ fn gauges_lagging_one_and_two_intervals_are_not_added_to_the_routers_own() {
     let t0 = Instant::now();
     let node = NodeCounters::default();
     scrape(&node, t0, 0.0, 2.0);
-    let four: Vec<_> = (0..4).map(|_| node.start()).collect();
+    let four: Vec<_> = (0..4).map(|_| node.start(Priority::Standard)).collect();
     scrape(&node, t0, 1.0, 2.0);
     assert_eq!(node.view().at_node(Some(0.0), Some(0.0)), 4.0, "reading lags: the router's count stands");
     drop(four);
@@ -93,7 +93,7 @@ fn gauges_lagging_one_and_two_intervals_are_not_added_to_the_routers_own() {
 fn a_node_restart_that_resets_its_gauges_leaves_only_what_is_in_flight() {
     let t0 = Instant::now();
     let node = NodeCounters::default();
-    let mine: Vec<_> = (0..2).map(|_| node.start()).collect();
+    let mine: Vec<_> = (0..2).map(|_| node.start(Priority::Standard)).collect();
     scrape(&node, t0, 0.0, 1.0);
     // Two of the router's and one other client's.
     assert_eq!(node.view().at_node(Some(3.0), Some(0.0)), 3.0);
@@ -103,7 +103,7 @@ fn a_node_restart_that_resets_its_gauges_leaves_only_what_is_in_flight() {
     assert_eq!(v.at_node(Some(3.0), Some(0.0)), 1.0, "before the new reading: the other client's");
     scrape(&node, t0, 1.0, 1.0);
     assert_eq!(node.view().at_node(Some(0.0), Some(0.0)), 0.0, "never below zero");
-    let _next = node.start();
+    let _next = node.start(Priority::Standard);
     scrape(&node, t0, 2.0, 1.0);
     let v = node.view();
     assert_eq!((v.at_node(Some(1.0), Some(0.0)), v.sent, v.freed), (1.0, 3, 2));
@@ -113,8 +113,8 @@ fn a_node_restart_that_resets_its_gauges_leaves_only_what_is_in_flight() {
 fn what_a_second_router_sends_shows_through_the_gauges() {
     let t0 = Instant::now();
     let (a, b) = (NodeCounters::default(), NodeCounters::default());
-    let b_steady: Vec<_> = (0..3).map(|_| b.start()).collect();
-    let a_one = a.start();
+    let b_steady: Vec<_> = (0..3).map(|_| b.start(Priority::Standard)).collect();
+    let a_one = a.start(Priority::Standard);
     scrape(&a, t0, 1.0, 1.0);
     scrape(&b, t0, 1.0, 1.0);
     // The node runs 4: three of B's, one of A's.
@@ -134,7 +134,7 @@ fn what_a_second_router_sends_shows_through_the_gauges() {
 fn a_node_without_a_running_gauge_is_the_routers_own_count() {
     let t0 = Instant::now();
     let node = NodeCounters::default();
-    let two: Vec<_> = (0..2).map(|_| node.start()).collect();
+    let two: Vec<_> = (0..2).map(|_| node.start(Priority::Standard)).collect();
     scrape(&node, t0, 1.0, 1.0);
     let v = node.view();
     assert_eq!(v.others(None, Some(1.0)), None, "others unknown, not zero");
@@ -151,7 +151,7 @@ fn a_late_reading_from_another_replica_is_judged_by_the_window_it_was_taken_in()
     let t0 = Instant::now();
     let node = NodeCounters::default();
     scrape(&node, t0, 0.0, 1.0);
-    let six: Vec<_> = (0..6).map(|_| node.start()).collect();
+    let six: Vec<_> = (0..6).map(|_| node.start(Priority::Standard)).collect();
     scrape(&node, t0, 1.0, 1.0);
     drop(six);
     for s in 2..=4 {
@@ -168,18 +168,31 @@ fn a_late_reading_from_another_replica_is_judged_by_the_window_it_was_taken_in()
 fn counters_are_shared_by_key_and_by_handle() {
     let load = NodeLoad::new();
     let n = NodeKey::from("n");
-    let a = load.start(&n);
-    let b = load.node(&n).start();
+    let a = load.start(&n, Priority::Standard);
+    let b = load.node(&n).start(Priority::Standard);
     assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 2, sent: 2, counted: 0, freed: 0 });
     let t0 = Instant::now();
     load.mark_scraped(&n, t0, t0, Duration::from_secs(1));
     assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 0, sent: 2, counted: 2, freed: 0 });
     drop(a);
-    let _c = load.start(&n);
+    let _c = load.start(&n, Priority::Standard);
     assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 1, sent: 3, counted: 2, freed: 1 });
     drop(b);
     assert_eq!(load.view("n").in_flight, 1);
     assert_eq!(load.view("other"), LoadView::default());
     assert!(load.node(&n).same(&load.node(&n)), "one node, one set of counters");
     assert_eq!(load.node(&n).view(), load.view("n"));
+}
+
+#[test]
+fn in_flight_is_counted_by_priority_until_each_request_ends() {
+    let node = NodeCounters::default();
+    let batch: Vec<_> = (0..3).map(|_| node.start(Priority::Batch)).collect();
+    let chat = node.start(Priority::Interactive);
+    let count = |p| node.in_flight_of(p);
+    assert_eq!((count(Priority::Interactive), count(Priority::Standard), count(Priority::Batch)), (1, 0, 3));
+    assert_eq!(node.view().in_flight, 4);
+    drop(chat);
+    drop(batch);
+    assert_eq!((count(Priority::Interactive), count(Priority::Batch), node.view().in_flight), (0, 0, 0));
 }

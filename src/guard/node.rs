@@ -100,7 +100,7 @@ mod tests {
         let board = NodeBoard::new(BreakerBoard::new(Default::default()), NodeLoad::new());
         let key = NodeKey::from("pool/m@http://a/v1");
         let first = board.handle(&key, Some(1));
-        let _in_flight = first.load.start();
+        let _in_flight = first.load.start(crate::config::Priority::Standard);
         let held = first.try_slot().unwrap();
         assert!(held.is_some());
 

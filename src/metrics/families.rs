@@ -18,6 +18,7 @@ label_set!(TaskPriority { task, priority });
 label_set!(Failover { task, from, to, reason });
 label_set!(BackendResult { backend, result });
 label_set!(Backend { backend });
+label_set!(BackendPriority { backend, priority });
 label_set!(BackendStatus { backend, status });
 label_set!(Node { backend, node });
 label_set!(Gpu { backend, node, gpu });
@@ -187,6 +188,7 @@ pub(crate) struct FleetFamilies {
     pub availability: Family<GaugeVec, Backend<'static>>,
     pub share: Family<GaugeVec, Backend<'static>>,
     pub weight: Family<GaugeVec, TaskBackend<'static>>,
+    pub occupancy: Family<GaugeVec, BackendPriority<'static>>,
     pub node_running: Family<GaugeVec, Node<'static>>,
     pub node_waiting: Family<GaugeVec, Node<'static>>,
     pub node_kv_usage: Family<GaugeVec, Node<'static>>,
@@ -220,6 +222,11 @@ impl FleetFamilies {
                 r,
                 "spillway_backend_weight",
                 "Share of an adaptive task's first choices each backend gets now.",
+            ),
+            occupancy: gauge(
+                r,
+                "spillway_pool_occupancy_ratio",
+                "Share of a local pool's sequence slots the router's own requests hold now, by priority (interactive, standard, batch).",
             ),
             node_running: gauge(r, "spillway_node_running", "Sequences a vLLM node runs (its last scrape)."),
             node_waiting: gauge(

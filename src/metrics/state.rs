@@ -6,10 +6,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use super::families::{Backend, Gpu, Node, TaskBackend, TaskPercentile, TaskSloWindow};
+use super::families::{Backend, BackendPriority, Gpu, Node, TaskBackend, TaskPercentile, TaskSloWindow};
 use super::slo::{burn_rate, WINDOWS};
 use super::Metrics;
-use crate::config::Strategy;
+use crate::config::{Priority, Strategy};
+use crate::fleet::headroom;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::snapshot::{BreakerView, Snapshot};
 
@@ -39,9 +40,18 @@ impl Metrics {
         f.node_held.reset();
         f.breaker.reset();
         f.weight.reset();
+        f.occupancy.reset();
         for b in &snap.backends {
             if b.is_local() {
                 f.share.get(Backend { backend: &b.name }).set(b.share);
+                let slots: f64 = b.nodes.iter().map(|n| headroom::slots(&n.signals, &b.limits)).sum();
+                for priority in Priority::ALL {
+                    let held: u64 = b.nodes.iter().map(|n| n.handle.load.in_flight_of(priority)).sum();
+                    let share = if slots > 0.0 { held as f64 / slots } else { 0.0 };
+                    f.occupancy
+                        .get(BackendPriority { backend: &b.name, priority: priority.as_str() })
+                        .set(share);
+                }
             } else {
                 f.availability.get(Backend { backend: &b.name }).set(b.availability);
             }

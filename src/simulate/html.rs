@@ -141,7 +141,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
         .iter()
         .enumerate()
         .map(|(c, s)| Series {
-            name: s.strategy.as_str().to_string(),
+            name: s.label(),
             points: points(r, s, |b| b.ttft_p95()),
             dashed: false,
             colour: c,
@@ -154,13 +154,13 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
         .iter()
         .enumerate()
         .map(|(c, s)| Series {
-            name: s.strategy.as_str().to_string(),
+            name: s.label(),
             points: points(r, s, |b| Some(b.errors as f64 / bucket_secs(s))),
             dashed: false,
             colour: c,
         })
         .chain(r.runs.iter().enumerate().filter(|(_, s)| s.broken_streams > 0).map(|(c, s)| Series {
-            name: format!("{}: broken after first token", s.strategy.as_str()),
+            name: format!("{}: broken after first token", s.label()),
             points: points(r, s, |b| Some(b.broken_streams as f64 / bucket_secs(s))),
             dashed: true,
             colour: c,
@@ -180,7 +180,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
                 colour: c,
             })
             .collect();
-        let title = format!("{}: requests served per second, by backend", s.strategy.as_str());
+        let title = format!("{}: requests served per second, by backend", s.label());
         out.push_str(&chart(&title, &load, x_max, None));
         let tracked: BTreeSet<&String> =
             s.buckets.iter().flat_map(|b| b.availability.keys().chain(b.weights.keys())).collect();
@@ -199,8 +199,7 @@ fn scenario_section(r: &ScenarioReport, out: &mut String) {
                 colour: c,
             });
         }
-        let title =
-            format!("{}: first-choice weight (solid) and PID availability (dashed)", s.strategy.as_str());
+        let title = format!("{}: first-choice weight (solid) and PID availability (dashed)", s.label());
         out.push_str(&chart(&title, &lines, x_max, None));
     }
 }

@@ -34,8 +34,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use report::ScenarioReport;
-pub use scenario::{load_file, parse, Planning, Scenario, StrategyName};
-pub use stats::{Stats, Summary};
+pub use scenario::{load_file, parse, Batching, Planning, Run, Scenario, StrategyName};
+pub use stats::{BatchSummary, Stats, Summary};
 pub use workload::{generate, Arrival, Arrivals};
 
 /// Output format of the comparison: a table or JSON, as for `spillway plan`.
@@ -63,12 +63,13 @@ pub struct SimulateArgs {
     pub quiet: bool,
 }
 
-/// Run one scenario: the same arrivals through every strategy it names, the strategies on
-/// up to one thread per core; `progress` hears each strategy's share done.
-pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(StrategyName, f64) + Sync)) -> ScenarioReport {
+/// Run one scenario: the same arrivals through every strategy it names (each once per place
+/// its batch jobs may go), the runs on up to one thread per core; `progress` hears each run's
+/// share done.
+pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(Run, f64) + Sync)) -> ScenarioReport {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let runs = parallel(&scenario.strategies, threads, |&strategy| {
-        engine::Engine::new(scenario, strategy).run(&mut |done| progress(strategy, done))
+    let runs = parallel(&scenario.runs(), threads, |&run| {
+        engine::Engine::new(scenario, run).run(&mut |done| progress(run, done))
     });
     let slo_ms =
         scenario.workload.first().and_then(|w| scenario.config.task(&w.task)).map_or(0, |t| t.slo.ttft_ms);
@@ -138,15 +139,15 @@ pub fn run(args: &SimulateArgs) -> Result<String, String> {
     let show = !args.quiet && std::io::stderr().is_terminal();
     let mut reports = Vec::new();
     for s in &scenarios {
-        let progress = |strategy: StrategyName, done: f64| {
+        let progress = |run: Run, done: f64| {
             if show {
-                eprint!("\r{:<28} {:<11} {:>3.0}%", s.name, strategy.as_str(), done * 100.0);
+                eprint!("\r{:<28} {:<20} {:>3.0}%", s.name, run.label(), done * 100.0);
             }
         };
         reports.push(simulate(s, &progress));
     }
     if show {
-        eprint!("\r{:<46}\r", "");
+        eprint!("\r{:<55}\r", "");
     }
     if let Some(path) = &args.out {
         std::fs::write(path, html::page(&reports))

@@ -94,6 +94,10 @@ pub struct Node {
     /// The gauges as they changed, (when, gauges), oldest first: those a scrape may still read
     /// through the model's `gauge_lag`, and the one before them.
     gauges: VecDeque<(Micros, Gauges)>,
+    /// Slot-microseconds its slots have been busy up to `busy_since`, and how many were then.
+    busy_us: u128,
+    busy_since: Micros,
+    busy_now: usize,
 }
 
 /// What the node's gauges say: running and waiting requests, KV use.
@@ -117,7 +121,21 @@ impl Node {
             prefix: HashMap::new(),
             counters: Counters::default(),
             gauges: VecDeque::from([(0, Gauges::default())]),
+            busy_us: 0,
+            busy_since: 0,
+            busy_now: 0,
         }
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Slot-seconds its slots were busy from the start of the run to `now` (at or after its
+    /// last change).
+    pub fn busy_slot_secs(&self, now: Micros) -> f64 {
+        let open = self.busy_now as u128 * u128::from(now.saturating_sub(self.busy_since));
+        (self.busy_us + open) as f64 / 1e6
     }
 
     /// The gauges now.
@@ -132,6 +150,8 @@ impl Node {
 
     /// Note the gauges after a change at `now`, forgetting what no scrape can read any more.
     fn note(&mut self, now: Micros) {
+        self.busy_us += self.busy_now as u128 * u128::from(now.saturating_sub(self.busy_since));
+        (self.busy_since, self.busy_now) = (now, self.running.len());
         let gauges = self.gauges_now();
         if self.gauges.back().is_some_and(|(_, last)| *last == gauges) {
             return;
@@ -325,7 +345,9 @@ mod tests {
         // Same project within the cache window: half the prompt is cached.
         assert_eq!(next[0].cached, 500);
         assert_eq!(next[0].first_token, 1_110_000 + 510_000);
+        assert!((n.busy_slot_secs(1_200_000) - 1.2).abs() < 1e-9, "its one slot busy all along");
         assert_eq!(n.fail(1_200_000), vec![(1, 1, false)]);
+        assert!((n.busy_slot_secs(5_000_000) - 1.2).abs() < 1e-9, "a dead node's slots are not busy");
     }
 
     #[test]

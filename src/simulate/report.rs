@@ -76,8 +76,9 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         if !r.description.is_empty() {
             out.push_str(&format!("  {}\n", r.description.trim()));
         }
+        let width = r.runs.iter().map(|s| s.label().len()).max().unwrap_or(8).max(11);
         out.push_str(&format!(
-            "  {:<11} {:>7} {:>9} {:>7} {:>6} {:>6} {:>10} {:>9} {:>6} {:>9} {:>6}\n",
+            "  {:<width$} {:>7} {:>9} {:>7} {:>6} {:>6} {:>10} {:>9} {:>6} {:>9} {:>6}\n",
             "strategy",
             "SLO",
             "p95 TTFT",
@@ -92,7 +93,7 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         ));
         for s in r.runs.iter().map(Stats::summary) {
             out.push_str(&format!(
-                "  {:<11} {:>6.1}% {:>6.0} ms {:>7} {:>6} {:>5.1}% {:>10} {:>9.2} {:>5.1}% {:>9.2} {:>6.2}\n",
+                "  {:<width$} {:>6.1}% {:>6.0} ms {:>7} {:>6} {:>5.1}% {:>10} {:>9.2} {:>5.1}% {:>9.2} {:>6.2}\n",
                 s.strategy,
                 s.slo_attainment * 100.0,
                 s.ttft_p95_ms,
@@ -106,6 +107,9 @@ pub fn table(reports: &[ScenarioReport]) -> String {
                 s.attempts_per_request,
             ));
         }
+        if r.runs.iter().any(|s| s.batch.is_some()) {
+            out.push_str(&batch_table(r, width));
+        }
         out.push('\n');
     }
     out.push_str(
@@ -114,5 +118,45 @@ pub fn table(reports: &[ScenarioReport]) -> String {
          local: share served by the fleet; cache: prompt tokens served from a prefix/prompt cache;\n\
          switch/ph: backend changes per project per hour; calls: upstream calls per request.\n",
     );
+    if reports.iter().any(|r| r.runs.iter().any(|s| s.batch.is_some())) {
+        out.push_str(
+            "Batch runs: /fleet runs batch jobs on the fleet's free slots first (the router's batch runner),\n\
+             /provider sends each whole job to a provider's batch API (batching off). idle GPU h: GPU hours\n\
+             × the share of sequence slots unused; batch $: the lines' hosted spend (batch price at a batch\n\
+             API, list price in realtime); done in: hours from submission to the job's last line; lines:\n\
+             answered by the fleet / a provider's batch API / hosted realtime, failed, expired.\n",
+        );
+    }
+    out
+}
+
+/// The fleet's hours and what became of the batch jobs, a row per run.
+fn batch_table(r: &ScenarioReport, width: usize) -> String {
+    let mut out = format!(
+        "  {:<width$} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9}  {}\n",
+        "batching", "GPU h", "idle GPU h", "fleet $", "hosted $", "batch $", "done in", "lines"
+    );
+    for s in r.runs.iter().map(Stats::summary) {
+        let Some(b) = &s.batch else { continue };
+        let done = match b.completion_hours.iter().copied().collect::<Option<Vec<f64>>>() {
+            Some(hours) => format!("{:.2} h", hours.into_iter().fold(0.0, f64::max)),
+            None => "not done".to_string(),
+        };
+        out.push_str(&format!(
+            "  {:<width$} {:>8.1} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>9}  {} / {} / {}, {} failed, {} expired\n",
+            s.strategy,
+            s.gpu_hours,
+            s.idle_gpu_hours,
+            s.fleet_cost_usd,
+            s.hosted_cost_usd,
+            b.cost_usd,
+            done,
+            b.fleet,
+            b.hosted_batch,
+            b.realtime,
+            b.failed,
+            b.expired,
+        ));
+    }
     out
 }

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::clock::Micros;
 use super::histogram::Histogram;
-use super::scenario::StrategyName;
+use super::scenario::{Batching, Run, StrategyName};
 use crate::config::Price;
 use crate::ledger::{hosted_cost, Tokens};
 
@@ -49,10 +49,56 @@ impl Bucket {
     }
 }
 
+/// What became of a run's batch jobs (their lines are not in the interactive figures).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchStats {
+    pub batching: Batching,
+    pub lines: u64,
+    /// Lines answered by the fleet, a provider's batch API and hosted realtime.
+    pub fleet: u64,
+    pub hosted_batch: u64,
+    pub realtime: u64,
+    /// Lines that ended in an error, and those still open when their window ended.
+    pub failed: u64,
+    pub expired: u64,
+    /// What the hosted lines cost: the batch price at a provider's batch API, list price in
+    /// realtime.
+    pub cost: Decimal,
+    /// Seconds from each job's submission to its end (`None`: it had not ended).
+    pub completion_s: Vec<Option<f64>>,
+}
+
+impl BatchStats {
+    pub fn new(batching: Batching, jobs: usize) -> BatchStats {
+        BatchStats {
+            batching,
+            lines: 0,
+            fleet: 0,
+            hosted_batch: 0,
+            realtime: 0,
+            failed: 0,
+            expired: 0,
+            cost: Decimal::ZERO,
+            completion_s: vec![None; jobs],
+        }
+    }
+}
+
+/// The fleet's GPU hours over the run's length, and how many its sequence slots stood empty.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FleetHours {
+    pub gpu_hours: f64,
+    pub idle_gpu_hours: f64,
+    /// The pools' `gpu_hourly_usd` over the run (reserved GPUs cost the same busy or idle).
+    pub cost: f64,
+}
+
 /// Everything counted during one run.
 #[derive(Debug, Clone)]
 pub struct Stats {
     pub strategy: StrategyName,
+    pub batch: Option<BatchStats>,
+    pub fleet: FleetHours,
     pub hours: f64,
     pub requests: u64,
     pub served: u64,
@@ -106,9 +152,11 @@ fn bump(counts: &mut BTreeMap<String, u64>, name: &str) {
 }
 
 impl Stats {
-    pub fn new(strategy: StrategyName, hours: f64, projects: usize, buckets: usize) -> Stats {
+    pub fn new(run: Run, jobs: usize, hours: f64, projects: usize, buckets: usize) -> Stats {
         Stats {
-            strategy,
+            strategy: run.strategy,
+            batch: run.batching.map(|b| BatchStats::new(b, jobs)),
+            fleet: FleetHours::default(),
             hours,
             requests: 0,
             served: 0,
@@ -129,6 +177,11 @@ impl Stats {
             last_backend: vec![None; projects],
             buckets: vec![Bucket::default(); buckets.max(1)],
         }
+    }
+
+    /// The run's name in reports.
+    pub fn label(&self) -> String {
+        Run { strategy: self.strategy, batching: self.batch.as_ref().map(|b| b.batching) }.label()
     }
 
     pub fn bucket(&mut self, i: usize) -> &mut Bucket {
@@ -197,8 +250,19 @@ impl Stats {
         let errors: u64 = self.errors.values().sum();
         let projects = self.last_backend.iter().filter(|b| b.is_some()).count().max(1) as f64;
         let n = self.requests.max(1) as f64;
+        let batch = self.batch.as_ref().map(|b| BatchSummary {
+            batching: b.batching,
+            lines: b.lines,
+            fleet: b.fleet,
+            hosted_batch: b.hosted_batch,
+            realtime: b.realtime,
+            failed: b.failed,
+            expired: b.expired,
+            cost_usd: b.cost.round_dp(2).to_f64().unwrap_or(0.0),
+            completion_hours: b.completion_s.iter().map(|s| s.map(|s| s / 3600.0)).collect(),
+        });
         Summary {
-            strategy: self.strategy.as_str().to_string(),
+            strategy: self.label(),
             requests: self.requests,
             slo_attainment: self.within_slo as f64 / n,
             errors,
@@ -213,8 +277,29 @@ impl Stats {
             switches_per_project_hour: self.switches as f64 / projects / self.hours.max(1e-9),
             attempts_per_request: self.attempts as f64 / n,
             served_by: self.served_by.clone(),
+            gpu_hours: self.fleet.gpu_hours,
+            idle_gpu_hours: self.fleet.idle_gpu_hours,
+            fleet_cost_usd: (self.fleet.cost * 100.0).round() / 100.0,
+            batch,
         }
     }
+}
+
+/// What became of the batch jobs, as printed and as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchSummary {
+    pub batching: Batching,
+    pub lines: u64,
+    pub fleet: u64,
+    pub hosted_batch: u64,
+    pub realtime: u64,
+    pub failed: u64,
+    pub expired: u64,
+    /// The batch lines' hosted spend: the batch price at a provider's batch API, list price in
+    /// realtime (the fleet's GPUs are paid for either way: `fleet_cost_usd`).
+    pub cost_usd: f64,
+    /// Hours from each job's submission to its end (`null`: it had not ended).
+    pub completion_hours: Vec<Option<f64>>,
 }
 
 /// The figures of one run, as printed and as JSON.
@@ -248,4 +333,13 @@ pub struct Summary {
     /// Upstream calls per request (1 = no failover).
     pub attempts_per_request: f64,
     pub served_by: BTreeMap<String, u64>,
+    /// The fleet's GPU hours over the run, and those its sequence slots stood empty (GPU hours ×
+    /// the share of slots unused).
+    pub gpu_hours: f64,
+    pub idle_gpu_hours: f64,
+    /// The pools' `gpu_hourly_usd` over the run.
+    pub fleet_cost_usd: f64,
+    /// Only in runs with batch jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSummary>,
 }

@@ -91,6 +91,25 @@ try {
   log(`claude's gate cell: ${gate}`);
   if (!gate.includes('summarize pass')) problems.push(`claude's gate cell says ${JSON.stringify(gate)}, not "summarize pass"`);
 
+  // The batch panel: every job /dashboard/data lists, with its plan's route, and every pool's
+  // occupancy by priority.
+  const data = await (await fetch(`${base}/dashboard/data`)).json();
+  const jobRows = await page.$$eval('#batch-jobs tr[data-batch]', (els) =>
+    els.map((e) => ({ id: e.dataset.batch, route: e.querySelector('[data-field="route"]').textContent })));
+  log(`batch rows: ${jobRows.map((j) => `${j.id} ${j.route}`).join(', ')}`);
+  for (const j of data.batch.jobs) {
+    const row = jobRows.find((r) => r.id === j.id);
+    const route = j.plan && j.plan.route ? j.plan.route.replace('_', ' ') : null;
+    if (!row) problems.push(`no batch row for job ${j.id}`);
+    else if (route && row.route !== route) problems.push(`job ${j.id} shows plan ${row.route}, not ${route}`);
+  }
+  if (data.batch.jobs.length === 0) problems.push('no batch job to show (the test submits one)');
+  for (const pool of Object.keys(data.batch.occupancy)) {
+    const cells = await page.$$eval(`#occupancy tr[data-pool="${pool}"] td[data-field]`, (els) => els.map((e) => e.textContent));
+    log(`occupancy of ${pool}: ${cells.join(' / ')}`);
+    if (cells.length !== 3 || !cells.every((c) => c.endsWith('%'))) problems.push(`occupancy row of ${pool}: ${JSON.stringify(cells)}`);
+  }
+
   // Top spenders: closed until the admin token is typed in, then every key and team of both
   // periods, as /admin/spenders lists them.
   if (adminToken) {
@@ -138,4 +157,4 @@ if (problems.length > 0) {
   console.error(`dashboard check FAILED:\n  ${problems.join('\n  ')}`);
   process.exit(1);
 }
-log('dashboard check passed: no console errors or warnings, every task shown, requests rising, spenders shown');
+log('dashboard check passed: no console errors or warnings, every task shown, requests rising, batch jobs and occupancy shown, spenders shown');

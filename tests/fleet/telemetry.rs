@@ -302,7 +302,7 @@ async fn fills_the_board_follows_load_and_reads_agents() {
     }
 
     // The router's own sends are credited until a scrape has seen them.
-    let held: Vec<_> = (0..3).map(|_| load.start(&ka)).collect();
+    let held: Vec<_> = (0..3).map(|_| load.start(&ka, spillway::config::Priority::Standard)).collect();
     assert_eq!(load.view(&ka).unseen, 3);
     wait_until(Duration::from_secs(2), "a scrape clears unseen", || ready(load.view(&ka).unseen == 0)).await;
     drop(held);

@@ -7,3 +7,4 @@ mod cli;
 mod config_schema;
 mod docs;
 mod simulate;
+mod simulate_batch;

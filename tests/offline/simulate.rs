@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use spillway::simulate::{self, Planning, Scenario, ScenarioReport, SimulateArgs, Stats, StrategyName};
 
-const SHIPPED: [&str; 7] = [
+const SHIPPED: [&str; 8] = [
     "steady",
     "ramp-150",
     "hosted-outage-40m",
@@ -14,6 +14,7 @@ const SHIPPED: [&str; 7] = [
     "fleet-node-loss",
     "hosted-slowdown",
     "flash-crowd",
+    "nightly-batch",
 ];
 
 fn path(name: &str) -> PathBuf {
@@ -55,10 +56,10 @@ fn every_shipped_scenario_loads_and_runs_short() {
     for name in SHIPPED {
         let s = simulate::shortened(load(name), Duration::from_secs(240));
         let r = run(&s);
-        assert_eq!(r.runs.len(), s.strategies.len(), "{name}");
+        assert_eq!(r.runs.len(), s.runs().len(), "{name}");
         for st in &r.runs {
-            assert!(st.requests > 100, "{name}/{}: {} requests", st.strategy.as_str(), st.requests);
-            assert!(st.served > 0, "{name}/{}", st.strategy.as_str());
+            assert!(st.requests > 100, "{name}/{}: {} requests", st.label(), st.requests);
+            assert!(st.served > 0, "{name}/{}", st.label());
         }
         let html = simulate::html_page(&[r]);
         assert!(html.contains("<svg") && !html.contains("http://cdn") && !html.contains("<script"));

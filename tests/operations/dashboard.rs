@@ -3,7 +3,8 @@
 //! Chromium driven from Node (`tests/browser/dashboard_check.mjs`, with `playwright-core`): no
 //! console errors or warnings, a card for every configured task (the idle one too), the request
 //! count rising, charts and tables drawn, and the top spenders (behind the admin token) showing
-//! both teams and their keys with no budget yet. The script leaves a full-page screenshot in `target/dashboard-screenshot.png`.
+//! both teams and their keys with no budget yet, and the batch panel listing a job with its
+//! plan beside each pool's occupancy by priority. The script leaves a full-page screenshot in `target/dashboard-screenshot.png`.
 //!
 //! Needs Node 20 + npm and Chromium (Debian package `chromium`, or `$CHROMIUM`); the npm
 //! dependencies are installed into `tests/browser/node_modules` with `npm ci` when missing.
@@ -175,6 +176,58 @@ tasks:
     assert_eq!(names.len(), 3, "issued keys are shown by name: {today}");
     let open = reqwest::get(format!("{}/admin/spenders", r.url)).await.unwrap();
     assert_eq!(open.status(), 401, "spend by key needs the admin token");
+
+    // A batch job beside the traffic: the panel lists it with the runner's plan, and each pool's
+    // occupancy by priority.
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            serde_json::json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "chat", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}})
+            .to_string()
+        })
+        .collect();
+    let (content_type, form) =
+        spillway::adapter::batch_api::file_form("batch", "in.jsonl", &lines.join("\n"));
+    let client = reqwest::Client::new();
+    let file: serde_json::Value = client
+        .post(format!("{}/v1/files", r.url))
+        .bearer_auth(&secrets[0])
+        .header("content-type", content_type)
+        .body(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let create = serde_json::json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let send = client.post(format!("{}/v1/batches", r.url)).bearer_auth(&secrets[0]).json(&create);
+    let job: serde_json::Value = send.send().await.unwrap().json().await.unwrap();
+    let id = job["id"].as_str().unwrap_or_else(|| panic!("a batch job: {job}")).to_string();
+    let batch =
+        wait_until(Duration::from_secs(20), "the batch job and its plan on the dashboard", || async {
+            let data = get_json(&r, "/dashboard/data").await;
+            let planned = data["batch"]["jobs"].as_array().is_some_and(|jobs| {
+                jobs.iter().any(|j| j["id"] == id.as_str() && j["plan"]["route"].is_string())
+            });
+            if planned {
+                Ok(data["batch"].clone())
+            } else {
+                Err(data["batch"].clone())
+            }
+        })
+        .await;
+    let shown = batch["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id.as_str()).unwrap();
+    assert_eq!(
+        (&shown["total"], &shown["endpoint"]),
+        (&20.into(), &"/v1/chat/completions".into()),
+        "{shown}"
+    );
+    assert!(shown.get("owner").is_none(), "the page never shows a job's owner: {shown}");
+    for priority in ["interactive", "standard", "batch"] {
+        assert!(batch["occupancy"]["pool"][priority].is_number(), "{priority} occupancy of pool: {batch}");
+    }
+    assert!(batch["occupancy"].get("claude").is_none(), "only pools have occupancy: {batch}");
 
     let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-screenshot.png");
     let _ = std::fs::remove_file(&screenshot);

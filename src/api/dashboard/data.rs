@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use prometheus_parse::{Labels, Scrape, Value as Sample};
 use serde_json::{json, Map, Value};
 
-use crate::config::Config;
+use crate::batch::job::Counts;
+use crate::batch::store::JobRow;
+use crate::config::{Config, Priority};
 
 /// The SLO windows the page shows, in the order it shows them.
 const WINDOWS: [&str; 4] = ["5m", "30m", "1h", "6h"];
@@ -80,8 +82,42 @@ fn to_json(m: &BTreeMap<String, f64>) -> Value {
     m.iter().map(|(k, v)| (k.clone(), num(*v))).collect::<Map<_, _>>().into()
 }
 
-/// The dashboard's data: tasks, nodes, backends and counters, from `exposition`.
-pub fn build(exposition: &str, config: &Config, now_ms: i64) -> Value {
+/// A batch job as the page lists it: never its owner, its metadata or its lines.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BatchJob {
+    pub id: String,
+    pub endpoint: String,
+    pub status: &'static str,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+    pub total: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub open: u64,
+    /// Where its queued lines go now and why (`deadline::Plan` as kept), `null` before a plan.
+    pub plan: Value,
+}
+
+impl BatchJob {
+    pub fn new(job: &JobRow, counts: &Counts) -> BatchJob {
+        BatchJob {
+            id: job.id.clone(),
+            endpoint: job.endpoint.clone(),
+            status: job.status.as_str(),
+            created_ms: job.created_ms,
+            expires_ms: job.expires_ms(),
+            total: counts.total(),
+            succeeded: counts.succeeded,
+            failed: counts.failed(),
+            open: counts.open(),
+            plan: job.plan.as_deref().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// The dashboard's data: tasks, nodes, backends and counters, from `exposition`; the batch
+/// jobs as read from the store.
+pub fn build(exposition: &str, config: &Config, now_ms: i64, jobs: &[BatchJob]) -> Value {
     let scrape = Scrape::parse(exposition.lines().map(|l| Ok(l.to_string())))
         .unwrap_or(Scrape { docs: Default::default(), samples: Vec::new() });
     let f = Families { scrape: &scrape };
@@ -92,6 +128,37 @@ pub fn build(exposition: &str, config: &Config, now_ms: i64) -> Value {
         "nodes": nodes(&f),
         "backends": backends(&f, config),
         "counters": counters(&f, config),
+        "batch": batch(&f, config, jobs),
+    })
+}
+
+/// Batch work beside interactive traffic: each pool's occupancy by priority, the lines waiting
+/// and running, and the newest jobs with their plans.
+fn batch(f: &Families<'_>, config: &Config, jobs: &[BatchJob]) -> Value {
+    let pools: Map<String, Value> = config
+        .backends
+        .iter()
+        .filter(|b| b.kind().is_local())
+        .map(|b| {
+            let by_priority: Map<String, Value> = Priority::ALL
+                .iter()
+                .map(|p| {
+                    let want = [("backend", b.name.as_str()), ("priority", p.as_str())];
+                    (
+                        p.as_str().to_string(),
+                        f.one("spillway_pool_occupancy_ratio", &want).map_or(Value::Null, num),
+                    )
+                })
+                .collect();
+            (b.name.clone(), by_priority.into())
+        })
+        .collect();
+    let lines = |state: &str| f.one("spillway_batch_lines", &[("state", state)]).map_or(Value::Null, num);
+    json!({
+        "occupancy": pools,
+        "lines": {"queued": lines("queued"), "running": lines("running")},
+        "ended": to_json(&f.sum_by("spillway_batch_lines_ended_total", "state", &[])),
+        "jobs": jobs,
     })
 }
 

@@ -71,11 +71,17 @@ spillway_gate_passing{backend="claude",task="idle"} 0
 spillway_gate_failed{backend="pool",task="chat"} 1
 spillway_gate_failed{backend="claude",task="chat"} 0
 spillway_gate_failed{backend="claude",task="idle"} 0
+# TYPE spillway_pool_occupancy_ratio gauge
+spillway_pool_occupancy_ratio{backend="pool",priority="interactive"} 0.25
+spillway_pool_occupancy_ratio{backend="pool",priority="batch"} 0.5
+# TYPE spillway_batch_lines gauge
+spillway_batch_lines{state="queued"} 40
+spillway_batch_lines{state="running"} 4
 "#;
 
 fn built() -> Value {
     let config = crate::config::parse(CONFIG).unwrap_or_else(|p| panic!("{p:#?}"));
-    build(EXPOSITION, &config, 1_700_000_000_000)
+    build(EXPOSITION, &config, 1_700_000_000_000, &[])
 }
 
 fn close(v: &Value, want: f64) -> bool {
@@ -154,8 +160,49 @@ fn helpers_and_empty_input() {
     assert_eq!(budget_left(1.0, 1.0), 1.0);
     assert_eq!(budget_left(0.5, 0.99), 0.0);
     let config = crate::config::parse(CONFIG).unwrap();
-    let d = build("", &config, 0);
+    let d = build("", &config, 0, &[]);
     assert_eq!(d["tasks"].as_array().unwrap().len(), 2);
     assert!(d["nodes"].as_array().unwrap().is_empty());
     assert!(close(&d["counters"]["requests_total"], 0.0));
+}
+
+#[test]
+fn batch_work_shows_beside_interactive_occupancy_with_each_jobs_plan() {
+    use crate::batch::job::{Counts, Dialect, Status};
+    let config = crate::config::parse(CONFIG).unwrap();
+    let job = crate::batch::store::JobRow {
+        id: "batch_1".into(),
+        dialect: Dialect::OpenAi,
+        endpoint: "/v1/chat/completions".into(),
+        input_file_id: Some("file-1".into()),
+        output_file_id: None,
+        error_file_id: None,
+        status: Status::InProgress,
+        owner: Some("secret-owner".into()),
+        metadata: Some(r#"{"note": "private"}"#.into()),
+        errors: None,
+        window_ms: 86_400_000,
+        created_ms: 1_000,
+        at_ms: [None; 7],
+        total: 10,
+        plan: Some(r#"{"route": "hosted_batch", "fleet_finish_s": 90000.0, "reason": "too slow"}"#.into()),
+    };
+    let counts = Counts { queued: 5, running: 2, succeeded: 2, errored: 1, ..Counts::default() };
+    let d = build(EXPOSITION, &config, 0, &[BatchJob::new(&job, &counts)]);
+    let b = &d["batch"];
+    assert!(
+        close(&b["occupancy"]["pool"]["interactive"], 0.25) && close(&b["occupancy"]["pool"]["batch"], 0.5)
+    );
+    assert!(b["occupancy"]["pool"]["standard"].is_null(), "no series: null");
+    assert!(b["occupancy"].get("claude").is_none(), "only local pools have occupancy");
+    assert!(close(&b["lines"]["queued"], 40.0) && close(&b["lines"]["running"], 4.0));
+    let shown = &b["jobs"][0];
+    assert_eq!((&shown["status"], &shown["plan"]["route"]), (&"in_progress".into(), &"hosted_batch".into()));
+    assert_eq!(
+        (&shown["total"], &shown["succeeded"], &shown["failed"], &shown["open"]),
+        (&10.into(), &2.into(), &1.into(), &7.into())
+    );
+    assert_eq!(shown["expires_ms"], 86_401_000_i64);
+    let text = d.to_string();
+    assert!(!text.contains("secret-owner") && !text.contains("private"), "no owner, no metadata: {text}");
 }

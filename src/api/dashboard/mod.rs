@@ -48,8 +48,32 @@ pub async fn data(State(state): State<Arc<Ops>>) -> Response {
     let text = crate::api::current_metrics(&state);
     let snapshot = state.snapshot.load();
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-    let body = data::build(&text, &snapshot.config, now_ms);
+    let jobs = match &state.ledger {
+        Some((store, _)) => batch_jobs(store).await,
+        None => Vec::new(),
+    };
+    let body = data::build(&text, &snapshot.config, now_ms, &jobs);
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
+}
+
+/// The batch jobs the page lists: the newest of either dialect, with their line counts and plan.
+const JOBS_SHOWN: i64 = 10;
+
+/// The newest batch jobs; none when the store cannot be read (the page shows the rest).
+async fn batch_jobs(store: &crate::ledger::Store) -> Vec<data::BatchJob> {
+    let jobs = match crate::batch::store::latest_jobs(store, JOBS_SHOWN).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!(error = %e, "dashboard: batch jobs not read");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let counts = crate::batch::store::counts(store, &job.id).await.unwrap_or_default();
+        out.push(data::BatchJob::new(&job, &counts));
+    }
+    out
 }
 
 #[cfg(test)]

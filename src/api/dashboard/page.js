@@ -271,6 +271,39 @@
     document.querySelector('#backends tbody').replaceChildren(...rows);
   }
 
+  function fmtLeft(ms) {
+    if (!isNum(ms)) return dash;
+    if (ms <= 0) return 'ended';
+    const min = ms / 60000;
+    return min < 120 ? `${Math.round(min)} min` : `${(min / 60).toFixed(1)} h`;
+  }
+  function renderBatch(d) {
+    const b = d.batch;
+    setText($('batch-queued'), fmtCount(b.lines.queued));
+    setText($('batch-running'), fmtCount(b.lines.running));
+    const share = (v) => el('span', {}, fmtPct(v, 0), bar(v, false));
+    const pools = Object.entries(b.occupancy).map(([pool, o]) => el('tr', { 'data-pool': pool },
+      el('td', {}, pool), el('td', { 'data-field': 'interactive' }, share(o.interactive)),
+      el('td', { 'data-field': 'standard' }, share(o.standard)),
+      el('td', { 'data-field': 'batch' }, share(o.batch))));
+    document.querySelector('#occupancy tbody').replaceChildren(...pools);
+    const jobs = b.jobs.map((j) => {
+      const done = j.total > 0 ? (j.succeeded + j.failed) / j.total : 0;
+      const plan = j.plan || {};
+      const ended = ['completed', 'failed', 'expired', 'cancelled'].includes(j.status);
+      return el('tr', { 'data-batch': j.id },
+        el('td', {}, j.id), el('td', {}, j.endpoint), el('td', { 'data-field': 'status' }, j.status),
+        el('td', { 'data-field': 'done' }, `${fmtCount(j.succeeded + j.failed)} / ${fmtCount(j.total)}`,
+          bar(done, j.failed > 0)),
+        el('td', { 'data-field': 'route', class: plan.route && plan.route !== 'fleet' ? 'bad' : '' },
+          plan.route ? plan.route.replace('_', ' ') : dash),
+        el('td', { 'data-field': 'reason' }, plan.reason || dash),
+        el('td', {}, ended ? dash : fmtLeft(j.expires_ms - d.now_ms)));
+    });
+    document.querySelector('#batch-jobs tbody').replaceChildren(...jobs);
+    $('batch-empty').hidden = jobs.length > 0;
+  }
+
   function renderHeader(d) {
     const c = d.counters;
     const total = $('requests-total');
@@ -291,6 +324,7 @@
     renderTraffic(d);
     renderNodes(d);
     renderBackends(d);
+    renderBatch(d);
   }
 
   // ---- top spenders: /admin/spenders, behind the admin token (kept in memory only) ----

@@ -269,6 +269,13 @@ pub async fn jobs(store: &Store, dialect: Dialect, after: Option<&str>, limit: i
     rows.iter().map(job_of).collect()
 }
 
+/// The `limit` newest jobs of either dialect, newest first.
+pub async fn latest_jobs(store: &Store, limit: i64) -> Result<Vec<JobRow>> {
+    let query = format!("SELECT {JOB_COLUMNS} FROM batch_jobs ORDER BY created_ms DESC, id DESC LIMIT $1");
+    let rows = sqlx::query(AssertSqlSafe(query)).bind(limit).fetch_all(store.pool()).await?;
+    rows.iter().map(job_of).collect()
+}
+
 /// The jobs that have not ended, oldest first.
 pub async fn active_jobs(store: &Store) -> Result<Vec<JobRow>> {
     let rows = sqlx::query(AssertSqlSafe(format!(

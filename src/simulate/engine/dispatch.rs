@@ -13,6 +13,7 @@ use futures::FutureExt;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::batch::Line;
 use super::{Engine, Ev};
 use crate::canonical::ErrorClass;
 use crate::config::{BreakerConfig, TaskConfig};
@@ -52,6 +53,8 @@ pub(crate) struct Req {
     pub output: u32,
     /// When the current attempt was sent.
     pub sent_at: Micros,
+    /// The batch line it is (`None`: a client's request).
+    pub batch: Option<Line>,
 }
 
 impl Engine<'_> {
@@ -69,18 +72,27 @@ impl Engine<'_> {
         !q.finished && !q.committed && q.attempt == attempt && q.current.is_some()
     }
 
-    /// A request arrives: plan it on the current snapshot and start walking the plan.
+    /// A client's request arrives.
     pub(super) fn arrive(&mut self, a: Arrival, now: Micros) {
         self.stats.arrived(self.bucket_of(a.at_us));
+        self.start(a, None, now);
+    }
+
+    /// A request (a client's, or a batch line the runner starts): plan it on the current
+    /// snapshot and start walking the plan.
+    pub(super) fn start(&mut self, a: Arrival, line: Option<Line>, now: Micros) {
         let at = self.at(now);
         self.budget.deposit(at);
         let hash = a.affinity;
         let window =
             chain::window_index(self.clock.unix_secs(now), self.s.config.balancing.affinity_window_secs);
         let seed = if self.strategy.random_seed() { self.rng.gen() } else { hash };
-        let base = &self.tasks[a.task];
+        let base = match line {
+            Some(l) if l.fleet_only => &self.fleet_tasks[a.task],
+            _ => &self.tasks[a.task],
+        };
         let reordered;
-        let task: &TaskConfig = if self.strategy == StrategyName::PidChains {
+        let task: &TaskConfig = if self.strategy == StrategyName::PidChains && line.is_none() {
             let key = format!("{hash:016x}");
             let backends = strategies::pid_chain(base, &self.snap, &self.availability, &key, window);
             reordered = TaskConfig { backends, ..base.clone() };
@@ -120,6 +132,7 @@ impl Engine<'_> {
             in_flight: None,
             output,
             sent_at: now,
+            batch: line,
         };
         self.arrived += 1;
         let r = match self.free.pop() {
@@ -133,9 +146,9 @@ impl Engine<'_> {
             }
         };
         match planned {
-            Err(_) => self.fail(r, "no_backend"),
+            Err(_) => self.fail(r, "no_backend", now),
             Ok(p) if p.targets.is_empty() => {
-                self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" })
+                self.fail(r, if p.spills.is_empty() { "exhausted" } else { "shed" }, now)
             }
             Ok(p) => {
                 let targets = p.targets.into_iter().map(|t| {
@@ -148,10 +161,16 @@ impl Engine<'_> {
         }
     }
 
-    fn fail(&mut self, r: usize, kind: &str) {
+    /// Request `r` ended before its first token with `kind`: an error its client sees, or a
+    /// batch line turned away (refused when it was the line's own fault).
+    fn fail(&mut self, r: usize, kind: &str, now: Micros) {
         let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
+        let line = self.reqs[r].batch;
         self.end_request(r);
-        self.stats.error(bucket, kind);
+        match line {
+            Some(line) => self.line_turned_away(line, kind == "client", now),
+            None => self.stats.error(bucket, kind),
+        }
     }
 
     /// A request of the router's left flat node `flat`: one fewer in flight, and the bounded
@@ -178,8 +197,8 @@ impl Engine<'_> {
         let (walk, mut guards) = self.walk_and_guards(r, now);
         let next = walk.next(&mut guards).now_or_never();
         match next.expect("the simulator's guards answer at once") {
-            Err(Stop::RetryBudget) => self.fail(r, "retry_budget"),
-            Err(Stop::Exhausted | Stop::MaxAttempts) => self.fail(r, "exhausted"),
+            Err(Stop::RetryBudget) => self.fail(r, "retry_budget", now),
+            Err(Stop::Exhausted | Stop::MaxAttempts) => self.fail(r, "exhausted", now),
             Ok(call) => {
                 let delay = from_ms(call.backoff.draw(&mut self.rng).as_millis() as f64);
                 self.attempts += 1;
@@ -224,9 +243,11 @@ impl Engine<'_> {
         let flat = self.reqs[r].current.expect("pending");
         let b = self.flat[flat].0;
         self.router_in_flight[flat] += 1;
-        self.reqs[r].in_flight = Some(self.counters[flat].start());
+        self.reqs[r].in_flight = Some(self.counters[flat].start(self.reqs[r].arrival.priority));
         self.reqs[r].sent_at = now;
-        self.stats.attempts += 1;
+        if self.reqs[r].batch.is_none() {
+            self.stats.attempts += 1;
+        }
         let a = &self.reqs[r].arrival;
         let deadline = self.first_token_deadline(a.task);
         if a.client_error {
@@ -320,6 +341,9 @@ impl Engine<'_> {
         let q = &mut self.reqs[r];
         q.committed = true;
         q.within_slo = within;
+        if q.batch.is_some() {
+            return;
+        }
         let q = &self.reqs[r];
         let a = &q.arrival;
         let view = &self.snap.backends[backend];
@@ -346,11 +370,19 @@ impl Engine<'_> {
             return;
         }
         let flat = q.current.expect("committed");
+        let line = q.batch;
+        let cost = line.filter(|_| self.nodes[flat].is_none()).map(|_| {
+            let q = &self.reqs[r];
+            self.realtime_cost(self.flat[flat].0, &q.arrival, q.output, 0)
+        });
         self.end_request(r);
         self.left_node(flat);
         if let Some(node) = self.nodes[flat].as_mut() {
             let started = node.finish(r, attempt, now);
             self.schedule(started);
+        }
+        if let Some(line) = line {
+            self.line_answered(line, cost, now);
         }
     }
 
@@ -378,7 +410,7 @@ impl Engine<'_> {
         let retry_after = retry_after.map(std::time::Duration::from_micros);
         let (walk, mut guards) = self.walk_and_guards(r, now);
         match walk.failed(&mut guards, flat, class, retry_after) {
-            AfterFailure::Reject => self.fail(r, "client"),
+            AfterFailure::Reject => self.fail(r, "client", now),
             AfterFailure::FailOver => self.walk(r, now),
         }
     }
@@ -409,8 +441,12 @@ impl Engine<'_> {
             self.breakers[flat].on_failure(at, &self.s.config.dispatch.breaker);
             self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken), false);
             let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
+            let line = self.reqs[r].batch;
             self.end_request(r);
-            self.stats.broken_stream(bucket, within);
+            match line {
+                Some(line) => self.line_broken(line, now),
+                None => self.stats.broken_stream(bucket, within),
+            }
         }
     }
 }

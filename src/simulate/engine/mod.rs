@@ -13,6 +13,7 @@
 //! across the run, so an event left over from a request that ended never matches the request
 //! that reuses its slot.
 
+mod batch;
 mod dispatch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,7 +25,7 @@ use rand::SeedableRng;
 use super::clock::{from_ms, from_secs, Clock, Micros, Queue};
 use super::hosted::Provider;
 use super::node::{Node, Started};
-use super::scenario::{Planning, Scenario, StrategyName};
+use super::scenario::{Batching, Planning, Run, Scenario, StrategyName};
 use super::stats::Stats;
 use super::strategies::{self, Tracked};
 use super::workload::Arrivals;
@@ -78,6 +79,17 @@ pub(crate) enum Ev {
         req: usize,
         attempt: u32,
     },
+    /// The batch runner's poll.
+    BatchTick,
+    /// Batch job `.0` is submitted.
+    BatchSubmit(usize),
+    /// A provider's batch of `lines` of job `job` comes back.
+    BatchBack {
+        job: usize,
+        lines: u64,
+    },
+    /// The end of the run's length: the fleet's hours are counted.
+    End,
 }
 
 enum Next {
@@ -95,6 +107,11 @@ pub struct Engine<'a> {
     arrivals: Arrivals,
     /// The config's tasks as this strategy configures them.
     pub(super) tasks: Vec<TaskConfig>,
+    /// The same tasks with their fleet pools only (batch lines that run on the fleet only).
+    pub(super) fleet_tasks: Vec<TaskConfig>,
+    /// Where this run's batch jobs go (`None`: the scenario has none).
+    pub(super) batching: Option<Batching>,
+    pub(super) jobs: Vec<batch::JobRun>,
     pub(super) snap: Snapshot,
     /// The snapshot's index of its large pools (`Planning::Bounded`), rebuilt with it.
     pub(super) candidates: Option<Candidates>,
@@ -138,7 +155,8 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(s: &'a Scenario, strategy: StrategyName) -> Engine<'a> {
+    pub fn new(s: &'a Scenario, run: Run) -> Engine<'a> {
+        let strategy = run.strategy;
         let clock = Clock::new();
         let config = Arc::clone(&s.config);
         let snap = Snapshot::from_config(Arc::clone(&config));
@@ -184,6 +202,15 @@ impl<'a> Engine<'a> {
         let buckets = (s.duration.as_secs_f64() / s.sample.as_secs_f64()).ceil() as usize;
         let base = clock.instant(0);
         let arrivals = Arrivals::new(s);
+        let tasks: Vec<TaskConfig> = config.tasks.iter().map(|t| strategy.task(t, &s.weights)).collect();
+        let fleet_tasks = tasks
+            .iter()
+            .map(|t| {
+                let mut fleet = t.clone();
+                fleet.backends.retain(|b| config.backend(b).is_some_and(|b| b.kind().is_local()));
+                fleet
+            })
+            .collect();
         let load = NodeLoad::new();
         let counters = flat.iter().map(|(_, _, key)| load.node(key)).collect();
         let affinity = snap
@@ -203,7 +230,10 @@ impl<'a> Engine<'a> {
             q: Queue::new(),
             rng: StdRng::seed_from_u64(s.seed.wrapping_add(0x5eed)),
             arrivals,
-            tasks: config.tasks.iter().map(|t| strategy.task(t, &s.weights)).collect(),
+            tasks,
+            fleet_tasks,
+            batching: run.batching,
+            jobs: Vec::new(),
             snap,
             candidates: None,
             version: 1,
@@ -228,7 +258,7 @@ impl<'a> Engine<'a> {
             free: Vec::new(),
             arrived: 0,
             attempts: 0,
-            stats: Stats::new(strategy, s.duration.as_secs_f64() / 3600.0, projects, buckets),
+            stats: Stats::new(run, s.batches.len(), s.duration.as_secs_f64() / 3600.0, projects, buckets),
             end: from_secs(s.duration.as_secs_f64()),
             last_pid: 0,
         }
@@ -247,9 +277,15 @@ impl<'a> Engine<'a> {
             }
         }
         self.q.push(0, Ev::Scrape);
+        self.q.push(self.end, Ev::End);
+        if self.batching.is_some() {
+            self.jobs = self.batch_jobs();
+            self.q.push(0, Ev::BatchTick);
+        }
         self.q.push(from_secs(self.pid_interval()), Ev::Pid);
         self.q.push(from_secs(self.s.sample.as_secs_f64()), Ev::Sample);
-        let hard_stop = self.end + from_secs(600.0);
+        let last_window = self.s.batches.iter().map(|b| from_secs(b.at.0 + b.window.0)).max().unwrap_or(0);
+        let hard_stop = self.end.max(last_window) + from_secs(600.0);
         let mut reported = 0;
         loop {
             // An arrival goes before any event due at the same instant.
@@ -322,6 +358,10 @@ impl<'a> Engine<'a> {
                 self.failed(req, attempt, class, retry_after, now)
             }
             Ev::Deadline { req, attempt } => self.deadline(req, attempt, now),
+            Ev::BatchTick => self.batch_tick(now),
+            Ev::BatchSubmit(job) => self.batch_submit(job, now),
+            Ev::BatchBack { job, lines } => self.batch_back(job, lines, now),
+            Ev::End => self.count_fleet_hours(now),
         }
     }
 
@@ -451,6 +491,23 @@ impl<'a> Engine<'a> {
                 node.recover();
             }
         }
+    }
+
+    /// The fleet's GPU hours up to `now` (the run's end), and those its slots stood empty.
+    fn count_fleet_hours(&mut self, now: Micros) {
+        let hours = super::clock::secs(now) / 3600.0;
+        let mut fleet = super::stats::FleetHours::default();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node else { continue };
+            let busy_share = node.busy_slot_secs(now) / 3600.0 / node.slots() as f64;
+            fleet.gpu_hours += hours;
+            fleet.idle_gpu_hours += (hours - busy_share).max(0.0);
+            let pool = self.s.config.backends[self.flat[i].0].pool();
+            let rate =
+                pool.and_then(|p| p.gpu_hourly_usd).map_or(0.0, |d| d.to_string().parse().unwrap_or(0.0));
+            fleet.cost += rate * hours;
+        }
+        self.stats.fleet = fleet;
     }
 
     pub(super) fn backend_index(&self, name: &str) -> usize {

@@ -160,6 +160,8 @@ pub struct ProviderModel {
     pub error_ms: f64,
     /// A project's prompt prefix stays cached this long after its last request here.
     pub prompt_cache: Secs,
+    /// How long a batch handed to its batch API takes to come back, whatever its size.
+    pub batch_turnaround: Secs,
 }
 
 impl Default for ProviderModel {
@@ -174,6 +176,7 @@ impl Default for ProviderModel {
             error_rate: 0.001,
             error_ms: 150.0,
             prompt_cache: Secs(300.0),
+            batch_turnaround: Secs(3600.0),
         }
     }
 }
@@ -238,6 +241,70 @@ fn default_projects() -> u32 {
 
 fn default_prefix() -> f64 {
     0.6
+}
+
+/// A batch job submitted during the run (`POST /v1/batches`): `lines` requests to `task`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BatchJob {
+    pub task: String,
+    /// When it is submitted.
+    pub at: Secs,
+    pub lines: u64,
+    pub prompt_tokens: Dist,
+    pub output_tokens: Dist,
+    /// Its completion window.
+    #[serde(default = "day")]
+    pub window: Secs,
+    /// The endpoint of its lines, which says whose batch API can take them.
+    #[serde(default = "chat_endpoint")]
+    pub endpoint: String,
+}
+
+fn chat_endpoint() -> String {
+    "/v1/chat/completions".into()
+}
+
+fn day() -> Secs {
+    Secs(86_400.0)
+}
+
+/// Where a scenario's batch jobs run, each a run of its own beside every strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Batching {
+    /// Batching on: the fleet's free slots first, a provider's batch API (or hosted realtime)
+    /// only when the job's window needs it, as the router's batch runner does.
+    Fleet,
+    /// Batching off: the whole job to a provider's batch API when it is submitted, as teams
+    /// without the router do.
+    Provider,
+}
+
+impl Batching {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Batching::Fleet => "fleet",
+            Batching::Provider => "provider",
+        }
+    }
+}
+
+/// One run of a scenario: a strategy, and where its batch jobs go (`None`: it has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    pub strategy: StrategyName,
+    pub batching: Option<Batching>,
+}
+
+impl Run {
+    /// The run's name in reports: the strategy, and where batches went when there are any.
+    pub fn label(self) -> String {
+        match self.batching {
+            None => self.strategy.as_str().to_string(),
+            Some(b) => format!("{}/{}", self.strategy.as_str(), b.as_str()),
+        }
+    }
 }
 
 /// A provider-side limit change.
@@ -320,6 +387,15 @@ struct File {
     workload: Vec<Stream>,
     #[serde(default)]
     timeline: Vec<TimelineEvent>,
+    #[serde(default)]
+    batches: Vec<BatchJob>,
+    /// Where batch jobs go, a run each (default: both, when there are batch jobs).
+    #[serde(default = "both_batchings")]
+    batching: Vec<Batching>,
+}
+
+fn both_batchings() -> Vec<Batching> {
+    vec![Batching::Fleet, Batching::Provider]
 }
 
 fn all_strategies() -> Vec<StrategyName> {
@@ -343,6 +419,8 @@ pub struct Scenario {
     pub providers: BTreeMap<String, ProviderModel>,
     pub workload: Vec<Stream>,
     pub timeline: Vec<TimelineEvent>,
+    pub batches: Vec<BatchJob>,
+    pub batching: Vec<Batching>,
     /// How planning judges large pools (not read from the file).
     pub planning: Planning,
 }
@@ -365,6 +443,19 @@ impl Default for Planning {
 }
 
 impl Scenario {
+    /// Every run: each strategy, with each place batch jobs may go when there are any.
+    pub fn runs(&self) -> Vec<Run> {
+        let batchings: Vec<Option<Batching>> = if self.batches.is_empty() {
+            vec![None]
+        } else {
+            self.batching.iter().copied().map(Some).collect()
+        };
+        self.strategies
+            .iter()
+            .flat_map(|&strategy| batchings.iter().map(move |&batching| Run { strategy, batching }))
+            .collect()
+    }
+
     /// The `(backend index, node index)` a `backend#index` reference names.
     pub(crate) fn node_ref(&self, reference: &str) -> Option<(usize, usize)> {
         let (name, index) = reference.split_once('#')?;
@@ -387,6 +478,10 @@ impl Scenario {
             if let Rate::Points(points) = &mut w.rps {
                 points.iter_mut().for_each(|(t, _)| scale(t));
             }
+        }
+        for b in &mut self.batches {
+            scale(&mut b.at);
+            scale(&mut b.window);
         }
         self.sample = self.sample.mul_f64(f).max(Duration::from_secs(1));
         self.duration = duration;
@@ -435,6 +530,8 @@ pub fn parse(name: &str, text: &str) -> Result<Scenario, Vec<Problem>> {
         providers: file.providers,
         workload: file.workload,
         timeline: file.timeline,
+        batches: file.batches,
+        batching: file.batching,
         planning: Planning::default(),
     };
     let problems = validate::check(&mut scenario);

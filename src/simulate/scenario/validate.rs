@@ -149,6 +149,39 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
             }
         }
     }
+    for (i, b) in s.batches.iter().enumerate() {
+        let at = |k: &str| format!("batches[{i}].{k}");
+        let Some(task) = config.task(&b.task) else {
+            problems
+                .push(Problem::new(at("task"), format!("`{}` is not a task of the router config", b.task)));
+            continue;
+        };
+        if !(1..=10_000_000).contains(&b.lines) {
+            problems.push(Problem::new(at("lines"), "must be between 1 and 10000000"));
+        }
+        if b.window.0 <= 0.0 {
+            problems.push(Problem::new(at("window"), "must be above 0"));
+        }
+        dist(&at("prompt_tokens"), &b.prompt_tokens, &mut problems);
+        dist(&at("output_tokens"), &b.output_tokens, &mut problems);
+        let batch_api = task
+            .backends
+            .iter()
+            .filter_map(|name| kind_of(name))
+            .any(|kind| crate::adapter::batch_api::BatchApi::serves(kind, &b.endpoint));
+        if s.batching.contains(&super::Batching::Provider) && !batch_api {
+            problems.push(Problem::new(
+                at("task"),
+                format!(
+                    "`{}` has no hosted backend whose batch API takes {} lines, which batching `provider` needs",
+                    b.task, b.endpoint
+                ),
+            ));
+        }
+    }
+    if !s.batches.is_empty() && s.batching.is_empty() {
+        problems.push(Problem::new("batching", "name at least one of fleet, provider"));
+    }
     for b in &config.backends {
         if b.kind() == BackendKind::Local {
             s.nodes.entry(b.name.clone()).or_default();
