@@ -126,6 +126,17 @@ impl BatchApi {
             .ok_or_else(|| "creating the batch: no batch id".to_string())
     }
 
+    /// Ask the provider to stop batch `id`: it ends with what it answered, read back by `poll`.
+    pub async fn cancel(&self, id: &str) -> Result<(), String> {
+        let path = match self.kind {
+            BackendKind::Anthropic => format!("/messages/batches/{id}/cancel"),
+            _ => format!("/batches/{id}/cancel"),
+        };
+        self.json("cancelling the batch", self.request(reqwest::Method::POST, &self.url(&path)))
+            .await
+            .map(|_| ())
+    }
+
     /// Where the provider's batch `id` stands; its results once it has ended.
     pub async fn poll(&self, id: &str) -> Result<Polled, String> {
         match self.kind {

@@ -6,7 +6,7 @@
 //! refused for want of room goes back to the queue. A job ends completed (every line ended),
 //! expired (its window passed: what had not run is reported expired) or cancelled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,6 +65,8 @@ pub struct Runner {
     read_back_at: AtomicI64,
     /// Batch lines this replica has in flight, by pool (`None`: a task with no pool).
     in_flight: Arc<Mutex<HashMap<Option<String>, u64>>>,
+    /// The providers' batches this replica has asked to stop (a job cancelled or expired).
+    cancelled_spills: Mutex<HashSet<String>>,
 }
 
 /// How often the providers' batches are read back.
@@ -88,6 +90,7 @@ impl Runner {
             metrics,
             read_back_at: AtomicI64::new(0),
             in_flight: Arc::default(),
+            cancelled_spills: Mutex::default(),
         }
     }
 
@@ -152,11 +155,10 @@ impl Runner {
         to: Status,
         now: i64,
     ) -> Result<(), sqlx::Error> {
-        let why = match state {
-            LineState::Expired => "the batch's completion window passed before this request ran",
-            _ => "the batch was cancelled before this request ran",
-        };
-        store::end_queued(&self.store, &job.id, state, why, now).await?;
+        store::end_queued(&self.store, &job.id, state, spill::ended_why(state), now).await?;
+        // Lines at a provider's batch API stop there too; they end as it reads back.
+        let snap = self.snapshot.load_full();
+        spill::cancel(&self.store, &snap, &self.dispatcher, job, &self.cancelled_spills).await?;
         if counts.running == 0 {
             self.finish(job, job.status, to, now).await?;
         }

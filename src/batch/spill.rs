@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::job::LineState;
+use super::job::{LineState, Status};
 use super::store::{self, Claimed, JobRow, LineEnd, Spill};
 use crate::adapter::batch_api::{BatchApi, LineResult, Polled};
 use crate::config::Priority;
@@ -88,6 +88,40 @@ pub async fn submit(
     Ok(())
 }
 
+/// Why a line of a job that ended before the line ran has no answer.
+pub fn ended_why(state: LineState) -> &'static str {
+    match state {
+        LineState::Expired => "the batch's completion window passed before this request ran",
+        _ => "the batch was cancelled before this request ran",
+    }
+}
+
+/// Ask the providers to stop the open batches of `job`, which has been cancelled or has expired:
+/// each ends with what it answered, read back as usual. `asked` holds those already asked.
+pub async fn cancel(
+    store: &Store,
+    snap: &Snapshot,
+    dispatcher: &Dispatcher,
+    job: &JobRow,
+    asked: &std::sync::Mutex<std::collections::HashSet<String>>,
+) -> Result<(), sqlx::Error> {
+    for spill in store::open_spills(store).await?.into_iter().filter(|s| s.batch_id == job.id) {
+        if !asked.lock().unwrap_or_else(|e| e.into_inner()).insert(spill.id.clone()) {
+            continue;
+        }
+        let Some(backend) = snap.backend_id(&spill.backend) else { continue };
+        match dispatcher.batch_api(snap, backend).cancel(&spill.id).await {
+            Ok(()) => {
+                tracing::info!(batch = %job.id, provider_batch = %spill.id, "a hosted batch cancelled with its job")
+            }
+            Err(why) => {
+                tracing::warn!(batch = %job.id, provider_batch = %spill.id, %why, "cancelling a hosted batch failed; its results are read back when it ends")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Read back every provider batch that has ended, writing each of its lines.
 pub async fn read_back(
     store: &Store,
@@ -106,7 +140,14 @@ pub async fn read_back(
             }
         };
         let by_id: HashMap<&str, &LineResult> = results.iter().map(|r| (r.custom_id.as_str(), r)).collect();
-        let owner = store::job(store, &spill.batch_id).await?.and_then(|j| j.owner);
+        let job = store::job(store, &spill.batch_id).await?;
+        // What the provider never answered ended with the job: cancelled, or past its window.
+        let unanswered = match job.as_ref().map(|j| (j.status, j.expires_ms())) {
+            Some((Status::Cancelling, _)) => Some(LineState::Canceled),
+            Some((_, expires)) if now >= expires => Some(LineState::Expired),
+            _ => None,
+        };
+        let owner = job.and_then(|j| j.owner);
         let mut rows = Vec::new();
         for line in store::held(store, &spill.batch_id, &spill.claim).await? {
             let model = task_of(&snap.config, &line).map(|t| t.name.clone());
@@ -129,15 +170,27 @@ pub async fn read_back(
                     }
                     (LineState::Succeeded, Some(200), body)
                 }
-                Some(r) if r.status == 0 => (LineState::Expired, None, r.body.clone()),
+                Some(r) if r.status == 0 => match unanswered {
+                    Some(state) => (state, None, json!(ended_why(state))),
+                    None => (LineState::Expired, None, r.body.clone()),
+                },
                 Some(r) => (LineState::Errored, Some(i64::from(r.status)), r.body.clone()),
+                None if unanswered.is_some() => {
+                    let state = unanswered.unwrap_or(LineState::Expired);
+                    (state, None, json!(ended_why(state)))
+                }
                 None => {
                     let why = "the provider's batch returned no result for this request";
                     (LineState::Errored, Some(500), json!({"error": {"message": why, "type": "api_error"}}))
                 }
             };
-            // The provider's words reach the client: never a key it echoed.
-            let result = dispatcher.scrub(&body.to_string());
+            // The provider's words reach the client: never a key it echoed. A line that never
+            // ran keeps only why, as the runner writes it.
+            let text = match body {
+                Value::String(why) => why,
+                body => body.to_string(),
+            };
+            let result = dispatcher.scrub(&text);
             let end = LineEnd { state, status_code: status, result: &result, backend: Some(&spill.backend) };
             store::finish(store, &spill.batch_id, line.idx, &spill.claim, end, now).await?;
         }

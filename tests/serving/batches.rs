@@ -356,3 +356,64 @@ ledger: {{url: "{ledger}"}}
         assert_eq!(r.cost_usd, Some(list / rust_decimal::Decimal::from(2)), "{r:?}");
     }
 }
+
+#[tokio::test]
+async fn cancelling_a_spilled_job_cancels_the_providers_batch_and_ends_its_lines() {
+    // The provider's batch would take a minute: the job ends well before, cancelled.
+    let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 200).await;
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| a.batch_delay_ms = 60_000).await;
+    let yaml = format!(
+        r#"
+backends:
+  - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
+batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
+"#,
+        node.base_url(),
+        openai.base_url()
+    );
+    let router = router(&yaml, &[]).await;
+    let text: Vec<String> = (0..30).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
+    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "30s"});
+    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    // The provider has the lines once the plan says so.
+    let sent = || async {
+        let batches: Value =
+            reqwest::get(format!("{}/v1/batches", openai.base_url())).await.unwrap().json().await.unwrap();
+        match batches["data"].as_array().and_then(|d| d.first()).cloned() {
+            Some(b) => Ok(b),
+            None => Err(batches),
+        }
+    };
+    let provider = common::wait_until(Duration::from_secs(30), "the lines at the provider", sent).await;
+    let provider_id = provider["id"].as_str().unwrap().to_string();
+
+    let cancelled = post(&router, &format!("/v1/batches/{id}/cancel"), &json!({})).await;
+    assert_eq!(cancelled.status(), 200);
+    let job = wait_status(&router, &format!("/v1/batches/{id}"), "status", &["cancelled"]).await;
+    let stopped: Value = reqwest::get(format!("{}/v1/batches/{provider_id}", openai.base_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(matches!(stopped["status"].as_str(), Some("cancelling" | "cancelled")), "{stopped}");
+    let counts = &job["request_counts"];
+    assert_eq!(counts["total"], 30, "{job}");
+    assert_eq!(
+        counts["completed"].as_i64().unwrap() + counts["failed"].as_i64().unwrap(),
+        30,
+        "every line ended once: {job}"
+    );
+    let errors = get(&router, &format!("/v1/files/{}/content", job["error_file_id"].as_str().unwrap())).await;
+    let errors: Vec<Value> =
+        errors.text().await.unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let spilled = provider["request_counts"]["total"].as_u64().unwrap() as usize;
+    let cancelled = errors.iter().filter(|l| l["error"]["code"] == "batch_cancelled").count();
+    assert!(cancelled >= spilled, "the provider's lines end cancelled: {cancelled} of {spilled}");
+}
