@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use spillway::batch::retention::{sweep, Due, Swept};
-use spillway::sim::SimKind;
+use spillway::sim::{SimHandle, SimKind};
 
 use crate::common::{self, router, sim, Router};
 
@@ -294,32 +294,44 @@ async fn jobs_run_and_page_on_both_stores() {
     }
 }
 
+/// A router over one fleet node and an OpenAI backend (`hosted`: more of its keys) that
+/// spills a job at risk at once (`tail`: more top-level config).
+fn spill_config(node: &SimHandle, openai: &SimHandle, hosted: &str, tail: &str) -> String {
+    format!(
+        r#"
+backends:
+  - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6, {hosted}}}
+tasks:
+  - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
+batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
+{tail}
+"#,
+        node.base_url(),
+        openai.base_url()
+    )
+}
+
+/// A job of 30 lines with a 30 s window: too many for one slow fleet node in time.
+async fn slow_job(router: &Router) -> String {
+    let text: Vec<String> = (0..30).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
+    let file: Value = upload(router, "batch", &text.join("\n")).await.json().await.unwrap();
+    let create =
+        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "30s"});
+    let job: Value = post(router, "/v1/batches", &create).await.json().await.unwrap();
+    job["id"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn a_job_too_big_for_its_window_on_the_fleet_goes_to_the_hosted_batch_api() {
     // One slow line at a time on the fleet: 30 lines would take far longer than the window.
     let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 200).await;
     let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| a.batch_delay_ms = 100).await;
     let ledger = common::temp_ledger_url();
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
-  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6, price: {{input_per_mtok: 2, output_per_mtok: 8}}}}
-tasks:
-  - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
-batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
-ledger: {{url: "{ledger}"}}
-"#,
-        node.base_url(),
-        openai.base_url()
-    );
-    let router = router(&yaml, &[]).await;
-    let text: Vec<String> = (0..30).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
-    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
-    let create =
-        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "30s"});
-    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
-    let id = job["id"].as_str().unwrap();
+    let hosted = "price: {input_per_mtok: 2, output_per_mtok: 8}";
+    let router =
+        router(&spill_config(&node, &openai, hosted, &format!("ledger: {{url: \"{ledger}\"}}")), &[]).await;
+    let id = &slow_job(&router).await;
     let job = wait_status(&router, &format!("/v1/batches/{id}"), "status", &["completed", "expired"]).await;
     assert_eq!(job["status"], "completed", "{job}");
     assert_eq!(job["request_counts"], json!({"total": 30, "completed": 30, "failed": 0}));
@@ -362,25 +374,8 @@ async fn cancelling_a_spilled_job_cancels_the_providers_batch_and_ends_its_lines
     // The provider's batch would take a minute: the job ends well before, cancelled.
     let node = sim(SimKind::Vllm, LLAMA, |a| a.token_delay_ms = 200).await;
     let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| a.batch_delay_ms = 60_000).await;
-    let yaml = format!(
-        r#"
-backends:
-  - {{name: fleet, kind: vllm, endpoints: ["{}"], model: {LLAMA}}}
-  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
-tasks:
-  - {{name: chat, backends: [fleet, hosted], slo: {{ttft_ms: 5000}}}}
-batch: {{poll_ms: 20, max_per_node: 1, hosted_batch_lead_secs: 1}}
-"#,
-        node.base_url(),
-        openai.base_url()
-    );
-    let router = router(&yaml, &[]).await;
-    let text: Vec<String> = (0..30).map(|i| line(&format!("r{i}"), "chat").to_string()).collect();
-    let file: Value = upload(&router, "batch", &text.join("\n")).await.json().await.unwrap();
-    let create =
-        json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "30s"});
-    let job: Value = post(&router, "/v1/batches", &create).await.json().await.unwrap();
-    let id = job["id"].as_str().unwrap().to_string();
+    let router = router(&spill_config(&node, &openai, "", ""), &[]).await;
+    let id = slow_job(&router).await;
     // The provider has the lines once the plan says so.
     let sent = || async {
         let batches: Value =
