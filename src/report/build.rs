@@ -80,6 +80,36 @@ fn local_pools(config: Option<&Config>, minutes: &[NodeMinute]) -> BTreeSet<Stri
     pools
 }
 
+/// Each pool's busy GPU hours that batch-priority requests used: the GPU-cost sharing rule
+/// (`allocate`) with every GPU hour priced at 1, over two groups per pool (batch, the rest).
+fn batch_gpu_hours(
+    records: &[LedgerRecord],
+    pools: &BTreeSet<String>,
+    minutes: &[NodeMinute],
+) -> BTreeMap<String, Decimal> {
+    let names: Vec<&String> = pools.iter().collect();
+    let index = |pool: &str| names.iter().position(|n| n.as_str() == pool);
+    let work: Vec<Work<'_>> = records
+        .iter()
+        .filter_map(|r| {
+            let batch = r.priority == Some(crate::config::Priority::Batch);
+            Some(Work {
+                group: index(&r.backend)? * 2 + usize::from(batch),
+                node: &r.node,
+                at_ms: r.at_ms,
+                tokens: (r.input_tokens.max(0) + r.output_tokens.max(0)) as u64,
+            })
+        })
+        .collect();
+    if !work.iter().any(|w| w.group % 2 == 1) {
+        return BTreeMap::new();
+    }
+    let hours: Vec<NodeMinute> =
+        minutes.iter().map(|m| NodeMinute { gpu_hourly_usd: Some(Decimal::ONE), ..m.clone() }).collect();
+    let alloc = allocate(names.len() * 2, &work, &hours, crate::ledger::usage::MINUTE_MS);
+    names.iter().enumerate().map(|(i, name)| (name.to_string(), alloc.busy[i * 2 + 1])).collect()
+}
+
 /// Build the report of `records` and `minutes` (already limited to the query's period).
 /// `config` supplies hosted prices for break-even; without it those fields are empty.
 pub fn build(
@@ -159,8 +189,10 @@ pub fn build(
             p.idle_usd += alloc.idle[i];
         }
     }
+    let batch_hours = batch_gpu_hours(records, &pools, minutes);
     for (pool, p) in pool_usage.iter_mut() {
         p.pool = pool.to_string();
+        p.gpu_hours_batch = money(batch_hours.get(pool.as_str()).copied().unwrap_or_default());
         p.nodes = pool_nodes.get(pool).map_or(0, BTreeSet::len);
         p.unallocated_usd = money(
             alloc.unallocated_busy.get(pool).copied().unwrap_or_default()
@@ -351,6 +383,31 @@ policy:
             group_by: vec![GroupKey::Task],
             format: ReportFormat::Json,
         }
+    }
+
+    #[test]
+    fn the_busy_hours_batch_lines_used_are_counted_per_pool() {
+        // Minute 0: a batch line alone; minute 1: a batch and an interactive line, equal
+        // tokens; minute 2: interactive alone; minute 3: idle.
+        let at = |r: LedgerRecord, minute: i64, batch: bool| LedgerRecord {
+            at_ms: T0 + minute * 60_000 + 1_000,
+            priority: batch.then_some(crate::config::Priority::Batch),
+            ..r
+        };
+        let records = vec![
+            at(record("t", "pool", None), 0, true),
+            at(record("t", "pool", None), 1, true),
+            at(record("t", "pool", None), 1, false),
+            at(record("t", "pool", None), 2, false),
+        ];
+        let minutes: Vec<NodeMinute> = (0..4).map(|i| minute(i, i < 3)).collect();
+        let r = build(&query(), &records, &minutes, Some(&config()));
+        let pool = r.pools.iter().find(|p| p.pool == "pool").unwrap();
+        // One and a half GPU-minutes of three busy ones.
+        assert_eq!(pool.gpu_hours_batch, d("0.025"));
+        assert_eq!((pool.gpu_hours_busy, pool.gpu_hours_idle), (d("0.05"), d("0.016667")));
+        let none = build(&query(), &records[2..], &minutes, Some(&config()));
+        assert!(none.pools.iter().all(|p| p.gpu_hours_batch.is_zero()), "no batch, no batch hours");
     }
 
     #[test]

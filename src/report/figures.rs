@@ -41,6 +41,9 @@ pub struct PoolUsage {
     pub nodes: usize,
     pub gpu_hours_busy: Decimal,
     pub gpu_hours_idle: Decimal,
+    /// Of the busy hours, those batch-priority requests used (their token share of each minute,
+    /// as busy cost is shared): hours the batches filled that would have stood idle.
+    pub gpu_hours_batch: Decimal,
     pub busy_usd: Decimal,
     pub idle_usd: Decimal,
     /// Cost of nodes that served none of the period's requests (in no line).

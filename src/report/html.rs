@@ -277,13 +277,13 @@ fn lines_table(r: &Report) -> String {
 }
 
 fn pools_table(r: &Report) -> String {
-    let header = "pool,nodes,GPU h busy,GPU h idle,busy,idle,unallocated,utilisation,busy share";
+    let header = "pool,nodes,GPU h busy,GPU h idle,GPU h batch,busy,idle,unallocated,utilisation,busy share";
     let header: String = header.split(',').map(|c| format!("<th>{c}</th>")).collect();
     let rows: String = r
         .pools
         .iter()
         .map(|p| {
-            let hours = [p.gpu_hours_busy, p.gpu_hours_idle].map(|h| format!("{h:.2}"));
+            let hours = [p.gpu_hours_busy, p.gpu_hours_idle, p.gpu_hours_batch].map(|h| format!("{h:.2}"));
             let money = [p.busy_usd, p.idle_usd, p.unallocated_usd].map(usd);
             let shares = [p.utilisation, p.busy_share].map(|u| format!("{:.1} %", finite(u) * 100.0));
             let cells: Vec<String> =

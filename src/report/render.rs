@@ -171,6 +171,7 @@ pub fn table(r: &Report) -> String {
         "nodes",
         "gpu_h_busy",
         "gpu_h_idle",
+        "gpu_h_batch",
         "busy",
         "idle",
         "unallocated",
@@ -188,6 +189,7 @@ pub fn table(r: &Report) -> String {
                 p.nodes.to_string(),
                 format!("{:.2}", p.gpu_hours_busy),
                 format!("{:.2}", p.gpu_hours_idle),
+                format!("{:.2}", p.gpu_hours_batch),
                 usd(p.busy_usd),
                 usd(p.idle_usd),
                 usd(p.unallocated_usd),
@@ -198,7 +200,8 @@ pub fn table(r: &Report) -> String {
         .collect();
     out.push_str(&table_text(&header, &rows, 1));
     out.push_str(
-        "utilisation: running sequences x time over slots x time; busy_share: node-minutes in which \
+        "gpu_h_batch: busy GPU hours batch-priority requests used (idle hours the batches filled); \
+         utilisation: running sequences x time over slots x time; busy_share: node-minutes in which \
          anything ran\n",
     );
     for p in &r.pools {
