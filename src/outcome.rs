@@ -135,15 +135,24 @@ impl AttemptRecord {
         match (self.skipped, self.error_class) {
             (Some(skip), _) => format!("{}: skipped ({})", self.backend, skip.as_str()),
             (None, Some(class)) => format!(
-                "{}: {}{} after {} ms",
+                "{}: {}{} after {} ms{}",
                 self.backend,
                 class.as_str(),
                 self.status.map(|s| format!(" {s}")).unwrap_or_default(),
-                self.elapsed.as_millis()
+                self.elapsed.as_millis(),
+                self.message.as_deref().and_then(certificate_failure).unwrap_or_default()
             ),
             (None, None) => format!("{}: served", self.backend),
         }
     }
+}
+
+/// A TLS certificate failure in a transport error's text, named for the operator: rustls's
+/// own words (`invalid peer certificate: UnknownIssuer`) and where to add a CA.
+fn certificate_failure(message: &str) -> Option<String> {
+    let at = message.find("invalid peer certificate").or_else(|| message.find("certificate"))?;
+    let reason: String = message[at..].chars().take_while(|c| *c != ';' && *c != ')').take(120).collect();
+    Some(format!(" (TLS: {}; trust its CA with tls.ca_file or SSL_CERT_FILE)", reason.trim()))
 }
 
 /// How a request ended.
@@ -370,4 +379,27 @@ pub enum Record {
         reason: &'static str,
     },
     Request(RequestOutcome),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_failure_is_named_in_the_attempts_line() {
+        let e = UpstreamError::new(
+            ErrorClass::Connect,
+            None,
+            "error sending request: client error (Connect): invalid peer certificate: UnknownIssuer",
+        );
+        let node = NodeKey::from("hosted/m@https://x/v1");
+        let line = AttemptRecord::failed("t", "hosted", &node, &e, Duration::from_millis(7)).describe();
+        assert_eq!(
+            line,
+            "hosted: connect after 7 ms (TLS: invalid peer certificate: UnknownIssuer; trust its CA with tls.ca_file or SSL_CERT_FILE)"
+        );
+        let refused = UpstreamError::new(ErrorClass::Connect, None, "Connection refused");
+        let line = AttemptRecord::failed("t", "hosted", &node, &refused, Duration::from_millis(7)).describe();
+        assert_eq!(line, "hosted: connect after 7 ms");
+    }
 }

@@ -19,6 +19,7 @@ pub mod openai_embeddings;
 mod openai_relay;
 pub mod openai_responses;
 pub mod redact;
+pub mod tls;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -169,6 +169,7 @@ pub async fn start_with(
 
     let dispatcher = Dispatcher::new(
         config.dispatch.clone(),
+        &config.tls,
         crate::dispatch::Keys {
             api_keys: secrets.backend_keys,
             client_keys: secrets.client_keys.keys().cloned().collect(),

@@ -84,6 +84,7 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     let mut semantic = super::validate::validate(&config, &s.undecoded);
     semantic.extend(super::evaluation::prepare(&mut config, base, &s.undecoded));
     semantic.extend(load_tokenizers(&mut config, base));
+    semantic.extend(super::tls::prepare(&mut config, base));
     let mut problems = s.problems;
     for mut problem in semantic {
         problem.path = renumber(&problem.path, "backends", &s.backend_at);

@@ -31,6 +31,7 @@ mod structure;
 mod task;
 mod telemetry;
 mod terms;
+pub mod tls;
 mod tree;
 mod validate;
 
@@ -56,6 +57,7 @@ pub use state::StateConfig;
 pub use task::*;
 pub use telemetry::TelemetryConfig;
 pub use terms::DataTerms;
+pub use tls::TlsConfig;
 
 /// A Spillway config file (`docs/reference.md`, "Config reference").
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
@@ -102,6 +104,9 @@ pub struct Config {
     /// Batch jobs: limits, file retention, and how lines share the fleet.
     #[serde(default)]
     pub batch: BatchConfig,
+    /// Certificate authorities trusted for upstreams beside the built-in roots.
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// Synthetic requests to fallback backends on an interval.
     #[serde(default)]
     pub canary: CanaryConfig,

@@ -33,7 +33,7 @@ use crate::adapter::h1::PoolConfig;
 use crate::adapter::redact::Redactor;
 use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{BackendId, BackendKind, DispatchConfig, Priority, TaskConfig};
+use crate::config::{BackendId, BackendKind, DispatchConfig, Priority, TaskConfig, TlsConfig};
 use crate::fleet::headroom::SpillReason;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
@@ -122,19 +122,22 @@ pub fn wire_format(kind: BackendKind) -> WireFormat {
 }
 
 impl Dispatcher {
+    /// `tls`: the roots the hosted client trusts beside the built-in ones.
     pub fn new(
         cfg: DispatchConfig,
+        tls: &TlsConfig,
         keys: Keys,
         records: mpsc::UnboundedSender<Record>,
         quota: Arc<QuotaBoard>,
     ) -> Self {
         let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
         let idle_timeout = Duration::from_millis(cfg.pool_idle_timeout_ms);
-        let hosted = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .pool_idle_timeout(idle_timeout)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        let hosted = crate::adapter::tls::trusting(builder, tls)
             .build()
             .expect("the HTTP client builds with static settings");
         let plain =
@@ -402,8 +405,13 @@ mod tests {
             client_keys: vec!["old-client-key-22".into()],
             admin_token: Some("admin-token-333".into()),
         };
-        let dispatcher =
-            Dispatcher::new(config.dispatch.clone(), keys, records, QuotaBoard::new(&config, None));
+        let dispatcher = Dispatcher::new(
+            config.dispatch.clone(),
+            &config.tls,
+            keys,
+            records,
+            QuotaBoard::new(&config, None),
+        );
         let text =
             "old-provider-key-1 old-client-key-22 admin-token-333 new-provider-key-4 new-client-key-55";
         assert_eq!(

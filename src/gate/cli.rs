@@ -112,6 +112,7 @@ impl CliCalls {
         let (records, rx) = tokio::sync::mpsc::unbounded_channel();
         let dispatcher = Dispatcher::new(
             config.dispatch.clone(),
+            &config.tls,
             Keys { api_keys, ..Keys::default() },
             records,
             QuotaBoard::new(config, redis),

@@ -70,7 +70,7 @@ impl Serving {
         let client_keys = Arc::new(KeyBoard::new(StaticKeys::new(&HashMap::new())));
         Serving {
             snapshot: Arc::new(ArcSwap::from_pointee(Snapshot::from_config(Arc::clone(&config)))),
-            dispatcher: Arc::new(Dispatcher::new(config.dispatch.clone(), keys, records, quota)),
+            dispatcher: Arc::new(Dispatcher::new(config.dispatch.clone(), &config.tls, keys, records, quota)),
             client_keys,
             budgets: BudgetBoard::new(&config.budgets, BudgetOptions::default()),
             shadows: None,

@@ -259,6 +259,7 @@ async fn canary_rounds_go_out_on_their_interval_and_not_before() {
     let (records, _kept) = tokio::sync::mpsc::unbounded_channel();
     let dispatcher = Dispatcher::new(
         l.config.dispatch.clone(),
+        &l.config.tls,
         Keys { api_keys: Default::default(), client_keys: Vec::new(), admin_token: None },
         records,
         QuotaBoard::new(&l.config, None),

@@ -29,4 +29,5 @@ mod secrets;
 mod sim;
 mod sim_batches;
 mod sim_engines;
+mod tls;
 mod traces;

@@ -392,6 +392,7 @@ async fn a_gate_call_never_shows_the_key() {
             let (records, _kept) = tokio::sync::mpsc::unbounded_channel();
             let dispatcher = Dispatcher::new(
                 config.dispatch.clone(),
+                &config.tls,
                 Keys {
                     api_keys: HashMap::from([("echo".to_string(), PROVIDER_KEY.to_string())]),
                     ..Keys::default()

@@ -143,6 +143,22 @@ pub struct SimArgs {
     /// arguments, streamed in pieces in the provider's own format.
     #[arg(long)]
     pub tool_call_args: Option<String>,
+
+    /// Serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) with a certificate for 127.0.0.1 and
+    /// localhost signed by a CA made at start; its PEM is written to `--tls-ca-out` or printed.
+    #[arg(long)]
+    pub tls: bool,
+    /// With `--tls`: write the CA certificate (PEM) the client must trust to this file.
+    #[arg(long)]
+    pub tls_ca_out: Option<std::path::PathBuf>,
+    /// With `--tls`: the most concurrent HTTP/2 streams per connection the server advertises
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`), as OpenAI, Anthropic and Google advertise 100.
+    #[arg(long, default_value_t = 100)]
+    pub max_concurrent_streams: u32,
+    /// With `--tls`: the most connections open at once; one more waits to be accepted (0: no
+    /// limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_connections: usize,
 }
 
 #[derive(Parser)]

@@ -37,6 +37,7 @@ mod routes;
 mod server;
 mod sse;
 pub mod text;
+mod tls;
 
 use crate::fleet::engines::Engine;
 use std::net::SocketAddr;
@@ -59,12 +60,28 @@ pub struct SimHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     state: Arc<server::AppState>,
+    /// With `--tls`: the PEM of the CA that signed its certificate.
+    ca_pem: Option<String>,
+    connections: Arc<tls::Connections>,
 }
 
 impl SimHandle {
-    /// `http://127.0.0.1:PORT` (no path).
+    /// `http://127.0.0.1:PORT`, or `https://…` with `--tls` (no path).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// With `--tls`: the PEM of the CA a client must trust.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// With `--tls`: TLS connections open now, the most open at once, and accepted in all.
+    pub fn connections(&self) -> (usize, usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.connections;
+        (c.open.load(Relaxed), c.peak.load(Relaxed), c.accepted.load(Relaxed))
     }
 
     /// Where this node's Prometheus page is (`/metrics`, or trtllm's `/prometheus/metrics`).
@@ -175,24 +192,41 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     };
     let state = Arc::new(state);
     let app = routes::router(serves, Arc::clone(&state));
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "sim server stopped");
+    let connections = Arc::new(tls::Connections::default());
+    let ca_pem = if args.tls {
+        let minted = tls::mint().map_err(std::io::Error::other)?;
+        if let Some(path) = &args.tls_ca_out {
+            std::fs::write(path, &minted.ca_pem)?;
         }
-    }));
-    Ok(SimHandle { addr, kind: args.kind, engine: args.engine, model, shutdown: shutdown_tx, tasks, state })
+        let (limits, seen) = ((args.max_concurrent_streams, args.max_connections), Arc::clone(&connections));
+        let stop = shutdown_tx.subscribe();
+        tasks.push(tokio::spawn(tls::serve(listener, app, minted.server, limits.0, limits.1, seen, stop)));
+        Some(minted.ca_pem)
+    } else {
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "sim server stopped");
+            }
+        }));
+        None
+    };
+    let (kind, engine, shutdown) = (args.kind, args.engine, shutdown_tx);
+    Ok(SimHandle { addr, kind, engine, model, shutdown, tasks, state, ca_pem, connections })
 }
 
 /// Bind `args.listen`, serve until ctrl-c.
 pub async fn run(args: SimArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let kind = args.kind;
+    let (kind, tls_ca_out) = (args.kind, args.tls_ca_out.clone());
     let handle = spawn(args, listener).await?;
     match kind {
         SimKind::Vllm => {
             println!("spillway sim (vllm node, {} engine) listening on {}", handle.engine, handle.base_url())
         }
         _ => println!("spillway sim ({}) listening on {}", kind.as_str(), handle.base_url()),
+    }
+    if let (Some(pem), None) = (handle.ca_pem(), &tls_ca_out) {
+        println!("trust this CA to reach it:\n{pem}");
     }
     tokio::signal::ctrl_c().await?;
     handle.shutdown();
