@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
@@ -65,14 +65,23 @@ pub(crate) async fn post(
         let response = transport.plain.post(url, headers, &body).await?;
         (response.status, response.headers, Box::pin(response.body.into_stream()))
     } else {
-        let mut builder = transport.hosted.post(url).body(body);
+        // A place on a connection with room, held until the body has been read or dropped.
+        let slot = transport.lanes.take(url).await;
+        slot.wait_open().await;
+        let mut builder = slot.client().post(url).body(body);
         for (name, value) in headers {
             builder = builder.header(name, value);
         }
-        let response = builder.send().await.map_err(|e| UpstreamError::from_reqwest(&e))?;
+        let sent = builder.send().await;
+        slot.settled();
+        let response = sent.map_err(|e| UpstreamError::from_reqwest(&e))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        (status, headers, Box::pin(response.bytes_stream().map_err(|e| UpstreamError::from_reqwest(&e))))
+        let body = response.bytes_stream().map(move |piece| {
+            let _held = &slot;
+            piece.map_err(|e| UpstreamError::from_reqwest(&e))
+        });
+        (status, headers, Box::pin(body))
     };
     if (200..300).contains(&status) {
         return Ok(Answer { headers, body });

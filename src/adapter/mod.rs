@@ -13,6 +13,7 @@ pub mod error;
 pub mod gemini;
 pub mod h1;
 mod http;
+pub mod lanes;
 pub mod openai_compat;
 pub mod openai_completions;
 pub mod openai_embeddings;
@@ -64,6 +65,8 @@ pub struct Upstream {
 #[derive(Clone)]
 pub struct Transport {
     hosted: reqwest::Client,
+    /// The hosted clients of the request path, spread so that no request waits unseen.
+    lanes: lanes::Lanes,
     plain: Arc<h1::Pool>,
     /// Sent with every request: the calling span's W3C trace context (`traceparent`,
     /// `tracestate`), when tracing is on.
@@ -71,8 +74,21 @@ pub struct Transport {
 }
 
 impl Transport {
+    /// One client for every hosted request (tests, side binaries): its own pools only.
     pub fn new(hosted: reqwest::Client, plain: h1::PoolConfig) -> Transport {
-        Transport { hosted, plain: h1::Pool::new(plain), trace: Vec::new() }
+        let one = hosted.clone();
+        let limits = lanes::LaneLimits { streams_per_connection: usize::MAX, max_connections: 1 };
+        Transport::with_lanes(hosted, plain, lanes::Lanes::new(limits, move || one.clone()))
+    }
+
+    /// `hosted` for calls beside the request path, `lanes` for the request path's.
+    pub fn with_lanes(hosted: reqwest::Client, plain: h1::PoolConfig, lanes: lanes::Lanes) -> Transport {
+        Transport { hosted, lanes, plain: h1::Pool::new(plain), trace: Vec::new() }
+    }
+
+    /// The request path's hosted lanes (for the waiting metric).
+    pub fn lanes(&self) -> &lanes::Lanes {
+        &self.lanes
     }
 
     /// The hosted client (TLS, its pools and settings), for calls beside the request path.

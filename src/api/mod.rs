@@ -59,6 +59,8 @@ impl axum::extract::FromRef<AppState> for Arc<Ops> {
 /// The router's state as the operator sees and changes it.
 pub struct Ops {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The hosted lanes of dispatch: requests waiting for a connection slot, per origin.
+    pub lanes: crate::adapter::lanes::Lanes,
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// The client keys: static ones from the environment and issued ones from the store.
@@ -269,6 +271,7 @@ pub fn current_metrics(state: &Ops) -> String {
         telemetry: &state.telemetry,
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         ledger_spool: state.ledger.as_ref().and_then(|(_, s)| s.spool_stats()),
+        upstream_waiting: &|base_url: &str| state.lanes.waiting(base_url),
         now: tokio::time::Instant::now(),
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));

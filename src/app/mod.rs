@@ -179,6 +179,7 @@ pub async fn start_with(
         Arc::clone(&quota),
     );
     let dispatcher = Arc::new(dispatcher);
+    let lanes = dispatcher.lanes().clone();
     let gate = {
         let calls = crate::gate::call::Calls {
             dispatcher: Arc::clone(&dispatcher),
@@ -251,6 +252,7 @@ pub async fn start_with(
         tracing: tracing.clone(),
         policy_refusals: crate::policy::refusals_of,
         sessions,
+        lanes,
     });
     let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;

@@ -61,6 +61,12 @@ pub struct DispatchConfig {
     pub pool_max_idle_per_host: usize,
     /// An idle upstream connection is closed after this long.
     pub pool_idle_timeout_ms: u64,
+    /// Hosted requests sharing one connection at most (HTTP/2 streams; providers advertise 100);
+    /// a request past it opens another connection.
+    pub hosted_streams_per_connection: usize,
+    /// Connections to one hosted origin at most; past them a request waits in the open
+    /// (`spillway_upstream_waiting`) until a slot frees or its deadline ends the attempt.
+    pub hosted_max_connections: usize,
     /// Circuit breakers (one per backend, model and node).
     pub breaker: BreakerConfig,
     /// Calls made beside live traffic (canaries, gate items, judges, shadows) in flight at
@@ -81,6 +87,8 @@ impl Default for DispatchConfig {
             stream_idle_timeout_ms: 30_000,
             pool_max_idle_per_host: 256,
             pool_idle_timeout_ms: 90_000,
+            hosted_streams_per_connection: 100,
+            hosted_max_connections: 64,
             breaker: BreakerConfig::default(),
             max_synthetic_in_flight: 64,
         }
@@ -96,6 +104,8 @@ impl DispatchConfig {
         Range::at_least("retry_budget_min_per_sec", 0.0),
         Range::new("breaker.error_rate", Bound::Excl(0.0), Bound::Incl(1.0)),
         Range::at_least("breaker.consecutive_failures", 1.0),
+        Range::between("hosted_streams_per_connection", 1.0, 10_000.0),
+        Range::between("hosted_max_connections", 1.0, 10_000.0),
     ];
 
     /// Ranges, and that the backoff's base does not exceed its longest wait.
@@ -107,6 +117,8 @@ impl DispatchConfig {
             ("retry_budget_min_per_sec", self.retry_budget_min_per_sec),
             ("breaker.error_rate", self.breaker.error_rate),
             ("breaker.consecutive_failures", self.breaker.consecutive_failures as f64),
+            ("hosted_streams_per_connection", self.hosted_streams_per_connection as f64),
+            ("hosted_max_connections", self.hosted_max_connections as f64),
         ];
         let mut problems = range::check("dispatch", Self::RANGES, &values);
         if self.backoff_base_ms > self.backoff_max_ms {

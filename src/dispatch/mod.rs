@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
 use crate::adapter::h1::PoolConfig;
+use crate::adapter::lanes::{LaneLimits, Lanes};
 use crate::adapter::redact::Redactor;
 use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
@@ -132,17 +133,24 @@ impl Dispatcher {
     ) -> Self {
         let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
         let idle_timeout = Duration::from_millis(cfg.pool_idle_timeout_ms);
-        let builder = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .pool_idle_timeout(idle_timeout)
-            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-            .tcp_nodelay(true);
-        let hosted = crate::adapter::tls::trusting(builder, tls)
-            .build()
-            .expect("the HTTP client builds with static settings");
-        let plain =
-            PoolConfig { connect_timeout, max_idle_per_host: cfg.pool_max_idle_per_host, idle_timeout };
-        let transport = Transport::new(hosted, plain);
+        let (max_idle, tls) = (cfg.pool_max_idle_per_host, tls.clone());
+        let make = move || {
+            let builder = reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .pool_idle_timeout(idle_timeout)
+                .pool_max_idle_per_host(max_idle)
+                .tcp_nodelay(true);
+            crate::adapter::tls::trusting(builder, &tls)
+                .build()
+                .expect("the HTTP client builds with static settings")
+        };
+        let hosted = make();
+        let limits = LaneLimits {
+            streams_per_connection: cfg.hosted_streams_per_connection,
+            max_connections: cfg.hosted_max_connections,
+        };
+        let plain = PoolConfig { connect_timeout, max_idle_per_host: max_idle, idle_timeout };
+        let transport = Transport::with_lanes(hosted, plain, Lanes::new(limits, make));
         let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());
         Dispatcher {
             synthetic: synthetic::bound(cfg.max_synthetic_in_flight),
@@ -202,6 +210,11 @@ impl Dispatcher {
     /// provider key, replaced: for what reaches a client by a way other than dispatch.
     pub fn scrub(&self, text: &str) -> String {
         self.redactor.load().scrub(text).into_owned()
+    }
+
+    /// The request path's hosted lanes (for `spillway_upstream_waiting`).
+    pub fn lanes(&self) -> &crate::adapter::lanes::Lanes {
+        self.transport.lanes()
     }
 
     /// The batch API of hosted backend `backend`, through the hosted client and with its key.

@@ -189,6 +189,7 @@ pub(crate) struct FleetFamilies {
     pub share: Family<GaugeVec, Backend<'static>>,
     pub weight: Family<GaugeVec, TaskBackend<'static>>,
     pub occupancy: Family<GaugeVec, BackendPriority<'static>>,
+    pub upstream_waiting: Family<IntGaugeVec, Backend<'static>>,
     pub node_running: Family<GaugeVec, Node<'static>>,
     pub node_waiting: Family<GaugeVec, Node<'static>>,
     pub node_kv_usage: Family<GaugeVec, Node<'static>>,
@@ -227,6 +228,11 @@ impl FleetFamilies {
                 r,
                 "spillway_pool_occupancy_ratio",
                 "Share of a local pool's sequence slots the router's own requests hold now, by priority (interactive, standard, batch).",
+            ),
+            upstream_waiting: int_gauge(
+                r,
+                "spillway_upstream_waiting",
+                "Requests waiting for a connection or stream slot to a hosted backend now (every connection allowed is full).",
             ),
             node_running: gauge(r, "spillway_node_running", "Sequences a vLLM node runs (its last scrape)."),
             node_waiting: gauge(

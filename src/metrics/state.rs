@@ -22,6 +22,8 @@ pub struct StateView<'a> {
     pub ledger_buffered: Option<u64>,
     /// The ledger spool's counts; `None` without one.
     pub ledger_spool: Option<crate::ledger::SpoolStats>,
+    /// Requests waiting for a connection slot to the hosted origin at a base URL now.
+    pub upstream_waiting: &'a dyn Fn(&str) -> usize,
     pub now: Instant,
 }
 
@@ -54,6 +56,8 @@ impl Metrics {
                 }
             } else {
                 f.availability.get(Backend { backend: &b.name }).set(b.availability);
+                let waiting = b.nodes.first().map_or(0, |n| (v.upstream_waiting)(&n.base_url));
+                f.upstream_waiting.get(Backend { backend: &b.name }).set(waiting as i64);
             }
             for n in &b.nodes {
                 let labels = Node { backend: &b.name, node: &n.key };

@@ -161,3 +161,110 @@ async fn ssl_cert_file_and_https_proxy_are_honoured_for_hosted_traffic() {
     std::fs::remove_file(ca).ok();
     std::fs::remove_file(path).ok();
 }
+
+fn streaming() -> Value {
+    json!({"model": "chat", "max_tokens": 8, "stream": true, "messages": [{"role": "user", "content": "hello"}]})
+}
+
+/// `spillway_upstream_waiting` of backend `hosted` on the router's `/metrics`.
+async fn waiting(url: &str) -> i64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("spillway_upstream_waiting{backend=\"hosted\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+/// Send `n` streams at once; each one's status and who answered.
+async fn burst(url: &str, n: usize) -> Vec<(u16, String)> {
+    let client = reqwest::Client::new();
+    let sends = (0..n).map(|_| {
+        let send = client.post(format!("{url}/v1/chat/completions")).json(&streaming()).send();
+        async move {
+            let resp = send.await.unwrap();
+            let status = resp.status().as_u16();
+            let backend = resp
+                .headers()
+                .get("x-spillway-backend")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let _ = resp.text().await;
+            (status, backend)
+        }
+    });
+    futures::future::join_all(sends).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn streams_past_a_connections_limit_open_more_connections_and_past_the_last_wait_in_the_open() {
+    // 100 streams at once to a provider advertising 10 per connection: ten connections, no wait.
+    let openai = sim(SimKind::OpenAi, "gpt-5.6", |a| {
+        a.tls = true;
+        a.max_concurrent_streams = 10;
+        a.ttft_ms = 300;
+    })
+    .await;
+    let ca = ca_file(openai.ca_pem().unwrap());
+    let tls =
+        format!("tls: {{ca_file: \"{}\"}}\ndispatch: {{hosted_streams_per_connection: 10}}", ca.display());
+    let r = router(&config(&openai.base_url(), &tls), &[]).await;
+    let answers = burst(&r.url, 100).await;
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+    let (_, peak, accepted) = openai.connections();
+    eprintln!("100 streams, 10 per connection: {peak} connections at once, {accepted} in all");
+    assert!(
+        peak >= 10 && accepted <= 64,
+        "connections: at most 10 streams on each ({peak} at once, {accepted} in all)"
+    );
+    assert_eq!(waiting(&r.url).await, 0);
+
+    // A provider that also takes 2 connections only: 20 in flight, the rest wait in the open
+    // and, past the deadline (2 × 1000 ms), fail over as attempts to the second backend.
+    let limited = sim(SimKind::OpenAi, "gpt-5.6", |a| {
+        a.tls = true;
+        a.max_concurrent_streams = 10;
+        a.max_connections = 2;
+        a.ttft_ms = 2500;
+    })
+    .await;
+    let spare = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
+    let ca = ca_file(limited.ca_pem().unwrap());
+    let yaml = format!(
+        r#"
+listen: 127.0.0.1:0
+ledger: {{enabled: false}}
+tls: {{ca_file: "{}"}}
+dispatch: {{hosted_streams_per_connection: 10, hosted_max_connections: 2}}
+backends:
+  - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+  - {{name: spare, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
+tasks:
+  - {{name: chat, backends: [hosted, spare], strategy: priority, slo: {{ttft_ms: 1000}}}}
+"#,
+        ca.display(),
+        limited.base_url(),
+        spare.base_url()
+    );
+    let r = router(&yaml, &[]).await;
+    let url = r.url.clone();
+    let sent = tokio::spawn(async move { burst(&url, 60).await });
+    let seen =
+        common::wait_until(std::time::Duration::from_secs(10), "requests waiting for a slot", || async {
+            let n = waiting(&r.url).await;
+            if n > 0 {
+                Ok(n)
+            } else {
+                Err(n)
+            }
+        })
+        .await;
+    assert!(seen > 0);
+    let answers =
+        tokio::time::timeout(std::time::Duration::from_secs(30), sent).await.expect("none hangs").unwrap();
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+    let spared = answers.iter().filter(|(_, b)| b == "spare").count();
+    eprintln!("60 streams, 2 connections of 10: {seen} seen waiting, {spared} failed over to spare");
+    assert!(spared >= 40, "past the deadline, the waiting ones failed over: {spared} of 60 on spare");
+    assert!(limited.connections().1 <= 2, "never more than the provider's connections");
+}
