@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rust_decimal::prelude::ToPrimitive;
 
 use super::clock::{from_ms, from_secs, Clock, Micros, Queue};
 use super::hosted::Provider;
@@ -499,13 +500,13 @@ impl<'a> Engine<'a> {
         let mut fleet = super::stats::FleetHours::default();
         for (i, node) in self.nodes.iter().enumerate() {
             let Some(node) = node else { continue };
-            let busy_share = node.busy_slot_secs(now) / 3600.0 / node.slots() as f64;
-            fleet.gpu_hours += hours;
-            fleet.idle_gpu_hours += (hours - busy_share).max(0.0);
             let pool = self.s.config.backends[self.flat[i].0].pool();
-            let rate =
-                pool.and_then(|p| p.gpu_hourly_usd).map_or(0.0, |d| d.to_string().parse().unwrap_or(0.0));
-            fleet.cost += rate * hours;
+            let gpus = f64::from(pool.map_or(1, |p| p.gpu_count));
+            let busy_share = node.busy_slot_secs(now) / 3600.0 / node.slots() as f64;
+            fleet.gpu_hours += hours * gpus;
+            fleet.idle_gpu_hours += (hours - busy_share).max(0.0) * gpus;
+            let rate = pool.and_then(|p| p.gpu_hourly_usd).and_then(|d| d.to_f64()).unwrap_or(0.0);
+            fleet.cost += rate * hours * gpus;
         }
         self.stats.fleet = fleet;
     }
