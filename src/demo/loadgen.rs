@@ -34,6 +34,8 @@ pub struct LoadReport {
     pub ttft_us: Histogram<u64>,
     pub total_us: Histogram<u64>,
     pub elapsed: Duration,
+    /// What the first failed request said.
+    pub first_error: Option<String>,
 }
 
 impl LoadReport {
@@ -45,6 +47,23 @@ impl LoadReport {
             ttft_us: Histogram::new_with_bounds(1, 600_000_000, 3).expect("static bounds"),
             total_us: Histogram::new_with_bounds(1, 600_000_000, 3).expect("static bounds"),
             elapsed: Duration::ZERO,
+            first_error: None,
+        }
+    }
+
+    fn add(&mut self, result: &Result<Served, String>) {
+        match result {
+            Ok(served) => {
+                self.ok += 1;
+                *self.by_backend.entry(served.backend.clone()).or_default() += 1;
+                let _ = self.ttft_us.record(served.ttft.as_micros().max(1) as u64);
+                let _ = self.total_us.record(served.total.as_micros().max(1) as u64);
+            }
+            Err(e) => {
+                self.errors += 1;
+                tracing::debug!("load request failed: {e}");
+                self.first_error.get_or_insert_with(|| e.clone());
+            }
         }
     }
 
@@ -141,6 +160,59 @@ pub async fn one_request(
     })
 }
 
+/// Send `n` streamed requests at once (each on its own connection) and wait for all of them:
+/// a spill burst. Each is bounded by `timeout`, so a stuck request counts as an error, never a
+/// hang.
+pub async fn burst(url: &str, model: &str, n: usize, max_tokens: u32, timeout: Duration) -> LoadReport {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(n)
+        .timeout(timeout)
+        .build()
+        .expect("static client settings");
+    let started = Instant::now();
+    let sends = (0..n).map(|i| one_request(&client, url, model, max_tokens, i as u64));
+    let mut report = LoadReport::new();
+    for result in futures::future::join_all(sends).await {
+        report.add(&result);
+    }
+    report.elapsed = started.elapsed();
+    report
+}
+
+/// A [`burst`] through a router, with the most requests its `/metrics` showed waiting for an
+/// upstream connection or stream slot toward `backend` meanwhile (`spillway_upstream_waiting`,
+/// sampled every 25 ms).
+pub async fn spill_burst(
+    router: &str,
+    model: &str,
+    backend: &str,
+    n: usize,
+    max_tokens: u32,
+    timeout: Duration,
+) -> (LoadReport, i64) {
+    let client = reqwest::Client::new();
+    let metrics = format!("{router}/metrics");
+    let series = format!("spillway_upstream_waiting{{backend=\"{backend}\"}} ");
+    let waiting_now = || async {
+        let text = client.get(&metrics).send().await.ok()?.text().await.ok()?;
+        text.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse::<i64>().ok())
+    };
+    let url = format!("{router}/v1/chat/completions");
+    let run = burst(&url, model, n, max_tokens, timeout);
+    tokio::pin!(run);
+    let mut peak = 0;
+    loop {
+        tokio::select! {
+            report = &mut run => return (report, peak),
+            now = async {
+                let now = waiting_now().await;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                now
+            } => peak = peak.max(now.unwrap_or(0)),
+        }
+    }
+}
+
 /// Send requests at `spec.rps` until the duration ends; wait for those in flight; report.
 pub async fn run(spec: LoadSpec) -> LoadReport {
     let client =
@@ -171,19 +243,7 @@ pub async fn run(spec: LoadSpec) -> LoadReport {
         in_flight.spawn(async move {
             let result = one_request(&client, &spec.url, &spec.model, spec.max_tokens, n).await;
             for r in [&report, &window] {
-                let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
-                match &result {
-                    Ok(served) => {
-                        r.ok += 1;
-                        *r.by_backend.entry(served.backend.clone()).or_default() += 1;
-                        let _ = r.ttft_us.record(served.ttft.as_micros().max(1) as u64);
-                        let _ = r.total_us.record(served.total.as_micros().max(1) as u64);
-                    }
-                    Err(e) => {
-                        r.errors += 1;
-                        tracing::debug!("load request failed: {e}");
-                    }
-                }
+                r.lock().unwrap_or_else(|e| e.into_inner()).add(&result);
             }
         });
         while in_flight.try_join_next().is_some() {}

@@ -29,5 +29,6 @@ mod secrets;
 mod sim;
 mod sim_batches;
 mod sim_engines;
+mod spill_scale;
 mod tls;
 mod traces;

@@ -31,7 +31,7 @@ fn chat() -> Value {
 }
 
 /// The sim's CA written to a temporary file.
-fn ca_file(pem: &str) -> std::path::PathBuf {
+pub(crate) fn ca_file(pem: &str) -> std::path::PathBuf {
     let path =
         std::env::temp_dir().join(format!("spillway-sim-ca-{}-{}.pem", std::process::id(), rand_suffix()));
     std::fs::write(&path, pem).unwrap();
