@@ -1,39 +1,72 @@
 #!/usr/bin/env bash
-# The HTTP edge against its floor, side by side in one run (benches/README.md, "HTTP edge").
+# The HTTP edge against its floor and the commit before, side by side in one run
+# (benches/README.md, "HTTP edge").
 #
-#   benches/edge.sh            (env: EDGE_SECS per wrk run, default 5; EDGE_RUNS, default 3;
-#                               EDGE_STREAMS, default 100,1000,10000; EDGE_ONLY=streams for the
-#                               memory part alone, EDGE_ONLY=wire for the wrk part alone;
-#                               EDGE_BASELINE=path to another spillway binary, e.g. the previous
-#                               commit's, measured as a fourth path in the same runs;
-#                               RUST_LOG as for serve)
+#   benches/edge.sh    env: EDGE_SECS per wrk run (default 5); EDGE_RUNS (default 3);
+#                      EDGE_BASELINE, a git revision or a spillway binary (default HEAD~1; a
+#                      revision is built once into target/edge-baseline/);
+#                      EDGE_ONLY=cpu|latency|streams for one part; EDGE_STREAMS (default
+#                      100,1000,10000); EDGE_WRITE=0 to leave benches/README.md as it is
 #
-# Upstream: nginx answering every POST with a fixed chat completion (JSON) or a fixed 30-chunk
-# SSE stream. Paths measured: nginx direct, nginx as a reverse proxy in front of it (the
-# pass-through floor), and Spillway in front of it, for JSON and SSE over kept-alive
-# connections at 16 and 256 connections (wrk, 1 thread). Runs are interleaved (direct,
-# pass-through, Spillway, repeat) so that noise lands on all three; medians and the range of
-# EDGE_RUNS runs are printed. Then a Node `fetch` streamed call (the JavaScript SDKs'
-# transport), direct and through Spillway, and the router's RSS with 100, 1,000 and 10,000
-# slow streams open. Needs nginx and wrk (Debian: nginx-light wrk) and node.
+# Core 0 carries the router under test: nginx as a keep-alive reverse proxy (the pass-through
+# floor, one worker), Spillway, and the baseline Spillway, each pinned with taskset and loaded
+# one at a time. Core 1 carries the load generator and the upstream. Every router runs with
+# its features on: the SQLite ledger and its spool, metrics, one access line per request.
+#
+# 1. CPU per request: wrk (1 thread, kept-alive connections) against nginx's fixed chat
+#    completion (JSON) and fixed 30-chunk SSE answer, at 16 and 256 connections; the CPU time
+#    of each router's processes over the run (/proc utime + stime) over the requests served.
+# 2. Latency at one connection: benches/edge_latency.rs times each answer, the first token,
+#    and every frame of 512 streams paced at 20 ms, directly and through each router.
+# 3. Router RSS with 100, 1,000 and 10,000 slow streams open (benches/edge_streams.rs).
+#
+# Interleaved runs (pass-through, Spillway, baseline, repeat) so that noise lands on all;
+# medians and (range). Needs nginx, wrk (Debian: nginx-light wrk) and taskset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${EDGE_SECS:-5}
 RUNS=${EDGE_RUNS:-3}
 STREAMS=${EDGE_STREAMS:-100,1000,10000}
-for tool in nginx wrk node; do
-  command -v $tool >/dev/null || { echo "edge.sh needs $tool (apt-get install nginx-light wrk nodejs)"; exit 1; }
+BASELINE=${EDGE_BASELINE:-HEAD~1}
+ONLY=${EDGE_ONLY:-}
+ROUTER_CPU=0
+LOAD_CPU=1
+for tool in nginx wrk taskset; do
+  command -v $tool >/dev/null || { echo "edge.sh needs $tool (apt-get install nginx-light wrk util-linux)"; exit 1; }
 done
+part() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+
+# The baseline: a binary, or a revision built once in a worktree sharing target/'s dependencies.
+if [ -x "$BASELINE" ]; then
+  BASE_BIN=$(realpath "$BASELINE"); BASE_NAME=$("$BASE_BIN" --version 2>/dev/null | head -1 || echo "$BASELINE")
+else
+  sha=$(git rev-parse --short "$BASELINE")
+  BASE_BIN=$PWD/target/edge-baseline/$sha/spillway; BASE_NAME="commit $sha"
+  if [ ! -x "$BASE_BIN" ]; then
+    tree=$(mktemp -d /tmp/spillway-baseline.XXXXXX)
+    git worktree add --detach --quiet "$tree" "$sha"
+    (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target" cargo build --release --quiet --bin spillway)
+    mkdir -p "$(dirname "$BASE_BIN")" && cp target/release/spillway "$BASE_BIN"
+    git worktree remove --force "$tree"
+    touch src/main.rs  # the current build's binary was overwritten: link it again
+  fi
+fi
 cargo build --release --quiet
-cargo bench --bench edge_streams --no-run --quiet 2>/dev/null
+cargo bench --no-run --quiet --bench edge_streams --bench edge_latency 2>/dev/null
 BIN=target/release/spillway
+bench_bin() { ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
+HEAD_NAME="commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src vllm Cargo.toml || echo '+changes')"
+
 WORK=$(mktemp -d /tmp/spillway-edge.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-U_JSON=$(free_port); U_SSE=$(free_port); P_JSON=$(free_port); P_SSE=$(free_port); S=$(free_port); B=$(free_port)
+on_router() { taskset -c $ROUTER_CPU "$@"; }
+on_load() { taskset -c $LOAD_CPU "$@"; }
+U_JSON=$(free_port); U_SSE=$(free_port); P_JSON=$(free_port); P_SSE=$(free_port)
+L_FAST=$(free_port); L_PACED=$(free_port); P_FAST=$(free_port); P_PACED=$(free_port)
+S=$(free_port); B=$(free_port)
 
 # The fixed answers, served by nginx as static files.
 JSON_ANSWER='{"id":"chatcmpl-1","object":"chat.completion","created":1764547200,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"The printer on floor three is jammed again; a technician is on the way and it should be back within the hour."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":27,"total_tokens":51}}'
@@ -48,134 +81,173 @@ chunk() { printf 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","cre
   printf 'data: [DONE]\n\n'
 } > "$WORK/sse.txt"
 test "$(grep -c '^data: {' "$WORK/sse.txt")" = 30
-
 mkdir -p "$WORK/json/v1/chat" "$WORK/sse/v1/chat"
 printf '%s' "$JSON_ANSWER" > "$WORK/json/v1/chat/completions"
 cp "$WORK/sse.txt" "$WORK/sse/v1/chat/completions"
 chmod -R a+rX "$WORK"
-cat > "$WORK/nginx.conf" <<EOF
-worker_processes 2;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 4096; }
+
+nginx_conf() {  # name, then the http block's servers
+  cat > "$WORK/$1.conf" <<EOF
+worker_processes 1;
+pid $WORK/$1.pid;
+error_log $WORK/$1-error.log warn;
+events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 1000000;
-  upstream json_up { server 127.0.0.1:$U_JSON; keepalive 512; }
-  upstream sse_up { server 127.0.0.1:$U_SSE; keepalive 512; }
-  # Static files answer POST through the 405 → 200 redirect (which turns the method into GET).
-  server { listen 127.0.0.1:$U_JSON; location / { root $WORK/json; default_type application/json; error_page 405 =200 \$uri; } }
-  server { listen 127.0.0.1:$U_SSE; location / { root $WORK/sse; default_type text/event-stream; error_page 405 =200 \$uri; } }
-  server { listen 127.0.0.1:$P_JSON; location / { proxy_pass http://json_up; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-  server { listen 127.0.0.1:$P_SSE; location / { proxy_pass http://sse_up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } }
+  $2
 }
 EOF
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+}
+# Static files answer POST through the 405 → 200 redirect (which turns the method into GET).
+nginx_conf upstream "
+  server { listen 127.0.0.1:$U_JSON; location / { root $WORK/json; default_type application/json; error_page 405 =200 \$uri; } }
+  server { listen 127.0.0.1:$U_SSE; location / { root $WORK/sse; default_type text/event-stream; error_page 405 =200 \$uri; } }"
+proxy() { echo "upstream up_$1 { server 127.0.0.1:$2; keepalive 512; }
+  server { listen 127.0.0.1:$3; location / { proxy_pass http://up_$1; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"; }
+nginx_conf proxy "$(proxy json $U_JSON $P_JSON) $(proxy sse $U_SSE $P_SSE) $(proxy fast $L_FAST $P_FAST) $(proxy paced $L_PACED $P_PACED)"
+on_load nginx -p "$WORK" -c "$WORK/upstream.conf" -g 'daemon off;' & PIDS+=($!)
+on_router nginx -p "$WORK" -c "$WORK/proxy.conf" -g 'daemon off;' & NGINX=$!; PIDS+=($NGINX)
+LATENCY_BIN=$(bench_bin edge_latency)
+on_load "$LATENCY_BIN" serve --listen "127.0.0.1:$L_FAST" & PIDS+=($!)
+on_load "$LATENCY_BIN" serve --listen "127.0.0.1:$L_PACED" --pace-ms 20 & PIDS+=($!)
 
-cat > "$WORK/spillway.yaml" <<EOF
-listen: 127.0.0.1:$S
+router_conf() {  # listen port, ledger file
+  cat <<EOF
+listen: 127.0.0.1:$1
 backends:
   - {name: json-upstream, kind: openai_compatible, base_url: "http://127.0.0.1:$U_JSON/v1", model: bench, stream_upstream: false}
   - {name: sse-upstream, kind: openai_compatible, base_url: "http://127.0.0.1:$U_SSE/v1", model: bench}
+  - {name: fast-upstream, kind: openai_compatible, base_url: "http://127.0.0.1:$L_FAST/v1", model: bench}
+  - {name: paced-upstream, kind: openai_compatible, base_url: "http://127.0.0.1:$L_PACED/v1", model: bench}
 tasks:
   - {name: bench-json, backends: [json-upstream], slo: {ttft_ms: 5000}}
   - {name: bench-sse, backends: [sse-upstream], slo: {ttft_ms: 5000}}
+  - {name: bench-fast, backends: [fast-upstream], slo: {ttft_ms: 5000}}
+  - {name: bench-paced, backends: [paced-upstream], slo: {ttft_ms: 5000}}
 limits: {max_concurrency: 20000}
-ledger: {enabled: false}
+ledger: {url: "sqlite://$2"}
 EOF
-"$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & PIDS+=($!)
-PATHS="direct pass spillway"
-if [ -n "${EDGE_BASELINE:-}" ]; then
-  sed "s/^listen: .*/listen: 127.0.0.1:$B/" "$WORK/spillway.yaml" > "$WORK/baseline.yaml"
-  "$EDGE_BASELINE" serve --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" & PIDS+=($!)
-  PATHS="$PATHS baseline"
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$B/readyz" >/dev/null && break; sleep 0.1; done
-fi
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S/readyz" >/dev/null && curl -sf -o /dev/null "http://127.0.0.1:$U_SSE/" -d x && break; sleep 0.1; done
-
-if [ "${EDGE_ONLY:-}" != streams ]; then
-for kind in json sse; do
-  stream=false; [ $kind = sse ] && stream=true
-  cat > "$WORK/$kind.lua" <<EOF
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"model":"bench-$kind","stream":$stream,"messages":[{"role":"user","content":"Is the printer on floor three working?"}]}'
-EOF
-done
-# Check that each path answers what it should before timing it.
-curl -sf "http://127.0.0.1:$S/v1/chat/completions" -H 'content-type: application/json' -d @<(sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$WORK/sse.lua") | grep -q '^data: \[DONE\]'
-curl -sf "http://127.0.0.1:$S/v1/chat/completions" -H 'content-type: application/json' -d @<(sed -n "s/^wrk.body = '\(.*\)'$/\1/p" "$WORK/json.lua") | grep -q '"finish_reason":"stop"'
-
-# wrk's output → "rps p50_ms p99_ms non2xx"
-measure() {
-  wrk -t1 -c"$2" -d"${SECS}s" --latency -s "$WORK/$3.lua" "$1" 2>&1 | awk '
-    function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
-    $1 == "50%" { p50 = ms($2) } $1 == "99%" { p99 = ms($2) }
-    $1 == "Requests/sec:" { rps = $2 } /Non-2xx/ { bad = $NF }
-    END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, bad + 0 }'
 }
+router_conf $S "$WORK/ledger.db" > "$WORK/spillway.yaml"
+router_conf $B "$WORK/baseline-ledger.db" > "$WORK/baseline.yaml"
+on_router "$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & SPILLWAY=$!; PIDS+=($SPILLWAY)
+on_router "$BASE_BIN" serve --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" & BASE=$!; PIDS+=($BASE)
+for port in $S $B; do
+  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+done
+for port in $U_SSE $P_SSE $L_FAST; do
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/v1/chat/completions" -d '{}' && break; sleep 0.1; done
+done
+
+# Each path's port per answer, and the processes whose CPU time counts.
+port_of() {  # path answer
+  case $1 in
+    pass) case $2 in json) echo $P_JSON;; sse) echo $P_SSE;; fast) echo $P_FAST;; paced) echo $P_PACED;; esac;;
+    spillway) echo $S;; baseline) echo $B;;
+  esac
+}
+model_of() { [ "$1" = pass ] && echo bench || echo "bench-$2"; }
+pids_of() {
+  case $1 in
+    pass) echo "$NGINX $(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')";;
+    spillway) echo $SPILLWAY;; baseline) echo $BASE;;
+  esac
+}
+label() { case $1 in pass) echo "nginx pass-through";; spillway) echo "Spillway ($HEAD_NAME)";; baseline) echo "Spillway ($BASE_NAME)";; esac; }
+ticks() { local t=0 f; for p in "$@"; do read -r -a f < "/proc/$p/stat"; t=$((t + f[13] + f[14])); done; echo $t; }
+HZ=$(getconf CLK_TCK)
 median() { sort -g | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s (%s–%s)", m, v[1], v[NR] }'; }
 
-echo "## HTTP edge, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores shared by wrk, nginx and Spillway; ${RUNS} runs of ${SECS} s each, median (range)"
+OUT=$WORK/tables.md
+{
+echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)): core $ROUTER_CPU the router under test (the idle ones beside it), core $LOAD_CPU the load generator and the upstream. Load average before: $(cut -d' ' -f1-3 /proc/loadavg); other processes over 1 % CPU: $(ps -eo pcpu=,comm= --sort=-pcpu | awk '$1 > 1 { printf "%s %s%%, ", $2, $1 }' | sed 's/, $//' | grep . || echo none)."
 echo
-echo "| answer | connections | path | requests/s | p50 ms | p99 ms | vs pass-through rps | p99 vs pass-through |"
-echo "|---|---|---|---|---|---|---|---|"
-for kind in json sse; do
-  for conns in 16 256; do
-    if [ $kind = json ]; then direct=$U_JSON; pass=$P_JSON; else direct=$U_SSE; pass=$P_SSE; fi
-    : > "$WORK/runs"
-    for _ in $(seq "$RUNS"); do
-      for path in $PATHS; do
-        case $path in direct) port=$direct;; pass) port=$pass;; spillway) port=$S;; baseline) port=$B;; esac
-        echo "$path $(measure "http://127.0.0.1:$port/v1/chat/completions" "$conns" "$kind")" >> "$WORK/runs"
-      done
-    done
-    pass_rps=$(awk '$1 == "pass" { print $2 }' "$WORK/runs" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    pass_p99=$(awk '$1 == "pass" { print $4 }' "$WORK/runs" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-    for path in $PATHS; do
-      rps=$(awk -v p=$path '$1 == p { print $2 }' "$WORK/runs" | median)
-      p50=$(awk -v p=$path '$1 == p { print $3 }' "$WORK/runs" | median)
-      p99=$(awk -v p=$path '$1 == p { print $4 }' "$WORK/runs" | median)
-      bad=$(awk -v p=$path '$1 == p { s += $5 } END { print s + 0 }' "$WORK/runs")
-      rps_mid=${rps%% *}; p99_mid=${p99%% *}
-      ratio=$(awk -v a="$rps_mid" -v b="$pass_rps" 'BEGIN { printf "%.2f×", a / b }')
-      p99ratio=$(awk -v a="$p99_mid" -v b="$pass_p99" 'BEGIN { printf "%.2f×", a / b }')
-      label=$path; [ $path = pass ] && label="nginx pass-through"; [ $path = direct ] && label="nginx direct"
-      [ $path = baseline ] && label="baseline ($EDGE_BASELINE)"
-      [ "$bad" != 0 ] && label="$label ($bad non-2xx)"
-      echo "| $kind | $conns | $label | $rps | $p50 | $p99 | $ratio | $p99ratio |"
+} > "$OUT"
+
+if part cpu; then
+  for kind in json sse; do
+    stream=false; [ $kind = sse ] && stream=true
+    for path in pass spillway baseline; do
+      cat > "$WORK/$path-$kind.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"$(model_of $path $kind)","stream":$stream,"messages":[{"role":"user","content":"Is the printer on floor three working?"}]}'
+EOF
     done
   done
-done
-
-[ "${EDGE_ONLY:-}" = wire ] && exit 0
-echo
-echo "Node fetch, one streamed call at a time on a kept-alive connection (300 calls, after 50 to warm up):"
-cat > "$WORK/fetch.mjs" <<'EOF'
-const [url, model] = process.argv.slice(2);
-const body = JSON.stringify({ model, stream: true, messages: [{ role: "user", content: "Is the printer working?" }] });
-const times = [];
-for (let i = 0; i < 350; i++) {
-  const t0 = performance.now();
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
-  const text = await r.text();
-  if (!text.includes("data: [DONE]")) throw new Error("incomplete stream: " + text.slice(0, 200));
-  if (i >= 50) times.push(performance.now() - t0);
-}
-times.sort((a, b) => a - b);
-const q = (p) => times[Math.floor(p * (times.length - 1))].toFixed(2);
-console.log(`p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms`);
-EOF
-echo "- direct (nginx): $(node "$WORK/fetch.mjs" "http://127.0.0.1:$U_SSE/v1/chat/completions" bench-sse)"
-echo "- through Spillway: $(node "$WORK/fetch.mjs" "http://127.0.0.1:$S/v1/chat/completions" bench-sse)"
+  # Check that each path answers what it should before timing it.
+  for path in pass spillway baseline; do
+    curl -sf "http://127.0.0.1:$(port_of $path sse)/v1/chat/completions" -d "{\"model\":\"$(model_of $path sse)\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" -H 'content-type: application/json' | grep -q '^data: \[DONE\]'
+    curl -sf "http://127.0.0.1:$(port_of $path json)/v1/chat/completions" -d "{\"model\":\"$(model_of $path json)\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" -H 'content-type: application/json' | grep -q '"finish_reason":"stop"'
+  done
+  # One wrk run → "requests rps p50_ms p99_ms non2xx cpu_us_per_request"
+  measure() {  # path kind conns
+    local pids before after
+    pids=$(pids_of "$1"); before=$(ticks $pids)
+    on_load wrk -t1 -c"$3" -d"${SECS}s" --latency -s "$WORK/$1-$2.lua" "http://127.0.0.1:$(port_of "$1" "$2")/v1/chat/completions" > "$WORK/wrk.out" 2>&1
+    after=$(ticks $pids)
+    awk -v cpu=$((after - before)) -v hz="$HZ" '
+      function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+      $1 == "50%" { p50 = ms($2) } $1 == "99%" { p99 = ms($2) } / requests in / { n = $1 }
+      $1 == "Requests/sec:" { rps = $2 } /Non-2xx/ { bad = $NF }
+      END { printf "%d %.0f %.3f %.3f %d %.1f\n", n, rps, p50, p99, bad + 0, cpu * 1e6 / hz / (n > 0 ? n : 1) }' "$WORK/wrk.out"
+  }
+  {
+  echo "CPU per request, router pinned to one core (wrk -t1, ${RUNS} interleaved runs of ${SECS} s, median (range)):"
+  echo
+  echo "| answer | connections | router | requests/s | CPU µs per request | vs nginx | p50 ms | p99 ms |"
+  echo "|---|---|---|---|---|---|---|---|"
+  } >> "$OUT"
+  for kind in json sse; do
+    for conns in 16 256; do
+      : > "$WORK/runs"
+      for _ in $(seq "$RUNS"); do
+        for path in pass spillway baseline; do echo "$path $(measure $path $kind $conns)" >> "$WORK/runs"; done
+      done
+      pass_cpu=$(awk '$1 == "pass" { print $7 }' "$WORK/runs" | median | cut -d' ' -f1)
+      for path in pass spillway baseline; do
+        col() { awk -v p=$path -v c="$1" '$1 == p { print $c }' "$WORK/runs" | median; }
+        cpu=$(col 7); bad=$(awk -v p=$path '$1 == p { s += $6 } END { print s + 0 }' "$WORK/runs")
+        ratio=$(awk -v a="${cpu%% *}" -v b="$pass_cpu" 'BEGIN { printf "%.2f×", a / b }')
+        name=$(label $path); [ "$bad" != 0 ] && name="$name ($bad non-2xx)"
+        echo "| $kind | $conns | $name | $(col 3) | $cpu | $ratio | $(col 4) | $(col 5) |" >> "$OUT"
+      done
+    done
+  done
+  echo >> "$OUT"
 fi
 
-echo
-echo "Router RSS with slow streams open (upstream: spillway sim, first token at once, then one token every 20 s):"
-SLOW=$(free_port)
-"$BIN" sim --kind openai --listen "127.0.0.1:$SLOW" --model bench --ttft-ms 1 --tokens-per-sec 0.05 --output-tokens 4 2>/dev/null & PIDS+=($!)
-S2=$(free_port)
-cat > "$WORK/slow.yaml" <<EOF
+if part latency; then
+  targets() {  # answer: direct first, then each router
+    local upstream=$L_FAST; [ "$1" = paced ] && upstream=$L_PACED
+    echo "--target direct=http://127.0.0.1:$upstream/v1/chat/completions,bench"
+    for path in pass spillway baseline; do
+      echo "--target $path=http://127.0.0.1:$(port_of $path "$1")/v1/chat/completions,$(model_of $path "$1")"
+    done
+  }
+  {
+  echo "Latency added at one connection (benches/edge_latency.rs, client and upstream on core $LOAD_CPU, ${RUNS} interleaved rounds pooled; added = the path's percentile minus the direct one's; pass = nginx pass-through, spillway = $HEAD_NAME, baseline = $BASE_NAME):"
+  echo
+  # shellcheck disable=SC2046
+  on_load "$LATENCY_BIN" measure --mode json --rounds "$RUNS" $(targets fast)
+  echo
+  # shellcheck disable=SC2046
+  on_load "$LATENCY_BIN" measure --mode first --rounds "$RUNS" $(targets fast)
+  echo
+  # shellcheck disable=SC2046
+  on_load "$LATENCY_BIN" measure --mode frames --rounds "$RUNS" --concurrency 512 --frames 50 $(targets paced)
+  echo
+  } >> "$OUT"
+fi
+cat "$OUT"
+
+if part streams; then
+  {
+  echo "Router RSS with slow streams open (upstream: spillway sim, first token at once, then one token every 20 s):"
+  SLOW=$(free_port); S2=$(free_port)
+  "$BIN" sim --kind openai --listen "127.0.0.1:$SLOW" --model bench --ttft-ms 1 --tokens-per-sec 0.05 --output-tokens 4 2>/dev/null & PIDS+=($!)
+  cat > "$WORK/slow.yaml" <<EOF
 listen: 127.0.0.1:$S2
 backends:
   - {name: slow, kind: openai_compatible, base_url: "http://127.0.0.1:$SLOW/v1", model: bench}
@@ -185,9 +257,28 @@ limits: {max_concurrency: 20000}
 dispatch: {stream_idle_timeout_ms: 120000}
 ledger: {enabled: false}
 EOF
-"$BIN" serve --config "$WORK/slow.yaml" 2>"$WORK/spillway-slow.log" & ROUTER=$!; PIDS+=($ROUTER)
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S2/readyz" >/dev/null && break; sleep 0.1; done
-STREAM_BIN=$(ls -t target/release/deps/edge_streams-* | grep -v '\.d$' | head -1)
-small=$(echo "$STREAMS" | tr ',' '\n' | awk '$1 <= 1000' | paste -sd,)
-[ -n "$small" ] && "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$small" h1
-"$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$STREAMS" h2 | tail -n +3
+  "$BIN" serve --config "$WORK/slow.yaml" 2>"$WORK/spillway-slow.log" & ROUTER=$!; PIDS+=($ROUTER)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S2/readyz" >/dev/null && break; sleep 0.1; done
+  STREAM_BIN=$(bench_bin edge_streams)
+  small=$(echo "$STREAMS" | tr ',' '\n' | awk '$1 <= 1000' | paste -sd,)
+  [ -n "$small" ] && "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$small" h1
+  "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$STREAMS" h2 | tail -n +3
+  echo
+  } | tee -a "$OUT"
+fi
+
+# The tables go between the markers in benches/README.md.
+if [ "${EDGE_WRITE:-1}" = 1 ] && [ -z "$ONLY" ]; then
+  python3 - "$OUT" <<'EOF'
+import sys, re
+tables = open(sys.argv[1]).read().strip()
+path = "benches/README.md"
+text = open(path).read()
+begin, end = "<!-- edge.sh: begin -->", "<!-- edge.sh: end -->"
+if begin not in text:
+    sys.exit("benches/README.md has no edge.sh markers")
+head, rest = text.split(begin, 1)
+open(path, "w").write(head + begin + "\n" + tables + "\n" + end + rest.split(end, 1)[1])
+EOF
+  echo "(written to benches/README.md)"
+fi

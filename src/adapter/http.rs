@@ -7,11 +7,11 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
+use super::sse::{Flow, SseDecoder};
 use super::{EventStream, Transport};
 use crate::canonical::{ErrorClass, Event, UpstreamError};
 
@@ -171,9 +171,9 @@ fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, Ups
     Box::pin(futures::stream::once(read).flat_map(futures::stream::iter))
 }
 
-/// Parse `bytes` as SSE with `eventsource-stream` and feed every event through `parser`.
-/// Ends after the terminal marker, after the first error (the last item), or at the end of the
-/// body, where the parser decides whether the answer was complete.
+/// Read `bytes` as SSE ([`SseDecoder`]) and feed every event through `parser`. Ends after the
+/// terminal marker, after the first error (the last item), or at the end of the body, where
+/// the parser decides whether the answer was complete.
 pub(crate) fn drive<S, B, E, P>(bytes: S, parser: P, transport_error: fn(E) -> UpstreamError) -> EventStream
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
@@ -181,14 +181,20 @@ where
     E: Send + 'static,
     P: StreamParser,
 {
-    struct State<T, P> {
-        sse: std::pin::Pin<Box<T>>,
+    struct State<S, P> {
+        bytes: Pin<Box<S>>,
+        sse: SseDecoder,
         parser: P,
         pending: VecDeque<Result<Event, UpstreamError>>,
         finished: bool,
     }
-    let state =
-        State { sse: Box::pin(bytes.eventsource()), parser, pending: VecDeque::new(), finished: false };
+    let state = State {
+        bytes: Box::pin(bytes),
+        sse: SseDecoder::default(),
+        parser,
+        pending: VecDeque::new(),
+        finished: false,
+    };
     let stream = futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(item) = st.pending.pop_front() {
@@ -197,35 +203,48 @@ where
             if st.finished {
                 return None;
             }
-            let outcome = match st.sse.next().await {
-                Some(Ok(event)) => {
-                    let outcome = st.parser.on_event(&event.event, &event.data);
-                    if st.parser.is_closed() {
-                        st.finished = true;
+            match st.bytes.next().await {
+                Some(Ok(read)) => {
+                    let State { sse, parser, pending, .. } = &mut st;
+                    let fed =
+                        sse.feed(read.as_ref(), &mut |event, data| match parser.on_event(event, data) {
+                            Ok(events) => {
+                                pending.extend(events.into_iter().map(Ok));
+                                if parser.is_closed() {
+                                    Flow::Stop
+                                } else {
+                                    Flow::Continue
+                                }
+                            }
+                            Err(e) => {
+                                pending.push_back(Err(e));
+                                Flow::Stop
+                            }
+                        });
+                    match fed {
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Stop) => st.finished = true,
+                        Err(e) => {
+                            let why = format!("event stream is not UTF-8: {e}");
+                            st.pending.push_back(Err(UpstreamError::new(
+                                ErrorClass::StreamBroken,
+                                None,
+                                why,
+                            )));
+                            st.finished = true;
+                        }
                     }
-                    outcome
                 }
-                Some(Err(EventStreamError::Transport(e))) => Err(transport_error(e)),
-                Some(Err(EventStreamError::Utf8(e))) => Err(UpstreamError::new(
-                    ErrorClass::StreamBroken,
-                    None,
-                    format!("event stream is not UTF-8: {e}"),
-                )),
-                Some(Err(EventStreamError::Parser(e))) => Err(UpstreamError::new(
-                    ErrorClass::StreamBroken,
-                    None,
-                    format!("malformed event stream: {e}"),
-                )),
+                Some(Err(e)) => {
+                    st.pending.push_back(Err(transport_error(e)));
+                    st.finished = true;
+                }
                 None => {
                     st.finished = true;
-                    st.parser.on_end()
-                }
-            };
-            match outcome {
-                Ok(events) => st.pending.extend(events.into_iter().map(Ok)),
-                Err(e) => {
-                    st.pending.push_back(Err(e));
-                    st.finished = true;
+                    match st.parser.on_end() {
+                        Ok(events) => st.pending.extend(events.into_iter().map(Ok)),
+                        Err(e) => st.pending.push_back(Err(e)),
+                    }
                 }
             }
         }

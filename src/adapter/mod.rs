@@ -20,6 +20,7 @@ pub mod openai_embeddings;
 mod openai_relay;
 pub mod openai_responses;
 pub mod redact;
+mod sse;
 pub mod tls;
 
 use std::pin::Pin;
