@@ -38,7 +38,7 @@ part() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 
 # The baseline: a binary, or a revision built once in a worktree sharing target/'s dependencies.
 if [ -x "$BASELINE" ]; then
-  BASE_BIN=$(realpath "$BASELINE"); BASE_NAME=$("$BASE_BIN" --version 2>/dev/null | head -1 || echo "$BASELINE")
+  BASE_BIN=$(realpath "$BASELINE"); BASE_NAME=$BASELINE
 else
   sha=$(git rev-parse --short "$BASELINE")
   BASE_BIN=$PWD/target/edge-baseline/$sha/spillway; BASE_NAME="commit $sha"
@@ -57,13 +57,17 @@ BIN=target/release/spillway
 bench_bin() { ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
 HEAD_NAME="commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src vllm Cargo.toml || echo '+changes')"
 
+# What else shares the cores: processes busy over one second, before this run starts any.
+BUSY=$(top -b -n 2 -d 1 -w 200 | awk '/^ *PID/ { n++; next } n == 2 && $9 > 5 { printf "%s %s%%, ", $12, $9 }' | sed 's/, $//')
+BUSY=${BUSY:-none}
 WORK=$(mktemp -d /tmp/spillway-edge.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-on_router() { taskset -c $ROUTER_CPU "$@"; }
-on_load() { taskset -c $LOAD_CPU "$@"; }
+# taskset execs the program: `$!` is its pid.
+ON_ROUTER="taskset -c $ROUTER_CPU"
+ON_LOAD="taskset -c $LOAD_CPU"
 U_JSON=$(free_port); U_SSE=$(free_port); P_JSON=$(free_port); P_SSE=$(free_port)
 L_FAST=$(free_port); L_PACED=$(free_port); P_FAST=$(free_port); P_PACED=$(free_port)
 S=$(free_port); B=$(free_port)
@@ -106,11 +110,11 @@ nginx_conf upstream "
 proxy() { echo "upstream up_$1 { server 127.0.0.1:$2; keepalive 512; }
   server { listen 127.0.0.1:$3; location / { proxy_pass http://up_$1; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"; }
 nginx_conf proxy "$(proxy json $U_JSON $P_JSON) $(proxy sse $U_SSE $P_SSE) $(proxy fast $L_FAST $P_FAST) $(proxy paced $L_PACED $P_PACED)"
-on_load nginx -p "$WORK" -c "$WORK/upstream.conf" -g 'daemon off;' & PIDS+=($!)
-on_router nginx -p "$WORK" -c "$WORK/proxy.conf" -g 'daemon off;' & NGINX=$!; PIDS+=($NGINX)
+$ON_LOAD nginx -p "$WORK" -c "$WORK/upstream.conf" -g 'daemon off;' & PIDS+=($!)
+$ON_ROUTER nginx -p "$WORK" -c "$WORK/proxy.conf" -g 'daemon off;' & NGINX=$!; PIDS+=($NGINX)
 LATENCY_BIN=$(bench_bin edge_latency)
-on_load "$LATENCY_BIN" serve --listen "127.0.0.1:$L_FAST" & PIDS+=($!)
-on_load "$LATENCY_BIN" serve --listen "127.0.0.1:$L_PACED" --pace-ms 20 & PIDS+=($!)
+$ON_LOAD "$LATENCY_BIN" serve --listen "127.0.0.1:$L_FAST" & PIDS+=($!)
+$ON_LOAD "$LATENCY_BIN" serve --listen "127.0.0.1:$L_PACED" --pace-ms 20 & PIDS+=($!)
 
 router_conf() {  # listen port, ledger file
   cat <<EOF
@@ -131,8 +135,8 @@ EOF
 }
 router_conf $S "$WORK/ledger.db" > "$WORK/spillway.yaml"
 router_conf $B "$WORK/baseline-ledger.db" > "$WORK/baseline.yaml"
-on_router "$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & SPILLWAY=$!; PIDS+=($SPILLWAY)
-on_router "$BASE_BIN" serve --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" & BASE=$!; PIDS+=($BASE)
+$ON_ROUTER "$BIN" serve --config "$WORK/spillway.yaml" 2>"$WORK/spillway.log" & SPILLWAY=$!; PIDS+=($SPILLWAY)
+$ON_ROUTER "$BASE_BIN" serve --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" & BASE=$!; PIDS+=($BASE)
 for port in $S $B; do
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
 done
@@ -150,7 +154,7 @@ port_of() {  # path answer
 model_of() { [ "$1" = pass ] && echo bench || echo "bench-$2"; }
 pids_of() {
   case $1 in
-    pass) echo "$NGINX $(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')";;
+    pass) echo "$NGINX $(pgrep -P "$NGINX" | tr '\n' ' ')";;
     spillway) echo $SPILLWAY;; baseline) echo $BASE;;
   esac
 }
@@ -161,7 +165,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : 
 
 OUT=$WORK/tables.md
 {
-echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)): core $ROUTER_CPU the router under test (the idle ones beside it), core $LOAD_CPU the load generator and the upstream. Load average before: $(cut -d' ' -f1-3 /proc/loadavg); other processes over 1 % CPU: $(ps -eo pcpu=,comm= --sort=-pcpu | awk '$1 > 1 { printf "%s %s%%, ", $2, $1 }' | sed 's/, $//' | grep . || echo none)."
+echo "Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)): core $ROUTER_CPU the router under test (the idle ones beside it), core $LOAD_CPU the load generator and the upstream. Before the run: load average $(cut -d' ' -f1-3 /proc/loadavg); processes over 5 % of a core: $BUSY."
 echo
 } > "$OUT"
 
@@ -185,7 +189,7 @@ EOF
   measure() {  # path kind conns
     local pids before after
     pids=$(pids_of "$1"); before=$(ticks $pids)
-    on_load wrk -t1 -c"$3" -d"${SECS}s" --latency -s "$WORK/$1-$2.lua" "http://127.0.0.1:$(port_of "$1" "$2")/v1/chat/completions" > "$WORK/wrk.out" 2>&1
+    $ON_LOAD wrk -t1 -c"$3" -d"${SECS}s" --latency -s "$WORK/$1-$2.lua" "http://127.0.0.1:$(port_of "$1" "$2")/v1/chat/completions" > "$WORK/wrk.out" 2>&1
     after=$(ticks $pids)
     awk -v cpu=$((after - before)) -v hz="$HZ" '
       function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
@@ -230,21 +234,19 @@ if part latency; then
   echo "Latency added at one connection (benches/edge_latency.rs, client and upstream on core $LOAD_CPU, ${RUNS} interleaved rounds pooled; added = the path's percentile minus the direct one's; pass = nginx pass-through, spillway = $HEAD_NAME, baseline = $BASE_NAME):"
   echo
   # shellcheck disable=SC2046
-  on_load "$LATENCY_BIN" measure --mode json --rounds "$RUNS" $(targets fast)
+  $ON_LOAD "$LATENCY_BIN" measure --mode json --rounds "$RUNS" $(targets fast)
   echo
   # shellcheck disable=SC2046
-  on_load "$LATENCY_BIN" measure --mode first --rounds "$RUNS" $(targets fast)
+  $ON_LOAD "$LATENCY_BIN" measure --mode first --rounds "$RUNS" $(targets fast)
   echo
   # shellcheck disable=SC2046
-  on_load "$LATENCY_BIN" measure --mode frames --rounds "$RUNS" --concurrency 512 --frames 50 $(targets paced)
+  $ON_LOAD "$LATENCY_BIN" measure --mode frames --rounds "$RUNS" --concurrency 512 --frames 50 $(targets paced)
   echo
   } >> "$OUT"
 fi
 cat "$OUT"
 
 if part streams; then
-  {
-  echo "Router RSS with slow streams open (upstream: spillway sim, first token at once, then one token every 20 s):"
   SLOW=$(free_port); S2=$(free_port)
   "$BIN" sim --kind openai --listen "127.0.0.1:$SLOW" --model bench --ttft-ms 1 --tokens-per-sec 0.05 --output-tokens 4 2>/dev/null & PIDS+=($!)
   cat > "$WORK/slow.yaml" <<EOF
@@ -261,10 +263,14 @@ EOF
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$S2/readyz" >/dev/null && break; sleep 0.1; done
   STREAM_BIN=$(bench_bin edge_streams)
   small=$(echo "$STREAMS" | tr ',' '\n' | awk '$1 <= 1000' | paste -sd,)
-  [ -n "$small" ] && "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$small" h1
-  "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$STREAMS" h2 | tail -n +3
-  echo
-  } | tee -a "$OUT"
+  {
+    echo "Router RSS with slow streams open (upstream: spillway sim, first token at once, then one token every 20 s):"
+    [ -n "$small" ] && "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$small" h1
+    "$STREAM_BIN" "http://127.0.0.1:$S2" "$ROUTER" slow "$STREAMS" h2 | tail -n +3
+    echo
+  } > "$WORK/streams.md"
+  cat "$WORK/streams.md"
+  cat "$WORK/streams.md" >> "$OUT"
 fi
 
 # The tables go between the markers in benches/README.md.

@@ -37,7 +37,8 @@ enum LogTarget {
 
 /// Install the log subscriber, filtered by `RUST_LOG` (default `warn,spillway=info`). Lines are
 /// written by a background thread (the request path only formats them into a queue, and
-/// drops lines rather than wait when the queue is full); the guards flush it at exit.
+/// drops lines rather than wait when the queue is full), all the lines queued at once in one
+/// write (it flushes its buffer whenever the queue is empty); the guards flush it at exit.
 fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_blocking::WorkerGuard> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -65,7 +66,10 @@ fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_
         }
     }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (stderr, guard) = tracing_appender::non_blocking(std::io::stderr());
+    fn buffered<W: std::io::Write>(writer: W) -> std::io::BufWriter<W> {
+        std::io::BufWriter::with_capacity(64 * 1024, writer)
+    }
+    let (stderr, guard) = tracing_appender::non_blocking(buffered(std::io::stderr()));
     guards.push(guard);
     let layers = match target {
         // One filter for the whole subscriber, not one per layer: a per-layer filter that
@@ -81,7 +85,7 @@ fn init_logs(format: LogFormat, target: LogTarget) -> Vec<tracing_appender::non_
             let mut layers = vec![layer_to(stderr, format, colour).with_filter(warnings).boxed()];
             match std::fs::File::create(&path) {
                 Ok(file) => {
-                    let (file, guard) = tracing_appender::non_blocking(file);
+                    let (file, guard) = tracing_appender::non_blocking(buffered(file));
                     guards.push(guard);
                     layers.push(layer_to(file, format, false).with_filter(filter()).boxed());
                 }

@@ -45,7 +45,7 @@ impl SseDecoder {
         if std::mem::take(&mut self.after_cr) {
             rest = rest.strip_prefix(b"\n").unwrap_or(rest);
         }
-        while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
             let flow = if self.partial.is_empty() {
                 self.line(&rest[..end], on_event)?
             } else {
