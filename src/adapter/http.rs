@@ -225,12 +225,8 @@ where
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Stop) => st.finished = true,
                         Err(e) => {
-                            let why = format!("event stream is not UTF-8: {e}");
-                            st.pending.push_back(Err(UpstreamError::new(
-                                ErrorClass::StreamBroken,
-                                None,
-                                why,
-                            )));
+                            let broken = UpstreamError::new(ErrorClass::StreamBroken, None, e.to_string());
+                            st.pending.push_back(Err(broken));
                             st.finished = true;
                         }
                     }

@@ -6,7 +6,28 @@
 //! scanned in place, only an unfinished line is kept for the next read, and an event's data is
 //! lent to the caller from a buffer kept for the whole stream (no allocation per event).
 
+use std::fmt;
 use std::str::Utf8Error;
+
+/// Most bytes one event (or one line of it) may hold: past it the stream is refused, so an
+/// upstream that never ends a line cannot grow the router's memory without bound.
+const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a body is not an event stream.
+#[derive(Debug, PartialEq)]
+pub(crate) enum SseError {
+    NotUtf8(Utf8Error),
+    TooLong,
+}
+
+impl fmt::Display for SseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SseError::NotUtf8(e) => write!(f, "event stream is not UTF-8: {e}"),
+            SseError::TooLong => write!(f, "an event stream line or event over {MAX_EVENT_BYTES} bytes"),
+        }
+    }
+}
 
 /// The state between reads of one event stream.
 #[derive(Default)]
@@ -32,12 +53,13 @@ pub(crate) enum Flow {
 
 impl SseDecoder {
     /// Read `bytes`, calling `on_event(event_type, data)` for each event they complete.
-    /// Returns `Flow::Stop` when `on_event` did; an error when a line is not UTF-8.
+    /// Returns `Flow::Stop` when `on_event` did; an error when a line is not UTF-8 or an event
+    /// grows past [`MAX_EVENT_BYTES`].
     pub fn feed(
         &mut self,
         bytes: &[u8],
         on_event: &mut impl FnMut(&str, &str) -> Flow,
-    ) -> Result<Flow, Utf8Error> {
+    ) -> Result<Flow, SseError> {
         let mut rest = bytes;
         if !std::mem::replace(&mut self.started, true) {
             rest = rest.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(rest);
@@ -70,19 +92,18 @@ impl SseDecoder {
             }
         }
         self.partial.extend_from_slice(rest);
+        if self.partial.len() + self.data.len() > MAX_EVENT_BYTES {
+            return Err(SseError::TooLong);
+        }
         Ok(Flow::Continue)
     }
 
     /// One whole line, without its end.
-    fn line(
-        &mut self,
-        line: &[u8],
-        on_event: &mut impl FnMut(&str, &str) -> Flow,
-    ) -> Result<Flow, Utf8Error> {
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(&str, &str) -> Flow) -> Result<Flow, SseError> {
         if line.is_empty() {
             return Ok(self.dispatch(on_event));
         }
-        let line = std::str::from_utf8(line)?;
+        let line = std::str::from_utf8(line).map_err(SseError::NotUtf8)?;
         let (field, value) = match line.split_once(':') {
             Some(("", _)) => return Ok(Flow::Continue),
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
@@ -164,9 +185,17 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_is_not_utf8_is_an_error_and_stop_drops_the_rest() {
+    fn a_line_that_is_not_utf8_or_never_ends_is_an_error_and_stop_drops_the_rest() {
         let mut decoder = SseDecoder::default();
-        assert!(decoder.feed(b"data: \xff\n\n", &mut |_, _| Flow::Continue).is_err());
+        assert!(matches!(
+            decoder.feed(b"data: \xff\n\n", &mut |_, _| Flow::Continue),
+            Err(SseError::NotUtf8(_))
+        ));
+        let mut decoder = SseDecoder::default();
+        let piece = vec![b'x'; 1024 * 1024];
+        let fed: Vec<_> = (0..17).map(|_| decoder.feed(&piece, &mut |_, _| Flow::Continue)).collect();
+        assert_eq!(fed[15], Ok(Flow::Continue));
+        assert_eq!(fed[16], Err(SseError::TooLong));
         let mut decoder = SseDecoder::default();
         let mut seen = 0;
         let flow = decoder.feed(b"data: a\n\ndata: b\n\n", &mut |_, _| {
