@@ -97,6 +97,10 @@ fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
         BackendSpec::OpenaiCompatible(c) if !c.endpoints.is_empty() => {
             c.endpoints.iter().map(|e| (trim(e), trim(e))).collect()
         }
+        BackendSpec::AzureOpenai(a) => match (&a.hosted.base_url, a.calls_base()) {
+            (Some(origin), Some(calls)) => vec![(trim(origin), calls)],
+            _ => Vec::new(),
+        },
         _ => b
             .hosted()
             .and_then(|h| h.base_url.as_deref())

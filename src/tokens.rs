@@ -140,7 +140,9 @@ pub(crate) fn counter_for(backend: &BackendConfig) -> TokenCounter {
         return TokenCounter::from(tokenizer);
     }
     match backend.kind() {
-        BackendKind::Openai | BackendKind::OpenaiCompatible => TokenCounter::O200kBase,
+        BackendKind::Openai | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => {
+            TokenCounter::O200kBase
+        }
         BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
         BackendKind::Gemini => TokenCounter::GeminiEstimate,
         BackendKind::Local => TokenCounter::LlamaEstimate,

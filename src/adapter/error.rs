@@ -1,5 +1,5 @@
 //! Transport failures from reqwest turned into [`UpstreamError`]s without the URL (a query
-//! string may carry a key), and the `Retry-After` header read as a duration.
+//! string may carry a key), and how long an upstream asks to be left alone, as a duration.
 
 use std::time::Duration;
 
@@ -45,10 +45,29 @@ fn transport_message(err: &reqwest::Error) -> String {
     }
 }
 
-/// Parse a `Retry-After` header given in seconds (the form providers use).
+/// How long the upstream asks to be left alone: Azure's `retry-after-ms` or
+/// `x-ms-retry-after-ms` (milliseconds), else `Retry-After` as seconds or as an HTTP date (from
+/// now; a date gone by is no wait).
 pub fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    parse_retry_after_at(headers, std::time::SystemTime::now())
+}
+
+fn parse_retry_after_at(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let number = |s: &str| s.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0);
+    for name in ["retry-after-ms", "x-ms-retry-after-ms"] {
+        if let Some(ms) = text(name).and_then(number) {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    let value = text("retry-after")?;
+    match number(value) {
+        Some(secs) => Some(Duration::from_secs_f64(secs)),
+        None => httpdate::parse_http_date(value).ok().map(|at| at.duration_since(now).unwrap_or_default()),
+    }
 }
 
 #[cfg(test)]
@@ -66,5 +85,32 @@ mod tests {
         assert_eq!(e.class, ErrorClass::Connect);
         assert!(!e.message.contains("AIzaPLANTEDkey0123") && !e.message.contains("generateContent"), "{e}");
         assert!(e.message.starts_with("error sending request"), "{e}");
+    }
+
+    #[test]
+    fn a_wait_is_read_in_milliseconds_seconds_or_as_a_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let wait = |pairs: &[(&'static str, &str)]| {
+            let mut h = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                h.insert(*name, value.parse().unwrap());
+            }
+            parse_retry_after_at(&h, now)
+        };
+        assert_eq!(wait(&[("retry-after", "3")]), Some(Duration::from_secs(3)));
+        assert_eq!(wait(&[("retry-after", "1.5")]), Some(Duration::from_millis(1500)));
+        // Milliseconds win over seconds, as Azure's own clients read them.
+        assert_eq!(
+            wait(&[("retry-after-ms", "250"), ("retry-after", "1")]),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(wait(&[("x-ms-retry-after-ms", "40")]), Some(Duration::from_millis(40)));
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(wait(&[("retry-after", date.as_str())]), Some(Duration::from_secs(90)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(wait(&[("retry-after", past.as_str())]), Some(Duration::ZERO));
+        assert_eq!(wait(&[("retry-after", "soon")]), None);
+        assert_eq!(wait(&[("retry-after-ms", "-5")]), None);
+        assert_eq!(wait(&[]), None);
     }
 }

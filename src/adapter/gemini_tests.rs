@@ -311,6 +311,7 @@ async fn send_streams_over_http_with_gemini_url_and_key() {
         api_key: Some("g-key".into()),
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
@@ -329,8 +330,7 @@ async fn send_classifies_status() {
         include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
     assert_eq!(err.message, "The model is overloaded. Please try again later.");
@@ -344,8 +344,7 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../tests/fixtures/gemini/stream_truncated.sse"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -359,8 +358,7 @@ async fn send_non_stream_over_http() {
         include_str!("../../tests/fixtures/gemini/generate_content.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 3);

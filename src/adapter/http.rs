@@ -378,8 +378,7 @@ mod tests {
 
     async fn answer(content_type: &'static str, body: &'static str, stream: bool) -> Vec<Event> {
         let (base, _) = canned_server(200, &[("content-type", content_type)], body).await;
-        let upstream =
-            Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+        let upstream = Upstream { base_url: base, ..Default::default() };
         let req =
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
         let transport = Transport::from(reqwest::Client::new());

@@ -59,6 +59,40 @@ pub struct Upstream {
     /// OpenAI itself, which serves the Responses API at `{base_url}/responses` and keeps the
     /// responses it stores: a request pinned there for that state goes as the client wrote it.
     pub serves_responses: bool,
+    /// How an OpenAI-format upstream takes the key.
+    pub key_header: KeyHeader,
+    /// A query every call's URL carries (Azure's `api-version=...`), without the `?`.
+    pub query: Option<String>,
+}
+
+/// How an OpenAI-format upstream takes its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeyHeader {
+    /// `Authorization: Bearer KEY` (OpenAI, vLLM, most compatible servers).
+    #[default]
+    Bearer,
+    /// `api-key: KEY` (Azure OpenAI).
+    ApiKey,
+}
+
+impl Upstream {
+    /// The URL of `path` (e.g. `chat/completions`) below the base URL, with the upstream's query.
+    pub fn url(&self, path: &str) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        match &self.query {
+            Some(q) => format!("{base}/{path}?{q}"),
+            None => format!("{base}/{path}"),
+        }
+    }
+
+    /// The header that carries the key to an OpenAI-format upstream, if it has one.
+    pub fn openai_key(&self) -> Option<(reqwest::header::HeaderName, String)> {
+        let key = self.api_key.as_ref()?;
+        Some(match self.key_header {
+            KeyHeader::Bearer => (reqwest::header::AUTHORIZATION, format!("Bearer {key}")),
+            KeyHeader::ApiKey => (reqwest::header::HeaderName::from_static("api-key"), key.clone()),
+        })
+    }
 }
 
 /// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
@@ -126,7 +160,7 @@ pub async fn send(
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_messages && dialect == Some(Dialect::AnthropicMessages) =>
         {
-            let url = format!("{}/messages", upstream.base_url.trim_end_matches('/'));
+            let url = upstream.url("messages");
             anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Node).await
         }
         (Operation::Chat, WireFormat::OpenAi)

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -29,11 +29,9 @@ pub async fn send(
     req: &ChatRequest,
 ) -> Result<EventStream, UpstreamError> {
     let upstream = &call.upstream;
-    let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
+    let url = upstream.url("chat/completions");
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &upstream.api_key {
-        headers.push((AUTHORIZATION, format!("Bearer {key}")));
-    }
+    headers.extend(upstream.openai_key());
     if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
@@ -212,6 +210,8 @@ fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
     let message = error.get("message").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     let status = status
         .or_else(|| error.get("code").and_then(Value::as_u64).map(|c| c as u16))
+        // Azure writes the status as a string `code`.
+        .or_else(|| code.parse().ok())
         .or_else(|| error.get("status").and_then(Value::as_u64).map(|c| c as u16));
     if code == "context_length_exceeded"
         || (status.is_none_or(|s| (400..500).contains(&s))

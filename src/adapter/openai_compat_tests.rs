@@ -129,6 +129,7 @@ fn only_openai_itself_gets_the_prompt_cache_key() {
         api_key: None,
         serves_messages: false,
         serves_responses,
+        ..Default::default()
     };
     let openai = upstream_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(true), &req));
     assert_eq!(
@@ -342,6 +343,7 @@ async fn send_streams_over_http() {
         api_key: Some("sk-test".into()),
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let client: Transport = reqwest::Client::new().into();
     let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
@@ -363,8 +365,7 @@ async fn send_non_stream_over_http() {
         include_str!("../../tests/fixtures/openai/chat_completion.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
@@ -379,8 +380,7 @@ async fn send_classifies_status_and_retry_after() {
         include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::RateLimited);
     assert_eq!(err.status, Some(429));
@@ -395,8 +395,7 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events[0], Ok(text("Hello")));
@@ -413,6 +412,7 @@ async fn send_maps_refused_connection() {
         api_key: None,
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
     assert_eq!(err.class, ErrorClass::Connect);

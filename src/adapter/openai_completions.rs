@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -27,11 +27,9 @@ pub async fn send(
     req: &ChatRequest,
     completion: &Completion,
 ) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/completions", call.upstream.base_url.trim_end_matches('/'));
+    let url = call.upstream.url("completions");
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &call.upstream.api_key {
-        headers.push((AUTHORIZATION, format!("Bearer {key}")));
-    }
+    headers.extend(call.upstream.openai_key());
     if completion.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }

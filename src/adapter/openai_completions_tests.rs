@@ -69,6 +69,7 @@ async fn a_whole_answer_is_relayed_without_its_head_and_read_for_text_and_usage(
         api_key: None,
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let whole = completion(false);
     let transport = Transport::from(reqwest::Client::new());
@@ -163,15 +164,13 @@ async fn a_whole_completion_must_come_whole_and_a_stream_may() {
     // Asked whole, answered as an event stream: broken (so dispatch may fail over), never
     // a relay of its last chunk alone.
     let (base, _) = canned_server(200, &[("content-type", "text/event-stream")], STREAM).await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let whole = completion(false);
     let events: Vec<_> = send(&transport, &upstream, &request(&whole), &whole).await.unwrap().collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken, "{events:?}");
     // Asked to stream, answered whole: the answer is its one chunk.
     let (base, _) = canned_server(200, &[("content-type", "application/json")], WHOLE).await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let streamed = completion(true);
     let events: Vec<Event> = send(&transport, &upstream, &request(&streamed), &streamed)
         .await

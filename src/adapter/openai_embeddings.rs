@@ -8,7 +8,7 @@
 //! the request can still fail over. Never streamed: `stream` and `stream_upstream` do not apply.
 
 use futures::StreamExt;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Map, Value};
 
 use super::http;
@@ -23,11 +23,9 @@ pub async fn send(
     call: &Call<'_>,
     embedding: &Embedding,
 ) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/embeddings", call.upstream.base_url.trim_end_matches('/'));
+    let url = call.upstream.url("embeddings");
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &call.upstream.api_key {
-        headers.push((AUTHORIZATION, format!("Bearer {key}")));
-    }
+    headers.extend(call.upstream.openai_key());
     let body = request_body(call.model, embedding).to_string().into_bytes();
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     let inputs = embedding.input.len();
@@ -117,6 +115,7 @@ mod tests {
             api_key: Some("sk-test-key".into()),
             serves_messages: false,
             serves_responses: false,
+            ..Default::default()
         };
         let embedding = embedding(input, EncodingFormat::Base64);
         let req = ChatRequest {

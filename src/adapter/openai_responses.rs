@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
 use super::http::{self, StreamParser};
@@ -40,11 +40,9 @@ pub async fn send(
             "the Responses API is called only with the client's own Responses request",
         ));
     };
-    let url = format!("{}/responses", call.upstream.base_url.trim_end_matches('/'));
+    let url = call.upstream.url("responses");
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if let Some(key) = &call.upstream.api_key {
-        headers.push((AUTHORIZATION, format!("Bearer {key}")));
-    }
+    headers.extend(call.upstream.openai_key());
     if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }

@@ -229,6 +229,7 @@ async fn send_posts_the_body_to_responses_and_relays_the_answer() {
         api_key: Some("sk-test".into()),
         serves_messages: false,
         serves_responses: true,
+        ..Default::default()
     };
     let req = ChatRequest {
         model: "gpt-5.6".into(),

@@ -67,6 +67,7 @@ fn owner_name(kind: BackendKind) -> &'static str {
         BackendKind::Anthropic => "Anthropic",
         BackendKind::Openai => "OpenAI",
         BackendKind::Gemini => "Gemini",
+        BackendKind::AzureOpenai => "Azure OpenAI",
         BackendKind::Local | BackendKind::OpenaiCompatible => "another server",
     }
 }

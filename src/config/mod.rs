@@ -129,6 +129,14 @@ fn default_listen() -> String {
     "127.0.0.1:8080".to_string()
 }
 
+/// `name` as one URL path segment: everything but the unreserved characters percent-encoded
+/// (a `/` or `:` in a deployment name or a model ARN stays inside its segment).
+pub fn path_segment(name: &str) -> String {
+    const RESERVED: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    percent_encoding::utf8_percent_encode(name, RESERVED).to_string()
+}
+
 pub(crate) fn yes() -> bool {
     true
 }

@@ -230,7 +230,7 @@ balancing: {slow_signal: {min_slow: 1000001, share: 0}, sticky_spill: {return_be
         assert_eq!(
             problems[0].to_string(),
             "backends[0].embedding_space: `embedding_space` does not apply to kind anthropic; \
-             only kinds local, openai, openai_compatible take it"
+             only kinds local, openai, openai_compatible, azure_openai take it"
         );
     }
 

@@ -32,7 +32,7 @@ use walk::{Admitted, AfterFailure, Walk};
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::lanes::{LaneLimits, Lanes};
 use crate::adapter::redact::Redactor;
-use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
+use crate::adapter::{Call, EventStream, KeyHeader, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendId, BackendKind, DispatchConfig, Priority, TaskConfig, TlsConfig};
 use crate::fleet::headroom::SpillReason;
@@ -118,7 +118,18 @@ pub fn wire_format(kind: BackendKind) -> WireFormat {
     match kind {
         BackendKind::Anthropic => WireFormat::Anthropic,
         BackendKind::Gemini => WireFormat::Gemini,
-        BackendKind::Local | BackendKind::Openai | BackendKind::OpenaiCompatible => WireFormat::OpenAi,
+        BackendKind::Local
+        | BackendKind::Openai
+        | BackendKind::OpenaiCompatible
+        | BackendKind::AzureOpenai => WireFormat::OpenAi,
+    }
+}
+
+/// How a backend of this kind takes its key (on OpenAI's wire).
+fn key_header(kind: BackendKind) -> KeyHeader {
+    match kind {
+        BackendKind::AzureOpenai => KeyHeader::ApiKey,
+        _ => KeyHeader::Bearer,
     }
 }
 
@@ -194,6 +205,8 @@ impl Dispatcher {
             api_key: self.secrets.load().get(&view.name).cloned(),
             serves_messages: view.serves_messages,
             serves_responses: view.kind == BackendKind::Openai,
+            key_header: key_header(view.kind),
+            query: snap.config.backends[backend].call_query(),
         };
         Call {
             format: wire_format(view.kind),

@@ -51,6 +51,7 @@ pub fn provider(kind: BackendKind) -> &'static str {
         BackendKind::Gemini => "gcp.gemini",
         BackendKind::Local => "local",
         BackendKind::OpenaiCompatible => "openai_compatible",
+        BackendKind::AzureOpenai => "azure.ai.openai",
     }
 }
 

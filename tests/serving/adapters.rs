@@ -4,7 +4,7 @@
 use crate::common;
 
 use futures::StreamExt;
-use spillway::adapter::{self, Upstream, WireFormat};
+use spillway::adapter::{self, KeyHeader, Upstream, WireFormat};
 use spillway::canonical::{ChatRequest, ErrorClass, Event, FinishReason, Message, Role, UpstreamError};
 use spillway::sim::{SimArgs, SimKind};
 
@@ -14,19 +14,42 @@ struct Case {
     model: &'static str,
     /// Path the adapter's base URL adds to the simulator's address.
     suffix: &'static str,
+    /// Azure's key header and `api-version` (a legacy deployment's).
+    azure: Option<Option<&'static str>>,
+}
+
+impl Case {
+    const fn new(kind: SimKind, format: WireFormat, model: &'static str, suffix: &'static str) -> Case {
+        Case { kind, format, model, suffix, azure: None }
+    }
 }
 
 const CASES: &[Case] = &[
+    Case::new(SimKind::Vllm, WireFormat::OpenAi, "meta-llama/Llama-3.1-8B-Instruct", "/v1"),
+    Case::new(SimKind::OpenAi, WireFormat::OpenAi, "gpt-5.6", "/v1"),
+    Case::new(SimKind::Anthropic, WireFormat::Anthropic, "claude-sonnet-4-6", ""),
+    Case::new(SimKind::Gemini, WireFormat::Gemini, "gemini-3.5-pro", "/v1beta"),
+    // Azure's v1 API, then a legacy deployment of the same name.
     Case {
-        kind: SimKind::Vllm,
-        format: WireFormat::OpenAi,
-        model: "meta-llama/Llama-3.1-8B-Instruct",
-        suffix: "/v1",
+        azure: Some(None),
+        ..Case::new(SimKind::AzureOpenai, WireFormat::OpenAi, "gpt-5.6", "/openai/v1")
     },
-    Case { kind: SimKind::OpenAi, format: WireFormat::OpenAi, model: "gpt-5.6", suffix: "/v1" },
-    Case { kind: SimKind::Anthropic, format: WireFormat::Anthropic, model: "claude-sonnet-4-6", suffix: "" },
-    Case { kind: SimKind::Gemini, format: WireFormat::Gemini, model: "gemini-3.5-pro", suffix: "/v1beta" },
+    Case {
+        azure: Some(Some("api-version=2024-10-21")),
+        ..Case::new(SimKind::AzureOpenai, WireFormat::OpenAi, "gpt-5.6", "/openai/deployments/gpt-5.6")
+    },
 ];
+
+/// Where and as whom `case`'s adapter calls `sim`, with `key`.
+fn upstream(case: &Case, sim: &spillway::sim::SimHandle, key: &str) -> Upstream {
+    Upstream {
+        base_url: format!("{}{}", sim.base_url(), case.suffix),
+        api_key: Some(key.into()),
+        key_header: if case.azure.is_some() { KeyHeader::ApiKey } else { KeyHeader::Bearer },
+        query: case.azure.flatten().map(str::to_string),
+        ..Default::default()
+    }
+}
 
 fn request(model: &str, stream: bool, max_tokens: u32) -> ChatRequest {
     ChatRequest {
@@ -46,13 +69,13 @@ async fn collect(
     tune: impl FnOnce(&mut SimArgs),
     req: ChatRequest,
 ) -> Result<Vec<Result<Event, UpstreamError>>, UpstreamError> {
-    let sim = common::sim(case.kind, case.model, tune).await;
-    let upstream = Upstream {
-        base_url: format!("{}{}", sim.base_url(), case.suffix),
-        api_key: Some("test-key".into()),
-        serves_messages: false,
-        serves_responses: false,
-    };
+    let sim = common::sim(case.kind, case.model, |a| {
+        // Azure's simulator checks the key it is sent as `api-key`.
+        a.api_key = case.azure.map(|_| "test-key".into());
+        tune(a)
+    })
+    .await;
+    let upstream = upstream(case, &sim, "test-key");
     let client = adapter::Transport::from(reqwest::Client::new());
     let call = adapter::Call::as_written(case.format, upstream, &req);
     let stream = adapter::send(&client, &call, &req).await?;
@@ -164,13 +187,12 @@ async fn a_cut_stream_ends_with_stream_broken_never_a_clean_finish() {
 #[tokio::test]
 async fn quotas_answer_429_in_each_providers_format() {
     for case in &CASES[1..] {
-        let sim = common::sim(case.kind, case.model, |a| a.rpm = 1).await;
-        let upstream = Upstream {
-            base_url: format!("{}{}", sim.base_url(), case.suffix),
-            api_key: Some("k".into()),
-            serves_messages: false,
-            serves_responses: false,
-        };
+        let sim = common::sim(case.kind, case.model, |a| {
+            a.rpm = 1;
+            a.api_key = case.azure.map(|_| "k".into());
+        })
+        .await;
+        let upstream = upstream(case, &sim, "k");
         let client = adapter::Transport::from(reqwest::Client::new());
         let req = request(case.model, false, 3);
         let call = adapter::Call::as_written(case.format, upstream, &req);
@@ -180,4 +202,39 @@ async fn quotas_answer_429_in_each_providers_format() {
         assert_eq!(second.class, ErrorClass::RateLimited, "{:?}", case.kind);
         assert!(second.retry_after.is_some_and(|d| d.as_secs() <= 60), "{:?}", case.kind);
     }
+}
+
+#[tokio::test]
+async fn azure_asks_for_its_wait_in_milliseconds_and_refuses_a_wrong_key() {
+    for case in CASES.iter().filter(|c| c.azure.is_some()) {
+        let tune = |a: &mut SimArgs| {
+            a.error_rate = 1.0;
+            a.error_status = 429;
+            a.retry_after_ms = 250;
+        };
+        let err = collect(case, tune, request(case.model, true, 5)).await.err().unwrap();
+        assert_eq!(err.class, ErrorClass::RateLimited, "{err}");
+        // `retry-after-ms: 250` beside `Retry-After: 1`: the milliseconds are what was asked.
+        assert_eq!(err.retry_after, Some(std::time::Duration::from_millis(250)), "{}", case.suffix);
+
+        let sim = common::sim(case.kind, case.model, |a| a.api_key = Some("right".into())).await;
+        let client = adapter::Transport::from(reqwest::Client::new());
+        let req = request(case.model, false, 3);
+        let call = adapter::Call::as_written(case.format, upstream(case, &sim, "wrong"), &req);
+        let err = adapter::send(&client, &call, &req).await.err().unwrap();
+        assert_eq!((err.class, err.status), (ErrorClass::Auth, Some(401)), "{err}");
+        assert!(err.message.contains("Access denied"), "Azure's own words: {err}");
+    }
+}
+
+#[tokio::test]
+async fn an_azure_deployment_that_does_not_exist_is_a_404_naming_it() {
+    let case = &CASES[5];
+    let sim = common::sim(case.kind, "another-deployment", |_| {}).await;
+    let client = adapter::Transport::from(reqwest::Client::new());
+    let req = request(case.model, false, 3);
+    let call = adapter::Call::as_written(case.format, upstream(case, &sim, "k"), &req);
+    let err = adapter::send(&client, &call, &req).await.err().unwrap();
+    assert_eq!(err.status, Some(404), "{err}");
+    assert!(err.message.contains("deployment for this resource does not exist"), "{err}");
 }

@@ -12,6 +12,7 @@ mod agents;
 mod anthropic_sdk;
 mod api;
 mod batches;
+mod clouds;
 mod dialects;
 mod edge;
 mod embeddings;

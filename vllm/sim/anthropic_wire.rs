@@ -15,7 +15,7 @@ use super::server::{AppState, SimError};
 use super::{sse, SimKind};
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -42,9 +42,7 @@ fn error_body(status: u16, message: &str) -> Value {
 pub fn error_response(e: &SimError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (status, Json(error_body(e.status, &e.message))).into_response();
-    if let Some(s) = e.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
-    }
+    e.put_retry_after(super::SimKind::Anthropic, resp.headers_mut());
     resp
 }
 

@@ -15,6 +15,10 @@ pub enum SimKind {
     OpenAi,
     Anthropic,
     Gemini,
+    /// Azure OpenAI: the v1 API under `/openai/v1` and legacy deployments, `api-key` checked,
+    /// `--model` the deployment's name.
+    #[value(name = "azure_openai")]
+    AzureOpenai,
 }
 
 impl SimKind {
@@ -24,6 +28,7 @@ impl SimKind {
             SimKind::OpenAi => "openai",
             SimKind::Anthropic => "anthropic",
             SimKind::Gemini => "gemini",
+            SimKind::AzureOpenai => "azure_openai",
         }
     }
 
@@ -34,6 +39,7 @@ impl SimKind {
             SimKind::OpenAi => "gpt-4o-mini",
             SimKind::Anthropic => "claude-3-5-haiku-latest",
             SimKind::Gemini => "gemini-2.0-flash",
+            SimKind::AzureOpenai => "gpt-4o-mini",
         }
     }
 }
@@ -126,6 +132,10 @@ pub struct SimArgs {
     /// Extra delay before every token, in ms.
     #[arg(long, default_value_t = 0)]
     pub token_delay_ms: u64,
+    /// The wait a failure with status 429 asks for, in ms (`Retry-After` in whole seconds,
+    /// rounded up; azure_openai also sends `retry-after-ms` and `x-ms-retry-after-ms`).
+    #[arg(long, default_value_t = 1000)]
+    pub retry_after_ms: u64,
 
     /// openai, anthropic: how long a batch waits before its requests are answered, in ms.
     #[arg(long, default_value_t = 200)]

@@ -10,7 +10,7 @@
 
 use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest};
-use super::openai_wire::{bearer, error_response, usage_json};
+use super::openai_wire::{error_response, presented_key, usage_json};
 use super::server::{AppState, SimError};
 use super::{sse, SimKind};
 use axum::body::Bytes;
@@ -81,7 +81,7 @@ pub async fn completions(State(st): State<Arc<AppState>>, headers: HeaderMap, bo
 }
 
 async fn answer(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
-    st.check_key(bearer(headers))?;
+    st.check_key(presented_key(st.kind, headers))?;
     let req = decode(body)?;
     let model = req.model.clone().unwrap_or_else(|| st.model.clone());
     if st.kind == SimKind::Vllm && model != st.model {

@@ -8,7 +8,7 @@
 //! model (vllm), hosted quotas and the fault plan (`status`, `hang`, `ttft_ms`) apply as they
 //! do to chat; there is no stream to break.
 
-use super::openai_wire::{bearer, error_response};
+use super::openai_wire::{error_response, presented_key};
 use super::server::{AppState, SimError};
 use super::{text, SimKind, FAULT_HEADER};
 use axum::body::Bytes;
@@ -51,7 +51,7 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, headers: HeaderMap, bod
 }
 
 async fn answer(st: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Value, SimError> {
-    st.check_key(bearer(headers))?;
+    st.check_key(presented_key(st.kind, headers))?;
     let v: Value =
         serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
     let model = v.get("model").and_then(Value::as_str).unwrap_or(&st.model).to_string();
@@ -124,7 +124,7 @@ async fn admit(st: &AppState, headers: &HeaderMap, tokens: u32) -> Result<(), Si
                 "Rate limit reached for {} per minute (simulated)",
                 if e.tokens { "tokens" } else { "requests" }
             ),
-            retry_after: Some(e.retry_after_secs),
+            retry_after: Some(std::time::Duration::from_secs(e.retry_after_secs)),
         })?;
     }
     let header = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok());
@@ -133,7 +133,7 @@ async fn admit(st: &AppState, headers: &HeaderMap, tokens: u32) -> Result<(), Si
         return Err(SimError {
             status,
             message: format!("simulated failure ({status})"),
-            retry_after: (status == 429).then_some(1),
+            retry_after: (status == 429).then_some(st.faults.retry_after),
         });
     }
     if plan.hang {

@@ -9,6 +9,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// The header that carries per-request fault directives.
 pub const FAULT_HEADER: &str = "x-sim-fault";
@@ -37,6 +38,8 @@ pub struct Faults {
     pub hang_rate: f64,
     pub drop_after: Option<u32>,
     pub token_delay_ms: u64,
+    /// The wait a failure with status 429 asks for.
+    pub retry_after: Duration,
     rng: Mutex<StdRng>,
 }
 
@@ -55,6 +58,7 @@ impl Faults {
             hang_rate,
             drop_after,
             token_delay_ms,
+            retry_after: Duration::from_secs(1),
             rng: Mutex::new(StdRng::seed_from_u64(seed.wrapping_add(0x5eed_fa17))),
         }
     }

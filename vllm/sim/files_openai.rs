@@ -4,7 +4,7 @@
 //! error envelope (`param` named). Files live in the sim's memory (`batch_store.rs`).
 
 use super::batch_store::{now_secs, StoredFile};
-use super::openai_wire::bearer;
+use super::openai_wire::presented_key;
 use super::server::{AppState, SimError};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -26,7 +26,9 @@ pub fn error(status: u16, message: impl Into<String>, param: Option<&str>) -> Re
 
 /// The Bearer key check of the chat route: the OpenAI error response when it fails.
 pub fn authorize(st: &AppState, headers: &HeaderMap) -> Option<Response> {
-    st.check_key(bearer(headers)).err().map(|SimError { status, message, .. }| error(status, message, None))
+    st.check_key(presented_key(st.kind, headers))
+        .err()
+        .map(|SimError { status, message, .. }| error(status, message, None))
 }
 
 /// One part of a multipart body: its field name, filename and bytes.

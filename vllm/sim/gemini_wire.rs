@@ -14,7 +14,7 @@ use super::server::{AppState, SimError};
 use super::sse;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -53,9 +53,7 @@ pub fn error_response(e: &SimError) -> Response {
     };
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (status, Json(error_body(code, message))).into_response();
-    if let Some(s) = e.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
-    }
+    e.put_retry_after(super::SimKind::Gemini, resp.headers_mut());
     resp
 }
 

@@ -16,6 +16,7 @@
 
 mod anthropic_wire;
 mod args;
+mod azure;
 mod batch_lines;
 mod batch_store;
 mod batches_anthropic;
@@ -132,7 +133,7 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         (0, _) => 503,
         (s, _) => s,
     };
-    let faults = faults::Faults::new(
+    let mut faults = faults::Faults::new(
         args.seed,
         args.error_rate,
         error_status,
@@ -140,6 +141,7 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         args.drop_after,
         args.token_delay_ms,
     );
+    faults.retry_after = Duration::from_millis(args.retry_after_ms);
     let facts = pages::NodeFacts {
         model: model.clone(),
         max_num_seqs: args.max_num_seqs.max(1),

@@ -38,6 +38,13 @@ pub fn error_response(kind: SimKind, e: &SimError) -> Response {
             };
             json!({"error": {"message": e.message, "type": ty, "param": null, "code": e.status}})
         }
+    } else if kind == SimKind::AzureOpenai {
+        // Azure's envelope: the status as a string `code`, no `type`.
+        let message = match e.status {
+            401 => "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.",
+            _ => e.message.as_str(),
+        };
+        json!({"error": {"code": e.status.to_string(), "message": message}})
     } else {
         let (ty, code) = match e.status {
             400 => ("invalid_request_error", Value::Null),
@@ -50,13 +57,15 @@ pub fn error_response(kind: SimKind, e: &SimError) -> Response {
         json!({"error": {"message": e.message, "type": ty, "param": null, "code": code}})
     };
     let mut resp = (status, Json(body)).into_response();
-    if let Some(s) = e.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
-    }
+    e.put_retry_after(kind, resp.headers_mut());
     resp
 }
 
-pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The key an OpenAI-format request presents: Azure's `api-key` header, else a bearer token.
+pub(super) fn presented_key(kind: SimKind, headers: &HeaderMap) -> Option<&str> {
+    if kind == SimKind::AzureOpenai {
+        return headers.get("api-key")?.to_str().ok().map(str::trim);
+    }
     let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     v.strip_prefix("Bearer ").map(str::trim)
 }
@@ -117,7 +126,7 @@ pub(super) fn usage_json(u: &Usage) -> Value {
 
 fn rate_headers(st: &AppState, r: Option<super::quota::Remaining>) -> HeaderMap {
     let mut h = HeaderMap::new();
-    if let (SimKind::OpenAi, Some(r)) = (st.kind, r) {
+    if let (SimKind::OpenAi | SimKind::AzureOpenai, Some(r)) = (st.kind, r) {
         let reset = HeaderValue::from_str(&format!("{}s", r.reset.as_secs())).expect("ascii");
         let req = r.requests.map(|n| (st.quota.rpm, n));
         let tok = r.tokens.map(|n| (st.quota.tpm, n));
@@ -153,7 +162,7 @@ pub async fn chat(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Byt
 }
 
 async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
-    st.check_key(bearer(headers))?;
+    st.check_key(presented_key(st.kind, headers))?;
     let (req, model, stream, include_usage) = decode(&st.read_json(body)?)?;
     let model = model.unwrap_or_else(|| st.model.clone());
     if st.kind == SimKind::Vllm && model != st.model {
@@ -264,7 +273,7 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Res
 
 /// `GET /v1/models`.
 pub async fn models(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(e) = st.check_key(bearer(&headers)) {
+    if let Err(e) = st.check_key(presented_key(st.kind, &headers)) {
         return error_response(st.kind, &e);
     }
     let owner = if st.kind == SimKind::Vllm { "vllm" } else { "system" };

@@ -34,13 +34,26 @@ const REQUEST_LOG: usize = 256;
 pub struct SimError {
     pub status: u16,
     pub message: String,
-    /// Seconds for `Retry-After`.
-    pub retry_after: Option<u64>,
+    /// How long the client is asked to wait (`Retry-After`, and Azure's millisecond headers).
+    pub retry_after: Option<Duration>,
 }
 
 impl SimError {
     pub fn new(status: u16, message: impl Into<String>) -> SimError {
         SimError { status, message: message.into(), retry_after: None }
+    }
+
+    /// The wait as the providers send it: `Retry-After` in whole seconds (rounded up), and for
+    /// Azure also `retry-after-ms` and `x-ms-retry-after-ms` as asked.
+    pub fn put_retry_after(&self, kind: super::SimKind, headers: &mut axum::http::HeaderMap) {
+        let Some(wait) = self.retry_after else { return };
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert(axum::http::header::RETRY_AFTER, secs.into());
+        if kind == super::SimKind::AzureOpenai {
+            let ms = wait.as_millis() as u64;
+            headers.insert("retry-after-ms", ms.into());
+            headers.insert("x-ms-retry-after-ms", ms.into());
+        }
     }
 }
 
@@ -196,7 +209,7 @@ impl AppState {
                     return Err(SimError {
                         status: 429,
                         message: format!("Rate limit reached for {what} per minute (simulated)"),
-                        retry_after: Some(e.retry_after_secs),
+                        retry_after: Some(Duration::from_secs(e.retry_after_secs)),
                     });
                 }
             }
@@ -209,7 +222,7 @@ impl AppState {
             return Err(SimError {
                 status,
                 message: format!("simulated failure ({status})"),
-                retry_after: (status == 429).then_some(1),
+                retry_after: (status == 429).then_some(self.faults.retry_after),
             });
         }
         let gen_text = fixed.unwrap_or_else(|| TextGen::new(self.seed, &req.prompt));

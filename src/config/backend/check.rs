@@ -73,6 +73,19 @@ fn check(b: &BackendConfig, at: &str) -> Vec<Problem> {
             p("base_url", "an openai_compatible backend needs base_url or endpoints".into());
         }
     }
+    if let BackendSpec::AzureOpenai(a) = &b.spec {
+        if a.hosted.base_url.is_none() {
+            p("base_url", "an azure_openai backend needs base_url: its resource's v1 API (https://NAME.openai.azure.com/openai/v1), or the resource with deployment and api_version".into());
+        }
+        match (&a.deployment, &a.api_version) {
+            (Some(d), _) if d.is_empty() => p("deployment", "must not be empty".into()),
+            (Some(_), None) => {
+                p("api_version", "a legacy deployment needs api_version (e.g. 2024-10-21)".into())
+            }
+            (_, Some(v)) if v.is_empty() => p("api_version", "must not be empty".into()),
+            _ => {}
+        }
+    }
     if let Some(hosted) = b.hosted() {
         if let Some(why) = hosted.base_url.as_deref().and_then(bad_url) {
             p("base_url", why);

@@ -1,6 +1,6 @@
 //! What the hosted kinds have beside the keys every backend takes: the API's address, the
 //! provider's per-minute quota and the model's version tag; `openai_compatible` may list
-//! several base URLs instead of one.
+//! several base URLs instead of one, and `azure_openai` may name a legacy deployment.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -36,6 +36,36 @@ pub struct CompatibleSpec {
     /// `base_url`, `quota` and `version`, as the other hosted kinds have them.
     #[serde(flatten)]
     pub hosted: HostedSpec,
+}
+
+/// The settings of an `azure_openai` backend. With neither key, `base_url` is the resource's
+/// v1 API (`https://NAME.openai.azure.com/openai/v1`) and `model` names the deployment; with
+/// `deployment`, `base_url` is the resource (`https://NAME.openai.azure.com`) and calls go to
+/// the legacy `/openai/deployments/{deployment}/...?api-version=` routes.
+#[derive(Debug, Clone, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AzureSpec {
+    /// A legacy deployment's name (needs `api_version`).
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// The `api-version` sent with every call (e.g. `2024-10-21`); required with `deployment`,
+    /// optional on the v1 API (`preview` for its preview features).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// `base_url` (required), `quota` and `version`, as the other hosted kinds have them.
+    #[serde(flatten)]
+    pub hosted: HostedSpec,
+}
+
+impl AzureSpec {
+    /// Where the calls' paths (`chat/completions`, `embeddings`, ...) go below the resource.
+    pub fn calls_base(&self) -> Option<String> {
+        let base = self.hosted.base_url.as_deref()?.trim_end_matches('/');
+        Some(match &self.deployment {
+            Some(d) => format!("{base}/openai/deployments/{}", crate::config::path_segment(d)),
+            None => base.to_string(),
+        })
+    }
 }
 
 /// Per-minute limits of a hosted backend.

@@ -37,15 +37,18 @@ pub enum BackendKind {
     Gemini,
     /// Any other OpenAI-compatible endpoint, treated as hosted.
     OpenaiCompatible,
+    /// Azure OpenAI: OpenAI's wire at a resource's own address, the key sent as `api-key`.
+    AzureOpenai,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 5] = [
+    pub const ALL: [BackendKind; 6] = [
         BackendKind::Local,
         BackendKind::Openai,
         BackendKind::Anthropic,
         BackendKind::Gemini,
         BackendKind::OpenaiCompatible,
+        BackendKind::AzureOpenai,
     ];
 
     /// Self-hosted GPUs (the fleet) rather than a hosted API.
@@ -61,6 +64,7 @@ impl BackendKind {
             BackendKind::Anthropic => &["anthropic"],
             BackendKind::Gemini => &["gemini"],
             BackendKind::OpenaiCompatible => &["openai_compatible"],
+            BackendKind::AzureOpenai => &["azure_openai"],
         }
     }
 
@@ -76,6 +80,7 @@ impl BackendKind {
             BackendKind::Anthropic => "anthropic",
             BackendKind::Gemini => "gemini",
             BackendKind::OpenaiCompatible => "openai_compatible",
+            BackendKind::AzureOpenai => "azure_openai",
         }
     }
 
@@ -85,7 +90,8 @@ impl BackendKind {
             BackendKind::Openai => Some("https://api.openai.com/v1"),
             BackendKind::Anthropic => Some("https://api.anthropic.com"),
             BackendKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            BackendKind::Local | BackendKind::OpenaiCompatible => None,
+            // An Azure resource has its own address: `base_url` is required.
+            BackendKind::Local | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => None,
         }
     }
 }
@@ -193,6 +199,8 @@ pub enum BackendSpec {
     Gemini(HostedSpec),
     /// Any other OpenAI-compatible endpoint (or several), treated as hosted.
     OpenaiCompatible(CompatibleSpec),
+    /// Azure OpenAI (the v1 API, or a legacy deployment).
+    AzureOpenai(AzureSpec),
 }
 
 impl BackendSpec {
@@ -203,6 +211,7 @@ impl BackendSpec {
             BackendSpec::Anthropic(_) => BackendKind::Anthropic,
             BackendSpec::Gemini(_) => BackendKind::Gemini,
             BackendSpec::OpenaiCompatible(_) => BackendKind::OpenaiCompatible,
+            BackendSpec::AzureOpenai(_) => BackendKind::AzureOpenai,
         }
     }
 }
@@ -226,6 +235,17 @@ impl BackendConfig {
             BackendSpec::Local(_) => None,
             BackendSpec::Openai(h) | BackendSpec::Anthropic(h) | BackendSpec::Gemini(h) => Some(h),
             BackendSpec::OpenaiCompatible(c) => Some(&c.hosted),
+            BackendSpec::AzureOpenai(a) => Some(&a.hosted),
+        }
+    }
+
+    /// The query every call to this backend carries: an Azure backend's `api-version`.
+    pub fn call_query(&self) -> Option<String> {
+        match &self.spec {
+            BackendSpec::AzureOpenai(a) => {
+                a.api_version.as_deref().map(|v| format!("api-version={}", crate::config::path_segment(v)))
+            }
+            _ => None,
         }
     }
 
@@ -289,7 +309,13 @@ impl BackendKind {
     /// Whether this kind speaks OpenAI's wire, and so can serve legacy completions and
     /// embeddings as well as chat.
     pub fn speaks_openai(self) -> bool {
-        matches!(self, BackendKind::Local | BackendKind::Openai | BackendKind::OpenaiCompatible)
+        matches!(
+            self,
+            BackendKind::Local
+                | BackendKind::Openai
+                | BackendKind::OpenaiCompatible
+                | BackendKind::AzureOpenai
+        )
     }
 }
 
@@ -330,7 +356,8 @@ impl Capabilities {
     /// config. Other OpenAI-compatible endpoints: tools and JSON schemas, no vision.
     pub fn default_for(kind: BackendKind) -> Capabilities {
         let (tools, vision, json_schema, max_context) = match kind {
-            BackendKind::Openai => (true, true, true, Some(128_000)),
+            // Azure serves OpenAI's models.
+            BackendKind::Openai | BackendKind::AzureOpenai => (true, true, true, Some(128_000)),
             BackendKind::Anthropic => (true, true, true, Some(200_000)),
             BackendKind::Gemini => (true, true, true, Some(1_048_576)),
             BackendKind::Local => (false, false, true, None),

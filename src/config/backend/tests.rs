@@ -100,6 +100,8 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("messages", "native"),
     ("embedding_space", "e5-large"),
     ("prompt_cache", "{last_turns: 1}"),
+    ("deployment", "chat"),
+    ("api_version", "2024-10-21"),
 ];
 
 #[test]
@@ -131,7 +133,7 @@ fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_tak
 
 #[test]
 fn a_hosted_key_on_a_pool_is_refused_at_its_path_with_the_kinds_that_take_it() {
-    let hosted = "only kinds openai, anthropic, gemini, openai_compatible take it";
+    let hosted = "only kinds openai, anthropic, gemini, openai_compatible, azure_openai take it";
     for (key, value) in [("quota", "{rpm: 10}"), ("version", "'2026-01'"), ("base_url", "'http://h:1/v1'")] {
         // `kind` need not come first.
         let problems =
@@ -308,4 +310,38 @@ fn anthropic_places_breakpoints_by_default_and_quotas_count_cache_reads_as_the_p
     )
     .unwrap_err();
     assert_eq!(problems[0].path, "backends[0].price.cache_write_per_mtok", "{problems:?}");
+}
+
+#[test]
+fn an_azure_backend_calls_its_v1_api_or_a_legacy_deployment_and_says_what_it_lacks() {
+    let b = backend(
+        "{name: b, kind: azure_openai, model: gpt, base_url: 'https://r.openai.azure.com/openai/v1/'}",
+    )
+    .unwrap();
+    let BackendSpec::AzureOpenai(azure) = &b.spec else { panic!("{b:?}") };
+    assert_eq!(azure.calls_base().as_deref(), Some("https://r.openai.azure.com/openai/v1"));
+    assert_eq!(b.call_query(), None);
+    let b = backend(
+        "{name: b, kind: azure_openai, model: gpt, base_url: 'https://r.openai.azure.com', \
+         deployment: 'my deploy/1', api_version: 2024-10-21}",
+    )
+    .unwrap();
+    let BackendSpec::AzureOpenai(azure) = &b.spec else { panic!("{b:?}") };
+    assert_eq!(
+        azure.calls_base().as_deref(),
+        Some("https://r.openai.azure.com/openai/deployments/my%20deploy%2F1")
+    );
+    assert_eq!(b.call_query().as_deref(), Some("api-version=2024-10-21"));
+
+    let problems = backend("{name: b, kind: azure_openai, model: gpt}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].base_url", "{problems:?}");
+    let problems = backend(
+        "{name: b, kind: azure_openai, model: gpt, base_url: 'https://r.openai.azure.com', deployment: d}",
+    )
+    .unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].api_version", "{problems:?}");
+    assert!(problems[0].message.contains("2024-10-21"), "{problems:?}");
+    let problems = backend("{name: b, kind: openai, model: gpt, deployment: d}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].deployment", "{problems:?}");
+    assert!(problems[0].message.contains("only kind azure_openai takes it"), "{problems:?}");
 }

@@ -16,8 +16,9 @@ use serde_json::{Map, Value};
 
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
-    AgentAddress, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec, Discovery,
-    EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota, Tokenizer,
+    AgentAddress, AzureSpec, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec,
+    Discovery, EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota,
+    Tokenizer,
 };
 use crate::canonical::CachePlacement;
 use crate::config::yes;
@@ -79,6 +80,10 @@ struct Written {
     messages: Option<MessagesApi>,
     #[serde(default, deserialize_with = "given")]
     prompt_cache: Option<CachePlacement>,
+    #[serde(default, deserialize_with = "given")]
+    deployment: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    api_version: Option<String>,
 }
 
 /// A key that is there, whatever its value.
@@ -104,6 +109,9 @@ const POOL_KEYS: &[&str] = &[
 /// The keys every kind but `local` takes.
 const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 
+/// The keys only `azure_openai` takes.
+const AZURE_KEYS: &[&str] = &["deployment", "api_version"];
+
 /// Whether a backend of `kind` takes the kind-specific key `key`.
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
     if key == "embedding_space" {
@@ -117,6 +125,7 @@ pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
         BackendKind::OpenaiCompatible => {
             key == "endpoints" || key == "messages" || HOSTED_KEYS.contains(&key)
         }
+        BackendKind::AzureOpenai => AZURE_KEYS.contains(&key) || HOSTED_KEYS.contains(&key),
         _ => HOSTED_KEYS.contains(&key),
     }
 }
@@ -161,6 +170,11 @@ impl Written {
             BackendKind::OpenaiCompatible => BackendSpec::OpenaiCompatible(CompatibleSpec {
                 endpoints: self.endpoints.take().unwrap_or_default(),
                 messages: self.messages.take().unwrap_or_default(),
+                hosted: self.take_hosted(),
+            }),
+            BackendKind::AzureOpenai => BackendSpec::AzureOpenai(AzureSpec {
+                deployment: self.deployment.take(),
+                api_version: self.api_version.take(),
                 hosted: self.take_hosted(),
             }),
         };
@@ -229,6 +243,8 @@ impl Written {
             ("messages", self.messages.is_some()),
             ("embedding_space", self.embedding_space.is_some()),
             ("prompt_cache", self.prompt_cache.is_some()),
+            ("deployment", self.deployment.is_some()),
+            ("api_version", self.api_version.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
@@ -298,6 +314,7 @@ impl JsonSchema for BackendSpec {
                 &[BackendKind::OpenaiCompatible],
                 CompatibleSpec::json_schema(generator),
             )),
+            with_space(branch(&kinds, &[BackendKind::AzureOpenai], AzureSpec::json_schema(generator))),
         ];
         json_schema!({ "oneOf": branches })
     }

@@ -140,6 +140,7 @@ async fn a_messages_client_passes_through_to_anthropic_with_its_beta_header_and_
         api_key: Some("sk-ant-test".into()),
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let events: Vec<_> = send(&reqwest::Client::new().into(), &upstream, &messages_client(true))
         .await
@@ -171,6 +172,7 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
         api_key: Some("node-key".into()),
         serves_messages: true,
         serves_responses: false,
+        ..Default::default()
     };
     let req = messages_client(true);
     let call = crate::adapter::Call::as_written(crate::adapter::WireFormat::OpenAi, upstream, &req);
@@ -196,7 +198,13 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
         )
         .await;
         let base = if serves_messages { format!("{base}/v1") } else { base };
-        let upstream = Upstream { base_url: base, api_key: None, serves_messages, serves_responses: false };
+        let upstream = Upstream {
+            base_url: base,
+            api_key: None,
+            serves_messages,
+            serves_responses: false,
+            ..Default::default()
+        };
         let format = if serves_messages {
             crate::adapter::WireFormat::OpenAi
         } else {

@@ -14,6 +14,7 @@ async fn send_streams_over_http_with_anthropic_headers() {
         api_key: Some("sk-ant-test".into()),
         serves_messages: false,
         serves_responses: false,
+        ..Default::default()
     };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
@@ -35,8 +36,7 @@ async fn send_classifies_529() {
         include_str!("../../../../tests/fixtures/anthropic/error_529_overloaded.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(529)));
 }
@@ -49,8 +49,7 @@ async fn send_reports_cut_stream_as_broken() {
         include_str!("../../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -64,8 +63,7 @@ async fn send_non_stream_over_http() {
         include_str!("../../../../tests/fixtures/anthropic/message_tool_use.json"),
     )
     .await;
-    let upstream =
-        Upstream { base_url: base, api_key: None, serves_messages: false, serves_responses: false };
+    let upstream = Upstream { base_url: base, ..Default::default() };
     let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
     let events: Vec<_> = stream.collect().await;
     assert_eq!(events.len(), 4);

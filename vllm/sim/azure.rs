@@ -1,0 +1,110 @@
+//! Azure OpenAI's two ways in to the same OpenAI wire: the v1 API (`/openai/v1/...`, the
+//! deployment named by the body's `model`) and a legacy deployment
+//! (`/openai/deployments/{deployment}/...?api-version=`, the body's `model` ignored). Each
+//! route checks the `api-key` first, then that the deployment exists (the sim's `--model`) and,
+//! on legacy routes, that an `api-version` was given, as Azure does; then the OpenAI wire
+//! answers, in Azure's error envelope and with its rate-limit headers (`openai_wire`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value;
+
+use super::openai_wire::{error_response, presented_key};
+use super::server::{AppState, SimError};
+use super::{embeddings_wire, openai_wire};
+
+type State_ = State<Arc<AppState>>;
+type Params = Query<HashMap<String, String>>;
+
+/// Azure's routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/openai/v1/chat/completions", post(v1_chat))
+        .route("/openai/v1/embeddings", post(v1_embeddings))
+        .route("/openai/v1/models", get(openai_wire::models))
+        .route("/openai/deployments/{deployment}/chat/completions", post(legacy_chat))
+        .route("/openai/deployments/{deployment}/embeddings", post(legacy_embeddings))
+}
+
+fn no_deployment() -> SimError {
+    SimError::new(
+        404,
+        "The API deployment for this resource does not exist. If you created the deployment within the last 5 minutes, please wait a moment and try again.",
+    )
+}
+
+/// The key, then the deployment the v1 body's `model` names.
+fn v1_admits(st: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), SimError> {
+    st.check_key(presented_key(st.kind, headers))?;
+    let model =
+        serde_json::from_slice::<Value>(body).ok().and_then(|v| v["model"].as_str().map(str::to_string));
+    match model {
+        Some(m) if m == st.model => Ok(()),
+        Some(_) => Err(no_deployment()),
+        None => Err(SimError::new(400, "Missing required parameter: 'model'.")),
+    }
+}
+
+/// The key, the `api-version`, then the deployment in the path.
+fn legacy_admits(
+    st: &AppState,
+    headers: &HeaderMap,
+    deployment: &str,
+    query: &Params,
+) -> Result<(), SimError> {
+    st.check_key(presented_key(st.kind, headers))?;
+    if !query.contains_key("api-version") {
+        return Err(SimError::new(404, "Resource not found"));
+    }
+    if deployment != st.model {
+        return Err(no_deployment());
+    }
+    Ok(())
+}
+
+async fn v1_chat(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
+    match v1_admits(&st, &headers, &body) {
+        Ok(()) => openai_wire::chat(State(st), headers, body).await,
+        Err(e) => error_response(st.kind, &e),
+    }
+}
+
+async fn v1_embeddings(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
+    match v1_admits(&st, &headers, &body) {
+        Ok(()) => embeddings_wire::embeddings(State(st), headers, body).await,
+        Err(e) => error_response(st.kind, &e),
+    }
+}
+
+async fn legacy_chat(
+    State(st): State_,
+    Path(deployment): Path<String>,
+    query: Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match legacy_admits(&st, &headers, &deployment, &query) {
+        Ok(()) => openai_wire::chat(State(st), headers, body).await,
+        Err(e) => error_response(st.kind, &e),
+    }
+}
+
+async fn legacy_embeddings(
+    State(st): State_,
+    Path(deployment): Path<String>,
+    query: Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match legacy_admits(&st, &headers, &deployment, &query) {
+        Ok(()) => embeddings_wire::embeddings(State(st), headers, body).await,
+        Err(e) => error_response(st.kind, &e),
+    }
+}
