@@ -6,6 +6,7 @@
 //! answers, in Azure's error envelope and with its rate-limit headers (`openai_wire`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -69,42 +70,48 @@ fn legacy_admits(
     Ok(())
 }
 
-async fn v1_chat(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
-    match v1_admits(&st, &headers, &body) {
-        Ok(()) => openai_wire::chat(State(st), headers, body).await,
+/// `answer` the request once it is admitted, else the refusal in Azure's envelope.
+async fn then<F: Future<Output = Response>>(
+    st: Arc<AppState>,
+    admitted: Result<(), SimError>,
+    headers: HeaderMap,
+    body: Bytes,
+    answer: impl FnOnce(State_, HeaderMap, Bytes) -> F,
+) -> Response {
+    match admitted {
+        Ok(()) => answer(State(st), headers, body).await,
         Err(e) => error_response(st.kind, &e),
     }
 }
 
+async fn v1_chat(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
+    let admitted = v1_admits(&st, &headers, &body);
+    then(st, admitted, headers, body, openai_wire::chat).await
+}
+
 async fn v1_embeddings(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
-    match v1_admits(&st, &headers, &body) {
-        Ok(()) => embeddings_wire::embeddings(State(st), headers, body).await,
-        Err(e) => error_response(st.kind, &e),
-    }
+    let admitted = v1_admits(&st, &headers, &body);
+    then(st, admitted, headers, body, embeddings_wire::embeddings).await
 }
 
 async fn legacy_chat(
     State(st): State_,
-    Path(deployment): Path<String>,
-    query: Params,
+    Path(d): Path<String>,
+    q: Params,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match legacy_admits(&st, &headers, &deployment, &query) {
-        Ok(()) => openai_wire::chat(State(st), headers, body).await,
-        Err(e) => error_response(st.kind, &e),
-    }
+    let admitted = legacy_admits(&st, &headers, &d, &q);
+    then(st, admitted, headers, body, openai_wire::chat).await
 }
 
 async fn legacy_embeddings(
     State(st): State_,
-    Path(deployment): Path<String>,
-    query: Params,
+    Path(d): Path<String>,
+    q: Params,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match legacy_admits(&st, &headers, &deployment, &query) {
-        Ok(()) => embeddings_wire::embeddings(State(st), headers, body).await,
-        Err(e) => error_response(st.kind, &e),
-    }
+    let admitted = legacy_admits(&st, &headers, &d, &q);
+    then(st, admitted, headers, body, embeddings_wire::embeddings).await
 }
