@@ -7,32 +7,20 @@
 //! `.venv/bin/python` (what `.ci/run` creates). The test fails, rather than skips, when neither
 //! works.
 
-use std::path::PathBuf;
-
 use spillway::sim::SimKind;
 
 use crate::common::{router, sim};
 
-fn python() -> PathBuf {
-    match std::env::var("SPILLWAY_PYTHON") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"),
-    }
-}
-
-/// Run `tests/sdk/{script}` against `url`; it must succeed and say `ok`.
-async fn run_sdk_script(script: &str, url: &str, secrets: &[&str]) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(script);
-    let out = tokio::process::Command::new(python())
-        .arg(&script)
-        .args([url, "sk-sdk"])
-        .args(secrets)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {:?} (run .ci/run to create the venv): {e}", python()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "SDK check failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("ok"));
+/// [`super::openai_sdk::run_sdk_script`] against `url` with the client key `sk-sdk`, off the
+/// runtime that serves the router in this process.
+async fn run_sdk_script(script: &'static str, url: &str, secrets: &[&str]) {
+    let args: Vec<String> = [url, "sk-sdk"].iter().chain(secrets).map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        super::openai_sdk::run_sdk_script(script, &args)
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

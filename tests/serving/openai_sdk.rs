@@ -92,7 +92,7 @@ fn serve(backends_and_tasks: &str, local_nodes: u64) -> (Killed, String) {
 }
 
 /// Run `tests/sdk/{script}` with `args`; it must succeed and say `ok`.
-fn run_sdk_script(script: &str, args: &[&str]) {
+pub(crate) fn run_sdk_script(script: &str, args: &[&str]) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(script);
     let out = Command::new(python())
         .arg(&script)

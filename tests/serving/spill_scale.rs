@@ -15,6 +15,14 @@ use crate::tls::ca_file;
 
 const STREAMS: usize = 1000;
 
+/// A router trusting the simulators' CA, with room for every stream and no ledger, then `rest`.
+fn config(ca: &std::path::Path, rest: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\nledger: {{enabled: false}}\nlimits: {{max_concurrency: 5000}}\ntls: {{ca_file: \"{}\"}}\n{rest}",
+        ca.display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_streams_spill_over_tls_and_http2_with_no_hidden_queue() {
     let hosted = sim(SimKind::OpenAi, "gpt-5.6", |a| {
@@ -24,19 +32,16 @@ async fn a_thousand_streams_spill_over_tls_and_http2_with_no_hidden_queue() {
     })
     .await;
     let ca = ca_file(hosted.ca_pem().unwrap());
-    let yaml = format!(
-        r#"
-listen: 127.0.0.1:0
-ledger: {{enabled: false}}
-limits: {{max_concurrency: 5000}}
-tls: {{ca_file: "{}"}}
-backends:
+    let yaml = config(
+        &ca,
+        &format!(
+            r#"backends:
   - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
 tasks:
   - {{name: chat, backends: [hosted], slo: {{ttft_ms: 10000}}}}
 "#,
-        ca.display(),
-        hosted.base_url()
+            hosted.base_url()
+        ),
     );
     let r = router(&yaml, &[]).await;
     let (report, waiting) = spill_burst(&r.url, "chat", "hosted", STREAMS, 4, Duration::from_secs(60)).await;
@@ -74,22 +79,19 @@ async fn past_a_providers_connection_limit_streams_wait_in_the_open_and_fail_ove
     .await;
     let spare = sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
     let ca = ca_file(hosted.ca_pem().unwrap());
-    let yaml = format!(
-        r#"
-listen: 127.0.0.1:0
-ledger: {{enabled: false}}
-limits: {{max_concurrency: 5000}}
-tls: {{ca_file: "{}"}}
-dispatch: {{hosted_max_connections: 8, stream_idle_timeout_ms: 30000, retry_budget_min_per_sec: 100}}
+    let yaml = config(
+        &ca,
+        &format!(
+            r#"dispatch: {{hosted_max_connections: 8, stream_idle_timeout_ms: 30000, retry_budget_min_per_sec: 100}}
 backends:
   - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
   - {{name: spare, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
 tasks:
   - {{name: chat, backends: [hosted, spare], strategy: priority, slo: {{ttft_ms: 1500}}}}
 "#,
-        ca.display(),
-        hosted.base_url(),
-        spare.base_url()
+            hosted.base_url(),
+            spare.base_url()
+        ),
     );
     let r = router(&yaml, &[]).await;
     let (report, waiting) = spill_burst(&r.url, "chat", "hosted", STREAMS, 20, Duration::from_secs(60)).await;

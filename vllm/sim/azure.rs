@@ -6,7 +6,6 @@
 //! answers, in Azure's error envelope and with its rate-limit headers (`openai_wire`).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -24,14 +23,12 @@ use super::{embeddings_wire, openai_wire};
 type State_ = State<Arc<AppState>>;
 type Params = Query<HashMap<String, String>>;
 
-/// Azure's routes.
+/// Azure's routes: each way in takes the operation from its path.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/openai/v1/chat/completions", post(v1_chat))
-        .route("/openai/v1/embeddings", post(v1_embeddings))
         .route("/openai/v1/models", get(openai_wire::models))
-        .route("/openai/deployments/{deployment}/chat/completions", post(legacy_chat))
-        .route("/openai/deployments/{deployment}/embeddings", post(legacy_embeddings))
+        .route("/openai/v1/{*operation}", post(v1))
+        .route("/openai/deployments/{deployment}/{*operation}", post(legacy))
 }
 
 fn no_deployment() -> SimError {
@@ -70,48 +67,35 @@ fn legacy_admits(
     Ok(())
 }
 
-/// `answer` the request once it is admitted, else the refusal in Azure's envelope.
-async fn then<F: Future<Output = Response>>(
+async fn v1(State(st): State_, Path(operation): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let admitted = v1_admits(&st, &headers, &body);
+    answer(st, admitted, &operation, headers, body).await
+}
+
+async fn legacy(
+    State(st): State_,
+    Path((deployment, operation)): Path<(String, String)>,
+    query: Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let admitted = legacy_admits(&st, &headers, &deployment, &query);
+    answer(st, admitted, &operation, headers, body).await
+}
+
+/// The OpenAI wire's answer to `operation` once the request is admitted, else the refusal in
+/// Azure's envelope.
+async fn answer(
     st: Arc<AppState>,
     admitted: Result<(), SimError>,
+    operation: &str,
     headers: HeaderMap,
     body: Bytes,
-    answer: impl FnOnce(State_, HeaderMap, Bytes) -> F,
 ) -> Response {
-    match admitted {
-        Ok(()) => answer(State(st), headers, body).await,
-        Err(e) => error_response(st.kind, &e),
+    match (admitted, operation) {
+        (Err(e), _) => error_response(st.kind, &e),
+        (Ok(()), "chat/completions") => openai_wire::chat(State(st), headers, body).await,
+        (Ok(()), "embeddings") => embeddings_wire::embeddings(State(st), headers, body).await,
+        (Ok(()), _) => error_response(st.kind, &SimError::new(404, "Resource not found")),
     }
-}
-
-async fn v1_chat(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
-    let admitted = v1_admits(&st, &headers, &body);
-    then(st, admitted, headers, body, openai_wire::chat).await
-}
-
-async fn v1_embeddings(State(st): State_, headers: HeaderMap, body: Bytes) -> Response {
-    let admitted = v1_admits(&st, &headers, &body);
-    then(st, admitted, headers, body, embeddings_wire::embeddings).await
-}
-
-async fn legacy_chat(
-    State(st): State_,
-    Path(d): Path<String>,
-    q: Params,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let admitted = legacy_admits(&st, &headers, &d, &q);
-    then(st, admitted, headers, body, openai_wire::chat).await
-}
-
-async fn legacy_embeddings(
-    State(st): State_,
-    Path(d): Path<String>,
-    q: Params,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let admitted = legacy_admits(&st, &headers, &d, &q);
-    then(st, admitted, headers, body, embeddings_wire::embeddings).await
 }
