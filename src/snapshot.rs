@@ -101,13 +101,10 @@ fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
             (Some(origin), Some(calls)) => vec![(trim(origin), calls)],
             _ => Vec::new(),
         },
-        _ => b
-            .hosted()
-            .and_then(|h| h.base_url.as_deref())
-            .or(b.kind().default_base_url())
-            .map(|u| (trim(u), trim(u)))
-            .into_iter()
-            .collect(),
+        BackendSpec::Vertex(v) => {
+            b.base_url().map(|host| (host.clone(), v.calls_base(&host, &b.model))).into_iter().collect()
+        }
+        _ => b.base_url().map(|u| (u.clone(), u)).into_iter().collect(),
     }
 }
 

@@ -145,6 +145,12 @@ pub(crate) fn counter_for(backend: &BackendConfig) -> TokenCounter {
         }
         BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
         BackendKind::Gemini => TokenCounter::GeminiEstimate,
+        // The clouds serve Claude and others: by the model's name.
+        BackendKind::Bedrock | BackendKind::Vertex if backend.model.contains("claude") => {
+            TokenCounter::ClaudeEstimate
+        }
+        BackendKind::Vertex => TokenCounter::GeminiEstimate,
+        BackendKind::Bedrock => TokenCounter::LlamaEstimate,
         BackendKind::Local => TokenCounter::LlamaEstimate,
     }
 }

@@ -52,9 +52,9 @@ pub async fn send(
     send_to(transport, &url, call, req, native::Speaker::Anthropic).await
 }
 
-/// `POST url` in the Messages format: to Anthropic itself, or to a node that serves the
-/// Messages API natively. A request that came in Messages form goes as the client wrote it
-/// (see [`native`]); any other is translated from the canonical request.
+/// `POST url` in the Messages format: to Anthropic itself, to a node that serves the Messages
+/// API natively, or to a cloud's Claude. A request that came in Messages form goes as the
+/// client wrote it (see [`native`]); any other is translated from the canonical request.
 pub(crate) async fn send_to(
     transport: &Transport,
     url: &str,
@@ -62,44 +62,70 @@ pub(crate) async fn send_to(
     req: &ChatRequest,
     speaker: native::Speaker,
 ) -> Result<EventStream, UpstreamError> {
+    use native::Speaker;
     let client = req.native.as_ref().filter(|n| n.dialect == Dialect::AnthropicMessages);
-    let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
-    let mut headers = vec![
-        (HeaderName::from_static("anthropic-version"), version.to_string()),
-        (CONTENT_TYPE, "application/json".to_string()),
-    ];
-    if let (Some(beta), native::Speaker::Anthropic) =
-        (client.and_then(|n| n.header("anthropic-beta")), speaker)
-    {
-        headers.push((HeaderName::from_static("anthropic-beta"), beta.to_string()));
+    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
+    if speaker.body_version().is_none() {
+        let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
+        headers.push((HeaderName::from_static("anthropic-version"), version.to_string()));
+    }
+    let betas = client.and_then(|n| n.header("anthropic-beta")).map(|h| native::betas_for(speaker, h));
+    let betas = betas.filter(|b| !b.is_empty());
+    if let (Some(betas), Speaker::Anthropic | Speaker::Vertex) = (&betas, speaker) {
+        headers.push((HeaderName::from_static("anthropic-beta"), betas.join(",")));
     }
     match (&call.upstream.api_key, speaker) {
-        (Some(key), native::Speaker::Anthropic) => {
-            headers.push((HeaderName::from_static("x-api-key"), key.clone()))
-        }
+        (Some(key), Speaker::Anthropic) => headers.push((HeaderName::from_static("x-api-key"), key.clone())),
         // Self-hosted engines check the key as their OpenAI routes do (some also read
         // `x-api-key` on their Messages route): both, to the same server.
-        (Some(key), native::Speaker::Node) => {
+        (Some(key), Speaker::Node) => {
             headers.push((AUTHORIZATION, format!("Bearer {key}")));
             headers.push((HeaderName::from_static("x-api-key"), key.clone()));
+        }
+        // A Bedrock API key.
+        (Some(key), Speaker::Bedrock | Speaker::Vertex) => {
+            headers.push((AUTHORIZATION, format!("Bearer {key}")))
         }
         (None, _) => {}
     }
     if call.stream {
-        headers.push((ACCEPT, "text/event-stream".to_string()));
+        let streamed =
+            if speaker == Speaker::Bedrock { super::eventstream::CONTENT_TYPE } else { "text/event-stream" };
+        headers.push((ACCEPT, streamed.to_string()));
     }
     let mut body = match client {
         Some(client) => native::body(req, call, client, speaker),
         None => request_body(req, call),
     };
-    // Only Anthropic caches where told to; a node caches every prefix on its own.
-    if let (Some(placement), native::Speaker::Anthropic, Some(body)) =
-        (&call.cache_placement, speaker, body.as_object_mut())
+    if let (Some(version), Some(body)) = (speaker.body_version(), body.as_object_mut()) {
+        // The model is in the URL and the verb says whether it streams.
+        body.remove("model");
+        body.remove("stream");
+        body.insert("anthropic_version".into(), json!(version));
+        if let (Some(betas), Speaker::Bedrock) = (&betas, speaker) {
+            body.insert("anthropic_beta".into(), json!(betas));
+        }
+    }
+    // Claude caches where told to; a node caches every prefix on its own.
+    if let (Some(placement), true, Some(body)) =
+        (&call.cache_placement, speaker.is_claude(), body.as_object_mut())
     {
         let placed = cache::place(body, placement);
         tracing::debug!(?placed, "prompt-cache breakpoints");
     }
-    let answer = http::post(transport, url, &headers, body.to_string().into_bytes(), classify).await?;
+    let body = body.to_string().into_bytes();
+    if let (Some(cloud), None) = (&call.upstream.cloud, &call.upstream.api_key) {
+        let signed = cloud.headers(url, &headers, &body).await?;
+        headers.extend(signed);
+    }
+    let classify = if speaker == Speaker::Bedrock { super::bedrock::classify } else { classify };
+    let mut answer = http::post(transport, url, &headers, body, classify).await?;
+    if answer.media_type().as_deref() == Some(super::eventstream::CONTENT_TYPE) {
+        // Bedrock's stream: the model's events inside event-stream frames.
+        answer = answer.reframed("text/event-stream", |frames| {
+            super::eventstream::as_sse(frames, super::bedrock::exception)
+        });
+    }
     let relay = req.relay && client.is_some();
     let parse = if relay { parse_response_relayed } else { parse_response };
     Ok(http::answer_events(

@@ -54,6 +54,7 @@ pub(crate) async fn post(
     body: Vec<u8>,
     classify: Classify,
 ) -> Result<Answer, UpstreamError> {
+    let sent = headers;
     let traced: Vec<(HeaderName, String)>;
     let headers = if transport.trace.is_empty() {
         headers
@@ -93,7 +94,47 @@ pub(crate) async fn post(
             break;
         }
     }
-    Err(classify(status, &headers, &String::from_utf8_lossy(&text)))
+    let mut error = classify(status, &headers, &String::from_utf8_lossy(&text));
+    error.message = scrub_sent(&error.message, sent);
+    Err(error)
+}
+
+/// The headers that carry who is calling: an upstream that echoes one back (AWS puts the
+/// canonical request, session token and all, in a signature mismatch) must not pass it on.
+const CREDENTIAL_HEADERS: [&str; 5] =
+    ["authorization", "x-api-key", "api-key", "x-goog-api-key", "x-amz-security-token"];
+
+/// `message` without the values of the credential headers in `sent` (nor, for a bearer token,
+/// the token alone).
+fn scrub_sent(message: &str, sent: &[(HeaderName, String)]) -> String {
+    let mut message = message.to_string();
+    for (name, value) in sent.iter().filter(|(n, _)| CREDENTIAL_HEADERS.contains(&n.as_str())) {
+        let token = value.strip_prefix("Bearer ").unwrap_or(value);
+        for secret in [value.as_str(), token] {
+            if secret.len() >= 8 && message.contains(secret) {
+                message = message.replace(secret, &format!("[{name} redacted]"));
+            }
+        }
+    }
+    message
+}
+
+impl Answer {
+    /// The answer's media type (its `content-type` without parameters), lowercased.
+    pub(crate) fn media_type(&self) -> Option<String> {
+        let value = self.headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+        Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+    }
+
+    /// The same answer with its body read through `reframe`, which makes it `media_type`.
+    pub(crate) fn reframed(
+        mut self,
+        media_type: &'static str,
+        reframe: impl FnOnce(ByteStream) -> ByteStream,
+    ) -> Answer {
+        self.headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(media_type));
+        Answer { body: reframe(self.body), ..self }
+    }
 }
 
 /// The events of a 2xx answer, read as what its `content-type` says it is, whatever was asked
@@ -105,12 +146,7 @@ pub(crate) fn answer_events<P: StreamParser>(
     parser: P,
     parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
 ) -> EventStream {
-    let essence = answer
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
-    let sse = match essence.as_deref() {
+    let sse = match answer.media_type().as_deref() {
         Some("text/event-stream") => true,
         Some(t) if t == "application/json" || t.ends_with("+json") => false,
         _ => asked_stream,
@@ -406,6 +442,21 @@ mod tests {
         assert_eq!(events.last(), Some(&Event::Finish(FinishReason::Stop)));
         // No content type: as asked.
         assert_eq!(text(&answer("", SSE_ANSWER, true).await), "hello");
+    }
+
+    #[test]
+    fn credentials_sent_are_cut_from_an_error_that_echoes_them() {
+        let sent = [
+            (http::header::AUTHORIZATION, "Bearer sk-0123456789".to_string()),
+            (HeaderName::from_static("x-amz-security-token"), "IQoJsessiontoken".to_string()),
+            (http::header::CONTENT_TYPE, "application/json".to_string()),
+        ];
+        let echoed = "bad: Authorization: Bearer sk-0123456789; key sk-0123456789; x-amz-security-token:IQoJsessiontoken; application/json";
+        assert_eq!(
+            scrub_sent(echoed, &sent),
+            "bad: Authorization: [authorization redacted]; key [authorization redacted]; \
+             x-amz-security-token:[x-amz-security-token redacted]; application/json"
+        );
     }
 
     #[test]

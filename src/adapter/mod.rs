@@ -8,8 +8,11 @@
 
 pub mod anthropic;
 pub mod batch_api;
+pub mod bedrock;
 mod call;
+pub mod cloud;
 pub mod error;
+pub mod eventstream;
 pub mod gemini;
 pub mod h1;
 mod http;
@@ -42,6 +45,10 @@ pub enum WireFormat {
     OpenAi,
     Anthropic,
     Gemini,
+    /// Amazon Bedrock (Claude through InvokeModel).
+    Bedrock,
+    /// Claude on Google Vertex AI (rawPredict).
+    VertexClaude,
 }
 
 /// Where and as whom one call goes: resolved from config by dispatch for one target.
@@ -63,6 +70,9 @@ pub struct Upstream {
     pub key_header: KeyHeader,
     /// A query every call's URL carries (Azure's `api-version=...`), without the `?`.
     pub query: Option<String>,
+    /// How a cloud upstream without an API key learns who calls (a SigV4 signature, a Google
+    /// token).
+    pub cloud: Option<cloud::CloudAuth>,
 }
 
 /// How an OpenAI-format upstream takes its key.
@@ -170,6 +180,15 @@ pub async fn send(
         }
         (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, call, req).await,
         (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, call, req).await,
+        (Operation::Chat, WireFormat::Bedrock) => {
+            let url = bedrock::invoke_url(&upstream.base_url, call.model, call.stream);
+            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Bedrock).await
+        }
+        (Operation::Chat, WireFormat::VertexClaude) => {
+            let verb = if call.stream { "streamRawPredict" } else { "rawPredict" };
+            let url = format!("{}/models/{}:{verb}", upstream.base_url.trim_end_matches('/'), call.model);
+            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Vertex).await
+        }
         (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, call, req).await,
         (Operation::Completion(c), WireFormat::OpenAi) => {
             openai_completions::send(transport, call, req, c).await

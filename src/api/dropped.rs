@@ -68,6 +68,8 @@ fn owner_name(kind: BackendKind) -> &'static str {
         BackendKind::Openai => "OpenAI",
         BackendKind::Gemini => "Gemini",
         BackendKind::AzureOpenai => "Azure OpenAI",
+        BackendKind::Bedrock => "Amazon Bedrock",
+        BackendKind::Vertex => "Vertex AI",
         BackendKind::Local | BackendKind::OpenaiCompatible => "another server",
     }
 }

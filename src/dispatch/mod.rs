@@ -29,12 +29,16 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
+use crate::adapter::cloud::{CloudAuth, CloudCredentials};
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::lanes::{LaneLimits, Lanes};
 use crate::adapter::redact::Redactor;
 use crate::adapter::{Call, EventStream, KeyHeader, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{BackendId, BackendKind, DispatchConfig, Priority, TaskConfig, TlsConfig};
+use crate::config::{
+    BackendConfig, BackendId, BackendKind, BackendSpec, DispatchConfig, Priority, Publisher, TaskConfig,
+    TlsConfig,
+};
 use crate::fleet::headroom::SpillReason;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
@@ -92,6 +96,9 @@ pub struct Dispatcher {
     quota: Arc<QuotaBoard>,
     /// Synthetic calls in flight ([`synthetic`]), at most `max_synthetic_in_flight`.
     synthetic: Arc<Semaphore>,
+    /// The clouds' credentials (AWS, Google), fetched on first use and kept until shortly
+    /// before they expire.
+    clouds: CloudCredentials,
 }
 
 /// The secret values dispatch knows: the API keys it sends upstream, and the other secrets
@@ -113,15 +120,20 @@ impl Keys {
     }
 }
 
-/// The wire format a backend of this kind speaks.
-pub fn wire_format(kind: BackendKind) -> WireFormat {
-    match kind {
-        BackendKind::Anthropic => WireFormat::Anthropic,
-        BackendKind::Gemini => WireFormat::Gemini,
-        BackendKind::Local
-        | BackendKind::Openai
-        | BackendKind::OpenaiCompatible
-        | BackendKind::AzureOpenai => WireFormat::OpenAi,
+/// The wire format a backend speaks: its kind's, and on Vertex its publisher's.
+pub fn wire_format(backend: &BackendConfig) -> WireFormat {
+    match &backend.spec {
+        BackendSpec::Anthropic(_) => WireFormat::Anthropic,
+        BackendSpec::Gemini(_) => WireFormat::Gemini,
+        BackendSpec::Bedrock(_) => WireFormat::Bedrock,
+        BackendSpec::Vertex(v) => match v.publisher_of(&backend.model) {
+            Publisher::Anthropic => WireFormat::VertexClaude,
+            Publisher::Google => WireFormat::Gemini,
+        },
+        BackendSpec::Local(_)
+        | BackendSpec::Openai(_)
+        | BackendSpec::OpenaiCompatible(_)
+        | BackendSpec::AzureOpenai(_) => WireFormat::OpenAi,
     }
 }
 
@@ -173,6 +185,19 @@ impl Dispatcher {
             secrets: arc_swap::ArcSwap::from_pointee(keys.api_keys),
             records,
             quota,
+            clouds: CloudCredentials::default(),
+        }
+    }
+
+    /// How a call to `backend` authenticates when it has no API key: a cloud's own way.
+    fn cloud_auth(&self, backend: &BackendConfig) -> Option<CloudAuth> {
+        match backend.kind() {
+            BackendKind::Bedrock => Some(CloudAuth::Aws {
+                region: backend.region.clone().unwrap_or_default(),
+                service: crate::adapter::bedrock::SIGNING_NAME,
+                credentials: self.clouds.aws.clone(),
+            }),
+            _ => None,
         }
     }
 
@@ -207,9 +232,10 @@ impl Dispatcher {
             serves_responses: view.kind == BackendKind::Openai,
             key_header: key_header(view.kind),
             query: snap.config.backends[backend].call_query(),
+            cloud: self.cloud_auth(&snap.config.backends[backend]),
         };
         Call {
-            format: wire_format(view.kind),
+            format: wire_format(&snap.config.backends[backend]),
             upstream,
             model: &view.model,
             stream: request.stream || view.stream_upstream,

@@ -52,6 +52,8 @@ pub fn provider(kind: BackendKind) -> &'static str {
         BackendKind::Local => "local",
         BackendKind::OpenaiCompatible => "openai_compatible",
         BackendKind::AzureOpenai => "azure.ai.openai",
+        BackendKind::Bedrock => "aws.bedrock",
+        BackendKind::Vertex => "gcp.vertex_ai",
     }
 }
 

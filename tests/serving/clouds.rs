@@ -1,7 +1,10 @@
 //! The providers teams buy capacity through, each against its simulator, with the official
-//! SDKs as clients (`tests/sdk/clouds_sdk_check.py`): Azure OpenAI's v1 API and a legacy
-//! deployment, whole and streamed, for OpenAI and Anthropic clients; its 429's
-//! `retry-after-ms` holding the backend as long as asked; no provider key in any answer.
+//! SDKs as clients: Azure OpenAI's v1 API and a legacy deployment, whole and streamed, for
+//! OpenAI and Anthropic clients, its 429's `retry-after-ms` holding the backend as long as
+//! asked (`tests/sdk/clouds_sdk_check.py`); Amazon Bedrock's Claude signed with SigV4 and a
+//! session token from the router's environment, or called with a Bedrock API key, a stream
+//! that opens with an exception failing over and a validation error not
+//! (`tests/sdk/bedrock_sdk_check.py`); no credential in any answer.
 //!
 //! Needs a Python with `openai` and `anthropic` installed: `SPILLWAY_PYTHON`, else
 //! `.venv/bin/python` (what `.ci/run` creates). The test fails, rather than skips, when neither
@@ -56,4 +59,84 @@ tasks:
     run_sdk_script("clouds_sdk_check.py", &router.url, &[V1_KEY, LEGACY_KEY]).await;
     // The legacy deployment was called at its own path: the body's model is whatever config says.
     assert!(legacy.requests().iter().all(|r| r["model"] == "gpt-4o"), "{:?}", legacy.requests());
+}
+
+#[tokio::test]
+async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
+    const MODEL: &str = "us.anthropic.claude-sonnet-4-6-v1:0";
+    const KEY_ID: &str = "ASIASIMULATED0000001";
+    const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYsimSECRET";
+    const TOKEN: &str = "IQoJb3JpZ2luX2VjEsimSESSIONtoken0123456789";
+    const API_KEY: &str = "ABSKQmVkcm9ja0FQSUtleS1zaW0tMDEyMzQ1Njc4OQ";
+    let signed = sim(SimKind::Bedrock, MODEL, |a| {
+        (a.aws_access_key_id, a.aws_secret_access_key) = (Some(KEY_ID.into()), Some(SECRET.into()));
+        (a.aws_session_token, a.aws_region) = (Some(TOKEN.into()), "eu-west-1".into());
+    })
+    .await;
+    let keyed = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some(API_KEY.into())).await;
+    let broken = sim(SimKind::Bedrock, MODEL, |a| {
+        a.api_key = Some(API_KEY.into());
+        a.stream_exception = Some("modelStreamErrorException".into());
+    })
+    .await;
+    let invalid = sim(SimKind::Bedrock, MODEL, |a| {
+        a.api_key = Some(API_KEY.into());
+        (a.error_rate, a.error_status) = (1.0, 400);
+    })
+    .await;
+    let fallback = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some(API_KEY.into())).await;
+    let other_key = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some("ABSKotherKEY".into())).await;
+    let other_secret = sim(SimKind::Bedrock, MODEL, |a| {
+        (a.aws_access_key_id, a.aws_secret_access_key) = (Some(KEY_ID.into()), Some("another secret".into()));
+        (a.aws_session_token, a.aws_region) = (Some(TOKEN.into()), "eu-west-1".into());
+    })
+    .await;
+    let backend = |name: &str, url: String, key: bool| {
+        let key = if key { ", api_key_env: BEDROCK_KEY" } else { "" };
+        format!("  - {{name: {name}, kind: bedrock, region: eu-west-1, model: \"{MODEL}\", base_url: \"{url}\"{key}}}\n")
+    };
+    let config = format!(
+        "backends:\n{}{}{}{}{}{}{}tasks:\n\
+         \x20 - {{name: signed, backends: [bedrock-signed], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: keyed, backends: [bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: broken-stream, backends: [bedrock-broken, bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: invalid, backends: [bedrock-invalid, bedrock-fallback], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: wrong-key, backends: [bedrock-wrong-key], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: wrong-secret, backends: [bedrock-wrong-secret], slo: {{ttft_ms: 5000}}}}",
+        backend("bedrock-signed", signed.base_url(), false),
+        backend("bedrock-keyed", keyed.base_url(), true),
+        backend("bedrock-broken", broken.base_url(), true),
+        backend("bedrock-invalid", invalid.base_url(), true),
+        backend("bedrock-fallback", fallback.base_url(), true),
+        backend("bedrock-wrong-key", other_key.base_url(), true),
+        backend("bedrock-wrong-secret", other_secret.base_url(), false),
+    );
+    // The router reads AWS's standard chain: here its environment keys, with a session token.
+    // AWS_REGION names another region: the signature must be scoped to the backend's.
+    let env = [
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_SESSION_TOKEN", TOKEN),
+        ("AWS_REGION", "us-west-2"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("BEDROCK_KEY", API_KEY),
+    ];
+    let (_router, url) =
+        tokio::task::spawn_blocking(move || super::openai_sdk::serve_with_env(&config, 0, &env))
+            .await
+            .unwrap();
+    run_sdk_script("bedrock_sdk_check.py", &url, &[SECRET, TOKEN, API_KEY]).await;
+    // The validation error was not tried elsewhere.
+    assert_eq!((invalid.requests().len(), fallback.requests().len()), (1, 0));
+    // Bedrock got the betas it takes, in the body, and nothing it would refuse.
+    let bodies = signed.requests();
+    assert!(!bodies.is_empty());
+    for body in &bodies {
+        assert_eq!(body["anthropic_version"], "bedrock-2023-05-31", "{body}");
+        assert!(body.get("model").is_none() && body.get("stream").is_none(), "{body}");
+    }
+    assert!(
+        bodies.iter().any(|b| b["anthropic_beta"] == serde_json::json!(["interleaved-thinking-2025-05-14"])),
+        "{bodies:?}"
+    );
 }

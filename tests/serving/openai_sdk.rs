@@ -13,7 +13,7 @@ use crate::common::Output;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spillway");
 
-struct Killed(Child);
+pub(crate) struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -57,6 +57,15 @@ fn python() -> PathBuf {
 /// `spillway serve` with `backends_and_tasks` (and a ledger), the client key `sk-sdk`, once
 /// its `local_nodes` local nodes have telemetry: the child and the router's URL.
 fn serve(backends_and_tasks: &str, local_nodes: u64) -> (Killed, String) {
+    serve_with_env(backends_and_tasks, local_nodes, &[])
+}
+
+/// [`serve`], with `env` in the router's environment as well.
+pub(crate) fn serve_with_env(
+    backends_and_tasks: &str,
+    local_nodes: u64,
+    env: &[(&str, &str)],
+) -> (Killed, String) {
     let dir = std::env::temp_dir().join(format!("spillway-sdk-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("spillway.yaml");
@@ -73,6 +82,7 @@ fn serve(backends_and_tasks: &str, local_nodes: u64) -> (Killed, String) {
         .args(["check-config", "--env"])
         .arg(&config)
         .env("SDK_TEST_KEY", "sk-sdk")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
@@ -81,6 +91,7 @@ fn serve(backends_and_tasks: &str, local_nodes: u64) -> (Killed, String) {
         .args(["serve", "--config"])
         .arg(&config)
         .env("SDK_TEST_KEY", "sk-sdk")
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn spillway serve");

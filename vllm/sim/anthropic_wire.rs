@@ -137,7 +137,7 @@ fn decode_value(kind: SimKind, v: &Value) -> Result<(GenRequest, Asked), SimErro
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
         .ok_or_else(|| SimError::new(400, "messages: Field required"))?;
-    if kind == SimKind::Anthropic {
+    if kind.is_claude() {
         check_signatures(messages)?;
     }
     // Tools, system, messages: the order in which Anthropic caches a prompt's prefixes.
@@ -247,12 +247,34 @@ pub(super) fn check_headers(st: &AppState, headers: &HeaderMap) -> Result<(), Si
 async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<Response, SimError> {
     check_headers(st, headers)?;
     let v = st.read_json(body)?;
-    let (req, asked) = decode_value(st.kind, &v)?;
+    answer(st, headers, &v, Serving::default()).await
+}
+
+/// How a cloud serves the Messages body: the model and whether it streams come from the path,
+/// and a stream may come in other frames.
+#[derive(Default)]
+pub(super) struct Serving {
+    pub model: Option<String>,
+    pub stream: Option<bool>,
+    pub framing: Option<sse::Framing>,
+}
+
+/// The answer to a Messages body `v` that was admitted.
+pub(super) async fn answer(
+    st: &Arc<AppState>,
+    headers: &HeaderMap,
+    v: &Value,
+    serving: Serving,
+) -> Result<Response, SimError> {
+    let (req, asked) = decode_value(st.kind, v)?;
     let Asked { model, stream, thinking } = asked;
-    let model = model.unwrap_or_else(|| st.model.clone());
-    // Anthropic signs its thinking; a self-hosted engine's reasoning carries no signature.
+    let model = serving.model.or(model).unwrap_or_else(|| st.model.clone());
+    let stream = serving.stream.unwrap_or(stream);
+    // Claude signs its thinking (each provider with its own key); a self-hosted engine's
+    // reasoning carries no signature.
     let thought = thinking.then(|| {
-        let signature = (st.kind == SimKind::Anthropic).then(|| format!("sim-signature-{}", st.seed));
+        let signature =
+            st.kind.is_claude().then(|| format!("sim-signature-{}-{}", st.kind.as_str(), st.seed));
         ("Considering the request.".to_string(), signature)
     });
     let started = st.start(headers, &req)?;
@@ -316,7 +338,7 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
         });
     }
     let main = u32::from(thought.is_some());
-    let (tx, resp) = sse::response(extra);
+    let (tx, resp) = sse::response_as(extra, serving.framing.unwrap_or(sse::Framing::Sse));
     tokio::spawn(async move {
         let mut emitted = 0u32;
         loop {
@@ -374,7 +396,13 @@ async fn inner(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<R
                         "delta": {"stop_reason": stop, "stop_sequence": null},
                         "usage": {"output_tokens": usage.completion_tokens}});
                     tx.event("message_delta", &md).await;
-                    tx.event("message_stop", &json!({"type": "message_stop"})).await;
+                    let mut stop = json!({"type": "message_stop"});
+                    if tx.framing() == sse::Framing::EventStream {
+                        stop["amazon-bedrock-invocationMetrics"] = json!({
+                            "inputTokenCount": start_usage.prompt_tokens, "outputTokenCount": usage.completion_tokens,
+                            "invocationLatency": 0, "firstByteLatency": 0});
+                    }
+                    tx.event("message_stop", &stop).await;
                     return;
                 }
                 Some(GenEvent::Fail) => {

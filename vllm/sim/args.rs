@@ -19,6 +19,11 @@ pub enum SimKind {
     /// `--model` the deployment's name.
     #[value(name = "azure_openai")]
     AzureOpenai,
+    /// Amazon Bedrock: Claude through InvokeModel (`/model/{model}/invoke`,
+    /// `/invoke-with-response-stream` in event-stream frames), the request's SigV4 signature
+    /// checked against `--aws-access-key-id` / `--aws-secret-access-key` (or `--api-key` as a
+    /// Bedrock API key).
+    Bedrock,
 }
 
 impl SimKind {
@@ -29,6 +34,7 @@ impl SimKind {
             SimKind::Anthropic => "anthropic",
             SimKind::Gemini => "gemini",
             SimKind::AzureOpenai => "azure_openai",
+            SimKind::Bedrock => "bedrock",
         }
     }
 
@@ -40,7 +46,14 @@ impl SimKind {
             SimKind::Anthropic => "claude-3-5-haiku-latest",
             SimKind::Gemini => "gemini-2.0-flash",
             SimKind::AzureOpenai => "gpt-4o-mini",
+            SimKind::Bedrock => "us.anthropic.claude-sonnet-4-6-v1:0",
         }
+    }
+
+    /// Claude (Anthropic or a cloud): it signs its thinking, refuses a thinking block without a
+    /// signature, and caches prompts at their `cache_control` breakpoints.
+    pub fn is_claude(self) -> bool {
+        matches!(self, SimKind::Anthropic | SimKind::Bedrock)
     }
 }
 
@@ -136,6 +149,23 @@ pub struct SimArgs {
     /// rounded up; azure_openai also sends `retry-after-ms` and `x-ms-retry-after-ms`).
     #[arg(long, default_value_t = 1000)]
     pub retry_after_ms: u64,
+
+    /// bedrock: the access key id a SigV4 signature must name (with `--aws-secret-access-key`).
+    #[arg(long)]
+    pub aws_access_key_id: Option<String>,
+    /// bedrock: the secret key signatures are checked with.
+    #[arg(long)]
+    pub aws_secret_access_key: Option<String>,
+    /// bedrock: a session token the request must carry (`x-amz-security-token`) and sign.
+    #[arg(long)]
+    pub aws_session_token: Option<String>,
+    /// bedrock: the region this endpoint serves; a signature scoped to another is refused.
+    #[arg(long, default_value = "us-east-1")]
+    pub aws_region: String,
+    /// bedrock: open every streamed answer (HTTP 200) with an exception frame of this type
+    /// (e.g. `modelStreamErrorException`) instead of its first event.
+    #[arg(long)]
+    pub stream_exception: Option<String>,
 
     /// openai, anthropic: how long a batch waits before its requests are answered, in ms.
     #[arg(long, default_value_t = 200)]

@@ -21,6 +21,7 @@ mod batch_lines;
 mod batch_store;
 mod batches_anthropic;
 mod batches_openai;
+mod bedrock;
 mod completions_wire;
 mod embeddings_wire;
 pub mod engine;
@@ -36,6 +37,7 @@ pub mod quota;
 mod responses_wire;
 mod routes;
 mod server;
+mod sigv4;
 mod sse;
 pub mod text;
 mod tls;
@@ -186,6 +188,8 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     );
     state.reply = args.reply.clone();
     state.tool_call_args = args.tool_call_args.clone();
+    state.aws = sigv4::AwsIdentity::from_args(&args);
+    state.stream_exception = args.stream_exception.clone();
     state.batches =
         batch_store::BatchStore::new(Duration::from_millis(args.batch_delay_ms), args.batch_expire);
     let serves = match args.kind {

@@ -99,6 +99,7 @@ pub fn router(serves: Serves<'_>, state: Arc<AppState>) -> Router {
             Router::new().route("/v1beta/models/{model_action}", post(gemini_wire::generate))
         }
         Serves::Hosted(SimKind::AzureOpenai) => super::azure::routes(),
+        Serves::Hosted(SimKind::Bedrock) => super::bedrock::routes(),
         // A vLLM-kind sim is always a node; as "hosted" it would serve nothing.
         Serves::Hosted(SimKind::Vllm) => Router::new(),
     };

@@ -99,6 +99,10 @@ pub struct AppState {
     pub pages_served: AtomicU64,
     /// The batch APIs' files and batches (`openai`, `anthropic` kinds).
     pub batches: BatchStore,
+    /// Bedrock: the AWS identity a request's signature must be made with.
+    pub aws: Option<super::sigv4::AwsIdentity>,
+    /// Bedrock: `--stream-exception`.
+    pub stream_exception: Option<String>,
 }
 
 impl AppState {
@@ -139,6 +143,8 @@ impl AppState {
             ids: AtomicU64::new(1),
             pages_served: AtomicU64::new(0),
             batches: BatchStore::default(),
+            aws: None,
+            stream_exception: None,
         }
     }
 
@@ -258,7 +264,7 @@ impl AppState {
     /// prompts of at least 1024 tokens.
     fn hosted_usage(&self, prompt_tokens: u32, req: &GenRequest) -> Usage {
         let mut usage = Usage { prompt_tokens, ..Usage::default() };
-        if self.kind == SimKind::Anthropic {
+        if self.kind.is_claude() {
             let mut cache = self.breakpoint_cache.lock().expect("breakpoint cache");
             let used = cache.account(&req.prompt, &req.cache_blocks);
             usage.cached_tokens = used.read.min(prompt_tokens);

@@ -1,7 +1,8 @@
 //! Server-sent events out of the simulator, with the ability to fail like a real network.
 //!
-//! Every streaming wire format here is SSE. A wire module writes whole frames into a
-//! `FrameTx` from its own task; the response body reads them. `FrameTx::abort` makes the body
+//! Every streaming wire format here is SSE, except Bedrock's, which carries the same Anthropic
+//! events inside AWS event-stream frames ([`Framing::EventStream`]). A wire module writes
+//! whole frames into a `FrameTx` from its own task; the response body reads them. `FrameTx::abort` makes the body
 //! fail, which makes hyper cut the connection without the terminating chunk: the abrupt
 //! close that `drop_after` promises (a clean end would hide exactly the bug being tested).
 
@@ -15,8 +16,18 @@ use tokio_stream::wrappers::ReceiverStream;
 
 type Frame = Result<Bytes, std::io::Error>;
 
+/// How a streamed answer's events are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `event:` / `data:` lines.
+    Sse,
+    /// AWS event-stream frames: each event in a `chunk` frame's base64 `bytes`, an `error`
+    /// event as an exception frame (Bedrock's InvokeModel).
+    EventStream,
+}
+
 /// The writing end of an SSE response body.
-pub struct FrameTx(mpsc::Sender<Frame>);
+pub struct FrameTx(mpsc::Sender<Frame>, Framing);
 
 impl FrameTx {
     /// Send one frame; false when the client has gone.
@@ -24,14 +35,37 @@ impl FrameTx {
         self.0.send(Ok(Bytes::from(frame))).await.is_ok()
     }
 
+    pub fn framing(&self) -> Framing {
+        self.1
+    }
+
     /// `data: <json>` frame.
     pub async fn data(&self, v: &Value) -> bool {
         self.send(format!("data: {v}\n\n")).await
     }
 
-    /// `event: <name>` + `data: <json>` frame.
+    /// `event: <name>` + `data: <json>` frame, or in an event stream a `chunk` (an `error`
+    /// event: the exception its `error.type` is on Bedrock).
     pub async fn event(&self, name: &str, v: &Value) -> bool {
-        self.send(format!("event: {name}\ndata: {v}\n\n")).await
+        use crate::adapter::eventstream;
+        let frame = match (self.1, name) {
+            (Framing::Sse, _) => Bytes::from(format!("event: {name}\ndata: {v}\n\n")),
+            (Framing::EventStream, "error") => {
+                let kind = match v.pointer("/error/type").and_then(Value::as_str) {
+                    Some("rate_limit_error") => "throttlingException",
+                    Some("overloaded_error") => "serviceUnavailableException",
+                    _ => "internalServerException",
+                };
+                let message = v.pointer("/error/message").cloned().unwrap_or_default();
+                let payload = serde_json::json!({ "message": message }).to_string();
+                eventstream::frame(
+                    &[(":exception-type", kind), (":message-type", "exception")],
+                    payload.as_bytes(),
+                )
+            }
+            (Framing::EventStream, _) => eventstream::chunk_frame(&v.to_string()),
+        };
+        self.0.send(Ok(frame)).await.is_ok()
     }
 
     /// Cut the connection abruptly, after the frames already sent have gone out (hyper
@@ -51,14 +85,23 @@ impl FrameTx {
 
 /// A 200 `text/event-stream` response and the sender that feeds it.
 pub fn response(extra: HeaderMap) -> (FrameTx, Response) {
+    response_as(extra, Framing::Sse)
+}
+
+/// A 200 streamed response in `framing` and the sender that feeds it.
+pub fn response_as(extra: HeaderMap, framing: Framing) -> (FrameTx, Response) {
     let (tx, rx) = mpsc::channel(64);
     let mut resp = Response::new(Body::from_stream(ReceiverStream::new(rx)));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    let content_type = match framing {
+        Framing::Sse => "text/event-stream; charset=utf-8",
+        Framing::EventStream => crate::adapter::eventstream::CONTENT_TYPE,
+    };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.extend(extra);
-    (FrameTx(tx), resp)
+    (FrameTx(tx, framing), resp)
 }
 
 /// A response whose body fails at once: a non-streaming reply cut mid-flight.

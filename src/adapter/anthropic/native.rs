@@ -26,7 +26,63 @@ pub enum Speaker {
     Anthropic,
     /// A self-hosted engine's own `/v1/messages`.
     Node,
+    /// Amazon Bedrock's InvokeModel.
+    Bedrock,
+    /// Google Vertex AI's rawPredict.
+    Vertex,
 }
+
+impl Speaker {
+    /// Whether this is Claude served by Anthropic or a cloud, which checks thinking signatures
+    /// and caches prompts where told to.
+    pub fn is_claude(self) -> bool {
+        self != Speaker::Node
+    }
+
+    /// The `anthropic_version` a cloud takes in the body (instead of the header).
+    pub fn body_version(self) -> Option<&'static str> {
+        match self {
+            Speaker::Bedrock => Some(crate::adapter::bedrock::ANTHROPIC_VERSION),
+            Speaker::Vertex => Some(VERTEX_VERSION),
+            Speaker::Anthropic | Speaker::Node => None,
+        }
+    }
+}
+
+/// The Anthropic betas the clouds take (Bedrock's documented `anthropic_beta` values, which
+/// Vertex AI takes as well). Bedrock refuses a whole request for one flag it does not know, so
+/// any other flag a client sends is dropped for a cloud: Claude Code sends several, such as
+/// `claude-code-20250219`, `oauth-2025-04-20`, `fine-grained-tool-streaming-2025-05-14`,
+/// `files-api-2025-04-14` and `prompt-caching-scope-2026-01-05`.
+pub const CLOUD_BETAS: &[&str] = &[
+    "computer-use-2024-10-22",
+    "computer-use-2025-01-24",
+    "computer-use-2025-11-24",
+    "token-efficient-tools-2025-02-19",
+    "interleaved-thinking-2025-05-14",
+    "output-128k-2025-02-19",
+    "dev-full-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "context-management-2025-06-27",
+    "effort-2025-11-24",
+    "tool-search-tool-2025-10-19",
+    "tool-examples-2025-10-29",
+];
+
+/// The flags of a client's `anthropic-beta` header that `speaker` gets: all for Anthropic,
+/// those in [`CLOUD_BETAS`] for a cloud, none for a node (which serves the generally available
+/// API only).
+pub fn betas_for(speaker: Speaker, header: &str) -> Vec<&str> {
+    let flags = header.split(',').map(str::trim).filter(|flag| !flag.is_empty());
+    match speaker {
+        Speaker::Anthropic => flags.collect(),
+        Speaker::Bedrock | Speaker::Vertex => flags.filter(|flag| CLOUD_BETAS.contains(flag)).collect(),
+        Speaker::Node => Vec::new(),
+    }
+}
+
+/// The `anthropic_version` Vertex AI's rawPredict takes.
+pub const VERTEX_VERSION: &str = "vertex-2023-10-16";
 
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
@@ -39,7 +95,7 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
         body.insert("max_tokens".into(), json!(max_tokens));
     }
     match speaker {
-        Speaker::Anthropic => {
+        Speaker::Anthropic | Speaker::Bedrock | Speaker::Vertex => {
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
                 messages.iter_mut().for_each(|m| drop_blocks(m, unsigned_thinking));
             }
@@ -145,6 +201,20 @@ mod tests {
         );
         assert!(to_node.get("context_management").is_none());
         assert_eq!(to_node["system"], to_anthropic["system"]);
+    }
+
+    #[test]
+    fn each_speaker_gets_the_betas_it_takes() {
+        let header =
+            "claude-code-20250219, interleaved-thinking-2025-05-14,oauth-2025-04-20,context-1m-2025-08-07";
+        assert_eq!(betas_for(Speaker::Anthropic, header).len(), 4);
+        for cloud in [Speaker::Bedrock, Speaker::Vertex] {
+            assert_eq!(
+                betas_for(cloud, header),
+                ["interleaved-thinking-2025-05-14", "context-1m-2025-08-07"]
+            );
+        }
+        assert!(betas_for(Speaker::Node, header).is_empty());
     }
 
     #[test]

@@ -86,6 +86,21 @@ fn check(b: &BackendConfig, at: &str) -> Vec<Problem> {
             _ => {}
         }
     }
+    match &b.spec {
+        BackendSpec::Bedrock(_) if b.region.as_deref().is_none_or(str::is_empty) => p(
+            "region",
+            "a bedrock backend needs region: the AWS region it calls and signs for (e.g. us-east-1)".into(),
+        ),
+        BackendSpec::Vertex(v) => {
+            if v.project.is_empty() {
+                p("project", "a vertex backend needs project: the Google Cloud project it bills".into());
+            }
+            if v.location.is_empty() {
+                p("location", "a vertex backend needs location: its region (e.g. us-east5) or global".into());
+            }
+        }
+        _ => {}
+    }
     if let Some(hosted) = b.hosted() {
         if let Some(why) = hosted.base_url.as_deref().and_then(bad_url) {
             p("base_url", why);

@@ -68,6 +68,66 @@ impl AzureSpec {
     }
 }
 
+/// The settings of a `vertex` backend: where the model is served, and whose it is.
+#[derive(Debug, Clone, JsonSchema, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct VertexSpec {
+    /// The Google Cloud project the calls are billed to.
+    pub project: String,
+    /// The region serving the model (e.g. `us-east5`), or `global`; the policy region when
+    /// `region` is not written.
+    pub location: String,
+    /// Whose model `model` is; by default `anthropic` for `claude-*` models and `google` for
+    /// the rest.
+    #[serde(default)]
+    pub publisher: Option<Publisher>,
+    /// `base_url` (default `https://{location}-aiplatform.googleapis.com`, or
+    /// `https://aiplatform.googleapis.com` for `global`), `quota` and `version`.
+    #[serde(flatten)]
+    pub hosted: HostedSpec,
+}
+
+/// Whose model a Vertex backend serves, and so which wire it speaks.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Publisher {
+    /// Claude, in Anthropic's Messages body (`:rawPredict`).
+    Anthropic,
+    /// Gemini (`:generateContent`).
+    Google,
+}
+
+impl VertexSpec {
+    /// The public API host of the location.
+    pub fn default_host(&self) -> String {
+        match self.location.as_str() {
+            "global" => "https://aiplatform.googleapis.com".to_string(),
+            location => format!("https://{location}-aiplatform.googleapis.com"),
+        }
+    }
+
+    /// The publisher of `model`: as written, else by the model's name.
+    pub fn publisher_of(&self, model: &str) -> Publisher {
+        self.publisher.unwrap_or(if model.starts_with("claude") {
+            Publisher::Anthropic
+        } else {
+            Publisher::Google
+        })
+    }
+
+    /// Where the calls (`models/{model}:rawPredict`, ...) go below the host: the publisher's
+    /// models in the project's location.
+    pub fn calls_base(&self, host: &str, model: &str) -> String {
+        let publisher = match self.publisher_of(model) {
+            Publisher::Anthropic => "anthropic",
+            Publisher::Google => "google",
+        };
+        let (project, location) =
+            (crate::config::path_segment(&self.project), crate::config::path_segment(&self.location));
+        format!("{host}/v1/projects/{project}/locations/{location}/publishers/{publisher}")
+    }
+}
+
 /// Per-minute limits of a hosted backend.
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq, Default)]
 #[serde(deny_unknown_fields)]

@@ -39,16 +39,23 @@ pub enum BackendKind {
     OpenaiCompatible,
     /// Azure OpenAI: OpenAI's wire at a resource's own address, the key sent as `api-key`.
     AzureOpenai,
+    /// Amazon Bedrock: Claude through InvokeModel, signed with SigV4 (or a Bedrock API key).
+    Bedrock,
+    /// Google Vertex AI: Claude through rawPredict, Gemini through generateContent, with a
+    /// Google OAuth token.
+    Vertex,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 6] = [
+    pub const ALL: [BackendKind; 8] = [
         BackendKind::Local,
         BackendKind::Openai,
         BackendKind::Anthropic,
         BackendKind::Gemini,
         BackendKind::OpenaiCompatible,
         BackendKind::AzureOpenai,
+        BackendKind::Bedrock,
+        BackendKind::Vertex,
     ];
 
     /// Self-hosted GPUs (the fleet) rather than a hosted API.
@@ -65,6 +72,8 @@ impl BackendKind {
             BackendKind::Gemini => &["gemini"],
             BackendKind::OpenaiCompatible => &["openai_compatible"],
             BackendKind::AzureOpenai => &["azure_openai"],
+            BackendKind::Bedrock => &["bedrock"],
+            BackendKind::Vertex => &["vertex"],
         }
     }
 
@@ -81,6 +90,8 @@ impl BackendKind {
             BackendKind::Gemini => "gemini",
             BackendKind::OpenaiCompatible => "openai_compatible",
             BackendKind::AzureOpenai => "azure_openai",
+            BackendKind::Bedrock => "bedrock",
+            BackendKind::Vertex => "vertex",
         }
     }
 
@@ -90,8 +101,13 @@ impl BackendKind {
             BackendKind::Openai => Some("https://api.openai.com/v1"),
             BackendKind::Anthropic => Some("https://api.anthropic.com"),
             BackendKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            // An Azure resource has its own address: `base_url` is required.
-            BackendKind::Local | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => None,
+            // An Azure resource has its own address: `base_url` is required. The clouds' depend
+            // on the region ([`BackendConfig::base_url`]).
+            BackendKind::Local
+            | BackendKind::OpenaiCompatible
+            | BackendKind::AzureOpenai
+            | BackendKind::Bedrock
+            | BackendKind::Vertex => None,
         }
     }
 }
@@ -201,6 +217,10 @@ pub enum BackendSpec {
     OpenaiCompatible(CompatibleSpec),
     /// Azure OpenAI (the v1 API, or a legacy deployment).
     AzureOpenai(AzureSpec),
+    /// Amazon Bedrock in the backend's `region`.
+    Bedrock(HostedSpec),
+    /// Google Vertex AI in a project and location.
+    Vertex(VertexSpec),
 }
 
 impl BackendSpec {
@@ -212,6 +232,8 @@ impl BackendSpec {
             BackendSpec::Gemini(_) => BackendKind::Gemini,
             BackendSpec::OpenaiCompatible(_) => BackendKind::OpenaiCompatible,
             BackendSpec::AzureOpenai(_) => BackendKind::AzureOpenai,
+            BackendSpec::Bedrock(_) => BackendKind::Bedrock,
+            BackendSpec::Vertex(_) => BackendKind::Vertex,
         }
     }
 }
@@ -233,9 +255,28 @@ impl BackendConfig {
     pub fn hosted(&self) -> Option<&HostedSpec> {
         match &self.spec {
             BackendSpec::Local(_) => None,
-            BackendSpec::Openai(h) | BackendSpec::Anthropic(h) | BackendSpec::Gemini(h) => Some(h),
+            BackendSpec::Openai(h)
+            | BackendSpec::Anthropic(h)
+            | BackendSpec::Gemini(h)
+            | BackendSpec::Bedrock(h) => Some(h),
             BackendSpec::OpenaiCompatible(c) => Some(&c.hosted),
             BackendSpec::AzureOpenai(a) => Some(&a.hosted),
+            BackendSpec::Vertex(v) => Some(&v.hosted),
+        }
+    }
+
+    /// The hosted API's address: `base_url` as written, else the provider's public one (for
+    /// Bedrock, the runtime endpoint of the backend's region; for Vertex, the location's).
+    pub fn base_url(&self) -> Option<String> {
+        if let Some(url) = self.hosted().and_then(|h| h.base_url.as_deref()) {
+            return Some(url.trim_end_matches('/').to_string());
+        }
+        match &self.spec {
+            BackendSpec::Bedrock(_) => {
+                self.region.as_deref().map(|r| format!("https://bedrock-runtime.{r}.amazonaws.com"))
+            }
+            BackendSpec::Vertex(v) => Some(v.default_host()),
+            _ => self.kind().default_base_url().map(str::to_string),
         }
     }
 
@@ -246,6 +287,16 @@ impl BackendConfig {
                 a.api_version.as_deref().map(|v| format!("api-version={}", crate::config::path_segment(v)))
             }
             _ => None,
+        }
+    }
+
+    /// Whether this backend is Claude in Anthropic's own Messages body: Anthropic, Bedrock,
+    /// and Vertex AI's Anthropic models.
+    pub fn speaks_claude(&self) -> bool {
+        match &self.spec {
+            BackendSpec::Anthropic(_) | BackendSpec::Bedrock(_) => true,
+            BackendSpec::Vertex(v) => v.publisher_of(&self.model) == Publisher::Anthropic,
+            _ => false,
         }
     }
 
@@ -268,7 +319,7 @@ impl BackendConfig {
     /// leave cache reads out; OpenAI and Gemini count every prompt token).
     pub fn quota_counts_cached(&self) -> bool {
         let written = self.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.count_cached_tokens);
-        written.unwrap_or(self.kind() != BackendKind::Anthropic)
+        written.unwrap_or(!self.speaks_claude())
     }
 
     /// The configured node addresses: a pool's, or an `openai_compatible` backend's several
@@ -306,6 +357,13 @@ impl EmbeddingSpace {
 }
 
 impl BackendKind {
+    /// Whether this kind serves Claude through Anthropic's own Messages body (Anthropic, and
+    /// the clouds' Claude: Bedrock's InvokeModel, Vertex's rawPredict). Their quotas leave
+    /// prompt-cache reads out of the input tokens they count.
+    pub fn serves_claude_natively(self) -> bool {
+        matches!(self, BackendKind::Anthropic | BackendKind::Bedrock | BackendKind::Vertex)
+    }
+
     /// Whether this kind speaks OpenAI's wire, and so can serve legacy completions and
     /// embeddings as well as chat.
     pub fn speaks_openai(self) -> bool {
@@ -358,7 +416,9 @@ impl Capabilities {
         let (tools, vision, json_schema, max_context) = match kind {
             // Azure serves OpenAI's models.
             BackendKind::Openai | BackendKind::AzureOpenai => (true, true, true, Some(128_000)),
-            BackendKind::Anthropic => (true, true, true, Some(200_000)),
+            BackendKind::Anthropic | BackendKind::Bedrock | BackendKind::Vertex => {
+                (true, true, true, Some(200_000))
+            }
             BackendKind::Gemini => (true, true, true, Some(1_048_576)),
             BackendKind::Local => (false, false, true, None),
             BackendKind::OpenaiCompatible => (true, false, true, None),

@@ -102,6 +102,9 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("prompt_cache", "{last_turns: 1}"),
     ("deployment", "chat"),
     ("api_version", "2024-10-21"),
+    ("project", "my-project"),
+    ("location", "us-east5"),
+    ("publisher", "anthropic"),
 ];
 
 #[test]
@@ -133,7 +136,8 @@ fn a_pool_key_on_a_hosted_backend_is_refused_at_its_path_with_the_kinds_that_tak
 
 #[test]
 fn a_hosted_key_on_a_pool_is_refused_at_its_path_with_the_kinds_that_take_it() {
-    let hosted = "only kinds openai, anthropic, gemini, openai_compatible, azure_openai take it";
+    let hosted =
+        "only kinds openai, anthropic, gemini, openai_compatible, azure_openai, bedrock, vertex take it";
     for (key, value) in [("quota", "{rpm: 10}"), ("version", "'2026-01'"), ("base_url", "'http://h:1/v1'")] {
         // `kind` need not come first.
         let problems =
@@ -303,7 +307,7 @@ fn anthropic_places_breakpoints_by_default_and_quotas_count_cache_reads_as_the_p
     assert_eq!(problems[0].path, "backends[0].prompt_cache", "{problems:?}");
     assert_eq!(
         problems[0].message,
-        "`prompt_cache` does not apply to kind gemini; only kind anthropic takes it"
+        "`prompt_cache` does not apply to kind gemini; only kinds anthropic, bedrock, vertex take it"
     );
     let problems = backend(
         "{name: b, kind: anthropic, model: m, price: {input_per_mtok: 3, output_per_mtok: 15, cache_write_per_mtok: -1}}",
@@ -344,4 +348,43 @@ fn an_azure_backend_calls_its_v1_api_or_a_legacy_deployment_and_says_what_it_lac
     let problems = backend("{name: b, kind: openai, model: gpt, deployment: d}").unwrap_err();
     assert_eq!(problems[0].path, "backends[0].deployment", "{problems:?}");
     assert!(problems[0].message.contains("only kind azure_openai takes it"), "{problems:?}");
+}
+
+#[test]
+fn the_clouds_call_their_regions_and_say_what_they_lack() {
+    let b =
+        backend("{name: b, kind: bedrock, model: us.anthropic.claude-sonnet-4-6-v1:0, region: eu-west-1}")
+            .unwrap();
+    assert_eq!(b.base_url().as_deref(), Some("https://bedrock-runtime.eu-west-1.amazonaws.com"));
+    assert!(b.cache_placement().is_some(), "Claude on Bedrock caches where told to");
+    assert!(!b.quota_counts_cached());
+    let b = backend(
+        "{name: b, kind: bedrock, model: m, region: us-east-1, base_url: 'https://vpce-1.example.com/'}",
+    )
+    .unwrap();
+    assert_eq!(b.base_url().as_deref(), Some("https://vpce-1.example.com"), "a PrivateLink endpoint");
+    let problems = backend("{name: b, kind: bedrock, model: m}").unwrap_err();
+    assert_eq!(problems[0].path, "backends[0].region", "{problems:?}");
+
+    let b =
+        backend("{name: b, kind: vertex, model: claude-sonnet-4-6, project: my-project, location: us-east5}")
+            .unwrap();
+    let BackendSpec::Vertex(v) = &b.spec else { panic!("{b:?}") };
+    assert_eq!(b.region.as_deref(), Some("us-east5"), "the location is the policy region");
+    assert_eq!(
+        v.calls_base(&b.base_url().unwrap(), &b.model),
+        "https://us-east5-aiplatform.googleapis.com/v1/projects/my-project/locations/us-east5/publishers/anthropic"
+    );
+    let b =
+        backend("{name: b, kind: vertex, model: gemini-2.5-pro, project: p, location: global, region: eu}")
+            .unwrap();
+    let BackendSpec::Vertex(v) = &b.spec else { panic!("{b:?}") };
+    assert_eq!(b.region.as_deref(), Some("eu"), "region as written wins");
+    assert_eq!(
+        v.calls_base(&b.base_url().unwrap(), &b.model),
+        "https://aiplatform.googleapis.com/v1/projects/p/locations/global/publishers/google"
+    );
+    let problems = backend("{name: b, kind: vertex, model: m}").unwrap_err();
+    let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, ["backends[0].project", "backends[0].location"], "{problems:?}");
 }

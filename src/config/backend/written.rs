@@ -17,8 +17,8 @@ use serde_json::{Map, Value};
 use super::pool::{default_gpu_count, default_max_running, default_reserve};
 use super::{
     AgentAddress, AzureSpec, BackendConfig, BackendKind, BackendSpec, CapabilitiesConfig, CompatibleSpec,
-    Discovery, EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Quota,
-    Tokenizer,
+    Discovery, EmbeddingSpace, EngineSetting, HostedSpec, MessagesApi, Pin, PoolSpec, Price, Publisher,
+    Quota, Tokenizer, VertexSpec,
 };
 use crate::canonical::CachePlacement;
 use crate::config::yes;
@@ -84,6 +84,12 @@ struct Written {
     deployment: Option<String>,
     #[serde(default, deserialize_with = "given")]
     api_version: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    project: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    location: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    publisher: Option<Publisher>,
 }
 
 /// A key that is there, whatever its value.
@@ -112,13 +118,16 @@ const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 /// The keys only `azure_openai` takes.
 const AZURE_KEYS: &[&str] = &["deployment", "api_version"];
 
+/// The keys only `vertex` takes.
+const VERTEX_KEYS: &[&str] = &["project", "location", "publisher"];
+
 /// Whether a backend of `kind` takes the kind-specific key `key`.
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
     if key == "embedding_space" {
         return kind.speaks_openai();
     }
     if key == "prompt_cache" {
-        return kind == BackendKind::Anthropic;
+        return kind.serves_claude_natively();
     }
     match kind {
         BackendKind::Local => POOL_KEYS.contains(&key),
@@ -126,6 +135,7 @@ pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
             key == "endpoints" || key == "messages" || HOSTED_KEYS.contains(&key)
         }
         BackendKind::AzureOpenai => AZURE_KEYS.contains(&key) || HOSTED_KEYS.contains(&key),
+        BackendKind::Vertex => VERTEX_KEYS.contains(&key) || HOSTED_KEYS.contains(&key),
         _ => HOSTED_KEYS.contains(&key),
     }
 }
@@ -158,9 +168,9 @@ impl Written {
     fn into_config(mut self) -> Result<BackendConfig, Misplaced> {
         let embedding_space =
             if self.kind.speaks_openai() { self.embedding_space.take().flatten() } else { None };
-        let prompt_cache = match self.kind {
-            BackendKind::Anthropic => Some(self.prompt_cache.take().unwrap_or_default()),
-            _ => None,
+        let prompt_cache = match self.kind.serves_claude_natively() {
+            true => Some(self.prompt_cache.take().unwrap_or_default()),
+            false => None,
         };
         let spec = match self.kind {
             BackendKind::Local => BackendSpec::Local(self.take_pool()),
@@ -177,6 +187,13 @@ impl Written {
                 api_version: self.api_version.take(),
                 hosted: self.take_hosted(),
             }),
+            BackendKind::Bedrock => BackendSpec::Bedrock(self.take_hosted()),
+            BackendKind::Vertex => BackendSpec::Vertex(VertexSpec {
+                project: self.project.take().unwrap_or_default(),
+                location: self.location.take().unwrap_or_default(),
+                publisher: self.publisher.take(),
+                hosted: self.take_hosted(),
+            }),
         };
         if let Some(key) = self.left_over() {
             return Err(Misplaced::new(key, self.kind));
@@ -185,7 +202,11 @@ impl Written {
             name: self.name,
             api_key_env: self.api_key_env,
             model: self.model,
-            region: self.region,
+            // A Vertex backend's location is where it runs, unless `region` says otherwise.
+            region: self.region.or_else(|| match &spec {
+                BackendSpec::Vertex(v) if !v.location.is_empty() => Some(v.location.clone()),
+                _ => None,
+            }),
             terms: self.terms,
             price: self.price,
             max_inflight_per_node: self.max_inflight_per_node,
@@ -245,6 +266,9 @@ impl Written {
             ("prompt_cache", self.prompt_cache.is_some()),
             ("deployment", self.deployment.is_some()),
             ("api_version", self.api_version.is_some()),
+            ("project", self.project.is_some()),
+            ("location", self.location.is_some()),
+            ("publisher", self.publisher.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
@@ -315,6 +339,8 @@ impl JsonSchema for BackendSpec {
                 CompatibleSpec::json_schema(generator),
             )),
             with_space(branch(&kinds, &[BackendKind::AzureOpenai], AzureSpec::json_schema(generator))),
+            with_cache(branch(&kinds, &[BackendKind::Bedrock], HostedSpec::json_schema(generator))),
+            with_cache(branch(&kinds, &[BackendKind::Vertex], VertexSpec::json_schema(generator))),
         ];
         json_schema!({ "oneOf": branches })
     }
@@ -337,7 +363,7 @@ fn embedding_space(generator: &mut SchemaGenerator) -> Value {
     schema
 }
 
-/// The schema of `prompt_cache`, which only kind anthropic takes.
+/// The schema of `prompt_cache`, which only the kinds serving Claude in Anthropic's body take.
 fn prompt_cache(generator: &mut SchemaGenerator) -> Value {
     let mut schema = CachePlacement::json_schema(generator).to_value();
     if let Some(object) = schema.as_object_mut() {

@@ -1,0 +1,54 @@
+//! How a cloud upstream learns who is calling when no API key is configured: AWS SigV4 with
+//! credentials from the AWS chain (Bedrock), a Google OAuth token (Vertex AI). Each is made
+//! per request from credentials the process fetches once and keeps until shortly before they
+//! expire.
+
+pub mod aws;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::HeaderName;
+
+use crate::canonical::UpstreamError;
+
+/// The credentials of the clouds, shared by every backend that needs them.
+#[derive(Debug, Default)]
+pub struct CloudCredentials {
+    pub aws: Arc<aws::AwsCredentials>,
+}
+
+/// How one call proves who is calling.
+#[derive(Debug, Clone)]
+pub enum CloudAuth {
+    /// SigV4 for `service` in `region` (never the process's `AWS_REGION`).
+    Aws { region: String, service: &'static str, credentials: Arc<aws::AwsCredentials> },
+}
+
+impl PartialEq for CloudAuth {
+    fn eq(&self, other: &CloudAuth) -> bool {
+        match (self, other) {
+            (
+                CloudAuth::Aws { region, service, credentials },
+                CloudAuth::Aws { region: r, service: s, credentials: c },
+            ) => region == r && service == s && Arc::ptr_eq(credentials, c),
+        }
+    }
+}
+
+impl CloudAuth {
+    /// The headers that authenticate `POST url` with `headers` and `body`.
+    pub async fn headers(
+        &self,
+        url: &str,
+        headers: &[(HeaderName, String)],
+        body: &[u8],
+    ) -> Result<Vec<(HeaderName, String)>, UpstreamError> {
+        match self {
+            CloudAuth::Aws { region, service, credentials } => {
+                let credentials = credentials.get().await?;
+                aws::sign_post(&credentials, region, service, url, headers, body, SystemTime::now())
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+"""Drives a router in front of Amazon Bedrock's simulators with the official `anthropic` and
+`openai` Python packages.
+
+Usage: python bedrock_sdk_check.py BASE_URL API_KEY SECRET...
+Tasks the router must have: `signed` (Bedrock with SigV4 and a session token), `keyed` (Bedrock
+with a Bedrock API key), `broken-stream` (a Bedrock backend whose streams open with an
+exception, then `keyed`), `invalid` (a Bedrock backend that refuses with a ValidationException,
+then a backend only it uses), `wrong-key` and `wrong-secret` (Bedrock refusing the
+credentials it was sent, echoing them). No answer may carry any of the SECRETs.
+Exits non-zero (with a traceback) on the first expectation that does not hold.
+"""
+import sys
+
+import anthropic
+import openai
+
+base_url, api_key, secrets = sys.argv[1], sys.argv[2], sys.argv[3:]
+claude = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=20)
+gpt = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=20)
+messages = [{"role": "user", "content": "Summarise: disk full on node 3"}]
+seen = []
+
+
+def keep(text):
+    seen.append(str(text))
+    return text
+
+
+for task in ["signed", "keyed"]:
+    # Messages clients, whole and streamed, with a beta Bedrock takes and one it does not.
+    betas = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"}
+    raw = claude.messages.with_raw_response.create(
+        model=task, max_tokens=7, messages=messages, extra_headers=betas
+    )
+    keep(raw.http_response.text)
+    message = raw.parse()
+    assert raw.headers["x-spillway-backend"] == f"bedrock-{task}", raw.headers
+    assert message.content[0].text and message.usage.output_tokens == 7, message
+    with claude.messages.stream(model=task, max_tokens=4, messages=messages, extra_headers=betas) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    keep(final)
+    assert len(streamed.split()) == 4 and final.usage.output_tokens == 4, (streamed, final.usage)
+    # An OpenAI client, translated to Claude's body, whole and streamed.
+    answer = gpt.chat.completions.create(model=task, messages=messages, max_tokens=5)
+    keep(answer)
+    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
+    chunks = list(gpt.chat.completions.create(
+        model=task, messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    ))
+    keep(chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+
+# A stream that opens with an exception fails over before the client sees anything.
+with claude.messages.stream(model="broken-stream", max_tokens=3, messages=messages) as stream:
+    streamed = "".join(stream.text_stream)
+    headers = stream.response.headers
+assert headers["x-spillway-backend"] == "bedrock-keyed" and headers["x-spillway-attempts"] == "2", headers
+assert len(streamed.split()) == 3, streamed
+
+# A ValidationException is the request's fault: not tried elsewhere, and its words reach the client.
+try:
+    claude.messages.create(model="invalid", max_tokens=3, messages=messages)
+    raise AssertionError("the invalid request was answered")
+except anthropic.BadRequestError as e:
+    keep(e.response.text)
+    assert e.status_code == 400 and "simulated failure (400)" in e.message, e.message
+
+# A wrong key and a wrong signature, refused by Bedrock in words that echo what it was sent
+# (the bearer token; the canonical request with the session token): the client sees the
+# refusal, never the credential.
+for task in ["wrong-key", "wrong-secret"]:
+    try:
+        claude.messages.create(model=task, max_tokens=3, messages=messages)
+        raise AssertionError(f"{task} was answered")
+    except anthropic.APIStatusError as e:
+        keep(e.response.text)
+        assert "redacted]" in e.message, e.message
+
+for secret in secrets:
+    assert not any(secret in s for s in seen), "a credential reached the client"
+print("ok")
