@@ -324,7 +324,7 @@ fn the_readme_gives_the_schemas_defaults_and_required_keys() {
 fn the_readme_says_which_kinds_take_each_backend_key() {
     let schema = schema_keys();
     let all = schema["backends[].kind"].kinds.clone();
-    assert_eq!(all.len(), 6, "a branch for each kind: {all:?}");
+    assert_eq!(all.len(), 8, "a branch for each kind: {all:?}");
     let hosted: BTreeSet<String> = all.iter().filter(|k| *k != "local").cloned().collect();
     let ticks = regex::Regex::new(r"`([^`]+)`").unwrap();
     let mut compared = 0;

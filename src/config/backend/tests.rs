@@ -366,18 +366,17 @@ fn the_clouds_call_their_regions_and_say_what_they_lack() {
     let problems = backend("{name: b, kind: bedrock, model: m}").unwrap_err();
     assert_eq!(problems[0].path, "backends[0].region", "{problems:?}");
 
+    // Read as written (checked below: not callable until the router fetches Google tokens).
+    let read = |yaml: &str| serde_yaml_ng::from_str::<BackendConfig>(yaml).unwrap();
     let b =
-        backend("{name: b, kind: vertex, model: claude-sonnet-4-6, project: my-project, location: us-east5}")
-            .unwrap();
+        read("{name: b, kind: vertex, model: claude-sonnet-4-6, project: my-project, location: us-east5}");
     let BackendSpec::Vertex(v) = &b.spec else { panic!("{b:?}") };
     assert_eq!(b.region.as_deref(), Some("us-east5"), "the location is the policy region");
     assert_eq!(
         v.calls_base(&b.base_url().unwrap(), &b.model),
         "https://us-east5-aiplatform.googleapis.com/v1/projects/my-project/locations/us-east5/publishers/anthropic"
     );
-    let b =
-        backend("{name: b, kind: vertex, model: gemini-2.5-pro, project: p, location: global, region: eu}")
-            .unwrap();
+    let b = read("{name: b, kind: vertex, model: gemini-2.5-pro, project: p, location: global, region: eu}");
     let BackendSpec::Vertex(v) = &b.spec else { panic!("{b:?}") };
     assert_eq!(b.region.as_deref(), Some("eu"), "region as written wins");
     assert_eq!(
@@ -386,5 +385,6 @@ fn the_clouds_call_their_regions_and_say_what_they_lack() {
     );
     let problems = backend("{name: b, kind: vertex, model: m}").unwrap_err();
     let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
-    assert_eq!(paths, ["backends[0].project", "backends[0].location"], "{problems:?}");
+    assert_eq!(paths, ["backends[0].kind", "backends[0].project", "backends[0].location"], "{problems:?}");
+    assert!(problems[0].message.contains("cannot be called yet"), "{problems:?}");
 }
