@@ -124,7 +124,7 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run one simulated self-hosted node (vLLM, or another engine with --engine) or hosted
     /// provider (OpenAI, Anthropic, Gemini).
-    Sim(crate::sim::SimArgs),
+    Sim(Box<crate::sim::SimArgs>),
     /// Serve this machine's NVIDIA GPU readings (NVML) as Prometheus text, beside vLLM.
     Agent(crate::agent::AgentArgs),
     /// Capacity plan: the load each backend carries normally and with any one backend lost.
@@ -190,7 +190,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve { config } => serve(&config).await,
             Command::Demo(args) => crate::demo::run(args).await,
-            Command::Sim(args) => crate::sim::run(args).await.map_err(|e| e.to_string()),
+            Command::Sim(args) => crate::sim::run(*args).await.map_err(|e| e.to_string()),
             Command::Agent(args) => crate::agent::run(args).await,
             Command::Report(args) => {
                 crate::report::run(args).await.map(|out| print!("{out}")).map_err(|e| e.to_string())

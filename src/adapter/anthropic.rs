@@ -30,6 +30,7 @@ use crate::canonical::{
 pub mod cache;
 mod count;
 pub(crate) mod native;
+pub mod vertex;
 
 pub use count::count_tokens;
 
@@ -98,9 +99,11 @@ pub(crate) async fn send_to(
         None => request_body(req, call),
     };
     if let (Some(version), Some(body)) = (speaker.body_version(), body.as_object_mut()) {
-        // The model is in the URL and the verb says whether it streams.
+        // The model is in the URL; Bedrock's verb says whether it streams (Vertex's body does).
         body.remove("model");
-        body.remove("stream");
+        if speaker == Speaker::Bedrock {
+            body.remove("stream");
+        }
         body.insert("anthropic_version".into(), json!(version));
         if let (Some(betas), Speaker::Bedrock) = (&betas, speaker) {
             body.insert("anthropic_beta".into(), json!(betas));
@@ -114,11 +117,12 @@ pub(crate) async fn send_to(
         tracing::debug!(?placed, "prompt-cache breakpoints");
     }
     let body = body.to_string().into_bytes();
-    if let (Some(cloud), None) = (&call.upstream.cloud, &call.upstream.api_key) {
-        let signed = cloud.headers(url, &headers, &body).await?;
-        headers.extend(signed);
-    }
-    let classify = if speaker == Speaker::Bedrock { super::bedrock::classify } else { classify };
+    call.upstream.authenticate(url, &mut headers, &body).await?;
+    let classify = match speaker {
+        Speaker::Bedrock => super::bedrock::classify,
+        Speaker::Vertex => vertex::classify,
+        Speaker::Anthropic | Speaker::Node => classify,
+    };
     let mut answer = http::post(transport, url, &headers, body, classify).await?;
     if answer.media_type().as_deref() == Some(super::eventstream::CONTENT_TYPE) {
         // Bedrock's stream: the model's events inside event-stream frames.

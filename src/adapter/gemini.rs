@@ -38,6 +38,8 @@ pub async fn send(
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     let body = serde_json::to_vec(&request_body(req, call)).expect("a JSON value serialises");
+    // Vertex AI's Gemini: a Google token instead of the key.
+    call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     Ok(http::answer_events(answer, call.stream, GeminiStream::new(), parse_response))
 }

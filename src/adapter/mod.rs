@@ -95,6 +95,21 @@ impl Upstream {
         }
     }
 
+    /// Add the headers with which a cloud upstream without an API key learns who calls (they
+    /// sign `url`, `headers` and `body` as they are now).
+    pub async fn authenticate(
+        &self,
+        url: &str,
+        headers: &mut Vec<(::http::HeaderName, String)>,
+        body: &[u8],
+    ) -> Result<(), UpstreamError> {
+        if let (Some(cloud), None) = (&self.cloud, &self.api_key) {
+            let added = cloud.headers(url, headers, body).await?;
+            headers.extend(added);
+        }
+        Ok(())
+    }
+
     /// The header that carries the key to an OpenAI-format upstream, if it has one.
     pub fn openai_key(&self) -> Option<(reqwest::header::HeaderName, String)> {
         let key = self.api_key.as_ref()?;
@@ -185,8 +200,7 @@ pub async fn send(
             anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Bedrock).await
         }
         (Operation::Chat, WireFormat::VertexClaude) => {
-            let verb = if call.stream { "streamRawPredict" } else { "rawPredict" };
-            let url = format!("{}/models/{}:{verb}", upstream.base_url.trim_end_matches('/'), call.model);
+            let url = anthropic::vertex::predict_url(&upstream.base_url, call.model, call.stream);
             anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Vertex).await
         }
         (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, call, req).await,

@@ -1,14 +1,15 @@
 //! How many input tokens a request is for one backend, counted the way that backend counts:
-//! Anthropic's own count route for an Anthropic backend, the model's `tokenizer.json` or a
+//! Claude's own count route for an Anthropic or Vertex AI Claude backend, the model's `tokenizer.json` or a
 //! public tokenizer where the config names one, and a labelled estimate otherwise. No
 //! generation, so none of the dispatch walk's guards apply.
 
 use std::time::Duration;
 
 use super::Dispatcher;
+use crate::adapter::anthropic::native::Speaker;
 use crate::adapter::{anthropic, Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{BackendId, BackendKind};
+use crate::config::BackendId;
 use crate::snapshot::Snapshot;
 use crate::tokens;
 
@@ -28,10 +29,17 @@ impl Dispatcher {
         request: &ChatRequest,
     ) -> Result<TokenCount, UpstreamError> {
         let view = &snap.backends[backend];
-        if let (BackendKind::Anthropic, Some(node)) = (view.kind, view.nodes.first()) {
+        let config = &snap.config.backends[backend];
+        let speaker = match super::wire_format(config) {
+            WireFormat::Anthropic => Some(Speaker::Anthropic),
+            WireFormat::VertexClaude => Some(Speaker::Vertex),
+            _ => None,
+        };
+        if let (Some(speaker), Some(node)) = (speaker, view.nodes.first()) {
             let upstream = Upstream {
                 base_url: node.base_url.clone(),
                 api_key: self.secrets.load().get(&view.name).cloned(),
+                cloud: self.cloud_auth(config),
                 ..Upstream::default()
             };
             let call =
@@ -39,7 +47,7 @@ impl Dispatcher {
             // A count is one short call: it gets the time an answer's silence may last.
             let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let counted =
-                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &call, request))
+                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &call, request, speaker))
                     .await
                     .unwrap_or_else(|_| {
                         Err(UpstreamError::new(

@@ -197,6 +197,7 @@ impl Dispatcher {
                 service: crate::adapter::bedrock::SIGNING_NAME,
                 credentials: self.clouds.aws.clone(),
             }),
+            BackendKind::Vertex => Some(CloudAuth::Google(self.clouds.google.clone())),
             _ => None,
         }
     }

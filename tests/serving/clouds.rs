@@ -4,7 +4,9 @@
 //! asked (`tests/sdk/clouds_sdk_check.py`); Amazon Bedrock's Claude signed with SigV4 and a
 //! session token from the router's environment, or called with a Bedrock API key, a stream
 //! that opens with an exception failing over and a validation error not
-//! (`tests/sdk/bedrock_sdk_check.py`); no credential in any answer.
+//! (`tests/sdk/bedrock_sdk_check.py`); Vertex AI's Claude and Gemini with a Google token the
+//! router exchanged once, at the service-account file's own `token_uri`, and Claude's exact
+//! count through Vertex (`tests/sdk/vertex_sdk_check.py`); no credential in any answer.
 //!
 //! Needs a Python with `openai` and `anthropic` installed: `SPILLWAY_PYTHON`, else
 //! `.venv/bin/python` (what `.ci/run` creates). The test fails, rather than skips, when neither
@@ -139,4 +141,55 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         bodies.iter().any(|b| b["anthropic_beta"] == serde_json::json!(["interleaved-thinking-2025-05-14"])),
         "{bodies:?}"
     );
+}
+
+#[tokio::test]
+async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
+    let dir = std::env::temp_dir().join(format!("spillway-vertex-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("service-account.json");
+    let private_key = include_str!("../fixtures/gcp-test-service-account.pem");
+    let account = |token_uri: &str| {
+        serde_json::json!({
+            "type": "service_account", "project_id": "spill-project", "private_key_id": "sim-key-1",
+            "private_key": private_key, "client_email": "router@spill-project.iam.gserviceaccount.com",
+            "client_id": "1", "token_uri": token_uri,
+        })
+        .to_string()
+    };
+    // The simulator reads the account's key; its token endpoint's address is known once it runs.
+    std::fs::write(&key_file, account("http://unknown/token")).unwrap();
+    let vertex = |model: &'static str, key: Option<std::path::PathBuf>| {
+        sim(SimKind::Vertex, model, move |a| {
+            (a.gcp_service_account, a.gcp_project, a.gcp_location) =
+                (key, "spill-project".into(), "us-east5".into());
+        })
+    };
+    let claude = vertex("claude-sonnet-4-6", Some(key_file.clone())).await;
+    let gemini = vertex("gemini-2.5-pro", None).await;
+    std::fs::write(&key_file, account(&format!("{}/token", claude.base_url()))).unwrap();
+    let config = format!(
+        "backends:\n\
+         \x20 - {{name: vertex-claude, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\"}}\n\
+         \x20 - {{name: vertex-gemini, kind: vertex, project: spill-project, location: us-east5, model: gemini-2.5-pro, base_url: \"{gemini}\"}}\n\
+         tasks:\n\
+         \x20 - {{name: vertex-claude, backends: [vertex-claude], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: vertex-gemini, backends: [vertex-gemini], slo: {{ttft_ms: 5000}}}}",
+        claude = claude.base_url(),
+        gemini = gemini.base_url(),
+    );
+    let path = key_file.to_string_lossy().into_owned();
+    let (_router, url) = tokio::task::spawn_blocking(move || {
+        super::openai_sdk::serve_with_env(&config, 0, &[("GOOGLE_APPLICATION_CREDENTIALS", path.as_str())])
+    })
+    .await
+    .unwrap();
+    let key_line = private_key.lines().nth(1).unwrap();
+    run_sdk_script("vertex_sdk_check.py", &url, &[key_line]).await;
+    // Every call carried a token; the router asked for one and kept it.
+    assert_eq!(claude.tokens_granted(), 1, "one token for many requests");
+    let bodies = claude.requests();
+    assert!(bodies.len() >= 5, "{bodies:?}");
+    assert!(bodies.iter().all(|b| b["anthropic_version"] == "vertex-2023-10-16"), "{bodies:?}");
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -121,12 +121,6 @@ fn check_signatures(messages: &[Value]) -> Result<(), SimError> {
     Ok(())
 }
 
-fn decode(kind: SimKind, body: &[u8]) -> Result<(GenRequest, Asked), SimError> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
-    decode_value(kind, &v)
-}
-
 fn decode_value(kind: SimKind, v: &Value) -> Result<(GenRequest, Asked), SimError> {
     let max_tokens = v
         .get("max_tokens")
@@ -218,21 +212,25 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 /// `POST /v1/messages/count_tokens`: the simulator's own count of the prompt.
 pub async fn count_tokens(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let counted = (|| {
-        st.check_key(presented_key(&headers))?;
-        let mut v: Value = serde_json::from_slice(&body)
+    let counted = st.check_key(presented_key(&headers)).and_then(|()| {
+        let v: Value = serde_json::from_slice(&body)
             .map_err(|e| SimError::new(400, format!("invalid JSON body: {e}")))?;
-        if v.get("max_tokens").is_some() {
-            return Err(SimError::new(400, "max_tokens: Extra inputs are not permitted"));
-        }
-        v["max_tokens"] = json!(1);
-        let (req, _) = decode(st.kind, v.to_string().as_bytes())?;
-        Ok(super::text::prompt_tokens(&req.prompt))
-    })();
+        count(st.kind, v)
+    });
     match counted {
         Ok(n) => Json(json!({"input_tokens": n})).into_response(),
         Err(e) => error_response(&e),
     }
+}
+
+/// The prompt tokens of a count request's body `v` (which has no `max_tokens`).
+pub(super) fn count(kind: SimKind, mut v: Value) -> Result<u32, SimError> {
+    if v.get("max_tokens").is_some() {
+        return Err(SimError::new(400, "max_tokens: Extra inputs are not permitted"));
+    }
+    v["max_tokens"] = json!(1);
+    let (req, _) = decode_value(kind, &v)?;
+    Ok(super::text::prompt_tokens(&req.prompt))
 }
 
 /// The key and `anthropic-version` checks of every Messages route (batches included).

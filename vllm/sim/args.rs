@@ -24,6 +24,10 @@ pub enum SimKind {
     /// checked against `--aws-access-key-id` / `--aws-secret-access-key` (or `--api-key` as a
     /// Bedrock API key).
     Bedrock,
+    /// Google Vertex AI: Claude through rawPredict and Gemini through generateContent below a
+    /// project and location, with bearer tokens from its own OAuth endpoint (`/token`), where a
+    /// JWT signed by `--gcp-service-account`'s key is exchanged.
+    Vertex,
 }
 
 impl SimKind {
@@ -35,6 +39,7 @@ impl SimKind {
             SimKind::Gemini => "gemini",
             SimKind::AzureOpenai => "azure_openai",
             SimKind::Bedrock => "bedrock",
+            SimKind::Vertex => "vertex",
         }
     }
 
@@ -47,13 +52,14 @@ impl SimKind {
             SimKind::Gemini => "gemini-2.0-flash",
             SimKind::AzureOpenai => "gpt-4o-mini",
             SimKind::Bedrock => "us.anthropic.claude-sonnet-4-6-v1:0",
+            SimKind::Vertex => "claude-sonnet-4-6",
         }
     }
 
     /// Claude (Anthropic or a cloud): it signs its thinking, refuses a thinking block without a
     /// signature, and caches prompts at their `cache_control` breakpoints.
     pub fn is_claude(self) -> bool {
-        matches!(self, SimKind::Anthropic | SimKind::Bedrock)
+        matches!(self, SimKind::Anthropic | SimKind::Bedrock | SimKind::Vertex)
     }
 }
 
@@ -166,6 +172,17 @@ pub struct SimArgs {
     /// (e.g. `modelStreamErrorException`) instead of its first event.
     #[arg(long)]
     pub stream_exception: Option<String>,
+
+    /// vertex: the service-account file (JSON) whose key signs the JWTs `/token` exchanges;
+    /// without it, any bearer token is accepted.
+    #[arg(long)]
+    pub gcp_service_account: Option<std::path::PathBuf>,
+    /// vertex: the project served.
+    #[arg(long, default_value = "sim-project")]
+    pub gcp_project: String,
+    /// vertex: the location served (a region, or `global`).
+    #[arg(long, default_value = "us-east5")]
+    pub gcp_location: String,
 
     /// openai, anthropic: how long a batch waits before its requests are answered, in ms.
     #[arg(long, default_value_t = 200)]

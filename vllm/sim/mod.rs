@@ -30,6 +30,7 @@ pub mod faults;
 mod files_openai;
 mod gemini_wire;
 pub mod generate;
+mod google_oauth;
 mod openai_wire;
 pub mod pages;
 pub mod prompt_cache;
@@ -41,6 +42,7 @@ mod sigv4;
 mod sse;
 pub mod text;
 mod tls;
+mod vertex;
 
 use crate::fleet::engines::Engine;
 use std::net::SocketAddr;
@@ -97,6 +99,11 @@ impl SimHandle {
     /// (the router) put in them.
     pub fn requests(&self) -> Vec<serde_json::Value> {
         self.state.logged()
+    }
+
+    /// How many access tokens a `vertex` sim's token endpoint has granted.
+    pub fn tokens_granted(&self) -> u64 {
+        self.state.google.as_ref().map_or(0, |a| a.grants.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The W3C `traceparent` headers of the generation requests this sim was sent (those
@@ -190,6 +197,14 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     state.tool_call_args = args.tool_call_args.clone();
     state.aws = sigv4::AwsIdentity::from_args(&args);
     state.stream_exception = args.stream_exception.clone();
+    state.google = match &args.gcp_service_account {
+        Some(path) => Some(
+            google_oauth::GoogleAccount::from_file(path)
+                .map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?,
+        ),
+        None => None,
+    };
+    state.vertex_place = (args.gcp_project.clone(), args.gcp_location.clone());
     state.batches =
         batch_store::BatchStore::new(Duration::from_millis(args.batch_delay_ms), args.batch_expire);
     let serves = match args.kind {

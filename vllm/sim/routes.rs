@@ -100,6 +100,7 @@ pub fn router(serves: Serves<'_>, state: Arc<AppState>) -> Router {
         }
         Serves::Hosted(SimKind::AzureOpenai) => super::azure::routes(),
         Serves::Hosted(SimKind::Bedrock) => super::bedrock::routes(),
+        Serves::Hosted(SimKind::Vertex) => super::vertex::routes(),
         // A vLLM-kind sim is always a node; as "hosted" it would serve nothing.
         Serves::Hosted(SimKind::Vllm) => Router::new(),
     };

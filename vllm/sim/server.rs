@@ -103,6 +103,10 @@ pub struct AppState {
     pub aws: Option<super::sigv4::AwsIdentity>,
     /// Bedrock: `--stream-exception`.
     pub stream_exception: Option<String>,
+    /// Vertex: the service account whose tokens are accepted.
+    pub google: Option<super::google_oauth::GoogleAccount>,
+    /// Vertex: the project and location served.
+    pub vertex_place: (String, String),
 }
 
 impl AppState {
@@ -145,6 +149,8 @@ impl AppState {
             batches: BatchStore::default(),
             aws: None,
             stream_exception: None,
+            google: None,
+            vertex_place: Default::default(),
         }
     }
 

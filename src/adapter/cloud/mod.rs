@@ -4,6 +4,7 @@
 //! expire.
 
 pub mod aws;
+pub mod google;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -16,6 +17,7 @@ use crate::canonical::UpstreamError;
 #[derive(Debug, Default)]
 pub struct CloudCredentials {
     pub aws: Arc<aws::AwsCredentials>,
+    pub google: Arc<google::GoogleTokens>,
 }
 
 /// How one call proves who is calling.
@@ -23,6 +25,8 @@ pub struct CloudCredentials {
 pub enum CloudAuth {
     /// SigV4 for `service` in `region` (never the process's `AWS_REGION`).
     Aws { region: String, service: &'static str, credentials: Arc<aws::AwsCredentials> },
+    /// A Google OAuth token as a bearer token.
+    Google(Arc<google::GoogleTokens>),
 }
 
 impl PartialEq for CloudAuth {
@@ -32,6 +36,8 @@ impl PartialEq for CloudAuth {
                 CloudAuth::Aws { region, service, credentials },
                 CloudAuth::Aws { region: r, service: s, credentials: c },
             ) => region == r && service == s && Arc::ptr_eq(credentials, c),
+            (CloudAuth::Google(a), CloudAuth::Google(b)) => Arc::ptr_eq(a, b),
+            _ => false,
         }
     }
 }
@@ -48,6 +54,9 @@ impl CloudAuth {
             CloudAuth::Aws { region, service, credentials } => {
                 let credentials = credentials.get().await?;
                 aws::sign_post(&credentials, region, service, url, headers, body, SystemTime::now())
+            }
+            CloudAuth::Google(tokens) => {
+                Ok(vec![(http::header::AUTHORIZATION, format!("Bearer {}", tokens.token().await?))])
             }
         }
     }

@@ -92,14 +92,6 @@ fn check(b: &BackendConfig, at: &str) -> Vec<Problem> {
             "a bedrock backend needs region: the AWS region it calls and signs for (e.g. us-east-1)".into(),
         ),
         BackendSpec::Vertex(v) => {
-            // Refused until the router can fetch Google tokens: a backend that loads but can
-            // never be called would only fail later, at a request.
-            p(
-                "kind",
-                "kind vertex cannot be called yet: Spillway does not fetch Google OAuth tokens yet; \
-                 reach Claude through kind anthropic or bedrock meanwhile"
-                    .into(),
-            );
             if v.project.is_empty() {
                 p("project", "a vertex backend needs project: the Google Cloud project it bills".into());
             }

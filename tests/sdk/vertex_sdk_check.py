@@ -1,0 +1,64 @@
+"""Drives a router in front of Google Vertex AI's simulators with the official `anthropic` and
+`openai` Python packages.
+
+Usage: python vertex_sdk_check.py BASE_URL API_KEY SECRET...
+Tasks the router must have: `vertex-claude` (Claude on Vertex AI) and `vertex-gemini` (Gemini
+on Vertex AI). No answer may carry any of the SECRETs.
+Exits non-zero (with a traceback) on the first expectation that does not hold.
+"""
+import sys
+
+import anthropic
+import openai
+
+base_url, api_key, secrets = sys.argv[1], sys.argv[2], sys.argv[3:]
+claude = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=20)
+gpt = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=20)
+messages = [{"role": "user", "content": "Summarise: disk full on node 3"}]
+seen = []
+
+
+def keep(text):
+    seen.append(str(text))
+    return text
+
+
+# Messages clients to Claude on Vertex, whole and streamed, with a beta the clouds take and one
+# they do not (Vertex would refuse it).
+betas = {"anthropic-beta": "claude-code-20250219,context-1m-2025-08-07"}
+raw = claude.messages.with_raw_response.create(
+    model="vertex-claude", max_tokens=7, messages=messages, extra_headers=betas
+)
+keep(raw.http_response.text)
+message = raw.parse()
+assert raw.headers["x-spillway-backend"] == "vertex-claude", raw.headers
+assert message.content[0].text and message.usage.output_tokens == 7, message
+with claude.messages.stream(model="vertex-claude", max_tokens=4, messages=messages, extra_headers=betas) as stream:
+    streamed = "".join(stream.text_stream)
+    final = stream.get_final_message()
+keep(final)
+assert len(streamed.split()) == 4 and final.usage.output_tokens == 4, (streamed, final.usage)
+
+# Claude's own count, through Vertex's count-tokens route: exact.
+raw = claude.messages.with_raw_response.count_tokens(model="vertex-claude", messages=messages)
+keep(raw.http_response.text)
+assert raw.headers["x-spillway-token-count"] == "exact", raw.headers
+assert raw.parse().input_tokens > 0, raw.parse()
+
+# OpenAI clients to both publishers, whole and streamed.
+for task in ["vertex-claude", "vertex-gemini"]:
+    raw = gpt.chat.completions.with_raw_response.create(model=task, messages=messages, max_tokens=5)
+    keep(raw.http_response.text)
+    answer = raw.parse()
+    assert raw.headers["x-spillway-backend"] == task, raw.headers
+    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
+    chunks = list(gpt.chat.completions.create(
+        model=task, messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    ))
+    keep(chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+
+for secret in secrets:
+    assert not any(secret in s for s in seen), "a credential reached the client"
+print("ok")
