@@ -84,6 +84,7 @@ pub fn parse_in(text: &str, base: Option<&Path>) -> Result<Config, Vec<Problem>>
     let mut semantic = super::validate::validate(&config, &s.undecoded);
     semantic.extend(super::evaluation::prepare(&mut config, base, &s.undecoded));
     semantic.extend(load_tokenizers(&mut config, base));
+    semantic.extend(resolve_credentials_files(&mut config, base));
     semantic.extend(super::tls::prepare(&mut config, base));
     let mut problems = s.problems;
     for mut problem in semantic {
@@ -133,6 +134,36 @@ fn load_tokenizers(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
                 backend.tokenizer_loaded = Some(Arc::new(loaded));
             }
             Err(why) => problems.push(Problem::new(format!("backends[{i}].tokenizer_file"), why)),
+        }
+    }
+    problems
+}
+
+/// Resolve each Vertex backend's `credentials_file` against `base`, and check that it is a
+/// service-account file (the file is read again, for its key, when the first token is fetched).
+fn resolve_credentials_files(config: &mut Config, base: Option<&Path>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (i, backend) in config.backends.iter_mut().enumerate() {
+        let crate::config::BackendSpec::Vertex(vertex) = &mut backend.spec else { continue };
+        let Some(file) = &vertex.credentials_file else { continue };
+        let path = match base {
+            Some(base) if file.is_relative() => base.join(file),
+            _ => file.clone(),
+        };
+        let kind = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|text| {
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .map_err(|e| format!("{}: not JSON: {e}", path.display()))
+            })
+            .map(|json| json.get("type").and_then(serde_json::Value::as_str).unwrap_or_default().to_string());
+        match kind {
+            Ok(kind) if kind == "service_account" => vertex.credentials_file = Some(path),
+            Ok(kind) => problems.push(Problem::new(
+                format!("backends[{i}].credentials_file"),
+                format!("{}: type {kind:?} is not a service account (\"service_account\"); other credentials come from Application Default Credentials", path.display()),
+            )),
+            Err(why) => problems.push(Problem::new(format!("backends[{i}].credentials_file"), why)),
         }
     }
     problems

@@ -1,10 +1,11 @@
 //! `spillway demo`: the whole system on loopback with nothing to configure.
 //!
 //! Starts two simulated self-hosted nodes (one vLLM, one SGLang, in one pool whose engine is told
-//! per node), simulated OpenAI, Anthropic and Gemini endpoints, and the
-//! router in front of them with an embedded config; optionally drives traffic so that local
-//! serving and spill to hosted show within seconds.
+//! per node), simulated OpenAI, Anthropic and Gemini endpoints, Claude from three providers
+//! ([`clouds`]), and the router in front of them with an embedded config; optionally drives
+//! traffic so that local serving and spill to hosted show within seconds.
 
+pub mod clouds;
 pub mod loadgen;
 
 use std::net::SocketAddr;
@@ -65,7 +66,8 @@ const GOLDEN: &str = r#"{"messages": [{"role": "user", "content": "Summarise: th
 
 /// The simulated fleet and providers behind the demo router.
 pub struct DemoFleet {
-    pub sims: Vec<SimHandle>,
+    /// Each simulator with the name the demo prints for it.
+    pub sims: Vec<(&'static str, SimHandle)>,
     /// The router config, with the simulators' addresses filled in.
     pub config_yaml: String,
 }
@@ -83,8 +85,14 @@ async fn start_sim(
     sim::spawn(args, listener).await
 }
 
-/// Start the simulators and write the router config that points at them.
-pub async fn start_fleet(listen: SocketAddr, seed: u64, ledger: &str) -> std::io::Result<DemoFleet> {
+/// Start the simulators and write the router config that points at them (and, into `dir`, the
+/// files it names).
+pub async fn start_fleet(
+    listen: SocketAddr,
+    seed: u64,
+    ledger: &str,
+    dir: &std::path::Path,
+) -> std::io::Result<DemoFleet> {
     let llama = "meta-llama/Llama-3.1-8B-Instruct";
     let node_a = start_sim(SimKind::Vllm, llama, seed, |a| a.max_num_seqs = 16).await?;
     let node_b = start_sim(SimKind::Vllm, llama, seed + 1, |a| {
@@ -95,6 +103,7 @@ pub async fn start_fleet(listen: SocketAddr, seed: u64, ledger: &str) -> std::io
     let openai = start_sim(SimKind::OpenAi, "gpt-5.6", seed + 2, |_| {}).await?;
     let anthropic = start_sim(SimKind::Anthropic, "claude-sonnet-4-6", seed + 3, |_| {}).await?;
     let gemini = start_sim(SimKind::Gemini, "gemini-3.5-pro", seed + 4, |_| {}).await?;
+    let clouds = clouds::start(seed, dir).await?;
     let config_yaml = format!(
         r#"# Embedded demo config: every backend is a simulator on loopback.
 listen: {listen}
@@ -131,7 +140,7 @@ backends:
     model: gemini-3.5-pro
     region: us
     price: {{input_per_mtok: 3.5, output_per_mtok: 10.5}}
-tasks:
+{clouds}tasks:
   - name: summarise-ticket
     backends: [local-llama, anthropic, openai, gemini]
     strategy: priority
@@ -154,6 +163,10 @@ tasks:
     backends: [local-llama, anthropic, openai]
     strategy: priority
     slo: {{ttft_ms: 2000}}
+  - name: claude-anywhere
+    backends: [anthropic-capped, bedrock-claude, vertex-claude]
+    strategy: priority
+    slo: {{ttft_ms: 2000}}
   - name: restricted-notes
     backends: [local-llama, openai]
     data_class: restricted
@@ -169,16 +182,25 @@ policy:
         gemini = gemini.base_url(),
         claude_code_model = CLAUDE_CODE_MODEL,
         codex_model = CODEX_MODEL,
+        clouds = clouds.backends,
     );
-    Ok(DemoFleet { sims: vec![node_a, node_b, openai, anthropic, gemini], config_yaml })
+    let mut sims = vec![
+        ("vllm node a", node_a),
+        ("sglang node b", node_b),
+        ("openai sim", openai),
+        ("anthropic sim", anthropic),
+        ("gemini sim", gemini),
+    ];
+    sims.extend(clouds.sims);
+    Ok(DemoFleet { sims, config_yaml })
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let fleet = start_fleet(args.listen, args.seed, &args.ledger)
-        .await
-        .map_err(|e| format!("cannot start the simulators: {e}"))?;
     let dir =
         args.write_config.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let fleet = start_fleet(args.listen, args.seed, &args.ledger, dir)
+        .await
+        .map_err(|e| format!("cannot start the simulators: {e}"))?;
     std::fs::write(dir.join(GOLDEN_FILE), GOLDEN)
         .map_err(|e| format!("cannot write the demo's golden set: {e}"))?;
     let cfg = config::parse_in(&fleet.config_yaml, Some(dir))
@@ -190,6 +212,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e} (pick another with --listen)", args.listen))?;
     let admin_token = std::env::var("SPILLWAY_ADMIN_TOKEN").unwrap_or_else(|_| DEMO_ADMIN_TOKEN.into());
     let secrets = crate::config::secrets::Secrets {
+        backend_keys: [("bedrock-claude".to_string(), clouds::BEDROCK_KEY.to_string())].into(),
         ledger_url: Some(args.ledger.clone()),
         admin_token: Some(admin_token.clone()),
         ..Default::default()
@@ -205,17 +228,23 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let url = format!("http://{}", router.addr);
     println!("Spillway demo is up.");
     println!(
-        "  router:          {url}   (tasks: summarise-ticket, cheap-chat, coding-agent, restricted-notes)"
+        "  router:          {url}   (tasks: summarise-ticket, cheap-chat, coding-agent, claude-anywhere, restricted-notes)"
     );
-    for (name, s) in
-        ["vllm node a", "sglang node b", "openai sim", "anthropic sim", "gemini sim"].iter().zip(&fleet.sims)
-    {
-        println!("  {name:<16} {}", s.base_url());
+    for (name, s) in &fleet.sims {
+        println!("  {name:<18} {}", s.base_url());
     }
     println!("\nTry it:\n  curl -sN {url}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"summarise-ticket\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Summarise: printer on floor 3 is on fire\"}}]}}'");
     println!("  The x-spillway-backend response header (curl -i) says who served it.");
     println!("  With the openai SDK's Responses API (what Codex-family agents speak):\n    python3 -c \"import openai; c = openai.OpenAI(base_url='{url}/v1', api_key='unused'); print(c.responses.create(model='summarise-ticket', max_output_tokens=64, input='Summarise: disk full on db-2').output_text)\"");
     println!("  With the anthropic SDK (Messages, the dialect Claude Code speaks):\n    python3 -c \"import anthropic; c = anthropic.Anthropic(base_url='{url}', api_key='unused'); print(c.messages.create(model='summarise-ticket', max_tokens=64, messages=[{{'role': 'user', 'content': 'Summarise: disk full on db-2'}}]).content[0].text)\"");
+    println!(
+        "\nOne Claude model from three providers (task claude-anywhere: Anthropic, then Amazon Bedrock, then Vertex AI;\n\
+         Anthropic and Bedrock take {} requests a minute each). Send 50 and watch the traffic move down the chain\n\
+         and, a minute later, come back:\n  \
+         for i in $(seq 50); do curl -s -o /dev/null -w '%header{{x-spillway-backend}}\\n' {url}/v1/chat/completions \\\n    \
+         -H 'content-type: application/json' -d '{{\"model\":\"claude-anywhere\",\"max_tokens\":8,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'; done | uniq -c",
+        clouds::CAPPED_RPM
+    );
     println!("\nPoint a coding agent at it (task coding-agent: the fleet first, hosted when it fills):");
     println!("  Claude Code:  ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=unused claude");
     println!(

@@ -191,13 +191,15 @@ impl Dispatcher {
 
     /// How a call to `backend` authenticates when it has no API key: a cloud's own way.
     fn cloud_auth(&self, backend: &BackendConfig) -> Option<CloudAuth> {
-        match backend.kind() {
-            BackendKind::Bedrock => Some(CloudAuth::Aws {
+        match &backend.spec {
+            BackendSpec::Bedrock(_) => Some(CloudAuth::Aws {
                 region: backend.region.clone().unwrap_or_default(),
                 service: crate::adapter::bedrock::SIGNING_NAME,
                 credentials: self.clouds.aws.clone(),
             }),
-            BackendKind::Vertex => Some(CloudAuth::Google(self.clouds.google.clone())),
+            BackendSpec::Vertex(v) => {
+                Some(CloudAuth::Google(self.clouds.google.tokens(v.credentials_file.as_deref())))
+            }
             _ => None,
         }
     }

@@ -228,6 +228,9 @@ fn the_demo_ledgers_its_traffic_and_report_prices_it() {
     assert!(stdout.contains(r#"wire_api="responses""#), "{stdout}");
     let written = std::fs::read_to_string(config).unwrap();
     assert!(written.contains("aliases: [claude-opus-5-5, gpt-6.2-sol]"), "{written}");
+    // The third seed's chain, one Claude model from three providers, with how to try it.
+    assert!(written.contains("backends: [anthropic-capped, bedrock-claude, vertex-claude]"), "{written}");
+    assert!(stdout.contains(r#""model":"claude-anywhere""#), "{stdout}");
     // The terminal gets warnings only; every line goes to the log file the demo names.
     let stderr = String::from_utf8_lossy(&demo.stderr);
     assert!(!stderr.contains("INFO"), "info lines on the demo's terminal: {stderr}");

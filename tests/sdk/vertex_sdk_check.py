@@ -2,8 +2,8 @@
 `openai` Python packages.
 
 Usage: python vertex_sdk_check.py BASE_URL API_KEY SECRET...
-Tasks the router must have: `vertex-claude` (Claude on Vertex AI) and `vertex-gemini` (Gemini
-on Vertex AI). No answer may carry any of the SECRETs.
+Tasks the router must have: `vertex-claude` (Claude on Vertex AI), `vertex-gemini` (Gemini
+on Vertex AI) and `vertex-own-file` (Claude with the backend's own credentials file). No answer may carry any of the SECRETs.
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
 import sys
@@ -58,6 +58,12 @@ for task in ["vertex-claude", "vertex-gemini"]:
     keep(chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+
+# A backend with its own credentials file.
+for _ in range(3):
+    raw = claude.messages.with_raw_response.create(model="vertex-own-file", max_tokens=2, messages=messages)
+    keep(raw.http_response.text)
+    assert raw.headers["x-spillway-backend"] == "vertex-own-file", raw.headers
 
 for secret in secrets:
     assert not any(secret in s for s in seen), "a credential reached the client"

@@ -4,9 +4,10 @@
 //! asked (`tests/sdk/clouds_sdk_check.py`); Amazon Bedrock's Claude signed with SigV4 and a
 //! session token from the router's environment, or called with a Bedrock API key, a stream
 //! that opens with an exception failing over and a validation error not
-//! (`tests/sdk/bedrock_sdk_check.py`); Vertex AI's Claude and Gemini with a Google token the
-//! router exchanged once, at the service-account file's own `token_uri`, and Claude's exact
-//! count through Vertex (`tests/sdk/vertex_sdk_check.py`); no credential in any answer.
+//! (`tests/sdk/bedrock_sdk_check.py`); Vertex AI's Claude and Gemini with Google tokens the
+//! router exchanged once per credentials (the default ones, a backend's own
+//! `credentials_file`) at the service-account file's own `token_uri`, and Claude's exact count
+//! through Vertex (`tests/sdk/vertex_sdk_check.py`); no credential in any answer.
 //!
 //! Needs a Python with `openai` and `anthropic` installed: `SPILLWAY_PYTHON`, else
 //! `.venv/bin/python` (what `.ci/run` creates). The test fails, rather than skips, when neither
@@ -143,40 +144,62 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
     );
 }
 
-#[tokio::test]
-async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
-    let dir = std::env::temp_dir().join(format!("spillway-vertex-{:016x}", rand::random::<u64>()));
+/// The simulators' service-account key (tests/fixtures/README.md).
+const GCP_KEY: &str = include_str!("../fixtures/gcp-test-service-account.pem");
+
+fn temp_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-{what}-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A Vertex simulator serving `model` in project `spill-project`, `us-east5`, and the
+/// service-account file (in `dir`) whose `token_uri` is its token endpoint.
+async fn vertex_with_account(
+    model: &str,
+    dir: &std::path::Path,
+) -> (spillway::sim::SimHandle, std::path::PathBuf) {
     let key_file = dir.join("service-account.json");
-    let private_key = include_str!("../fixtures/gcp-test-service-account.pem");
     let account = |token_uri: &str| {
         serde_json::json!({
             "type": "service_account", "project_id": "spill-project", "private_key_id": "sim-key-1",
-            "private_key": private_key, "client_email": "router@spill-project.iam.gserviceaccount.com",
+            "private_key": GCP_KEY, "client_email": "router@spill-project.iam.gserviceaccount.com",
             "client_id": "1", "token_uri": token_uri,
         })
         .to_string()
     };
     // The simulator reads the account's key; its token endpoint's address is known once it runs.
     std::fs::write(&key_file, account("http://unknown/token")).unwrap();
-    let vertex = |model: &'static str, key: Option<std::path::PathBuf>| {
-        sim(SimKind::Vertex, model, move |a| {
-            (a.gcp_service_account, a.gcp_project, a.gcp_location) =
-                (key, "spill-project".into(), "us-east5".into());
-        })
-    };
-    let claude = vertex("claude-sonnet-4-6", Some(key_file.clone())).await;
-    let gemini = vertex("gemini-2.5-pro", None).await;
-    std::fs::write(&key_file, account(&format!("{}/token", claude.base_url()))).unwrap();
+    let file = key_file.clone();
+    let vertex = sim(SimKind::Vertex, model, move |a| {
+        (a.gcp_service_account, a.gcp_project, a.gcp_location) =
+            (Some(file), "spill-project".into(), "us-east5".into());
+    })
+    .await;
+    std::fs::write(&key_file, account(&format!("{}/token", vertex.base_url()))).unwrap();
+    (vertex, key_file)
+}
+
+#[tokio::test]
+async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
+    let dir = temp_dir("vertex");
+    let (claude, key_file) = vertex_with_account("claude-sonnet-4-6", &dir).await;
+    let gemini = sim(SimKind::Vertex, "gemini-2.5-pro", |a| {
+        (a.gcp_project, a.gcp_location) = ("spill-project".into(), "us-east5".into());
+    })
+    .await;
     let config = format!(
         "backends:\n\
          \x20 - {{name: vertex-claude, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\"}}\n\
          \x20 - {{name: vertex-gemini, kind: vertex, project: spill-project, location: us-east5, model: gemini-2.5-pro, base_url: \"{gemini}\"}}\n\
+         \x20 - {{name: vertex-own-file, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\", credentials_file: \"{file}\"}}\n\
          tasks:\n\
+         \x20 - {{name: vertex-own-file, backends: [vertex-own-file], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: vertex-claude, backends: [vertex-claude], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: vertex-gemini, backends: [vertex-gemini], slo: {{ttft_ms: 5000}}}}",
         claude = claude.base_url(),
         gemini = gemini.base_url(),
+        file = key_file.display(),
     );
     let path = key_file.to_string_lossy().into_owned();
     let (_router, url) = tokio::task::spawn_blocking(move || {
@@ -184,12 +207,56 @@ async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
     })
     .await
     .unwrap();
-    let key_line = private_key.lines().nth(1).unwrap();
+    let key_line = GCP_KEY.lines().nth(1).unwrap();
     run_sdk_script("vertex_sdk_check.py", &url, &[key_line]).await;
-    // Every call carried a token; the router asked for one and kept it.
-    assert_eq!(claude.tokens_granted(), 1, "one token for many requests");
+    // Every call carried a token; the router asked once for the default credentials and once
+    // for the backend with its own file, and kept each.
+    assert_eq!(claude.tokens_granted(), 2, "one token per credentials for many requests");
     let bodies = claude.requests();
     assert!(bodies.len() >= 5, "{bodies:?}");
     assert!(bodies.iter().all(|b| b["anthropic_version"] == "vertex-2023-10-16"), "{bodies:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The third seed's setup: one Claude model from Anthropic, Bedrock and Vertex AI, each with
+/// its own quota. As Anthropic's runs out (429 with `Retry-After`), traffic moves to Bedrock,
+/// and as Bedrock's does, to Vertex, without a failed request.
+#[tokio::test]
+async fn claude_from_three_providers_spills_down_the_chain_as_each_quota_runs_out() {
+    const KEY: &str = "ABSKQmVkcm9ja0NoYWluS2V5";
+    let dir = temp_dir("chain");
+    let anthropic = sim(SimKind::Anthropic, "claude-sonnet-4-6", |a| a.rpm = 4).await;
+    let bedrock = sim(SimKind::Bedrock, "anthropic.claude-sonnet-4-6", |a| {
+        (a.api_key, a.rpm) = (Some(KEY.into()), 4);
+    })
+    .await;
+    let (vertex, key_file) = vertex_with_account("claude-sonnet-4-6", &dir).await;
+    let yaml = format!(
+        "backends:\n\
+         \x20 - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\n\
+         \x20 - {{name: bedrock, kind: bedrock, region: us-east-1, model: anthropic.claude-sonnet-4-6, base_url: \"{}\", api_key_env: BEDROCK_KEY}}\n\
+         \x20 - {{name: vertex, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{}\", credentials_file: \"{}\"}}\n\
+         tasks:\n\
+         \x20 - {{name: claude, backends: [anthropic, bedrock, vertex], strategy: priority, slo: {{ttft_ms: 5000}}}}",
+        anthropic.base_url(),
+        bedrock.base_url(),
+        vertex.base_url(),
+        key_file.display(),
+    );
+    let router = router(&yaml, &[("BEDROCK_KEY", KEY)]).await;
+    let client = reqwest::Client::new();
+    let mut served = Vec::new();
+    for _ in 0..11 {
+        let answer = client
+            .post(format!("{}/v1/chat/completions", router.url))
+            .json(&serde_json::json!({"model": "claude", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        served.push(answer.headers()["x-spillway-backend"].to_str().unwrap().to_string());
+    }
+    let expected: Vec<&str> = [["anthropic"; 4].as_slice(), &["bedrock"; 4], &["vertex"; 3]].concat();
+    assert_eq!(served, expected);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,10 +1,12 @@
 //! Google: OAuth access tokens from Application Default Credentials, read by `gcp_auth`: a
 //! service-account file in `GOOGLE_APPLICATION_CREDENTIALS` (its JWT exchanged at the file's
 //! own `token_uri`), an authorized-user file, gcloud's login, or the metadata server (GKE
-//! workload identity, Compute Engine). The provider keeps each token until shortly before it
-//! expires and fetches one at a time.
+//! workload identity, Compute Engine); or from one backend's own service-account file. The
+//! provider keeps each token until shortly before it expires and fetches one at a time.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use gcp_auth::TokenProvider;
 
@@ -13,9 +15,12 @@ use crate::canonical::{ErrorClass, UpstreamError};
 /// The scope Vertex AI is called with.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
-/// The process's Google credentials: found on first use, kept for the process's life.
+/// Google credentials: the process's default ones, or one service-account file's; found on
+/// first use, kept for the process's life.
 #[derive(Default)]
 pub struct GoogleTokens {
+    /// `None`: Application Default Credentials.
+    file: Option<PathBuf>,
     provider: tokio::sync::OnceCell<Arc<dyn TokenProvider>>,
 }
 
@@ -28,7 +33,19 @@ impl std::fmt::Debug for GoogleTokens {
 impl GoogleTokens {
     /// A current access token for [`SCOPE`].
     pub async fn token(&self) -> Result<String, UpstreamError> {
-        let provider = self.provider.get_or_try_init(gcp_auth::provider).await.map_err(no_token)?;
+        let provider = self
+            .provider
+            .get_or_try_init(|| async {
+                match &self.file {
+                    None => gcp_auth::provider().await,
+                    Some(file) => {
+                        let account = gcp_auth::CustomServiceAccount::from_file(file)?;
+                        Ok(Arc::new(account) as Arc<dyn TokenProvider>)
+                    }
+                }
+            })
+            .await
+            .map_err(no_token)?;
         let token = provider.token(&[SCOPE]).await.map_err(no_token)?;
         Ok(token.as_str().to_string())
     }
@@ -36,4 +53,23 @@ impl GoogleTokens {
 
 fn no_token(e: gcp_auth::Error) -> UpstreamError {
     UpstreamError::new(ErrorClass::Auth, None, format!("no Google access token: {e}"))
+}
+
+/// The default credentials and those of each service-account file a backend names.
+#[derive(Debug, Default)]
+pub struct GoogleCredentials {
+    default: Arc<GoogleTokens>,
+    files: Mutex<HashMap<PathBuf, Arc<GoogleTokens>>>,
+}
+
+impl GoogleCredentials {
+    /// The tokens of `file`, or the default ones.
+    pub fn tokens(&self, file: Option<&Path>) -> Arc<GoogleTokens> {
+        let Some(file) = file else { return Arc::clone(&self.default) };
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let tokens = files.entry(file.to_path_buf()).or_insert_with(|| {
+            Arc::new(GoogleTokens { file: Some(file.to_path_buf()), provider: Default::default() })
+        });
+        Arc::clone(tokens)
+    }
 }

@@ -17,7 +17,7 @@ use crate::canonical::UpstreamError;
 #[derive(Debug, Default)]
 pub struct CloudCredentials {
     pub aws: Arc<aws::AwsCredentials>,
-    pub google: Arc<google::GoogleTokens>,
+    pub google: google::GoogleCredentials,
 }
 
 /// How one call proves who is calling.

@@ -81,6 +81,12 @@ pub struct VertexSpec {
     /// the rest.
     #[serde(default)]
     pub publisher: Option<Publisher>,
+    /// A Google credentials file (service account or authorized user, JSON) for this backend
+    /// alone, e.g. when backends bill different projects; relative paths are read from the
+    /// config file's directory. Default: Application Default Credentials
+    /// (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud, the metadata server).
+    #[serde(default)]
+    pub credentials_file: Option<std::path::PathBuf>,
     /// `base_url` (default `https://{location}-aiplatform.googleapis.com`, or
     /// `https://aiplatform.googleapis.com` for `global`), `quota` and `version`.
     #[serde(flatten)]

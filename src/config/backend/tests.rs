@@ -105,6 +105,7 @@ const SPEC_KEYS: &[(&str, &str)] = &[
     ("project", "my-project"),
     ("location", "us-east5"),
     ("publisher", "anthropic"),
+    ("credentials_file", "sa.json"),
 ];
 
 #[test]
@@ -385,4 +386,29 @@ fn the_clouds_call_their_regions_and_say_what_they_lack() {
     let problems = backend("{name: b, kind: vertex, model: m}").unwrap_err();
     let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
     assert_eq!(paths, ["backends[0].project", "backends[0].location"], "{problems:?}");
+}
+
+#[test]
+fn a_vertex_backend_may_name_its_own_service_account_file_read_from_the_config_directory() {
+    let dir = std::env::temp_dir().join(format!("spillway-gcp-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("sa.json"), r#"{"type": "service_account", "client_email": "a@b"}"#).unwrap();
+    std::fs::write(dir.join("user.json"), r#"{"type": "authorized_user"}"#).unwrap();
+    let yaml = |file: &str| {
+        format!(
+            "backends:\n  - {{name: b, kind: vertex, project: p, location: global, model: claude-x, \
+             credentials_file: {file}}}\n{TASKS}"
+        )
+    };
+    std::fs::write(dir.join("good.yaml"), yaml("sa.json")).unwrap();
+    let config = load_file(&dir.join("good.yaml")).unwrap_or_else(|p| panic!("{p:?}"));
+    let BackendSpec::Vertex(v) = &config.backends[0].spec else { panic!() };
+    assert_eq!(v.credentials_file.as_deref(), Some(dir.join("sa.json").as_path()));
+    for (file, says) in [("user.json", "is not a service account"), ("gone.json", "cannot read")] {
+        std::fs::write(dir.join("bad.yaml"), yaml(file)).unwrap();
+        let problems = load_file(&dir.join("bad.yaml")).unwrap_err();
+        assert_eq!(problems[0].path, "backends[0].credentials_file", "{problems:?}");
+        assert!(problems[0].message.contains(says), "{problems:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

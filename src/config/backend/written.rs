@@ -90,6 +90,8 @@ struct Written {
     location: Option<String>,
     #[serde(default, deserialize_with = "given")]
     publisher: Option<Publisher>,
+    #[serde(default, deserialize_with = "given")]
+    credentials_file: Option<std::path::PathBuf>,
 }
 
 /// A key that is there, whatever its value.
@@ -119,7 +121,7 @@ const HOSTED_KEYS: &[&str] = &["base_url", "quota", "version"];
 const AZURE_KEYS: &[&str] = &["deployment", "api_version"];
 
 /// The keys only `vertex` takes.
-const VERTEX_KEYS: &[&str] = &["project", "location", "publisher"];
+const VERTEX_KEYS: &[&str] = &["project", "location", "publisher", "credentials_file"];
 
 /// Whether a backend of `kind` takes the kind-specific key `key`.
 pub(super) fn takes(kind: BackendKind, key: &str) -> bool {
@@ -192,6 +194,7 @@ impl Written {
                 project: self.project.take().unwrap_or_default(),
                 location: self.location.take().unwrap_or_default(),
                 publisher: self.publisher.take(),
+                credentials_file: self.credentials_file.take(),
                 hosted: self.take_hosted(),
             }),
         };
@@ -269,6 +272,7 @@ impl Written {
             ("project", self.project.is_some()),
             ("location", self.location.is_some()),
             ("publisher", self.publisher.is_some()),
+            ("credentials_file", self.credentials_file.is_some()),
         ]
         .into_iter()
         .find_map(|(key, set)| set.then_some(key))
