@@ -888,3 +888,42 @@ fn a_provider_key_for_an_unknown_backend_is_refused() {
     assert!(!out.status.success(), "{report}");
     assert!(report.contains("secrets.providerKeys[0].backend") && report.contains("ghost"), "{report}");
 }
+
+/// cloudCredentials mount each cloud's credentials the way its platform expects: IRSA's and
+/// GKE's and Azure's ServiceAccount annotations (beside the chart user's own), Azure's pod
+/// label, and a service-account key Secret mounted read-only and named by
+/// GOOGLE_APPLICATION_CREDENTIALS. By default none of it is rendered.
+#[test]
+fn cloud_credentials_reach_the_service_account_and_the_router() {
+    let defaults = render_and_validate(None, &[]);
+    let plain = defaults.one("ServiceAccount");
+    assert!(plain["metadata"]["annotations"].is_null(), "{plain:?}");
+    assert!(!seq(&defaults.router()["env"]).iter().any(|e| e["name"] == "GOOGLE_APPLICATION_CREDENTIALS"));
+
+    let r = render_and_validate(Some("clouds.yaml"), &[]);
+    let annotations = &r.one("ServiceAccount")["metadata"]["annotations"];
+    for (key, value) in [
+        ("example.com/team", "llm"),
+        ("eks.amazonaws.com/role-arn", "arn:aws:iam::123456789012:role/spillway-bedrock"),
+        ("iam.gke.io/gcp-service-account", "spillway@my-project.iam.gserviceaccount.com"),
+        ("azure.workload.identity/client-id", "00000000-1111-2222-3333-444444444444"),
+    ] {
+        assert_eq!(str_of(&annotations[key]), value, "{key}: {annotations:?}");
+    }
+    let pod = &r.one("Deployment")["spec"]["template"];
+    assert_eq!(str_of(&pod["metadata"]["labels"]["azure.workload.identity/use"]), "true");
+    let env = seq(&r.router()["env"]);
+    let google =
+        env.iter().find(|e| e["name"] == "GOOGLE_APPLICATION_CREDENTIALS").expect("the key file is named");
+    assert_eq!(str_of(&google["value"]), "/var/run/secrets/spillway/gcp/key.json");
+    let mount =
+        seq(&r.router()["volumeMounts"]).iter().find(|m| m["name"] == "gcp-credentials").cloned().unwrap();
+    assert_eq!(
+        (str_of(&mount["mountPath"]), mount["readOnly"].as_bool()),
+        ("/var/run/secrets/spillway/gcp", Some(true))
+    );
+    let volume =
+        seq(&pod["spec"]["volumes"]).iter().find(|v| v["name"] == "gcp-credentials").cloned().unwrap();
+    assert_eq!(str_of(&volume["secret"]["secretName"]), "spillway-gcp");
+    refused("bad-cloud-role.yaml", &["roleArn"]);
+}
