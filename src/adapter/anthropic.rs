@@ -30,6 +30,7 @@ use crate::canonical::{
 pub mod cache;
 mod count;
 pub(crate) mod native;
+pub mod provenance;
 pub mod vertex;
 
 pub use count::count_tokens;
@@ -131,11 +132,18 @@ pub(crate) async fn send_to(
         });
     }
     let relay = req.relay && client.is_some();
-    let parse = if relay { parse_response_relayed } else { parse_response };
+    let parse = match (relay, speaker) {
+        (false, _) => parse_response,
+        (true, Speaker::Anthropic) => |b: &Value| relayed(b, Some("anthropic")),
+        (true, Speaker::Bedrock) => |b: &Value| relayed(b, Some("bedrock")),
+        (true, Speaker::Vertex) => |b: &Value| relayed(b, Some("vertex")),
+        (true, Speaker::Node) => |b: &Value| relayed(b, None),
+    };
+    let signer = speaker.signer();
     Ok(http::answer_events(
         answer,
         call.stream,
-        AnthropicStream { relay, ..AnthropicStream::default() },
+        AnthropicStream { relay, signer, ..AnthropicStream::default() },
         parse,
     ))
 }
@@ -341,10 +349,19 @@ fn usage(value: &Value) -> Usage {
     }
 }
 
-/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`.
-fn parse_response_relayed(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`, its
+/// thinking signatures marked with their `signer` ([`provenance`]).
+fn relayed(body: &Value, signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
     let mut events = parse_response(body)?;
-    let data = serde_json::to_vec(body).unwrap_or_default().into();
+    let data = match signer {
+        Some(signer) => {
+            let mut marked = body.clone();
+            provenance::mark_all(signer, &mut marked);
+            serde_json::to_vec(&marked)
+        }
+        None => serde_json::to_vec(body),
+    };
+    let data = data.unwrap_or_default().into();
     events.insert(0, Event::Native(NativeEvent { name: "message".into(), data }));
     Ok(events)
 }
@@ -397,6 +414,8 @@ pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> 
 pub(crate) struct AnthropicStream {
     /// Hand each event on raw, as an [`Event::Native`] ahead of the events read from it.
     relay: bool,
+    /// Who signs the thinking relayed ([`provenance`]); `None`: a node, which signs none.
+    signer: Option<&'static str>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     /// Content block index → canonical tool call index.
@@ -410,7 +429,15 @@ impl StreamParser for AnthropicStream {
         let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
         let mut events = Vec::new();
         if self.relay && kind != "error" {
-            let data = bytes::Bytes::copy_from_slice(data.as_bytes());
+            let signed = data.contains("signature_delta") || data.contains("redacted_thinking");
+            let data = match self.signer.filter(|_| signed) {
+                Some(signer) => {
+                    let mut marked = payload.clone();
+                    provenance::mark_all(signer, &mut marked);
+                    bytes::Bytes::from(marked.to_string())
+                }
+                None => bytes::Bytes::copy_from_slice(data.as_bytes()),
+            };
             events.push(Event::Native(NativeEvent { name: kind.into(), data }));
         }
         match kind {

@@ -5,7 +5,8 @@ Usage: python bedrock_sdk_check.py BASE_URL API_KEY SECRET...
 Tasks the router must have: `signed` (Bedrock with SigV4 and a session token), `keyed` (Bedrock
 with a Bedrock API key), `broken-stream` (a Bedrock backend whose streams open with an
 exception, then `keyed`), `invalid` (a Bedrock backend that refuses with a ValidationException,
-then a backend only it uses), `wrong-key` and `wrong-secret` (Bedrock refusing the
+then a backend only it uses), `think-bedrock` (Bedrock), `think-anthropic` (Anthropic),
+`think-chain` (Anthropic, then Bedrock), `wrong-key` and `wrong-secret` (Bedrock refusing the
 credentials it was sent, echoing them). No answer may carry any of the SECRETs.
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
@@ -66,6 +67,33 @@ try:
 except anthropic.BadRequestError as e:
     keep(e.response.text)
     assert e.status_code == 400 and "simulated failure (400)" in e.message, e.message
+
+# Thinking signed on Bedrock comes to the client marked with its signer. Sent back to Bedrock
+# it goes as Bedrock made it; sent to Anthropic, the block is dropped and thinking is off for
+# that attempt (Anthropic would refuse Bedrock's signature). An unmarked foreign signature is
+# refused by Anthropic with a 400, the request's fault: not tried on Bedrock.
+thinking = {"type": "enabled", "budget_tokens": 1024}
+first = claude.messages.create(model="think-bedrock", max_tokens=2048, thinking=thinking, messages=messages)
+keep(first)
+signed = next(b for b in first.content if b.type == "thinking")
+assert signed.signature.startswith("spillway:bedrock:"), signed
+history = messages + [
+    {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+    {"role": "user", "content": "And node 4?"},
+]
+for task in ["think-bedrock", "think-anthropic"]:
+    raw = claude.messages.with_raw_response.create(model=task, max_tokens=2048, thinking=thinking, messages=history)
+    keep(raw.http_response.text)
+    assert raw.parse().content, raw.parse()
+unmarked = [dict(m) for m in history]
+unmarked[1] = {"role": "assistant", "content": [
+    {**b.model_dump(exclude_none=True), "signature": signed.signature.removeprefix("spillway:bedrock:")}
+    if b.type == "thinking" else b.model_dump(exclude_none=True) for b in first.content]}
+try:
+    claude.messages.create(model="think-chain", max_tokens=2048, thinking=thinking, messages=unmarked)
+    raise AssertionError("Anthropic took Bedrock's signature")
+except anthropic.BadRequestError as e:
+    assert "Invalid `signature`" in e.message, e.message
 
 # A wrong key and a wrong signature, refused by Bedrock in words that echo what it was sent
 # (the bearer token; the canonical request with the session token): the client sees the

@@ -89,6 +89,7 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
     .await;
     let fallback = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some(API_KEY.into())).await;
     let other_key = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some("ABSKotherKEY".into())).await;
+    let claude = sim(SimKind::Anthropic, "claude-sonnet-4-6", |_| {}).await;
     let other_secret = sim(SimKind::Bedrock, MODEL, |a| {
         (a.aws_access_key_id, a.aws_secret_access_key) = (Some(KEY_ID.into()), Some("another secret".into()));
         (a.aws_session_token, a.aws_region) = (Some(TOKEN.into()), "eu-west-1".into());
@@ -99,11 +100,14 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         format!("  - {{name: {name}, kind: bedrock, region: eu-west-1, model: \"{MODEL}\", base_url: \"{url}\"{key}}}\n")
     };
     let config = format!(
-        "backends:\n{}{}{}{}{}{}{}tasks:\n\
+        "backends:\n{}{}{}{}{}{}{}  - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\ntasks:\n\
          \x20 - {{name: signed, backends: [bedrock-signed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: keyed, backends: [bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: broken-stream, backends: [bedrock-broken, bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: invalid, backends: [bedrock-invalid, bedrock-fallback], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: think-bedrock, backends: [bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: think-anthropic, backends: [anthropic], slo: {{ttft_ms: 5000}}}}\n\
+         \x20 - {{name: think-chain, backends: [anthropic, bedrock-keyed], strategy: priority, slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: wrong-key, backends: [bedrock-wrong-key], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: wrong-secret, backends: [bedrock-wrong-secret], slo: {{ttft_ms: 5000}}}}",
         backend("bedrock-signed", signed.base_url(), false),
@@ -113,6 +117,7 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         backend("bedrock-fallback", fallback.base_url(), true),
         backend("bedrock-wrong-key", other_key.base_url(), true),
         backend("bedrock-wrong-secret", other_secret.base_url(), false),
+        claude.base_url(),
     );
     // The router reads AWS's standard chain: here its environment keys, with a session token.
     // AWS_REGION names another region: the signature must be scoped to the backend's.

@@ -244,14 +244,21 @@ async fn anthropic_gets_the_body_as_written_and_its_signatures_come_back() {
     let message: Value = response.json().await.unwrap();
     assert!(message["id"].as_str().unwrap().starts_with("msg_sim"), "Anthropic's own message: {message}");
     assert_eq!(message["content"][0]["type"], "thinking", "{message}");
-    assert!(message["content"][0]["signature"].as_str().unwrap().starts_with("sim-signature"), "{message}");
+    // Marked with its signer (adapter/anthropic/provenance.rs), so that it goes back to
+    // Anthropic alone.
+    let signature = message["content"][0]["signature"].as_str().unwrap();
+    assert!(signature.starts_with("spillway:anthropic:sim-signature-anthropic-"), "{message}");
     assert_eq!(message["model"], "claude-only");
 
     body["stream"] = json!(true);
     let events = events(post(&s.router, "/v1/messages", &body).await).await;
     coherent_text(&events);
     let signature = events.iter().find(|(_, d)| d["delta"]["type"] == "signature_delta");
-    assert!(signature.is_some(), "the signature is relayed: {events:?}");
+    let signature = signature.map(|(_, d)| d["delta"]["signature"].as_str().unwrap_or_default());
+    assert!(
+        signature.is_some_and(|s| s.starts_with("spillway:anthropic:")),
+        "the signature is relayed, marked: {events:?}"
+    );
 }
 
 #[tokio::test]

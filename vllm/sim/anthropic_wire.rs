@@ -105,16 +105,28 @@ struct Asked {
     thinking: bool,
 }
 
-/// Like Anthropic, refuse a thinking block of an earlier turn that carries no signature.
-fn check_signatures(messages: &[Value]) -> Result<(), SimError> {
+/// Like Claude, refuse a thinking block of an earlier turn that carries no signature, or one
+/// this provider did not make: the sims sign as `sim-signature-{kind}-{seed}`, and a signature
+/// of another kind's, or one still marked by a router, is not this provider's.
+fn check_signatures(kind: SimKind, messages: &[Value]) -> Result<(), SimError> {
+    let own = format!("sim-signature-{}-", kind.as_str());
     for (i, m) in messages.iter().enumerate() {
         for (j, b) in m.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            let thinking = b.get("type").and_then(Value::as_str) == Some("thinking");
-            if thinking && b.get("signature").and_then(Value::as_str).is_none_or(str::is_empty) {
-                return Err(SimError::new(
-                    400,
-                    format!("messages.{i}.content.{j}.thinking.signature: Field required"),
-                ));
+            if b.get("type").and_then(Value::as_str) != Some("thinking") {
+                continue;
+            }
+            match b.get("signature").and_then(Value::as_str).unwrap_or_default() {
+                "" => {
+                    let why = format!("messages.{i}.content.{j}.thinking.signature: Field required");
+                    return Err(SimError::new(400, why));
+                }
+                made if made.starts_with("sim-signature-") && !made.starts_with(&own)
+                    || made.starts_with("spillway:") =>
+                {
+                    let why = format!("messages.{i}.content.{j}: Invalid `signature` in `thinking` block");
+                    return Err(SimError::new(400, why));
+                }
+                _ => {}
             }
         }
     }
@@ -132,7 +144,7 @@ fn decode_value(kind: SimKind, v: &Value) -> Result<(GenRequest, Asked), SimErro
         .filter(|m| !m.is_empty())
         .ok_or_else(|| SimError::new(400, "messages: Field required"))?;
     if kind.is_claude() {
-        check_signatures(messages)?;
+        check_signatures(kind, messages)?;
     }
     // Tools, system, messages: the order in which Anthropic caches a prompt's prefixes.
     let mut prompt = PromptText::default();

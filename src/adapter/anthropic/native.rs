@@ -39,6 +39,17 @@ impl Speaker {
         self != Speaker::Node
     }
 
+    /// The provider whose key signs this speaker's thinking ([`super::provenance`]); a node
+    /// signs none.
+    pub fn signer(self) -> Option<&'static str> {
+        match self {
+            Speaker::Anthropic => Some("anthropic"),
+            Speaker::Bedrock => Some("bedrock"),
+            Speaker::Vertex => Some("vertex"),
+            Speaker::Node => None,
+        }
+    }
+
     /// The `anthropic_version` a cloud takes in the body (instead of the header).
     pub fn body_version(self) -> Option<&'static str> {
         match self {
@@ -94,13 +105,21 @@ pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Spe
     if let Some(max_tokens) = req.max_tokens {
         body.insert("max_tokens".into(), json!(max_tokens));
     }
-    match speaker {
-        Speaker::Anthropic | Speaker::Bedrock | Speaker::Vertex => {
+    match speaker.signer() {
+        Some(signer) => {
+            let mut foreign = false;
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
                 messages.iter_mut().for_each(|m| drop_blocks(m, unsigned_thinking));
+                foreign = super::provenance::fit_history(signer, messages);
+            }
+            if foreign && body.remove("thinking").is_some() {
+                tracing::debug!(
+                    signer,
+                    "thinking another provider signed dropped, and thinking off for this attempt"
+                );
             }
         }
-        Speaker::Node => {
+        None => {
             for field in BETA_FIELDS {
                 body.remove(field);
             }

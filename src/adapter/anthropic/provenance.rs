@@ -1,0 +1,120 @@
+//! Where a thinking signature was made. Claude signs its thinking (and encrypts redacted
+//! thinking) with a key of the provider that ran it, and checks the signatures of every
+//! thinking block in a conversation's history: a block another provider signed is refused
+//! with a 400, which is the request's fault and fails it. So the signatures a client gets
+//! through Spillway are marked with their signer (`spillway:bedrock:…`), and a conversation
+//! sent on to a Claude provider carries its own provider's blocks unmarked, as they were made,
+//! and none of another's: those are dropped, and with them `thinking` for that attempt (a
+//! turn that used tools would otherwise need the thinking that came before it). Signatures
+//! without a mark (from a client that called a provider directly) pass as they are.
+
+use serde_json::Value;
+
+/// The start of a marked signature: `spillway:{signer}:{signature}`.
+pub const MARK: &str = "spillway:";
+
+/// `signature` as the client gets it.
+pub fn mark(signer: &str, signature: &str) -> String {
+    format!("{MARK}{signer}:{signature}")
+}
+
+/// Mark every signature in `value` (a relayed event's payload or a whole message): a
+/// `signature_delta`'s `signature`, a thinking block's `signature`, a redacted thinking block's
+/// `data`. Whether anything was marked.
+pub fn mark_all(signer: &str, value: &mut Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter_mut().fold(false, |any, v| mark_all(signer, v) | any),
+        Value::Object(map) => {
+            let field = match map.get("type").and_then(Value::as_str) {
+                Some("thinking" | "signature_delta") => Some("signature"),
+                Some("redacted_thinking") => Some("data"),
+                _ => None,
+            };
+            let mut marked = false;
+            if let Some(Value::String(secret)) = field.and_then(|f| map.get_mut(f)) {
+                if !secret.is_empty() && !secret.starts_with(MARK) {
+                    *secret = mark(signer, secret);
+                    marked = true;
+                }
+            }
+            map.values_mut().fold(marked, |any, v| mark_all(signer, v) | any)
+        }
+        _ => false,
+    }
+}
+
+/// Make `messages` fit for `signer`: its own blocks unmarked, another's dropped. Whether any
+/// block was dropped.
+pub fn fit_history(signer: &str, messages: &mut [Value]) -> bool {
+    let mut dropped = false;
+    for message in messages {
+        let Some(Value::Array(blocks)) = message.get_mut("content") else { continue };
+        let before = blocks.len();
+        blocks.retain_mut(|block| match marked_by(block) {
+            Some((field, made_by, secret)) if made_by == signer => {
+                block[field] = Value::String(secret);
+                true
+            }
+            Some(_) => false,
+            None => true,
+        });
+        dropped |= blocks.len() < before;
+    }
+    dropped
+}
+
+/// The field, signer and signature of a marked thinking or redacted thinking block.
+fn marked_by(block: &Value) -> Option<(&'static str, String, String)> {
+    let field = match block.get("type").and_then(Value::as_str)? {
+        "thinking" => "signature",
+        "redacted_thinking" => "data",
+        _ => return None,
+    };
+    let (signer, secret) = block.get(field)?.as_str()?.strip_prefix(MARK)?.split_once(':')?;
+    Some((field, signer.to_string(), secret.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn signatures_leave_marked_and_come_back_only_to_their_signer() {
+        let mut delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQB"}});
+        assert!(mark_all("bedrock", &mut delta));
+        assert_eq!(delta["delta"]["signature"], "spillway:bedrock:EqQB");
+        assert!(!mark_all("bedrock", &mut delta), "marked once");
+        let mut message = json!({"content": [
+            {"type": "thinking", "thinking": "t", "signature": "S1"},
+            {"type": "redacted_thinking", "data": "R1"},
+            {"type": "text", "text": "hi"}]});
+        assert!(mark_all("anthropic", &mut message));
+        assert_eq!(message["content"][0]["signature"], "spillway:anthropic:S1");
+        assert_eq!(message["content"][1]["data"], "spillway:anthropic:R1");
+
+        let history = json!([
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "a", "signature": "spillway:anthropic:S1"},
+                {"type": "thinking", "thinking": "b", "signature": "spillway:bedrock:S2"},
+                {"type": "thinking", "thinking": "c", "signature": "direct"},
+                {"type": "redacted_thinking", "data": "spillway:bedrock:R2"},
+                {"type": "text", "text": "hi"}]}]);
+        let mut to_bedrock = history.clone();
+        assert!(fit_history("bedrock", to_bedrock.as_array_mut().unwrap()));
+        assert_eq!(
+            to_bedrock[0]["content"],
+            json!([
+                {"type": "thinking", "thinking": "b", "signature": "S2"},
+                {"type": "thinking", "thinking": "c", "signature": "direct"},
+                {"type": "redacted_thinking", "data": "R2"},
+                {"type": "text", "text": "hi"}])
+        );
+        let mut to_vertex = history.clone();
+        assert!(fit_history("vertex", to_vertex.as_array_mut().unwrap()));
+        assert_eq!(to_vertex[0]["content"].as_array().unwrap().len(), 2, "only the unmarked and the text");
+        let mut clean = json!([{"role": "user", "content": "hi"}]);
+        assert!(!fit_history("vertex", clean.as_array_mut().unwrap()));
+    }
+}
