@@ -11,6 +11,7 @@ pub mod batch_api;
 pub mod bedrock;
 mod call;
 pub mod cloud;
+pub mod converse;
 pub mod error;
 pub mod eventstream;
 pub mod gemini;
@@ -47,6 +48,8 @@ pub enum WireFormat {
     Gemini,
     /// Amazon Bedrock (Claude through InvokeModel).
     Bedrock,
+    /// Amazon Bedrock's Converse API (its other models).
+    BedrockConverse,
     /// Claude on Google Vertex AI (rawPredict).
     VertexClaude,
 }
@@ -199,6 +202,7 @@ pub async fn send(
             let url = bedrock::invoke_url(&upstream.base_url, call.model, call.stream);
             anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Bedrock).await
         }
+        (Operation::Chat, WireFormat::BedrockConverse) => converse::send(transport, call, req).await,
         (Operation::Chat, WireFormat::VertexClaude) => {
             let url = anthropic::vertex::predict_url(&upstream.base_url, call.model, call.stream);
             anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Vertex).await

@@ -125,7 +125,8 @@ pub fn wire_format(backend: &BackendConfig) -> WireFormat {
     match &backend.spec {
         BackendSpec::Anthropic(_) => WireFormat::Anthropic,
         BackendSpec::Gemini(_) => WireFormat::Gemini,
-        BackendSpec::Bedrock(_) => WireFormat::Bedrock,
+        BackendSpec::Bedrock(_) if backend.speaks_claude() => WireFormat::Bedrock,
+        BackendSpec::Bedrock(_) => WireFormat::BedrockConverse,
         BackendSpec::Vertex(v) => match v.publisher_of(&backend.model) {
             Publisher::Anthropic => WireFormat::VertexClaude,
             Publisher::Google => WireFormat::Gemini,

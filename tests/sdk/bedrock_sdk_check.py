@@ -5,11 +5,13 @@ Usage: python bedrock_sdk_check.py BASE_URL API_KEY SECRET...
 Tasks the router must have: `signed` (Bedrock with SigV4 and a session token), `keyed` (Bedrock
 with a Bedrock API key), `broken-stream` (a Bedrock backend whose streams open with an
 exception, then `keyed`), `invalid` (a Bedrock backend that refuses with a ValidationException,
-then a backend only it uses), `think-bedrock` (Bedrock), `think-anthropic` (Anthropic),
+then a backend only it uses), `llama` (a Bedrock model that speaks Converse, calling tools with {"city": "Oslo"}),
+`think-bedrock` (Bedrock), `think-anthropic` (Anthropic),
 `think-chain` (Anthropic, then Bedrock), `wrong-key` and `wrong-secret` (Bedrock refusing the
 credentials it was sent, echoing them). No answer may carry any of the SECRETs.
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
+import json
 import sys
 
 import anthropic
@@ -52,6 +54,31 @@ for task in ["signed", "keyed"]:
     keep(chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+
+# A model that is not Claude speaks Converse: whole, streamed, and a tool call streamed in
+# pieces and folded; a history holding that call and its result goes back without the tools
+# declared (Bedrock refuses such a history without a toolConfig: the router declares them).
+answer = gpt.chat.completions.create(model="llama", messages=messages, max_tokens=5)
+keep(answer)
+assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
+chunks = list(gpt.chat.completions.create(
+    model="llama", messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
+))
+text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+weather = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+ask = [{"role": "user", "content": "Weather in Oslo?"}]
+chunks = list(gpt.chat.completions.create(model="llama", messages=ask, tools=weather, stream=True))
+keep(chunks)
+calls = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
+arguments = "".join(t.function.arguments or "" for t in calls)
+assert calls[0].function.name == "weather" and json.loads(arguments) == {"city": "Oslo"}, calls
+history = ask + [
+    {"role": "assistant", "tool_calls": [{"id": calls[0].id, "type": "function", "function": {"name": "weather", "arguments": arguments}}]},
+    {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp": 3}'},
+]
+answer = gpt.chat.completions.create(model="llama", messages=history, max_tokens=4)
+assert answer.choices[0].message.content, answer
 
 # A stream that opens with an exception fails over before the client sees anything.
 with claude.messages.stream(model="broken-stream", max_tokens=3, messages=messages) as stream:

@@ -90,6 +90,11 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
     let fallback = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some(API_KEY.into())).await;
     let other_key = sim(SimKind::Bedrock, MODEL, |a| a.api_key = Some("ABSKotherKEY".into())).await;
     let claude = sim(SimKind::Anthropic, "claude-sonnet-4-6", |_| {}).await;
+    const LLAMA: &str = "meta.llama3-3-70b-instruct-v1:0";
+    let llama = sim(SimKind::Bedrock, LLAMA, |a| {
+        (a.api_key, a.tool_call_args) = (Some(API_KEY.into()), Some(r#"{"city": "Oslo"}"#.into()));
+    })
+    .await;
     let other_secret = sim(SimKind::Bedrock, MODEL, |a| {
         (a.aws_access_key_id, a.aws_secret_access_key) = (Some(KEY_ID.into()), Some("another secret".into()));
         (a.aws_session_token, a.aws_region) = (Some(TOKEN.into()), "eu-west-1".into());
@@ -100,7 +105,9 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         format!("  - {{name: {name}, kind: bedrock, region: eu-west-1, model: \"{MODEL}\", base_url: \"{url}\"{key}}}\n")
     };
     let config = format!(
-        "backends:\n{}{}{}{}{}{}{}  - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\ntasks:\n\
+        "backends:\n{}{}{}{}{}{}{}  - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\n\
+         \x20 - {{name: bedrock-llama, kind: bedrock, region: eu-west-1, model: \"{LLAMA}\", base_url: \"{}\", api_key_env: BEDROCK_KEY, capabilities: {{tools: true}}}}\ntasks:\n\
+         \x20 - {{name: llama, backends: [bedrock-llama], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: signed, backends: [bedrock-signed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: keyed, backends: [bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: broken-stream, backends: [bedrock-broken, bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
@@ -118,6 +125,7 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         backend("bedrock-wrong-key", other_key.base_url(), true),
         backend("bedrock-wrong-secret", other_secret.base_url(), false),
         claude.base_url(),
+        llama.base_url(),
     );
     // The router reads AWS's standard chain: here its environment keys, with a session token.
     // AWS_REGION names another region: the signature must be scoped to the backend's.

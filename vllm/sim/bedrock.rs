@@ -1,6 +1,6 @@
-//! Amazon Bedrock's runtime for Claude: InvokeModel (`POST /model/{model}/invoke`) and its
-//! streamed form (`/invoke-with-response-stream`, Anthropic's events inside event-stream
-//! `chunk` frames). Each request is checked as Bedrock checks it: the SigV4 signature
+//! Amazon Bedrock's runtime: InvokeModel for Claude (`POST /model/{model}/invoke`, and
+//! `/invoke-with-response-stream`, Anthropic's events inside event-stream `chunk` frames), and
+//! Converse for the other models (`/converse`, `/converse-stream`: `converse_wire`). Each request is checked as Bedrock checks it: the SigV4 signature
 //! ([`super::sigv4`]) or a Bedrock API key as a bearer token, then the model, then the body
 //! (`anthropic_version: bedrock-2023-05-31`, no `model` or `stream` keys, only the betas
 //! Bedrock knows, in `anthropic_beta`). Errors carry `x-amzn-errortype` and a `message`.
@@ -95,15 +95,20 @@ async fn admit_and_answer(
     body: &[u8],
 ) -> Result<Response, Refused> {
     authenticate(st, uri, headers, body)?;
-    let stream = match verb {
-        "invoke" => false,
-        "invoke-with-response-stream" => true,
+    let (stream, converse) = match verb {
+        "invoke" => (false, false),
+        "invoke-with-response-stream" => (true, false),
+        "converse" => (false, true),
+        "converse-stream" => (true, true),
         _ => return Err(SimError::new(404, format!("no operation {verb}")).into()),
     };
     if model != st.model {
         return Err(validation("The provided model identifier is invalid."));
     }
     let v = st.read_json(body).map_err(Refused::from)?;
+    if converse {
+        return super::converse_wire::answer(st, headers, &v, stream).await.map_err(Refused::from);
+    }
     check_body(&v)?;
     if stream {
         if let Some(kind) = &st.stream_exception {

@@ -23,6 +23,7 @@ mod batches_anthropic;
 mod batches_openai;
 mod bedrock;
 mod completions_wire;
+mod converse_wire;
 mod embeddings_wire;
 pub mod engine;
 mod engine_loop;

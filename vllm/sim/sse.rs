@@ -39,6 +39,12 @@ impl FrameTx {
         self.1
     }
 
+    /// Send one frame already written in this response's framing; false when the client has
+    /// gone.
+    pub async fn frame(&self, frame: Bytes) -> bool {
+        self.0.send(Ok(frame)).await.is_ok()
+    }
+
     /// `data: <json>` frame.
     pub async fn data(&self, v: &Value) -> bool {
         self.send(format!("data: {v}\n\n")).await

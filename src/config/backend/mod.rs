@@ -290,11 +290,12 @@ impl BackendConfig {
         }
     }
 
-    /// Whether this backend is Claude in Anthropic's own Messages body: Anthropic, Bedrock,
-    /// and Vertex AI's Anthropic models.
+    /// Whether this backend is Claude in Anthropic's own Messages body: Anthropic, Bedrock's
+    /// Anthropic models (InvokeModel; its others speak Converse), and Vertex AI's.
     pub fn speaks_claude(&self) -> bool {
         match &self.spec {
-            BackendSpec::Anthropic(_) | BackendSpec::Bedrock(_) => true,
+            BackendSpec::Anthropic(_) => true,
+            BackendSpec::Bedrock(_) => self.model.contains("anthropic") || self.model.contains("claude"),
             BackendSpec::Vertex(v) => v.publisher_of(&self.model) == Publisher::Anthropic,
             _ => false,
         }
