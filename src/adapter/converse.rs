@@ -5,7 +5,9 @@
 //! The system prompt goes to `system`, limits to `inferenceConfig`, tools to `toolConfig`
 //! (Bedrock requires one whenever the history holds tool use or results, so a request with
 //! such a history and no tools declares the tools it used, with an open schema), tool results
-//! into user turns, and turns of one role are merged. A stream sends no `contentBlockStart`
+//! into user turns, and turns of one role are merged. For the models that cache prompts (Nova,
+//! Claude) the task's cache placement becomes `cachePoint` blocks, at most four, after the
+//! tools, the system prompt and the last user turns. A stream sends no `contentBlockStart`
 //! for text and reasoning (blocks are known by `contentBlockIndex`), and its `metadata` event,
 //! with the usage, comes after `messageStop`.
 
@@ -17,7 +19,8 @@ use serde_json::{json, Map, Value};
 use super::http::{self, StreamParser};
 use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
-    ChatRequest, ErrorClass, Event, FinishReason, Image, Role, ToolChoice, UpstreamError, Usage,
+    CachePlacement, ChatRequest, ErrorClass, Event, FinishReason, Image, Role, ToolChoice, UpstreamError,
+    Usage, MAX_BREAKPOINTS,
 };
 
 pub async fn send(
@@ -72,7 +75,44 @@ pub(crate) fn request_body(req: &ChatRequest, call: &Call) -> Value {
     if let Some(tools) = tool_config(req) {
         body.insert("toolConfig".into(), tools);
     }
+    if let Some(placement) = call.cache_placement.as_ref().filter(|_| caches_prompts(call.model)) {
+        place_cache_points(&mut body, placement);
+    }
     Value::Object(body)
+}
+
+/// Whether Bedrock caches prompts for `model` (Amazon Nova, Claude); `cachePoint` blocks are
+/// refused for the others.
+fn caches_prompts(model: &str) -> bool {
+    ["nova", "claude", "anthropic"].iter().any(|family| model.contains(family))
+}
+
+/// A `cachePoint` after the tools, the system prompt and the last user turns, as `placement`
+/// says, at most [`MAX_BREAKPOINTS`] in all.
+fn place_cache_points(body: &mut Map<String, Value>, placement: &CachePlacement) {
+    let point = || json!({"cachePoint": {"type": "default"}});
+    let mut budget = MAX_BREAKPOINTS;
+    if placement.tools {
+        if let Some(Value::Array(tools)) = body.get_mut("toolConfig").and_then(|c| c.get_mut("tools")) {
+            tools.push(point());
+            budget -= 1;
+        }
+    }
+    if placement.system {
+        if let Some(Value::Array(system)) = body.get_mut("system") {
+            system.push(point());
+            budget -= 1;
+        }
+    }
+    let turns = usize::from(placement.last_turns.min(budget));
+    if let Some(Value::Array(messages)) = body.get_mut("messages") {
+        let users = messages.iter_mut().rev().filter(|m| m["role"] == "user").take(turns);
+        for message in users {
+            if let Some(Value::Array(content)) = message.get_mut("content") {
+                content.push(point());
+            }
+        }
+    }
 }
 
 /// `toolConfig`: the request's tools and choice; else, when the history holds tool calls, the
@@ -337,6 +377,45 @@ mod tests {
         };
         let body = request_body(&declared, &call);
         assert_eq!(body["toolConfig"]["toolChoice"], json!({"tool": {"name": "weather"}}));
+    }
+
+    #[test]
+    fn models_that_cache_get_at_most_four_cache_points() {
+        let req = ChatRequest {
+            messages: ["be brief", "a", "b", "c", "d"]
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Message::new(
+                        if i == 0 {
+                            Role::System
+                        } else if i % 2 == 1 {
+                            Role::User
+                        } else {
+                            Role::Assistant
+                        },
+                        *t,
+                    )
+                })
+                .collect(),
+            tools: vec![Tool {
+                name: "weather".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+            }],
+            ..Default::default()
+        };
+        let placement = CachePlacement { system: true, tools: true, last_turns: 4 };
+        let points = |model: &str| {
+            let call = Call {
+                model,
+                cache_placement: Some(placement),
+                ..Call::as_written(WireFormat::BedrockConverse, Upstream::default(), &req)
+            };
+            request_body(&req, &call).to_string().matches("cachePoint").count()
+        };
+        assert_eq!(points("amazon.nova-pro-v1:0"), 4, "tools, system and two user turns: four in all");
+        assert_eq!(points("meta.llama3-3-70b-instruct-v1:0"), 0, "a model that does not cache gets none");
     }
 
     #[tokio::test]
