@@ -36,6 +36,7 @@ pub async fn send(
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     let body = serde_json::to_vec(&upstream_body(req, call)).expect("a JSON value serialises");
+    call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     Ok(http::answer_events(
         answer,

@@ -34,6 +34,7 @@ pub async fn send(
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     let body = request_body(req, call.model, completion).to_string().into_bytes();
+    call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     if completion.stream {
         // A whole JSON answer to a stream request is relayed as its one chunk.

@@ -27,6 +27,7 @@ pub async fn send(
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     headers.extend(call.upstream.openai_key());
     let body = request_body(call.model, embedding).to_string().into_bytes();
+    call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     let inputs = embedding.input.len();
     let events = http::json_answer_events(answer, parse_response).map(move |item| match item {

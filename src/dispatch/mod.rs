@@ -169,6 +169,7 @@ impl Dispatcher {
                 .expect("the HTTP client builds with static settings")
         };
         let hosted = make();
+        let clouds = CloudCredentials::new(hosted.clone());
         let limits = LaneLimits {
             streams_per_connection: cfg.hosted_streams_per_connection,
             max_connections: cfg.hosted_max_connections,
@@ -186,7 +187,7 @@ impl Dispatcher {
             secrets: arc_swap::ArcSwap::from_pointee(keys.api_keys),
             records,
             quota,
-            clouds: CloudCredentials::default(),
+            clouds,
         }
     }
 
@@ -201,6 +202,7 @@ impl Dispatcher {
             BackendSpec::Vertex(v) => {
                 Some(CloudAuth::Google(self.clouds.google.tokens(v.credentials_file.as_deref())))
             }
+            BackendSpec::AzureOpenai(_) => Some(CloudAuth::Azure(self.clouds.azure.clone())),
             _ => None,
         }
     }

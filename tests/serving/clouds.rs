@@ -7,7 +7,8 @@
 //! (`tests/sdk/bedrock_sdk_check.py`); Vertex AI's Claude and Gemini with Google tokens the
 //! router exchanged once per credentials (the default ones, a backend's own
 //! `credentials_file`) at the service-account file's own `token_uri`, and Claude's exact count
-//! through Vertex (`tests/sdk/vertex_sdk_check.py`); no credential in any answer.
+//! through Vertex (`tests/sdk/vertex_sdk_check.py`); Azure OpenAI with a Microsoft Entra token;
+//! the three providers of one Claude model as a spill chain; no credential in any answer.
 //!
 //! Needs a Python with `openai` and `anthropic` installed: `SPILLWAY_PYTHON`, else
 //! `.venv/bin/python` (what `.ci/run` creates). The test fails, rather than skips, when neither
@@ -271,5 +272,77 @@ async fn claude_from_three_providers_spills_down_the_chain_as_each_quota_runs_ou
     }
     let expected: Vec<&str> = [["anthropic"; 4].as_slice(), &["bedrock"; 4], &["vertex"; 3]].concat();
     assert_eq!(served, expected);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Azure OpenAI without a key: a Microsoft Entra token from the router's environment, through a
+/// client secret and through workload identity (the federated token file the AKS webhook
+/// mounts), fetched once at the simulator's Entra endpoint (`AZURE_AUTHORITY_HOST`, which must
+/// be HTTPS: the simulator serves TLS with a CA the router is told to trust) and sent as a bearer
+/// token on every call.
+#[tokio::test]
+async fn azure_openai_without_a_key_calls_with_an_entra_token() {
+    const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+    const CLIENT: &str = "00000000-1111-2222-3333-444444444444";
+    const SECRET: &str = "entra-sim-client-secret-0123456789";
+    const FEDERATED: &str = "eyJhbGciOiJSUzI1NiJ9.federated-sim-token.sig";
+    let azure = sim(SimKind::AzureOpenai, "gpt-5.6", |a| {
+        a.tls = true;
+        (a.entra_tenant_id, a.entra_client_id) = (Some(TENANT.into()), Some(CLIENT.into()));
+        (a.entra_client_secret, a.entra_federated_token) = (Some(SECRET.into()), Some(FEDERATED.into()));
+        // Keys are checked too: a call without a token would need this one.
+        a.api_key = Some("az-key-the-router-does-not-have".into());
+    })
+    .await;
+    let dir = temp_dir("entra");
+    let ca = crate::tls::ca_file(azure.ca_pem().unwrap());
+    let token_file = dir.join("azure-identity-token");
+    std::fs::write(&token_file, FEDERATED).unwrap();
+    let config = format!(
+        "tls: {{ca_file: \"{}\"}}\nbackends:\n\
+         \x20 - {{name: azure-entra, kind: azure_openai, base_url: \"{}/openai/v1\", model: gpt-5.6}}\n\
+         tasks:\n\
+         \x20 - {{name: azure, backends: [azure-entra], slo: {{ttft_ms: 5000}}}}",
+        ca.display(),
+        azure.base_url(),
+    );
+    let authority = azure.base_url();
+    let token_path = token_file.to_string_lossy().into_owned();
+    let ways: [Vec<(&str, &str)>; 2] = [
+        vec![("AZURE_TENANT_ID", TENANT), ("AZURE_CLIENT_ID", CLIENT), ("AZURE_CLIENT_SECRET", SECRET)],
+        vec![
+            ("AZURE_TENANT_ID", TENANT),
+            ("AZURE_CLIENT_ID", CLIENT),
+            ("AZURE_FEDERATED_TOKEN_FILE", &token_path),
+        ],
+    ];
+    for (i, way) in ways.into_iter().enumerate() {
+        let mut env: Vec<(String, String)> =
+            way.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.push(("AZURE_AUTHORITY_HOST".into(), authority.clone()));
+        let config = config.clone();
+        let (router, url) = tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            super::openai_sdk::serve_with_env(&config, 0, &env)
+        })
+        .await
+        .unwrap();
+        let client = reqwest::Client::new();
+        for _ in 0..3 {
+            let answer = client
+                .post(format!("{url}/v1/chat/completions"))
+                .bearer_auth("sk-sdk")
+                .json(&serde_json::json!({"model": "azure", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status();
+            let text = answer.text().await.unwrap();
+            assert_eq!(status, 200, "{text}");
+            assert!(!text.contains(SECRET) && !text.contains(FEDERATED), "{text}");
+        }
+        assert_eq!(azure.tokens_granted(), i as u64 + 1, "one token for each router's three calls");
+        drop(router);
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -173,6 +173,19 @@ pub struct SimArgs {
     #[arg(long)]
     pub stream_exception: Option<String>,
 
+    /// azure_openai: the Entra tenant whose token endpoint (`/{tenant}/oauth2/v2.0/token`) the
+    /// sim serves, with `--entra-client-id`; its tokens are accepted beside the `api-key`.
+    #[arg(long)]
+    pub entra_tenant_id: Option<String>,
+    /// azure_openai: the application's client id.
+    #[arg(long)]
+    pub entra_client_id: Option<String>,
+    /// azure_openai: the application's client secret.
+    #[arg(long)]
+    pub entra_client_secret: Option<String>,
+    /// azure_openai: the federated token a workload identity presents as its assertion.
+    #[arg(long)]
+    pub entra_federated_token: Option<String>,
     /// vertex: the service-account file (JSON) whose key signs the JWTs `/token` exchanges;
     /// without it, any bearer token is accepted.
     #[arg(long)]

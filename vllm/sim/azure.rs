@@ -1,4 +1,5 @@
-//! Azure OpenAI's two ways in to the same OpenAI wire: the v1 API (`/openai/v1/...`, the
+//! Azure OpenAI's two ways in to the same OpenAI wire, and Entra's token endpoint
+//! ([`super::entra`]) for callers without a key: the v1 API (`/openai/v1/...`, the
 //! deployment named by the body's `model`) and a legacy deployment
 //! (`/openai/deployments/{deployment}/...?api-version=`, the body's `model` ignored). Each
 //! route checks the `api-key` first, then that the deployment exists (the sim's `--model`) and,
@@ -11,10 +12,13 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use serde_json::Value;
+use axum::{Form, Json};
+use serde_json::{json, Value};
 
 use super::openai_wire::{error_response, presented_key};
 use super::server::{AppState, SimError};
@@ -29,6 +33,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/openai/v1/models", get(openai_wire::models))
         .route("/openai/v1/{*operation}", post(v1))
         .route("/openai/deployments/{deployment}/{*operation}", post(legacy))
+        .route("/{tenant}/oauth2/v2.0/token", post(entra_token))
 }
 
 fn no_deployment() -> SimError {
@@ -97,5 +102,24 @@ async fn answer(
         (Ok(()), "chat/completions") => openai_wire::chat(State(st), headers, body).await,
         (Ok(()), "embeddings") => embeddings_wire::embeddings(State(st), headers, body).await,
         (Ok(()), _) => error_response(st.kind, &SimError::new(404, "Resource not found")),
+    }
+}
+
+/// `POST /{tenant}/oauth2/v2.0/token`.
+async fn entra_token(
+    State(st): State_,
+    Path(tenant): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let Some(app) = &st.entra else {
+        return (
+            StatusCode::NOT_FOUND,
+            "no Entra application: start the sim with --entra-tenant-id and --entra-client-id",
+        )
+            .into_response();
+    };
+    match app.grant(&tenant, &form) {
+        Ok(token) => Json(json!({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token})).into_response(),
+        Err((status, error, why)) => (status, Json(json!({"error": error, "error_description": why}))).into_response(),
     }
 }

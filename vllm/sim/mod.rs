@@ -27,6 +27,7 @@ mod converse_wire;
 mod embeddings_wire;
 pub mod engine;
 mod engine_loop;
+mod entra;
 pub mod faults;
 mod files_openai;
 mod gemini_wire;
@@ -102,9 +103,12 @@ impl SimHandle {
         self.state.logged()
     }
 
-    /// How many access tokens a `vertex` sim's token endpoint has granted.
+    /// How many access tokens a `vertex` sim's (or an `azure_openai` sim's Entra) token
+    /// endpoint has granted.
     pub fn tokens_granted(&self) -> u64 {
-        self.state.google.as_ref().map_or(0, |a| a.grants.load(std::sync::atomic::Ordering::Relaxed))
+        let google = self.state.google.as_ref().map(|a| &a.grants);
+        let entra = self.state.entra.as_ref().map(|a| &a.grants);
+        google.or(entra).map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The W3C `traceparent` headers of the generation requests this sim was sent (those
@@ -206,6 +210,7 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         None => None,
     };
     state.vertex_place = (args.gcp_project.clone(), args.gcp_location.clone());
+    state.entra = entra::EntraApp::from_args(&args);
     state.batches =
         batch_store::BatchStore::new(Duration::from_millis(args.batch_delay_ms), args.batch_expire);
     let serves = match args.kind {

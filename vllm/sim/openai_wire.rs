@@ -63,11 +63,12 @@ pub fn error_response(kind: SimKind, e: &SimError) -> Response {
 
 /// The key an OpenAI-format request presents: Azure's `api-key` header, else a bearer token.
 pub(super) fn presented_key(kind: SimKind, headers: &HeaderMap) -> Option<&str> {
+    let bearer = || headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim);
     if kind == SimKind::AzureOpenai {
-        return headers.get("api-key")?.to_str().ok().map(str::trim);
+        // The `api-key`, else a Microsoft Entra token.
+        return headers.get("api-key").and_then(|v| v.to_str().ok()).map(str::trim).or_else(bearer);
     }
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    v.strip_prefix("Bearer ").map(str::trim)
+    bearer()
 }
 
 fn content_text(c: &Value) -> String {

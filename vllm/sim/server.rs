@@ -107,6 +107,8 @@ pub struct AppState {
     pub google: Option<super::google_oauth::GoogleAccount>,
     /// Vertex: the project and location served.
     pub vertex_place: (String, String),
+    /// Azure: the Entra application whose tokens are accepted.
+    pub entra: Option<super::entra::EntraApp>,
 }
 
 impl AppState {
@@ -151,14 +153,17 @@ impl AppState {
             stream_exception: None,
             google: None,
             vertex_place: Default::default(),
+            entra: None,
         }
     }
 
-    /// Check a presented API key against `--api-key` (401 when one is set and it differs).
+    /// Check a presented API key against `--api-key`, or a token the sim's Entra endpoint issued
+    /// (401 when a key is set and neither matches).
     pub fn check_key(&self, presented: Option<&str>) -> Result<(), SimError> {
+        let entra = |p: &str| self.entra.as_ref().is_some_and(|app| app.accepts(p));
         match (&self.api_key, presented) {
             (None, _) => Ok(()),
-            (Some(k), Some(p)) if k == p => Ok(()),
+            (Some(k), Some(p)) if k == p || entra(p) => Ok(()),
             (Some(_), None) => Err(SimError::new(401, "missing API key")),
             (Some(_), Some(_)) => Err(SimError::new(401, "invalid API key")),
         }

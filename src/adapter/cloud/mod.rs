@@ -4,6 +4,7 @@
 //! expire.
 
 pub mod aws;
+pub mod azure;
 pub mod google;
 
 use std::sync::Arc;
@@ -14,10 +15,23 @@ use http::HeaderName;
 use crate::canonical::UpstreamError;
 
 /// The credentials of the clouds, shared by every backend that needs them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CloudCredentials {
     pub aws: Arc<aws::AwsCredentials>,
     pub google: google::GoogleCredentials,
+    pub azure: Arc<azure::AzureTokens>,
+}
+
+impl CloudCredentials {
+    /// Credentials whose HTTP calls (where the crate lets them be Spillway's) go through
+    /// `client`.
+    pub fn new(client: reqwest::Client) -> CloudCredentials {
+        CloudCredentials {
+            aws: Default::default(),
+            google: Default::default(),
+            azure: Arc::new(azure::AzureTokens::new(client)),
+        }
+    }
 }
 
 /// How one call proves who is calling.
@@ -27,6 +41,8 @@ pub enum CloudAuth {
     Aws { region: String, service: &'static str, credentials: Arc<aws::AwsCredentials> },
     /// A Google OAuth token as a bearer token.
     Google(Arc<google::GoogleTokens>),
+    /// A Microsoft Entra token as a bearer token.
+    Azure(Arc<azure::AzureTokens>),
 }
 
 impl PartialEq for CloudAuth {
@@ -37,6 +53,7 @@ impl PartialEq for CloudAuth {
                 CloudAuth::Aws { region: r, service: s, credentials: c },
             ) => region == r && service == s && Arc::ptr_eq(credentials, c),
             (CloudAuth::Google(a), CloudAuth::Google(b)) => Arc::ptr_eq(a, b),
+            (CloudAuth::Azure(a), CloudAuth::Azure(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -56,6 +73,9 @@ impl CloudAuth {
                 aws::sign_post(&credentials, region, service, url, headers, body, SystemTime::now())
             }
             CloudAuth::Google(tokens) => {
+                Ok(vec![(http::header::AUTHORIZATION, format!("Bearer {}", tokens.token().await?))])
+            }
+            CloudAuth::Azure(tokens) => {
                 Ok(vec![(http::header::AUTHORIZATION, format!("Bearer {}", tokens.token().await?))])
             }
         }
