@@ -7,31 +7,18 @@ deployment) and `spill` (an Azure backend that answers 429 with `retry-after-ms:
 the legacy deployment). No answer may carry any of the SECRETs (the providers' keys).
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
-import sys
 import time
 
-import anthropic
-import openai
-
-base_url, api_key, secrets = sys.argv[1], sys.argv[2], sys.argv[3:]
-client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=20)
-messages = [{"role": "user", "content": "Summarise: disk full on node 3"}]
-seen = []
-
-
-def keep(text):
-    seen.append(str(text))
-    return text
-
+from clouds_common import claude, gpt, keep, messages, no_secret_seen
 
 # Azure's v1 API: whole, then streamed with usage.
-raw = client.chat.completions.with_raw_response.create(model="azure", messages=messages, max_tokens=6)
+raw = gpt.chat.completions.with_raw_response.create(model="azure", messages=messages, max_tokens=6)
 answer = raw.parse()
 keep(raw.http_response.text)
 assert raw.headers["x-spillway-backend"] == "azure-v1", raw.headers
 assert answer.model == "azure" and answer.choices[0].message.content, answer
 assert answer.usage.completion_tokens == 6, answer.usage
-chunks = list(client.chat.completions.create(
+chunks = list(gpt.chat.completions.create(
     model="azure", messages=messages, max_tokens=5, stream=True, stream_options={"include_usage": True}
 ))
 text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -40,13 +27,12 @@ assert len(text.split()) == 5, text
 assert chunks[-1].usage.completion_tokens == 5, chunks[-1]
 
 # A legacy deployment.
-raw = client.chat.completions.with_raw_response.create(model="azure-legacy", messages=messages, max_tokens=4)
+raw = gpt.chat.completions.with_raw_response.create(model="azure-legacy", messages=messages, max_tokens=4)
 keep(raw.http_response.text)
 assert raw.headers["x-spillway-backend"] == "azure-legacy", raw.headers
 assert raw.parse().choices[0].message.content, raw.parse()
 
 # A Messages client, translated to Azure's wire, whole and streamed.
-claude = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=20)
 message = claude.messages.create(model="azure", max_tokens=7, messages=messages)
 keep(message)
 assert message.content[0].text and message.usage.output_tokens == 7, message
@@ -58,7 +44,7 @@ assert len(streamed.split()) == 3, streamed
 # Azure's 429 asks for 1,500 ms: the request fails over, the next ones skip the held backend
 # without trying it, and once the wait is over it is tried again (milliseconds, not seconds).
 def spill():
-    raw = client.chat.completions.with_raw_response.create(model="spill", messages=messages, max_tokens=2)
+    raw = gpt.chat.completions.with_raw_response.create(model="spill", messages=messages, max_tokens=2)
     keep(raw.http_response.text)
     assert raw.headers["x-spillway-backend"] == "azure-legacy", raw.headers
     return int(raw.headers["x-spillway-attempts"])
@@ -73,6 +59,4 @@ while spill() == 1:
 waited = time.monotonic() - held_at
 assert waited >= 1.2, f"tried again after {waited:.2f} s, before the wait asked for"
 
-for secret in secrets:
-    assert not any(secret in s for s in seen), "a provider key reached the client"
-print("ok")
+no_secret_seen()

@@ -6,22 +6,7 @@ Tasks the router must have: `vertex-claude` (Claude on Vertex AI), `vertex-gemin
 on Vertex AI) and `vertex-own-file` (Claude with the backend's own credentials file). No answer may carry any of the SECRETs.
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
-import sys
-
-import anthropic
-import openai
-
-base_url, api_key, secrets = sys.argv[1], sys.argv[2], sys.argv[3:]
-claude = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=20)
-gpt = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=20)
-messages = [{"role": "user", "content": "Summarise: disk full on node 3"}]
-seen = []
-
-
-def keep(text):
-    seen.append(str(text))
-    return text
-
+from clouds_common import claude, gpt, keep, messages, no_secret_seen
 
 # Messages clients to Claude on Vertex, whole and streamed, with a beta the clouds take and one
 # they do not (Vertex would refuse it).
@@ -65,6 +50,4 @@ for _ in range(3):
     keep(raw.http_response.text)
     assert raw.headers["x-spillway-backend"] == "vertex-own-file", raw.headers
 
-for secret in secrets:
-    assert not any(secret in s for s in seen), "a credential reached the client"
-print("ok")
+no_secret_seen()
