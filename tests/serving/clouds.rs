@@ -101,13 +101,14 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
         (a.aws_session_token, a.aws_region) = (Some(TOKEN.into()), "eu-west-1".into());
     })
     .await;
-    let backend = |name: &str, url: String, key: bool| {
-        let key = if key { ", api_key_env: BEDROCK_KEY" } else { "" };
-        format!("  - {{name: {name}, kind: bedrock, region: eu-west-1, model: \"{MODEL}\", base_url: \"{url}\"{key}}}\n")
+    // `extra`: more keys of the backend.
+    let backend = |name: &str, url: String, extra: &str| {
+        format!("  - {{name: {name}, kind: bedrock, region: eu-west-1, model: \"{MODEL}\", base_url: \"{url}\"{extra}}}\n")
     };
+    let key = ", api_key_env: BEDROCK_KEY";
     let config = format!(
         "backends:\n{}{}{}{}{}{}{}  - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\n\
-         \x20 - {{name: bedrock-llama, kind: bedrock, region: eu-west-1, model: \"{LLAMA}\", base_url: \"{}\", api_key_env: BEDROCK_KEY, capabilities: {{tools: true}}}}\ntasks:\n\
+         \x20 - {{name: bedrock-llama, kind: bedrock, region: eu-west-1, model: \"{LLAMA}\", base_url: \"{}\", api_key_env: BEDROCK_KEY, stream_upstream: false, capabilities: {{tools: true}}}}\ntasks:\n\
          \x20 - {{name: llama, backends: [bedrock-llama], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: signed, backends: [bedrock-signed], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: keyed, backends: [bedrock-keyed], slo: {{ttft_ms: 5000}}}}\n\
@@ -118,13 +119,14 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
          \x20 - {{name: think-chain, backends: [anthropic, bedrock-keyed], strategy: priority, slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: wrong-key, backends: [bedrock-wrong-key], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: wrong-secret, backends: [bedrock-wrong-secret], slo: {{ttft_ms: 5000}}}}",
-        backend("bedrock-signed", signed.base_url(), false),
-        backend("bedrock-keyed", keyed.base_url(), true),
-        backend("bedrock-broken", broken.base_url(), true),
-        backend("bedrock-invalid", invalid.base_url(), true),
-        backend("bedrock-fallback", fallback.base_url(), true),
-        backend("bedrock-wrong-key", other_key.base_url(), true),
-        backend("bedrock-wrong-secret", other_secret.base_url(), false),
+        // Asked for whole answers upstream when the client wants one: `/invoke`, signed too.
+        backend("bedrock-signed", signed.base_url(), ", stream_upstream: false"),
+        backend("bedrock-keyed", keyed.base_url(), key),
+        backend("bedrock-broken", broken.base_url(), key),
+        backend("bedrock-invalid", invalid.base_url(), key),
+        backend("bedrock-fallback", fallback.base_url(), key),
+        backend("bedrock-wrong-key", other_key.base_url(), key),
+        backend("bedrock-wrong-secret", other_secret.base_url(), ""),
         claude.base_url(),
         llama.base_url(),
     );
@@ -205,8 +207,8 @@ async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
     let config = format!(
         "backends:\n\
          \x20 - {{name: vertex-claude, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\"}}\n\
-         \x20 - {{name: vertex-gemini, kind: vertex, project: spill-project, location: us-east5, model: gemini-2.5-pro, base_url: \"{gemini}\"}}\n\
-         \x20 - {{name: vertex-own-file, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\", credentials_file: \"{file}\"}}\n\
+         \x20 - {{name: vertex-gemini, kind: vertex, project: spill-project, location: us-east5, model: gemini-2.5-pro, base_url: \"{gemini}\", stream_upstream: false}}\n\
+         \x20 - {{name: vertex-own-file, kind: vertex, project: spill-project, location: us-east5, model: claude-sonnet-4-6, base_url: \"{claude}\", credentials_file: \"{file}\", stream_upstream: false}}\n\
          tasks:\n\
          \x20 - {{name: vertex-own-file, backends: [vertex-own-file], slo: {{ttft_ms: 5000}}}}\n\
          \x20 - {{name: vertex-claude, backends: [vertex-claude], slo: {{ttft_ms: 5000}}}}\n\
