@@ -328,8 +328,8 @@ impl Usage {
     /// What counts toward a per-minute token limit: every token, less those read from the
     /// cache where the provider does not count them (`counts_cached` false). Nothing when
     /// the backend reported no usage (zero input and output).
-    pub fn quota_tokens(&self, counts_cached: bool) -> u64 {
-        let input = if counts_cached {
+    pub fn quota_tokens(&self, counting: QuotaCounting) -> u64 {
+        let input = if counting.counts_cached {
             self.input_tokens
         } else {
             self.input_tokens.saturating_sub(self.cached_input_tokens)
@@ -337,8 +337,16 @@ impl Usage {
         if self.input_tokens == 0 && self.output_tokens == 0 {
             return 0;
         }
-        u64::from(input) + u64::from(self.output_tokens)
+        u64::from(input) + u64::from(self.output_tokens) * u64::from(counting.output_weight)
     }
+}
+
+/// How a provider's per-minute token quota counts a request: whether prompt tokens read from
+/// its cache count, and how many quota tokens one output token uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaCounting {
+    pub counts_cached: bool,
+    pub output_weight: u32,
 }
 
 /// Why the model stopped, in OpenAI's vocabulary.
@@ -454,11 +462,14 @@ mod tests {
             cache_write_tokens: 1_500,
         };
         assert_eq!(u.uncached_input_tokens(), 500);
-        assert_eq!(u.quota_tokens(true), 10_300);
-        assert_eq!(u.quota_tokens(false), 2_300, "writes and fresh input still count");
-        assert_eq!(Usage::default().quota_tokens(false), 0);
+        let counting = |counts_cached| QuotaCounting { counts_cached, output_weight: 1 };
+        assert_eq!(u.quota_tokens(counting(true)), 10_300);
+        assert_eq!(u.quota_tokens(counting(false)), 2_300, "writes and fresh input still count");
+        let bedrock_claude_4 = QuotaCounting { counts_cached: false, output_weight: 5 };
+        assert_eq!(u.quota_tokens(bedrock_claude_4), 3_500, "each output token burns five");
+        assert_eq!(Usage::default().quota_tokens(counting(false)), 0);
         let odd = Usage { input_tokens: 5, cached_input_tokens: 9, output_tokens: 0, cache_write_tokens: 0 };
-        assert_eq!((odd.uncached_input_tokens(), odd.quota_tokens(false)), (0, 0));
+        assert_eq!((odd.uncached_input_tokens(), odd.quota_tokens(counting(false))), (0, 0));
     }
 
     #[test]

@@ -55,15 +55,13 @@ impl Guards for LiveGuards<'_> {
         }
         let config = &self.snap.config.backends[target.backend];
         let counter = tokens::counter_for(config);
+        let counting = config.quota_counting();
         let estimate = u64::from(counter.count_request(self.request))
-            + u64::from(self.request.max_tokens.unwrap_or(1024));
+            + u64::from(self.request.max_tokens.unwrap_or(1024)) * u64::from(counting.output_weight);
         match quota.try_take(name, estimate, self.priority.quota_ceiling()).await {
-            QuotaDecision::Granted => Ok(Some(Charge {
-                board: Arc::clone(quota),
-                backend: name.clone(),
-                estimate,
-                counts_cached: config.quota_counts_cached(),
-            })),
+            QuotaDecision::Granted => {
+                Ok(Some(Charge { board: Arc::clone(quota), backend: name.clone(), estimate, counting }))
+            }
             QuotaDecision::OverQuota { .. } => Err(Skip::OverQuota),
         }
     }

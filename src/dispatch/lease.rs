@@ -61,8 +61,8 @@ pub(super) struct Charge {
     pub board: Arc<QuotaBoard>,
     pub backend: String,
     pub estimate: u64,
-    /// Whether tokens read from the prompt cache count toward the backend's limits.
-    pub counts_cached: bool,
+    /// How the backend's limits count the request's tokens.
+    pub counting: crate::canonical::QuotaCounting,
 }
 
 /// What a committed request holds until its stream ends: the breaker permit, the node slot,
@@ -131,7 +131,7 @@ impl Lease {
             answer.end(&self.outcome.usage, error.map(|e| e.class));
         }
         if let Some(c) = self.charge.take() {
-            let used = self.outcome.usage.quota_tokens(c.counts_cached);
+            let used = self.outcome.usage.quota_tokens(c.counting);
             if used > 0 {
                 c.board.refund(&c.backend, c.estimate, used);
             }

@@ -23,6 +23,7 @@ impl BackendConfig {
         Range::new("reserve", Bound::Incl(0.0), Bound::Excl(1.0)),
         Range::at_least("gpu_count", 1.0),
         Range::at_least("max_running", 1.0),
+        Range::at_least("quota.output_token_weight", 1.0),
     ];
 }
 
@@ -136,6 +137,8 @@ fn ranged(b: &BackendConfig) -> Vec<(&'static str, f64)> {
     values.extend(b.max_inflight_per_node.map(|n| ("max_inflight_per_node", n as f64)));
     values.extend(b.capabilities.max_context.map(|n| ("capabilities.max_context", n as f64)));
     values.extend(b.prompt_cache.map(|c| ("prompt_cache.last_turns", c.last_turns as f64)));
+    let weight = b.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.output_token_weight);
+    values.extend(weight.map(|w| ("quota.output_token_weight", w as f64)));
     if let Some(pool) = b.pool() {
         values.push(("reserve", pool.reserve));
         values.push(("gpu_count", pool.gpu_count as f64));

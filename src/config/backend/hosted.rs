@@ -149,4 +149,8 @@ pub struct Quota {
     /// anthropic (its input limits leave cache reads out), true for the others.
     #[serde(default)]
     pub count_cached_tokens: Option<bool>,
+    /// How many tokens of `tpm` one output token uses (default 1). Bedrock burns five for each
+    /// output token of Claude 4 models and later.
+    #[serde(default)]
+    pub output_token_weight: Option<u32>,
 }

@@ -323,6 +323,15 @@ impl BackendConfig {
         written.unwrap_or(!self.speaks_claude())
     }
 
+    /// How this backend's `quota.tpm` counts a request's tokens.
+    pub fn quota_counting(&self) -> crate::canonical::QuotaCounting {
+        let weight = self.hosted().and_then(|h| h.quota.as_ref()).and_then(|q| q.output_token_weight);
+        crate::canonical::QuotaCounting {
+            counts_cached: self.quota_counts_cached(),
+            output_weight: weight.unwrap_or(1).max(1),
+        }
+    }
+
     /// The configured node addresses: a pool's, or an `openai_compatible` backend's several
     /// base URLs; none for the other kinds.
     pub fn endpoints(&self) -> &[String] {
