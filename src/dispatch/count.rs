@@ -1,5 +1,5 @@
 //! How many input tokens a request is for one backend, counted the way that backend counts:
-//! Claude's own count route for an Anthropic or Vertex AI Claude backend, the model's `tokenizer.json` or a
+//! Claude's own count route for an Anthropic, Bedrock or Vertex AI Claude backend, the model's `tokenizer.json` or a
 //! public tokenizer where the config names one, and a labelled estimate otherwise. No
 //! generation, so none of the dispatch walk's guards apply.
 
@@ -33,6 +33,7 @@ impl Dispatcher {
         let speaker = match super::wire_format(config) {
             WireFormat::Anthropic => Some(Speaker::Anthropic),
             WireFormat::VertexClaude => Some(Speaker::Vertex),
+            WireFormat::Bedrock => Some(Speaker::Bedrock),
             _ => None,
         };
         if let (Some(speaker), Some(node)) = (speaker, view.nodes.first()) {

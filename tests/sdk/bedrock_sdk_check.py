@@ -18,6 +18,11 @@ import anthropic
 from clouds_common import claude, gpt, keep, messages, no_secret_seen
 
 for task in ["signed", "keyed"]:
+    # Claude's own count, through Bedrock's CountTokens: exact.
+    raw = claude.messages.with_raw_response.count_tokens(model=task, messages=messages)
+    keep(raw.http_response.text)
+    assert raw.headers["x-spillway-token-count"] == "exact", raw.headers
+    assert raw.parse().input_tokens > 0, raw.parse()
     # Messages clients, whole and streamed, with a beta Bedrock takes and one it does not.
     betas = {"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"}
     raw = claude.messages.with_raw_response.create(

@@ -95,6 +95,12 @@ async fn admit_and_answer(
     body: &[u8],
 ) -> Result<Response, Refused> {
     authenticate(st, uri, headers, body)?;
+    if verb == "count-tokens" {
+        if model != st.model {
+            return Err(validation("The provided model identifier is invalid."));
+        }
+        return count_tokens(st, body);
+    }
     let (stream, converse) = match verb {
         "invoke" => (false, false),
         "invoke-with-response-stream" => (true, false),
@@ -118,6 +124,30 @@ async fn admit_and_answer(
     let serving =
         Serving { model: Some(model.to_string()), stream: Some(stream), framing: Some(Framing::EventStream) };
     answer(st, headers, &v, serving).await.map_err(Refused::from)
+}
+
+/// `POST /model/{model}/count-tokens` with an InvokeModel body: the sim's own count.
+fn count_tokens(st: &AppState, body: &[u8]) -> Result<Response, Refused> {
+    use base64::Engine;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| validation(format!("Malformed input request: {e}")))?;
+    let encoded = v.pointer("/input/invokeModel/body").and_then(Value::as_str);
+    let encoded = encoded.ok_or_else(|| {
+        validation("Malformed input request: #/input: required key [invokeModel] not found")
+    })?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| validation(format!("The provided request body is not valid base64: {e}")))?;
+    let mut invoke: Value =
+        serde_json::from_slice(&decoded).map_err(|e| validation(format!("Malformed input request: {e}")))?;
+    check_body(&invoke)?;
+    if let Some(invoke) = invoke.as_object_mut() {
+        invoke.remove("anthropic_version");
+        invoke.remove("anthropic_beta");
+        invoke.remove("max_tokens");
+    }
+    let n = super::anthropic_wire::count(st.kind, invoke).map_err(Refused::from)?;
+    Ok(Json(json!({"inputTokens": n})).into_response())
 }
 
 /// A SigV4 signature from the sim's identity, or its `--api-key` as a Bedrock API key.
