@@ -84,11 +84,8 @@ pub(crate) async fn send_to(
             headers.push((AUTHORIZATION, format!("Bearer {key}")));
             headers.push((HeaderName::from_static("x-api-key"), key.clone()));
         }
-        // A Bedrock API key.
-        (Some(key), Speaker::Bedrock | Speaker::Vertex) => {
-            headers.push((AUTHORIZATION, format!("Bearer {key}")))
-        }
-        (None, _) => {}
+        // A cloud's credentials: `authenticate` below.
+        (_, Speaker::Bedrock | Speaker::Vertex) | (None, _) => {}
     }
     if call.stream {
         let streamed =
@@ -112,7 +109,7 @@ pub(crate) async fn send_to(
     }
     // Claude caches where told to; a node caches every prefix on its own.
     if let (Some(placement), true, Some(body)) =
-        (&call.cache_placement, speaker.is_claude(), body.as_object_mut())
+        (&call.cache_placement, speaker.signer().is_some(), body.as_object_mut())
     {
         let placed = cache::place(body, placement);
         tracing::debug!(?placed, "prompt-cache breakpoints");
@@ -124,13 +121,7 @@ pub(crate) async fn send_to(
         Speaker::Vertex => vertex::classify,
         Speaker::Anthropic | Speaker::Node => classify,
     };
-    let mut answer = http::post(transport, url, &headers, body, classify).await?;
-    if answer.media_type().as_deref() == Some(super::eventstream::CONTENT_TYPE) {
-        // Bedrock's stream: the model's events inside event-stream frames.
-        answer = answer.reframed("text/event-stream", |frames| {
-            super::eventstream::as_sse(frames, super::bedrock::exception)
-        });
-    }
+    let answer = super::eventstream::unframed(http::post(transport, url, &headers, body, classify).await?);
     let relay = req.relay && client.is_some();
     let parse = match (relay, speaker) {
         (false, _) => parse_response,
@@ -353,7 +344,7 @@ fn usage(value: &Value) -> Usage {
 /// thinking signatures marked with their `signer` ([`provenance`]).
 fn relayed(body: &Value, signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
     let mut events = parse_response(body)?;
-    let data = match signer {
+    let data = match signer.filter(|_| provenance::signed(body)) {
         Some(signer) => {
             let mut marked = body.clone();
             provenance::mark_all(signer, &mut marked);
@@ -429,8 +420,7 @@ impl StreamParser for AnthropicStream {
         let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
         let mut events = Vec::new();
         if self.relay && kind != "error" {
-            let signed = data.contains("signature_delta") || data.contains("redacted_thinking");
-            let data = match self.signer.filter(|_| signed) {
+            let data = match self.signer.filter(|_| provenance::signed(&payload)) {
                 Some(signer) => {
                     let mut marked = payload.clone();
                     provenance::mark_all(signer, &mut marked);

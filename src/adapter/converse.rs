@@ -35,17 +35,10 @@ pub async fn send(
     if call.stream {
         headers.push((ACCEPT, super::eventstream::CONTENT_TYPE.to_string()));
     }
-    if let Some(key) = &call.upstream.api_key {
-        headers.push((reqwest::header::AUTHORIZATION, format!("Bearer {key}")));
-    }
     let body = request_body(req, call).to_string().into_bytes();
     call.upstream.authenticate(&url, &mut headers, &body).await?;
-    let mut answer = http::post(transport, &url, &headers, body, super::bedrock::classify).await?;
-    if answer.media_type().as_deref() == Some(super::eventstream::CONTENT_TYPE) {
-        answer = answer.reframed("text/event-stream", |frames| {
-            super::eventstream::as_sse(frames, super::bedrock::exception)
-        });
-    }
+    let answer = http::post(transport, &url, &headers, body, super::bedrock::classify).await?;
+    let answer = super::eventstream::unframed(answer);
     Ok(http::answer_events(answer, call.stream, ConverseStream::default(), parse_response))
 }
 

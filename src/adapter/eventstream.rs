@@ -18,7 +18,7 @@ use serde_json::Value;
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::Message;
 
-use super::http::ByteStream;
+use super::http::{Answer, ByteStream};
 use crate::canonical::{ErrorClass, UpstreamError};
 
 /// The media type of an event-stream body.
@@ -28,10 +28,19 @@ pub const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
 pub const MAX_FRAME: usize = 16 * 1024 * 1024 + 64 * 1024;
 
 /// Makes the error of an exception (its type, e.g. `throttlingException`, and message).
-pub(crate) type Exception = fn(&str, &str) -> UpstreamError;
+type Exception = fn(&str, &str) -> UpstreamError;
+
+/// `answer` read as the SSE its event-stream frames carry (Bedrock's exceptions ending it), if
+/// it is an event stream; else as it is.
+pub(crate) fn unframed(answer: Answer) -> Answer {
+    if answer.media_type().as_deref() != Some(CONTENT_TYPE) {
+        return answer;
+    }
+    answer.reframed("text/event-stream", |frames| as_sse(frames, super::bedrock::exception))
+}
 
 /// `body` (event-stream frames) as SSE text, one event per message.
-pub(crate) fn as_sse(body: ByteStream, exception: Exception) -> ByteStream {
+fn as_sse(body: ByteStream, exception: Exception) -> ByteStream {
     struct State {
         body: ByteStream,
         held: BytesMut,

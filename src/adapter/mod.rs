@@ -98,17 +98,24 @@ impl Upstream {
         }
     }
 
-    /// Add the headers with which a cloud upstream without an API key learns who calls (they
-    /// sign `url`, `headers` and `body` as they are now).
+    /// Add the headers with which a cloud upstream learns who calls: a Bedrock API key as a
+    /// bearer token, else the cloud's own credentials (which sign `url`, `headers` and `body`
+    /// as they are now). Other keys go in each wire's own header.
     pub async fn authenticate(
         &self,
         url: &str,
         headers: &mut Vec<(::http::HeaderName, String)>,
         body: &[u8],
     ) -> Result<(), UpstreamError> {
-        if let (Some(cloud), None) = (&self.cloud, &self.api_key) {
-            let added = cloud.headers(url, headers, body).await?;
-            headers.extend(added);
+        match (&self.cloud, &self.api_key) {
+            (Some(cloud::CloudAuth::Aws { .. }), Some(key)) => {
+                headers.push((reqwest::header::AUTHORIZATION, format!("Bearer {key}")))
+            }
+            (Some(cloud), None) => {
+                let added = cloud.headers(url, headers, body).await?;
+                headers.extend(added);
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ import json
 
 import anthropic
 
-from clouds_common import claude, gpt, keep, messages, no_secret_seen
+from clouds_common import claude, gpt, keep, messages, no_secret_seen, openai_whole_and_streamed
 
 for task in ["signed", "keyed"]:
     # Claude's own count, through Bedrock's CountTokens: exact.
@@ -38,27 +38,12 @@ for task in ["signed", "keyed"]:
     keep(final)
     assert len(streamed.split()) == 4 and final.usage.output_tokens == 4, (streamed, final.usage)
     # An OpenAI client, translated to Claude's body, whole and streamed.
-    answer = gpt.chat.completions.create(model=task, messages=messages, max_tokens=5)
-    keep(answer)
-    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
-    chunks = list(gpt.chat.completions.create(
-        model=task, messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
-    ))
-    keep(chunks)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+    openai_whole_and_streamed(task, f"bedrock-{task}")
 
 # A model that is not Claude speaks Converse: whole, streamed, and a tool call streamed in
 # pieces and folded; a history holding that call and its result goes back without the tools
 # declared (Bedrock refuses such a history without a toolConfig: the router declares them).
-answer = gpt.chat.completions.create(model="llama", messages=messages, max_tokens=5)
-keep(answer)
-assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
-chunks = list(gpt.chat.completions.create(
-    model="llama", messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
-))
-text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+openai_whole_and_streamed("llama", "bedrock-llama")
 weather = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 ask = [{"role": "user", "content": "Weather in Oslo?"}]
 chunks = list(gpt.chat.completions.create(model="llama", messages=ask, tools=weather, stream=True))

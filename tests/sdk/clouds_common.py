@@ -19,6 +19,22 @@ def keep(text):
     return text
 
 
+def openai_whole_and_streamed(task, backend=None):
+    """An OpenAI client to `task`: 5 tokens whole, then 3 streamed with usage (and, when
+    `backend` is named, the whole answer served by it)."""
+    raw = gpt.chat.completions.with_raw_response.create(model=task, messages=messages, max_tokens=5)
+    keep(raw.http_response.text)
+    answer = raw.parse()
+    assert backend is None or raw.headers["x-spillway-backend"] == backend, raw.headers
+    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
+    chunks = list(gpt.chat.completions.create(
+        model=task, messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    ))
+    keep(chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+
+
 def no_secret_seen():
     """No SECRET in anything the client got; then say ok."""
     for secret in secrets:

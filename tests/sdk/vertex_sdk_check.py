@@ -6,7 +6,7 @@ Tasks the router must have: `vertex-claude` (Claude on Vertex AI), `vertex-gemin
 on Vertex AI) and `vertex-own-file` (Claude with the backend's own credentials file). No answer may carry any of the SECRETs.
 Exits non-zero (with a traceback) on the first expectation that does not hold.
 """
-from clouds_common import claude, gpt, keep, messages, no_secret_seen
+from clouds_common import claude, keep, messages, no_secret_seen, openai_whole_and_streamed
 
 # Messages clients to Claude on Vertex, whole and streamed, with a beta the clouds take and one
 # they do not (Vertex would refuse it).
@@ -32,17 +32,7 @@ assert raw.parse().input_tokens > 0, raw.parse()
 
 # OpenAI clients to both publishers, whole and streamed.
 for task in ["vertex-claude", "vertex-gemini"]:
-    raw = gpt.chat.completions.with_raw_response.create(model=task, messages=messages, max_tokens=5)
-    keep(raw.http_response.text)
-    answer = raw.parse()
-    assert raw.headers["x-spillway-backend"] == task, raw.headers
-    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5, answer
-    chunks = list(gpt.chat.completions.create(
-        model=task, messages=messages, max_tokens=3, stream=True, stream_options={"include_usage": True}
-    ))
-    keep(chunks)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert len(text.split()) == 3 and chunks[-1].usage.completion_tokens == 3, chunks
+    openai_whole_and_streamed(task, task)
 
 # A backend with its own credentials file.
 for _ in range(3):

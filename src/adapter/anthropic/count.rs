@@ -54,9 +54,6 @@ pub async fn count_tokens(
             }
             let encoded = base64::engine::general_purpose::STANDARD.encode(body.to_string());
             body = serde_json::json!({"input": {"invokeModel": {"body": encoded}}});
-            if let Some(key) = &call.upstream.api_key {
-                headers.push((reqwest::header::AUTHORIZATION, format!("Bearer {key}")));
-            }
             let model = crate::config::path_segment(call.model);
             (format!("{base}/model/{model}/count-tokens"), crate::adapter::bedrock::classify)
         }

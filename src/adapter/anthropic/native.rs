@@ -33,14 +33,8 @@ pub enum Speaker {
 }
 
 impl Speaker {
-    /// Whether this is Claude served by Anthropic or a cloud, which checks thinking signatures
-    /// and caches prompts where told to.
-    pub fn is_claude(self) -> bool {
-        self != Speaker::Node
-    }
-
-    /// The provider whose key signs this speaker's thinking ([`super::provenance`]); a node
-    /// signs none.
+    /// The provider whose key signs this speaker's thinking ([`super::provenance`]): Claude,
+    /// which also caches prompts where told to; a node signs none.
     pub fn signer(self) -> Option<&'static str> {
         match self {
             Speaker::Anthropic => Some("anthropic"),

@@ -18,6 +18,20 @@ pub fn mark(signer: &str, signature: &str) -> String {
     format!("{MARK}{signer}:{signature}")
 }
 
+/// Whether `value` (a relayed event's payload or a whole message) carries a signature to mark:
+/// a `signature_delta`, a redacted block's start, or a message with thinking. Read by its shape,
+/// so that the other events pass untouched.
+pub fn signed(value: &Value) -> bool {
+    let at = |pointer| value.pointer(pointer).and_then(Value::as_str);
+    at("/delta/type") == Some("signature_delta")
+        || at("/content_block/type") == Some("redacted_thinking")
+        || value.get("content").and_then(Value::as_array).is_some_and(|blocks| {
+            blocks.iter().any(|b| {
+                matches!(b.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
+            })
+        })
+}
+
 /// Mark every signature in `value` (a relayed event's payload or a whole message): a
 /// `signature_delta`'s `signature`, a thinking block's `signature`, a redacted thinking block's
 /// `data`. Whether anything was marked.
@@ -83,6 +97,10 @@ mod tests {
     #[test]
     fn signatures_leave_marked_and_come_back_only_to_their_signer() {
         let mut delta = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQB"}});
+        assert!(signed(&delta));
+        assert!(!signed(
+            &json!({"type": "content_block_delta", "delta": {"type": "text_delta", "text": "hi"}})
+        ));
         assert!(mark_all("bedrock", &mut delta));
         assert_eq!(delta["delta"]["signature"], "spillway:bedrock:EqQB");
         assert!(!mark_all("bedrock", &mut delta), "marked once");
