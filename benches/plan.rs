@@ -54,6 +54,7 @@ fn bench(c: &mut Criterion) {
                         load: &|_| LoadView::default(),
                         request: None,
                         candidates: None,
+                        waits: None,
                     };
                     black_box(plan(&facts, &snap, Instant::now()).unwrap())
                 })

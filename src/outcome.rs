@@ -379,6 +379,22 @@ pub enum Record {
         reason: &'static str,
     },
     Request(RequestOutcome),
+    /// What the queue in front of a local pool decided for a request (`serve::wait`).
+    Queue(QueueRecord),
+}
+
+/// A request that met a full local pool whose slot would free in time: it `waited` for it,
+/// or `spilled` (`why`: `slo`, `max_wait`, `draining`, `queue_full`, `queue_share`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueRecord {
+    pub task: String,
+    pub pool: String,
+    pub outcome: &'static str,
+    pub why: &'static str,
+    pub waited: Duration,
+    /// The first token as predicted when it joined the queue, and as it came (from arrival).
+    pub predicted_ttft_ms: u32,
+    pub ttft_ms: Option<u32>,
 }
 
 #[cfg(test)]

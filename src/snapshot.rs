@@ -266,6 +266,17 @@ impl Snapshot {
     }
 
     /// The local pools with no fresh reading on any node (a pool with no nodes yet included).
+    /// The local nodes with no fresh reading, by their root address.
+    pub fn unmeasured_nodes(&self, now: tokio::time::Instant) -> Vec<&str> {
+        self.backends
+            .iter()
+            .filter(|b| b.is_local())
+            .flat_map(|b| b.nodes.iter().map(move |n| (b, n)))
+            .filter(|(b, n)| !crate::fleet::headroom::fresh(&n.signals, &b.limits, now))
+            .map(|(_, n)| n.origin.as_str())
+            .collect()
+    }
+
     pub fn unmeasured_pools(&self, now: tokio::time::Instant) -> Vec<&str> {
         self.backends.iter().filter(|b| b.unmeasured(now)).map(|b| b.name.as_str()).collect()
     }

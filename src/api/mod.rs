@@ -97,6 +97,8 @@ pub struct Ops {
     pub policy_refusals: fn(&crate::config::Config, &crate::config::BackendConfig) -> Vec<(String, String)>,
     /// Where each session was served last, and its moves (fed by the bookkeeping loop).
     pub sessions: Arc<std::sync::Mutex<crate::control::sessions::SessionBook>>,
+    /// The queue in front of each local pool (shared with the pipeline).
+    pub queues: Arc<crate::guard::wait_queue::WaitQueues>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -212,9 +214,9 @@ async fn models(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
-/// Ready once startup has ended (`app::startup`: every local pool measured, or the startup
+/// Ready once startup has ended (`app::startup`: every local node measured, or the startup
 /// wait over) and until a shutdown signal. The body says how much of the fleet the router can
-/// see: local nodes, how many have fresh telemetry, which pools are unmeasured, which nodes
+/// see: local nodes, how many have fresh telemetry, which pools and nodes are unmeasured, which nodes
 /// are quarantined.
 async fn readyz(State(state): State<Arc<Ops>>) -> Response {
     if state.readiness.leaving() {
@@ -251,6 +253,7 @@ async fn readyz(State(state): State<Arc<Ops>>) -> Response {
         "local_nodes": local.len(),
         "fresh_local_nodes": fresh,
         "unmeasured_pools": snap.unmeasured_pools(now),
+        "unmeasured_nodes": snap.unmeasured_nodes(now),
         "engines": engines,
         "quarantined": quarantined,
     });
@@ -272,6 +275,7 @@ pub fn current_metrics(state: &Ops) -> String {
         ledger_buffered: state.ledger.as_ref().map(|(_, s)| s.buffered()),
         ledger_spool: state.ledger.as_ref().and_then(|(_, s)| s.spool_stats()),
         upstream_waiting: &|base_url: &str| state.lanes.waiting(base_url),
+        queues: &state.queues.depths(),
         now: tokio::time::Instant::now(),
     });
     state.metrics.set_quota_shared_state(state.quota.is_shared().then(|| state.quota.shared_state_ok()));

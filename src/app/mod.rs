@@ -219,6 +219,7 @@ pub async fn start_with(
         let rounds = Canaries::clone(&canaries).run(Duration::from_secs(config.canary.interval_secs));
         loops.spawn(rounds);
     }
+    let queues = crate::guard::wait_queue::WaitQueues::new();
     let serving = Arc::new(crate::serve::Serving {
         snapshot: Arc::clone(&snapshot),
         dispatcher,
@@ -226,6 +227,7 @@ pub async fn start_with(
         budgets: Arc::clone(&budgets),
         shadows: gate.shadows.clone(),
         share_feedback,
+        queues: Arc::clone(&queues),
     });
     let door = api::front::Door {
         client_keys: Arc::clone(&client_keys),
@@ -253,6 +255,7 @@ pub async fn start_with(
         policy_refusals: crate::policy::refusals_of,
         sessions,
         lanes,
+        queues: Arc::clone(&queues),
     });
     let state = AppState { serving, door, ops };
     let addr = listener.local_addr()?;
@@ -275,6 +278,12 @@ pub async fn start_with(
         loops.spawn(runner.run());
     }
     let limits = config.limits.clone();
+    // Draining: every request waiting for a local slot goes now (served, spilled or refused),
+    // so none holds the drain open or is dropped with it.
+    let shutdown = async move {
+        shutdown.await;
+        queues.drain();
+    };
     let task = tokio::spawn(async move {
         let served = api::edge::serve(listener, app, &limits, edge_metrics, shutdown).await;
         loops.stop().await;

@@ -1,7 +1,8 @@
-//! Ready means measured: a fresh router answers `/readyz` 503 until every local pool has a
-//! fresh reading on at least one node, or until `telemetry.startup_wait_ms` has passed since it
-//! started, so that Kubernetes sends it no traffic it would spill only because it has not yet
-//! seen its fleet. Once ready it stays ready (a pool that goes stale later spills or is served
+//! Ready means measured: a fresh router answers `/readyz` 503 until every local node has a
+//! fresh reading, or until `telemetry.startup_wait_ms` has passed since it started, so that
+//! Kubernetes sends it no traffic it would spill only because it has not yet seen its fleet.
+//! (A node still unread once the router is ready takes requests on the router's own count,
+//! up to its capacity: `route`'s unread nodes.) Once ready it stays ready (a pool that goes stale later spills or is served
 //! blind as planning decides; a replica that flapped would only move its traffic onto others).
 //! The log says once how long startup took and why it ended.
 
@@ -20,15 +21,15 @@ const LOOK_EVERY: Duration = Duration::from_millis(25);
 /// Why startup ended, or `None` while it goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartupEnd {
-    /// Every local pool has a fresh reading.
+    /// Every local node has a fresh reading.
     Measured,
-    /// The wait passed with these pools still unmeasured.
+    /// The wait passed with these nodes (root addresses) still unmeasured.
     WaitOver { unmeasured: Vec<String> },
 }
 
 /// Whether startup is over at `now`, for a router started at `began` that waits up to `wait`.
 pub fn judge(snap: &Snapshot, began: Instant, wait: Duration, now: Instant) -> Option<StartupEnd> {
-    let unmeasured = snap.unmeasured_pools(now);
+    let unmeasured = snap.unmeasured_nodes(now);
     if unmeasured.is_empty() {
         Some(StartupEnd::Measured)
     } else if now.saturating_duration_since(began) >= wait {
@@ -62,13 +63,13 @@ impl Startup {
             let startup_ms = now.saturating_duration_since(self.began).as_millis() as u64;
             match end {
                 StartupEnd::Measured => {
-                    tracing::info!(startup_ms, "ready: every local pool has a fresh reading")
+                    tracing::info!(startup_ms, "ready: every local node has a fresh reading")
                 }
                 StartupEnd::WaitOver { unmeasured } => tracing::warn!(
                     startup_ms,
                     wait_ms = self.wait.as_millis() as u64,
-                    pools = ?unmeasured,
-                    "ready after the startup wait with pools unmeasured: they spill, or are served blind when nothing else can take a request"
+                    nodes = ?unmeasured,
+                    "ready after the startup wait with nodes not heard from: each takes requests up to its capacity on the router's own count (a pool with none heard from is served blind only when nothing else can take a request)"
                 ),
             }
         }
@@ -115,35 +116,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn startup_ends_when_every_pool_is_measured_or_the_wait_has_passed() {
+    async fn startup_ends_when_every_node_is_measured_or_the_wait_has_passed() {
         let began = Instant::now();
         let wait = Duration::from_secs(5);
         let unread = snap(began, &|_| false);
-        let pools: Vec<String> = unread.unmeasured_pools(began).into_iter().map(str::to_owned).collect();
-        assert!(!pools.is_empty(), "the example has local pools, none read yet");
+        let nodes: Vec<String> = unread.unmeasured_nodes(began).into_iter().map(str::to_owned).collect();
+        assert!(nodes.len() > pools_len(&unread), "the example's pools have several nodes, none read yet");
         assert_eq!(judge(&unread, began, wait, began + Duration::from_millis(4999)), None);
         assert_eq!(
             judge(&unread, began, wait, began + wait),
-            Some(StartupEnd::WaitOver { unmeasured: pools })
+            Some(StartupEnd::WaitOver { unmeasured: nodes.clone() })
         );
 
-        // One node of each pool read: measured, whatever its other nodes say.
+        // One node of each pool read: still starting, and the others are named when the wait ends.
         let all = snap(began, &|_| true);
         let firsts: Vec<NodeKey> =
             all.backends.iter().filter(|b| b.is_local()).map(|b| b.nodes[0].key.clone()).collect();
         let one_each = snap(began, &|key| firsts.contains(key));
-        assert_eq!(
-            judge(&one_each, began, wait, began + Duration::from_millis(10)),
-            Some(StartupEnd::Measured)
-        );
+        assert_eq!(judge(&one_each, began, wait, began + Duration::from_millis(10)), None);
+        let Some(StartupEnd::WaitOver { unmeasured }) = judge(&one_each, began, wait, began + wait) else {
+            panic!("the wait is over")
+        };
+        assert_eq!(unmeasured.len(), nodes.len() - pools_len(&all));
+        assert_eq!(judge(&all, began, wait, began + Duration::from_millis(10)), Some(StartupEnd::Measured));
         // A reading that has gone stale does not count.
         let later = began + Duration::from_secs(60);
-        assert_eq!(one_each.unmeasured_pools(later).len(), pools_len(&all));
+        assert_eq!(all.unmeasured_nodes(later).len(), nodes.len());
 
         // Once over, startup stays over, whatever the fleet shows later.
         let startup = Startup::new(wait);
         assert!(!startup.over(&unread, began));
-        assert!(startup.over(&one_each, began + Duration::from_millis(10)));
+        assert!(startup.over(&all, began + Duration::from_millis(10)));
         assert!(startup.over(&unread, later));
         assert!(Startup::new(Duration::ZERO).over(&unread, Instant::now()), "no wait: ready at once");
     }

@@ -23,6 +23,7 @@ mod ledger;
 mod limits;
 mod load;
 mod policy;
+mod queue;
 mod range;
 mod schema;
 pub mod secrets;
@@ -51,6 +52,7 @@ pub use ledger::{LedgerConfig, SpoolSettings};
 pub use limits::{IssuedKeysConfig, LimitsConfig};
 pub use load::{load_file, parse, parse_in, Problem};
 pub use policy::{DataClassPolicy, PolicyConfig, BUILTIN_DATA_CLASSES};
+pub use queue::QueueConfig;
 pub use range::{Bound, Range};
 pub use schema::{chart_schema, ranges, schema};
 pub use state::StateConfig;
@@ -89,6 +91,9 @@ pub struct Config {
     /// How the fleet's metrics are scraped.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// How requests wait for a slot on a full local pool instead of spilling.
+    #[serde(default)]
+    pub queue: QueueConfig,
     /// State shared between router replicas.
     #[serde(default)]
     pub state: StateConfig,

@@ -13,7 +13,8 @@ use serde_json::Value;
 use super::range::{self, Range};
 use super::{
     AccessLogConfig, BackendConfig, BalancingConfig, BatchConfig, BudgetsConfig, CanaryConfig, Config,
-    DispatchConfig, IssuedKeysConfig, LedgerConfig, LimitsConfig, StateConfig, TaskConfig, TelemetryConfig,
+    DispatchConfig, IssuedKeysConfig, LedgerConfig, LimitsConfig, QueueConfig, StateConfig, TaskConfig,
+    TelemetryConfig,
 };
 
 /// A decimal (price) written as a string; YAML numbers are decimals too. Looser spellings that
@@ -45,6 +46,7 @@ pub fn ranges() -> Vec<(&'static str, &'static [Range])> {
         ("dispatch", DispatchConfig::RANGES),
         ("limits", LimitsConfig::RANGES),
         ("telemetry", TelemetryConfig::RANGES),
+        ("queue", QueueConfig::RANGES),
         ("state", StateConfig::RANGES),
         ("balancing", BalancingConfig::RANGES),
         ("ledger", LedgerConfig::RANGES),

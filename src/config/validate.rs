@@ -47,6 +47,7 @@ pub fn validate(config: &Config, undecoded: &Undecoded) -> Vec<Problem> {
     }
     problems.extend(config.dispatch.check());
     problems.extend(config.telemetry.check());
+    problems.extend(config.queue.check());
     problems.extend(config.state.check());
     problems.extend(config.balancing.check());
     problems.extend(config.ledger.check());

@@ -43,6 +43,7 @@ pub(crate) async fn consume(
         };
         match record {
             Record::Planned { task, first } => metrics.observe_planned(&task, &first),
+            Record::Queue(q) => metrics.observe_queue(&q),
             Record::Failover { task, from, to, reason } => {
                 metrics.observe_failover(&task, &from, &to, reason);
             }

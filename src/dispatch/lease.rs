@@ -71,7 +71,7 @@ pub(super) struct Charge {
 pub(super) struct Lease {
     permit: Option<BreakerPermit>,
     _slot: Option<OwnedSemaphorePermit>,
-    _in_flight: InFlight,
+    in_flight: InFlight,
     charge: Option<Charge>,
     pricing: Pricing,
     outcome: RequestOutcome,
@@ -94,7 +94,7 @@ impl Lease {
         Lease {
             permit: Some(hold.permit),
             _slot: hold.slot,
-            _in_flight: in_flight,
+            in_flight,
             charge,
             pricing,
             outcome,
@@ -106,6 +106,7 @@ impl Lease {
 
     fn observe(&mut self, event: &Event) {
         self.outcome.observe(event);
+        self.in_flight.progress().observe(event);
         if let Event::Usage(usage) = event {
             let backend = &self.pricing.config.backends[self.pricing.backend];
             let cost = call_cost(backend, usage, self.outcome.running_for(Instant::now()));

@@ -40,6 +40,7 @@ use crate::config::{
     TlsConfig,
 };
 use crate::fleet::headroom::SpillReason;
+use crate::fleet::load::InFlight;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome};
@@ -214,6 +215,11 @@ impl Dispatcher {
         self.secrets.store(Arc::new(keys.api_keys));
     }
 
+    /// A record of the pipeline's for the bookkeeping channel (a queue decision).
+    pub fn record(&self, record: Record) {
+        self.emit(record);
+    }
+
     fn emit(&self, record: Record) {
         // Unbounded: bookkeeping never blocks a request and never loses a record; the reader
         // does no I/O, so the queue stays short. It fails only once the reader is gone.
@@ -273,7 +279,10 @@ impl Dispatcher {
         }
     }
 
-    /// Walk `plan` until a backend produces its first token.
+    /// Walk `plan` until a backend produces its first token. `claim`: the slot the request
+    /// claimed on a local node while it waited for it (`serve::wait`), used when that node is
+    /// called.
+    #[allow(clippy::too_many_arguments)]
     pub async fn dispatch(
         &self,
         snap: &Snapshot,
@@ -282,6 +291,7 @@ impl Dispatcher {
         request: &ChatRequest,
         priority: Priority,
         meta: &RequestMeta,
+        mut claim: Option<InFlight>,
     ) -> Result<Committed, DispatchError> {
         let started = Instant::now();
         self.budget.lock().unwrap_or_else(|e| e.into_inner()).deposit(started);
@@ -335,7 +345,12 @@ impl Dispatcher {
                     reason: class.as_str(),
                 });
             }
-            let in_flight = node.handle.load.start(priority);
+            // A slot the request claimed while it waited for this node is its in-flight count.
+            let in_flight = match claim.take() {
+                Some(claimed) if claimed.on(&node.handle.load) => claimed,
+                _ => node.handle.load.start(priority),
+            };
+            in_flight.progress().describe(request.estimated_prompt_tokens(), request.max_tokens.unwrap_or(0));
             let spill = if backend.is_local() { None } else { plan.spill_reason() };
             let traced_target = trace::Target {
                 backend: &backend.name,

@@ -117,7 +117,8 @@ impl Dispatcher {
                 ..RequestMeta::default()
             };
             let started = Instant::now();
-            let answer = match self.dispatch(snap, &plan, &task, &request, Priority::Batch, &meta).await {
+            let answer = match self.dispatch(snap, &plan, &task, &request, Priority::Batch, &meta, None).await
+            {
                 Ok(committed) => answer::collect(committed, started, ANSWER_TIMEOUT).await,
                 Err(e) => Err(SyntheticError::from_dispatch(e)),
             };
@@ -190,6 +191,7 @@ pub fn plan_for(
         load,
         request: Some(request),
         candidates: None,
+        waits: None,
     };
     let mut plan = route::plan_among(&facts, snap, vec![backend], now)
         .map_err(|e| SyntheticError::Unfit(e.to_string()))?;

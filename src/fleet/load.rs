@@ -35,6 +35,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tokio::sync::Notify;
+
+use super::progress::{NodeProgress, NodeRunning, Progress};
 use crate::canonical::NodeKey;
 use crate::config::Priority;
 
@@ -86,6 +89,10 @@ struct Counters {
     counted: AtomicU64,
     finished_base: AtomicU64,
     window: Mutex<Window>,
+    /// The router's requests in flight on the node, each with its progress.
+    progress: NodeProgress,
+    /// Told whenever one of them ends (a slot may have freed).
+    freed: Notify,
 }
 
 /// The node's past: the peak of the router's in-flight count in each interval between two
@@ -120,12 +127,26 @@ pub struct NodeCounters(Arc<Counters>);
 
 /// Held while a request is in flight on a node; dropping it ends the request.
 #[derive(Debug)]
-pub struct InFlight(Arc<Counters>, usize);
+pub struct InFlight(Arc<Counters>, usize, Arc<Progress>);
+
+impl InFlight {
+    /// The request's progress, for its events to update (`fleet::progress`).
+    pub fn progress(&self) -> &Progress {
+        &self.2
+    }
+
+    /// Whether it is in flight on the node whose counters these are.
+    pub fn on(&self, node: &NodeCounters) -> bool {
+        Arc::ptr_eq(&self.0, &node.0)
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.by_priority[self.1].fetch_sub(1, Ordering::Relaxed);
+        self.0.progress.end(&self.2);
+        self.0.freed.notify_waiters();
     }
 }
 
@@ -142,7 +163,19 @@ impl NodeCounters {
         c.by_priority[p].fetch_add(1, Ordering::Relaxed);
         c.peak.fetch_max(now, Ordering::Relaxed);
         c.sent.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(c), p)
+        let progress = Arc::new(Progress::new(Instant::now()));
+        c.progress.start(Arc::clone(&progress));
+        InFlight(Arc::clone(c), p, progress)
+    }
+
+    /// The router's requests in flight on the node, and the usual length of its answers.
+    pub fn running(&self) -> NodeRunning {
+        self.0.progress.read()
+    }
+
+    /// Told whenever one of the router's requests on the node ends.
+    pub fn freed(&self) -> &Notify {
+        &self.0.freed
     }
 
     /// The router's requests in flight on the node now, of `priority`.

@@ -11,3 +11,4 @@ pub mod holds;
 pub mod node;
 pub mod quota;
 pub mod retry_budget;
+pub mod wait_queue;

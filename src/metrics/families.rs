@@ -18,6 +18,7 @@ label_set!(TaskPriority { task, priority });
 label_set!(Failover { task, from, to, reason });
 label_set!(BackendResult { backend, result });
 label_set!(Backend { backend });
+label_set!(BackendDecision { backend, decision, why });
 label_set!(BackendPriority { backend, priority });
 label_set!(BackendStatus { backend, status });
 label_set!(Node { backend, node });

@@ -14,6 +14,7 @@ mod families;
 mod family;
 mod observe;
 mod opstate;
+mod queue;
 pub mod slo;
 mod spool;
 mod state;
@@ -46,6 +47,7 @@ pub struct Metrics {
     ledger_buffered: IntGauge,
     spool: spool::SpoolFamilies,
     operator_state: opstate::OperatorStateFamilies,
+    queue: queue::QueueFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
     /// Batch jobs' lines (fed by the batch runner).
@@ -74,6 +76,7 @@ impl Metrics {
             ledger_buffered,
             spool: spool::SpoolFamilies::register(&r),
             operator_state: opstate::OperatorStateFamilies::register(&r),
+            queue: queue::QueueFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
             batch: batch::BatchMetrics::register(&r),
             telemetry: TelemetryFamilies::register(&r),

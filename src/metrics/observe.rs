@@ -102,6 +102,11 @@ impl Metrics {
             .inc();
     }
 
+    /// What the queue in front of a local pool decided for a request.
+    pub(crate) fn observe_queue(&self, r: &crate::outcome::QueueRecord) {
+        self.queue.observe(r);
+    }
+
     /// A plan was made; `first` is the backend that came first in it.
     pub(crate) fn observe_planned(&self, task: &str, first: &str) {
         self.requests.first_choice.get(TaskBackend { task, backend: first }).inc();

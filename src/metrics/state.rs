@@ -24,6 +24,8 @@ pub struct StateView<'a> {
     pub ledger_spool: Option<crate::ledger::SpoolStats>,
     /// Requests waiting for a connection slot to the hosted origin at a base URL now.
     pub upstream_waiting: &'a dyn Fn(&str) -> usize,
+    /// Each local pool's queue: (pool, requests waiting, their prompt tokens).
+    pub queues: &'a [(String, usize, u64)],
     pub now: Instant,
 }
 
@@ -43,6 +45,9 @@ impl Metrics {
         f.breaker.reset();
         f.weight.reset();
         f.occupancy.reset();
+        let pools: Vec<String> =
+            snap.backends.iter().filter(|b| b.is_local()).map(|b| b.name.clone()).collect();
+        self.queue.set_depths(&pools, v.queues);
         for b in &snap.backends {
             if b.is_local() {
                 f.share.get(Backend { backend: &b.name }).set(b.share);

@@ -89,6 +89,7 @@ fn facts<'a>(task: &'a TaskConfig, seed: u64, load: &'a dyn Fn(&NodeView) -> Loa
         load,
         request: None,
         candidates: None,
+        waits: None,
     }
 }
 
@@ -196,27 +197,27 @@ async fn held_down_quarantined_and_breaker_open_nodes_are_not_served_blind() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn one_fresh_node_makes_a_pool_measured_and_its_stale_nodes_spill() {
+async fn one_fresh_node_makes_a_pool_measured_and_its_unread_nodes_serve_on_the_routers_count() {
     let now = Instant::now();
-    // Node 0 is read and idle: it serves by headroom; node 1 (unread) is not served blind.
+    // Node 0 is read and idle: it serves by headroom first; node 1, not yet read, is not
+    // full: it takes requests up to its capacity on the router's own count, after it.
     let snap = World { fresh: vec![("10.0.0.1", 0.0)], ..World::default() }.snap(now);
     let p = plan_for(&snap, "alone", 1, &idle, now);
-    assert_eq!(names(&snap, &p), ["pool#0"]);
+    assert_eq!(names(&snap, &p), ["pool#0", "pool#1"]);
     assert!(matches!(p.targets[0].reason, Reason::Headroom { .. }));
+    assert_eq!(p.targets[1].reason, blind(0, 4));
     // Node 0 is read and full, its queue past the first-token deadline (5 ahead × 2 s / 4
-    // slots = 2.5 s against 1.6 s): the pool is measured, nothing is served blind, the
-    // request is shed.
+    // slots = 2.5 s against 1.6 s): node 1 serves on its count.
     let snap = World { fresh: vec![("10.0.0.1", 8.0)], ..World::default() }.snap(now);
     let p = plan_for(&snap, "alone", 1, &idle, now);
+    assert_eq!(names(&snap, &p), ["pool#1"]);
+    // Node 1 at its capacity too: nothing is served blind, the request is shed.
+    let four = |_: &NodeView| LoadView { in_flight: 4, sent: 4, ..LoadView::default() };
+    let p = plan_for(&snap, "alone", 1, &four, now);
     assert!(p.targets.is_empty(), "{:?}", p.targets);
-    assert_eq!(p.spill_reason(), Some(SpillReason::Stale));
-    // Full with a short queue (0.5 s + 30 ms): still measured, nothing blind, and the node
-    // is the standard request's last resort.
+    // A fresh scrape ages out: once nothing is fresh, the pool is unmeasured again, and both
+    // nodes are served blind when nothing else can take the request.
     let snap = World { fresh: vec![("10.0.0.1", 4.0)], ..World::default() }.snap(now);
-    let p = plan_for(&snap, "alone", 1, &idle, now);
-    assert_eq!(names(&snap, &p), ["pool#0"]);
-    assert_eq!(p.targets[0].reason, Reason::LastResort { why: SpillReason::Reserve });
-    // A fresh scrape ages out: once nothing is fresh, the pool is unmeasured again.
     let later = now + std::time::Duration::from_secs(6);
     let p = plan_for(&snap, "alone", 1, &idle, later);
     assert_eq!(names(&snap, &p), ["pool#1", "pool#0"]);

@@ -92,6 +92,7 @@ fn facts<'a>(
         load,
         request: None,
         candidates: None,
+        waits: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod share_feedback;
 pub mod slowness;
 pub mod sticky;
 mod strategy;
+pub mod wait;
 pub mod weights;
 
 use std::collections::HashMap;
@@ -52,6 +53,9 @@ pub struct RequestFacts<'a> {
     /// The snapshot's index of its large pools, which bounds the nodes judged per request
     /// (the simulator builds one per snapshot); `None`: every node is judged (the server).
     pub candidates: Option<&'a candidates::Candidates>,
+    /// What the router knows of its own requests on full nodes, for a request that may wait
+    /// for a local slot ([`wait`]); `None`: it never waits (simulations, synthetic calls).
+    pub waits: Option<&'a wait::Waits<'a>>,
 }
 
 /// Why a request has no plan.
@@ -81,10 +85,15 @@ pub enum Reason {
     /// A local node without headroom, tried only after everything else: any full node for
     /// interactive requests, one refused only for the failover reserve for standard ones.
     LastResort { why: SpillReason },
-    /// A node of a pool none of whose nodes has fresh telemetry, served because no other
-    /// eligible backend can take the request: `in_flight` of its `capacity` when planned
-    /// ([`blind`]).
+    /// A node without telemetry, on the router's own count: `in_flight` of its `capacity`
+    /// when planned. Either a node of a measured pool that has not been read yet (it takes
+    /// requests like any node with room), or a node of a pool none of whose nodes has fresh
+    /// telemetry, served because no other eligible backend can take the request ([`blind`]).
     Unmeasured { in_flight: u32, capacity: u32 },
+    /// A full local node that frees a slot soon enough for the SLO: the request waits for it
+    /// in the pool's queue, its slot predicted in `start_ms` and its first token in
+    /// `predicted_ttft_ms` ([`wait`]).
+    Wait { predicted_ttft_ms: u32, start_ms: u32 },
     /// Its breaker is open: last resort, after every healthy target.
     BreakerOpen,
 }
@@ -119,6 +128,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The plan to dispatch: waiting is over (`serve::wait`), so its wait targets go.
+    pub fn without_waits(mut self) -> Plan {
+        self.targets.retain(|t| !matches!(t.reason, Reason::Wait { .. }));
+        self
+    }
+
     /// The first reason the request left the fleet, if it did.
     pub(crate) fn spill_reason(&self) -> Option<SpillReason> {
         self.spills.iter().map(|s| s.reason).min()
@@ -158,7 +173,9 @@ pub(crate) fn plan_among(
     if let Some(request) = facts.request {
         eligible = capability::filter(eligible, request, snap)?;
     }
-    let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin);
+    // The SLO left: a request re-planned after waiting has spent some of it.
+    let waited_s = facts.waits.map_or(0.0, |w| w.waited_s);
+    let slo_s = facts.task.slo.ttft_ms as f64 / 1000.0 * (1.0 - facts.task.slo.margin) - waited_s;
     let mut local: HashMap<BackendId, Vec<Target>> = HashMap::new();
     let mut last_resort: Vec<(f64, Target)> = Vec::new();
     let mut spills = Vec::new();
@@ -256,8 +273,12 @@ fn pool_targets(
     let judge = Judge { facts, view, backend, limits, open, slo_s, deadline_s, now };
     let mut mine = Vec::new();
     let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, stay, now);
+    let mut unread = Vec::new();
+    let measured = !view.unmeasured(now);
     while let Some(i) = scan.next(&admitted) {
-        if let Some(ttft) = judge.node(i, spills, &mut mine) {
+        if measured && view.nodes[i].signals.scraped_at.is_none() {
+            unread.extend(judge.unread(i, spills));
+        } else if let Some(ttft) = judge.node(i, spills, &mut mine) {
             admitted.push((preferred != Some(i), ttft, i));
         }
     }
@@ -275,6 +296,21 @@ fn pool_targets(
         }
     }
     last_resort.extend(mine);
+    // Requests already wait for this pool before this one: its free slots are theirs.
+    if facts.waits.is_some_and(|w| (w.ahead)(backend) > 0) {
+        let taken = admitted.drain(..).map(|(_, _, i)| i).chain(unread.drain(..).map(|t| t.node));
+        spills.extend(
+            taken.map(|node| Spill { backend, node, reason: SpillReason::Queue }).collect::<Vec<_>>(),
+        );
+    }
+    let waits = match admitted.is_empty() && unread.is_empty() {
+        true => wait::targets(facts, snap, backend, &limits, spills, slo_s, now),
+        false => Vec::new(),
+    };
+    unread.sort_by_key(|t| match t.reason {
+        Reason::Unmeasured { in_flight, .. } => (preferred != Some(t.node), in_flight, t.node),
+        _ => (true, u32::MAX, t.node),
+    });
     admitted
         .into_iter()
         .map(|(other, ttft, node)| Target {
@@ -282,6 +318,8 @@ fn pool_targets(
             node,
             reason: Reason::Headroom { predicted_ttft_ms: (ttft * 1000.0).round() as u32, affinity: !other },
         })
+        .chain(unread)
+        .chain(waits)
         .collect()
 }
 
@@ -299,6 +337,30 @@ struct Judge<'a, 'f> {
 }
 
 impl Judge<'_, '_> {
+    /// Node `i` of a measured pool has no reading yet: it is not full, it takes requests up
+    /// to its capacity (the pool's `max_running` and `max_inflight_per_node`) on the router's
+    /// own count, as a pool none of whose nodes is measured does ([`blind`]). A held, down or
+    /// full one is recorded as a spill.
+    fn unread(&self, i: usize, spills: &mut Vec<Spill>) -> Option<Target> {
+        let node = &self.view.nodes[i];
+        let why = if node.held.is_some() {
+            SpillReason::Drained
+        } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
+            SpillReason::Down
+        } else {
+            let capacity = blind::capacity(self.view);
+            let in_flight = (self.facts.load)(node).in_flight;
+            if in_flight < u64::from(capacity) {
+                let in_flight = in_flight as u32;
+                let reason = Reason::Unmeasured { in_flight, capacity };
+                return Some(Target { backend: self.backend, node: i, reason });
+            }
+            SpillReason::Queue
+        };
+        spills.push(Spill { backend: self.backend, node: i, reason: why });
+        None
+    }
+
     /// Node `i`'s predicted TTFT if it may take the request; else the spill is recorded, and
     /// the node kept as a last resort where the request's priority allows: every full node
     /// for interactive requests; for standard ones a node that would take it without the

@@ -74,6 +74,7 @@ fn facts(task: &TaskConfig, seed: u64) -> RequestFacts<'_> {
         load: &no_load,
         request: None,
         candidates: None,
+        waits: None,
     }
 }
 

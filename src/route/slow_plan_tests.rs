@@ -63,6 +63,7 @@ fn plan_for(snap: &Snapshot, task: &TaskConfig, key: u64, now: Instant) -> Plan 
         load: &no_load,
         request: None,
         candidates: None,
+        waits: None,
     };
     plan(&facts, snap, now).unwrap()
 }

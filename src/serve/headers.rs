@@ -48,6 +48,19 @@ pub(super) fn spillway_headers(c: &Committed) -> HeaderMap {
     headers
 }
 
+/// `x-spillway-queue` (`waited`: it took a local slot that freed; `spilled`: it left the queue
+/// for its spill chain) and `x-spillway-queue-ms`, for a request that met a full pool whose
+/// slot was predicted in time (`serve::wait`).
+pub(super) fn add_queue_headers(
+    headers: &mut HeaderMap,
+    queued: Option<(&'static str, std::time::Duration)>,
+) {
+    if let Some((outcome, waited)) = queued {
+        headers.insert("x-spillway-queue", HeaderValue::from_static(outcome));
+        headers.insert("x-spillway-queue-ms", HeaderValue::from(waited.as_millis() as u64));
+    }
+}
+
 /// `x-spillway-cost-usd`: the answer's cost, once its usage is in (a non-streamed answer, read
 /// to its end). A stream's cost is known only at its end, after the headers were sent: it
 /// comes in the final usage chunk instead, and its headers carry none.

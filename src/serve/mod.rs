@@ -19,6 +19,7 @@ mod meter;
 mod refusal;
 mod shadow;
 mod spend;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,8 +35,10 @@ use crate::config::{BackendId, BackendKind, Config, Priority, TaskConfig};
 use crate::dispatch::{Committed, CostCell, Dispatcher, Keys};
 use crate::guard::budget::{BudgetBoard, BudgetOptions};
 use crate::guard::quota::QuotaBoard;
+use crate::guard::wait_queue::{Holder, WaitQueues};
 use crate::keys::{KeyBoard, StaticKeys};
 use crate::outcome::{Record, RequestMeta};
+use crate::route::wait::Waits;
 use crate::route::{self, Plan, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 use crate::trace::RequestSpan;
@@ -58,6 +61,8 @@ pub struct Serving {
     pub shadows: Option<Arc<crate::gate::shadow::Shadows>>,
     /// Each plan's word on the pools that take its project first (`route::sticky`).
     pub share_feedback: Arc<crate::route::sticky::ShareFeedback>,
+    /// The queue in front of each local pool, for requests that wait for a slot (`wait`).
+    pub queues: Arc<WaitQueues>,
 }
 
 impl Serving {
@@ -75,6 +80,7 @@ impl Serving {
             budgets: BudgetBoard::new(&config.budgets, BudgetOptions::default()),
             shadows: None,
             share_feedback: Arc::default(),
+            queues: WaitQueues::new(),
         }
     }
 }
@@ -150,7 +156,21 @@ pub async fn serve(
             return Err(ApiError::new(ErrorCode::Shed, why));
         }
     }
-    let plan = plan(serving, &snap, task, &canonical, (priority, affinity, created), eligible)?;
+    let asker = wait::Asker {
+        priority,
+        holder: Holder { session: affinity.map(|a| a.hash), key: key_name },
+        prompt_tokens: canonical.estimated_prompt_tokens(),
+        slo_s: task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin),
+    };
+    let replan = |snap: &Snapshot, waits: Option<&Waits<'_>>| {
+        let facts = (priority, affinity, created);
+        plan(serving, snap, task, &canonical, facts, eligible.clone(), waits)
+    };
+    // 4b. When the plan waits for a local slot: in the pool's queue until one frees in time,
+    // or spilled once it cannot (`wait`).
+    let wait::Planned { snap, plan, claim, decision } =
+        wait::plan(serving, snap.clone(), asker, &replan).await?;
+    let queued = decision.as_ref().map(|d| (d.outcome, d.waited));
     // 5. The key's limits and budgets: its worst case reserved, or refused.
     let reservation = spend::reserve(serving, principal.as_ref(), &snap, &plan, &canonical).await?;
     // 6. Dispatch, up to the first token.
@@ -164,18 +184,24 @@ pub async fn serve(
         synthetic: false,
         trace,
     };
-    let mut committed =
-        match serving.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta).await {
-            Ok(committed) => committed,
-            Err(e) => {
-                // No upstream answered: nothing was spent.
-                if let Some(r) = reservation {
-                    r.release().await;
-                }
-                return Err(refusal::dispatch_error(e));
+    let dispatched =
+        serving.dispatcher.dispatch(&snap, &plan, task, &canonical, priority, &meta, claim).await;
+    if let Some(decision) = decision {
+        let ttft = dispatched.as_ref().ok().map(|c| c.ttft + decision.waited);
+        serving.dispatcher.record(Record::Queue(decision.settle(&task.name, ttft, &meta.request_id)));
+    }
+    let mut committed = match dispatched {
+        Ok(committed) => committed,
+        Err(e) => {
+            // No upstream answered: nothing was spent.
+            if let Some(r) = reservation {
+                r.release().await;
             }
-        };
-    let answer_headers = headers::spillway_headers(&committed);
+            return Err(refusal::dispatch_error(e));
+        }
+    };
+    let mut answer_headers = headers::spillway_headers(&committed);
+    headers::add_queue_headers(&mut answer_headers, queued);
     // 7. Settlement. The answer passes through three wrappers, inside out, and each sees the
     // stream end after the one inside it: dispatch's lease (prices the answer once when its
     // usage arrives, frees the node slot and breaker permit, corrects the quota charge,
@@ -277,6 +303,7 @@ fn plan(
     canonical: &ChatRequest,
     (priority, affinity, created): (Priority, Option<Affinity>, u64),
     eligible: Vec<BackendId>,
+    waits: Option<&Waits<'_>>,
 ) -> Result<Plan, ApiError> {
     let load = |node: &NodeView| node.handle.load.view();
     let affinity = affinity.map(|a| a.hash);
@@ -292,6 +319,7 @@ fn plan(
         load: &load,
         request: Some(canonical),
         candidates: None,
+        waits,
     };
     let plan = route::plan_among(&facts, snap, eligible, Instant::now()).map_err(plan_error)?;
     serving.share_feedback.record(snap, &plan, prompt_tokens);

@@ -138,6 +138,7 @@ fn plan(snap: &Snapshot, task: &str) -> Vec<String> {
         load: &|_| LoadView::default(),
         request: None,
         candidates: None,
+        waits: None,
     };
     let plan = route::plan(&facts, snap, Instant::now()).unwrap();
     plan.targets.iter().map(|t| snap.backends[t.backend].name.clone()).collect()

@@ -115,6 +115,7 @@ impl Engine<'_> {
             load: &view,
             request: None,
             candidates: self.candidates.as_ref(),
+            waits: None,
         };
         let planned = route::plan(&facts, &self.snap, at);
         if let Ok(p) = &planned {
