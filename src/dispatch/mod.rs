@@ -147,6 +147,9 @@ fn key_header(kind: BackendKind) -> KeyHeader {
     }
 }
 
+/// Longest a connection to a local node is kept idle: under the engines' own keep-alive.
+const ENGINE_KEEP_ALIVE: Duration = Duration::from_secs(4);
+
 impl Dispatcher {
     /// `tls`: the roots the hosted client trusts beside the built-in ones.
     pub fn new(
@@ -175,6 +178,10 @@ impl Dispatcher {
             streams_per_connection: cfg.hosted_streams_per_connection,
             max_connections: cfg.hosted_max_connections,
         };
+        // Engines close a connection idle for 5 s (uvicorn's and cpp-httplib's keep-alive): one
+        // kept longer is reused as the server closes it, and since a request reaches a node at
+        // most once, that request would fail over. Local nodes' connections are kept less long.
+        let idle_timeout = idle_timeout.min(ENGINE_KEEP_ALIVE);
         let plain = PoolConfig { connect_timeout, max_idle_per_host: max_idle, idle_timeout };
         let transport = Transport::with_lanes(hosted, plain, Lanes::new(limits, make));
         let budget = RetryBudget::new(cfg.retry_budget_ratio, cfg.retry_budget_min_per_sec, Instant::now());

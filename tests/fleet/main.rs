@@ -6,6 +6,7 @@
 mod common;
 
 mod agent;
+mod agent_sessions;
 mod canary;
 mod capacity;
 mod discovery;
