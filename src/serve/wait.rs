@@ -34,6 +34,9 @@ pub(super) struct Asker<'a> {
     pub slo_s: f64,
 }
 
+/// How soon after an answer a server may close the connection it came on (see the claim).
+const SETTLE: Duration = Duration::from_millis(5);
+
 /// What became of a request that waited.
 #[derive(Debug, Clone)]
 pub(crate) struct Decision {
@@ -119,6 +122,7 @@ pub(super) async fn plan(
             return Ok(Planned { snap, plan: plan.without_waits(), claim: None, decision });
         }
     };
+    let mut freed_at = arrived;
     loop {
         // Listen before looking, so that a slot freed while planning is not missed.
         let counters: Vec<_> = snap.backends[pool].nodes.iter().map(|n| n.handle.load.clone()).collect();
@@ -150,6 +154,14 @@ pub(super) async fn plan(
                 let claim =
                     snap.backends[target.backend].nodes[target.node].handle.load.start(asker.priority);
                 drop(ticket);
+                // The slot is ours; go a moment after it freed. A server may close its
+                // connection right after an answer although it said keep-alive (llama.cpp does
+                // after every stream); a request written into that close fails, and a request
+                // reaches a node at most once. By then the close has arrived, and the
+                // connection pool sees it.
+                if let Some(left) = SETTLE.checked_sub(freed_at.elapsed()) {
+                    tokio::time::sleep(left).await;
+                }
                 let decision = Some(decision("waited", "slot", waited));
                 return Ok(Planned { snap, plan: plan.without_waits(), claim: Some(claim), decision });
             }
@@ -181,6 +193,7 @@ pub(super) async fn plan(
             _ = any_freed => {}
             _ = tokio::time::sleep(recheck) => {}
         }
+        freed_at = Instant::now();
     }
 }
 

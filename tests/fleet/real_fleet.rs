@@ -75,7 +75,10 @@ async fn a_real_two_node_fleet_serves_what_it_has_room_for_and_spills_only_the_r
     let a = llama_server(&engine, SLOTS, 0).await;
     let mut b = llama_server(&engine, SLOTS, 0).await;
     let hosted = sim(SimKind::OpenAi, "gpt-4o-mini", |_| {}).await;
-    let telemetry = format!("{{interval_ms: {INTERVAL_MS}, stale_after_ms: 3000, backoff_max_ms: 1000}}");
+    // Requests that meet a full fleet spill at once here (no queue): waiting for a slot is
+    // `agent_sessions`' test.
+    let telemetry =
+        format!("{{interval_ms: {INTERVAL_MS}, stale_after_ms: 3000, backoff_max_ms: 1000}}\nqueue: {{enabled: false}}");
     let started = Instant::now();
     let router =
         Router::unready(&[&a.url, &b.url], ", reserve: 0", &hosted.base_url(), SLO_MS, &telemetry).await;

@@ -38,9 +38,6 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The most response headers accepted.
 const MAX_HEADERS: usize = 64;
 
-/// How soon after an answer a kept connection may be closed by its server (see `Pool::kept`).
-const SETTLE: Duration = Duration::from_millis(5);
-
 /// Kept-alive connections by authority, each with when it went idle.
 type IdleConns = HashMap<String, Vec<(Conn, Instant)>>;
 
@@ -113,7 +110,7 @@ impl Pool {
         };
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let request = request_bytes(path, uri.authority().map_or("", |a| a.as_str()), headers, body)?;
-        if let Some(conn) = self.kept(&authority).await {
+        if let Some(conn) = self.take_idle(&authority) {
             // A kept connection the server closed meanwhile refuses the first write: then once
             // more on a fresh one. Any other outcome is the answer.
             match exchange(conn, &request).await {
@@ -130,20 +127,6 @@ impl Pool {
             }
             Err(Failure::Error(e)) => Err(e),
         }
-    }
-
-    /// A kept connection to `authority`, looked at again when it was freed only a moment ago:
-    /// a server may close a connection right after an answer although it said keep-alive
-    /// (llama.cpp does after every stream), and a request written into that close would fail
-    /// (and is never sent twice). The close arrives within [`SETTLE`] on any network an engine
-    /// is reached over; a request sent the moment a slot frees (`serve::wait`) meets this.
-    async fn kept(&self, authority: &str) -> Option<Conn> {
-        let (conn, since) = self.take_idle(authority)?;
-        if let Some(left) = SETTLE.checked_sub(since.elapsed()) {
-            tokio::time::sleep(left).await;
-            return still_open(&conn.stream).then_some(conn);
-        }
-        Some(conn)
     }
 
     fn response(self: &Arc<Self>, head: Head, authority: String) -> Response {
@@ -185,13 +168,13 @@ impl Pool {
         self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The most recently kept live connection to `authority`, if any, and since when it is idle.
-    fn take_idle(&self, authority: &str) -> Option<(Conn, Instant)> {
+    /// The most recently kept live connection to `authority`, if any.
+    fn take_idle(&self, authority: &str) -> Option<Conn> {
         let mut idle = self.idle();
         let conns = idle.get_mut(authority)?;
         while let Some((conn, since)) = conns.pop() {
             if since.elapsed() < self.cfg.idle_timeout && still_open(&conn.stream) {
-                return Some((conn, since));
+                return Some(conn);
             }
         }
         None
