@@ -9,7 +9,7 @@
 //! pipeline's call, by planning again with [`Ticket::ahead`] requests before it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -65,6 +65,8 @@ impl Refused {
 #[derive(Debug, Default)]
 pub struct WaitQueues {
     pools: Mutex<HashMap<String, Vec<Entry>>>,
+    /// Requests waiting in every pool: while none is, planning asks without a lock.
+    total: AtomicUsize,
     seq: AtomicU64,
     draining: AtomicBool,
     changed: Notify,
@@ -98,6 +100,9 @@ impl WaitQueues {
     /// Requests waiting for `pool` that a new request of `priority` from `holder` would
     /// wait behind.
     pub fn ahead(&self, pool: &str, priority: Priority, holder: Holder<'_>) -> usize {
+        if self.total.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         let pools = self.lock();
         let Some(waiting) = pools.get(pool) else { return 0 };
         let rank = rank_of(waiting, priority, &holder, u64::MAX);
@@ -130,6 +135,7 @@ impl WaitQueues {
         }
         let rank = rank_of(waiting, priority, &holder, self.seq.fetch_add(1, Ordering::Relaxed));
         waiting.push(Entry { rank, session: holder.session, key: holder.key.map(str::to_string), tokens });
+        self.total.fetch_add(1, Ordering::Relaxed);
         drop(pools);
         self.changed.notify_waiters();
         Ok(Ticket { queues: Arc::clone(self), pool: pool.to_string(), rank })
@@ -187,7 +193,9 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut pools = self.queues.lock();
         if let Some(waiting) = pools.get_mut(&self.pool) {
+            let before = waiting.len();
             waiting.retain(|e| e.rank != self.rank);
+            self.queues.total.fetch_sub(before - waiting.len(), Ordering::Relaxed);
             if waiting.is_empty() {
                 pools.remove(&self.pool);
             }
