@@ -61,6 +61,10 @@ impl SseDecoder {
         on_event: &mut impl FnMut(&str, &str) -> Flow,
     ) -> Result<Flow, SseError> {
         let mut rest = bytes;
+        if rest.is_empty() {
+            // An empty read ends nothing; a CR just before it still pairs with an LF after it.
+            return Ok(Flow::Continue);
+        }
         if !std::mem::replace(&mut self.started, true) {
             rest = rest.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(rest);
         }
@@ -168,6 +172,8 @@ mod tests {
         assert_eq!(events(&[b"data: a\n\ndata: b\r\n\r\ndata: c\r\r"]), want);
         // A CR at the end of one read and the LF opening the next end one line, not two.
         assert_eq!(events(&[b"data: a\r", b"\n\r", b"\ndata: b\r", b"\r", b"data: c\n", b"\n"]), want);
+        // An empty read between them changes nothing: still one line end, not a blank line.
+        assert_eq!(events(&[b"data: a\r", b"", b"\ndata: b\r\n\r\n"]), [pair("message", "a\nb")]);
     }
 
     #[test]
