@@ -55,6 +55,7 @@ fn bench(c: &mut Criterion) {
                         request: None,
                         candidates: None,
                         waits: None,
+                        cached: None,
                     };
                     black_box(plan(&facts, &snap, Instant::now()).unwrap())
                 })

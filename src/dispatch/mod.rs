@@ -41,6 +41,8 @@ use crate::config::{
 };
 use crate::fleet::headroom::SpillReason;
 use crate::fleet::load::InFlight;
+use crate::fleet::prefix_cache::PrefixKeys;
+use crate::fleet::progress::Touch;
 use crate::guard::quota::QuotaBoard;
 use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::{AttemptRecord, Record, RequestMeta, RequestOutcome};
@@ -357,7 +359,18 @@ impl Dispatcher {
                 Some(claimed) if claimed.on(&node.handle.load) => claimed,
                 _ => node.handle.load.start(priority),
             };
-            in_flight.progress().describe(request.estimated_prompt_tokens(), request.max_tokens.unwrap_or(0));
+            let prompt_tokens = request.estimated_prompt_tokens();
+            let mut prefill = prompt_tokens;
+            if backend.is_local() {
+                // What the node likely holds of it: its prefill is the rest, and the node learns
+                // from the answer (`fleet::prefix_cache`).
+                let keys = PrefixKeys::of(request, meta.affinity.map(|a| a.hash));
+                let generation = node.signals.restarts;
+                let predicted_cached = node.handle.load.cached(&keys, prompt_tokens, generation).unwrap_or(0);
+                prefill -= predicted_cached;
+                in_flight.progress().touch(Touch { keys, prompt_tokens, predicted_cached, generation });
+            }
+            in_flight.progress().describe(prefill, request.max_tokens.unwrap_or(0));
             let spill = if backend.is_local() { None } else { plan.spill_reason() };
             let traced_target = trace::Target {
                 backend: &backend.name,

@@ -192,6 +192,7 @@ pub fn plan_for(
         request: Some(request),
         candidates: None,
         waits: None,
+        cached: None,
     };
     let mut plan = route::plan_among(&facts, snap, vec![backend], now)
         .map_err(|e| SyntheticError::Unfit(e.to_string()))?;

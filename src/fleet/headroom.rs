@@ -68,6 +68,8 @@ pub struct NodeSignals {
     pub prefix_hit_rate: Option<f64>,
     /// Recent mean prompt size, tokens.
     pub prompt_tokens_mean: Option<f64>,
+    /// Times its engine was seen to restart or be replaced: a new count means a cold cache.
+    pub restarts: u32,
 }
 
 /// The pool-wide numbers a node is judged against.
@@ -135,26 +137,32 @@ pub fn slots(sig: &NodeSignals, limits: &PoolLimits) -> f64 {
     sig.max_running.filter(|n| *n >= 1.0).map_or(pool, |n| n.floor().min(pool))
 }
 
-/// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node.
+/// Predicted time to first token (seconds) for a request of `prompt_tokens` on this node, of
+/// which `cached` are in its prefix cache as the router knows it (`fleet::prefix_cache`; `None`:
+/// unknown, the node's recent hit rate stands in).
 pub(crate) fn predict_ttft(
     sig: &NodeSignals,
     load: LoadView,
     limits: &PoolLimits,
     prompt_tokens: u32,
+    cached: Option<u32>,
 ) -> f64 {
     let at_node = load.at_node(sig.running, sig.waiting);
     let slots = slots(sig, limits);
     // Requests ahead of this one in the queue once every slot is busy.
     let ahead = (at_node + 1.0 - slots).max(0.0);
     let queue_wait = ahead * service_s(sig) / slots;
-    let cached = sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0);
-    let uncached = f64::from(prompt_tokens) * (1.0 - cached);
+    let hit_rate = sig.prefix_hit_rate.unwrap_or(0.0).clamp(0.0, 1.0);
+    let uncached = match cached {
+        Some(cached) => f64::from(prompt_tokens.saturating_sub(cached)),
+        None => f64::from(prompt_tokens) * (1.0 - hit_rate),
+    };
     let tps = sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS);
     let step = sig.itl_s.unwrap_or(DEFAULT_STEP_S);
     let to_first_token = match sig.ttft_s {
         Some(ttft) => {
             let measured = (ttft - sig.queue_s.unwrap_or(0.0)).max(0.0);
-            let usual = sig.prompt_tokens_mean.unwrap_or(f64::from(prompt_tokens)) * (1.0 - cached);
+            let usual = sig.prompt_tokens_mean.unwrap_or(f64::from(prompt_tokens)) * (1.0 - hit_rate);
             (measured + (uncached - usual) / tps).max(step)
         }
         None => uncached / tps + step,
@@ -194,6 +202,7 @@ pub fn admit(
     load: LoadView,
     limits: &PoolLimits,
     prompt_tokens: u32,
+    cached: Option<u32>,
     slo_s: f64,
     now: Instant,
 ) -> Result<f64, SpillReason> {
@@ -228,7 +237,7 @@ pub fn admit(
             }
         }
     }
-    let predicted = predict_ttft(sig, load, limits, prompt_tokens);
+    let predicted = predict_ttft(sig, load, limits, prompt_tokens, cached);
     if predicted > slo_s {
         return Err(SpillReason::Ttft);
     }
@@ -260,6 +269,7 @@ mod tests {
             service_s: Some(1.0),
             prefix_hit_rate: Some(0.0),
             prompt_tokens_mean: Some(500.0),
+            restarts: 0,
         }
     }
 
@@ -267,17 +277,21 @@ mod tests {
     async fn an_idle_node_predicts_its_recent_ttft_corrected_for_prompt_size() {
         let now = Instant::now();
         // Recent TTFT 0.05 s for 500-token prompts; 1000 tokens is 500 more at 5000 tok/s.
-        let t = admit(&sig(now), LoadView::default(), &limits(), 1000, 1.0, now).unwrap();
+        let t = admit(&sig(now), LoadView::default(), &limits(), 1000, None, 1.0, now).unwrap();
         assert!((t - 0.15).abs() < 1e-9, "{t}");
         // An average prompt: exactly the recent TTFT. A tiny one: never less than one step.
-        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 500) - 0.05).abs() < 1e-9);
-        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 1) - 0.02).abs() < 1e-9);
+        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 500, None) - 0.05).abs() < 1e-9);
+        assert!((predict_ttft(&sig(now), LoadView::default(), &limits(), 1, None) - 0.02).abs() < 1e-9);
         // Half of every prompt cached: the 500 extra tokens cost half as much.
         let cached = NodeSignals { prefix_hit_rate: Some(0.5), ..sig(now) };
-        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000) - 0.10).abs() < 1e-9);
+        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000, None) - 0.10).abs() < 1e-9);
+        // What the router knows this request finds cached overrides the node's rate: the whole
+        // prompt on a node that never saw its session, 100 tokens on the one that served it.
+        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000, Some(0)) - 0.20).abs() < 1e-9);
+        assert!((predict_ttft(&cached, LoadView::default(), &limits(), 1000, Some(800)) - 0.04).abs() < 1e-9);
         // Before anything is measured: prefill at the rate plus one step.
         let fresh = NodeSignals { ttft_s: None, ..sig(now) };
-        assert!((predict_ttft(&fresh, LoadView::default(), &limits(), 1000) - 0.22).abs() < 1e-9);
+        assert!((predict_ttft(&fresh, LoadView::default(), &limits(), 1000, None) - 0.22).abs() < 1e-9);
     }
 
     #[tokio::test(start_paused = true)]
@@ -285,7 +299,7 @@ mod tests {
         let now = Instant::now();
         let busy = NodeSignals { running: Some(10.0), waiting: Some(4.0), ..sig(now) };
         // 14 at the node, 10 slots: 5 ahead (this one included) × 1 s / 10 slots = 0.5 s.
-        let t = predict_ttft(&busy, LoadView::default(), &limits(), 1000);
+        let t = predict_ttft(&busy, LoadView::default(), &limits(), 1000, None);
         assert!((t - 0.65).abs() < 1e-9, "{t}");
     }
 
@@ -295,31 +309,31 @@ mod tests {
         let l = limits();
         let old = NodeSignals { scraped_at: Some(now), ..sig(now) };
         let later = now + Duration::from_secs(6);
-        assert_eq!(admit(&old, LoadView::default(), &l, 10, 1.0, later), Err(SpillReason::Stale));
+        assert_eq!(admit(&old, LoadView::default(), &l, 10, None, 1.0, later), Err(SpillReason::Stale));
         let never = NodeSignals { scraped_at: None, ..sig(now) };
-        assert_eq!(admit(&never, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Stale));
+        assert_eq!(admit(&never, LoadView::default(), &l, 10, None, 1.0, now), Err(SpillReason::Stale));
         // 8 slots usable of 10 with a 0.2 reserve: 7 at the node + this one fits, 8 does not.
         let seven = NodeSignals { running: Some(7.0), ..sig(now) };
-        assert!(admit(&seven, LoadView::default(), &l, 10, 1.0, now).is_ok());
+        assert!(admit(&seven, LoadView::default(), &l, 10, None, 1.0, now).is_ok());
         let eight = NodeSignals { running: Some(8.0), ..sig(now) };
-        assert_eq!(admit(&eight, LoadView::default(), &l, 10, 1.0, now), Err(SpillReason::Reserve));
+        assert_eq!(admit(&eight, LoadView::default(), &l, 10, None, 1.0, now), Err(SpillReason::Reserve));
         // The router's unseen sends count before the node reports them.
         let credit = LoadView { in_flight: 6, unseen: 6, sent: 6, ..LoadView::default() };
-        assert_eq!(admit(&sig(now), credit, &l, 10, 1.0, now), Err(SpillReason::Reserve));
+        assert_eq!(admit(&sig(now), credit, &l, 10, None, 1.0, now), Err(SpillReason::Reserve));
         // Reserve released: fills to capacity, then queue.
         let open = PoolLimits { reserve: 0.0, ..l };
         let nine = NodeSignals { running: Some(9.0), ..sig(now) };
-        assert!(admit(&nine, LoadView::default(), &open, 10, 1.0, now).is_ok());
+        assert!(admit(&nine, LoadView::default(), &open, 10, None, 1.0, now).is_ok());
         let ten = NodeSignals { running: Some(10.0), ..sig(now) };
-        assert_eq!(admit(&ten, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        assert_eq!(admit(&ten, LoadView::default(), &open, 10, None, 1.0, now), Err(SpillReason::Queue));
         let waiting = NodeSignals { waiting: Some(1.0), ..sig(now) };
-        assert_eq!(admit(&waiting, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        assert_eq!(admit(&waiting, LoadView::default(), &open, 10, None, 1.0, now), Err(SpillReason::Queue));
         // KV: 0.75 used + a 2000-token prompt (126 blocks of 1000) > 0.8.
         let full_kv = NodeSignals { kv_usage: Some(0.75), ..sig(now) };
-        assert_eq!(admit(&full_kv, LoadView::default(), &l, 2000, 9.0, now), Err(SpillReason::Kv));
-        assert!(admit(&full_kv, LoadView::default(), &l, 100, 9.0, now).is_ok());
+        assert_eq!(admit(&full_kv, LoadView::default(), &l, 2000, None, 9.0, now), Err(SpillReason::Kv));
+        assert!(admit(&full_kv, LoadView::default(), &l, 100, None, 9.0, now).is_ok());
         // TTFT: 3500 tokens more than usual at 5000 tok/s = 0.7 s more > a 0.5 s target.
-        assert_eq!(admit(&sig(now), LoadView::default(), &l, 4000, 0.5, now), Err(SpillReason::Ttft));
+        assert_eq!(admit(&sig(now), LoadView::default(), &l, 4000, None, 0.5, now), Err(SpillReason::Ttft));
     }
 
     #[tokio::test(start_paused = true)]
@@ -328,15 +342,15 @@ mod tests {
         let open = PoolLimits { reserve: 0.0, ..limits() };
         // llama.cpp with 2 slots in a pool configured for 10: the third request would queue.
         let two = NodeSignals { max_running: Some(2.0), running: Some(1.0), ..sig(now) };
-        assert!(admit(&two, LoadView::default(), &open, 10, 1.0, now).is_ok());
+        assert!(admit(&two, LoadView::default(), &open, 10, None, 1.0, now).is_ok());
         let full = NodeSignals { running: Some(2.0), ..two.clone() };
-        assert_eq!(admit(&full, LoadView::default(), &open, 10, 1.0, now), Err(SpillReason::Queue));
+        assert_eq!(admit(&full, LoadView::default(), &open, 10, None, 1.0, now), Err(SpillReason::Queue));
         // The reserve keeps whole slots: 20 % of 2 slots is none, so both serve.
         let reserved = PoolLimits { reserve: 0.2, ..open };
-        assert!(admit(&two, LoadView::default(), &reserved, 10, 1.0, now).is_ok());
+        assert!(admit(&two, LoadView::default(), &reserved, 10, None, 1.0, now).is_ok());
         // Queue turnover is over the node's 2 slots: 3 ahead × 1 s / 2 slots = 1.5 s, + 0.05 s.
         let four = NodeSignals { running: Some(4.0), ..two.clone() };
-        let t = predict_ttft(&four, LoadView::default(), &open, 500);
+        let t = predict_ttft(&four, LoadView::default(), &open, 500, None);
         assert!((t - 1.55).abs() < 1e-9, "{t}");
         // A limit above the pool's does not raise it; a nonsense one is ignored.
         assert_eq!(slots(&NodeSignals { max_running: Some(64.0), ..sig(now) }, &open), 10.0);
@@ -355,11 +369,11 @@ mod tests {
             kv_capacity_tokens: Some(10_000.0),
             ..sig(now)
         };
-        assert_eq!(admit(&tokens, LoadView::default(), &l, 1500, 9.0, now), Err(SpillReason::Kv));
-        assert!(admit(&tokens, LoadView::default(), &l, 500, 9.0, now).is_ok());
+        assert_eq!(admit(&tokens, LoadView::default(), &l, 1500, None, 9.0, now), Err(SpillReason::Kv));
+        assert!(admit(&tokens, LoadView::default(), &l, 500, None, 9.0, now).is_ok());
         // Unknown capacity: no KV check at all.
         let unknown = NodeSignals { kv_capacity_tokens: None, ..tokens };
-        assert!(admit(&unknown, LoadView::default(), &l, 1500, 9.0, now).is_ok());
+        assert!(admit(&unknown, LoadView::default(), &l, 1500, None, 9.0, now).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
@@ -386,11 +400,11 @@ mod tests {
     async fn unknown_signals_fall_back_without_panicking() {
         let now = Instant::now();
         let bare = NodeSignals { scraped_at: Some(now), ..NodeSignals::default() };
-        let t = admit(&bare, LoadView::default(), &limits(), 1000, 5.0, now).unwrap();
+        let t = admit(&bare, LoadView::default(), &limits(), 1000, None, 5.0, now).unwrap();
         // 1000 tokens at the default 10k tok/s + the default step.
         assert!((t - 0.12).abs() < 1e-9, "{t}");
         // Measured 0.3 s TTFT of which 0.1 s queued; no prompt mean: this prompt counts as usual.
         let measured = NodeSignals { ttft_s: Some(0.3), queue_s: Some(0.1), ..bare };
-        assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000) - 0.2).abs() < 1e-9);
+        assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000, None) - 0.2).abs() < 1e-9);
     }
 }

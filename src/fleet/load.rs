@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
+use super::prefix_cache::{Memory, PrefixKeys};
 use super::progress::{NodeProgress, NodeRunning, Progress};
 use crate::canonical::NodeKey;
 use crate::config::Priority;
@@ -93,6 +94,8 @@ struct Counters {
     progress: NodeProgress,
     /// Told whenever one of them ends (a slot may have freed).
     freed: Notify,
+    /// What its prefix cache likely holds.
+    prefix: Mutex<Memory>,
 }
 
 /// The node's past: the peak of the router's in-flight count in each interval between two
@@ -146,6 +149,13 @@ impl Drop for InFlight {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.by_priority[self.1].fetch_sub(1, Ordering::Relaxed);
         self.0.progress.end(&self.2);
+        if let Some((touch, tokens, reported)) = self.2.learnt() {
+            let mut memory = self.0.prefix.lock().unwrap_or_else(|e| e.into_inner());
+            memory.served(&touch.keys, tokens, touch.generation);
+            if let Some(actual) = reported {
+                memory.reported(touch.predicted_cached, actual);
+            }
+        }
         self.0.freed.notify_waiters();
     }
 }
@@ -171,6 +181,12 @@ impl NodeCounters {
     /// The router's requests in flight on the node, and the usual length of its answers.
     pub fn running(&self) -> NodeRunning {
         self.0.progress.read()
+    }
+
+    /// Tokens of a request of `prompt` tokens with these keys the node's prefix cache likely
+    /// holds, its engine in its `generation`-th run (`fleet::prefix_cache`); `None`: no keys.
+    pub fn cached(&self, keys: &PrefixKeys, prompt: u32, generation: u32) -> Option<u32> {
+        self.0.prefix.lock().unwrap_or_else(|e| e.into_inner()).cached(keys, prompt, generation)
     }
 
     /// Told whenever one of the router's requests on the node ends.

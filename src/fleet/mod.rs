@@ -7,6 +7,7 @@ pub mod headroom;
 pub mod load;
 pub mod metrics;
 mod parse_error;
+pub mod prefix_cache;
 pub mod progress;
 pub mod reading;
 pub mod rendezvous;

@@ -13,10 +13,11 @@
 //! for a full node.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::time::Instant;
 
+use super::prefix_cache::PrefixKeys;
 use crate::canonical::Event;
 
 /// One request in flight, as its events update it.
@@ -28,6 +29,21 @@ pub struct Progress {
     streamed: AtomicU32,
     /// Microseconds from `started` to the first token, plus one; 0 while none has come.
     first_token_us: AtomicU64,
+    /// What the node may hold of it, for the node to learn from when it ends.
+    touch: OnceLock<Touch>,
+    /// Prompt tokens the engine reported cached (`u32::MAX`: no usage yet).
+    reported_cached: AtomicU32,
+}
+
+/// What a request may find in its node's prefix cache (`fleet::prefix_cache`), as dispatch
+/// predicted it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Touch {
+    pub keys: PrefixKeys,
+    pub prompt_tokens: u32,
+    pub predicted_cached: u32,
+    /// The node's engine restarts when it was sent (`NodeSignals::restarts`).
+    pub generation: u32,
 }
 
 /// A plain copy of one request's progress, for planning.
@@ -51,7 +67,26 @@ impl Progress {
             max_tokens: AtomicU32::new(0),
             streamed: AtomicU32::new(0),
             first_token_us: AtomicU64::new(0),
+            touch: OnceLock::new(),
+            reported_cached: AtomicU32::new(u32::MAX),
         }
+    }
+
+    /// What the node may hold of the request (set once, when it is sent).
+    pub fn touch(&self, touch: Touch) {
+        let _ = self.touch.set(touch);
+    }
+
+    /// Once it has ended: what the node held of it as predicted, the tokens it now holds
+    /// (prompt and answer), and the cached tokens the engine reported; `None` when it was not
+    /// described or no token came (the node may not have prefilled it).
+    pub(crate) fn learnt(&self) -> Option<(Touch, u32, Option<u32>)> {
+        let touch = *self.touch.get()?;
+        if self.first_token_us.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let reported = Some(self.reported_cached.load(Ordering::Relaxed)).filter(|&n| n != u32::MAX);
+        Some((touch, touch.prompt_tokens.saturating_add(self.streamed()), reported))
     }
 
     /// What the request asks of the node.
@@ -69,6 +104,7 @@ impl Progress {
             let _ = self.first_token_us.compare_exchange(0, us, Ordering::Relaxed, Ordering::Relaxed);
         } else if let Event::Usage(usage) = event {
             self.streamed.fetch_max(usage.output_tokens, Ordering::Relaxed);
+            self.reported_cached.store(usage.cached_input_tokens, Ordering::Relaxed);
         }
     }
 

@@ -201,6 +201,8 @@ impl NodeTelemetry {
     /// the last (the node was replaced) starts the recent figures afresh.
     pub(crate) fn on_scrape(&mut self, engine: Engine, sample: NodeSample, now: Instant) {
         if self.engine != Some(engine) {
+            // Another engine answers: the node was replaced, its cache is cold.
+            self.restarts += u32::from(self.engine.is_some());
             self.recent = RecentStats::default();
             self.info = EngineInfo::default();
             self.sample = None;
@@ -276,6 +278,7 @@ impl NodeTelemetry {
             service_s: r.e2e_s.map(|e| r.queue_s.map_or(e, |q| (e - q).max(0.0))),
             prefix_hit_rate: r.prefix_cache_hit_rate.or(s.and_then(|s| s.reported_prefix_hit_rate)),
             prompt_tokens_mean: r.prompt_tokens_per_request,
+            restarts: self.restarts,
         }
     }
 }

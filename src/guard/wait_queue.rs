@@ -38,6 +38,9 @@ struct Entry {
     session: Option<u64>,
     key: Option<String>,
     tokens: u32,
+    /// It waits for the one node that holds its prefix while another has room: no other
+    /// request waits behind it.
+    warm: bool,
 }
 
 /// Why a request may not wait.
@@ -106,16 +109,19 @@ impl WaitQueues {
         let pools = self.lock();
         let Some(waiting) = pools.get(pool) else { return 0 };
         let rank = rank_of(waiting, priority, &holder, u64::MAX);
-        waiting.iter().filter(|e| e.rank < rank).count()
+        waiting.iter().filter(|e| e.rank < rank && !e.warm).count()
     }
 
-    /// Join `pool`'s queue, or why not.
+    /// Join `pool`'s queue, or why not. `warm`: the request waits for the node holding its
+    /// prefix while another has room (`route::Reason::Wait`), so it is not ahead of later ones.
+    #[allow(clippy::too_many_arguments)]
     pub fn join(
         self: &Arc<Self>,
         pool: &str,
         priority: Priority,
         holder: Holder<'_>,
         tokens: u32,
+        warm: bool,
         cfg: &QueueConfig,
     ) -> Result<Ticket, Refused> {
         if self.draining() {
@@ -134,7 +140,8 @@ impl WaitQueues {
             return Err(Refused::Share);
         }
         let rank = rank_of(waiting, priority, &holder, self.seq.fetch_add(1, Ordering::Relaxed));
-        waiting.push(Entry { rank, session: holder.session, key: holder.key.map(str::to_string), tokens });
+        let key = holder.key.map(str::to_string);
+        waiting.push(Entry { rank, session: holder.session, key, tokens, warm });
         self.total.fetch_add(1, Ordering::Relaxed);
         drop(pools);
         self.changed.notify_waiters();
@@ -182,10 +189,18 @@ impl Ticket {
         &self.pool
     }
 
+    /// It now waits for the node holding its prefix while another has room (`warm`), or for
+    /// any slot: only the latter makes other requests wait behind it.
+    pub fn set_warm(&self, warm: bool) {
+        let mut pools = self.queues.lock();
+        let entries = pools.get_mut(&self.pool).into_iter().flatten();
+        entries.filter(|e| e.rank == self.rank).for_each(|e| e.warm = warm);
+    }
+
     /// Requests in its pool's queue that go before it.
     pub fn ahead(&self) -> usize {
         let pools = self.queues.lock();
-        pools.get(&self.pool).map_or(0, |w| w.iter().filter(|e| e.rank < self.rank).count())
+        pools.get(&self.pool).map_or(0, |w| w.iter().filter(|e| e.rank < self.rank && !e.warm).count())
     }
 }
 
@@ -221,13 +236,13 @@ mod tests {
     fn priority_then_rounds_across_sessions_then_arrival() {
         let q = WaitQueues::new();
         let c = cfg(10, 1.0);
-        let a1 = q.join("p", Priority::Standard, session(1), 10, &c).unwrap();
-        let a2 = q.join("p", Priority::Standard, session(1), 10, &c).unwrap();
-        let b1 = q.join("p", Priority::Standard, session(2), 10, &c).unwrap();
+        let a1 = q.join("p", Priority::Standard, session(1), 10, false, &c).unwrap();
+        let a2 = q.join("p", Priority::Standard, session(1), 10, false, &c).unwrap();
+        let b1 = q.join("p", Priority::Standard, session(2), 10, false, &c).unwrap();
         // Session 2's first goes before session 1's second.
         assert_eq!((a1.ahead(), b1.ahead(), a2.ahead()), (0, 1, 2));
         // An interactive request goes before all of them; a batch one after.
-        let i = q.join("p", Priority::Interactive, session(3), 10, &c).unwrap();
+        let i = q.join("p", Priority::Interactive, session(3), 10, false, &c).unwrap();
         assert_eq!((i.ahead(), a1.ahead(), a2.ahead()), (0, 1, 3));
         assert_eq!(q.ahead("p", Priority::Batch, session(9),), 4);
         assert_eq!(q.ahead("p", Priority::Interactive, session(9)), 1);
@@ -242,19 +257,39 @@ mod tests {
     }
 
     #[test]
+    fn a_request_waiting_for_its_warm_node_is_not_ahead_of_later_ones() {
+        let q = WaitQueues::new();
+        let c = cfg(10, 1.0);
+        let warm = q.join("p", Priority::Standard, session(1), 10, true, &c).unwrap();
+        assert_eq!(q.ahead("p", Priority::Standard, session(2)), 0);
+        let later = q.join("p", Priority::Standard, session(2), 10, false, &c).unwrap();
+        // It still counts in the queue's depth.
+        assert_eq!((warm.ahead(), later.ahead(), q.depths()[0].1), (0, 0, 2));
+        // Waiting for any slot again, it is ahead of later requests again.
+        warm.set_warm(false);
+        assert_eq!((later.ahead(), q.ahead("p", Priority::Standard, session(3))), (1, 2));
+    }
+
+    #[test]
     fn bounded_per_pool_and_per_session_and_key() {
         let q = WaitQueues::new();
         let c = cfg(4, 0.5);
-        let _a = q.join("p", Priority::Standard, session(1), 1, &c).unwrap();
-        let _b = q.join("p", Priority::Standard, session(1), 1, &c).unwrap();
-        assert_eq!(q.join("p", Priority::Standard, session(1), 1, &c).unwrap_err(), Refused::Share);
+        let _a = q.join("p", Priority::Standard, session(1), 1, false, &c).unwrap();
+        let _b = q.join("p", Priority::Standard, session(1), 1, false, &c).unwrap();
+        assert_eq!(q.join("p", Priority::Standard, session(1), 1, false, &c).unwrap_err(), Refused::Share);
         let key = Holder { session: Some(2), key: Some("team-a") };
-        let _c = q.join("p", Priority::Standard, key, 1, &c).unwrap();
+        let _c = q.join("p", Priority::Standard, key, 1, false, &c).unwrap();
         let same_key = Holder { session: Some(3), key: Some("team-a") };
-        let _d = q.join("p", Priority::Standard, same_key, 1, &c).unwrap();
-        assert_eq!(q.join("p", Priority::Standard, session(4), 1, &c).unwrap_err(), Refused::Full);
-        assert!(q.join("other", Priority::Standard, session(1), 1, &c).is_ok(), "another pool's own bound");
+        let _d = q.join("p", Priority::Standard, same_key, 1, false, &c).unwrap();
+        assert_eq!(q.join("p", Priority::Standard, session(4), 1, false, &c).unwrap_err(), Refused::Full);
+        assert!(
+            q.join("other", Priority::Standard, session(1), 1, false, &c).is_ok(),
+            "another pool's own bound"
+        );
         q.drain();
-        assert_eq!(q.join("other", Priority::Standard, session(5), 1, &c).unwrap_err(), Refused::Draining);
+        assert_eq!(
+            q.join("other", Priority::Standard, session(5), 1, false, &c).unwrap_err(),
+            Refused::Draining
+        );
     }
 }

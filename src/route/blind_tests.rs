@@ -90,6 +90,7 @@ fn facts<'a>(task: &'a TaskConfig, seed: u64, load: &'a dyn Fn(&NodeView) -> Loa
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     }
 }
 

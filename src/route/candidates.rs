@@ -189,9 +189,10 @@ fn signals_hash(sig: &NodeSignals) -> u64 {
         service_s,
         prefix_hit_rate,
         prompt_tokens_mean,
+        restarts,
     } = sig;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (scraped_at, kv_blocks, block_size).hash(&mut h);
+    (scraped_at, kv_blocks, block_size, restarts).hash(&mut h);
     let floats = [
         running,
         waiting,
@@ -262,7 +263,7 @@ impl Pool {
         let bounds: Vec<f64> = self
             .first
             .iter()
-            .map(|&i| headroom::predict_ttft(&self.floor[i], LoadView::default(), &view.limits, low))
+            .map(|&i| headroom::predict_ttft(&self.floor[i], LoadView::default(), &view.limits, low, None))
             .collect();
         let mut order: Vec<(f64, u32, usize)> = (0..view.nodes.len())
             .filter(|&i| !out[i])
@@ -392,7 +393,11 @@ impl<'a> Scan<'a> {
         let n = view.nodes.len();
         let bounded = facts
             .candidates
-            .filter(|c| now >= c.built_at && facts.priority != Priority::Interactive)
+            // Its bounds price the whole prompt: a request that may find part of it cached
+            // on some node is judged on every node.
+            .filter(|c| {
+                now >= c.built_at && facts.priority != Priority::Interactive && facts.cached.is_none()
+            })
             .and_then(|c| {
                 let pools = if relaxed { &c.relaxed } else { &c.pools };
                 let resorts = c.resorts.get(backend.index()).and_then(Option::as_ref);
@@ -527,7 +532,7 @@ impl Bounded<'_> {
                 _ => {
                     let first = &self.pool.floor[self.pool.first[class as usize]];
                     let limits = &self.view.limits;
-                    let bound = headroom::predict_ttft(first, LoadView::default(), limits, self.prompt);
+                    let bound = headroom::predict_ttft(first, LoadView::default(), limits, self.prompt, None);
                     self.class = Some((class, bound));
                     bound
                 }

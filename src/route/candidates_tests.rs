@@ -93,6 +93,7 @@ fn facts<'a>(
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     }
 }
 

@@ -56,7 +56,14 @@ pub struct RequestFacts<'a> {
     /// What the router knows of its own requests on full nodes, for a request that may wait
     /// for a local slot ([`wait`]); `None`: it never waits (simulations, synthetic calls).
     pub waits: Option<&'a wait::Waits<'a>>,
+    /// Tokens of this request a node's prefix cache likely holds (`fleet::prefix_cache`: the
+    /// session's earlier turns where they ran, the shared preamble wherever it ran), read per
+    /// node; `None` from it or no reader at all: unknown, the node's own hit rate stands in.
+    pub cached: Option<&'a CachedOn<'a>>,
 }
+
+/// Tokens of a request a node's prefix cache likely holds (`None`: unknown).
+pub type CachedOn<'a> = dyn Fn(&NodeView) -> Option<u32> + 'a;
 
 /// Why a request has no plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,8 +99,9 @@ pub enum Reason {
     Unmeasured { in_flight: u32, capacity: u32 },
     /// A full local node that frees a slot soon enough for the SLO: the request waits for it
     /// in the pool's queue, its slot predicted in `start_ms` and its first token in
-    /// `predicted_ttft_ms` ([`wait`]).
-    Wait { predicted_ttft_ms: u32, start_ms: u32 },
+    /// `predicted_ttft_ms` ([`wait`]). `warm`: the node holds the request's prefix and another
+    /// node has room now, cold; the pool's other waiters do not count it ahead of them.
+    Wait { predicted_ttft_ms: u32, start_ms: u32, warm: bool },
     /// Its breaker is open: last resort, after every healthy target.
     BreakerOpen,
 }
@@ -265,12 +273,13 @@ fn pool_targets(
     let limits = PoolLimits { reserve: reserve.max(0.0), ..view.limits };
     let open = PoolLimits { reserve: 0.0, ..view.limits };
     let deadline_s = slo_s * snap.config.dispatch.ttft_deadline_factor;
-    let preferred = facts.affinity.and_then(|k| {
+    let affinity = facts.affinity.and_then(|k| {
         candidates::cached_affinity(facts.candidates, backend, k)
             .unwrap_or_else(|| affinity_node(&view.nodes, k))
     });
     let mut admitted: Vec<(bool, f64, usize)> = Vec::new();
     let judge = Judge { facts, view, backend, limits, open, slo_s, deadline_s, now };
+    let preferred = judge.warmest(affinity);
     let mut mine = Vec::new();
     let mut scan = candidates::Scan::new(facts, snap, backend, preferred, slo_s, stay, now);
     let mut unread = Vec::new();
@@ -303,24 +312,28 @@ fn pool_targets(
             taken.map(|node| Spill { backend, node, reason: SpillReason::Queue }).collect::<Vec<_>>(),
         );
     }
-    let waits = match admitted.is_empty() && unread.is_empty() {
-        true => wait::targets(facts, snap, backend, &limits, spills, slo_s, now),
-        false => Vec::new(),
-    };
     unread.sort_by_key(|t| match t.reason {
         Reason::Unmeasured { in_flight, .. } => (preferred != Some(t.node), in_flight, t.node),
         _ => (true, u32::MAX, t.node),
     });
-    admitted
-        .into_iter()
-        .map(|(other, ttft, node)| Target {
-            backend,
-            node,
-            reason: Reason::Headroom { predicted_ttft_ms: (ttft * 1000.0).round() as u32, affinity: !other },
-        })
-        .chain(unread)
-        .chain(waits)
-        .collect()
+    let (warm, waits) = match admitted.first() {
+        None if unread.is_empty() => (None, wait::targets(facts, snap, backend, &limits, spills, slo_s, now)),
+        Some(&(_, _, first)) => {
+            let warm = preferred.filter(|&p| p != first).and_then(|p| judge.warm_wait(snap, spills, p));
+            (warm, Vec::new())
+        }
+        None => (None, Vec::new()),
+    };
+    warm.into_iter().chain(headroom_targets(backend, admitted)).chain(unread).chain(waits).collect()
+}
+
+/// The admitted nodes of a pool as targets: (not the preferred node, predicted TTFT, node).
+fn headroom_targets(backend: BackendId, admitted: Vec<(bool, f64, usize)>) -> impl Iterator<Item = Target> {
+    admitted.into_iter().map(move |(other, ttft, node)| Target {
+        backend,
+        node,
+        reason: Reason::Headroom { predicted_ttft_ms: (ttft * 1000.0).round() as u32, affinity: !other },
+    })
 }
 
 /// How [`pool_targets`] judges one node of its pool for one request.
@@ -337,6 +350,43 @@ struct Judge<'a, 'f> {
 }
 
 impl Judge<'_, '_> {
+    /// Tokens of the request node `i` likely holds, if the router knows.
+    fn cached(&self, i: usize) -> Option<u32> {
+        self.facts.cached.and_then(|cached| cached(&self.view.nodes[i]))
+    }
+
+    /// Node `i`, full and holding part of the request's prefix, as a wait target when it frees
+    /// a slot in time for the SLO: in time, the cheaper prefill wins over a cold node with room
+    /// now (the fleet spends less on the turn, and the session stays where it is warm). The
+    /// cold node stays the next target.
+    fn warm_wait(&self, snap: &Snapshot, spills: &[Spill], i: usize) -> Option<Target> {
+        if self.cached(i).unwrap_or(0) == 0 {
+            return None;
+        }
+        let waits = wait::targets(self.facts, snap, self.backend, &self.limits, spills, self.slo_s, self.now);
+        let target = waits.into_iter().find(|t| t.node == i)?;
+        match target.reason {
+            Reason::Wait { predicted_ttft_ms, start_ms, .. } => {
+                Some(Target { reason: Reason::Wait { predicted_ttft_ms, start_ms, warm: true }, ..target })
+            }
+            _ => None,
+        }
+    }
+
+    /// The node the request goes to first while it has room: the one holding the most of its
+    /// prefix when that is more than the affinity node holds (a session deflected from its
+    /// affinity node is warm where it last ran), else the affinity node.
+    fn warmest(&self, affinity: Option<usize>) -> Option<usize> {
+        if self.facts.cached.is_none() {
+            return affinity;
+        }
+        let held = |i: usize| self.cached(i).unwrap_or(0);
+        let floor = affinity.map_or(0, held);
+        let nodes = self.view.nodes.iter().enumerate().filter(|(_, n)| n.held.is_none());
+        let warmest = nodes.map(|(i, _)| (held(i), std::cmp::Reverse(i))).filter(|&(n, _)| n > floor).max();
+        warmest.map(|(_, i)| i.0).or(affinity)
+    }
+
     /// Node `i` of a measured pool has no reading yet: it is not full, it takes requests up
     /// to its capacity (the pool's `max_running` and `max_inflight_per_node`) on the router's
     /// own count, as a pool none of whose nodes is measured does ([`blind`]). A held, down or
@@ -378,7 +428,7 @@ impl Judge<'_, '_> {
         } else if node.breaker == BreakerView::Open || node.quarantine.is_some() {
             Err(SpillReason::Down)
         } else {
-            headroom::admit(&node.signals, load, &self.limits, prompt, self.slo_s, self.now)
+            headroom::admit(&node.signals, load, &self.limits, prompt, self.cached(i), self.slo_s, self.now)
         };
         let why = match verdict {
             Ok(ttft) => return Some(ttft),
@@ -387,15 +437,24 @@ impl Judge<'_, '_> {
         spills.push(Spill { backend, node: i, reason: why });
         let ttft = match facts.priority {
             Priority::Interactive if why > SpillReason::Stale => {
-                Some(headroom::predict_ttft(&node.signals, load, &self.limits, prompt))
+                Some(headroom::predict_ttft(&node.signals, load, &self.limits, prompt, self.cached(i)))
             }
             Priority::Standard
                 if matches!(why, SpillReason::Reserve | SpillReason::Queue | SpillReason::Ttft) =>
             {
-                match headroom::admit(&node.signals, load, &self.open, prompt, self.deadline_s, self.now) {
+                let cached = self.cached(i);
+                match headroom::admit(
+                    &node.signals,
+                    load,
+                    &self.open,
+                    prompt,
+                    cached,
+                    self.deadline_s,
+                    self.now,
+                ) {
                     Ok(ttft) => Some(ttft),
                     Err(SpillReason::Queue) => {
-                        let ttft = headroom::predict_ttft(&node.signals, load, &self.open, prompt);
+                        let ttft = headroom::predict_ttft(&node.signals, load, &self.open, prompt, cached);
                         (ttft <= self.deadline_s).then_some(ttft)
                     }
                     Err(_) => None,

@@ -75,6 +75,7 @@ fn facts(task: &TaskConfig, seed: u64) -> RequestFacts<'_> {
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     }
 }
 

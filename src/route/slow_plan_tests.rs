@@ -64,6 +64,7 @@ fn plan_for(snap: &Snapshot, task: &TaskConfig, key: u64, now: Instant) -> Plan 
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     };
     plan(&facts, snap, now).unwrap()
 }

@@ -144,7 +144,7 @@ pub(crate) fn pool_load(
         fresh += 1;
         let usual = sig.prompt_tokens_mean.or(own_prompt).unwrap_or(USUAL_PROMPT_TOKENS);
         let usual = usual.clamp(1.0, f64::from(u32::MAX)) as u32;
-        refusing += u32::from(headroom::admit(sig, l, &no_reserve, usual, slo_s, now).is_err());
+        refusing += u32::from(headroom::admit(sig, l, &no_reserve, usual, None, slo_s, now).is_err());
     }
     (fresh > 0).then(|| PoolLoad {
         occupancy: held / room,

@@ -90,8 +90,9 @@ pub(super) fn targets(
             // Its own prefill on that node, once a slot is its: as on the node with nothing else.
             let alone =
                 NodeSignals { running: Some(0.0), waiting: Some(0.0), ..view.nodes[*i].signals.clone() };
-            let ttft =
-                start + headroom::predict_ttft(&alone, LoadView::default(), limits, facts.prompt_tokens);
+            let cached = facts.cached.and_then(|cached| cached(&view.nodes[*i]));
+            let ttft = start
+                + headroom::predict_ttft(&alone, LoadView::default(), limits, facts.prompt_tokens, cached);
             (ttft <= slo_s).then_some((ttft, *i, start))
         })
         .collect();
@@ -104,6 +105,7 @@ pub(super) fn targets(
             reason: Reason::Wait {
                 predicted_ttft_ms: (ttft * 1000.0).round() as u32,
                 start_ms: (start * 1000.0).round() as u32,
+                warm: false,
             },
         })
         .collect()

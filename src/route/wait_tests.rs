@@ -1,5 +1,5 @@
-//! Waiting for a local slot, and nodes not yet read, on snapshots built by hand: a pool of two
-//! 2-slot nodes (llama.cpp's shape) before a hosted provider.
+//! Waiting for a local slot, placement by prefix cache, and nodes not yet read, on snapshots
+//! built by hand: a pool of two 2-slot nodes (llama.cpp's shape) before a hosted provider.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use crate::canonical::NodeKey;
 use crate::fleet::headroom::NodeSignals;
 use crate::fleet::progress::Running;
 use crate::guard::node::NodeHandle;
-use crate::route::{plan, Plan, Reason, RequestFacts};
+use crate::route::{affinity_node, plan, Plan, Reason, RequestFacts};
 use crate::snapshot::{NodeView, SnapshotInputs};
 
 const CONFIG: &str = "
@@ -73,6 +73,7 @@ fn facts<'a>(
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     }
 }
 
@@ -106,7 +107,7 @@ async fn a_full_node_that_frees_in_time_is_waited_for_before_the_hosted_chain() 
     let waits = Waits { running: &running, ahead: &none_ahead, waited_s: 0.0 };
     let f = RequestFacts { waits: Some(&waits), ..facts(task, &full) };
     let p = plan(&f, &snap, now).unwrap();
-    let wait = Reason::Wait { predicted_ttft_ms: 2520, start_ms: 2000 };
+    let wait = Reason::Wait { predicted_ttft_ms: 2520, start_ms: 2000, warm: false };
     assert_eq!(reasons(&p)[..2], [(0, wait), (0, wait)]);
     assert_eq!(p.targets[2].backend.index(), 1, "then the hosted provider");
     assert!(p.spills.iter().all(|s| s.reason == SpillReason::Queue));
@@ -194,4 +195,51 @@ async fn a_node_not_yet_read_in_a_measured_pool_takes_requests_on_the_routers_co
     let p = plan(&facts(task, &at_capacity), &snap, now).unwrap();
     assert_eq!(p.targets[0].backend.index(), 1);
     assert!(p.spills.contains(&Spill { backend: BackendId::new(0), node: 1, reason: SpillReason::Queue }));
+}
+
+/// Node 0 (10.0.0.1) holds 4900 tokens of the request, node 1 none.
+fn warm_on_0(node: &NodeView) -> Option<u32> {
+    Some(if node.key.as_str().contains("10.0.0.1") { 4900 } else { 0 })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_goes_where_its_prefix_is_warm_and_waits_for_it_while_in_time_for_the_slo() {
+    let now = Instant::now();
+    let snap = snap(now, &|_| true, 2.0);
+    let task = snap.config.task("agent").unwrap();
+    let f = |load, waits| RequestFacts {
+        prompt_tokens: 5000,
+        cached: Some(&warm_on_0),
+        waits,
+        ..facts(task, load)
+    };
+    // Both nodes have room: the warm one first, though the affinity key's node is the other.
+    let key = (0..100u64).find(|k| affinity_node(&snap.backends[0].nodes, *k) == Some(1)).unwrap();
+    let room = |_: &NodeView| LoadView { in_flight: 1, counted: 2, sent: 1, ..LoadView::default() };
+    let p = plan(&RequestFacts { affinity: Some(key), ..f(&room, None) }, &snap, now).unwrap();
+    // Warm: 100 tokens at 1000/s and a step; cold: 5000 tokens.
+    let warm = Reason::Headroom { predicted_ttft_ms: 120, affinity: true };
+    let cold = Reason::Headroom { predicted_ttft_ms: 5020, affinity: false };
+    assert_eq!((p.targets[0].node, p.targets[0].reason), (0, warm));
+    assert_eq!((p.targets[1].node, p.targets[1].reason), (1, cold));
+    // The warm node full, a slot there in 6 s: waiting for it (6.12 s, within the SLO) costs
+    // the fleet less than a cold prefill now (5.02 s); the cold node is the next target.
+    let warm_full = |n: &NodeView| match n.key.as_str().contains("10.0.0.1") {
+        true => full(n),
+        false => room(n),
+    };
+    let running = running_on(now, [700, 0]);
+    let none_ahead = |_: BackendId| 0;
+    let waits = Waits { running: &running, ahead: &none_ahead, waited_s: 0.0 };
+    let p = plan(&f(&warm_full, Some(&waits)), &snap, now).unwrap();
+    let wait = Reason::Wait { predicted_ttft_ms: 6120, start_ms: 6000, warm: true };
+    assert_eq!((p.targets[0].node, p.targets[0].reason), (0, wait));
+    assert_eq!((p.targets[1].node, p.targets[1].reason), (1, cold));
+    // Once it has waited 4 s, waiting on would break the SLO: it goes cold now.
+    let waited = Waits { waited_s: 4.0, ..waits };
+    let p = plan(&f(&warm_full, Some(&waited)), &snap, now).unwrap();
+    assert_eq!((p.targets[0].node, p.targets[0].reason), (1, cold), "{p:?}");
+    // Without the router's knowledge of the caches, the free node serves at once.
+    let p = plan(&RequestFacts { cached: None, ..f(&warm_full, Some(&waits)) }, &snap, now).unwrap();
+    assert_eq!(p.targets[0].node, 1);
 }

@@ -52,6 +52,7 @@ fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Re
         request: Some(request),
         candidates: None,
         waits: None,
+        cached: None,
     };
     match route::plan_among(&facts, snap, eligible, Instant::now()) {
         Ok(plan) if !plan.targets.is_empty() => Ok(plan.targets[0].backend),

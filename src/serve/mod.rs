@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use crate::canonical::{Affinity, ChatRequest, Principal};
 use crate::config::{BackendId, BackendKind, Config, Priority, TaskConfig};
 use crate::dispatch::{Committed, CostCell, Dispatcher, Keys};
+use crate::fleet::prefix_cache::PrefixKeys;
 use crate::guard::budget::{BudgetBoard, BudgetOptions};
 use crate::guard::quota::QuotaBoard;
 use crate::guard::wait_queue::{Holder, WaitQueues};
@@ -308,6 +309,8 @@ fn plan(
     let load = |node: &NodeView| node.handle.load.view();
     let affinity = affinity.map(|a| a.hash);
     let prompt_tokens = canonical.estimated_prompt_tokens();
+    let keys = PrefixKeys::of(canonical, affinity);
+    let cached = |node: &NodeView| node.handle.load.cached(&keys, prompt_tokens, node.signals.restarts);
     let facts = RequestFacts {
         task,
         prompt_tokens,
@@ -320,6 +323,7 @@ fn plan(
         request: Some(canonical),
         candidates: None,
         waits,
+        cached: Some(&cached),
     };
     let plan = route::plan_among(&facts, snap, eligible, Instant::now()).map_err(plan_error)?;
     serving.share_feedback.record(snap, &plan, prompt_tokens);

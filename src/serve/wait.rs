@@ -109,13 +109,14 @@ pub(super) async fn plan(
         let waits = Waits { running: &running, ahead: &ahead, waited_s: 0.0 };
         replan(&snap, cfg.enabled.then_some(&waits))?
     };
-    let Some((pool, predicted_ttft_ms)) = waits_for(&plan) else {
+    let Some((pool, predicted_ttft_ms, warm)) = waits_for(&plan) else {
         return Ok(Planned { snap, plan: plan.without_waits(), claim: None, decision: None });
     };
     let pool_name = snap.backends[pool].name.clone();
     let decision =
         |outcome, why, waited| Decision { pool: pool_name.clone(), outcome, why, waited, predicted_ttft_ms };
-    let ticket = match queues.join(&pool_name, asker.priority, asker.holder, asker.prompt_tokens, &cfg) {
+    let ticket = match queues.join(&pool_name, asker.priority, asker.holder, asker.prompt_tokens, warm, &cfg)
+    {
         Ok(ticket) => ticket,
         Err(refused) => {
             let decision = Some(decision("spilled", refused.as_str(), Duration::ZERO));
@@ -165,7 +166,10 @@ pub(super) async fn plan(
                 let decision = Some(decision("waited", "slot", waited));
                 return Ok(Planned { snap, plan: plan.without_waits(), claim: Some(claim), decision });
             }
-            Some(Reason::Wait { predicted_ttft_ms, .. }) if !queues.draining() && waited < cfg.max_wait() => {
+            Some(Reason::Wait { predicted_ttft_ms, warm, .. })
+                if !queues.draining() && waited < cfg.max_wait() =>
+            {
+                ticket.set_warm(warm);
                 let slack = asker.slo_s - waited.as_secs_f64() - f64::from(predicted_ttft_ms) / 1000.0;
                 Duration::from_secs_f64((slack / 2.0).clamp(0.01, 1.0)).min(cfg.max_wait() - waited)
             }
@@ -197,10 +201,13 @@ pub(super) async fn plan(
     }
 }
 
-/// The pool and the predicted first token, when the plan's first target is a wait.
-fn waits_for(plan: &Plan) -> Option<(BackendId, u32)> {
+/// The pool, the predicted first token and whether it waits for a warm node, when the plan's
+/// first target is a wait.
+fn waits_for(plan: &Plan) -> Option<(BackendId, u32, bool)> {
     match plan.targets.first()?.reason {
-        Reason::Wait { predicted_ttft_ms, .. } => Some((plan.targets[0].backend, predicted_ttft_ms)),
+        Reason::Wait { predicted_ttft_ms, warm, .. } => {
+            Some((plan.targets[0].backend, predicted_ttft_ms, warm))
+        }
         _ => None,
     }
 }

@@ -3,7 +3,8 @@
 //! long preamble and its growing history every turn; more sessions run at once than the fleet
 //! has slots, so some turns meet a full fleet and wait for a slot instead of being paid to the
 //! hosted provider; the first turns go the moment `/readyz` turns 200, before every node may
-//! have been read twice.
+//! have been read twice. Later turns go where their session's prefix is cached (the engines'
+//! own count of cached prompt tokens says how much was).
 
 use std::time::Duration;
 
@@ -29,11 +30,21 @@ fn preamble(session: usize) -> String {
     )
 }
 
-/// One turn: the preamble, the history so far and the new question; the served backend, the
-/// queue's word on it and the answer's text.
-async fn turn(router: &str, messages: &[Value]) -> (String, Option<String>, String) {
-    let body =
-        json!({"model": "t", "stream": true, "max_tokens": 24, "temperature": 0, "messages": messages});
+/// What one turn met: the served backend (and spill), the queue's word on it, and its prompt
+/// tokens and those the engine found cached.
+#[derive(Debug)]
+struct Turn {
+    backend: String,
+    queue: Option<String>,
+    prompt: u64,
+    cached: u64,
+}
+
+/// One turn: the preamble, the history so far and the new question; what it met and the
+/// answer's text.
+async fn turn(router: &str, messages: &[Value]) -> (Turn, String) {
+    let body = json!({"model": "t", "stream": true, "stream_options": {"include_usage": true},
+        "max_tokens": 24, "temperature": 0, "messages": messages});
     let resp = reqwest::Client::new()
         .post(format!("{router}/v1/chat/completions"))
         .json(&body)
@@ -48,24 +59,29 @@ async fn turn(router: &str, messages: &[Value]) -> (String, Option<String>, Stri
     let backend = header(&headers, "x-spillway-backend").unwrap_or("?").to_string();
     let spill = header(&headers, "x-spillway-spill").map(str::to_string);
     let queue = header(&headers, "x-spillway-queue").map(str::to_string);
-    let said: String = text
+    let chunks: Vec<Value> = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
         .collect();
-    (format!("{backend} {}", spill.unwrap_or_default()).trim().to_string(), queue, said)
+    let said = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let usage = chunks.iter().rev().find(|c| c["usage"].is_object()).map(|c| c["usage"].clone());
+    let usage = usage.unwrap_or_else(|| panic!("no usage: {text}"));
+    let backend = format!("{backend} {}", spill.unwrap_or_default()).trim().to_string();
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    (Turn { backend, queue, prompt, cached }, said)
 }
 
-async fn session(router: String, s: usize) -> Vec<(String, Option<String>)> {
+async fn session(router: String, s: usize) -> Vec<Turn> {
     let mut messages = vec![json!({"role": "system", "content": preamble(s)})];
     let mut served = Vec::new();
     for t in 0..TURNS {
         messages
             .push(json!({"role": "user", "content": format!("Turn {t}: name one step to fix bug {s}.{t}.")}));
-        let (backend, queue, said) = turn(&router, &messages).await;
+        let (met, said) = turn(&router, &messages).await;
         messages.push(json!({"role": "assistant", "content": said}));
-        served.push((backend, queue));
+        served.push(met);
     }
     served
 }
@@ -85,16 +101,22 @@ async fn agent_sessions_beyond_the_fleets_slots_wait_for_a_slot_and_none_is_paid
     })
     .await;
     let sessions = (0..SESSIONS).map(|s| tokio::spawn(session(router.url.clone(), s)));
-    let served: Vec<Vec<(String, Option<String>)>> =
+    let served: Vec<Vec<Turn>> =
         futures::future::join_all(sessions).await.into_iter().map(Result::unwrap).collect();
-    eprintln!("{SESSIONS} sessions × {TURNS} turns on 4 slots: {served:?}");
-    let all: Vec<&(String, Option<String>)> = served.iter().flatten().collect();
-    let hosted_turns: Vec<_> = all.iter().filter(|(backend, _)| backend != "pool").collect();
+    eprintln!("{SESSIONS} sessions × {TURNS} turns on 4 slots: {served:#?}");
+    let all: Vec<&Turn> = served.iter().flatten().collect();
+    let hosted_turns: Vec<_> = all.iter().filter(|t| t.backend != "pool").collect();
     assert!(hosted_turns.is_empty(), "paid to the hosted provider: {hosted_turns:?}");
     assert_eq!(all.len(), SESSIONS * TURNS);
     // Six sessions on four slots: some turns met a full fleet and waited for a slot.
-    let waited = all.iter().filter(|(_, q)| q.as_deref() == Some("waited")).count();
+    let waited = all.iter().filter(|t| t.queue.as_deref() == Some("waited")).count();
     assert!(waited > 0, "{served:?}");
+    // Later turns found most of their prompt in the cache of the node they went to.
+    let later = served.iter().flat_map(|s| &s[1..]);
+    let (prompt, cached) = later.fold((0, 0), |(p, c), t| (p + t.prompt, c + t.cached));
+    let share = cached as f64 / prompt as f64;
+    eprintln!("later turns: {cached} of {prompt} prompt tokens cached ({:.0} %)", share * 100.0);
+    assert!(share >= 0.8, "{served:#?}");
 
     // The metrics say so: the waits and their decisions, and an empty queue now.
     let page = reqwest::get(format!("{}/metrics", router.url)).await.unwrap().text().await.unwrap();

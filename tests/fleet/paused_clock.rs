@@ -139,6 +139,7 @@ fn plan(snap: &Snapshot, task: &str) -> Vec<String> {
         request: None,
         candidates: None,
         waits: None,
+        cached: None,
     };
     let plan = route::plan(&facts, snap, Instant::now()).unwrap();
     plan.targets.iter().map(|t| snap.backends[t.backend].name.clone()).collect()

@@ -116,6 +116,7 @@ impl Engine<'_> {
             request: None,
             candidates: self.candidates.as_ref(),
             waits: None,
+            cached: None,
         };
         let planned = route::plan(&facts, &self.snap, at);
         if let Ok(p) = &planned {
