@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use rust_decimal::Decimal;
 use tokio::time::Instant;
 
-use crate::canonical::{Affinity, ErrorClass, NodeKey, UpstreamError};
+use crate::canonical::{Affinity, BackendName, ErrorClass, NodeKey, UpstreamError};
 use crate::canonical::{Event, Usage};
 use crate::fleet::headroom::SpillReason;
 
@@ -381,6 +381,22 @@ pub enum Record {
     Request(RequestOutcome),
     /// What the queue in front of a local pool decided for a request (`serve::wait`).
     Queue(QueueRecord),
+    /// Local pools that did not serve a request although it was theirs to serve.
+    Spilled(SpillRecord),
+}
+
+/// A client request that local pools did not serve although it was theirs to serve: its plan
+/// spilled past their nodes, or dispatch skipped a node of theirs (no slot, an open breaker) or
+/// saw it fail; then another backend served it, or nothing did (shed, or every target failed).
+/// Demand the fleet did not serve, for `spillway_pool_spilled_tokens_per_second`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpillRecord {
+    /// Each pool once.
+    pub pools: Vec<BackendName>,
+    /// The request's prompt as planning estimated it (`estimated_prompt_tokens`).
+    pub prompt_tokens: u32,
+    /// When dispatch knew: the request committed elsewhere, or was refused.
+    pub at: Instant,
 }
 
 /// A request that met a full local pool whose slot would free in time: it `waited` for it,

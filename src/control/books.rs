@@ -44,6 +44,7 @@ pub(crate) async fn consume(
         match record {
             Record::Planned { task, first } => metrics.observe_planned(&task, &first),
             Record::Queue(q) => metrics.observe_queue(&q),
+            Record::Spilled(s) => metrics.observe_spilled(&s),
             Record::Failover { task, from, to, reason } => {
                 metrics.observe_failover(&task, &from, &to, reason);
             }

@@ -12,6 +12,7 @@ mod first_output;
 mod guards;
 mod lease;
 pub mod synthetic;
+mod unserved;
 pub mod variant;
 pub mod walk;
 
@@ -318,6 +319,7 @@ impl Dispatcher {
                 .map(|s| format!("{}: {}", snap.backends[s.backend].nodes[s.node].origin, s.reason.as_str()))
                 .collect();
             self.emit(Record::Request(RequestOutcome::shed(&task.name, started).with_meta(meta)));
+            self.note_unserved(snap, plan, &[], None, request, meta);
             return Err(DispatchError::Shed {
                 why: format!(
                     "no capacity for a {} request to task `{}`: {}",
@@ -431,6 +433,8 @@ impl Dispatcher {
                     let slo = Duration::from_millis(task.slo.ttft_ms);
                     let served = AttemptRecord::served(&task.name, &backend.name, &node.key, ttft, slo);
                     self.emit(Record::Attempt(served.for_request(&meta.request_id)));
+                    let served = Some(backend.name.as_str());
+                    self.note_unserved(snap, plan, &guards.attempts, served, request, meta);
                     return Ok(Committed {
                         backend: backend.name.clone(),
                         model: backend.model.clone(),
@@ -465,6 +469,7 @@ impl Dispatcher {
                         let outcome =
                             RequestOutcome::failed(&task.name, &backend.name, calls, error.class, started);
                         self.emit(Record::Request(outcome.with_meta(meta)));
+                        self.note_unserved(snap, plan, &guards.attempts, None, request, meta);
                         return Err(DispatchError::Rejected {
                             backend: backend.name.clone(),
                             error,
@@ -478,7 +483,32 @@ impl Dispatcher {
         let class = attempts.iter().rev().find_map(|a| a.error_class).unwrap_or(ErrorClass::Overloaded);
         let outcome = RequestOutcome::failed(&task.name, "", walk.calls(), class, started);
         self.emit(Record::Request(outcome.with_meta(meta)));
+        self.note_unserved(snap, plan, &attempts, None, request, meta);
         Err(DispatchError::Exhausted { attempts })
+    }
+
+    /// The local pools that did not serve a client's request (`served` answered it, or nothing
+    /// did) although it was theirs: `plan` spilled past them, or one of their nodes was skipped
+    /// or failed among `tried`. For their spilled tokens per second.
+    fn note_unserved(
+        &self,
+        snap: &Snapshot,
+        plan: &Plan,
+        tried: &[AttemptRecord],
+        served: Option<&str>,
+        request: &ChatRequest,
+        meta: &RequestMeta,
+    ) {
+        if meta.synthetic {
+            return;
+        }
+        let spilled = plan.spills.iter().map(|s| snap.backends[s.backend].name.as_str());
+        let is_local = |name: &str| snap.backends.iter().any(|b| b.name == name && b.is_local());
+        let failed = tried.iter().map(|a| a.backend.as_str()).filter(|name| is_local(name));
+        let prompt = request.estimated_prompt_tokens();
+        if let Some(record) = unserved::unserved(spilled.chain(failed), served, prompt, Instant::now()) {
+            self.emit(Record::Spilled(record));
+        }
     }
 }
 

@@ -15,10 +15,12 @@ mod family;
 mod observe;
 mod opstate;
 mod queue;
+mod rate_window;
 pub mod slo;
 mod spool;
 mod state;
 mod telemetry;
+mod unserved;
 
 pub use batch::BatchMetrics;
 use std::collections::HashMap;
@@ -48,6 +50,7 @@ pub struct Metrics {
     spool: spool::SpoolFamilies,
     operator_state: opstate::OperatorStateFamilies,
     queue: queue::QueueFamilies,
+    unserved: unserved::UnservedFamilies,
     /// Client connections at the HTTP edge.
     pub edge: EdgeMetrics,
     /// Batch jobs' lines (fed by the batch runner).
@@ -77,6 +80,7 @@ impl Metrics {
             spool: spool::SpoolFamilies::register(&r),
             operator_state: opstate::OperatorStateFamilies::register(&r),
             queue: queue::QueueFamilies::register(&r),
+            unserved: unserved::UnservedFamilies::register(&r),
             edge: EdgeMetrics::register(&r),
             batch: batch::BatchMetrics::register(&r),
             telemetry: TelemetryFamilies::register(&r),

@@ -107,6 +107,11 @@ impl Metrics {
         self.queue.observe(r);
     }
 
+    /// Local pools that did not serve a request although it was theirs to serve.
+    pub(crate) fn observe_spilled(&self, r: &crate::outcome::SpillRecord) {
+        self.unserved.observe(r);
+    }
+
     /// A plan was made; `first` is the backend that came first in it.
     pub(crate) fn observe_planned(&self, task: &str, first: &str) {
         self.requests.first_choice.get(TaskBackend { task, backend: first }).inc();

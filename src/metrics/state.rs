@@ -1,6 +1,7 @@
 //! Gauges of current state, set from the published snapshot and the telemetry board when
 //! `/metrics` is scraped: breakers, node load and staleness, quarantines, GPU utilisation,
-//! provider availability and weights, SLO windows. Series of nodes that left are dropped.
+//! provider availability and weights, SLO windows, each pool's queue and spilled tokens per
+//! second. Series of nodes that left are dropped.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -48,6 +49,7 @@ impl Metrics {
         let pools: Vec<String> =
             snap.backends.iter().filter(|b| b.is_local()).map(|b| b.name.clone()).collect();
         self.queue.set_depths(&pools, v.queues);
+        self.unserved.set(&pools, v.now);
         for b in &snap.backends {
             if b.is_local() {
                 f.share.get(Backend { backend: &b.name }).set(b.share);

@@ -48,6 +48,10 @@ async fn a_ramp_to_150_percent_spills_and_keeps_ttft_inside_the_slo() {
     assert!(counted > 0.0 && reserve > 0.0, "{text}");
     let hosted = [("backend", "hosted"), ("outcome", "completed")];
     assert_eq!(common::series_sum(&text, "spillway_requests_total", &hosted), Some(counted), "{text}");
+    // The pool's spilled prompt tokens per second (over the last minute) tell an autoscaler so.
+    let spilled = [("backend", "local")];
+    let rate = common::series_sum(&text, "spillway_pool_spilled_tokens_per_second", &spilled);
+    assert!(rate.is_some_and(|r| r > 0.0), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,8 @@
 //!
 //! Each good set must pass `helm lint --strict` and render with `helm template`; every rendered
 //! object must then pass `kubernetes-validate --strict` (plain kinds), `promtool check rules`
-//! (the PrometheusRule's groups) or a structural check (the ServiceMonitor), and the ConfigMap's
+//! (the PrometheusRule's groups, and the KEDA ScaledObject's query as a recording rule) or a
+//! structural check (the ServiceMonitor, the ScaledObject), and the ConfigMap's
 //! `spillway.yaml` must pass `spillway check-config`, and `check-config --env` given exactly
 //! the environment variables the Deployment fills from Secrets. Each bad set must be refused by
 //! both `helm lint` and `helm template`, with a message naming the value to fix.
@@ -25,8 +26,9 @@ const FIXTURES: &str = "tests/fixtures/helm";
 const NAMESPACE: &str = "llm";
 /// The Kubernetes version whose schemas the rendered objects are checked against.
 const KUBE_VERSION: &str = "1.33.0";
-/// Kinds with no schema in kubernetes-validate (Prometheus Operator CRDs), checked here instead.
-const CRD_KINDS: &[&str] = &["ServiceMonitor", "PrometheusRule"];
+/// Kinds with no schema in kubernetes-validate (Prometheus Operator and KEDA CRDs), checked here
+/// instead.
+const CRD_KINDS: &[&str] = &["ServiceMonitor", "PrometheusRule", "ScaledObject"];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,9 +38,12 @@ fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// A scratch directory for one value set, emptied first.
+/// A scratch directory for one render of a value set, emptied first. Numbered, since tests
+/// running at once render the same set (the defaults) and must not share one.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm").join(name);
+    static RENDERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm").join(format!("{name}.{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -201,6 +206,9 @@ fn render_and_validate(set: Option<&str>, extra: &[&str]) -> Rendered {
     for monitor in rendered.all("ServiceMonitor") {
         check_service_monitor(&rendered, monitor);
     }
+    for scaled in rendered.all("ScaledObject") {
+        check_scaled_object(&rendered, scaled, &dir);
+    }
     check_common(&rendered);
     check_spillway_config(&rendered, &dir);
     rendered
@@ -288,6 +296,40 @@ fn check_service_monitor(r: &Rendered, monitor: &Value) {
         );
         assert_eq!(str_of(&e["path"]), "/metrics");
     }
+}
+
+/// The KEDA ScaledObject: a workload to scale, replica bounds, and one Prometheus trigger whose
+/// query `promtool` parses (as a recording rule) and whose threshold is a positive number.
+fn check_scaled_object(r: &Rendered, scaled: &Value, dir: &Path) {
+    eprintln!("[{}] ScaledObject: target, bounds, Prometheus trigger (promtool parses its query)", r.name);
+    assert_eq!(str_of(&scaled["apiVersion"]), "keda.sh/v1alpha1");
+    let spec = &scaled["spec"];
+    let target = &spec["scaleTargetRef"];
+    assert!(["Deployment", "StatefulSet"].contains(&str_of(&target["kind"])), "[{}] {target:?}", r.name);
+    assert!(!str_of(&target["name"]).is_empty(), "[{}] no workload to scale", r.name);
+    let (min, max) = (spec["minReplicaCount"].as_u64().unwrap(), spec["maxReplicaCount"].as_u64().unwrap());
+    assert!(min <= max && max >= 1, "[{}] replicas {min}..{max}", r.name);
+    let triggers = seq(&spec["triggers"]);
+    assert_eq!(triggers.len(), 1, "[{}] one trigger", r.name);
+    let trigger = &triggers[0];
+    assert_eq!(str_of(&trigger["type"]), "prometheus");
+    assert_eq!(str_of(&trigger["metricType"]), "AverageValue");
+    let metadata = &trigger["metadata"];
+    assert!(str_of(&metadata["serverAddress"]).starts_with("http"), "[{}] {metadata:?}", r.name);
+    let threshold: f64 = str_of(&metadata["threshold"]).parse().expect("the threshold is a number string");
+    assert!(threshold > 0.0, "[{}] threshold {threshold}", r.name);
+    let rule = serde_json::json!({"groups": [{"name": "keda", "rules": [
+        {"record": "spillway:scaled_object:query", "expr": str_of(&metadata["query"])}
+    ]}]});
+    let file = dir.join("scaled-object-query.yaml");
+    std::fs::write(&file, serde_yaml_ng::to_string(&rule).unwrap()).unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (Debian package prometheus; .ci/run installs it)");
+    let report = text(&out);
+    assert!(out.status.success() && report.contains("SUCCESS"), "[{}] promtool:\n{report}", r.name);
 }
 
 /// What every render must hold: wiring between objects, no secrets, least-privilege RBAC.
@@ -545,9 +587,14 @@ fn count(haystack: &str, needle: &str) -> usize {
 fn default_values_render_a_single_replica_with_a_sqlite_ledger() {
     let r = render_and_validate(None, &[]);
     let kinds = r.kinds();
-    for absent in
-        ["HorizontalPodAutoscaler", "PodDisruptionBudget", "DaemonSet", "ServiceMonitor", "PrometheusRule"]
-    {
+    for absent in [
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "DaemonSet",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "ScaledObject",
+    ] {
         assert!(!kinds.contains(absent), "defaults render a {absent}: {kinds:?}");
     }
     eprintln!("[defaults] one replica; SQLite ledger on a writable emptyDir");
@@ -926,4 +973,70 @@ fn cloud_credentials_reach_the_service_account_and_the_router() {
         seq(&pod["spec"]["volumes"]).iter().find(|v| v["name"] == "gcp-credentials").cloned().unwrap();
     assert_eq!(str_of(&volume["secret"]["secretName"]), "spillway-gcp");
     refused("bad-cloud-role.yaml", &["roleArn"]);
+}
+
+/// fleetAutoscaling renders a KEDA ScaledObject on the named engine workload, in its namespace,
+/// whose query sums the pool's served, spilled and queued prompt tokens per second over the
+/// routers; the threshold is the tokens one replica serves.
+#[test]
+fn fleet_autoscaling_scales_the_pools_engines_by_the_demand_on_it() {
+    let r = render_and_validate(Some("fleet-autoscaling.yaml"), &[]);
+    let scaled = r.one("ScaledObject");
+    eprintln!("[fleet-autoscaling] the engines' StatefulSet, in their namespace, 1 to 6 replicas");
+    assert_eq!(str_of(&scaled["metadata"]["namespace"]), "gpu-fleet");
+    let spec = &scaled["spec"];
+    assert_eq!(str_of(&spec["scaleTargetRef"]["kind"]), "StatefulSet");
+    assert_eq!(str_of(&spec["scaleTargetRef"]["name"]), "vllm-llama-8b");
+    assert_eq!((spec["minReplicaCount"].as_u64(), spec["maxReplicaCount"].as_u64()), (Some(1), Some(6)));
+    let metadata = &spec["triggers"][0]["metadata"];
+    assert_eq!(str_of(&metadata["serverAddress"]), "http://prometheus-operated.monitoring:9090");
+    assert_eq!(str_of(&metadata["threshold"]), "2500");
+    eprintln!("[fleet-autoscaling] the query names the pool in each of its three families");
+    let query = str_of(&metadata["query"]);
+    let pool = r#"backend="local-llama",namespace="llm""#;
+    for series in [
+        format!(r#"sum(rate(spillway_tokens_total{{{pool},kind="input"}}[2m]))"#),
+        format!("sum(spillway_pool_spilled_tokens_per_second{{{pool}}})"),
+        format!("(sum(spillway_queue_tokens{{{pool}}}) or vector(0)) / 30"),
+    ] {
+        assert!(query.contains(&series), "the query has no {series}: {query}");
+    }
+
+    eprintln!("[fleet-autoscaling] a query of one's own replaces the chart's");
+    let own =
+        template(Some("fleet-autoscaling.yaml"), &["fleetAutoscaling.query=sum(vllm:num_requests_waiting)"]);
+    assert!(own.status.success(), "{}", text(&own));
+    assert!(text(&own).contains(r#"query: "sum(vllm:num_requests_waiting)""#), "{}", text(&own));
+}
+
+#[test]
+fn fleet_autoscaling_without_its_workload_is_refused_by_the_schema() {
+    refused(
+        "bad-fleet-autoscaling-no-workload.yaml",
+        &["fleetAutoscaling.enabled needs fleetAutoscaling.workload.name", "Deployment or StatefulSet"],
+    );
+    for (set, message) in [
+        ("fleetAutoscaling.tokensPerSecondPerReplica=0", "/fleetAutoscaling/tokensPerSecondPerReplica"),
+        ("fleetAutoscaling.workload.kind=Job", "/fleetAutoscaling/workload/kind"),
+        (
+            "fleetAutoscaling.pool=ghost",
+            r#"fleetAutoscaling.pool: no backend in config.backends is named "ghost""#,
+        ),
+        (
+            "fleetAutoscaling.minReplicas=7",
+            "fleetAutoscaling.minReplicas (7) is above fleetAutoscaling.maxReplicas (6)",
+        ),
+    ] {
+        eprintln!("[fleet-autoscaling+{set}] refused: {message}");
+        let out = template(Some("fleet-autoscaling.yaml"), &[set]);
+        assert!(!out.status.success() && text(&out).contains(message), "{set}: {}", text(&out));
+    }
+    eprintln!("[fleet-autoscaling] a hosted backend has no engines to scale");
+    let backends = r#"config.backends=[{"name":"local-llama","kind":"vllm","model":"m","endpoints":["http://10.0.0.1:8000"]},{"name":"openai","kind":"openai","model":"gpt-5.6"}]"#;
+    let out = template_with(
+        Some("fleet-autoscaling.yaml"),
+        &["fleetAutoscaling.pool=openai"],
+        &["--set-json", backends],
+    );
+    assert!(!out.status.success() && text(&out).contains("only a local pool"), "{}", text(&out));
 }

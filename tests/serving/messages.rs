@@ -158,6 +158,15 @@ async fn a_messages_stream_spills_from_a_full_fleet_to_anthropic_as_one_answer()
     assert!(!text.is_empty(), "{events:?}");
     assert_eq!(events[0].1["message"]["model"], "coder", "the client sees the model it asked for");
     assert_eq!(events.iter().rev().nth(1).unwrap().1["delta"]["stop_reason"], "max_tokens");
+
+    // The pool's demand it did not serve: the spilled prompt (about a dozen tokens) per second
+    // over the last minute. The pool the task does not use reads 0, not nothing.
+    let spilled = |pool: &str| format!(r#"spillway_pool_spilled_tokens_per_second{{backend="{pool}"}}"#);
+    let within = std::time::Duration::from_secs(5);
+    let rate = common::wait_metric(&s.router.url, &spilled("local"), f64::MIN_POSITIVE, within).await;
+    assert!(rate > 0.0 && rate < 1.0, "{rate} tokens/s");
+    let text = common::metrics_text(&s.router.url).await;
+    assert!(text.lines().any(|l| l == format!("{} 0", spilled("native"))), "{text}");
     drop(holder);
 }
 

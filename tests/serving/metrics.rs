@@ -99,6 +99,11 @@ dispatch: {{backoff_base_ms: 1, backoff_max_ms: 2}}
     );
     assert!(value(&s, "spillway_node_telemetry_age_seconds", &[("backend", "pool")]).unwrap() < 5.0);
     assert_eq!(value(&s, "spillway_node_quarantined", &[("backend", "pool")]), Some(0.0));
+    assert_eq!(
+        value(&s, "spillway_pool_spilled_tokens_per_second", &[("backend", "pool")]),
+        Some(0.0),
+        "nothing spilled: present, at 0"
+    );
     assert_eq!(value(&s, "spillway_breaker_state", &[("backend", "claude")]), Some(0.0));
     let slo = |task, slo, window| {
         value(&s, "spillway_slo_attainment_ratio", &[("task", task), ("slo", slo), ("window", window)])

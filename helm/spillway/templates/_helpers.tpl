@@ -159,6 +159,20 @@ Included by the ConfigMap, so every render runs them.
 {{- fail (printf "secrets.providerKeys[%d].backend: no backend in config.backends is named %q" $i $p.backend) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.fleetAutoscaling.enabled -}}
+{{- $a := $v.fleetAutoscaling -}}
+{{- $pool := dict -}}
+{{- range $cfg.backends -}}{{- if eq .name $a.pool -}}{{- $pool = . -}}{{- end -}}{{- end -}}
+{{- if not $pool -}}
+{{- fail (printf "fleetAutoscaling.pool: no backend in config.backends is named %q" $a.pool) -}}
+{{- end -}}
+{{- if not (has $pool.kind (list "local" "vllm")) -}}
+{{- fail (printf "fleetAutoscaling.pool: backend %q is of kind %s; only a local pool (kind local or vllm) has engines to scale" $a.pool $pool.kind) -}}
+{{- end -}}
+{{- if gt (int $a.minReplicas) (int $a.maxReplicas) -}}
+{{- fail (printf "fleetAutoscaling.minReplicas (%d) is above fleetAutoscaling.maxReplicas (%d)" (int $a.minReplicas) (int $a.maxReplicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- $seen := dict -}}
 {{- range (include "spillway.secretEnv" . | fromYaml).items -}}
 {{- if not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*$" .env) -}}
@@ -226,4 +240,28 @@ timeout and 5 s for the ledger flush. */}}
 {{- end -}}
 {{- end -}}
 {{- toYaml (dict "items" ($out | uniq | sortAlpha)) -}}
+{{- end -}}
+
+{{/* Where the engines that fleetAutoscaling scales run: fleetAutoscaling.workload.namespace,
+else discovery.namespace, else the release namespace. */}}
+{{- define "spillway.fleetNamespace" -}}
+{{- .Values.fleetAutoscaling.workload.namespace | default .Values.discovery.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+The demand on fleetAutoscaling.pool in prompt tokens per second, summed over the router
+replicas: what its engines served (spillway_tokens_total, kind input), what it spilled
+(spillway_pool_spilled_tokens_per_second) and what waits for it (spillway_queue_tokens, to be
+served within queueDrainSeconds). Each term is 0 while it has no series. The query value,
+when set, replaces it.
+*/}}
+{{- define "spillway.fleetDemand" -}}
+{{- $a := .Values.fleetAutoscaling -}}
+{{- if $a.query -}}
+{{- $a.query -}}
+{{- else -}}
+{{- $m := printf "backend=%s" ($a.pool | quote) -}}
+{{- range $k, $v := $a.prometheus.seriesLabels -}}{{- $m = printf "%s,%s=%s" $m $k ($v | quote) -}}{{- end -}}
+{{- printf "(sum(rate(spillway_tokens_total{%s,kind=\"input\"}[%s])) or vector(0)) + (sum(spillway_pool_spilled_tokens_per_second{%s}) or vector(0)) + (sum(spillway_queue_tokens{%s}) or vector(0)) / %d" $m $a.servedRateWindow $m $m (int $a.queueDrainSeconds) -}}
+{{- end -}}
 {{- end -}}
