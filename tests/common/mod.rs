@@ -52,6 +52,10 @@ impl Drop for Router {
 }
 
 /// Telemetry settings for tests: scrape often, go stale fast, back off little.
+/// Tests that measure latency (the fleet scenarios) and tests that fill both cores (real
+/// engines under load) run one at a time: one's load is not the other's latency.
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub const FAST_TELEMETRY: &str = "telemetry: {interval_ms: 100, stale_after_ms: 1500, backoff_max_ms: 300}\n";
 
 /// A fresh SQLite ledger in the temporary directory.

@@ -88,6 +88,7 @@ async fn session(router: String, s: usize) -> Vec<Turn> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sessions_beyond_the_fleets_slots_wait_for_a_slot_and_none_is_paid_for() {
+    let _one = crate::common::ONE_AT_A_TIME.lock().await;
     let Some(engine) = engine_or_skip() else { return };
     let a = llama_server(&engine, 2, 0).await;
     let b = llama_server(&engine, 2, 0).await;

@@ -71,6 +71,7 @@ async fn engine_counter(node: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_two_node_fleet_serves_what_it_has_room_for_and_spills_only_the_rest() {
+    let _one = crate::common::ONE_AT_A_TIME.lock().await;
     let Some(engine) = engine_or_skip() else { return };
     let a = llama_server(&engine, SLOTS, 0).await;
     let mut b = llama_server(&engine, SLOTS, 0).await;

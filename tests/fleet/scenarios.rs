@@ -8,11 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::scenario::*;
-use common::{get_json, post_json, series_sum, wait_until};
+use common::{get_json, post_json, series_sum, wait_until, ONE_AT_A_TIME};
 use spillway::sim::SimKind;
-
-/// Scenarios measure latency: run one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
