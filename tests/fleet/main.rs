@@ -13,6 +13,7 @@ mod discovery;
 mod engines;
 mod paused_clock;
 mod pins;
+mod queue_edges;
 mod quota;
 mod quota_routing;
 mod real_engine;
