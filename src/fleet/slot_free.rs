@@ -15,7 +15,8 @@
 //! Worked example: a llama.cpp node with 2 slots, 20 ms a step, answers of 200 tokens usually.
 //! Its two requests have streamed 150 and 20 tokens: they free in 50 × 20 ms = 1 s and
 //! 180 × 20 ms = 3.6 s. A request with nobody ahead of it starts in 1 s; with one waiter ahead
-//! of it in the pool, in 3.6 s.
+//! of it in the pool, in 3.6 s; with two, when the first of them, which took the slot at 1 s
+//! and holds it as a new request usually does (4 s with its prefill and answer), frees it: 5 s.
 
 use tokio::time::Instant;
 
@@ -94,10 +95,24 @@ pub fn usable(frees: &[f64], need: usize) -> &[f64] {
 /// When a request could start on a node whose first usable free is `node_first`, with `ahead`
 /// requests waiting before it for the pool whose usable frees, all nodes together, are `pool`
 /// (sorted): not before the node frees a slot, nor before one has freed for each request
-/// ahead of it. `None` when the pool frees fewer slots than that.
-pub fn start_s(pool: &[f64], node_first: f64, ahead: usize) -> Option<f64> {
-    pool.get(ahead).map(|p| p.max(node_first))
+/// ahead of it. Each request ahead takes the soonest free slot and holds it `hold_s` (what a
+/// new request usually holds one), so a queue longer than the busy slots still has a start.
+/// `None` when nothing frees at all.
+pub fn start_s(pool: &[f64], node_first: f64, ahead: usize, hold_s: f64) -> Option<f64> {
+    let mut frees = pool.to_vec();
+    for _ in 0..ahead.min(frees.len() * MAX_ROUNDS) {
+        let again = frees.remove(0) + hold_s.max(0.0);
+        frees.insert(frees.partition_point(|&f| f <= again), again);
+    }
+    if ahead > pool.len() * MAX_ROUNDS {
+        return None;
+    }
+    frees.first().map(|p| p.max(node_first))
 }
+
+/// Most times each busy slot is predicted to turn over for the requests ahead: past that the
+/// prediction is too far off to wait for.
+const MAX_ROUNDS: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -118,9 +133,13 @@ mod tests {
         let two = [running(now, 150, 1000), running(now, 20, 1000)];
         let frees = frees_in(&two, 0.0, Some(200.0), &rates(), now);
         assert!((frees[0] - 1.0).abs() < 1e-9 && (frees[1] - 3.6).abs() < 1e-9, "{frees:?}");
-        assert_eq!(start_s(&frees, frees[0], 0), Some(frees[0]));
-        assert_eq!(start_s(&frees, frees[0], 1), Some(frees[1]));
-        assert_eq!(start_s(&frees, frees[0], 2), None, "two ahead on two slots: too far off");
+        assert_eq!(start_s(&frees, frees[0], 0, 5.0), Some(frees[0]));
+        assert_eq!(start_s(&frees, frees[0], 1, 5.0), Some(frees[1]));
+        // Two ahead on two slots: the first of them frees its slot again 5 s after taking it.
+        assert_eq!(start_s(&frees, frees[0], 2, 5.0), Some(6.0));
+        assert_eq!(start_s(&frees, frees[0], 3, 5.0), Some(8.6));
+        assert_eq!(start_s(&frees, frees[0], 17, 5.0), None, "eight turns of every slot: too far off");
+        assert_eq!(start_s(&[], 0.0, 0, 5.0), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -153,7 +172,7 @@ mod tests {
         assert_eq!(usable(&frees, 2), &[2.0, 3.0]);
         assert!(usable(&frees, 4).is_empty());
         // A later node's first usable free bounds the start even with nobody ahead.
-        assert_eq!(start_s(&[1.0, 2.0], 2.0, 0), Some(2.0));
+        assert_eq!(start_s(&[1.0, 2.0], 2.0, 0, 4.0), Some(2.0));
     }
 
     #[test]

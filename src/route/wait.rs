@@ -9,7 +9,8 @@
 //! (those over its usable slots, the reserve kept, plus one), and when each frees
 //! (`fleet::slot_free`, from the router's own requests there and the node's rates). The frees
 //! that let a request in, all nodes of the pool together, go to the pool's waiters in order: a
-//! request with `ahead` waiters before it starts no sooner than the `ahead`-th of them, and not
+//! request with `ahead` waiters before it starts no sooner than the `ahead`-th of them (each
+//! waiter ahead holding the slot it takes as long as a request like this one would), and not
 //! before its node frees one. Its first token then comes after its own prefill on that node,
 //! as if the node were idle (`fleet::headroom::predict_ttft`). A node is a target when that is
 //! within the SLO left (the task's target with its margin, less what the request has already
@@ -21,7 +22,7 @@ use super::{Reason, RequestFacts, Spill, Target};
 use crate::config::{BackendId, Priority};
 use crate::fleet::headroom::{self, NodeSignals, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
-use crate::fleet::progress::NodeRunning;
+use crate::fleet::progress::{NodeRunning, Running};
 use crate::fleet::slot_free::{self, Rates};
 use crate::snapshot::{BreakerView, NodeView, Snapshot};
 
@@ -63,13 +64,25 @@ pub(super) fn targets(
     // Each node's frees that let a request in, soonest first: its free slots now (when the
     // requests ahead hold them), then those of its busy slots past the ones that only make room.
     let mut nodes: Vec<(usize, Vec<f64>)> = Vec::new();
+    // How long a request like this one holds a slot once it has one, node by node.
+    let mut holds = Vec::new();
     for i in full {
         let node = &view.nodes[i];
         let sig = &node.signals;
         let load: LoadView = (facts.load)(node);
         let (running, typical) = (waits.running)(node);
         let others = load.others(sig.running, sig.waiting).unwrap_or(0.0);
-        let frees = slot_free::frees_in(&running, others, typical, &Rates::of(sig), now);
+        let rates = Rates::of(sig);
+        let frees = slot_free::frees_in(&running, others, typical, &rates, now);
+        let cached = facts.cached.and_then(|cached| cached(node)).unwrap_or(0);
+        let fresh = Running {
+            started: now,
+            prefill_tokens: facts.prompt_tokens.saturating_sub(cached),
+            max_tokens: facts.max_output_tokens,
+            streamed: 0,
+            first_token: false,
+        };
+        holds.push(slot_free::remaining_s(&fresh, typical, &rates, now));
         let slots = headroom::slots(sig, limits);
         let usable = (slots - (slots * limits.reserve.max(0.0) + 1e-9).floor()).max(1.0);
         let at_node = load.at_node(sig.running, sig.waiting);
@@ -82,11 +95,12 @@ pub(super) fn targets(
     let mut pool: Vec<f64> = nodes.iter().flat_map(|(_, open)| open.iter().copied()).collect();
     pool.sort_by(f64::total_cmp);
     let ahead = (waits.ahead)(backend);
+    let hold_s = holds.iter().sum::<f64>() / holds.len().max(1) as f64;
     let mut found: Vec<(f64, usize, f64)> = nodes
         .iter()
         .filter_map(|(i, open)| {
             let first = *open.first()?;
-            let start = slot_free::start_s(&pool, first, ahead)?;
+            let start = slot_free::start_s(&pool, first, ahead, hold_s)?;
             // Its own prefill on that node, once a slot is its: as on the node with nothing else.
             let alone =
                 NodeSignals { running: Some(0.0), waiting: Some(0.0), ..view.nodes[*i].signals.clone() };

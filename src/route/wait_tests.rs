@@ -151,8 +151,12 @@ async fn the_requests_ahead_take_the_slots_first() {
     };
     // One ahead: it takes one of the 2 s slots, this request the other.
     assert!(matches!(f(1).targets[0].reason, Reason::Wait { start_ms: 2000, .. }));
-    // Two ahead: the next slot is at 20 s, too late.
-    assert_eq!(f(2).targets[0].backend.index(), 1);
+    // Two ahead: they take both 2 s slots and hold them as long as this request would (its
+    // 500-token prefill and 100 tokens: 2.52 s); the sooner frees again at 4.52 s.
+    assert!(matches!(f(2).targets[0].reason, Reason::Wait { start_ms: 4520, .. }), "{:?}", f(2));
+    // Six ahead: the sooner slots have turned over three times, the start at 9.56 s, the first
+    // token past the SLO.
+    assert_eq!(f(6).targets[0].backend.index(), 1);
     // A pool with room still goes to those waiting: this request waits behind them.
     let idle = snap_with_room(now);
     let room = |_: &NodeView| LoadView { in_flight: 1, counted: 1, sent: 1, ..LoadView::default() };
