@@ -368,7 +368,8 @@ impl Dispatcher {
                 // from the answer (`fleet::prefix_cache`).
                 let keys = PrefixKeys::of(request, meta.affinity.map(|a| a.hash));
                 let generation = node.signals.restarts;
-                let predicted_cached = node.handle.load.cached(&keys, prompt_tokens, generation).unwrap_or(0);
+                let held = node.handle.load.cached(&keys, prompt_tokens, generation);
+                let predicted_cached = held.map_or(0, |h| h.tokens);
                 prefill -= predicted_cached;
                 in_flight.progress().touch(Touch { keys, prompt_tokens, predicted_cached, generation });
             }

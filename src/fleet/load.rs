@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::prefix_cache::{Memory, PrefixKeys};
+use super::prefix_cache::{Held, Memory, PrefixKeys};
 use super::progress::{NodeProgress, NodeRunning, Progress};
 use crate::canonical::NodeKey;
 use crate::config::Priority;
@@ -185,7 +185,7 @@ impl NodeCounters {
 
     /// Tokens of a request of `prompt` tokens with these keys the node's prefix cache likely
     /// holds, its engine in its `generation`-th run (`fleet::prefix_cache`); `None`: no keys.
-    pub fn cached(&self, keys: &PrefixKeys, prompt: u32, generation: u32) -> Option<u32> {
+    pub fn cached(&self, keys: &PrefixKeys, prompt: u32, generation: u32) -> Option<Held> {
         self.0.prefix.lock().unwrap_or_else(|e| e.into_inner()).cached(keys, prompt, generation)
     }
 

@@ -34,6 +34,16 @@ const TRUST_WEIGHT: f64 = 0.2;
 /// Keeps preamble hashes apart from session hashes in one table.
 const PREAMBLE_SALT: u64 = 0x5052_4541_4d42_4c45;
 
+/// What a node holds of one request, as far as the router knows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Prompt tokens it likely holds.
+    pub tokens: u32,
+    /// Whether it holds the session's own earlier turns (not only a preamble many share):
+    /// where the session should go on.
+    pub own: bool,
+}
+
 /// What a node may hold of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrefixKeys {
@@ -94,17 +104,18 @@ impl Memory {
     /// the router knows, the node's engine being in its `generation`-th run: `None` when the
     /// request has no keys (planning uses the node's own hit rate then). At least one token is
     /// always left to prefill.
-    pub fn cached(&self, keys: &PrefixKeys, prompt: u32, generation: u32) -> Option<u32> {
+    pub fn cached(&self, keys: &PrefixKeys, prompt: u32, generation: u32) -> Option<Held> {
         if keys.is_empty() {
             return None;
         }
         if generation != self.generation {
-            return Some(0);
+            return Some(Held::default());
         }
         let session = keys.session.and_then(|k| self.entries.get(&k)).map(|e| e.tokens);
         let preamble = keys.preamble.filter(|(h, _)| self.entries.contains_key(&(h ^ PREAMBLE_SALT)));
         let known = session.max(preamble.map(|(_, t)| t)).unwrap_or(0).min(prompt.saturating_sub(1));
-        Some((f64::from(known) * self.trust.unwrap_or(1.0)).round() as u32)
+        let tokens = (f64::from(known) * self.trust.unwrap_or(1.0)).round() as u32;
+        Some(Held { tokens, own: session.is_some_and(|t| t > 0) })
     }
 
     /// The node served a request with these keys in its engine's `generation`-th run: `tokens`
@@ -150,24 +161,34 @@ impl Memory {
 mod tests {
     use super::*;
 
+    /// `tokens` held, with the session's own turns.
+    fn own(tokens: u32) -> Option<Held> {
+        Some(Held { tokens, own: true })
+    }
+
+    /// `tokens` held, none of them the session's own (a shared preamble, or nothing).
+    fn shared(tokens: u32) -> Option<Held> {
+        Some(Held { tokens, own: false })
+    }
+
     const SESSION: PrefixKeys = PrefixKeys { session: Some(7), preamble: Some((99, 400)) };
     const OTHER_SESSION: PrefixKeys = PrefixKeys { session: Some(8), preamble: Some((99, 400)) };
 
     #[test]
     fn a_session_is_warm_where_it_ran_and_its_preamble_wherever_any_session_ran() {
         let mut node = Memory::default();
-        assert_eq!(node.cached(&SESSION, 1000, 0), Some(0), "cold: never served");
+        assert_eq!(node.cached(&SESSION, 1000, 0), shared(0), "cold: never served");
         assert_eq!(node.cached(&PrefixKeys::default(), 1000, 0), None, "no keys: unknown");
         node.served(&SESSION, 1200, 0);
         // The next turn holds the last turn's prompt and answer, and leaves one token to prefill.
-        assert_eq!(node.cached(&SESSION, 1500, 0), Some(1200));
-        assert_eq!(node.cached(&SESSION, 900, 0), Some(899));
+        assert_eq!(node.cached(&SESSION, 1500, 0), own(1200));
+        assert_eq!(node.cached(&SESSION, 900, 0), own(899));
         // Another session with the same preamble finds the preamble only.
-        assert_eq!(node.cached(&OTHER_SESSION, 1500, 0), Some(400));
+        assert_eq!(node.cached(&OTHER_SESSION, 1500, 0), shared(400));
         // A restarted engine is cold until it serves the key again.
-        assert_eq!(node.cached(&SESSION, 1500, 1), Some(0));
+        assert_eq!(node.cached(&SESSION, 1500, 1), shared(0));
         node.served(&OTHER_SESSION, 600, 1);
-        assert_eq!(node.cached(&SESSION, 1500, 1), Some(400), "the preamble again, the session not");
+        assert_eq!(node.cached(&SESSION, 1500, 1), shared(400), "the preamble again, the session not");
     }
 
     #[test]
@@ -177,11 +198,11 @@ mod tests {
         // An engine that reports no cached tokens teaches nothing.
         node.reported(1000, 0);
         assert_eq!(node.trust(), None);
-        assert_eq!(node.cached(&SESSION, 2000, 0), Some(1000));
+        assert_eq!(node.cached(&SESSION, 2000, 0), own(1000));
         // One that reports half of what was predicted moves trust a fifth of the way to 0.5.
         node.reported(1000, 500);
         assert_eq!(node.trust(), Some(0.9));
-        assert_eq!(node.cached(&SESSION, 2000, 0), Some(900));
+        assert_eq!(node.cached(&SESSION, 2000, 0), own(900));
         // Once it reports, a miss counts.
         node.reported(1000, 0);
         assert!((node.trust().unwrap() - 0.72).abs() < 1e-9);
@@ -194,9 +215,9 @@ mod tests {
             node.served(&PrefixKeys { session: Some(k), preamble: None }, 100, 0);
         }
         assert_eq!(node.entries.len(), MAX_KEYS);
-        assert_eq!(node.cached(&PrefixKeys { session: Some(0), preamble: None }, 500, 0), Some(0));
+        assert_eq!(node.cached(&PrefixKeys { session: Some(0), preamble: None }, 500, 0), shared(0));
         let newest = PrefixKeys { session: Some(MAX_KEYS as u64 + 9), preamble: None };
-        assert_eq!(node.cached(&newest, 500, 0), Some(100));
+        assert_eq!(node.cached(&newest, 500, 0), own(100));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::canonical::ChatRequest;
 use crate::config::{BackendId, Priority, TaskConfig};
 use crate::fleet::headroom::{self, PoolLimits, SpillReason};
 use crate::fleet::load::LoadView;
+use crate::fleet::prefix_cache::Held;
 use crate::policy::{self, NoEligibleBackend};
 use crate::snapshot::{BackendView, BreakerView, NodeView, Snapshot};
 
@@ -62,8 +63,8 @@ pub struct RequestFacts<'a> {
     pub cached: Option<&'a CachedOn<'a>>,
 }
 
-/// Tokens of a request a node's prefix cache likely holds (`None`: unknown).
-pub type CachedOn<'a> = dyn Fn(&NodeView) -> Option<u32> + 'a;
+/// What a node's prefix cache likely holds of a request (`None`: unknown).
+pub type CachedOn<'a> = dyn Fn(&NodeView) -> Option<Held> + 'a;
 
 /// Why a request has no plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -350,17 +351,22 @@ struct Judge<'a, 'f> {
 }
 
 impl Judge<'_, '_> {
-    /// Tokens of the request node `i` likely holds, if the router knows.
-    fn cached(&self, i: usize) -> Option<u32> {
+    /// What node `i` likely holds of the request, if the router knows.
+    fn held(&self, i: usize) -> Option<Held> {
         self.facts.cached.and_then(|cached| cached(&self.view.nodes[i]))
     }
 
-    /// Node `i`, full and holding part of the request's prefix, as a wait target when it frees
+    /// Tokens of the request node `i` likely holds, if the router knows.
+    fn cached(&self, i: usize) -> Option<u32> {
+        self.held(i).map(|h| h.tokens)
+    }
+
+    /// Node `i`, full and holding the session's earlier turns, as a wait target when it frees
     /// a slot in time for the SLO: in time, the cheaper prefill wins over a cold node with room
     /// now (the fleet spends less on the turn, and the session stays where it is warm). The
     /// cold node stays the next target.
     fn warm_wait(&self, snap: &Snapshot, spills: &[Spill], i: usize) -> Option<Target> {
-        if self.cached(i).unwrap_or(0) == 0 {
+        if !self.held(i).is_some_and(|h| h.own) {
             return None;
         }
         let waits = wait::targets(self.facts, snap, self.backend, &self.limits, spills, self.slo_s, self.now);
@@ -373,17 +379,18 @@ impl Judge<'_, '_> {
         }
     }
 
-    /// The node the request goes to first while it has room: the one holding the most of its
-    /// prefix when that is more than the affinity node holds (a session deflected from its
-    /// affinity node is warm where it last ran), else the affinity node.
+    /// The node the request goes to first while it has room: the one holding the most of the
+    /// session's earlier turns when that is more than the affinity node holds (a session
+    /// deflected from its affinity node is warm where it last ran), else the affinity node. A
+    /// preamble many sessions share moves nobody: it is warm wherever any of them ran.
     fn warmest(&self, affinity: Option<usize>) -> Option<usize> {
         if self.facts.cached.is_none() {
             return affinity;
         }
-        let held = |i: usize| self.cached(i).unwrap_or(0);
-        let floor = affinity.map_or(0, held);
+        let own = |i: usize| self.held(i).filter(|h| h.own).map_or(0, |h| h.tokens);
+        let floor = affinity.map_or(0, own);
         let nodes = self.view.nodes.iter().enumerate().filter(|(_, n)| n.held.is_none());
-        let warmest = nodes.map(|(i, _)| (held(i), std::cmp::Reverse(i))).filter(|&(n, _)| n > floor).max();
+        let warmest = nodes.map(|(i, _)| (own(i), std::cmp::Reverse(i))).filter(|&(n, _)| n > floor).max();
         warmest.map(|(_, i)| i.0).or(affinity)
     }
 

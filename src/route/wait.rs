@@ -74,7 +74,7 @@ pub(super) fn targets(
         let others = load.others(sig.running, sig.waiting).unwrap_or(0.0);
         let rates = Rates::of(sig);
         let frees = slot_free::frees_in(&running, others, typical, &rates, now);
-        let cached = facts.cached.and_then(|cached| cached(node)).unwrap_or(0);
+        let cached = facts.cached.and_then(|cached| cached(node)).map_or(0, |h| h.tokens);
         let fresh = Running {
             started: now,
             prefill_tokens: facts.prompt_tokens.saturating_sub(cached),
@@ -104,7 +104,7 @@ pub(super) fn targets(
             // Its own prefill on that node, once a slot is its: as on the node with nothing else.
             let alone =
                 NodeSignals { running: Some(0.0), waiting: Some(0.0), ..view.nodes[*i].signals.clone() };
-            let cached = facts.cached.and_then(|cached| cached(&view.nodes[*i]));
+            let cached = facts.cached.and_then(|cached| cached(&view.nodes[*i])).map(|h| h.tokens);
             let ttft = start
                 + headroom::predict_ttft(&alone, LoadView::default(), limits, facts.prompt_tokens, cached);
             (ttft <= slo_s).then_some((ttft, *i, start))

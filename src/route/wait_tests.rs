@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::canonical::NodeKey;
 use crate::fleet::headroom::NodeSignals;
+use crate::fleet::prefix_cache::Held;
 use crate::fleet::progress::Running;
 use crate::guard::node::NodeHandle;
 use crate::route::{affinity_node, plan, Plan, Reason, RequestFacts};
@@ -201,9 +202,11 @@ async fn a_node_not_yet_read_in_a_measured_pool_takes_requests_on_the_routers_co
     assert!(p.spills.contains(&Spill { backend: BackendId::new(0), node: 1, reason: SpillReason::Queue }));
 }
 
-/// Node 0 (10.0.0.1) holds 4900 tokens of the request, node 1 none.
-fn warm_on_0(node: &NodeView) -> Option<u32> {
-    Some(if node.key.as_str().contains("10.0.0.1") { 4900 } else { 0 })
+/// Node 0 (10.0.0.1) holds 4900 tokens of the request, its session's earlier turns; node 1
+/// only its 300-token preamble, which many sessions share.
+fn warm_on_0(node: &NodeView) -> Option<Held> {
+    let on_0 = node.key.as_str().contains("10.0.0.1");
+    Some(Held { tokens: if on_0 { 4900 } else { 300 }, own: on_0 })
 }
 
 #[tokio::test(start_paused = true)]
@@ -221,13 +224,13 @@ async fn a_turn_goes_where_its_prefix_is_warm_and_waits_for_it_while_in_time_for
     let key = (0..100u64).find(|k| affinity_node(&snap.backends[0].nodes, *k) == Some(1)).unwrap();
     let room = |_: &NodeView| LoadView { in_flight: 1, counted: 2, sent: 1, ..LoadView::default() };
     let p = plan(&RequestFacts { affinity: Some(key), ..f(&room, None) }, &snap, now).unwrap();
-    // Warm: 100 tokens at 1000/s and a step; cold: 5000 tokens.
+    // Warm: 100 tokens at 1000/s and a step; cold but for the preamble: 4700 tokens.
     let warm = Reason::Headroom { predicted_ttft_ms: 120, affinity: true };
-    let cold = Reason::Headroom { predicted_ttft_ms: 5020, affinity: false };
+    let cold = Reason::Headroom { predicted_ttft_ms: 4720, affinity: false };
     assert_eq!((p.targets[0].node, p.targets[0].reason), (0, warm));
     assert_eq!((p.targets[1].node, p.targets[1].reason), (1, cold));
     // The warm node full, a slot there in 6 s: waiting for it (6.12 s, within the SLO) costs
-    // the fleet less than a cold prefill now (5.02 s); the cold node is the next target.
+    // the fleet less than a cold prefill now (4.72 s); the cold node is the next target.
     let warm_full = |n: &NodeView| match n.key.as_str().contains("10.0.0.1") {
         true => full(n),
         false => room(n),
@@ -246,4 +249,11 @@ async fn a_turn_goes_where_its_prefix_is_warm_and_waits_for_it_while_in_time_for
     // Without the router's knowledge of the caches, the free node serves at once.
     let p = plan(&RequestFacts { cached: None, ..f(&warm_full, Some(&waits)) }, &snap, now).unwrap();
     assert_eq!(p.targets[0].node, 1);
+    // A preamble many sessions share moves no session off its affinity node: it is warm
+    // wherever any of them ran.
+    let preamble_on_0 = |node: &NodeView| {
+        Some(Held { tokens: if node.key.as_str().contains("10.0.0.1") { 300 } else { 0 }, own: false })
+    };
+    let shared = RequestFacts { affinity: Some(key), cached: Some(&preamble_on_0), ..f(&room, None) };
+    assert_eq!(plan(&shared, &snap, now).unwrap().targets[0].node, 1);
 }
