@@ -494,3 +494,25 @@ async fn a_pool_whose_engines_report_no_prompt_sizes_is_judged_by_the_prompts_th
     shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_secs(1));
     assert_eq!(shares.get("local-llama"), 1.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_the_queue_on_a_full_pool_that_refused_nobody_keeps_its_share() {
+    let t0 = Instant::now();
+    // Both nodes past the reserve line, and no plan refused in the second: its requests all
+    // found a slot in time (waiting for one where they had to).
+    let busy = |_: &str| NodeSignals { running: Some(205.0), waiting: Some(0.0), ..NodeSignals::default() };
+    let load = |_: &crate::snapshot::NodeView| crate::fleet::load::LoadView::default();
+    let share_after_a_second = |queue: bool| {
+        let mut snap = snap_with(t0, busy, closed);
+        let mut config = (*snap.config).clone();
+        config.queue.enabled = queue;
+        snap.config = Arc::new(config);
+        let (mut shares, feedback) = (sticky::PoolShares::default(), sticky::ShareFeedback::default());
+        shares.step(&snap, &load, &feedback, t0);
+        shares.step(&snap, &load, &feedback, t0 + std::time::Duration::from_secs(1));
+        shares.get("local-llama")
+    };
+    assert_eq!(share_after_a_second(true), 1.0);
+    // Without the queue, full is full: the share shrinks.
+    assert!(share_after_a_second(false) < 1.0);
+}

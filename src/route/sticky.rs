@@ -43,7 +43,9 @@
 //!   stickiness, and the reserve absorbs the fluctuations.
 //!
 //! Below full load the share sits at 1 and planning is exactly what it was without
-//! stickiness.
+//! stickiness. With the wait queue on (`queue.enabled`), a pool full to its line whose
+//! requests all found a slot in time (none refused in the step) counts as busy, not full: only
+//! its refusals, requests with no slot in time, shrink its share.
 //!
 //! Pure: the controller takes `dt`, the occupancy and the refusals; planning reads the share
 //! from the snapshot. Replicas compute the share from the same nodes' telemetry and their own
@@ -270,7 +272,16 @@ impl PoolShares {
             if let Some(mean) = k.prompt_mean() {
                 self.own_prompt.insert(view.name.as_str().into(), mean);
             }
-            let l = pool_load(view, load, slo_s, self.own_prompt.get(view.name.as_str()).copied(), now);
+            let mut l = pool_load(view, load, slo_s, self.own_prompt.get(view.name.as_str()).copied(), now);
+            // With the wait queue on, a full pool whose requests all found a slot in time (none
+            // refused) is busy, not over: its own refusals, not its count, say it is full.
+            if snap.config.queue.enabled && k.refused == 0 {
+                l = l.map(|l| PoolLoad {
+                    occupancy: l.occupancy.min(1.0 - cfg.margin),
+                    refusing: false,
+                    ..l
+                });
+            }
             self.shares.entry(view.name.as_str().into()).or_default().step(l, k, dt, cfg);
         }
         let known = |name: &BackendName| snap.backends.iter().any(|b| b.name == name.as_str());
