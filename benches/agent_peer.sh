@@ -7,13 +7,17 @@
 # Spillway runs twice: with an SLO the fleet meets (60 s) and with one tighter than a cold
 # prefill (AGENT_TIGHT_MS), where it must spill exactly the turns that cannot start in time.
 #
+# The three routers run in interleaved rounds (AGENT_ROUNDS); the table gives each figure's
+# median over the rounds and its range.
+#
 # Env: AGENT_SESSIONS (8), AGENT_TURNS (4), AGENT_CONCURRENCY (4), AGENT_TIGHT_MS (400),
-# SPILLWAY_BIN (default: a release build of this tree), AGENT_OUT (target/agent-peer).
+# AGENT_ROUNDS (3), SPILLWAY_BIN (default: a release build of this tree), AGENT_OUT
+# (target/agent-peer).
 # Needs python3, cmake and a C++ compiler (llama-server, built once), and PyPI access.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sessions="${AGENT_SESSIONS:-8}" turns="${AGENT_TURNS:-4}" concurrency="${AGENT_CONCURRENCY:-4}"
-tight="${AGENT_TIGHT_MS:-400}"
+tight="${AGENT_TIGHT_MS:-400}" rounds="${AGENT_ROUNDS:-3}"
 out="${AGENT_OUT:-target/agent-peer}"
 mkdir -p "$out"
 
@@ -78,32 +82,43 @@ EOF
   stop_all
 }
 
-smg_run() { # policy
+smg_run() { # policy label
   engines_up
   "$venv/bin/smg" launch --host 127.0.0.1 --port 18120 --policy "$1" \
-    --worker-urls http://127.0.0.1:18101 http://127.0.0.1:18102 >"$out/smg-$1.log" 2>&1 &
+    --worker-urls http://127.0.0.1:18101 http://127.0.0.1:18102 >"$out/$2.log" 2>&1 &
   pids+=($!)
   wait_ok http://127.0.0.1:18120/health
-  drive "smg-$1" http://127.0.0.1:18120
+  drive "$2" http://127.0.0.1:18120
   stop_all
 }
 
-spillway_run spillway 60000
-smg_run cache_aware
-smg_run round_robin
-spillway_run "spillway-tight" "$tight"
+rm -f "$out"/*.json
+for round in $(seq 1 "$rounds"); do
+  spillway_run "spillway-$round" 60000
+  smg_run cache_aware "smg-cache_aware-$round"
+  smg_run round_robin "smg-round_robin-$round"
+done
+spillway_run "spillway-tight-1" "$tight"
 
-# The table, as benches/README.md shows it.
+# The table, as benches/README.md shows it: medians over the rounds, (min–max) where several.
 python3 - "$out" <<'PY'
-import json, sys, os
+import glob, json, os, statistics, sys
 rows = [("Spillway, SLO 60 s", "spillway"), ("SMG cache_aware", "smg-cache_aware"),
         ("SMG round_robin", "smg-round_robin"), ("Spillway, tight SLO", "spillway-tight")]
-print("| router | turns answered | served by the fleet | later turns' prompt cached | TTFT p50 ms | TTFT p95 ms | later turns' TTFT p50 ms | waited | paid to hosted |")
-print("|---|---|---|---|---|---|---|---|---|")
+def fig(values, fmt):
+    med = statistics.median(values)
+    return fmt.format(med) if len(values) == 1 else f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+print("| router | rounds | turns answered | served by the fleet | later turns' prompt cached, % | TTFT p50 ms | TTFT p95 ms | later turns' TTFT p50 ms | waited | paid to hosted, USD |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for name, label in rows:
-    r = json.load(open(os.path.join(sys.argv[1], label + ".json")))
-    s = r["summary"]
-    usd = (s["hosted_input_tokens"] * 3 + s["hosted_output_tokens"] * 15) / 1e6
-    share = s["later_turns_cached_share"]
-    print(f"| {name} | {s['answered']}/{s['turns']} | {s['served_locally']} | {share * 100:.1f} % | {s['ttft_p50_ms']} | {s['ttft_p95_ms']} | {s['later_ttft_p50_ms']} | {s['waited']} | {s['hosted_turns']} turns, ${usd:.6f} |")
+    runs = [json.load(open(f))["summary"] for f in sorted(glob.glob(os.path.join(sys.argv[1], label + "-[0-9]*.json")))]
+    if not runs:
+        continue
+    get = lambda k: [r[k] or 0 for r in runs]
+    usd = [(r["hosted_input_tokens"] * 3 + r["hosted_output_tokens"] * 15) / 1e6 for r in runs]
+    answered = f"{sum(get('answered'))}/{sum(get('turns'))}"
+    print(f"| {name} | {len(runs)} | {answered} | {fig(get('served_locally'), '{:.0f}')} | "
+          f"{fig([100 * v for v in get('later_turns_cached_share')], '{:.1f}')} | {fig(get('ttft_p50_ms'), '{:.0f}')} | "
+          f"{fig(get('ttft_p95_ms'), '{:.0f}')} | {fig(get('later_ttft_p50_ms'), '{:.0f}')} | "
+          f"{fig(get('waited'), '{:.0f}')} | {fig(usd, '{:.4f}')} |")
 PY
