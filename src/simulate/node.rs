@@ -88,8 +88,10 @@ pub struct Node {
     /// The jobs in `queue` still waiting, by (request, attempt).
     waiting: HashSet<(usize, u32)>,
     running: Vec<Running>,
-    /// Project → when its prefix was last used on this node.
-    prefix: HashMap<usize, Micros>,
+    /// Project → when its prefix was last used on this node, and its tokens.
+    prefix: HashMap<usize, (Micros, u32)>,
+    /// Tokens of the prefixes in `prefix`.
+    prefix_tokens: u64,
     counters: Counters,
     /// The gauges as they changed, (when, gauges), oldest first: those a scrape may still read
     /// through the model's `gauge_lag`, and the one before them.
@@ -119,6 +121,7 @@ impl Node {
             waiting: HashSet::new(),
             running: Vec::new(),
             prefix: HashMap::new(),
+            prefix_tokens: 0,
             counters: Counters::default(),
             gauges: VecDeque::from([(0, Gauges::default())]),
             busy_us: 0,
@@ -202,8 +205,8 @@ impl Node {
             let warm = self
                 .prefix
                 .get(&job.project)
-                .is_some_and(|last| now.saturating_sub(*last) <= from_secs(self.model.prefix_cache.0));
-            self.prefix.insert(job.project, now);
+                .is_some_and(|(last, _)| now.saturating_sub(*last) <= from_secs(self.model.prefix_cache.0));
+            self.remember(job.project, job.prefix.min(job.prompt), now);
             let cached = if warm { job.prefix.min(job.prompt) } else { 0 };
             let prefill_s = f64::from(job.prompt - cached) / self.model.prefill_tps;
             let first_token = now + from_secs(prefill_s) + from_ms(step_ms);
@@ -216,6 +219,24 @@ impl Node {
             started.push(s);
         }
         started
+    }
+
+    /// The project's prefix of `tokens` is now cached; past the cache's capacity the least
+    /// recently used prefixes go.
+    fn remember(&mut self, project: usize, tokens: u32, now: Micros) {
+        if let Some((_, old)) = self.prefix.insert(project, (now, tokens)) {
+            self.prefix_tokens -= u64::from(old);
+        }
+        self.prefix_tokens += u64::from(tokens);
+        let capacity = self.model.prefix_cache_tokens;
+        while capacity > 0 && self.prefix_tokens > capacity {
+            // Ties go by project, so runs stay the same whatever the map's order.
+            let others = self.prefix.iter().filter(|(&p, _)| p != project);
+            let oldest = others.min_by_key(|(&p, &(at, _))| (at, p));
+            let Some((&gone, &(_, held))) = oldest else { break };
+            self.prefix.remove(&gone);
+            self.prefix_tokens -= u64::from(held);
+        }
     }
 
     fn position(&self, req: usize, attempt: u32) -> Option<usize> {
@@ -276,6 +297,7 @@ impl Node {
         );
         lost.sort_unstable();
         self.prefix.clear();
+        self.prefix_tokens = 0;
         self.counters = Counters::default();
         self.note(now);
         lost
@@ -348,6 +370,33 @@ mod tests {
         assert!((n.busy_slot_secs(1_200_000) - 1.2).abs() < 1e-9, "its one slot busy all along");
         assert_eq!(n.fail(1_200_000), vec![(1, 1, false)]);
         assert!((n.busy_slot_secs(5_000_000) - 1.2).abs() < 1e-9, "a dead node's slots are not busy");
+    }
+
+    #[test]
+    fn a_prefix_cache_of_bounded_tokens_keeps_the_most_recently_used_prefixes() {
+        // Room for two 500-token prefixes.
+        let model = NodeModel { max_num_seqs: 1, prefix_cache_tokens: 1000, ..NodeModel::default() };
+        let mut n = Node::new(&model, 256);
+        let mut at = 0;
+        let mut run = |n: &mut Node, req: usize, project: usize| {
+            let started = n.submit(job(req, project), at);
+            at = started[0].done;
+            n.finish(req, 1, at);
+            started[0].cached
+        };
+        assert_eq!(run(&mut n, 0, 1), 0);
+        assert_eq!(run(&mut n, 1, 2), 0);
+        assert_eq!(run(&mut n, 2, 1), 500, "both fit");
+        // A third project pushes out the least recently used: project 2.
+        assert_eq!(run(&mut n, 3, 3), 0);
+        assert_eq!(run(&mut n, 4, 1), 500);
+        assert_eq!(run(&mut n, 5, 2), 0, "evicted");
+        // Unbounded (0), only the time window decides.
+        let mut open = Node::new(&NodeModel { max_num_seqs: 1, ..NodeModel::default() }, 256);
+        for (req, project) in [(0, 1), (1, 2), (2, 3)] {
+            run(&mut open, req, project);
+        }
+        assert_eq!(run(&mut open, 3, 1), 500);
     }
 
     #[test]

@@ -119,6 +119,10 @@ pub struct NodeModel {
     pub kv_tokens: u64,
     /// A project's prefix stays cached on a node this long after its last request there.
     pub prefix_cache: Secs,
+    /// The prefix cache's capacity in tokens: past it the least recently used prefixes go
+    /// first (an engine's cache is its free KV blocks, or a host-memory prompt cache); 0: no
+    /// bound but the time.
+    pub prefix_cache_tokens: u64,
     /// How long the node's gauges (running, waiting, KV use) trail its true state: a scrape
     /// reads them as they were this long before (vLLM's trail by seconds; llama.cpp's by none).
     pub gauge_lag: Secs,
@@ -133,6 +137,7 @@ impl Default for NodeModel {
             step_per_seq_ms: 0.5,
             kv_tokens: 400_000,
             prefix_cache: Secs(600.0),
+            prefix_cache_tokens: 0,
             gauge_lag: Secs(0.0),
         }
     }
