@@ -330,6 +330,8 @@ impl Dispatcher {
             });
         }
         let targets = plan.targets.iter().map(|t| (t.clone(), snap.backends[t.backend].is_local()));
+        let prompt_tokens = request.estimated_prompt_tokens();
+        let keys = PrefixKeys::of(request, meta.affinity.map(|a| a.hash));
         let mut walk = Walk::new(targets, &self.cfg);
         let mut guards = LiveGuards {
             dispatcher: self,
@@ -361,12 +363,10 @@ impl Dispatcher {
                 Some(claimed) if claimed.on(&node.handle.load) => claimed,
                 _ => node.handle.load.start(priority),
             };
-            let prompt_tokens = request.estimated_prompt_tokens();
             let mut prefill = prompt_tokens;
             if backend.is_local() {
                 // What the node likely holds of it: its prefill is the rest, and the node learns
                 // from the answer (`fleet::prefix_cache`).
-                let keys = PrefixKeys::of(request, meta.affinity.map(|a| a.hash));
                 let generation = node.signals.restarts;
                 let held = node.handle.load.cached(&keys, prompt_tokens, generation);
                 let predicted_cached = held.map_or(0, |h| h.tokens);

@@ -163,9 +163,10 @@ pub async fn serve(
         prompt_tokens: canonical.estimated_prompt_tokens(),
         slo_s: task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin),
     };
+    let keys = PrefixKeys::of(&canonical, affinity.map(|a| a.hash));
     let replan = |snap: &Snapshot, waits: Option<&Waits<'_>>| {
         let facts = (priority, affinity, created);
-        plan(serving, snap, task, &canonical, facts, eligible.clone(), waits)
+        plan(serving, snap, task, (&canonical, &keys), facts, eligible.clone(), waits)
     };
     // 4b. When the plan waits for a local slot: in the pool's queue until one frees in time,
     // or spilled once it cannot (`wait`).
@@ -301,7 +302,7 @@ fn plan(
     serving: &Serving,
     snap: &Snapshot,
     task: &TaskConfig,
-    canonical: &ChatRequest,
+    (canonical, keys): (&ChatRequest, &PrefixKeys),
     (priority, affinity, created): (Priority, Option<Affinity>, u64),
     eligible: Vec<BackendId>,
     waits: Option<&Waits<'_>>,
@@ -309,8 +310,7 @@ fn plan(
     let load = |node: &NodeView| node.handle.load.view();
     let affinity = affinity.map(|a| a.hash);
     let prompt_tokens = canonical.estimated_prompt_tokens();
-    let keys = PrefixKeys::of(canonical, affinity);
-    let cached = |node: &NodeView| node.handle.load.cached(&keys, prompt_tokens, node.signals.restarts);
+    let cached = |node: &NodeView| node.handle.load.cached(keys, prompt_tokens, node.signals.restarts);
     let facts = RequestFacts {
         task,
         prompt_tokens,

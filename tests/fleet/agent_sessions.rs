@@ -93,9 +93,8 @@ async fn agent_sessions_beyond_the_fleets_slots_wait_for_a_slot_and_none_is_paid
     let a = llama_server(&engine, 2, 0).await;
     let b = llama_server(&engine, 2, 0).await;
     let hosted = sim(SimKind::OpenAi, "gpt-4o-mini", |_| {}).await;
-    let telemetry = "{interval_ms: 500, stale_after_ms: 3000, backoff_max_ms: 1000}";
-    let router =
-        Router::unready(&[&a.url, &b.url], ", reserve: 0", &hosted.base_url(), 60_000, telemetry).await;
+    // The default telemetry settings, as a user runs them.
+    let router = Router::unready(&[&a.url, &b.url], ", reserve: 0", &hosted.base_url(), 60_000, "{}").await;
     wait_until(Duration::from_secs(20), "/readyz to answer 200", || async {
         let resp = reqwest::get(format!("{}/readyz", router.url)).await.map_err(|e| e.to_string())?;
         (resp.status() == 200).then_some(()).ok_or(resp.status().to_string())

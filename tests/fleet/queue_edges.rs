@@ -23,7 +23,6 @@ backends:
   - {{name: hosted, kind: openai, base_url: "{hosted}/v1", model: gpt, api_key_env: QUEUE_EDGES_KEY}}
 tasks:
   - {{name: chat, backends: [pool, hosted], slo: {{ttft_ms: 30000}}}}
-telemetry: {{interval_ms: 200, stale_after_ms: 2000}}
 limits: {{shutdown_delay_ms: 1000, drain_timeout_ms: 20000}}
 ledger: {{url: "sqlite://{}"}}
 "#,
