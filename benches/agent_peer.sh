@@ -51,10 +51,12 @@ engines_up() {
   wait_ok http://127.0.0.1:18101/health && wait_ok http://127.0.0.1:18102/health
 }
 
-drive() { # label url [local-backend]
+drive() { # label url [local-backend]; AGENT_FLAGS: more flags for agent_sessions.py
   local label="$1" url="$2" local_backend="${3:-}"
+  # shellcheck disable=SC2086
   python3 benches/agent_sessions.py --url "$url" --sessions "$sessions" --turns "$turns" \
-    --concurrency "$concurrency" --label "$label" ${local_backend:+--local "$local_backend"} >"$out/$label.json"
+    --concurrency "$concurrency" --label "$label" ${local_backend:+--local "$local_backend"} \
+    ${AGENT_FLAGS:-} >"$out/$label.json"
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["label"], json.dumps(r["summary"]))' "$out/$label.json"
 }
 
@@ -91,6 +93,9 @@ smg_run() { # policy label
   drive "$2" http://127.0.0.1:18120
   stop_all
 }
+
+# benches/agent_sim.sh sources the functions above and runs its own rounds.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 
 rm -f "$out"/*.json
 for round in $(seq 1 "$rounds"); do

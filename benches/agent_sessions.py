@@ -2,7 +2,10 @@
 """Agent sessions against an OpenAI-compatible router: the workload of issue 47.
 
 Each session has its own preamble (~450 tokens: instructions and a dozen tool descriptions, as
-a coding agent sends) and resends it with its growing history every turn. `--concurrency`
+a coding agent sends) and resends it with its growing history every turn. With
+`--shared-preamble` every session sends the same instructions and tool list (as every Claude
+Code user does) and its own context in its first user message; `--think-ms` waits between an
+answer and the next turn. `--concurrency`
 sessions run at once; a session's next turn goes as soon as its last answer has ended. Plain
 OpenAI requests, no session header: the router keys sessions on what it sees.
 
@@ -19,6 +22,23 @@ import json
 import statistics
 import time
 import urllib.parse
+
+
+def shared_preamble() -> str:
+    """The instructions and tool list every session sends the same (--shared-preamble)."""
+    tools = " ".join(
+        f"Tool {t}: reads file number {t} of the project and returns its lines with their numbers."
+        for t in range(12)
+    )
+    return f"You are a coding agent. Answer in one short sentence. Follow the project's house style. {tools}"
+
+
+def own_context(session: int) -> str:
+    """A session's own context in its first user message (--shared-preamble)."""
+    return (
+        f"Project {session} is a service named svc-{session}; its tests live in tests/{session}/ and its "
+        f"entry point is src/main_{session}.rs. Its owners are team {session} and they review every change."
+    )
 
 
 def preamble(session: int) -> str:
@@ -128,10 +148,16 @@ async def turn(args, messages):
 
 
 async def session(args, s, gate, out):
-    messages = [{"role": "system", "content": preamble(s)}]
+    shared = args.shared_preamble
+    messages = [{"role": "system", "content": shared_preamble() if shared else preamble(s)}]
     async with gate:
         for t in range(args.turns):
-            messages.append({"role": "user", "content": f"Turn {t}: name one step to fix bug {s}.{t}."})
+            if t > 0 and args.think_ms:
+                await asyncio.sleep(args.think_ms / 1000)
+            ask = f"Turn {t}: name one step to fix bug {s}.{t}."
+            if shared and t == 0:
+                ask = own_context(s) + " " + ask
+            messages.append({"role": "user", "content": ask})
             met, said = await turn(args, messages)
             met.update(session=s, turn=t)
             out.append(met)
@@ -153,6 +179,7 @@ def summary(turns, local):
     ttfts = [t["ttft_ms"] for t in ok]
     prompt = sum(t["prompt_tokens"] for t in later)
     cached = sum(t["cached_tokens"] for t in later)
+    all_prompt = sum(t["prompt_tokens"] for t in ok)
     return {
         "turns": len(turns),
         "answered": len(ok),
@@ -161,6 +188,7 @@ def summary(turns, local):
         "hosted_input_tokens": sum(t["prompt_tokens"] for t in hosted),
         "hosted_output_tokens": sum(t["output_tokens"] for t in hosted),
         "later_turns_cached_share": round(cached / prompt, 4) if prompt else None,
+        "cached_share": round(sum(t["cached_tokens"] for t in ok) / all_prompt, 4) if all_prompt else None,
         "ttft_p50_ms": pct(ttfts, 50),
         "ttft_p95_ms": pct(ttfts, 95),
         "later_ttft_p50_ms": pct([t["ttft_ms"] for t in later], 50),
@@ -178,6 +206,9 @@ async def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--shared-preamble", action="store_true",
+                    help="every session sends the same instructions and tool list, its own context in its first user message")
+    ap.add_argument("--think-ms", type=float, default=0, help="from an answer's end to the session's next turn")
     ap.add_argument("--local", help="the backend header value that means the fleet served it")
     ap.add_argument("--label", default="")
     args = ap.parse_args()

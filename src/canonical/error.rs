@@ -17,6 +17,10 @@ pub enum ErrorClass {
     ServerError,
     /// No answer (or no first token) in time.
     Timeout,
+    /// A fleet node that is up (its readings fresh) had no first token by the task's deadline:
+    /// too slow for this request's SLO, not down. Dispatch fails over; the node's breaker does
+    /// not count it, and its prefill speed is bounded by it (`NodeCounters::late`).
+    Late,
     /// Could not connect, or the connection broke.
     Connect,
     /// The stream broke or was malformed after it started.
@@ -44,6 +48,7 @@ impl ErrorClass {
                 | ErrorClass::Overloaded
                 | ErrorClass::ServerError
                 | ErrorClass::Timeout
+                | ErrorClass::Late
                 | ErrorClass::Connect
                 | ErrorClass::StreamBroken
                 | ErrorClass::InvalidOutput
@@ -53,7 +58,7 @@ impl ErrorClass {
     /// Does this failure count against the backend's health (breakers, availability)?
     /// Client mistakes do not.
     pub(crate) fn counts_against_backend(self) -> bool {
-        self.may_fail_over()
+        self.may_fail_over() && self != ErrorClass::Late
     }
 
     /// A short stable label, used in logs, metrics and error codes.
@@ -63,6 +68,7 @@ impl ErrorClass {
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::ServerError => "server_error",
             ErrorClass::Timeout => "timeout",
+            ErrorClass::Late => "late",
             ErrorClass::Connect => "connect",
             ErrorClass::StreamBroken => "stream_broken",
             ErrorClass::InvalidRequest => "invalid_request",

@@ -40,7 +40,7 @@ use crate::config::{
     BackendConfig, BackendId, BackendKind, BackendSpec, DispatchConfig, Priority, Publisher, TaskConfig,
     TlsConfig,
 };
-use crate::fleet::headroom::SpillReason;
+use crate::fleet::headroom::{self, SpillReason};
 use crate::fleet::load::InFlight;
 use crate::fleet::prefix_cache::PrefixKeys;
 use crate::fleet::progress::Touch;
@@ -451,7 +451,19 @@ impl Dispatcher {
                         cost,
                     });
                 }
-                Err(error) => {
+                Err(mut error) => {
+                    let waited = call_started.elapsed();
+                    let late =
+                        error.class == ErrorClass::Timeout && error.status.is_none() && waited >= deadline;
+                    if late
+                        && backend.is_local()
+                        && headroom::fresh(&node.signals, &backend.limits, Instant::now())
+                    {
+                        // Up but too slow for this SLO: fail over without marking it down, and
+                        // predict its prefill no faster than this request saw it.
+                        error.class = ErrorClass::Late;
+                        node.handle.load.late(waited);
+                    }
                     if let Some(span) = &attempt {
                         span.failed(error.class, error.status);
                     }

@@ -125,6 +125,13 @@ const DEFAULT_STEP_S: f64 = 0.02;
 const DEFAULT_PREFILL_TPS: f64 = 10_000.0;
 const DEFAULT_SERVICE_S: f64 = 2.0;
 
+/// The node's prefill speed, tokens per second: as measured, or the default, but no faster than
+/// a late request of the router's showed it can be (`LoadView::prefill_ceiling_tps`).
+pub fn prefill_tps(sig: &NodeSignals, load: LoadView) -> f64 {
+    let tps = sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS);
+    load.prefill_ceiling_tps.map_or(tps, |ceiling| tps.min(f64::from(ceiling)))
+}
+
 /// How long a request holds its slot, once running (the engine's end-to-end time less its
 /// queue time), or the fallback.
 pub fn service_s(sig: &NodeSignals) -> f64 {
@@ -157,7 +164,7 @@ pub(crate) fn predict_ttft(
         Some(cached) => f64::from(prompt_tokens.saturating_sub(cached)),
         None => f64::from(prompt_tokens) * (1.0 - hit_rate),
     };
-    let tps = sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS);
+    let tps = prefill_tps(sig, load);
     let step = sig.itl_s.unwrap_or(DEFAULT_STEP_S);
     let to_first_token = match sig.ttft_s {
         Some(ttft) => {
@@ -406,5 +413,19 @@ mod tests {
         // Measured 0.3 s TTFT of which 0.1 s queued; no prompt mean: this prompt counts as usual.
         let measured = NodeSignals { ttft_s: Some(0.3), queue_s: Some(0.1), ..bare };
         assert!((predict_ttft(&measured, LoadView::default(), &limits(), 1000, None) - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_late_request_slows_the_predicted_prefill_below_the_measured_or_default_speed() {
+        let limits = limits();
+        let unmeasured = NodeSignals::default();
+        let bounded = LoadView { prefill_ceiling_tps: Some(400), ..LoadView::default() };
+        assert_eq!(prefill_tps(&unmeasured, LoadView::default()), DEFAULT_PREFILL_TPS);
+        assert_eq!(prefill_tps(&unmeasured, bounded), 400.0);
+        let measured = NodeSignals { prefill_tps: Some(300.0), ..NodeSignals::default() };
+        assert_eq!(prefill_tps(&measured, bounded), 300.0, "the slower of the two");
+        // 400 cold tokens: a second at the bound, where the default would say 40 ms.
+        let ttft = predict_ttft(&unmeasured, bounded, &limits, 400, Some(0));
+        assert!((1.0..1.1).contains(&ttft), "{ttft}");
     }
 }

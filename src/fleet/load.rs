@@ -29,7 +29,7 @@
 //! window of past peaks.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,6 +56,10 @@ pub struct LoadView {
     pub counted: u64,
     /// The router's requests that finished since that reading's window began.
     pub freed: u64,
+    /// The fastest the node can prefill, tokens per second, as the router's own requests
+    /// showed it: one of them had no first token by its deadline (`NodeCounters::late`).
+    /// `None` until one was late, and again once one gets its first token there.
+    pub prefill_ceiling_tps: Option<u32>,
 }
 
 impl LoadView {
@@ -96,6 +100,8 @@ struct Counters {
     freed: Notify,
     /// What its prefix cache likely holds.
     prefix: Mutex<Memory>,
+    /// `LoadView::prefill_ceiling_tps`, 0 for none.
+    prefill_ceiling: AtomicU32,
 }
 
 /// The node's past: the peak of the router's in-flight count in each interval between two
@@ -150,6 +156,8 @@ impl Drop for InFlight {
         self.0.by_priority[self.1].fetch_sub(1, Ordering::Relaxed);
         self.0.progress.end(&self.2);
         if let Some((touch, tokens, reported)) = self.2.learnt() {
+            // A request got its first token: the node's measured speed speaks again.
+            self.0.prefill_ceiling.store(0, Ordering::Relaxed);
             let mut memory = self.0.prefix.lock().unwrap_or_else(|e| e.into_inner());
             memory.served(&touch.keys, tokens, touch.generation);
             if let Some(actual) = reported {
@@ -236,7 +244,23 @@ impl NodeCounters {
             sent,
             counted: c.counted.load(Ordering::Relaxed),
             freed: finished.saturating_sub(c.finished_base.load(Ordering::Relaxed)),
+            prefill_ceiling_tps: Some(c.prefill_ceiling.load(Ordering::Relaxed)).filter(|&t| t > 0),
         }
+    }
+
+    /// A request of the router's here had no first token `waited` after it was sent, though
+    /// the node is up: the node prefills at most the tokens its requests still waiting for
+    /// their first token have to prefill (this one's included), in that time. Call it while
+    /// the late request is still in flight.
+    pub fn late(&self, waited: Duration) {
+        let prefilling: u64 =
+            self.running().0.iter().filter(|r| !r.first_token).map(|r| u64::from(r.prefill_tokens)).sum();
+        let ceiling =
+            (prefilling as f64 / waited.as_secs_f64().max(1e-3)).ceil().clamp(1.0, f64::from(u32::MAX));
+        let c = &self.0.prefill_ceiling;
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(if old == 0 { ceiling as u32 } else { old.min(ceiling as u32) })
+        });
     }
 
     /// Whether both are the same node's counters.

@@ -170,13 +170,22 @@ fn counters_are_shared_by_key_and_by_handle() {
     let n = NodeKey::from("n");
     let a = load.start(&n, Priority::Standard);
     let b = load.node(&n).start(Priority::Standard);
-    assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 2, sent: 2, counted: 0, freed: 0 });
+    assert_eq!(
+        load.view("n"),
+        LoadView { in_flight: 2, unseen: 2, sent: 2, counted: 0, freed: 0, ..LoadView::default() }
+    );
     let t0 = Instant::now();
     load.mark_scraped(&n, t0, t0, Duration::from_secs(1));
-    assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 0, sent: 2, counted: 2, freed: 0 });
+    assert_eq!(
+        load.view("n"),
+        LoadView { in_flight: 2, unseen: 0, sent: 2, counted: 2, freed: 0, ..LoadView::default() }
+    );
     drop(a);
     let _c = load.start(&n, Priority::Standard);
-    assert_eq!(load.view("n"), LoadView { in_flight: 2, unseen: 1, sent: 3, counted: 2, freed: 1 });
+    assert_eq!(
+        load.view("n"),
+        LoadView { in_flight: 2, unseen: 1, sent: 3, counted: 2, freed: 1, ..LoadView::default() }
+    );
     drop(b);
     assert_eq!(load.view("n").in_flight, 1);
     assert_eq!(load.view("other"), LoadView::default());
@@ -195,4 +204,32 @@ fn in_flight_is_counted_by_priority_until_each_request_ends() {
     drop(chat);
     drop(batch);
     assert_eq!((count(Priority::Interactive), count(Priority::Batch), node.view().in_flight), (0, 0, 0));
+}
+
+#[test]
+fn a_late_request_bounds_the_nodes_prefill_speed_until_one_gets_its_first_token() {
+    let node = NodeCounters::default();
+    let (a, b) = (node.start(Priority::Standard), node.start(Priority::Standard));
+    a.progress().describe(300, 24);
+    b.progress().describe(500, 24);
+    // Both still prefilling when the first is given up on 0.8 s after it was sent: the node
+    // prefilled at most their 800 tokens in that time.
+    node.late(Duration::from_millis(800));
+    assert_eq!(node.view().prefill_ceiling_tps, Some(1000));
+    drop(a);
+    // A later, tighter bound wins; a looser one does not loosen it.
+    node.late(Duration::from_secs(1));
+    assert_eq!(node.view().prefill_ceiling_tps, Some(500));
+    node.late(Duration::from_millis(100));
+    assert_eq!(node.view().prefill_ceiling_tps, Some(500));
+    // A request that gets its first token there lifts it.
+    b.progress().observe(&crate::canonical::Event::TextDelta("hi".into()));
+    b.progress().touch(crate::fleet::progress::Touch {
+        keys: PrefixKeys::default(),
+        prompt_tokens: 500,
+        predicted_cached: 0,
+        generation: 0,
+    });
+    drop(b);
+    assert_eq!(node.view().prefill_ceiling_tps, None);
 }

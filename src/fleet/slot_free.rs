@@ -20,12 +20,12 @@
 
 use tokio::time::Instant;
 
-use super::headroom::{service_s, NodeSignals};
+use super::headroom::{self, service_s, NodeSignals};
+use super::load::LoadView;
 use super::progress::Running;
 
-/// Fallbacks when a signal has not been seen yet (as `fleet::headroom`).
+/// The fallback when a signal has not been seen yet (as `fleet::headroom`).
 const DEFAULT_STEP_S: f64 = 0.02;
-const DEFAULT_PREFILL_TPS: f64 = 10_000.0;
 
 /// A node's measured speeds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,9 +39,9 @@ pub struct Rates {
 }
 
 impl Rates {
-    pub fn of(sig: &NodeSignals) -> Rates {
+    pub fn of(sig: &NodeSignals, load: LoadView) -> Rates {
         Rates {
-            prefill_tps: sig.prefill_tps.filter(|t| *t > 0.0).unwrap_or(DEFAULT_PREFILL_TPS),
+            prefill_tps: headroom::prefill_tps(sig, load),
             step_s: sig.itl_s.filter(|s| *s > 0.0).unwrap_or(DEFAULT_STEP_S),
             service_s: service_s(sig),
         }
@@ -177,9 +177,9 @@ mod tests {
 
     #[test]
     fn rates_fall_back_when_unmeasured() {
-        let r = Rates::of(&NodeSignals::default());
+        let r = Rates::of(&NodeSignals::default(), LoadView::default());
         assert_eq!((r.prefill_tps, r.step_s, r.service_s), (10_000.0, 0.02, 2.0));
         let sig = NodeSignals { prefill_tps: Some(800.0), itl_s: Some(0.01), ..NodeSignals::default() };
-        assert_eq!(Rates::of(&sig).prefill_tps, 800.0);
+        assert_eq!(Rates::of(&sig, LoadView::default()).prefill_tps, 800.0);
     }
 }

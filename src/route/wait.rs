@@ -72,7 +72,7 @@ pub(super) fn targets(
         let load: LoadView = (facts.load)(node);
         let (running, typical) = (waits.running)(node);
         let others = load.others(sig.running, sig.waiting).unwrap_or(0.0);
-        let rates = Rates::of(sig);
+        let rates = Rates::of(sig, load);
         let frees = slot_free::frees_in(&running, others, typical, &rates, now);
         let cached = facts.cached.and_then(|cached| cached(node)).map_or(0, |h| h.tokens);
         let fresh = Running {

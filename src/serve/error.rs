@@ -314,7 +314,7 @@ impl ApiError {
                 ErrorCode::UpstreamAuth,
                 format!("{reason} (the upstream refused Spillway's credentials)"),
             ),
-            ErrorClass::Timeout => Self::new(ErrorCode::Timeout, reason),
+            ErrorClass::Timeout | ErrorClass::Late => Self::new(ErrorCode::Timeout, reason),
             class => Self::new(ErrorCode::Upstream(class), reason),
         }
     }

@@ -11,7 +11,8 @@
 //! its own, sleep, or read the clock inside a run; the same scenario and seed always give the
 //! same report.
 //!
-//! Files: `scenario` + `validate` (the YAML), `workload` (arrivals), `clock` (virtual time and
+//! Files: `scenario` + `validate` (the YAML), `workload` (arrivals; agent sessions' turns,
+//! each after the last one's answer, in `workload/sessions`), `clock` (virtual time and
 //! the event queue), `node` and `hosted` (the models), `strategies` (how each strategy maps
 //! onto the config), `engine` + `dispatch` (the run), `stats` + `histogram`, `report` and
 //! `html` (output). A scenario's strategies run on parallel threads (one per core), each its
@@ -71,8 +72,7 @@ pub fn simulate(scenario: &Scenario, progress: &(dyn Fn(Run, f64) + Sync)) -> Sc
     let runs = parallel(&scenario.runs(), threads, |&run| {
         engine::Engine::new(scenario, run).run(&mut |done| progress(run, done))
     });
-    let slo_ms =
-        scenario.workload.first().and_then(|w| scenario.config.task(&w.task)).map_or(0, |t| t.slo.ttft_ms);
+    let slo_ms = scenario.first_task().and_then(|t| scenario.config.task(t)).map_or(0, |t| t.slo.ttft_ms);
     ScenarioReport {
         scenario: scenario.name.clone(),
         description: scenario.description.clone(),

@@ -5,8 +5,9 @@
 //! and smoothing included.
 //!
 //! The arithmetic is deliberately coarse: a sequence's step time is fixed when it enters a slot
-//! (from the batch size then), prefill does not slow other sequences, and KV use is the running
-//! sequences' full length. It must not know about the router: it sees jobs, not plans.
+//! (from the batch size then), prompts are prefilled one after another (prefill is
+//! compute-bound: two prompts at once take as long as one after the other) without slowing the
+//! running sequences' steps, and KV use is the running sequences' full length. It must not know about the router: it sees jobs, not plans.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -23,7 +24,16 @@ pub struct Job {
     pub prompt: u32,
     pub output: u32,
     pub project: usize,
+    /// Tokens of its prompt a node that served the project lately holds: the project's stable
+    /// prefix, or an agent session's history.
     pub prefix: u32,
+    /// What the node holds of the project once it has served this job: an agent session's
+    /// prompt and answer, the next turn's history, of which a turn finds at most what is held.
+    /// `None`: the stable prefix, all of which a warm node holds.
+    pub keeps: Option<u32>,
+    /// A preamble other projects send too (its cache key, apart from projects', and tokens):
+    /// warm wherever any of them ran lately.
+    pub shared: Option<(usize, u32)>,
 }
 
 /// A job entered a slot: when its first token and its end will come.
@@ -35,6 +45,9 @@ pub struct Started {
     pub done: Micros,
     /// Prompt tokens served from the prefix cache.
     pub cached: u32,
+    /// A job already streaming whose end moved later (another prompt's prefill stalled its
+    /// decode): only its new end is to be scheduled.
+    pub moved: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -88,10 +101,12 @@ pub struct Node {
     /// The jobs in `queue` still waiting, by (request, attempt).
     waiting: HashSet<(usize, u32)>,
     running: Vec<Running>,
-    /// Project → when its prefix was last used on this node, and its tokens.
-    prefix: HashMap<usize, (Micros, u32)>,
+    /// Project (or shared preamble) → what this node's cache holds of it.
+    prefix: HashMap<usize, Held>,
     /// Tokens of the prefixes in `prefix`.
     prefix_tokens: u64,
+    /// When the prefills it has started are done.
+    prefill_until: Micros,
     counters: Counters,
     /// The gauges as they changed, (when, gauges), oldest first: those a scrape may still read
     /// through the model's `gauge_lag`, and the one before them.
@@ -100,6 +115,16 @@ pub struct Node {
     busy_us: u128,
     busy_since: Micros,
     busy_now: usize,
+}
+
+/// A prefix in a node's cache.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Held {
+    /// When it was last used (its last prefill's end).
+    used: Micros,
+    /// Since when it has been ready to be read (a prefill's end).
+    ready: Micros,
+    tokens: u32,
 }
 
 /// What the node's gauges say: running and waiting requests, KV use.
@@ -122,6 +147,7 @@ impl Node {
             running: Vec::new(),
             prefix: HashMap::new(),
             prefix_tokens: 0,
+            prefill_until: 0,
             counters: Counters::default(),
             gauges: VecDeque::from([(0, Gauges::default())]),
             busy_us: 0,
@@ -202,16 +228,38 @@ impl Node {
             }
             let batch = self.running.len() + 1;
             let step_ms = self.model.step_ms + self.model.step_per_seq_ms * batch as f64;
-            let warm = self
-                .prefix
-                .get(&job.project)
-                .is_some_and(|(last, _)| now.saturating_sub(*last) <= from_secs(self.model.prefix_cache.0));
-            self.remember(job.project, job.prefix.min(job.prompt), now);
-            let cached = if warm { job.prefix.min(job.prompt) } else { 0 };
-            let prefill_s = f64::from(job.prompt - cached) / self.model.prefill_tps;
-            let first_token = now + from_secs(prefill_s) + from_ms(step_ms);
+            // A prefix is warm once its prefill is done, and for the cache's window after.
+            let fresh = |key: &usize| {
+                let window = from_secs(self.model.prefix_cache.0);
+                let warm = |h: &&Held| h.ready <= now && now.saturating_sub(h.used) <= window;
+                self.prefix.get(key).filter(warm).map(|h| h.tokens)
+            };
+            let own = fresh(&job.project).map_or(0, |held| match job.keeps {
+                Some(_) => held.min(job.prefix),
+                None => job.prefix,
+            });
+            let shared = job.shared.filter(|(key, _)| fresh(key).is_some()).map_or(0, |(_, tokens)| tokens);
+            let cached = own.max(shared).min(job.prompt);
+            // Prefill is compute-bound: prompts entering together are prefilled one after another.
+            let prefill_s = self.model.prefill_setup_ms / 1000.0
+                + f64::from(job.prompt - cached) / self.model.prefill_tps;
+            let begin = now.max(self.prefill_until);
+            self.prefill_until = begin + from_secs(prefill_s);
+            let prefilled = self.prefill_until;
+            if self.model.decode_waits_for_prefill {
+                // One engine loop runs both: the sequences decoding stand still meanwhile.
+                for r in self.running.iter_mut().filter(|r| r.started.done > begin) {
+                    r.started.done += prefilled - begin;
+                    started.push(Started { moved: true, ..r.started });
+                }
+            }
+            self.remember(job.project, job.keeps.unwrap_or(job.prefix.min(job.prompt)), now, prefilled);
+            if let Some((key, tokens)) = job.shared {
+                self.remember(key, tokens, now, prefilled);
+            }
+            let first_token = prefilled + from_ms(step_ms);
             let done = first_token + from_ms(step_ms * f64::from(job.output.saturating_sub(1)));
-            let s = Started { req: job.req, attempt: job.attempt, first_token, done, cached };
+            let s = Started { req: job.req, attempt: job.attempt, first_token, done, cached, moved: false };
             self.counters.queue.observe(secs(now - job.enqueued), 1.0);
             self.counters.cache_queries += f64::from(job.prompt);
             self.counters.cache_hits += f64::from(cached);
@@ -223,24 +271,31 @@ impl Node {
 
     /// The project's prefix of `tokens` is now cached; past the cache's capacity the least
     /// recently used prefixes go.
-    fn remember(&mut self, project: usize, tokens: u32, now: Micros) {
-        if let Some((_, old)) = self.prefix.insert(project, (now, tokens)) {
-            self.prefix_tokens -= u64::from(old);
+    fn remember(&mut self, project: usize, tokens: u32, now: Micros, prefilled: Micros) {
+        // What was ready stays ready while it is prefilled again.
+        let ready = self.prefix.get(&project).filter(|h| h.ready <= now).map_or(prefilled, |h| h.ready);
+        if let Some(old) = self.prefix.insert(project, Held { used: prefilled, ready, tokens }) {
+            self.prefix_tokens -= u64::from(old.tokens);
         }
         self.prefix_tokens += u64::from(tokens);
         let capacity = self.model.prefix_cache_tokens;
         while capacity > 0 && self.prefix_tokens > capacity {
             // Ties go by project, so runs stay the same whatever the map's order.
             let others = self.prefix.iter().filter(|(&p, _)| p != project);
-            let oldest = others.min_by_key(|(&p, &(at, _))| (at, p));
-            let Some((&gone, &(_, held))) = oldest else { break };
+            let oldest = others.min_by_key(|(&p, h)| (h.used, p));
+            let Some((&gone, held)) = oldest else { break };
+            self.prefix_tokens -= u64::from(held.tokens);
             self.prefix.remove(&gone);
-            self.prefix_tokens -= u64::from(held);
         }
     }
 
     fn position(&self, req: usize, attempt: u32) -> Option<usize> {
         self.running.iter().position(|r| r.job.req == req && r.job.attempt == attempt)
+    }
+
+    /// When the job in a slot ends as things stand (a later prefill may move it).
+    pub(crate) fn done_at(&self, req: usize, attempt: u32) -> Option<Micros> {
+        self.position(req, attempt).map(|i| self.running[i].started.done)
     }
 
     /// The job's first token came out.
@@ -342,7 +397,17 @@ mod tests {
     use super::*;
 
     fn job(req: usize, project: usize) -> Job {
-        Job { req, attempt: 1, enqueued: 0, prompt: 1000, output: 11, project, prefix: 500 }
+        Job {
+            req,
+            attempt: 1,
+            enqueued: 0,
+            prompt: 1000,
+            output: 11,
+            project,
+            prefix: 500,
+            keeps: None,
+            shared: None,
+        }
     }
 
     #[test]
@@ -359,7 +424,14 @@ mod tests {
         // 1000 tokens at 1000 tok/s + one 10 ms step; then 10 more steps.
         assert_eq!(
             s,
-            vec![Started { req: 0, attempt: 1, first_token: 1_010_000, done: 1_110_000, cached: 0 }]
+            vec![Started {
+                req: 0,
+                attempt: 1,
+                first_token: 1_010_000,
+                done: 1_110_000,
+                cached: 0,
+                moved: false
+            }]
         );
         assert!(n.submit(job(1, 7), 0).is_empty(), "the only slot is busy");
         assert_eq!(n.waiting(), 1);
@@ -397,6 +469,60 @@ mod tests {
             run(&mut open, req, project);
         }
         assert_eq!(run(&mut open, 3, 1), 500);
+    }
+
+    #[test]
+    fn prompts_are_prefilled_one_after_another_and_a_llamacpp_node_stalls_its_decode_meanwhile() {
+        // Two slots, 1000 tokens/s plus 50 ms a prompt, 10 ms a step whatever the batch.
+        let model = NodeModel {
+            max_num_seqs: 2,
+            prefill_tps: 1000.0,
+            prefill_setup_ms: 50.0,
+            step_ms: 10.0,
+            step_per_seq_ms: 0.0,
+            ..NodeModel::default()
+        };
+        let mut n = Node::new(&model, 256);
+        let first = n.submit(job(0, 1), 0)[0];
+        assert_eq!(first.first_token, 1_060_000, "50 ms + 1000 tokens + a step");
+        // A prompt entering meanwhile waits for the first one's prefill.
+        let second = n.submit(job(1, 2), 500_000)[0];
+        assert_eq!(second.first_token, 1_050_000 + 1_050_000 + 10_000);
+        assert_eq!(first.done, 1_160_000, "vLLM's chunked prefill: the decode goes on");
+
+        let stalls = NodeModel { decode_waits_for_prefill: true, ..model };
+        let mut n = Node::new(&stalls, 256);
+        let first = n.submit(job(0, 1), 0)[0];
+        // Its decode (1.06 s to 1.16 s) stands still while the next prompt is prefilled.
+        let entered = n.submit(job(1, 2), 1_100_000);
+        assert_eq!(entered.len(), 2);
+        let moved = entered.iter().find(|s| s.moved).expect("the first job's end moved");
+        assert_eq!((moved.req, moved.first_token), (0, first.first_token));
+        assert_eq!(moved.done, first.done + 1_050_000);
+        assert_eq!(n.done_at(0, 1), Some(moved.done));
+    }
+
+    #[test]
+    fn a_session_finds_its_history_and_any_session_the_shared_preamble_once_prefilled() {
+        let model = NodeModel { max_num_seqs: 2, prefill_tps: 1000.0, ..NodeModel::default() };
+        let mut n = Node::new(&model, 256);
+        let turn = |req, project, prompt, prefix| Job {
+            prompt,
+            prefix,
+            keeps: Some(prompt + 11),
+            shared: Some((usize::MAX / 2, 300)),
+            ..job(req, project)
+        };
+        let first = n.submit(turn(0, 1, 400, 0), 0)[0];
+        assert_eq!(first.cached, 0);
+        // Another session entering before that prefill ends finds nothing yet.
+        assert_eq!(n.submit(turn(1, 2, 400, 0), 100_000)[0].cached, 0);
+        n.finish(0, 1, first.done);
+        n.finish(1, 1, 2_000_000);
+        // A third session finds the shared preamble; the first session's next turn its history
+        // (its last prompt and answer), not more.
+        assert_eq!(n.submit(turn(2, 3, 400, 0), 3_000_000)[0].cached, 300);
+        assert_eq!(n.submit(turn(3, 1, 460, 411), 3_000_000)[0].cached, 411);
     }
 
     #[test]

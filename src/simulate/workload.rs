@@ -5,13 +5,18 @@
 //! Arrivals are a Poisson process whose rate follows a piecewise-linear profile (drawn by
 //! thinning), prompt and output sizes are log-normal with the configured mean and spread, and
 //! projects (affinity keys) are drawn with Zipf-like popularity. It must not look at any
-//! strategy or model state: the workload is open-loop, as real clients are.
+//! strategy or model state: the workload is open-loop, as most real clients are. Agent
+//! sessions, whose next turn waits for the last answer, are the closed-loop part
+//! (`workload/sessions.rs`).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::scenario::{Dist, Rate, Scenario};
+
+mod sessions;
 use crate::config::Priority;
+pub use sessions::{Sessions, Turn};
 
 /// One client request.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +36,8 @@ pub struct Arrival {
     pub priority: Priority,
     /// The request is malformed: the first backend refuses it with a 400.
     pub client_error: bool,
+    /// The turn of an agent session it is (`sessions:`); `None` for an open-loop stream's.
+    pub session: Option<Turn>,
 }
 
 /// Rate (requests per second) at `t` seconds.
@@ -129,6 +136,7 @@ impl Stream {
                 prefix_tokens: (f64::from(prompt) * self.prefix_share).round() as u32,
                 priority: self.priority,
                 client_error: rng.gen::<f64>() < self.client_error_rate,
+                session: None,
             });
         }
     }
@@ -136,10 +144,12 @@ impl Stream {
 
 /// Every request of the scenario in arrival order, drawn lazily: each stream draws from its
 /// own seeded generator, and the streams are merged by time (ties: the earlier stream first),
-/// so a run holds one pending arrival per stream however long it is.
+/// so a run holds one pending arrival per stream however long it is. Agent sessions' turns
+/// (`sessions`) come after the open-loop streams' at the same instant.
 pub struct Arrivals {
     streams: Vec<Stream>,
     heads: Vec<Option<Arrival>>,
+    sessions: Sessions,
 }
 
 impl Arrivals {
@@ -179,17 +189,25 @@ impl Arrivals {
             project_base += stream.projects as usize;
         }
         let heads = streams.iter_mut().map(Stream::next).collect();
-        Arrivals { streams, heads }
+        Arrivals { streams, heads, sessions: Sessions::new(s, project_base) }
     }
 
-    /// Every project's affinity key, across the streams.
+    /// Every project's affinity key, across the streams and the sessions.
     pub(crate) fn affinity_keys(&self) -> impl Iterator<Item = u64> + '_ {
-        self.streams.iter().flat_map(|s| s.affinity.iter().copied())
+        let open = self.streams.iter().flat_map(|s| s.affinity.iter().copied());
+        open.chain(self.sessions.affinity_keys())
     }
 
     /// When the next arrival comes, without drawing it.
     pub(crate) fn peek_at(&self) -> Option<u64> {
-        self.heads.iter().flatten().map(|a| a.at_us).min()
+        let open = self.heads.iter().flatten().map(|a| a.at_us).min();
+        open.into_iter().chain(self.sessions.peek_at()).min()
+    }
+
+    /// Request `a` ended at `now` with `output` tokens of answer: a session's next turn may be
+    /// due (`Sessions::answered`).
+    pub(crate) fn answered(&mut self, a: &Arrival, output: u32, now: u64) {
+        self.sessions.answered(a, output, now);
     }
 }
 
@@ -197,12 +215,17 @@ impl Iterator for Arrivals {
     type Item = Arrival;
 
     fn next(&mut self) -> Option<Arrival> {
-        let (i, _) = self
+        let open = self
             .heads
             .iter()
             .enumerate()
             .filter_map(|(i, h)| Some((i, h.as_ref()?.at_us)))
-            .min_by_key(|&(i, at)| (at, i))?;
+            .min_by_key(|&(i, at)| (at, i));
+        let (i, _) = match (open, self.sessions.peek_at()) {
+            (Some((_, at)), Some(turn)) if turn < at => return self.sessions.next(),
+            (None, _) => return self.sessions.next(),
+            (Some(open), _) => open,
+        };
         let next = self.streams[i].next();
         std::mem::replace(&mut self.heads[i], next)
     }

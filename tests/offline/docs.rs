@@ -59,6 +59,7 @@ fn when(code: ErrorCode) -> String {
             ErrorClass::StreamBroken => "the upstream's answer broke after it started (non-streamed)",
             ErrorClass::InvalidOutput => "every answer broke the request's `response_format`",
             ErrorClass::Timeout
+            | ErrorClass::Late
             | ErrorClass::InvalidRequest
             | ErrorClass::Auth
             | ErrorClass::ContentPolicy

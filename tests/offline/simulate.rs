@@ -271,3 +271,17 @@ fn full_length_tables() {
         std::fs::write(out, simulate::html_page(&reports)).unwrap();
     }
 }
+
+/// The agent-session scenario (the workload `benches/agent_sim.sh` runs on the real fleet):
+/// every turn comes after the last answer and stays where its history is cached, so the
+/// cached share is what the real two-node fleet measured (82.9 %) and nothing is paid for.
+#[test]
+fn agent_sessions_stay_where_their_history_is_cached() {
+    let r = run(&load("agent-sessions"));
+    let spillway = stats(&r, StrategyName::Spillway).summary();
+    assert_eq!(spillway.requests, 32, "8 sessions × 4 turns");
+    assert_eq!((spillway.errors, spillway.local_share), (0, 1.0), "{spillway:?}");
+    assert!((0.79..0.87).contains(&spillway.cache_hit_rate), "{spillway:?}");
+    // Four cold first turns at once, two a node, prefilled one after the other.
+    assert!((4000.0..5500.0).contains(&spillway.ttft_p95_ms), "{spillway:?}");
+}

@@ -128,6 +128,7 @@ impl Engine<'_> {
             prefix_tokens: 0,
             priority: Priority::Batch,
             client_error: false,
+            session: None,
         }
     }
 

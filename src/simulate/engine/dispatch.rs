@@ -15,15 +15,18 @@ use tokio::time::Instant;
 
 use super::batch::Line;
 use super::{Engine, Ev};
-use crate::canonical::ErrorClass;
+use crate::canonical::{ErrorClass, Event, Usage};
 use crate::config::{BreakerConfig, TaskConfig};
 use crate::dispatch::walk::{AfterFailure, Guards, Stop, Walk};
+use crate::fleet::headroom;
 use crate::fleet::load::{InFlight, LoadView};
+use crate::fleet::prefix_cache::PrefixKeys;
+use crate::fleet::progress::Touch;
 use crate::guard::breaker::Breaker;
 use crate::guard::quota::{Limits, MinuteWindow};
 use crate::guard::retry_budget::RetryBudget;
 use crate::outcome::Skip;
-use crate::route::{self, chain, RequestFacts, Target};
+use crate::route::{self, chain, CachedOn, RequestFacts, Target};
 use crate::simulate::clock::{from_ms, Micros};
 use crate::simulate::hosted::{Answer, Call};
 use crate::simulate::node::Job;
@@ -53,6 +56,8 @@ pub(crate) struct Req {
     pub output: u32,
     /// When the current attempt was sent.
     pub sent_at: Micros,
+    /// Prompt tokens the current attempt found cached, once its first token came.
+    pub cached: u32,
     /// The batch line it is (`None`: a client's request).
     pub batch: Option<Line>,
 }
@@ -104,6 +109,13 @@ impl Engine<'_> {
         let headroom = self.strategy.uses_headroom();
         let load = &self.load;
         let view = |node: &NodeView| if headroom { load.view(&node.key) } else { LoadView::default() };
+        let keys = prefix_keys(&a);
+        let counters = &self.counters;
+        let flat_of = &self.key_to_flat;
+        let cached = |node: &NodeView| {
+            let i = *flat_of.get(&node.key)?;
+            counters[i].cached(&keys, a.prompt_tokens, node.signals.restarts)
+        };
         let facts = RequestFacts {
             task,
             prompt_tokens: a.prompt_tokens,
@@ -116,7 +128,7 @@ impl Engine<'_> {
             request: None,
             candidates: self.candidates.as_ref(),
             waits: None,
-            cached: None,
+            cached: headroom.then_some(&cached as &CachedOn<'_>),
         };
         let planned = route::plan(&facts, &self.snap, at);
         if let Ok(p) = &planned {
@@ -134,6 +146,7 @@ impl Engine<'_> {
             in_flight: None,
             output,
             sent_at: now,
+            cached: 0,
             batch: line,
         };
         self.arrived += 1;
@@ -168,7 +181,7 @@ impl Engine<'_> {
     fn fail(&mut self, r: usize, kind: &str, now: Micros) {
         let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
         let line = self.reqs[r].batch;
-        self.end_request(r);
+        self.end_request(r, 0, now);
         match line {
             Some(line) => self.line_turned_away(line, kind == "client", now),
             None => self.stats.error(bucket, kind),
@@ -184,8 +197,10 @@ impl Engine<'_> {
         }
     }
 
-    /// Request `r` has ended: what it held is let go and its slot is free for the next one.
-    fn end_request(&mut self, r: usize) {
+    /// Request `r` has ended at `now` with `answer` output tokens: what it held is let go, its
+    /// slot is free for the next one, and an agent session's next turn may be due.
+    fn end_request(&mut self, r: usize, answer: u32, now: Micros) {
+        self.arrivals.answered(&self.reqs[r].arrival, answer, now);
         let q = &mut self.reqs[r];
         q.finished = true;
         q.current = None;
@@ -259,6 +274,19 @@ impl Engine<'_> {
             );
         }
         let output = self.reqs[r].output;
+        if self.nodes[flat].is_some() {
+            // What the node likely holds of it, for it to learn from the answer, as dispatch does.
+            let (b, n, _) = &self.flat[flat];
+            let generation = self.snap.backends[*b].nodes[*n].signals.restarts;
+            let keys = prefix_keys(a);
+            let held = self.counters[flat].cached(&keys, a.prompt_tokens, generation);
+            let predicted_cached = held.map_or(0, |h| h.tokens);
+            let touch = Touch { keys, prompt_tokens: a.prompt_tokens, predicted_cached, generation };
+            let progress = self.reqs[r].in_flight.as_ref().expect("just started").progress();
+            progress.touch(touch);
+            progress.describe(a.prompt_tokens - predicted_cached, output);
+        }
+        let a = &self.reqs[r].arrival;
         if let Some(node) = self.nodes[flat].as_mut() {
             if !node.alive {
                 let connect = from_ms(self.s.config.dispatch.connect_timeout_ms as f64).min(deadline);
@@ -276,6 +304,8 @@ impl Engine<'_> {
                 output,
                 project: a.project_id,
                 prefix: a.prefix_tokens,
+                keeps: a.session.map(|_| a.prompt_tokens + output),
+                shared: a.session.filter(|t| t.shared).map(|t| (SHARED_KEYS + t.stream, t.preamble.1)),
             };
             let started = node.submit(job, now);
             return self.schedule(started);
@@ -343,6 +373,10 @@ impl Engine<'_> {
         let q = &mut self.reqs[r];
         q.committed = true;
         q.within_slo = within;
+        q.cached = cached;
+        if let Some(in_flight) = &q.in_flight {
+            in_flight.progress().observe(&Event::TextDelta(String::new()));
+        }
         if q.batch.is_some() {
             return;
         }
@@ -372,12 +406,26 @@ impl Engine<'_> {
             return;
         }
         let flat = q.current.expect("committed");
+        if self.nodes[flat].as_ref().and_then(|n| n.done_at(r, attempt)).is_some_and(|end| end != now) {
+            return; // Its end moved later.
+        }
         let line = q.batch;
         let cost = line.filter(|_| self.nodes[flat].is_none()).map(|_| {
             let q = &self.reqs[r];
             self.realtime_cost(self.flat[flat].0, &q.arrival, q.output, 0)
         });
-        self.end_request(r);
+        let q = &self.reqs[r];
+        if let Some(in_flight) = &q.in_flight {
+            // The engine's usage, for the node to learn from as the request leaves it.
+            let usage = Usage {
+                input_tokens: q.arrival.prompt_tokens,
+                cached_input_tokens: q.cached,
+                output_tokens: q.output,
+                cache_write_tokens: 0,
+            };
+            in_flight.progress().observe(&Event::Usage(usage));
+        }
+        self.end_request(r, self.reqs[r].output, now);
         self.left_node(flat);
         if let Some(node) = self.nodes[flat].as_mut() {
             let started = node.finish(r, attempt, now);
@@ -417,8 +465,20 @@ impl Engine<'_> {
         }
     }
 
+    /// No first token by the deadline: a node that is up was late (as dispatch judges it), any
+    /// other backend timed out.
     pub(super) fn deadline(&mut self, r: usize, attempt: u32, now: Micros) {
-        self.failed(r, attempt, ErrorClass::Timeout, None, now);
+        if !self.pending(r, attempt) {
+            return;
+        }
+        let flat = self.reqs[r].current.expect("pending");
+        let (b, n, _) = &self.flat[flat];
+        let view = &self.snap.backends[*b];
+        let up = view.is_local() && headroom::fresh(&view.nodes[*n].signals, &view.limits, self.at(now));
+        if up {
+            self.counters[flat].late(std::time::Duration::from_micros(now - self.reqs[r].sent_at));
+        }
+        self.failed(r, attempt, if up { ErrorClass::Late } else { ErrorClass::Timeout }, None, now);
     }
 
     /// A node went away holding these jobs: those before their first token fail over (the
@@ -444,7 +504,7 @@ impl Engine<'_> {
             self.tracked_record(self.flat[flat].0, Some(ErrorClass::StreamBroken), false);
             let bucket = self.bucket_of(self.reqs[r].arrival.at_us);
             let line = self.reqs[r].batch;
-            self.end_request(r);
+            self.end_request(r, 0, now);
             match line {
                 Some(line) => self.line_broken(line, now),
                 None => self.stats.broken_stream(bucket, within),
@@ -452,6 +512,15 @@ impl Engine<'_> {
         }
     }
 }
+
+/// What a node may hold of an arrival, as the router reads it off a request: the session (its
+/// affinity key) and, for an agent session's turn, its preamble.
+fn prefix_keys(a: &Arrival) -> PrefixKeys {
+    PrefixKeys { session: Some(a.affinity), preamble: a.session.map(|t| t.preamble) }
+}
+
+/// Node cache keys of the session streams' shared preambles, apart from projects' numbers.
+const SHARED_KEYS: usize = usize::MAX / 2;
 
 /// The router's guards as the simulation keeps them, one entry per flat node index.
 struct SimGuards<'a> {

@@ -29,7 +29,7 @@ use super::node::{Node, Started};
 use super::scenario::{Batching, Planning, Run, Scenario, StrategyName};
 use super::stats::Stats;
 use super::strategies::{self, Tracked};
-use super::workload::Arrivals;
+use super::workload::{Arrivals, Sessions};
 use crate::canonical::{ErrorClass, NodeKey};
 use crate::config::TaskConfig;
 use crate::fleet::load::{LoadView, NodeCounters, NodeLoad};
@@ -105,7 +105,7 @@ pub struct Engine<'a> {
     pub(super) clock: Clock,
     pub(super) q: Queue<Ev>,
     pub(super) rng: StdRng,
-    arrivals: Arrivals,
+    pub(super) arrivals: Arrivals,
     /// The config's tasks as this strategy configures them.
     pub(super) tasks: Vec<TaskConfig>,
     /// The same tasks with their fleet pools only (batch lines that run on the fleet only).
@@ -123,7 +123,7 @@ pub struct Engine<'a> {
     pub(super) node_base: Vec<usize>,
     /// (backend, node) of each flat node; its key.
     pub(super) flat: Vec<(usize, usize, NodeKey)>,
-    key_to_flat: HashMap<NodeKey, usize>,
+    pub(super) key_to_flat: HashMap<NodeKey, usize>,
     pub(super) load: Arc<NodeLoad>,
     /// Each flat node's counters in `load`, looked up once.
     pub(super) counters: Vec<NodeCounters>,
@@ -199,7 +199,7 @@ impl<'a> Engine<'a> {
                 )
             })
             .collect();
-        let projects = s.workload.iter().map(|w| w.projects as usize).sum();
+        let projects = s.workload.iter().map(|w| w.projects as usize).sum::<usize>() + Sessions::projects(s);
         let buckets = (s.duration.as_secs_f64() / s.sample.as_secs_f64()).ceil() as usize;
         let base = clock.instant(0);
         let arrivals = Arrivals::new(s);
@@ -435,12 +435,12 @@ impl<'a> Engine<'a> {
         let bucket = self.bucket_of(now.saturating_sub(1));
         let avail: BTreeMap<String, f64> =
             self.tracked.iter().map(|b| (b.clone(), self.availability.get(b))).collect();
-        let weights = match (self.strategy.tracked(), self.s.workload.first()) {
+        let weights = match (self.strategy.tracked(), self.s.first_task()) {
             (Tracked::None, _) | (_, None) => BTreeMap::new(),
-            (_, Some(w)) => {
+            (_, Some(name)) => {
                 // The backends whose availability is tracked, in the task's preference order (for
                 // spillway: the hosted chain used when the fleet has no headroom).
-                let mut task = self.s.config.task(&w.task).expect("validated").clone();
+                let mut task = self.s.config.task(name).expect("validated").clone();
                 task.backends.retain(|b| self.tracked.contains(b));
                 strategies::current_weights(&task, &|b: &str| self.availability.get(b)).into_iter().collect()
             }
@@ -515,11 +515,14 @@ impl<'a> Engine<'a> {
         self.s.config.backends.iter().position(|b| b.name == name).expect("validated backend name")
     }
 
-    /// Schedule the first tokens and ends of jobs that just entered a node's slots.
+    /// Schedule the first tokens and ends of jobs that just entered a node's slots, and the new
+    /// ends of those whose end moved (the old `Done` is then stale: `done` skips it).
     pub(super) fn schedule(&mut self, started: Vec<Started>) {
         for s in started {
-            let first = Ev::FirstToken { req: s.req, attempt: s.attempt, cached: s.cached, written: 0 };
-            self.q.push(s.first_token, first);
+            if !s.moved {
+                let first = Ev::FirstToken { req: s.req, attempt: s.attempt, cached: s.cached, written: 0 };
+                self.q.push(s.first_token, first);
+            }
             self.q.push(s.done, Ev::Done { req: s.req, attempt: s.attempt });
         }
     }

@@ -111,10 +111,17 @@ pub struct NodeModel {
     pub max_num_seqs: u32,
     /// Prefill speed of uncached prompt tokens, tokens per second.
     pub prefill_tps: f64,
+    /// What each prompt's prefill takes besides its tokens, ms: the batch's setup and the
+    /// engine's scheduling (tens of ms for llama.cpp on a CPU, next to none on a GPU engine).
+    pub prefill_setup_ms: f64,
     /// One engine step (one output token for every running sequence) with one sequence, ms.
     pub step_ms: f64,
     /// What each further running sequence adds to a step, ms.
     pub step_per_seq_ms: f64,
+    /// The sequences decoding stand still while a prompt is prefilled (llama.cpp, whose one
+    /// loop runs a whole prompt in a batch); `false`: prefill is mixed in with the decode steps
+    /// (vLLM's and SGLang's chunked prefill).
+    pub decode_waits_for_prefill: bool,
     /// KV-cache capacity in tokens (reported as blocks of 16).
     pub kv_tokens: u64,
     /// A project's prefix stays cached on a node this long after its last request there.
@@ -133,8 +140,10 @@ impl Default for NodeModel {
         NodeModel {
             max_num_seqs: 0,
             prefill_tps: 8000.0,
+            prefill_setup_ms: 0.0,
             step_ms: 20.0,
             step_per_seq_ms: 0.5,
+            decode_waits_for_prefill: false,
             kv_tokens: 400_000,
             prefix_cache: Secs(600.0),
             prefix_cache_tokens: 0,
@@ -242,6 +251,42 @@ pub struct Stream {
 
 fn default_projects() -> u32 {
     100
+}
+
+/// Closed-loop agent sessions (`sessions:`): each session sends its turns one after another,
+/// the next one `think` after the last one's answer, resending its preamble and its whole
+/// history every turn, as a coding agent does. Unlike a `workload` stream, when a turn comes
+/// depends on how fast the last one was answered.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStream {
+    pub task: String,
+    /// Sessions in all.
+    pub count: u32,
+    /// Sessions running at once: the next one starts when one ends (default: all at once).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    pub turns: u32,
+    /// A preamble every session of the stream sends first (the same instructions and tool
+    /// list), tokens: warm on every node that served any of the sessions.
+    #[serde(default)]
+    pub shared_tokens: u32,
+    /// Each session's own context on its first turn (its own instructions, files), tokens.
+    #[serde(default)]
+    pub own_tokens: u32,
+    /// What each turn adds to the history before it is sent (the user's message, tool
+    /// results), tokens.
+    pub turn_tokens: Dist,
+    pub output_tokens: Dist,
+    /// From an answer's end to the session's next turn.
+    #[serde(default)]
+    pub think: Secs,
+    /// When the first sessions start.
+    #[serde(default)]
+    pub at: Secs,
+    /// Priority of its turns; the task's default when unset.
+    #[serde(default)]
+    pub priority: Option<Priority>,
 }
 
 fn default_prefix() -> f64 {
@@ -389,7 +434,10 @@ struct File {
     nodes: BTreeMap<String, NodeModel>,
     #[serde(default)]
     providers: BTreeMap<String, ProviderModel>,
+    #[serde(default)]
     workload: Vec<Stream>,
+    #[serde(default)]
+    sessions: Vec<SessionStream>,
     #[serde(default)]
     timeline: Vec<TimelineEvent>,
     #[serde(default)]
@@ -423,6 +471,7 @@ pub struct Scenario {
     /// By hosted backend name; every hosted backend has one.
     pub providers: BTreeMap<String, ProviderModel>,
     pub workload: Vec<Stream>,
+    pub sessions: Vec<SessionStream>,
     pub timeline: Vec<TimelineEvent>,
     pub batches: Vec<BatchJob>,
     pub batching: Vec<Batching>,
@@ -461,6 +510,13 @@ impl Scenario {
             .collect()
     }
 
+    /// The task of the scenario's first stream (workload, else sessions): the one its report
+    /// gives the SLO of.
+    pub fn first_task(&self) -> Option<&str> {
+        let sessions = self.sessions.iter().map(|w| w.task.as_str());
+        self.workload.iter().map(|w| w.task.as_str()).chain(sessions).next()
+    }
+
     /// The `(backend index, node index)` a `backend#index` reference names.
     pub(crate) fn node_ref(&self, reference: &str) -> Option<(usize, usize)> {
         let (name, index) = reference.split_once('#')?;
@@ -483,6 +539,9 @@ impl Scenario {
             if let Rate::Points(points) = &mut w.rps {
                 points.iter_mut().for_each(|(t, _)| scale(t));
             }
+        }
+        for w in &mut self.sessions {
+            scale(&mut w.at);
         }
         for b in &mut self.batches {
             scale(&mut b.at);
@@ -534,6 +593,7 @@ pub fn parse(name: &str, text: &str) -> Result<Scenario, Vec<Problem>> {
         nodes: file.nodes,
         providers: file.providers,
         workload: file.workload,
+        sessions: file.sessions,
         timeline: file.timeline,
         batches: file.batches,
         batching: file.batching,

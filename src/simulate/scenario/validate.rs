@@ -55,6 +55,9 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
                 p(format!("nodes.{name}.{key}"), "must be above 0".into());
             }
         }
+        if !(node.prefill_setup_ms.is_finite() && node.prefill_setup_ms >= 0.0) {
+            p(format!("nodes.{name}.prefill_setup_ms"), "must be ≥ 0".into());
+        }
     }
     for (name, m) in &s.providers {
         match kind_of(name) {
@@ -101,6 +104,24 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         dist(&format!("workload[{i}].output_tokens"), &w.output_tokens, &mut problems);
         share(format!("workload[{i}].prefix_share"), w.prefix_share, &mut problems);
         share(format!("workload[{i}].client_error_rate"), w.client_error_rate, &mut problems);
+    }
+    if s.workload.is_empty() && s.sessions.is_empty() {
+        problems.push(Problem::new("workload", "give at least one stream under workload or sessions"));
+    }
+    for (i, w) in s.sessions.iter().enumerate() {
+        let at = |k: &str| format!("sessions[{i}].{k}");
+        if config.task(&w.task).is_none() {
+            problems
+                .push(Problem::new(at("task"), format!("`{}` is not a task of the router config", w.task)));
+        }
+        for (key, n) in [("count", w.count), ("turns", w.turns), ("concurrency", w.concurrency.unwrap_or(1))]
+        {
+            if n == 0 {
+                problems.push(Problem::new(at(key), "must be at least 1"));
+            }
+        }
+        dist(&at("turn_tokens"), &w.turn_tokens, &mut problems);
+        dist(&at("output_tokens"), &w.output_tokens, &mut problems);
     }
     for (i, e) in s.timeline.iter().enumerate() {
         let at = |k: &str| format!("timeline[{i}].{k}");
