@@ -1,39 +1,56 @@
-//! Secrets never leave: scrub every upstream error text of the keys Spillway holds.
+//! Secrets never leave: every text that comes from an upstream is cut of the credentials
+//! Spillway holds, by one function ([`scrub`]), before anything returns, logs or records it.
 //!
 //! A provider that refuses a key often echoes it ("Incorrect API key provided: sk-…"), a proxy
-//! may quote the request's headers back, and a transport error can name the URL it failed on.
-//! Such a text becomes an [`UpstreamError`] message, and from there it would reach the client's
-//! error body, a log line, a canary or gate result on `/admin`. A [`Redactor`] holds the secret
-//! values (provider API keys, client keys, the admin token) and replaces each occurrence of one
-//! with [`MARKER`]; it also replaces anything shaped like a well-known provider key (`sk-…`,
-//! `sk-ant-…`, `sk-proj-…`, Google's `AIza…`, masked `*` echoes included), even when it is not
-//! ours. [`send_scrubbed`] is the one way the request path (dispatch, and through it canaries)
-//! and calls made beside it (gate, judge, shadow) reach an adapter, so an error is scrubbed
-//! where it is born, before anything records, logs or returns it.
+//! may quote the request's headers back, AWS puts the canonical request (session token and all)
+//! in a signature mismatch, and any of them may do so in an error body, an error event inside a
+//! stream or an exception frame, whole or cut short. A [`Redactor`] holds secret values (the
+//! provider keys, client keys and admin token the router has from its config); a
+//! [`CallRedactor`] adds to them the credentials one call sent (its key; the AWS keys and
+//! session token, the Google or Entra token and a service account's key lines its cloud
+//! credentials handed out). Each occurrence of a secret, and of any [`ECHO_LEN`] characters of
+//! one (a truncated echo), becomes [`MARKER`]; so does anything shaped like a well-known
+//! provider key (`sk-…`, `sk-ant-…`, `sk-proj-…`, Google's `AIza…`, masked `*` echoes included)
+//! or a SigV4 signature, even when it is not ours.
 //!
-//! It must not do I/O, classify, or change anything but message texts: an error's class,
-//! status and `Retry-After` pass through untouched. Exact matching ignores secrets shorter
-//! than [`MIN_SECRET_LEN`] characters (after trimming), so that a short or empty value cannot
-//! turn every message into markers; such a value is no secret worth the name, and config
-//! validation is the place to refuse it. Keys echoed in part (masked in the middle) are caught
-//! only when they have a known key shape; a secret echoed in another encoding (percent- or
-//! JSON-escaped) is not recognised by exact matching.
+//! [`super::send`], [`super::count_tokens`] and the batch API's results are the only ways
+//! upstream text leaves the adapters, and each goes through a [`CallRedactor`]; a structural
+//! test (`structure_tests.rs`) fails when another way out appears. This module must not do I/O,
+//! classify, or change anything but texts: an error's class, status and `Retry-After` pass
+//! through untouched. Secrets shorter than [`MIN_SECRET_LEN`] characters (after trimming) are
+//! ignored, so that a short or empty value cannot turn every message into markers; a secret
+//! echoed in another encoding (percent- or JSON-escaped) is not recognised.
+
+mod call;
+#[cfg(test)]
+mod structure_tests;
+#[cfg(test)]
+mod tests;
+
+pub use call::{CallRedactor, Resolved};
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::ops::Range;
+use std::sync::{Arc, LazyLock, OnceLock};
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use futures::StreamExt;
 use regex::Regex;
 
-use super::{Call, EventStream, Transport};
-use crate::canonical::{ChatRequest, UpstreamError};
+use super::EventStream;
+use crate::canonical::UpstreamError;
 
 /// What a secret is replaced with.
 pub const MARKER: &str = "[redacted]";
 
-/// Secrets shorter than this (in characters, after trimming) are not matched exactly.
+/// Secrets shorter than this (in characters, after trimming) are not matched.
 pub const MIN_SECRET_LEN: usize = 8;
+
+/// Any run of this many bytes of a secret (characters: secrets are ASCII in practice) is cut
+/// wherever it appears, so that an echo cut short, or starting late, is cut too. A secret
+/// shorter than this is matched whole.
+pub const ECHO_LEN: usize = 12;
 
 /// Well-known key shapes: OpenAI (`sk-`, `sk-proj-`), Anthropic (`sk-ant-`), Google (`AIza`),
 /// each followed by 8 or more key characters (`*` counts: providers mask the middle of a key
@@ -43,12 +60,19 @@ static KEY_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("the key-shape pattern is a valid regex")
 });
 
-/// Replaces known secrets and key-shaped tokens in texts with [`MARKER`].
+/// A SigV4 signature as an `Authorization` header carries it: good for replaying that request.
+static SIGNATURE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\bSignature=[0-9a-f]{64}\b").expect("the signature pattern is a valid regex")
+});
+
+/// Replaces known secrets, their echoes and key-shaped tokens in texts with [`MARKER`].
 #[derive(Clone, Default)]
 pub struct Redactor {
-    /// Distinct secrets of at least [`MIN_SECRET_LEN`] characters, longest first (so that a
-    /// secret containing another is replaced whole).
+    /// Distinct secrets of at least [`MIN_SECRET_LEN`] characters.
     secrets: Vec<String>,
+    /// Every piece of every secret that is cut ([`ECHO_LEN`] bytes, or the whole of a shorter
+    /// secret), built on first use; `None` if it could not be built (then whole secrets only).
+    echoes: OnceLock<Option<AhoCorasick>>,
 }
 
 impl fmt::Debug for Redactor {
@@ -60,7 +84,7 @@ impl fmt::Debug for Redactor {
 
 impl Redactor {
     /// A redactor for these secret values. Empty and short values (see [`MIN_SECRET_LEN`]) are
-    /// left out of exact matching; key shapes are redacted regardless.
+    /// left out; key shapes are redacted regardless.
     pub fn new<I, S>(secrets: I) -> Redactor
     where
         I: IntoIterator<Item = S>,
@@ -71,158 +95,120 @@ impl Redactor {
             .map(|s| s.as_ref().trim().to_string())
             .filter(|s| s.chars().count() >= MIN_SECRET_LEN)
             .collect();
-        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        secrets.sort();
         secrets.dedup();
-        Redactor { secrets }
+        Redactor { secrets, echoes: OnceLock::new() }
     }
 
-    /// How many secrets are matched exactly.
+    /// How many secrets are matched.
     pub fn len(&self) -> usize {
         self.secrets.len()
     }
 
-    /// Whether no secret is matched exactly (key shapes still are).
+    /// Whether no secret is matched (key shapes still are).
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
 
-    /// `text` with every secret and key-shaped token replaced by [`MARKER`]; borrowed when
-    /// there was nothing to replace.
+    /// `text` scrubbed of this redactor's secrets ([`scrub`]).
     pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        let mut out = Cow::Borrowed(text);
-        for secret in &self.secrets {
-            if out.contains(secret.as_str()) {
-                out = Cow::Owned(out.replace(secret.as_str(), MARKER));
-            }
-        }
-        if KEY_SHAPE.is_match(&out) {
-            out = Cow::Owned(KEY_SHAPE.replace_all(&out, MARKER).into_owned());
-        }
-        out
+        scrub(text, &[self])
     }
 
     /// The same error with its message scrubbed; class, status and `Retry-After` unchanged.
-    pub fn scrub_error(&self, mut error: UpstreamError) -> UpstreamError {
-        if let Cow::Owned(clean) = self.scrub(&error.message) {
-            error.message = clean;
-        }
-        error
+    pub fn scrub_error(&self, error: UpstreamError) -> UpstreamError {
+        scrub_error(error, &[self])
     }
 
     /// The same events, with the message of an `Err` item (a stream broken mid-way) scrubbed.
     pub fn scrub_stream(self: Arc<Self>, events: EventStream) -> EventStream {
         Box::pin(events.map(move |item| item.map_err(|e| self.scrub_error(e))))
     }
-}
 
-/// [`super::send`], with the error it resolves to and every error its stream yields scrubbed by
-/// `redactor`. Every caller outside the adapters goes through here.
-pub async fn send_scrubbed(
-    redactor: Arc<Redactor>,
-    transport: &Transport,
-    call: &Call<'_>,
-    req: &ChatRequest,
-) -> Result<EventStream, UpstreamError> {
-    match super::send(transport, call, req).await {
-        Ok(events) => Ok(redactor.scrub_stream(events)),
-        Err(error) => Err(redactor.scrub_error(error)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::canonical::{ErrorClass, Event};
-    use std::time::Duration;
-
-    const PROVIDER: &str = "prov-0123456789abcdef";
-    const CLIENT: &str = "ck-PLANTED-client-key-4242";
-
-    fn redactor() -> Redactor {
-        Redactor::new([PROVIDER, CLIENT, "", "short", "  "])
-    }
-
-    #[test]
-    fn every_occurrence_of_each_secret_is_replaced() {
-        let text = format!("Incorrect API key provided: {PROVIDER}. Seen {PROVIDER} and {CLIENT} twice");
-        let clean = redactor().scrub(&text).into_owned();
-        assert_eq!(clean, "Incorrect API key provided: [redacted]. Seen [redacted] and [redacted] twice");
-    }
-
-    #[test]
-    fn short_and_empty_secrets_are_not_matched_exactly() {
-        let r = redactor();
-        assert_eq!(r.len(), 2, "only the two long secrets are kept");
-        let text = "a short message with no secret in it";
-        assert!(matches!(r.scrub(text), Cow::Borrowed(_)), "nothing to replace: borrowed");
-        assert_eq!(r.scrub(text), text);
-        assert!(Redactor::new(["1234567"]).is_empty());
-        assert_eq!(Redactor::new(["12345678"]).len(), 1);
-    }
-
-    #[test]
-    fn a_secret_containing_another_is_replaced_whole() {
-        let r = Redactor::new(["abcdefgh", "abcdefgh-longer-one"]);
-        assert_eq!(r.scrub("x abcdefgh-longer-one y abcdefgh"), "x [redacted] y [redacted]");
-    }
-
-    #[test]
-    fn well_known_key_shapes_are_redacted_even_when_not_ours() {
-        let r = Redactor::default();
-        for (text, want) in [
-            ("key sk-abcdefgh1234 refused", "key [redacted] refused"),
-            ("key sk-proj-AbCd_EfGh-1234 refused", "key [redacted] refused"),
-            ("key sk-ant-api03-xyzXYZ0123 refused", "key [redacted] refused"),
-            ("key AIzaSyA1b2C3d4E5f6G7h8 refused", "key [redacted] refused"),
-            (
-                "Incorrect API key provided: sk-abc12***********************wxyz. You can find it",
-                "Incorrect API key provided: [redacted]. You can find it",
-            ),
-        ] {
-            assert_eq!(r.scrub(text), want, "{text}");
+    /// Where the pieces of this redactor's secrets are in `text`.
+    fn find(&self, text: &str, cuts: &mut Vec<Range<usize>>) {
+        match self.echoes.get_or_init(|| echoes(&self.secrets)) {
+            Some(automaton) => cuts.extend(automaton.find_overlapping_iter(text).map(|m| m.range())),
+            None => {
+                for secret in &self.secrets {
+                    cuts.extend(text.match_indices(secret.as_str()).map(|(at, s)| at..at + s.len()));
+                }
+            }
         }
     }
+}
 
-    #[test]
-    fn ordinary_words_are_not_mistaken_for_keys() {
-        let r = Redactor::default();
-        for text in [
-            "the task-scheduler-queue is full",
-            "disk-pressure-eviction on the node",
-            "sk-short",
-            "model gemini-2.5-flash is overloaded",
-            "Missing bearer authentication header",
-        ] {
-            assert_eq!(r.scrub(text), text);
+/// The automaton of every piece of `secrets` that is cut.
+fn echoes(secrets: &[String]) -> Option<AhoCorasick> {
+    let mut pieces: Vec<&[u8]> = secrets
+        .iter()
+        .flat_map(|s| match s.len() < ECHO_LEN {
+            true => s.as_bytes().windows(s.len()),
+            false => s.as_bytes().windows(ECHO_LEN),
+        })
+        .collect();
+    pieces.sort_unstable();
+    pieces.dedup();
+    AhoCorasick::builder().match_kind(MatchKind::Standard).build(pieces).ok()
+}
+
+/// The one function every upstream text passes through: `text` with every secret of
+/// `redactors`, every [`ECHO_LEN`] characters of one, every well-known key shape and every
+/// SigV4 signature replaced by [`MARKER`]; borrowed when there was nothing to replace.
+pub fn scrub<'a>(text: &'a str, redactors: &[&Redactor]) -> Cow<'a, str> {
+    let mut cuts = Vec::new();
+    for redactor in redactors {
+        redactor.find(text, &mut cuts);
+    }
+    let mut out = cut(text, cuts);
+    if KEY_SHAPE.is_match(&out) {
+        out = Cow::Owned(KEY_SHAPE.replace_all(&out, MARKER).into_owned());
+    }
+    if SIGNATURE.is_match(&out) {
+        out = Cow::Owned(SIGNATURE.replace_all(&out, format!("Signature={MARKER}")).into_owned());
+    }
+    out
+}
+
+/// `error` with its message [`scrub`]bed by `redactors`.
+pub(crate) fn scrub_error(mut error: UpstreamError, redactors: &[&Redactor]) -> UpstreamError {
+    if let Cow::Owned(clean) = scrub(&error.message, redactors) {
+        error.message = clean;
+    }
+    error
+}
+
+/// `text` with each of `cuts` (overlapping, in any order) replaced by one [`MARKER`], widened
+/// to whole characters.
+fn cut(text: &str, mut cuts: Vec<Range<usize>>) -> Cow<'_, str> {
+    if cuts.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let widen = |mut end: usize| {
+        end = end.min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
         }
+        end
+    };
+    cuts.sort_by_key(|r| r.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    let mut cuts = cuts.into_iter().peekable();
+    while let Some(range) = cuts.next() {
+        // Past the end of the cut before: a boundary, so widening back stops at or after it.
+        let mut start = range.start.max(at);
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = widen(range.end);
+        while let Some(next) = cuts.next_if(|next| next.start <= end) {
+            end = widen(end.max(next.end));
+        }
+        out.push_str(&text[at..start]);
+        out.push_str(MARKER);
+        at = end;
     }
-
-    #[test]
-    fn only_the_message_of_an_error_changes() {
-        let e = UpstreamError::new(ErrorClass::Auth, Some(401), format!("bad key {PROVIDER}"))
-            .with_retry_after(Some(Duration::from_secs(3)));
-        let clean = redactor().scrub_error(e.clone());
-        assert_eq!(clean.message, "bad key [redacted]");
-        assert_eq!((clean.class, clean.status, clean.retry_after), (e.class, e.status, e.retry_after));
-    }
-
-    #[tokio::test]
-    async fn a_stream_broken_mid_way_is_scrubbed() {
-        let items = vec![
-            Ok(Event::TextDelta(format!("the model may say {PROVIDER}"))),
-            Err(UpstreamError::new(ErrorClass::StreamBroken, None, format!("echo {CLIENT}"))),
-        ];
-        let stream: EventStream = Box::pin(futures::stream::iter(items));
-        let got: Vec<_> = Arc::new(redactor()).scrub_stream(stream).collect().await;
-        assert_eq!(got.len(), 2);
-        // Answers are the model's and are passed on as they are; only error texts are scrubbed.
-        assert!(matches!(&got[0], Ok(Event::TextDelta(t)) if t.contains(PROVIDER)));
-        assert!(matches!(&got[1], Err(e) if e.message == "echo [redacted]"));
-    }
-
-    #[test]
-    fn debug_never_shows_the_values() {
-        let shown = format!("{:?}", redactor());
-        assert!(!shown.contains(PROVIDER) && !shown.contains(CLIENT), "{shown}");
-    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
 }
