@@ -9,7 +9,8 @@
 //! known by then. It holds no secret of its own beyond the call's key.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use serde_json::Value;
@@ -31,7 +32,31 @@ pub struct CallRedactor {
 /// a batch's results.
 pub struct Resolved<'r> {
     router: &'r Redactor,
-    own: Redactor,
+    own: Arc<Redactor>,
+}
+
+/// Distinct sets of call secrets kept with their redactors (whose automata are built once).
+const KEPT: usize = 16;
+
+/// The last [`KEPT`] sets of call secrets and their redactors, newest last: every call to a
+/// backend has the same set until a token rotates, and a service account's key lines make its
+/// automaton worth keeping (building it costs about half a millisecond).
+static KEPT_REDACTORS: Mutex<VecDeque<(Vec<String>, Arc<Redactor>)>> = Mutex::new(VecDeque::new());
+
+/// The redactor of `secrets`, kept or made.
+fn own(secrets: Vec<String>) -> Arc<Redactor> {
+    let mut kept = KEPT_REDACTORS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(at) = kept.iter().position(|(s, _)| *s == secrets) {
+        let hit = kept.remove(at).map(|(_, redactor)| redactor).unwrap_or_default();
+        kept.push_back((secrets, Arc::clone(&hit)));
+        return hit;
+    }
+    let made = Arc::new(Redactor::new(&secrets));
+    if kept.len() == KEPT {
+        kept.pop_front();
+    }
+    kept.push_back((secrets, Arc::clone(&made)));
+    made
 }
 
 impl CallRedactor {
@@ -47,8 +72,9 @@ impl CallRedactor {
 
     /// The secrets as they are now.
     pub fn resolve(&self) -> Resolved<'_> {
-        let cloud = self.cloud.as_ref().map(CloudAuth::secrets).unwrap_or_default();
-        Resolved { router: &self.router, own: Redactor::new(self.key.iter().chain(&cloud)) }
+        let mut secrets = self.cloud.as_ref().map(CloudAuth::secrets).unwrap_or_default();
+        secrets.extend(self.key.iter().cloned());
+        Resolved { router: &self.router, own: own(secrets) }
     }
 
     /// `error` with its message scrubbed.

@@ -149,6 +149,10 @@ async fn a_call_cuts_its_own_credentials_beside_the_routers() {
         error.message,
         "bad: [redacted] [redacted] [redacted] x-amz-security-token:[redacted]… secret [redacted]; application/json"
     );
+    // A token fetched later (the credentials rotated while the call ran) is cut as well.
+    aws.held.note("IQoJrotatedSESSIONtoken9876543210");
+    let later = UpstreamError::new(ErrorClass::Auth, Some(403), "token IQoJrotatedSESSIONtoken9876543210");
+    assert_eq!(redactor.error(later).message, "token [redacted]");
     let mut results =
         serde_json::json!({"error": {"message": "key bedrock-api-key-0123456789", "code": 401}});
     redactor.resolve().json(&mut results);
