@@ -33,7 +33,7 @@ pub(crate) mod native;
 pub mod provenance;
 pub mod vertex;
 
-pub use count::count_tokens;
+pub(in crate::adapter) use count::count_tokens;
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -45,7 +45,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub const JSON_OBJECT_INSTRUCTION: &str =
     "Answer with a single JSON object and nothing else: no prose and no code fences.";
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -57,7 +57,7 @@ pub async fn send(
 /// `POST url` in the Messages format: to Anthropic itself, to a node that serves the Messages
 /// API natively, or to a cloud's Claude. A request that came in Messages form goes as the
 /// client wrote it (see [`native`]); any other is translated from the canonical request.
-pub(crate) async fn send_to(
+pub(in crate::adapter) async fn send_to(
     transport: &Transport,
     url: &str,
     call: &Call<'_>,
@@ -270,7 +270,7 @@ fn text_block(text: &str) -> Option<Value> {
 }
 
 /// Classify a non-2xx answer: `{"type": "error", "error": {"type", "message"}}`.
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let retry_after = parse_retry_after(headers);
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let error = parsed.as_ref().and_then(|b| b.get("error")).filter(|e| e.is_object());
@@ -358,7 +358,7 @@ fn relayed(body: &Value, signer: Option<&str>) -> Result<Vec<Event>, UpstreamErr
 }
 
 /// Every event of a non-streamed `message` body.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if body.get("type").and_then(Value::as_str) == Some("error") {
         return Err(in_band_error(&body["error"]));
     }

@@ -2,11 +2,17 @@
 //! Files and Batch API (upload the JSONL, create the batch, poll it, read its output and error
 //! files) and Anthropic's Message Batches (create, poll, read the results). Only the wire:
 //! which lines go and what their answers become is `batch::spill`'s. An error says what failed
-//! and the status, never an upstream's text (it may echo the request's key).
+//! and the status, never an upstream's text (it may echo the request's key); the results (an
+//! output file's answers, an error file's errors) come cut of every secret, as the realtime
+//! path's errors are (`super::redact`).
+
+use std::sync::Arc;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
 
+use super::redact::{CallRedactor, Redactor};
+use super::Upstream;
 use crate::config::BackendKind;
 
 /// The endpoints OpenAI's Batch API runs (and so a Spillway job on the OpenAI API may name).
@@ -21,6 +27,8 @@ pub struct BatchApi {
     pub base_url: String,
     pub api_key: Option<String>,
     pub kind: BackendKind,
+    /// The router's secrets, which no result carries (nor the key above).
+    pub redactor: Arc<Redactor>,
 }
 
 /// One line's answer from a provider's batch: its status (0: never answered, the batch
@@ -137,8 +145,24 @@ impl BatchApi {
             .map(|_| ())
     }
 
-    /// Where the provider's batch `id` stands; its results once it has ended.
+    /// Where the provider's batch `id` stands; its results once it has ended, every text in
+    /// them cut of the router's secrets and this backend's key.
     pub async fn poll(&self, id: &str) -> Result<Polled, String> {
+        let polled = self.poll_raw(id).await?;
+        let upstream = Upstream { api_key: self.api_key.clone(), ..Upstream::default() };
+        let redactor = CallRedactor::new(Arc::clone(&self.redactor), &upstream);
+        let scrub = redactor.resolve();
+        Ok(match polled {
+            Polled::Running => Polled::Running,
+            Polled::Ended(mut results) => {
+                results.iter_mut().for_each(|r| scrub.json(&mut r.body));
+                Polled::Ended(results)
+            }
+        })
+    }
+
+    /// [`BatchApi::poll`], the results as the provider wrote them.
+    async fn poll_raw(&self, id: &str) -> Result<Polled, String> {
         match self.kind {
             BackendKind::Anthropic => {
                 let path = format!("/messages/batches/{id}");

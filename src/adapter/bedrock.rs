@@ -29,7 +29,7 @@ pub fn invoke_url(base: &str, model: &str, stream: bool) -> String {
 
 /// Classify a non-2xx answer by `x-amzn-errortype` (its name before any `:`), with the body's
 /// `message` (or `Message`).
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let kind = headers
         .get("x-amzn-errortype")
         .and_then(|v| v.to_str().ok())
@@ -47,7 +47,7 @@ pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> Upstream
 }
 
 /// The error an exception inside a stream ends it with (its type is lowerCamel there).
-pub(crate) fn exception(kind: &str, message: &str) -> UpstreamError {
+pub(in crate::adapter) fn exception(kind: &str, message: &str) -> UpstreamError {
     let class = class_of(kind, message).unwrap_or(ErrorClass::ServerError);
     UpstreamError::new(class, None, format!("{kind}: {message}"))
 }

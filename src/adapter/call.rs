@@ -1,10 +1,14 @@
 //! One call to one target, as dispatch resolved it: where it goes, which model it asks for,
-//! whether the answer streams, where prompt-cache breakpoints go and the task's prompt variant
-//! for that backend. It travels beside the client's request, which no call rewrites: every
-//! adapter reads these from the call and the rest from the request.
+//! whether the answer streams, where prompt-cache breakpoints go, the task's prompt variant
+//! for that backend and the router's secrets its upstream's words are cut of. It travels beside
+//! the client's request, which no call rewrites: every adapter reads these from the call and
+//! the rest from the request.
+
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{json, Map, Value};
 
+use super::redact::Redactor;
 use super::{Upstream, WireFormat};
 use crate::canonical::{CachePlacement, ChatRequest, Message, NativeRequest, Role};
 
@@ -22,13 +26,27 @@ pub struct Call<'a> {
     pub cache_placement: Option<CachePlacement>,
     /// The task's system prompt for this backend, put before the request's own.
     pub variant: Option<Message>,
+    /// The router's secrets (keys of every backend, client keys, the admin token): no text of
+    /// this call's upstream leaves the adapter with one, nor with the call's own credentials.
+    pub redactor: Arc<Redactor>,
 }
+
+/// The redactor of a call made outside dispatch: key shapes and the call's own credentials.
+static NO_ROUTER_SECRETS: LazyLock<Arc<Redactor>> = LazyLock::new(Arc::default);
 
 impl<'a> Call<'a> {
     /// A call made as the request is written: its own model and stream flag, no variant and
     /// no cache breakpoints (a call made outside a dispatch walk, and the adapters' tests).
     pub fn as_written(format: WireFormat, upstream: Upstream, req: &'a ChatRequest) -> Call<'a> {
-        Call { format, upstream, model: &req.model, stream: req.stream, cache_placement: None, variant: None }
+        Call {
+            format,
+            upstream,
+            model: &req.model,
+            stream: req.stream,
+            cache_placement: None,
+            variant: None,
+            redactor: Arc::clone(&NO_ROUTER_SECRETS),
+        }
     }
 
     /// Put `text` before the request's system prompt on this call.

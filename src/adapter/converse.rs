@@ -23,7 +23,7 @@ use crate::canonical::{
     Usage, MAX_BREAKPOINTS,
 };
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -208,7 +208,7 @@ fn usage(u: &Value) -> Usage {
 }
 
 /// Every event of a non-streamed Converse answer.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     let content = body.pointer("/output/message/content").and_then(Value::as_array).ok_or_else(|| {
         UpstreamError::new(ErrorClass::StreamBroken, None, "the Converse answer has no output message")
     })?;

@@ -32,7 +32,7 @@ type Exception = fn(&str, &str) -> UpstreamError;
 
 /// `answer` read as the SSE its event-stream frames carry (Bedrock's exceptions ending it), if
 /// it is an event stream; else as it is.
-pub(crate) fn unframed(answer: Answer) -> Answer {
+pub(in crate::adapter) fn unframed(answer: Answer) -> Answer {
     if answer.media_type().as_deref() != Some(CONTENT_TYPE) {
         return answer;
     }

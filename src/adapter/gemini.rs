@@ -24,7 +24,7 @@ use crate::canonical::{
     Usage,
 };
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -209,7 +209,7 @@ fn text_part(text: &str) -> Option<Value> {
 
 /// Classify a non-2xx answer: `{"error": {"code", "message", "status"}}` (possibly wrapped in
 /// a one-element array).
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let error =
         parsed.as_ref().map(|b| b.get(0).unwrap_or(b)).and_then(|b| b.get("error")).filter(|e| e.is_object());
@@ -281,7 +281,7 @@ fn usage(meta: &Value) -> Usage {
 }
 
 /// Every event of a non-streamed `GenerateContentResponse` body.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     let mut parser = GeminiStream::new();
     let mut events = parser.on_chunk(body)?;
     events.extend(parser.close()?);

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use futures::Stream;
 
 pub use call::{system_turn, Call};
+use redact::CallRedactor;
 
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
 
@@ -101,7 +102,7 @@ impl Upstream {
     /// Add the headers with which a cloud upstream learns who calls: a Bedrock API key as a
     /// bearer token, else the cloud's own credentials (which sign `url`, `headers` and `body`
     /// as they are now). Other keys go in each wire's own header.
-    pub async fn authenticate(
+    pub(in crate::adapter) async fn authenticate(
         &self,
         url: &str,
         headers: &mut Vec<(::http::HeaderName, String)>,
@@ -182,9 +183,29 @@ impl From<reqwest::Client> for Transport {
 /// Make `call` for `req`. Resolves once the upstream has answered with a status: `Ok` holds
 /// the event stream (for a non-streaming request it yields every event of the whole answer),
 /// `Err` the classified failure. Timeouts are the caller's business (dispatch wraps this in its
-/// deadlines). Callers outside the adapters use [`redact::send_scrubbed`], which scrubs error
-/// texts of secrets.
+/// deadlines). Every error, at once or in the stream, is cut of the router's secrets and the
+/// call's credentials ([`CallRedactor`]) before it leaves.
 pub async fn send(
+    transport: &Transport,
+    call: &Call<'_>,
+    req: &ChatRequest,
+) -> Result<EventStream, UpstreamError> {
+    CallRedactor::of(call).answer(answer(transport, call, req).await)
+}
+
+/// `req`'s input tokens as Claude counts them at `call`'s upstream (Anthropic, Bedrock or
+/// Vertex AI, as `speaker` says), its error cut as [`send`]'s are.
+pub async fn count_tokens(
+    transport: &Transport,
+    call: &Call<'_>,
+    req: &ChatRequest,
+    speaker: anthropic::native::Speaker,
+) -> Result<u32, UpstreamError> {
+    anthropic::count_tokens(transport, call, req, speaker).await.map_err(|e| CallRedactor::of(call).error(e))
+}
+
+/// The wire adapter's answer to `call`, its errors as the upstream wrote them.
+async fn answer(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,

@@ -23,7 +23,7 @@ use crate::canonical::{
     Usage,
 };
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -182,7 +182,7 @@ fn message(m: &Message) -> Value {
 
 /// Classify a non-2xx answer: OpenAI's `{"error": {message, type, code}}` or vLLM's older
 /// top-level `{"object": "error", message, type, code}`.
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let retry_after = parse_retry_after(headers);
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let error = parsed.as_ref().map(error_object);
@@ -240,12 +240,12 @@ fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
 }
 
 /// An error that arrived inside a 2xx stream or body.
-pub(crate) fn in_band_error(error: &Value) -> UpstreamError {
+pub(in crate::adapter) fn in_band_error(error: &Value) -> UpstreamError {
     let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
     UpstreamError::new(class_of(None, error), None, message)
 }
 
-pub(crate) fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
+pub(in crate::adapter) fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
     Ok(match reason {
         "stop" => FinishReason::Stop,
         "length" => FinishReason::Length,
@@ -277,7 +277,7 @@ pub(crate) fn usage(value: &Value) -> Option<Usage> {
 }
 
 /// Every event of a non-streamed `chat.completion` body.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if let Some(error) = body.get("error").filter(|e| e.is_object()) {
         return Err(in_band_error(error));
     }

@@ -21,7 +21,7 @@ use super::openai_relay::SplitChunk;
 use super::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, Completion, Event, FinishReason, RelayChunk, UpstreamError, Usage};
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -101,7 +101,7 @@ fn read_choices(choices: &[ChoiceIn<'_>]) -> Result<(Vec<Event>, Option<FinishRe
 }
 
 /// Every event of a non-streamed `text_completion` body.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if let Some(error) = body.get("error").filter(|e| e.is_object()) {
         return Err(in_band_error(error));
     }

@@ -18,7 +18,7 @@ use crate::canonical::{
     vector_from_base64, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
 };
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     embedding: &Embedding,
@@ -59,7 +59,7 @@ fn broken(why: impl Into<String>) -> UpstreamError {
 }
 
 /// The events of an embeddings answer: its vectors in `index` order, its usage, the finish.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if let Some(error) = body.get("error").filter(|e| e.is_object()) {
         return Err(in_band_error(error));
     }

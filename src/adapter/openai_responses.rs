@@ -28,7 +28,7 @@ use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
 };
 
-pub async fn send(
+pub(in crate::adapter) async fn send(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -118,7 +118,7 @@ fn parse_response_relayed(body: &Value) -> Result<Vec<Event>, UpstreamError> {
 }
 
 /// Every event of a whole Response object.
-pub(crate) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     if body.get("status").and_then(Value::as_str) == Some("failed") {
         return Err(failure(body.get("error").unwrap_or(&Value::Null)));
     }

@@ -184,13 +184,12 @@ pub async fn read_back(
                     (LineState::Errored, Some(500), json!({"error": {"message": why, "type": "api_error"}}))
                 }
             };
-            // The provider's words reach the client: never a key it echoed. A line that never
-            // ran keeps only why, as the runner writes it.
-            let text = match body {
+            // The provider's words (cut of every secret as they were read) reach the client. A
+            // line that never ran keeps only why, as the runner writes it.
+            let result = match body {
                 Value::String(why) => why,
                 body => body.to_string(),
             };
-            let result = dispatcher.scrub(&text);
             let end = LineEnd { state, status_code: status, result: &result, backend: Some(&spill.backend) };
             store::finish(store, &spill.batch_id, line.idx, &spill.claim, end, now).await?;
         }

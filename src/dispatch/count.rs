@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::Dispatcher;
 use crate::adapter::anthropic::native::Speaker;
-use crate::adapter::{anthropic, Call, Upstream, WireFormat};
+use crate::adapter::{self, Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::BackendId;
 use crate::snapshot::Snapshot;
@@ -43,12 +43,15 @@ impl Dispatcher {
                 cloud: self.cloud_auth(config),
                 ..Upstream::default()
             };
-            let call =
-                Call { model: &view.model, ..Call::as_written(WireFormat::Anthropic, upstream, request) };
+            let call = Call {
+                model: &view.model,
+                redactor: self.redactor.load_full(),
+                ..Call::as_written(WireFormat::Anthropic, upstream, request)
+            };
             // A count is one short call: it gets the time an answer's silence may last.
             let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
             let counted =
-                tokio::time::timeout(wait, anthropic::count_tokens(&self.transport, &call, request, speaker))
+                tokio::time::timeout(wait, adapter::count_tokens(&self.transport, &call, request, speaker))
                     .await
                     .unwrap_or_else(|_| {
                         Err(UpstreamError::new(
@@ -57,9 +60,7 @@ impl Dispatcher {
                             format!("no count within {} ms", wait.as_millis()),
                         ))
                     });
-            return counted
-                .map(|input_tokens| TokenCount { input_tokens, exact: true })
-                .map_err(|e| self.redactor.load().scrub_error(e));
+            return counted.map(|input_tokens| TokenCount { input_tokens, exact: true });
         }
         let counter =
             snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, tokens::counter_for);

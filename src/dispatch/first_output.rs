@@ -2,14 +2,12 @@
 //! under the task's deadline, and for a JSON answer read it whole and check it before
 //! anything is committed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::adapter::redact::{self, Redactor};
-use crate::adapter::{Call, EventStream, Transport};
+use crate::adapter::{self, Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 
 /// Call the upstream and read until its first output event, within `deadline` of the call.
@@ -22,10 +20,9 @@ use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 /// still try the next one and the client never sees the rejected text. An answer that calls
 /// tools is not checked (the JSON is due in a later turn).
 ///
-/// Every upstream error, at once or in the stream, comes through `redactor` first, so no
-/// secret reaches the records, the logs or the client.
+/// Every upstream error, at once or in the stream, comes cut of every secret (the call's
+/// redactor, in [`adapter::send`]), so none reaches the records, the logs or the client.
 pub(super) async fn first_output(
-    redactor: Arc<Redactor>,
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
@@ -40,7 +37,7 @@ pub(super) async fn first_output(
         )
     };
     let read_first = async {
-        let mut stream = redact::send_scrubbed(redactor, transport, call, req).await?;
+        let mut stream = adapter::send(transport, call, req).await?;
         let mut buffered = Vec::new();
         while let Some(item) = stream.next().await {
             let event = item?;

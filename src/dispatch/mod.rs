@@ -263,14 +263,9 @@ impl Dispatcher {
             stream: request.stream || view.stream_upstream,
             cache_placement: snap.config.backends[backend].cache_placement().filter(|_| task.prompt_cache),
             variant: None,
+            redactor: self.redactor.load_full(),
         }
         .with_variant(variant::for_backend(task, &view.name, view.kind))
-    }
-
-    /// `text` (an upstream's words) with every secret dispatch knows, and anything shaped like a
-    /// provider key, replaced: for what reaches a client by a way other than dispatch.
-    pub fn scrub(&self, text: &str) -> String {
-        self.redactor.load().scrub(text).into_owned()
     }
 
     /// The request path's hosted lanes (for `spillway_upstream_waiting`).
@@ -278,7 +273,8 @@ impl Dispatcher {
         self.transport.lanes()
     }
 
-    /// The batch API of hosted backend `backend`, through the hosted client and with its key.
+    /// The batch API of hosted backend `backend`, through the hosted client and with its key;
+    /// its results come cut of every secret.
     pub fn batch_api(&self, snap: &Snapshot, backend: BackendId) -> crate::adapter::batch_api::BatchApi {
         let view = &snap.backends[backend];
         crate::adapter::batch_api::BatchApi {
@@ -286,6 +282,7 @@ impl Dispatcher {
             base_url: view.nodes.first().map(|n| n.base_url.clone()).unwrap_or_default(),
             api_key: self.secrets.load().get(&view.name).cloned(),
             kind: view.kind,
+            redactor: self.redactor.load_full(),
         }
     }
 
@@ -397,8 +394,7 @@ impl Dispatcher {
             let call = self.call_for(snap, task, target.backend, target.node, request);
             let call_started = Instant::now();
             let idle = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
-            let redactor = self.redactor.load_full();
-            let first = first_output(redactor, transport, &call, request, deadline, idle).await;
+            let first = first_output(transport, &call, request, deadline, idle).await;
             let calls = walk.calls();
             match first {
                 Ok((buffered, rest, first_token)) => {
@@ -537,9 +533,9 @@ mod tests {
         .unwrap();
         let (records, _rx) = mpsc::unbounded_channel();
         let keys = Keys {
-            api_keys: HashMap::from([("a".to_string(), "old-provider-key-1".to_string())]),
-            client_keys: vec!["old-client-key-22".into()],
-            admin_token: Some("admin-token-333".into()),
+            api_keys: HashMap::from([("a".to_string(), "prov-Q7mX2kP9aLwE".to_string())]),
+            client_keys: vec!["cli-Zr4TbN8vHs3J".into()],
+            admin_token: Some("adm-Yc6UeF1oGq5D".into()),
         };
         let dispatcher = Dispatcher::new(
             config.dispatch.clone(),
@@ -548,21 +544,20 @@ mod tests {
             records,
             QuotaBoard::new(&config, None),
         );
-        let text =
-            "old-provider-key-1 old-client-key-22 admin-token-333 new-provider-key-4 new-client-key-55";
+        let text = "prov-Q7mX2kP9aLwE cli-Zr4TbN8vHs3J adm-Yc6UeF1oGq5D prov-Jh2WnR7sKt0B cli-Lp9VdA4xMi8C";
         assert_eq!(
             dispatcher.redactor.load().scrub(text),
-            "[redacted] [redacted] [redacted] new-provider-key-4 new-client-key-55"
+            "[redacted] [redacted] [redacted] prov-Jh2WnR7sKt0B cli-Lp9VdA4xMi8C"
         );
         dispatcher.set_secrets(Keys {
-            api_keys: HashMap::from([("a".to_string(), "new-provider-key-4".to_string())]),
-            client_keys: vec!["new-client-key-55".into()],
+            api_keys: HashMap::from([("a".to_string(), "prov-Jh2WnR7sKt0B".to_string())]),
+            client_keys: vec!["cli-Lp9VdA4xMi8C".into()],
             admin_token: None,
         });
-        assert_eq!(dispatcher.secrets.load().get("a").map(String::as_str), Some("new-provider-key-4"));
+        assert_eq!(dispatcher.secrets.load().get("a").map(String::as_str), Some("prov-Jh2WnR7sKt0B"));
         assert_eq!(
             dispatcher.redactor.load().scrub(text),
-            "old-provider-key-1 old-client-key-22 [redacted] [redacted] [redacted]",
+            "prov-Q7mX2kP9aLwE cli-Zr4TbN8vHs3J [redacted] [redacted] [redacted]",
             "the new keys are redacted, and the admin token (in effect until a restart) still is"
         );
     }

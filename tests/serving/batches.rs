@@ -12,7 +12,7 @@ use spillway::sim::{SimHandle, SimKind};
 
 use crate::common::{self, router, sim, Router};
 
-const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
+pub(super) const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn config(node: &str) -> String {
     format!(
@@ -27,13 +27,13 @@ batch: {{poll_ms: 20}}
 }
 
 /// An OpenAI input line for task `model`.
-fn line(id: &str, model: &str) -> Value {
+pub(super) fn line(id: &str, model: &str) -> Value {
     json!({"custom_id": id, "method": "POST", "url": "/v1/chat/completions",
            "body": {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": format!("question {id}")}]}})
 }
 
 /// `POST /v1/files` with `text` as the file, the way the SDKs send it.
-async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response {
+pub(super) async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response {
     let (content_type, body) = spillway::adapter::batch_api::file_form(purpose, "in.jsonl", text);
     reqwest::Client::new()
         .post(format!("{}/v1/files", router.url))
@@ -44,16 +44,16 @@ async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response
         .unwrap()
 }
 
-async fn post(router: &Router, path: &str, body: &Value) -> reqwest::Response {
+pub(super) async fn post(router: &Router, path: &str, body: &Value) -> reqwest::Response {
     reqwest::Client::new().post(format!("{}{path}", router.url)).json(body).send().await.unwrap()
 }
 
-async fn get(router: &Router, path: &str) -> reqwest::Response {
+pub(super) async fn get(router: &Router, path: &str) -> reqwest::Response {
     reqwest::Client::new().get(format!("{}{path}", router.url)).send().await.unwrap()
 }
 
 /// Poll `path` until its JSON says `field` is one of `ended`.
-async fn wait_status(router: &Router, path: &str, field: &str, ended: &[&str]) -> Value {
+pub(super) async fn wait_status(router: &Router, path: &str, field: &str, ended: &[&str]) -> Value {
     let seen = || async {
         let job: Value = get(router, path).await.json().await.unwrap();
         if ended.contains(&job[field].as_str().unwrap_or_default()) {
@@ -296,7 +296,7 @@ async fn jobs_run_and_page_on_both_stores() {
 
 /// A router over one fleet node and an OpenAI backend (`hosted`: more of its keys) that
 /// spills a job at risk at once (`tail`: more top-level config).
-fn spill_config(node: &SimHandle, openai: &SimHandle, hosted: &str, tail: &str) -> String {
+pub(super) fn spill_config(node: &SimHandle, openai: &SimHandle, hosted: &str, tail: &str) -> String {
     format!(
         r#"
 backends:

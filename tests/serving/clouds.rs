@@ -161,21 +161,22 @@ async fn the_official_sdks_reach_bedrock_claude_through_the_router() {
 }
 
 /// The simulators' service-account key (tests/fixtures/README.md).
-const GCP_KEY: &str = include_str!("../fixtures/gcp-test-service-account.pem");
+pub(super) const GCP_KEY: &str = include_str!("../fixtures/gcp-test-service-account.pem");
 
-fn temp_dir(what: &str) -> std::path::PathBuf {
+pub(super) fn temp_dir(what: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("spillway-{what}-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-/// A Vertex simulator serving `model` in project `spill-project`, `us-east5`, and the
-/// service-account file (in `dir`) whose `token_uri` is its token endpoint.
-async fn vertex_with_account(
+/// A Vertex simulator serving `model` in project `spill-project`, `us-east5` (adjusted by
+/// `tune`), and the service-account file (in `dir`) whose `token_uri` is its token endpoint.
+pub(super) async fn vertex_with_account(
     model: &str,
     dir: &std::path::Path,
+    tune: impl FnOnce(&mut spillway::sim::SimArgs),
 ) -> (spillway::sim::SimHandle, std::path::PathBuf) {
-    let key_file = dir.join("service-account.json");
+    let key_file = dir.join(format!("service-account-{model}.json"));
     let account = |token_uri: &str| {
         serde_json::json!({
             "type": "service_account", "project_id": "spill-project", "private_key_id": "sim-key-1",
@@ -190,6 +191,7 @@ async fn vertex_with_account(
     let vertex = sim(SimKind::Vertex, model, move |a| {
         (a.gcp_service_account, a.gcp_project, a.gcp_location) =
             (Some(file), "spill-project".into(), "us-east5".into());
+        tune(a);
     })
     .await;
     std::fs::write(&key_file, account(&format!("{}/token", vertex.base_url()))).unwrap();
@@ -199,7 +201,7 @@ async fn vertex_with_account(
 #[tokio::test]
 async fn the_official_sdks_reach_vertex_ai_through_the_router_with_one_token() {
     let dir = temp_dir("vertex");
-    let (claude, key_file) = vertex_with_account("claude-sonnet-4-6", &dir).await;
+    let (claude, key_file) = vertex_with_account("claude-sonnet-4-6", &dir, |_| {}).await;
     let gemini = sim(SimKind::Vertex, "gemini-2.5-pro", |a| {
         (a.gcp_project, a.gcp_location) = ("spill-project".into(), "us-east5".into());
     })
@@ -246,7 +248,7 @@ async fn claude_from_three_providers_spills_down_the_chain_as_each_quota_runs_ou
         (a.api_key, a.rpm) = (Some(KEY.into()), 4);
     })
     .await;
-    let (vertex, key_file) = vertex_with_account("claude-sonnet-4-6", &dir).await;
+    let (vertex, key_file) = vertex_with_account("claude-sonnet-4-6", &dir, |_| {}).await;
     let yaml = format!(
         "backends:\n\
          \x20 - {{name: anthropic, kind: anthropic, model: claude-sonnet-4-6, base_url: \"{}\"}}\n\

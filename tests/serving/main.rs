@@ -14,6 +14,8 @@ mod api;
 mod batches;
 mod clouds;
 mod dialects;
+mod echo_upstreams;
+mod echoes;
 mod edge;
 mod embeddings;
 mod failover;

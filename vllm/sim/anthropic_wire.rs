@@ -343,7 +343,7 @@ pub(super) async fn answer(
                 resp.headers_mut().extend(extra);
                 resp
             }
-            Err(GenEvent::Fail) => error_response(&SimError::new(529, "Overloaded")),
+            Err(GenEvent::Fail) => error_response(&SimError::new(529, gen.failure("Overloaded"))),
             Err(_) => sse::dropped_response(),
         });
     }
@@ -416,7 +416,7 @@ pub(super) async fn answer(
                     return;
                 }
                 Some(GenEvent::Fail) => {
-                    tx.event("error", &error_body(529, "Overloaded")).await;
+                    tx.event("error", &error_body(529, &gen.failure("Overloaded"))).await;
                     return;
                 }
                 Some(GenEvent::Drop) | None => return tx.abort().await,

@@ -148,6 +148,14 @@ pub struct SimArgs {
     /// Cut every stream abruptly after this many tokens.
     #[arg(long)]
     pub drop_after: Option<u32>,
+    /// End every answer with the provider's in-band error event after this many tokens (0:
+    /// before the first); an answer asked for whole gets the error whole.
+    #[arg(long)]
+    pub error_event_after: Option<u32>,
+    /// Quote back, in every error this sim writes, the credentials the request carried (whole
+    /// and cut short) and those the sim holds to check them: a careless upstream.
+    #[arg(long)]
+    pub echo_credentials: bool,
     /// Extra delay before every token, in ms.
     #[arg(long, default_value_t = 0)]
     pub token_delay_ms: u64,

@@ -118,7 +118,8 @@ async fn admit_and_answer(
     check_body(&v)?;
     if stream {
         if let Some(kind) = &st.stream_exception {
-            return Ok(exception_stream(kind));
+            let echo = st.echo.as_ref().and_then(|e| e.of(headers));
+            return Ok(exception_stream(kind, echo.as_deref()));
         }
     }
     let serving =
@@ -196,9 +197,10 @@ fn check_body(v: &Value) -> Result<(), Refused> {
     Ok(())
 }
 
-/// A 200 stream whose first frame is the exception `kind`.
-fn exception_stream(kind: &str) -> Response {
-    let payload = json!({"message": format!("The model stream failed ({kind}).")}).to_string();
+/// A 200 stream whose first frame is the exception `kind` (its message ending with `echo`).
+fn exception_stream(kind: &str, echo: Option<&str>) -> Response {
+    let message = super::echo::with(format!("The model stream failed ({kind})."), echo);
+    let payload = json!({ "message": message }).to_string();
     let frame = crate::adapter::eventstream::frame(
         &[(":exception-type", kind), (":message-type", "exception")],
         payload.as_bytes(),

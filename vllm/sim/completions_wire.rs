@@ -108,7 +108,7 @@ async fn answer(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<
             }))
             .into_response(),
             Err(GenEvent::Fail) => {
-                error_response(st.kind, &SimError::new(500, "simulated failure after first token"))
+                error_response(st.kind, &SimError::new(500, gen.failure("simulated failure mid-answer")))
             }
             Err(_) => sse::dropped_response(),
         });
@@ -145,7 +145,7 @@ async fn answer(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result<
                     return;
                 }
                 Some(GenEvent::Fail) => {
-                    let err = json!({"error": {"message": "simulated failure after first token",
+                    let err = json!({"error": {"message": gen.failure("simulated failure mid-answer"),
                         "type": if kind == SimKind::Vllm { "InternalServerError" } else { "server_error" },
                         "param": null, "code": if kind == SimKind::Vllm { json!(500) } else { Value::Null }}});
                     tx.data(&err).await;

@@ -120,7 +120,7 @@ pub(super) async fn answer(
                 .into_response()
             }
             Err(GenEvent::Fail) => {
-                return Err(SimError::new(500, "The server encountered an internal error."))
+                return Err(SimError::new(500, gen.failure("The server encountered an internal error.")))
             }
             Err(_) => sse::dropped_response(),
         });
@@ -160,7 +160,7 @@ pub(super) async fn answer(
                 Some(GenEvent::Fail) => {
                     let headers =
                         [(":exception-type", "modelStreamErrorException"), (":message-type", "exception")];
-                    let payload = json!({"message": "The model stream failed."}).to_string();
+                    let payload = json!({"message": gen.failure("The model stream failed.")}).to_string();
                     tx.frame(eventstream::frame(&headers, payload.as_bytes())).await;
                     return;
                 }

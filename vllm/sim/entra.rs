@@ -41,6 +41,11 @@ impl EntraApp {
         self.issued.lock().expect("issued tokens").contains(token)
     }
 
+    /// Every token this endpoint issued.
+    pub fn issued(&self) -> Vec<String> {
+        self.issued.lock().expect("issued tokens").iter().cloned().collect()
+    }
+
     /// A token for the client-credentials request `form` to `tenant`, or the refusal: its
     /// status, OAuth error and description.
     pub fn grant(

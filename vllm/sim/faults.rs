@@ -3,8 +3,9 @@
 //! Faults come from the `--error-rate`/`--hang-rate`/`--drop-after`/… flags, drawn with an
 //! RNG seeded by `--seed` so that a run is reproducible, and can be overridden per request by
 //! the `x-sim-fault` header (comma-separated directives: `status=503`, `hang`,
-//! `drop_after=N`, `token_delay_ms=N`, `ttft_ms=N`, `error_event`). This module only decides;
-//! the wire modules carry the decision out in each provider's format.
+//! `drop_after=N`, `token_delay_ms=N`, `ttft_ms=N`, `error_event` (after the first token) or
+//! `error_event=N` (after N tokens, 0: before the first)). This module only decides; the wire
+//! modules carry the decision out in each provider's format.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,8 +28,8 @@ pub struct FaultPlan {
     pub token_delay_ms: u64,
     /// Time to first token override, in ms.
     pub ttft_ms: Option<u64>,
-    /// Send an in-band error event after the first token.
-    pub error_event: bool,
+    /// Send an in-band error event after this many tokens (0: before the first).
+    pub error_after: Option<u32>,
 }
 
 /// Flag-level fault settings plus the seeded RNG that draws the rates.
@@ -40,6 +41,8 @@ pub struct Faults {
     pub token_delay_ms: u64,
     /// The wait a failure with status 429 asks for.
     pub retry_after: Duration,
+    /// `--error-event-after`: every stream's in-band error event after this many tokens.
+    pub error_after: Option<u32>,
     rng: Mutex<StdRng>,
 }
 
@@ -59,6 +62,7 @@ impl Faults {
             drop_after,
             token_delay_ms,
             retry_after: Duration::from_secs(1),
+            error_after: None,
             rng: Mutex::new(StdRng::seed_from_u64(seed.wrapping_add(0x5eed_fa17))),
         }
     }
@@ -75,7 +79,7 @@ impl Faults {
             drop_after: self.drop_after,
             token_delay_ms: self.token_delay_ms,
             ttft_ms: None,
-            error_event: false,
+            error_after: self.error_after,
         };
         if let Some(header) = header {
             apply_header(&mut plan, header)?;
@@ -106,7 +110,8 @@ pub fn apply_header(plan: &mut FaultPlan, header: &str) -> Result<(), String> {
             "drop_after" => plan.drop_after = Some(num(value)? as u32),
             "token_delay_ms" => plan.token_delay_ms = num(value)?,
             "ttft_ms" => plan.ttft_ms = Some(num(value)?),
-            "error_event" => plan.error_event = true,
+            // After the first token, unless a count says otherwise.
+            "error_event" => plan.error_after = Some(value.map_or(Ok(1), |_| num(value))? as u32),
             "none" => *plan = FaultPlan::default(),
             other => return Err(format!("{FAULT_HEADER}: unknown directive `{other}`")),
         }
@@ -125,7 +130,9 @@ mod tests {
         assert_eq!(p.status, Some(429));
         assert_eq!(p.drop_after, Some(3));
         assert_eq!((p.token_delay_ms, p.ttft_ms), (5, Some(7)));
-        assert!(p.error_event && p.hang);
+        assert!(p.error_after == Some(1) && p.hang);
+        assert_eq!(f.plan(Some("error_event=0")).unwrap().error_after, Some(0), "before the first token");
+        assert!(f.plan(Some("error_event=soon")).is_err());
         assert!(f.plan(Some("explode")).is_err());
         assert!(f.plan(Some("status=200")).is_err());
     }

@@ -197,7 +197,9 @@ async fn inner(
                     Json(r).into_response()
                 }
             }
-            Err(GenEvent::Fail) => error_response(&SimError::new(500, "An internal error has occurred.")),
+            Err(GenEvent::Fail) => {
+                error_response(&SimError::new(500, gen.failure("An internal error has occurred.")))
+            }
             Err(_) => sse::dropped_response(),
         });
     }
@@ -215,7 +217,7 @@ async fn inner(
                     return;
                 }
                 Some(GenEvent::Fail) => {
-                    tx.data(&error_body(500, "An internal error has occurred.")).await;
+                    tx.data(&error_body(500, &gen.failure("An internal error has occurred."))).await;
                     return;
                 }
                 Some(GenEvent::Drop) | None => return tx.abort().await,

@@ -4,7 +4,8 @@
 //! `GenEvent` into the provider's frames. Tokens come either from the vLLM engine loop or
 //! from a hosted-provider pacer (fixed time to first token, then a fixed token rate). The
 //! fault plan's timing (`hang`, `ttft_ms`, `token_delay_ms`) and its stream faults
-//! (`drop_after`, `error_event`) are applied here, once, for every wire format.
+//! (`drop_after`, `error_after`) are applied here, once, for every wire format, and so is the
+//! quote of the request's credentials an error carries with `--echo-credentials`.
 
 use super::engine::FinishReason;
 use super::faults::FaultPlan;
@@ -67,6 +68,8 @@ pub struct Generation {
     emitted: u32,
     failed: bool,
     shutdown: watch::Receiver<bool>,
+    /// `--echo-credentials`: what every error of this answer quotes back.
+    pub echo: Option<String>,
 }
 
 impl Generation {
@@ -77,7 +80,12 @@ impl Generation {
         first_delay: Duration,
         shutdown: watch::Receiver<bool>,
     ) -> Generation {
-        Generation { prompt_tokens, rx, plan, first_delay, emitted: 0, failed: false, shutdown }
+        Generation { prompt_tokens, rx, plan, first_delay, emitted: 0, failed: false, shutdown, echo: None }
+    }
+
+    /// The words of this answer's in-band error: `what`, and the echo when there is one.
+    pub fn failure(&self, what: &str) -> String {
+        super::echo::with(what.to_string(), self.echo.as_deref())
     }
 
     /// The next event; `None` means the producer vanished (treat as an abrupt close).
@@ -92,7 +100,7 @@ impl Generation {
         if self.plan.drop_after.is_some_and(|n| self.emitted >= n) {
             return Some(GenEvent::Drop);
         }
-        if self.plan.error_event && self.emitted >= 1 {
+        if self.plan.error_after.is_some_and(|n| self.emitted >= n) {
             self.failed = true;
             return Some(GenEvent::Fail);
         }
@@ -189,8 +197,16 @@ mod tests {
         assert_eq!(g.next().await, Some(GenEvent::Drop));
 
         let rx = pacer.start(None, TextGen::new(1, "p"), 10, false, Usage::default());
-        let plan = FaultPlan { error_event: true, ..FaultPlan::default() };
-        let mut g = Generation::new(1, rx, plan, Duration::ZERO, shutdown);
+        let plan = FaultPlan { error_after: Some(1), ..FaultPlan::default() };
+        let mut g = Generation::new(1, rx, plan, Duration::ZERO, shutdown.clone());
+        assert!(matches!(g.next().await, Some(GenEvent::Token(_))));
         assert_eq!(g.collect().await.unwrap_err(), GenEvent::Fail);
+
+        let rx = pacer.start(None, TextGen::new(1, "p"), 10, false, Usage::default());
+        let plan = FaultPlan { error_after: Some(0), ..FaultPlan::default() };
+        let mut g = Generation::new(1, rx, plan, Duration::ZERO, shutdown);
+        assert_eq!(g.next().await, Some(GenEvent::Fail), "before the first token");
+        g.echo = Some("[echo]".into());
+        assert_eq!(g.failure("broke"), "broke [echo]");
     }
 }

@@ -24,6 +24,8 @@ pub struct GoogleAccount {
     pub client_email: String,
     /// The RSA public key (PKCS#1 DER) of the account's private key.
     public_key: Vec<u8>,
+    /// The first line of the account's key (base64 of its PKCS#8), for `--echo-credentials`.
+    pub key_line: String,
     issued: Mutex<HashSet<String>>,
     /// Tokens granted so far.
     pub grants: AtomicU64,
@@ -37,11 +39,14 @@ impl GoogleAccount {
         let field = |name: &str| {
             file.get(name).and_then(Value::as_str).ok_or_else(|| format!("{}: no {name}", path.display()))
         };
-        let pem = pem::parse(field("private_key")?).map_err(|e| format!("private_key: {e}"))?;
+        let key = field("private_key")?;
+        let key_line = key.lines().find(|l| !l.starts_with("-----")).unwrap_or_default().to_string();
+        let pem = pem::parse(key).map_err(|e| format!("private_key: {e}"))?;
         let pair = RsaKeyPair::from_pkcs8(pem.contents()).map_err(|e| format!("private_key: {e}"))?;
         Ok(GoogleAccount {
             client_email: field("client_email")?.to_string(),
             public_key: ring::signature::KeyPair::public_key(&pair).as_ref().to_vec(),
+            key_line,
             issued: Mutex::new(HashSet::new()),
             grants: AtomicU64::new(0),
         })
@@ -50,6 +55,11 @@ impl GoogleAccount {
     /// Whether `token` is one this endpoint issued.
     pub fn accepts(&self, token: &str) -> bool {
         self.issued.lock().expect("issued tokens").contains(token)
+    }
+
+    /// Every token this endpoint issued.
+    pub fn issued(&self) -> Vec<String> {
+        self.issued.lock().expect("issued tokens").iter().cloned().collect()
     }
 
     /// Answer a token request (its form's `fields`) made to `audience` (this endpoint's URL) at

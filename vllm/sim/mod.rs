@@ -11,7 +11,8 @@
 //! `prompt_cache.rs`), their batch APIs (`batch_store.rs`, `files_openai.rs`,
 //! `batches_openai.rs`, `batches_anthropic.rs`), and keep a log of the Messages requests they were sent for tests; `vllm` and `openai` also serve legacy completions and
 //! deterministic embeddings. Every kind can inject faults, by flag or per request
-//! (`x-sim-fault`), and replies are deterministic under `--seed`. The flags are `args.rs`'s;
+//! (`x-sim-fault`), quote back the credentials it was sent in its errors (`echo.rs`), and
+//! replies are deterministic under `--seed`. The flags are `args.rs`'s;
 //! this file holds the lifecycle and must stay free of modelling and wire details.
 
 mod anthropic_wire;
@@ -24,6 +25,7 @@ mod batches_openai;
 mod bedrock;
 mod completions_wire;
 mod converse_wire;
+mod echo;
 mod embeddings_wire;
 pub mod engine;
 mod engine_loop;
@@ -111,6 +113,14 @@ impl SimHandle {
         google.or(entra).map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Every access token a `vertex` sim's (or an `azure_openai` sim's Entra) token endpoint
+    /// has issued, for tests to look for.
+    pub fn issued_tokens(&self) -> Vec<String> {
+        let google = self.state.google.as_ref().map(|a| a.issued());
+        let entra = self.state.entra.as_ref().map(|a| a.issued());
+        google.into_iter().chain(entra).flatten().collect()
+    }
+
     /// The W3C `traceparent` headers of the generation requests this sim was sent (those
     /// that had one), oldest first, failed ones included.
     pub fn traceparents(&self) -> Vec<String> {
@@ -156,6 +166,7 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
         args.token_delay_ms,
     );
     faults.retry_after = Duration::from_millis(args.retry_after_ms);
+    faults.error_after = args.error_event_after;
     let facts = pages::NodeFacts {
         model: model.clone(),
         max_num_seqs: args.max_num_seqs.max(1),
@@ -211,6 +222,12 @@ pub async fn spawn(args: SimArgs, listener: tokio::net::TcpListener) -> std::io:
     };
     state.vertex_place = (args.gcp_project.clone(), args.gcp_location.clone());
     state.entra = entra::EntraApp::from_args(&args);
+    if args.echo_credentials {
+        let aws = state.aws.as_ref().map(|aws| aws.secret.clone());
+        let google = state.google.as_ref().map(|account| account.key_line.clone());
+        let entra = state.entra.as_ref().and_then(|app| app.client_secret.clone());
+        state.echo = Some(echo::Echo::new([aws, google, entra].into_iter().flatten()));
+    }
     state.batches =
         batch_store::BatchStore::new(Duration::from_millis(args.batch_delay_ms), args.batch_expire);
     let serves = match args.kind {

@@ -208,7 +208,7 @@ async fn respond(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result
                 Json(answer.finished(&text, &usage, finish.as_str() == "length").0).into_response()
             }
             Err(GenEvent::Fail) => {
-                error_response(st.kind, &SimError::new(500, "simulated failure after first token"))
+                error_response(st.kind, &SimError::new(500, gen.failure("simulated failure mid-answer")))
             }
             Err(_) => sse::dropped_response(),
         });
@@ -294,7 +294,7 @@ async fn respond(st: &Arc<AppState>, headers: &HeaderMap, body: &[u8]) -> Result
                 Some(GenEvent::Fail) => {
                     let mut failed =
                         answer.response("failed", json!([answer.item(&text, "incomplete")]), Value::Null);
-                    let message = "simulated failure after first token";
+                    let message = gen.failure("simulated failure mid-answer");
                     failed["error"] = json!({"code": "server_error", "message": message});
                     let mut frames = send("response.failed", json!({"response": failed}));
                     frames +=

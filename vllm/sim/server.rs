@@ -103,6 +103,8 @@ pub struct AppState {
     pub aws: Option<super::sigv4::AwsIdentity>,
     /// Bedrock: `--stream-exception`.
     pub stream_exception: Option<String>,
+    /// `--echo-credentials` ([`super::echo`]).
+    pub echo: Option<super::echo::Echo>,
     /// Vertex: the service account whose tokens are accepted.
     pub google: Option<super::google_oauth::GoogleAccount>,
     /// Vertex: the project and location served.
@@ -151,6 +153,7 @@ impl AppState {
             batches: BatchStore::default(),
             aws: None,
             stream_exception: None,
+            echo: None,
             google: None,
             vertex_place: Default::default(),
             entra: None,
@@ -235,10 +238,11 @@ impl AppState {
         };
         let header = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok());
         let plan = self.faults.plan(header).map_err(|m| SimError::new(400, m))?;
+        let echo = self.echo.as_ref().and_then(|e| e.of(headers));
         if let Some(status) = plan.status {
             return Err(SimError {
                 status,
-                message: format!("simulated failure ({status})"),
+                message: super::echo::with(format!("simulated failure ({status})"), echo.as_deref()),
                 retry_after: (status == 429).then_some(self.faults.retry_after),
             });
         }
@@ -266,7 +270,8 @@ impl AppState {
             start_usage = usage;
             (self.pacer.start(ttft, gen_text, n, limited, usage), Duration::ZERO)
         };
-        let gen = Generation::new(prompt_tokens, rx, plan, first_delay, self.shutdown.clone());
+        let mut gen = Generation::new(prompt_tokens, rx, plan, first_delay, self.shutdown.clone());
+        gen.echo = echo;
         Ok(Started { gen, remaining, id, usage: start_usage, tool_call })
     }
 

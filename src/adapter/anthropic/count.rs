@@ -14,7 +14,7 @@ use crate::canonical::{ChatRequest, Dialect, ErrorClass, UpstreamError};
 
 /// The input tokens of `req`, sent as `call`, as Claude at `speaker` (Anthropic, Bedrock or
 /// Vertex AI) counts them.
-pub async fn count_tokens(
+pub(in crate::adapter) async fn count_tokens(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,

@@ -22,7 +22,7 @@ pub fn predict_url(base: &str, model: &str, stream: bool) -> String {
 
 /// Classify a non-2xx answer: Anthropic's shape as Anthropic's, else Google's envelope, whose
 /// `message` may hold Anthropic's error JSON.
-pub(crate) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
+pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     if parsed.as_ref().and_then(|b| b.get("type")).and_then(Value::as_str) == Some("error") {
         return super::classify(status, headers, body);

@@ -26,6 +26,9 @@ pub struct AwsCredentials {
     chain: tokio::sync::OnceCell<DefaultCredentialsChain>,
     cached: Mutex<Option<Credentials>>,
     refreshing: tokio::sync::Mutex<()>,
+    /// Every key id, secret key and session token fetched (recent ones), and the tokens that
+    /// fetch them (web identity, container credentials).
+    pub(in crate::adapter) held: super::held::Held,
 }
 
 impl std::fmt::Debug for AwsCredentials {
@@ -36,7 +39,7 @@ impl std::fmt::Debug for AwsCredentials {
 
 impl AwsCredentials {
     /// Credentials good for at least a while yet: the cached ones, else fresh from the chain.
-    pub async fn get(&self) -> Result<Credentials, UpstreamError> {
+    pub(in crate::adapter) async fn get(&self) -> Result<Credentials, UpstreamError> {
         if let Some(fresh) = self.cached_fresh() {
             return Ok(fresh);
         }
@@ -44,11 +47,20 @@ impl AwsCredentials {
         if let Some(fresh) = self.cached_fresh() {
             return Ok(fresh);
         }
+        // What proves who calls to STS or the container endpoint, in case one echoes it.
+        for file in ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"] {
+            let token = std::env::var_os(file).and_then(|f| std::fs::read_to_string(f).ok());
+            self.held.note(token.as_deref().unwrap_or_default().trim());
+        }
         let chain = self.chain.get_or_init(build_chain).await;
         let credentials = chain.provide_credentials().await.map_err(|e| {
             UpstreamError::new(ErrorClass::Auth, None, format!("no AWS credentials from the chain: {e}"))
         })?;
         tracing::debug!(expiry = ?credentials.expiry(), "AWS credentials fetched");
+        let session = credentials.session_token().unwrap_or_default();
+        for value in [credentials.access_key_id(), credentials.secret_access_key(), session] {
+            self.held.note(value);
+        }
         *self.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some(credentials.clone());
         Ok(credentials)
     }
@@ -78,7 +90,7 @@ async fn build_chain() -> DefaultCredentialsChain {
 /// The headers that sign `POST url` with `body` for `service` in `region` (`authorization`,
 /// `x-amz-date`, and `x-amz-security-token` with temporary credentials). `headers` are the
 /// request's other headers, which the signature covers.
-pub fn sign_post(
+pub(in crate::adapter) fn sign_post(
     credentials: &Credentials,
     region: &str,
     service: &str,

@@ -30,6 +30,8 @@ pub const SCOPE: &str = "https://cognitiveservices.azure.com/.default";
 pub struct AzureTokens {
     client: reqwest::Client,
     credential: tokio::sync::OnceCell<Arc<dyn TokenCredential>>,
+    /// The client secret or federated token, and every token handed out (recent ones).
+    pub(in crate::adapter) held: super::held::Held,
 }
 
 impl std::fmt::Debug for AzureTokens {
@@ -41,14 +43,15 @@ impl std::fmt::Debug for AzureTokens {
 impl AzureTokens {
     /// Tokens fetched through `client`.
     pub fn new(client: reqwest::Client) -> AzureTokens {
-        AzureTokens { client, credential: tokio::sync::OnceCell::new() }
+        AzureTokens { client, credential: tokio::sync::OnceCell::new(), held: Default::default() }
     }
 
     /// A current access token for [`SCOPE`].
-    pub async fn token(&self) -> Result<String, UpstreamError> {
+    pub(in crate::adapter) async fn token(&self) -> Result<String, UpstreamError> {
         let credential =
             self.credential.get_or_try_init(|| async { self.credential() }).await.map_err(no_token)?;
         let token = credential.get_token(&[SCOPE], None).await.map_err(no_token)?;
+        self.held.note(token.token.secret());
         Ok(token.token.secret().to_string())
     }
 
@@ -59,6 +62,11 @@ impl AzureTokens {
             ..Default::default()
         };
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        // What proves who calls to Entra, in case its endpoint or a proxy echoes it.
+        let federated = var("AZURE_FEDERATED_TOKEN_FILE").and_then(|f| std::fs::read_to_string(f).ok());
+        for secret in [var("AZURE_CLIENT_SECRET"), federated].into_iter().flatten() {
+            self.held.hold(secret.trim());
+        }
         if var("AZURE_FEDERATED_TOKEN_FILE").is_some() {
             let credential_options = ClientAssertionCredentialOptions { client_options };
             let options = WorkloadIdentityCredentialOptions { credential_options, ..Default::default() };

@@ -22,6 +22,8 @@ pub struct GoogleTokens {
     /// `None`: Application Default Credentials.
     file: Option<PathBuf>,
     provider: tokio::sync::OnceCell<Arc<dyn TokenProvider>>,
+    /// The key file's secrets and every token handed out (recent ones).
+    pub(in crate::adapter) held: super::held::Held,
 }
 
 impl std::fmt::Debug for GoogleTokens {
@@ -32,10 +34,13 @@ impl std::fmt::Debug for GoogleTokens {
 
 impl GoogleTokens {
     /// A current access token for [`SCOPE`].
-    pub async fn token(&self) -> Result<String, UpstreamError> {
+    pub(in crate::adapter) async fn token(&self) -> Result<String, UpstreamError> {
         let provider = self
             .provider
             .get_or_try_init(|| async {
+                if let Some(file) = self.file.clone().or_else(default_file) {
+                    self.held.hold_file(&file);
+                }
                 match &self.file {
                     None => gcp_auth::provider().await,
                     Some(file) => {
@@ -47,8 +52,20 @@ impl GoogleTokens {
             .await
             .map_err(no_token)?;
         let token = provider.token(&[SCOPE]).await.map_err(no_token)?;
+        self.held.note(token.as_str());
         Ok(token.as_str().to_string())
     }
+}
+
+/// The file Application Default Credentials read, when it is one: `GOOGLE_APPLICATION_CREDENTIALS`,
+/// else gcloud's own (`~/.config/gcloud/application_default_credentials.json`).
+fn default_file() -> Option<PathBuf> {
+    let named = std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").filter(|v| !v.is_empty());
+    let gcloud = || {
+        let home = std::env::var_os("HOME")?;
+        Some(Path::new(&home).join(".config/gcloud/application_default_credentials.json"))
+    };
+    named.map(PathBuf::from).or_else(gcloud)
 }
 
 fn no_token(e: gcp_auth::Error) -> UpstreamError {
@@ -68,7 +85,7 @@ impl GoogleCredentials {
         let Some(file) = file else { return Arc::clone(&self.default) };
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         let tokens = files.entry(file.to_path_buf()).or_insert_with(|| {
-            Arc::new(GoogleTokens { file: Some(file.to_path_buf()), provider: Default::default() })
+            Arc::new(GoogleTokens { file: Some(file.to_path_buf()), ..Default::default() })
         });
         Arc::clone(tokens)
     }

@@ -1,11 +1,12 @@
 //! How a cloud upstream learns who is calling when no API key is configured: AWS SigV4 with
 //! credentials from the AWS chain (Bedrock), a Google OAuth token (Vertex AI). Each is made
 //! per request from credentials the process fetches once and keeps until shortly before they
-//! expire.
+//! expire. Each source also keeps what it handed out ([`held`]) for the redactor of a call.
 
 pub mod aws;
 pub mod azure;
 pub mod google;
+pub mod held;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -60,8 +61,17 @@ impl PartialEq for CloudAuth {
 }
 
 impl CloudAuth {
+    /// Every secret these credentials hold or handed out, for a call's redactor.
+    pub(in crate::adapter) fn secrets(&self) -> Vec<String> {
+        match self {
+            CloudAuth::Aws { credentials, .. } => credentials.held.values(),
+            CloudAuth::Google(tokens) => tokens.held.values(),
+            CloudAuth::Azure(tokens) => tokens.held.values(),
+        }
+    }
+
     /// The headers that authenticate `POST url` with `headers` and `body`.
-    pub async fn headers(
+    pub(in crate::adapter) async fn headers(
         &self,
         url: &str,
         headers: &[(HeaderName, String)],

@@ -96,7 +96,7 @@ impl Pool {
 
     /// `POST url` with `headers` (besides `host` and `content-length`) and `body`. Resolves
     /// once the response head is in.
-    pub async fn post(
+    pub(in crate::adapter) async fn post(
         self: &Arc<Self>,
         url: &str,
         headers: &[(HeaderName, String)],
@@ -363,7 +363,7 @@ fn header_tokens(headers: &HeaderMap, name: HeaderName) -> Vec<String> {
 
 impl Body {
     /// The next piece of the body; `None` once it is complete.
-    pub async fn next_bytes(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+    pub(in crate::adapter) async fn next_bytes(&mut self) -> Option<Result<Bytes, UpstreamError>> {
         loop {
             let conn = self.conn.as_mut()?;
             match self.framing.step(&mut conn.buf) {
@@ -408,7 +408,7 @@ impl Body {
     }
 
     /// The body as a stream of pieces.
-    pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, UpstreamError>> + Send {
+    pub(in crate::adapter) fn into_stream(self) -> impl Stream<Item = Result<Bytes, UpstreamError>> + Send {
         futures::stream::unfold(
             self,
             |mut body| async move { body.next_bytes().await.map(|item| (item, body)) },
