@@ -19,10 +19,12 @@ use spillway::sim::SimKind;
 
 const DASHBOARD: &str = include_str!("../../helm/spillway/files/grafana-dashboard.json");
 /// Where every family is registered: a panel may only name metrics defined here.
-const METRICS_SRC: [&str; 3] = [
+const METRICS_SRC: [&str; 5] = [
     include_str!("../../src/metrics/families.rs"),
     include_str!("../../src/metrics/mod.rs"),
     include_str!("../../src/metrics/edge.rs"),
+    include_str!("../../src/metrics/queue.rs"),
+    include_str!("../../src/metrics/unserved.rs"),
 ];
 
 /// Panels (by title) that legitimately have no data in this setup; their queries must still
