@@ -11,9 +11,9 @@
 //! its own, sleep, or read the clock inside a run; the same scenario and seed always give the
 //! same report.
 //!
-//! Files: `scenario` + `validate` (the YAML), `workload` (arrivals; agent sessions' turns,
-//! each after the last one's answer, in `workload/sessions`), `clock` (virtual time and
-//! the event queue), `node` and `hosted` (the models), `strategies` (how each strategy maps
+//! Files: `scenario` + `traffic` + `validate` (the YAML), `workload` (arrivals; agent
+//! sessions' turns, each after the last one's answer, in `workload/sessions`), `clock` (virtual
+//! time and the event queue), `node` and `hosted` (the models), `strategies` (how each strategy maps
 //! onto the config), `engine` + `dispatch` (the run), `stats` + `histogram`, `report` and
 //! `html` (output). A scenario's strategies run on parallel threads (one per core), each its
 //! own engine from the same seed; the report lists them in the scenario's order.
