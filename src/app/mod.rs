@@ -268,12 +268,16 @@ pub async fn start_with(
     if let Some(store) = batch_store {
         let door = batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&client_keys) };
         loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&batch_snapshot)));
+        use crate::batch::lease::{self, Lease};
+        let heartbeat = Duration::from_secs(config.batch.heartbeat_secs);
+        let lease = Lease::new(lease::replica(&lease::host_name(), addr.port()), heartbeat);
         let runner = crate::batch::runner::Runner::new(
             store,
             batch_snapshot,
             Arc::new(door),
             batch_dispatcher,
             batch_metrics,
+            lease,
         );
         loops.spawn(runner.run());
     }

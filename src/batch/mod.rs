@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod deadline;
 pub mod job;
+pub mod lease;
 pub mod lines;
 pub mod retention;
 pub mod runner;

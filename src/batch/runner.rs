@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::admission;
 use super::deadline::{self, Progress, Route, RATE_WINDOW_S};
 use super::job::{self, Counts, LineState, Status, Step};
+use super::lease::Lease;
 use super::spill;
 use super::store::{self, Claimed, JobRow, LineEnd};
 use crate::config::Config;
@@ -58,8 +59,8 @@ pub struct Runner {
     pub caller: Arc<dyn LineCaller>,
     /// The hosted backends' batch APIs (their keys and client), for a job at risk.
     pub dispatcher: Arc<Dispatcher>,
-    /// This replica's name in its claims.
-    pub me: String,
+    /// This process's claims on lines, renewed while it lives.
+    pub lease: Lease,
     metrics: BatchMetrics,
     /// When the providers' batches were last read (unix ms).
     read_back_at: AtomicI64,
@@ -79,14 +80,14 @@ impl Runner {
         caller: Arc<dyn LineCaller>,
         dispatcher: Arc<Dispatcher>,
         metrics: BatchMetrics,
+        lease: Lease,
     ) -> Runner {
-        let me = format!("replica-{:016x}", rand::random::<u64>());
         Runner {
             store,
             snapshot,
             caller,
             dispatcher,
-            me,
+            lease,
             metrics,
             read_back_at: AtomicI64::new(0),
             in_flight: Arc::default(),
@@ -94,16 +95,38 @@ impl Runner {
         }
     }
 
-    /// Run until the task is dropped (the control loops' token).
+    /// Run until the task is dropped (the control loops' token): first take back what this
+    /// replica's dead predecessor held, then tick, and renew this process's claims beside the
+    /// ticks, so a slow tick never lets them lapse.
     pub async fn run(self) {
         let runner = Arc::new(self);
-        loop {
-            let poll = Duration::from_millis(runner.snapshot.load().config.batch.poll_ms);
-            if let Err(e) = runner.tick().await {
-                tracing::warn!(error = %e, "batch runner: the store failed; trying again next tick");
+        match runner.lease.take_back(&runner.store).await {
+            Ok(0) => {}
+            Ok(lines) => {
+                tracing::info!(lines, me = %runner.lease.me(), "batch runner: took back the lines this replica ran before it restarted")
             }
-            tokio::time::sleep(poll).await;
+            Err(e) => {
+                tracing::warn!(error = %e, "batch runner: the store failed taking back lines; they run again when their claims lapse")
+            }
         }
+        let ticks = async {
+            loop {
+                let poll = Duration::from_millis(runner.snapshot.load().config.batch.poll_ms);
+                if let Err(e) = runner.tick().await {
+                    tracing::warn!(error = %e, "batch runner: the store failed; trying again next tick");
+                }
+                tokio::time::sleep(poll).await;
+            }
+        };
+        let heartbeats = async {
+            loop {
+                tokio::time::sleep(runner.lease.every()).await;
+                if let Err(e) = runner.lease.renew(&runner.store, now_ms()).await {
+                    tracing::warn!(error = %e, "batch runner: the store failed renewing this replica's claims; trying again next heartbeat");
+                }
+            }
+        };
+        tokio::join!(ticks, heartbeats);
     }
 
     /// Move every active job one step.
@@ -128,7 +151,7 @@ impl Runner {
                 Step::Run => {
                     let route = self.route(&snap, &job, &counts, now).await?;
                     if route == Route::HostedBatch {
-                        spill::submit(&self.store, &snap, &self.dispatcher, &job, now).await?;
+                        spill::submit(&self.store, &snap, &self.dispatcher, &self.lease, &job, now).await?;
                     }
                     self.start_lines(&job, route == Route::HostedRealtime).await?;
                 }
@@ -255,8 +278,8 @@ impl Runner {
             return Ok(());
         }
         let now = now_ms();
-        let until = now + snap.config.batch.claim_secs as i64 * 1000;
-        let claimed = store::claim(&self.store, &job.id, &self.me, wanted as usize, now, until).await?;
+        let (me, until) = (self.lease.me(), self.lease.until(now));
+        let claimed = store::claim(&self.store, &job.id, me, wanted as usize, now, until).await?;
         for line in claimed {
             let pool = if realtime { None } else { pool_of(&snap.config, &line) };
             match room.get_mut(&pool) {
@@ -264,7 +287,7 @@ impl Runner {
                     *left -= 1;
                     self.spawn_line(job, line, pool);
                 }
-                _ => store::release(&self.store, &job.id, line.idx, &self.me).await?,
+                _ => store::release(&self.store, &job.id, line.idx, me).await?,
             }
         }
         Ok(())
@@ -320,7 +343,7 @@ impl Runner {
     /// Write a line's answer, or hand it back when the router had no room for it.
     async fn settle(&self, batch_id: &str, line: &Claimed, answer: LineAnswer) -> Result<(), sqlx::Error> {
         if no_room(answer.status) {
-            return store::release(&self.store, batch_id, line.idx, &self.me).await;
+            return store::release(&self.store, batch_id, line.idx, self.lease.me()).await;
         }
         let state = if answer.status == 200 { LineState::Succeeded } else { LineState::Errored };
         let task = serde_json::from_str::<Value>(&line.request)
@@ -337,7 +360,10 @@ impl Runner {
             result: &answer.body,
             backend: answer.backend.as_deref(),
         };
-        store::finish(&self.store, batch_id, line.idx, &self.me, end, now_ms()).await.map(|_| ())
+        if !store::finish(&self.store, batch_id, line.idx, self.lease.me(), end, now_ms()).await? {
+            tracing::warn!(batch = %batch_id, line = line.idx, "batch runner: a line's claim had lapsed and another replica took it; its result here is dropped");
+        }
+        Ok(())
     }
 
     fn count(&self, pool: &Option<String>, up: bool) {

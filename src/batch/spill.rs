@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::job::{LineState, Status};
+use super::lease::Lease;
 use super::store::{self, Claimed, JobRow, LineEnd, Spill};
 use crate::adapter::batch_api::{BatchApi, LineResult, Polled};
 use crate::config::Priority;
@@ -47,6 +48,7 @@ pub async fn submit(
     store: &Store,
     snap: &Snapshot,
     dispatcher: &Dispatcher,
+    lease: &Lease,
     job: &JobRow,
     now: i64,
 ) -> Result<(), sqlx::Error> {
@@ -61,8 +63,10 @@ pub async fn submit(
     for (backend, lines) in groups {
         let view = &snap.backends[backend];
         let claim = format!("spill-{:016x}", rand::random::<u64>());
-        // Held until a day past the window: the provider's batch has its own.
-        let lines = store::claim_these(store, &job.id, lines, &claim, job.expires_ms() + 86_400_000).await?;
+        // Held under this replica's lease while it submits them (if it dies, they go back),
+        // then until the provider's batch is read back (a day past the window: it has its own).
+        let _held = lease.hold(&claim);
+        let lines = store::claim_these(store, &job.id, lines, &claim, lease.until(now)).await?;
         let bodies: Vec<(String, Value)> = lines
             .iter()
             .filter_map(|l| {
@@ -75,6 +79,7 @@ pub async fn submit(
             Ok(id) => {
                 let spill = Spill { id, batch_id: job.id.clone(), backend: view.name.clone(), claim };
                 store::insert_spill(store, &spill, lines.len() as u64, now).await?;
+                store::renew(store, &spill.claim, job.expires_ms() + 86_400_000).await?;
                 tracing::info!(batch = %job.id, backend = %view.name, provider_batch = %spill.id, lines = lines.len(), "batch lines sent to a hosted batch API");
             }
             Err(why) => {

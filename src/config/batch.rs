@@ -26,9 +26,10 @@ pub struct BatchConfig {
     pub occupancy_bar: f64,
     /// Most batch lines on one node at once (default 4).
     pub max_per_node: u32,
-    /// How long a replica's claim on a line lasts before another may take it over (default
-    /// 600 s: longer than any line runs).
-    pub claim_secs: u64,
+    /// How often a replica renews its claims on the lines it runs, in seconds (default 5, 1 to
+    /// 10). A claim not renewed for three heartbeats has lapsed: its replica is gone, and
+    /// another takes the line over.
+    pub heartbeat_secs: u64,
     /// How often the runner looks for lines to start, in milliseconds (default 200).
     pub poll_ms: u64,
     /// Send the lines of a job at risk of missing its window to a hosted provider's batch API
@@ -49,7 +50,7 @@ impl Default for BatchConfig {
             file_retention_days: 30,
             occupancy_bar: 0.8,
             max_per_node: 4,
-            claim_secs: 600,
+            heartbeat_secs: 5,
             poll_ms: 200,
             spill: true,
             hosted_batch_lead_secs: 3600,
@@ -65,7 +66,7 @@ impl BatchConfig {
         Range::between("file_retention_days", 1.0, 3650.0).says(Says::OutOfRange),
         Range::between("occupancy_bar", 0.0, 1.0).says(Says::OutOfRange),
         Range::between("max_per_node", 1.0, 4096.0).says(Says::OutOfRange),
-        Range::between("claim_secs", 5.0, 86_400.0).says(Says::OutOfRange),
+        Range::between("heartbeat_secs", 1.0, 10.0).says(Says::OutOfRange),
         Range::between("poll_ms", 10.0, 60_000.0).says(Says::OutOfRange),
         Range::between("hosted_batch_lead_secs", 0.0, 86_400.0).says(Says::OutOfRange),
     ];
@@ -77,7 +78,7 @@ impl BatchConfig {
             ("file_retention_days", self.file_retention_days as f64),
             ("occupancy_bar", self.occupancy_bar),
             ("max_per_node", f64::from(self.max_per_node)),
-            ("claim_secs", self.claim_secs as f64),
+            ("heartbeat_secs", self.heartbeat_secs as f64),
             ("poll_ms", self.poll_ms as f64),
             ("hosted_batch_lead_secs", self.hosted_batch_lead_secs as f64),
         ];

@@ -157,3 +157,15 @@ fn bad_yaml_and_missing_sections_are_problems_not_panics() {
     assert_eq!(problems[0].to_string(), "backends: missing (required)");
     assert!(parse("- a\n- b").is_err());
 }
+
+#[test]
+fn an_old_batch_claim_secs_says_what_replaced_it() {
+    let text = "backends: [{name: a, kind: openai, model: m, api_key_env: K}]\n\
+                tasks: [{name: t, backends: [a], slo: {ttft_ms: 100}}]\n\
+                batch: {claim_secs: 600}\n";
+    let problems = parse(text).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let line = problems[0].to_string();
+    assert!(line.starts_with("batch.claim_secs: unknown field `claim_secs`"), "{line}");
+    assert!(line.contains("batch.heartbeat_secs"), "{line}");
+}

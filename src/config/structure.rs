@@ -249,5 +249,8 @@ pub(super) fn problem(path: String, mut message: String) -> Problem {
     if message.contains("unknown field `api_key`") {
         message.push_str("; secrets are never written in the config: name the environment variable that holds it with api_key_env");
     }
+    if message.contains("unknown field `claim_secs`") {
+        message.push_str("; a line's claim is now a lease its replica renews every batch.heartbeat_secs (default 5) and that lapses after three missed heartbeats: remove claim_secs");
+    }
     Problem::new(path, message)
 }

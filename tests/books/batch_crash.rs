@@ -1,9 +1,11 @@
-//! A batch job survives a SIGKILL: `spillway serve` is killed while a job's lines run on a
-//! `spillway sim` node, started again on the same ledger, and the job completes with every
-//! line done exactly once (one result each, in the output file once), on SQLite and on
-//! PostgreSQL. A line that had ended before the kill keeps its result and never runs again;
-//! the only lines the node may answer twice are those in flight at the kill (claimed, their
-//! result not yet written), which run again once their claim (`batch.claim_secs`) lapses.
+//! A batch job survives a SIGKILL, with the default batch settings, on SQLite and on
+//! PostgreSQL: `spillway serve` is killed while a job's lines run on a `spillway sim` node, and
+//! the job completes with every line done exactly once (one result each, in the output file
+//! once), whether the same replica starts again (it takes back its dead predecessor's lines at
+//! once) or another replica on the same ledger finishes them (once the dead one's claims
+//! lapse). A line that had ended before the kill keeps its result and never runs again; the
+//! only lines the node may answer twice are those in flight at the kill. A line slower than
+//! its lease, on a live replica, runs once: the lease is renewed while it runs.
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -88,68 +90,86 @@ async fn succeeded(store: &Store, id: &str) -> HashMap<String, Option<String>> {
     ended.into_iter().map(|l| (l.custom_id, l.result)).collect()
 }
 
-async fn crash_and_resume(ledger_url: &str, name: &str) {
-    let (_node, node_url) = slow_node();
+/// A serve config on `ledger_url` with one pool on `node_url`, listening on `listen`, with
+/// `batch` (the section's keys beside a fast poll): its path.
+fn config(node_url: &str, ledger_url: &str, listen: &str, batch: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("spillway-batch-crash-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("spillway.yaml");
     let yaml = format!(
-        "listen: 127.0.0.1:0\n\
+        "listen: {listen}\n\
          backends: [{{name: fleet, kind: vllm, endpoints: [\"{node_url}\"], model: {LLAMA}}}]\n\
          tasks: [{{name: chat, backends: [fleet], slo: {{ttft_ms: 5000}}}}]\n\
          ledger: {{url: \"{ledger_url}\"}}\n\
-         batch: {{poll_ms: 50, claim_secs: 5}}\n{}",
+         batch: {{poll_ms: 50{batch}}}\n{}",
         common::FAST_TELEMETRY
     );
     std::fs::write(&path, yaml).unwrap();
-    let (server, url, _stderr) = serve_process(&path, &[]).await;
-    let mut server = Child(server);
+    path
+}
 
-    let text: Vec<String> = (0..LINES)
-        .map(|i| {
-            json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
-                   "body": {"model": "chat", "max_tokens": 4,
-                            "messages": [{"role": "user", "content": format!("question {i}")}]}})
-            .to_string()
-        })
-        .collect();
-    let id = create_job(&reqwest::Client::new(), &url, &text.join("\n")).await;
-    let midway =
-        |job: &Value| (1..LINES as i64).contains(&job["request_counts"]["completed"].as_i64().unwrap_or(0));
-    wait_job(&url, &id, "some lines completed, not all", midway).await;
-    // ... and some are in flight, so the kill leaves claims behind.
-    let store = Store::open(ledger_url).await.unwrap();
-    wait_until(Duration::from_secs(30), format!("{name}: a line in flight, not all done"), || async {
-        let counts = store::counts(&store, &id).await.map_err(|e| e.to_string())?;
-        let midway = counts.running >= 1 && (counts.succeeded as usize) < LINES;
-        if midway {
-            Ok(())
-        } else {
-            Err(format!("{counts:?}"))
-        }
-    })
+/// The input file of `n` chat lines of `max_tokens` each.
+fn lines(n: usize, max_tokens: u32) -> String {
+    let line = |i| {
+        json!({"custom_id": format!("r{i}"), "method": "POST", "url": "/v1/chat/completions",
+               "body": {"model": "chat", "max_tokens": max_tokens,
+                        "messages": [{"role": "user", "content": format!("question {i}")}]}})
+        .to_string()
+    };
+    (0..n).map(line).collect::<Vec<_>>().join("\n")
+}
+
+/// The port of a router's URL.
+fn port(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap()
+}
+
+/// What the store said at a kill: lines in flight, and the results of those ended.
+struct AtKill {
+    running: u64,
+    kept: HashMap<String, Option<String>>,
+}
+
+/// Wait until the job is mid-way (some lines ended, not all) with a line in flight held by the
+/// router listening on `port`, then SIGKILL that router: what the store says at the kill.
+async fn kill_mid_job(store: &Store, id: &str, server: &mut Child, port: u16, name: &str) -> AtKill {
+    let held_by_it = format!(":{port}#");
+    wait_until(
+        Duration::from_secs(30),
+        format!("{name}: a line in flight on :{port}, some done"),
+        || async {
+            let counts = store::counts(store, id).await.map_err(|e| e.to_string())?;
+            let holders = store::holders(store).await.map_err(|e| e.to_string())?;
+            let midway = counts.succeeded >= 1 && (counts.succeeded as usize) < LINES;
+            if midway && holders.iter().any(|h| h.contains(&held_by_it)) {
+                Ok(())
+            } else {
+                Err(format!("{counts:?} held by {holders:?}"))
+            }
+        },
+    )
     .await;
     server.0.kill().unwrap(); // SIGKILL
     server.0.wait().unwrap();
+    let counts = store::counts(store, id).await.unwrap();
+    let kept = succeeded(store, id).await;
+    assert!((1..LINES).contains(&kept.len()), "{name}: the kill came mid-job: {counts:?}");
+    assert_eq!((counts.errored, counts.canceled, counts.expired), (0, 0, 0), "{name}: {counts:?}");
+    AtKill { running: counts.running, kept }
+}
 
-    // What the store says at the kill: lines ended (kept), in flight (claimed), queued.
-    let before = store::counts(&store, &id).await.unwrap();
-    let kept = succeeded(&store, &id).await;
-    assert!((1..LINES).contains(&kept.len()), "{name}: the kill came mid-job: {before:?}");
-    assert_eq!((before.errored, before.canceled, before.expired), (0, 0, 0), "{name}: {before:?}");
-
-    // Started again on the same ledger, it runs what was queued, and what was in flight once
-    // its claim lapses.
-    let (again, url, _stderr) = serve_process(&path, &[]).await;
-    let _again = Child(again);
-    let job = wait_job(&url, &id, "the job to end", |job| {
+/// The job, ended, did every line exactly once: completed, each custom_id once in the output,
+/// the results written before the kill kept, and the node asked at most once more for each
+/// line in flight at the kill (those ended before it ran once, before; those queued ran once,
+/// after; those in flight ran after, and before too if the node answered before the router
+/// died).
+async fn exactly_once(url: &str, store: &Store, id: &str, at: &AtKill, node_url: &str, name: &str) {
+    let job = wait_job(url, id, "the job to end", |job| {
         ["completed", "failed", "expired", "cancelled"].contains(&job["status"].as_str().unwrap_or_default())
     })
     .await;
     assert_eq!(job["status"], "completed", "{name}: {job}");
     assert_eq!(job["request_counts"], json!({"total": LINES, "completed": LINES, "failed": 0}), "{name}");
-
-    // Every custom_id exactly once in the output file.
     let output = format!("{url}/v1/files/{}/content", job["output_file_id"].as_str().unwrap());
     let output = reqwest::get(output).await.unwrap().text().await.unwrap();
     let mut ids: Vec<String> = output
@@ -160,34 +180,116 @@ async fn crash_and_resume(ledger_url: &str, name: &str) {
     let mut want: Vec<String> = (0..LINES).map(|i| format!("r{i}")).collect();
     want.sort();
     assert_eq!(ids, want, "{name}: each line once in the output");
-
-    // A line ended before the kill kept its result (written once, never again).
-    let after = succeeded(&store, &id).await;
-    for (custom_id, result) in &kept {
+    let after = succeeded(store, id).await;
+    for (custom_id, result) in &at.kept {
         assert_eq!(after.get(custom_id), Some(result), "{name}: {custom_id} kept its result");
     }
-    // The node answered each line once, and at most the lines in flight at the kill twice:
-    // those ended before it (kept.len()) ran once, before; those queued ran once, after; those
-    // in flight (before.running) ran after, and before too if the node answered them before
-    // the router died. So LINES <= answered <= LINES + before.running.
-    let answered = common::node_completed(&node_url).await as u64;
+    let answered = common::node_completed(node_url).await as u64;
     assert!(
-        (LINES as u64..=LINES as u64 + before.running).contains(&answered),
+        (LINES as u64..=LINES as u64 + at.running).contains(&answered),
         "{name}: the node answered {answered} requests for {LINES} lines, {} in flight at the kill",
-        before.running
+        at.running
+    );
+}
+
+/// SIGKILL mid-job, then the same replica (host and port) starts again: it takes back the
+/// lines its dead predecessor held at once, and the job ends with every line done once.
+async fn crash_and_restart(ledger_url: &str, name: &str) {
+    let (_node, node_url) = slow_node();
+    let first = config(&node_url, ledger_url, "127.0.0.1:0", "");
+    let (server, url, _stderr) = serve_process(&first, &[]).await;
+    let mut server = Child(server);
+    let id = create_job(&reqwest::Client::new(), &url, &lines(LINES, 4)).await;
+    let store = Store::open(ledger_url).await.unwrap();
+    let at = kill_mid_job(&store, &id, &mut server, port(&url), name).await;
+
+    let again = config(&node_url, ledger_url, &format!("127.0.0.1:{}", port(&url)), "");
+    let restarted = std::time::Instant::now();
+    let (again, url, stderr) = serve_process(&again, &[]).await;
+    let _again = Child(again);
+    exactly_once(&url, &store, &id, &at, &node_url, name).await;
+    eprintln!("{name}: the job ended {:.1} s after the restart", restarted.elapsed().as_secs_f64());
+    let log = stderr.so_far();
+    assert!(
+        log.contains("took back the lines this replica ran before it restarted"),
+        "{name}: the restarted replica took its predecessor's lines back at once:\n{log}"
     );
     store.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_batch_job_resumed_after_a_sigkill_does_every_line_exactly_once_on_sqlite() {
+/// Two replicas on one ledger, one SIGKILLed mid-job: the other finishes the job, the dead
+/// one's lines once their claims lapse (three heartbeats unrenewed).
+async fn two_replicas_one_killed(ledger_url: &str, name: &str) {
+    let (_node, node_url) = slow_node();
+    let path = config(&node_url, ledger_url, "127.0.0.1:0", "");
+    let (doomed, doomed_url, _stderr) = serve_process(&path, &[]).await;
+    let mut doomed = Child(doomed);
+    let (live, live_url, _live_stderr) = serve_process(&path, &[]).await;
+    let _live = Child(live);
+    let id = create_job(&reqwest::Client::new(), &doomed_url, &lines(LINES, 4)).await;
+    let store = Store::open(ledger_url).await.unwrap();
+    let at = kill_mid_job(&store, &id, &mut doomed, port(&doomed_url), name).await;
+    let killed = std::time::Instant::now();
+    exactly_once(&live_url, &store, &id, &at, &node_url, name).await;
+    eprintln!(
+        "{name}: the other replica ended the job {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    store.close().await;
+}
+
+/// Lines slower than their lease (a 1 s heartbeat: 3 s; each line 4 s) on two live replicas:
+/// each runs once, for the replica running it renews its claim.
+async fn slow_lines_run_once(ledger_url: &str, name: &str) {
+    let (_node, node_url) = slow_node();
+    let path = config(&node_url, ledger_url, "127.0.0.1:0", ", heartbeat_secs: 1");
+    let (a, url, _a) = serve_process(&path, &[]).await;
+    let _a = Child(a);
+    let (b, _, _b) = serve_process(&path, &[]).await;
+    let _b = Child(b);
+    const SLOW: usize = 6;
+    let id = create_job(&reqwest::Client::new(), &url, &lines(SLOW, 40)).await;
+    let job = wait_job(&url, &id, "the job to end", |job| job["status"] == "completed").await;
+    assert_eq!(job["request_counts"], json!({"total": SLOW, "completed": SLOW, "failed": 0}), "{name}");
+    let answered = common::node_completed(&node_url).await as usize;
+    assert_eq!(answered, SLOW, "{name}: each slow line ran once");
+}
+
+fn sqlite_url() -> String {
     let dir = std::env::temp_dir().join(format!("spillway-batch-crash-db-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
-    crash_and_resume(&format!("sqlite://{}", dir.join("ledger.db").display()), "sqlite").await;
+    format!("sqlite://{}", dir.join("ledger.db").display())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_batch_job_resumed_after_a_sigkill_does_every_line_exactly_once_on_postgres() {
+async fn a_replica_restarted_after_a_sigkill_does_every_line_exactly_once_on_sqlite() {
+    crash_and_restart(&sqlite_url(), "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_restarted_after_a_sigkill_does_every_line_exactly_once_on_postgres() {
     let Some(url) = common::pg_store_url("batch_crash").await else { return };
-    crash_and_resume(&url, "postgres").await;
+    crash_and_restart(&url, "postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_live_replica_finishes_a_sigkilled_ones_lines_on_sqlite() {
+    two_replicas_one_killed(&sqlite_url(), "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_live_replica_finishes_a_sigkilled_ones_lines_on_postgres() {
+    let Some(url) = common::pg_store_url("batch_replicas").await else { return };
+    two_replicas_one_killed(&url, "postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_line_slower_than_its_lease_runs_once_on_sqlite() {
+    slow_lines_run_once(&sqlite_url(), "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_line_slower_than_its_lease_runs_once_on_postgres() {
+    let Some(url) = common::pg_store_url("batch_slow").await else { return };
+    slow_lines_run_once(&url, "postgres").await;
 }

@@ -494,6 +494,11 @@ impl Output {
         listening_url(&text).unwrap_or_else(|| panic!("the child never said where it listens:\n{text}"))
     }
 
+    /// The text so far.
+    pub fn so_far(&self) -> String {
+        self.text.0.lock().unwrap().clone()
+    }
+
     /// Everything the pipe carried, once the child has closed it.
     pub fn into_text(mut self) -> String {
         if let Some(reader) = self.reader.take() {

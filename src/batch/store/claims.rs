@@ -235,3 +235,38 @@ pub async fn finished_since(store: &Store, id: &str, since_ms: i64) -> Result<u6
         .await?;
     Ok(row.try_get::<i64, _>("n")? as u64)
 }
+
+/// Renew the claim of every running line `holder` holds until `until_ms`, where it lasted
+/// less (a renewal never shortens a claim): how many.
+pub async fn renew(store: &Store, holder: &str, until_ms: i64) -> Result<u64> {
+    let done = sqlx::query(
+        "UPDATE batch_lines SET claim_until_ms = $1 \
+         WHERE state = 'running' AND claimed_by = $2 AND claim_until_ms < $1",
+    )
+    .bind(until_ms)
+    .bind(holder.to_string())
+    .execute(store.pool())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Who holds running lines.
+pub async fn holders(store: &Store) -> Result<Vec<String>> {
+    let rows = sqlx::query("SELECT DISTINCT claimed_by FROM batch_lines WHERE state = 'running'")
+        .fetch_all(store.pool())
+        .await?;
+    let holders = rows.iter().map(|r| r.try_get::<Option<String>, _>("claimed_by"));
+    Ok(holders.collect::<Result<Vec<_>>>()?.into_iter().flatten().collect())
+}
+
+/// Hand every running line `holder` holds back to the queue (its holder is gone): how many.
+pub async fn release_all(store: &Store, holder: &str) -> Result<u64> {
+    let done = sqlx::query(
+        "UPDATE batch_lines SET state = 'queued', claimed_by = NULL, claim_until_ms = NULL \
+         WHERE state = 'running' AND claimed_by = $1",
+    )
+    .bind(holder.to_string())
+    .execute(store.pool())
+    .await?;
+    Ok(done.rows_affected())
+}

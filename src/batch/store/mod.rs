@@ -1,7 +1,7 @@
 //! Batch files, jobs and lines in the ledger store (SQLite or PostgreSQL, the ledger's
-//! migrations), shared by every replica. A replica takes lines by claiming them for a while
-//! (a conditional update: a line is claimed by one replica at a time, and a claim that lapses,
-//! its replica gone, is taken again); a line's result is written with its final state by the
+//! migrations), shared by every replica. A replica takes lines by claiming them under a lease
+//! it renews (`batch::lease`; a conditional update: a line is claimed by one replica at a time,
+//! and a claim that lapses, its replica gone, is taken again); a line's result is written with its final state by the
 //! replica whose claim it is, so a line is done exactly once, whatever dies when.
 
 use sqlx::any::AnyRow;
@@ -16,8 +16,8 @@ mod retention;
 mod spills;
 
 pub use claims::{
-    claim, claim_these, counts, end_queued, ended, finish, finished_since, held, queued, release, Claimed,
-    Ended, LineEnd,
+    claim, claim_these, counts, end_queued, ended, finish, finished_since, held, holders, queued, release,
+    release_all, renew, Claimed, Ended, LineEnd,
 };
 pub use retention::{delete_expired_files, delete_job, jobs_ended_before};
 pub use spills::{end_spill, insert_spill, open_spills, Spill};
