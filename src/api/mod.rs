@@ -102,6 +102,18 @@ pub struct Ops {
 }
 
 pub fn router(state: AppState) -> Router {
+    let api = doors(state.clone());
+    // `GET /v1/responses`: the Responses WebSocket mode, each message sent through `api`.
+    let sockets = responses::Sockets { api: api.clone(), state: state.clone() };
+    let websocket = Router::new()
+        .route("/v1/responses", get(responses::upgrade))
+        .with_state(sockets)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state.ops), request_id::layer));
+    api.merge(websocket)
+}
+
+/// Every route but the WebSocket upgrade.
+fn doors(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/responses", post(responses::responses))

@@ -27,6 +27,9 @@ pub struct LimitsConfig {
     pub body_read_timeout_ms: u64,
     /// A kept-alive client connection with no request for this long is closed.
     pub idle_timeout_ms: u64,
+    /// A Responses WebSocket (Codex's first choice) with no message for this long is closed
+    /// (default an hour, as OpenAI's own; a coding session idles between turns).
+    pub websocket_idle_timeout_ms: u64,
     /// Largest request head (request line and headers, bytes); larger gets 431.
     pub max_header_bytes: usize,
     /// Most header fields in one request; more gets 431.
@@ -52,6 +55,7 @@ impl Default for LimitsConfig {
             header_read_timeout_ms: 5_000,
             body_read_timeout_ms: 30_000,
             idle_timeout_ms: 75_000,
+            websocket_idle_timeout_ms: 3_600_000,
             max_header_bytes: 32 << 10,
             max_headers: 100,
             max_connections_per_client: 0,
@@ -69,6 +73,7 @@ impl LimitsConfig {
         Range::at_least("header_read_timeout_ms", 1.0),
         Range::at_least("body_read_timeout_ms", 1.0),
         Range::at_least("idle_timeout_ms", 1.0),
+        Range::at_least("websocket_idle_timeout_ms", 1.0),
         // hyper's HTTP/1 parser needs room for at least one 8 KiB read.
         Range::at_least("max_header_bytes", 8192.0),
         Range::new("shutdown_delay_ms", range::Bound::Open, range::Bound::Incl(300_000.0))
@@ -83,6 +88,7 @@ impl LimitsConfig {
             ("header_read_timeout_ms", self.header_read_timeout_ms as f64),
             ("body_read_timeout_ms", self.body_read_timeout_ms as f64),
             ("idle_timeout_ms", self.idle_timeout_ms as f64),
+            ("websocket_idle_timeout_ms", self.websocket_idle_timeout_ms as f64),
             ("max_header_bytes", self.max_header_bytes as f64),
             ("shutdown_delay_ms", self.shutdown_delay_ms as f64),
             ("max_headers", self.max_headers as f64),
@@ -100,6 +106,10 @@ impl LimitsConfig {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    pub fn websocket_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.websocket_idle_timeout_ms)
     }
 
     pub fn shutdown_delay(&self) -> Duration {

@@ -14,7 +14,8 @@ use spillway::sim::SimKind;
 
 use super::agents::{
     agent_or_skip, assert_nothing_refused_and_no_internet, claude_env, claude_result, coder_config,
-    codex_args, codex_env, fixture, internet_trap, run_agent, run_agent_in, AgentHome, CLAUDE,
+    codex_args, codex_base_url_args, codex_env, fixture, internet_trap, run_agent, run_agent_in, AgentHome,
+    CLAUDE, CODEX_DEFAULT_MODEL,
 };
 use crate::common::{self, router, sim, Router};
 
@@ -161,6 +162,47 @@ async fn codex_runs_its_own_exec_tool_through_the_router_and_answers() {
     // Codex ran the cell and sent its output back, answering the call.
     let answer = tool_answer(&node);
     assert!(answer.contains("42"), "{answer}");
+    assert_nothing_refused_and_no_internet(&router.url, &tries).await;
+}
+
+#[tokio::test]
+async fn codex_by_its_one_line_setup_talks_over_the_websocket_runs_its_tool_and_resumes() {
+    let Some(codex) = agent_or_skip("codex") else { return };
+    let node = Node::start("exec", r#"{"input": "text(6*7)"}"#.into(), false).await;
+    let captured = json!({"body": {"model": CODEX_DEFAULT_MODEL}});
+    let router = router(&coder_config(&upstream_backend(&node), &captured), &[]).await;
+    let (trap, tries) = internet_trap().await;
+    let (home, env) = (AgentHome::new(), codex_env());
+    // Over the socket Codex neither retries nor falls back to HTTPS, each of which it says.
+    let straight = |stderr: &str| !stderr.contains("Reconnecting") && !stderr.contains("Falling back");
+
+    // A turn with a tool round trip: the model calls `exec`, Codex runs it and sends its
+    // output back as the next request on the same socket (a continuation).
+    let args = codex_base_url_args(&router.url, "Compute 6*7", false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let (ok, stdout, stderr) = run_agent_in(&home, &codex, &args, &env, &trap).await;
+    eprintln!("codex by openai_base_url: a tool turn took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(ok, "codex failed:\n{stdout}\n{stderr}");
+    assert!(straight(&stderr), "{stderr}");
+    assert!(stdout.contains(ANSWER), "{stdout}\n{stderr}");
+    assert!(tool_answer(&node).contains("42"), "the node got the whole conversation with the cell's output");
+
+    // The session resumed: the socket's warm-up carries the history, the turn only its new
+    // message; the node gets all of it.
+    let args = codex_base_url_args(&router.url, "Once more", true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let (ok, stdout, stderr) = run_agent_in(&home, &codex, &args, &env, &trap).await;
+    eprintln!("codex by openai_base_url: a resumed turn took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(ok, "codex failed:\n{stdout}\n{stderr}");
+    assert!(straight(&stderr), "{stderr}");
+    assert!(stdout.contains(ANSWER), "{stdout}\n{stderr}");
+    let resumed = text_of(&node.seen()[2]);
+    assert!(
+        resumed.contains("Compute 6*7") && resumed.contains("42") && resumed.contains("Once more"),
+        "{resumed}"
+    );
     assert_nothing_refused_and_no_internet(&router.url, &tries).await;
 }
 

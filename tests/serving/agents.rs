@@ -228,21 +228,35 @@ pub(crate) fn codex_args(router: &str, prompt: &str, resume: bool) -> Vec<String
     let provider = format!(
         r#"model_providers.spillway={{name="spillway", base_url="{router}/v1", env_key="SPILLWAY_KEY", wire_api="responses"}}"#
     );
-    let settings =
-        ["model_provider=spillway", &provider, "analytics.enabled=false", "features.plugins=false"];
+    codex_exec(&["model_provider=spillway", &provider], prompt, resume)
+}
+
+/// `codex exec` by its one-line setup: `openai_base_url` points Codex's built-in OpenAI
+/// provider at the router (its key from `OPENAI_API_KEY`, its model its own default), so Codex
+/// opens the Responses WebSocket first; `resume` as for [`codex_args`].
+pub(crate) fn codex_base_url_args(router: &str, prompt: &str, resume: bool) -> Vec<String> {
+    codex_exec(&[&format!(r#"openai_base_url="{router}/v1""#)], prompt, resume)
+}
+
+/// `codex exec` with `settings` (`-c`), telemetry and plugin fetches off.
+fn codex_exec(settings: &[&str], prompt: &str, resume: bool) -> Vec<String> {
     let mut args = vec!["exec".to_string()];
     if resume {
         args.extend(["resume".to_string(), "--last".into()]);
     }
     args.push("--skip-git-repo-check".into());
-    args.extend(settings.iter().flat_map(|s| ["-c".to_string(), s.to_string()]));
+    let quiet = ["analytics.enabled=false", "features.plugins=false"];
+    args.extend(settings.iter().chain(&quiet).flat_map(|s| ["-c".to_string(), s.to_string()]));
     args.push(prompt.into());
     args
 }
 
+/// Codex's default model id when its built-in OpenAI provider is pointed at the router.
+pub(crate) const CODEX_DEFAULT_MODEL: &str = "gpt-6.2-sol";
+
 /// The key Codex sends (any, when the router has no client keys).
-pub(crate) fn codex_env() -> [(&'static str, String); 1] {
-    [("SPILLWAY_KEY", "not-checked".into())]
+pub(crate) fn codex_env() -> [(&'static str, String); 2] {
+    [("SPILLWAY_KEY", "not-checked".into()), ("OPENAI_API_KEY", "not-checked".into())]
 }
 
 /// What every agent run must leave: no refusal by the router, no try to reach the internet.

@@ -28,6 +28,7 @@ mod portability;
 mod prompt_cache;
 mod reload;
 mod responses;
+mod responses_socket;
 mod secrets;
 mod sim;
 mod sim_batches;

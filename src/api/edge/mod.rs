@@ -43,6 +43,27 @@ enum Stage {
     Closing,
 }
 
+/// A connection's life, for a route that takes the connection over (a WebSocket upgrade): a
+/// request extension whose holder keeps the connection counted (its client's slot, the open
+/// gauge, the drain's wait) after the upgrade, and which says when the server is leaving.
+#[derive(Clone)]
+pub struct ConnectionLife {
+    stage: watch::Receiver<Stage>,
+    _hold: mpsc::Sender<Infallible>,
+}
+
+impl ConnectionLife {
+    /// Resolves once the server drains (finish what is in flight, then close) or closes.
+    pub async fn leaving(&mut self) {
+        let _ = self.stage.wait_for(|s| *s != Stage::Serving).await;
+    }
+
+    /// Resolves once the drain deadline has passed: close now.
+    pub async fn closed(&mut self) {
+        let _ = self.stage.wait_for(|s| *s == Stage::Closing).await;
+    }
+}
+
 /// Serve `app` on `listener` until `shutdown` resolves, then drain within `limits.drain_timeout`.
 pub async fn serve(
     listener: TcpListener,
@@ -135,11 +156,15 @@ async fn connection(conn: Conn, app: axum::Router, settings: Arc<Settings>) {
     let activity = Activity::new();
     let io = TokioIo::new(Watched::new(stream, Arc::clone(&activity)));
     let requests = Arc::clone(&activity);
+    let (hold, mut upgraded) = mpsc::channel::<Infallible>(1);
+    let life = ConnectionLife { stage: stage.clone(), _hold: hold };
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let in_flight = requests.request_started();
         let mut app = app.clone();
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(life.clone());
         async move {
-            let response = app.call(request.map(Body::new)).await?;
+            let response = app.call(request).await?;
             // The request counts as in flight until its body is sent (or dropped).
             Ok::<_, Infallible>(response.map(|body| {
                 Body::new(body.map_frame(move |frame| {
@@ -150,22 +175,32 @@ async fn connection(conn: Conn, app: axum::Router, settings: Arc<Settings>) {
         }
     });
     settings.metrics.open.inc();
-    let served = settings.builder.serve_connection(io, service);
-    tokio::pin!(served);
-    let end = loop {
-        tokio::select! {
-            done = served.as_mut() => break if done.is_ok() { ConnectionEnd::Closed } else { ConnectionEnd::Error },
-            dawdled = activity.dawdled(settings.header_timeout, settings.idle_timeout) => break match dawdled {
-                Dawdled::HeaderTimeout => ConnectionEnd::HeaderTimeout,
-                Dawdled::Idle => ConnectionEnd::Idle,
-            },
-            changed = stage.changed() => match changed.map(|()| *stage.borrow()) {
-                Ok(Stage::Serving) => {}
-                Ok(Stage::Draining) => served.as_mut().graceful_shutdown(),
-                Ok(Stage::Closing) | Err(_) => break ConnectionEnd::DrainDeadline,
-            },
+    let mut end = {
+        let served = settings.builder.serve_connection_with_upgrades(io, service);
+        tokio::pin!(served);
+        loop {
+            tokio::select! {
+                done = served.as_mut() => break if done.is_ok() { ConnectionEnd::Closed } else { ConnectionEnd::Error },
+                dawdled = activity.dawdled(settings.header_timeout, settings.idle_timeout) => break match dawdled {
+                    Dawdled::HeaderTimeout => ConnectionEnd::HeaderTimeout,
+                    Dawdled::Idle => ConnectionEnd::Idle,
+                },
+                changed = stage.changed() => match changed.map(|()| *stage.borrow()) {
+                    Ok(Stage::Serving) => {}
+                    Ok(Stage::Draining) => served.as_mut().graceful_shutdown(),
+                    Ok(Stage::Closing) | Err(_) => break ConnectionEnd::DrainDeadline,
+                },
+            }
         }
     };
+    // A connection taken over by an upgrade stays counted while its new owner holds its life
+    // (each request's copy went with the service; `recv` answers once the last is dropped).
+    if end == ConnectionEnd::Closed {
+        tokio::select! {
+            None = upgraded.recv() => {}
+            _ = stage.wait_for(|s| *s == Stage::Closing) => end = ConnectionEnd::DrainDeadline,
+        }
+    }
     settings.metrics.open.dec();
     settings.metrics.closed(end);
     drop(slot);

@@ -12,6 +12,9 @@
 //! `item_reference` items) pins the request to the task's first backend when that is OpenAI
 //! itself (`serve::Pinning`): the client's body goes there as written, and OpenAI's own events
 //! come back as they came (`relay.rs`). For any other task it is refused, naming the field.
+//!
+//! `GET /v1/responses` upgraded to a WebSocket (Codex's first choice) carries the same requests
+//! as messages, each served through this door (`socket.rs`).
 
 mod decode;
 mod events;
@@ -19,6 +22,7 @@ mod items;
 mod object;
 mod refuse;
 mod relay;
+mod socket;
 mod toolset;
 
 use std::pin::Pin;
@@ -40,6 +44,7 @@ use crate::serve::{self, Pinning, Served};
 use events::Encoder;
 use object::Head;
 use relay::Relay;
+pub(crate) use socket::{upgrade, Sockets};
 
 /// Most bytes written in one frame when several events are ready at once.
 const BATCH_BYTES: usize = 16 * 1024;
@@ -107,6 +112,20 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     // OpenAI got the body as written; any other backend, the tools and reasoning it can take.
     openais_own.say(&state, &backend, response.headers_mut());
     Ok(response)
+}
+
+/// A `generate: false` request (the WebSocket mode's warm-up): checked as a request is, and
+/// answered as a streamed response with no output, from no backend.
+fn warmed(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let request = decode::decode(body)?;
+    let tools = Arc::new(request.toolset()?);
+    let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let echo = object::echo(&request);
+    let head = Head { id: new_response_id(), created_at, model: request.model.clone(), echo, tools };
+    let mut encoder = Encoder::new(head, true);
+    encoder.start();
+    encoder.finish();
+    Ok(encoder.take_frames())
 }
 
 fn new_response_id() -> String {
