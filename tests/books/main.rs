@@ -6,6 +6,7 @@
 mod common;
 
 mod batch_crash;
+mod batch_leases;
 mod cost_report;
 mod ledger;
 mod ledger_crash;

@@ -171,7 +171,7 @@ impl Conversation {
             return Ok(Some(End::Closed(1011, "previous_response_id is not this socket's last response")));
         };
         body.insert("input".into(), Value::Array(input.clone()));
-        // Kept by the client for itself; not a Responses field an upstream takes.
+        // Codex's notes on a socket's request (its timings, trace headers): the socket's own.
         body.remove("client_metadata");
         let generate = body.remove("generate").and_then(|g| g.as_bool()).unwrap_or(true);
         body.insert("stream".into(), Value::Bool(true));
