@@ -162,7 +162,9 @@ async fn connection(conn: Conn, app: axum::Router, settings: Arc<Settings>) {
         let in_flight = requests.request_started();
         let mut app = app.clone();
         let mut request = request.map(Body::new);
-        request.extensions_mut().insert(life.clone());
+        if request.headers().contains_key(http::header::UPGRADE) {
+            request.extensions_mut().insert(life.clone());
+        }
         async move {
             let response = app.call(request).await?;
             // The request counts as in flight until its body is sent (or dropped).
