@@ -19,25 +19,25 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
-# Bottom first. A module may import its own layer and any below it.
+# Bottom first, one module family per layer: a module may import its own family and the
+# families below it, never one beside or above, so the order itself is what --check proves.
 LAYERS = [
-    # the shared vocabulary: requests, events, errors
-    ["canonical", "allocator"],
+    # the shared vocabulary: allocation, requests, events and errors, token counts
+    ["allocator"], ["canonical"], ["tokens"],
     # the config and what it names
-    ["config", "tokens"],
+    ["config"],
     # the state the request path reads and feeds, and the records it emits
-    ["snapshot", "fleet", "guard", "outcome", "ledger", "keys", "trace"],
-    # the request path, pure planning first
-    ["policy", "route", "adapter"],
-    ["dispatch", "metrics"],
-    # beside it: the control loops, the gate and the report over the ledger
-    ["gate", "control", "report", "batch"],
+    ["fleet"], ["trace"], ["outcome"], ["ledger"], ["guard"], ["keys"], ["snapshot"],
+    # the request path: the upstreams' wires, pure planning, dispatch, and its metrics
+    ["adapter"], ["policy"], ["route"], ["dispatch"], ["metrics"],
+    # beside it: batch jobs, the control loops, the gate and the report over the ledger
+    ["batch"], ["control"], ["gate"], ["report"],
     # the request pipeline: task and key, facts, plan, budget, dispatch, settlement, shadow
     ["serve"],
-    # the front door (the dialects, the edge, admin) and the composition root
-    ["api", "app"],
+    # the front door (the dialects, the edge, admin), then the composition root
+    ["api"], ["app"],
     # offline commands and side binaries
-    ["sim", "agent", "capacity", "simulate", "demo", "cli"],
+    ["agent"], ["capacity"], ["sim"], ["demo"], ["simulate"], ["cli"],
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -1,21 +1,31 @@
 //! Spillway: serve LLM requests on the team's own vLLM fleet while it has headroom, and spill
 //! the overflow to hosted APIs before the latency target breaks.
 //!
-//! The modules follow one request, bottom up: `canonical` is the vocabulary every layer shares,
-//! `config` what the operator wrote; `snapshot` is the immutable view planning reads (built by
-//! the `control` loops from `fleet` telemetry and the `guard` boards); `api` decodes a request,
-//! `policy` decides which backends it may use, `route` orders them into a plan, `dispatch`
-//! walks the plan through `adapter`s consulting the `guard`s, and the `outcome` records feed
-//! `metrics` and the `ledger`; `keys` are the client keys `api` authenticates (issued ones kept
-//! in the ledger's store); `trace` is the OpenTelemetry spans of a request and its calls. `app` assembles a running router. The offline commands
-//! (`report`, `capacity`, `simulate`, `demo`, `agent`, `gate`'s CLI, the `sim` simulators)
-//! stand apart; `benches/imports.py` checks that no import runs against this order.
+//! The modules are grouped bottom up below (rustfmt sorts within a group). `benches/imports.py`
+//! holds the exact order, one family per layer, and `--check` proves that a module imports only
+//! its own family and those beneath it:
+//! - the vocabulary: `allocator`, `canonical` (requests, events, errors every layer shares),
+//!   `tokens` (each backend's token counts);
+//! - `config`, what the operator wrote;
+//! - the state the request path reads and feeds, and its records: `fleet` telemetry, `trace`
+//!   spans, `outcome` records, the `ledger`, the `guard` boards, client `keys`, and the
+//!   immutable `snapshot` planning reads;
+//! - the request path: `adapter`s speak each upstream's wire, `policy` decides which backends a
+//!   request may use, `route` orders them into a plan, `dispatch` walks it, and `metrics`
+//!   count it;
+//! - beside it: `batch` jobs, the `control` loops that build each snapshot, the evaluation
+//!   `gate` (its board read by the snapshot loop through `control`'s `GateVerdicts`), the
+//!   `report` over the ledger;
+//! - `serve`, the request pipeline every dialect's door shares;
+//! - `api`, the doors, the edge, admin and readiness; `app`, which assembles a running router;
+//! - the offline commands and side binaries (`agent`, `capacity`, the `sim` simulators,
+//!   `demo`, `simulate`, `cli`).
 
 pub mod allocator;
 pub mod canonical;
+pub mod tokens;
 
 pub mod config;
-pub mod tokens;
 
 pub mod fleet;
 pub mod guard;
@@ -26,12 +36,12 @@ pub mod snapshot;
 pub mod trace;
 
 pub mod adapter;
+pub mod dispatch;
+pub mod metrics;
 pub mod policy;
 pub mod route;
 
-pub mod dispatch;
-pub mod metrics;
-
+pub mod batch;
 pub mod control;
 pub mod gate;
 pub mod report;
@@ -42,7 +52,6 @@ pub mod api;
 pub mod app;
 
 pub mod agent;
-pub mod batch;
 pub mod capacity;
 pub mod cli;
 pub mod demo;

@@ -8,7 +8,7 @@
 //! Llama 3), scaled from the exact `o200k_base` count. A self-hosted model whose
 //! `tokenizer.json` the config names (`tokenizer_file`) is counted exactly with that file,
 //! through the `tokenizers` crate: [`FileTokenizer::load`] is the only I/O here, and config
-//! loading calls it once; counting is pure: no I/O, no clock. The BPE tables are built once
+//! loading calls it once (which counter a backend uses is the config's, `BackendConfig::counter`); counting is pure: no I/O, no clock. The BPE tables are built once
 //! per process, lazily, on first use (call [`warm_up`] at start to pay that cost before the
 //! first request does).
 
@@ -19,7 +19,24 @@ use serde_json::json;
 use tiktoken_rs::CoreBPE;
 
 use crate::canonical::{ChatRequest, Role};
-use crate::config::{BackendConfig, BackendKind, Tokenizer};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// A backend's token counter, as the config names it (`tokenizer`).
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later), exact.
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5), exact.
+    Cl100kBase,
+    /// Claude models: calibrated estimate (no public tokenizer).
+    ClaudeEstimate,
+    /// Gemini models: calibrated estimate.
+    GeminiEstimate,
+    /// Llama 3 family (vLLM pools): calibrated estimate.
+    LlamaEstimate,
+}
 
 /// Framing tokens per message (`<|start|>{role}<|message|>…<|end|>`), as OpenAI's cookbook
 /// ("How to count tokens with tiktoken") documents for current chat models.
@@ -128,31 +145,6 @@ pub enum TokenCounter {
     /// The model's own `tokenizer.json` (`tokenizer_file`): exact counts of the text; the
     /// chat template's framing is counted as [`TOKENS_PER_MESSAGE`] per message.
     File(Arc<FileTokenizer>),
-}
-
-/// The counter a backend uses: its loaded `tokenizer_file`, else its explicit `tokenizer`
-/// key, else the default for its kind.
-pub(crate) fn counter_for(backend: &BackendConfig) -> TokenCounter {
-    if let Some(file) = &backend.tokenizer_loaded {
-        return TokenCounter::File(Arc::clone(file));
-    }
-    if let Some(tokenizer) = backend.tokenizer {
-        return TokenCounter::from(tokenizer);
-    }
-    match backend.kind() {
-        BackendKind::Openai | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => {
-            TokenCounter::O200kBase
-        }
-        BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
-        BackendKind::Gemini => TokenCounter::GeminiEstimate,
-        // The clouds serve Claude and others: by the model's name.
-        BackendKind::Bedrock | BackendKind::Vertex if backend.model.contains("claude") => {
-            TokenCounter::ClaudeEstimate
-        }
-        BackendKind::Vertex => TokenCounter::GeminiEstimate,
-        BackendKind::Bedrock => TokenCounter::LlamaEstimate,
-        BackendKind::Local => TokenCounter::LlamaEstimate,
-    }
 }
 
 /// Build the shared BPE tables now (they take a noticeable moment, once per process).
@@ -329,14 +321,6 @@ mod tests {
     use super::*;
     use crate::canonical::{Message, Tool, ToolCall};
 
-    fn backend(kind: &str, tokenizer: Option<&str>) -> BackendConfig {
-        let mut yaml = format!("name: b\nkind: {kind}\nmodel: m\n");
-        if let Some(t) = tokenizer {
-            yaml.push_str(&format!("tokenizer: {t}\n"));
-        }
-        serde_yaml_ng::from_str(&yaml).unwrap()
-    }
-
     #[test]
     fn known_tiktoken_counts() {
         // Reference values from OpenAI's tiktoken (Python) for the same strings.
@@ -347,17 +331,6 @@ mod tests {
         assert_eq!(TokenCounter::Cl100kBase.count_text("tiktoken is great!"), 6);
         // Special-token markers are counted as text, never as one special token.
         assert!(TokenCounter::O200kBase.count_text("<|endoftext|>") > 1);
-    }
-
-    #[test]
-    fn the_kind_picks_the_counter_and_an_explicit_tokenizer_wins() {
-        assert_eq!(counter_for(&backend("openai", None)), TokenCounter::O200kBase);
-        assert_eq!(counter_for(&backend("openai_compatible", None)), TokenCounter::O200kBase);
-        assert_eq!(counter_for(&backend("anthropic", None)), TokenCounter::ClaudeEstimate);
-        assert_eq!(counter_for(&backend("gemini", None)), TokenCounter::GeminiEstimate);
-        assert_eq!(counter_for(&backend("vllm", None)), TokenCounter::LlamaEstimate);
-        assert_eq!(counter_for(&backend("vllm", Some("cl100k_base"))), TokenCounter::Cl100kBase);
-        assert_eq!(counter_for(&backend("anthropic", Some("o200k_base"))), TokenCounter::O200kBase);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod embeddings;
 pub mod front;
 mod input;
 mod messages;
+pub mod readiness;
 pub mod request_id;
 mod responses;
 mod traced;
@@ -88,7 +89,7 @@ pub struct Ops {
     /// The evaluation gate: results, accepted pins, re-runs and shadow traffic.
     pub gate: crate::gate::service::GateService,
     /// Set by the first shutdown signal: `/readyz` answers 503 while the router serves on.
-    pub readiness: Arc<crate::app::rollout::Readiness>,
+    pub readiness: Arc<readiness::Readiness>,
     /// OpenTelemetry traces (off unless an OTLP endpoint is configured).
     pub tracing: crate::trace::Tracing,
     /// Why each task's policy refuses a backend, (task, reason): `policy::refusals_of`, handed
@@ -226,7 +227,7 @@ async fn models(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response {
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
-/// Ready once startup has ended (`app::startup`: every local node measured, or the startup
+/// Ready once startup has ended (`readiness`: every local node measured, or the startup
 /// wait over) and until a shutdown signal. The body says how much of the fleet the router can
 /// see: local nodes, how many have fresh telemetry, which pools and nodes are unmeasured, which nodes
 /// are quarantined.
@@ -312,7 +313,7 @@ pub struct RouterHandle {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
     /// Whether the router reports itself ready; [`crate::app::rollout`] clears it on SIGTERM.
-    pub readiness: Arc<crate::app::rollout::Readiness>,
+    pub readiness: Arc<readiness::Readiness>,
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@ mod limits;
 pub mod rollout;
 mod sight;
 pub mod signal;
-pub mod startup;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,8 +84,9 @@ pub async fn start_with(
     let pins = Arc::new(PinBoard::default());
     let holds = Arc::new(HoldBoard::default());
     let canary_board = Arc::new(crate::control::canary::CanaryBoard::default());
-    let readiness =
-        Arc::new(rollout::Readiness::new(Duration::from_millis(config.telemetry.startup_wait_ms)));
+    let readiness = Arc::new(crate::api::readiness::Readiness::new(Duration::from_millis(
+        config.telemetry.startup_wait_ms,
+    )));
     let (records_tx, records_rx) = mpsc::unbounded_channel::<Record>();
     // One token stops every loop; the GPU-time sampler hands over its open minute first, the
     // others end at their next await.
@@ -135,7 +135,7 @@ pub async fn start_with(
         telemetry: Arc::clone(&telemetry),
         discovered: discovered_rx,
         pins: Arc::clone(&pins),
-        gate: Arc::clone(&gate_board),
+        gate: Arc::clone(&gate_board) as Arc<dyn snapshot_loop::GateVerdicts>,
         over_quota: Box::new(move |backend| over_quota.exhausted(backend)),
         availability: Arc::clone(&availability),
         holds: Arc::clone(&holds),
@@ -144,7 +144,7 @@ pub async fn start_with(
     };
     let snapshots = snapshot_loop::run(Arc::clone(&snapshot), sources, Duration::from_millis(100));
     loops.spawn(snapshots);
-    loops.spawn(startup::watch(Arc::clone(&readiness.startup), Arc::clone(&snapshot)));
+    loops.spawn(crate::api::readiness::watch(Arc::clone(&readiness.startup), Arc::clone(&snapshot)));
     let gpu_time = ledger.as_ref().map(|l| {
         let sources = gpu_time::Sources {
             snapshot: Arc::clone(&snapshot),

@@ -7,46 +7,11 @@
 //! The sequence is pure timing over a channel of signals, so it is tested with paused time;
 //! [`listen`] is the process side that feeds the channel from SIGTERM and ctrl-c.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::startup::Startup;
-
-/// Whether the router has started (its fleet measured: `app::startup`) and whether it is on its
-/// way out (set by the first shutdown signal); read by `/readyz` and by the edge layer that
-/// asks HTTP/1 clients not to reuse their connections.
-#[derive(Debug)]
-pub struct Readiness {
-    leaving: AtomicBool,
-    pub startup: Arc<Startup>,
-}
-
-/// Ready at once: no startup wait.
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness::new(Duration::ZERO)
-    }
-}
-
-impl Readiness {
-    /// A router that waits up to `startup_wait` for its fleet to be measured.
-    pub fn new(startup_wait: Duration) -> Readiness {
-        Readiness { leaving: AtomicBool::new(false), startup: Arc::new(Startup::new(startup_wait)) }
-    }
-
-    /// True once a shutdown signal came: the router still serves but wants no new traffic.
-    pub(crate) fn leaving(&self) -> bool {
-        self.leaving.load(Ordering::Relaxed)
-    }
-
-    /// Report unready from now on.
-    pub fn leave(&self) {
-        self.leaving.store(true, Ordering::Relaxed);
-    }
-}
+use crate::api::readiness::Readiness;
 
 /// A process signal that asks the router to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +94,7 @@ pub fn listen() -> std::io::Result<mpsc::Receiver<Signal>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use tokio::time::Instant;
 
     const DELAY: Duration = Duration::from_millis(5_000);

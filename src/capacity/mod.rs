@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::{self, Config, Problem};
-use crate::tokens::counter_for;
 
 pub use arith::{plan, scenario, BackendCap, BackendLoad, ScenarioResult, ShedClass, TaskLoad, TaskOutcome};
 pub use profile::{load_profile, parse_profile, PoolProfile, Profile, TaskProfile};
@@ -146,7 +145,7 @@ pub(crate) fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<B
         .backends
         .iter()
         .map(|b| {
-            let counter = counter_for(b);
+            let counter = b.counter();
             let measured = profile.and_then(|p| p.token_ratios.get(&b.name)).copied();
             let (pool, local) = (b.pool(), b.kind().is_local());
             let (tpm, rpm) = if local {

@@ -1,7 +1,9 @@
 //! Background state owners. Each owns one kind of state, takes time as an argument (or runs
 //! under tokio's clock, which tests pause), and publishes what planning needs into the next
 //! snapshot. Nothing here sits on the request path except the breaker permits and the retry
-//! budget that dispatch consults.
+//! budget that dispatch consults. Control sits above dispatch and metrics and below the gate,
+//! the pipeline and the doors: what a higher layer knows that a snapshot needs (the gate's
+//! verdicts) comes in through `snapshot_loop`'s sources as a trait it implements.
 
 pub mod balancing;
 pub mod books;

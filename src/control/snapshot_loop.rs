@@ -12,12 +12,28 @@ use tokio::time::Instant;
 
 use super::discovery::DiscoveredNodes;
 use super::pins::{PinBoard, Reported};
-use crate::canonical::{BackendName, NodeKey};
+use crate::canonical::{BackendName, NodeKey, TaskName};
 use crate::config::Config;
 use crate::fleet::telemetry::TelemetryBoard;
 use crate::guard::node::NodeBoard;
 use crate::route::sticky::{PoolShares, ShareFeedback};
 use crate::snapshot::{NodeView, Snapshot, SnapshotInputs};
+
+/// (task, backend) pairs a required evaluation gate keeps apart, and why: the gate's board, as
+/// the snapshot reads it.
+pub trait GateVerdicts: Send + Sync {
+    fn refusals(&self, config: &Config, pins: &PinBoard)
+        -> BTreeMap<TaskName, BTreeMap<BackendName, String>>;
+}
+
+/// No gate: nothing kept apart.
+pub struct NoGate;
+
+impl GateVerdicts for NoGate {
+    fn refusals(&self, _: &Config, _: &PinBoard) -> BTreeMap<TaskName, BTreeMap<BackendName, String>> {
+        BTreeMap::new()
+    }
+}
 
 /// Where the snapshot's parts come from.
 pub struct Sources {
@@ -29,7 +45,7 @@ pub struct Sources {
     pub discovered: watch::Receiver<DiscoveredNodes>,
     pub pins: Arc<PinBoard>,
     /// Gate results: which backends a task with a required gate may not use yet.
-    pub gate: Arc<crate::gate::board::GateBoard>,
+    pub gate: Arc<dyn GateVerdicts>,
     /// Whether a hosted backend's quota is gone for now (no I/O: a local view).
     pub over_quota: Box<dyn Fn(&str) -> bool + Send + Sync>,
     /// Hosted backends' PID availability.
@@ -166,7 +182,7 @@ tasks:
             telemetry: TelemetryBoard::new(),
             discovered: rx,
             pins: Arc::new(PinBoard::default()),
-            gate: Arc::default(),
+            gate: Arc::new(NoGate),
             over_quota: Box::new(move |b| over_quota && b == "hosted"),
             availability: super::super::balancing::AvailabilityBoard::new(&config),
             holds: Default::default(),

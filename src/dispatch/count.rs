@@ -63,7 +63,7 @@ impl Dispatcher {
             return counted.map(|input_tokens| TokenCount { input_tokens, exact: true });
         }
         let counter =
-            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, tokens::counter_for);
+            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, |b| b.counter());
         Ok(TokenCount { input_tokens: counter.count_request(request), exact: counter.is_exact() })
     }
 }

@@ -16,7 +16,6 @@ use crate::guard::quota::QuotaDecision;
 use crate::outcome::{AttemptRecord, Skip};
 use crate::route::Target;
 use crate::snapshot::Snapshot;
-use crate::tokens;
 
 /// One request's view of the dispatcher's guards, and the attempts it skipped.
 pub(super) struct LiveGuards<'a> {
@@ -54,7 +53,7 @@ impl Guards for LiveGuards<'_> {
             return Ok(None);
         }
         let config = &self.snap.config.backends[target.backend];
-        let counter = tokens::counter_for(config);
+        let counter = config.counter();
         let counting = config.quota_counting();
         let estimate = u64::from(counter.count_request(self.request))
             + u64::from(self.request.max_tokens.unwrap_or(1024)) * u64::from(counting.output_weight);

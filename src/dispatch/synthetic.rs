@@ -32,7 +32,6 @@ use crate::fleet::load::LoadView;
 use crate::outcome::RequestMeta;
 use crate::route::{self, Plan, Reason, RequestFacts, Target};
 use crate::snapshot::{NodeView, Snapshot};
-use crate::tokens;
 
 /// How long a call that waits (gate items, judges) waits for quota before it gives up.
 const QUOTA_WAIT: Duration = Duration::from_secs(60);
@@ -148,7 +147,7 @@ impl Dispatcher {
         let (Some(limits), Some(used)) = (self.quota.limits(name), self.quota.usage(name)) else {
             return true;
         };
-        let counter = tokens::counter_for(&snap.config.backends[backend]);
+        let counter = snap.config.backends[backend].counter();
         let estimate =
             u64::from(counter.count_request(request)) + u64::from(request.max_tokens.unwrap_or(1024));
         limits.scaled(Priority::Batch.quota_ceiling()).admits(used.requests, used.tokens, estimate)

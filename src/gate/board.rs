@@ -10,6 +10,7 @@ use super::store::GateResult;
 use crate::canonical::{BackendName, TaskName};
 use crate::config::Config;
 use crate::control::pins::PinBoard;
+use crate::control::snapshot_loop::GateVerdicts;
 
 type Key = (String, String, String);
 
@@ -98,9 +99,11 @@ impl GateBoard {
         }
         out
     }
+}
 
+impl GateVerdicts for GateBoard {
     /// (task, backend) pairs a required gate keeps apart, and why.
-    pub fn refusals(
+    fn refusals(
         &self,
         config: &Config,
         pins: &PinBoard,

@@ -80,7 +80,7 @@ impl Loop {
             telemetry: TelemetryBoard::new(),
             discovered: rx,
             pins: Arc::default(),
-            gate: Arc::default(),
+            gate: Arc::new(spillway::control::snapshot_loop::NoGate),
             over_quota,
             availability: AvailabilityBoard::new(&config),
             holds: Arc::clone(&holds),

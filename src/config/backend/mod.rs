@@ -17,6 +17,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::yes;
+pub use crate::tokens::Tokenizer;
+use crate::tokens::{FileTokenizer, TokenCounter};
 
 pub use hosted::*;
 pub use pool::*;
@@ -180,7 +182,7 @@ pub struct BackendConfig {
     pub tokenizer_file: Option<PathBuf>,
     /// The tokenizer loaded from `tokenizer_file` (set by `load`).
     #[serde(skip)]
-    pub tokenizer_loaded: Option<Arc<crate::tokens::FileTokenizer>>,
+    pub tokenizer_loaded: Option<Arc<FileTokenizer>>,
     /// What requests this backend can serve; each unset key takes the kind's default.
     #[serde(default)]
     pub capabilities: CapabilitiesConfig,
@@ -437,20 +439,32 @@ impl Capabilities {
     }
 }
 
-/// A backend's token counter.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Tokenizer {
-    /// OpenAI's o200k_base (GPT-4o and later), exact.
-    O200kBase,
-    /// OpenAI's cl100k_base (GPT-4, GPT-3.5), exact.
-    Cl100kBase,
-    /// Claude models: calibrated estimate (no public tokenizer).
-    ClaudeEstimate,
-    /// Gemini models: calibrated estimate.
-    GeminiEstimate,
-    /// Llama 3 family (vLLM pools): calibrated estimate.
-    LlamaEstimate,
+impl BackendConfig {
+    /// The counter this backend's tokens are counted with: its loaded `tokenizer_file`, else
+    /// its explicit `tokenizer` key, else the default for its kind.
+    pub fn counter(&self) -> TokenCounter {
+        let backend = self;
+        if let Some(file) = &backend.tokenizer_loaded {
+            return TokenCounter::File(Arc::clone(file));
+        }
+        if let Some(tokenizer) = backend.tokenizer {
+            return TokenCounter::from(tokenizer);
+        }
+        match backend.kind() {
+            BackendKind::Openai | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => {
+                TokenCounter::O200kBase
+            }
+            BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
+            BackendKind::Gemini => TokenCounter::GeminiEstimate,
+            // The clouds serve Claude and others: by the model's name.
+            BackendKind::Bedrock | BackendKind::Vertex if backend.model.contains("claude") => {
+                TokenCounter::ClaudeEstimate
+            }
+            BackendKind::Vertex => TokenCounter::GeminiEstimate,
+            BackendKind::Bedrock => TokenCounter::LlamaEstimate,
+            BackendKind::Local => TokenCounter::LlamaEstimate,
+        }
+    }
 }
 
 #[cfg(test)]

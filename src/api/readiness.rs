@@ -4,7 +4,8 @@
 //! (A node still unread once the router is ready takes requests on the router's own count,
 //! up to its capacity: `route`'s unread nodes.) Once ready it stays ready (a pool that goes stale later spills or is served
 //! blind as planning decides; a replica that flapped would only move its traffic onto others).
-//! The log says once how long startup took and why it ended.
+//! The log says once how long startup took and why it ended. Once a shutdown signal has come
+//! (`app::rollout`), the router is leaving: `/readyz` answers 503 while it serves on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,6 +37,39 @@ pub fn judge(snap: &Snapshot, began: Instant, wait: Duration, now: Instant) -> O
         Some(StartupEnd::WaitOver { unmeasured: unmeasured.into_iter().map(str::to_owned).collect() })
     } else {
         None
+    }
+}
+
+/// Whether the router has started (its fleet measured) and whether it is on its way out (set
+/// by the first shutdown signal); read by `/readyz` and by the edge layer that asks HTTP/1
+/// clients not to reuse their connections.
+#[derive(Debug)]
+pub struct Readiness {
+    leaving: AtomicBool,
+    pub startup: Arc<Startup>,
+}
+
+/// Ready at once: no startup wait.
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness::new(Duration::ZERO)
+    }
+}
+
+impl Readiness {
+    /// A router that waits up to `startup_wait` for its fleet to be measured.
+    pub fn new(startup_wait: Duration) -> Readiness {
+        Readiness { leaving: AtomicBool::new(false), startup: Arc::new(Startup::new(startup_wait)) }
+    }
+
+    /// True once a shutdown signal came: the router still serves but wants no new traffic.
+    pub(crate) fn leaving(&self) -> bool {
+        self.leaving.load(Ordering::Relaxed)
+    }
+
+    /// Report unready from now on.
+    pub fn leave(&self) {
+        self.leaving.store(true, Ordering::Relaxed);
     }
 }
 
