@@ -92,10 +92,6 @@ pub struct Ops {
     pub readiness: Arc<readiness::Readiness>,
     /// OpenTelemetry traces (off unless an OTLP endpoint is configured).
     pub tracing: crate::trace::Tracing,
-    /// Why each task's policy refuses a backend, (task, reason): `policy::refusals_of`, handed
-    /// in by the composition root so that `/admin/backends` shows policy's verdict without the
-    /// API depending on planning.
-    pub policy_refusals: fn(&crate::config::Config, &crate::config::BackendConfig) -> Vec<(String, String)>,
     /// Where each session was served last, and its moves (fed by the bookkeeping loop).
     pub sessions: Arc<std::sync::Mutex<crate::control::sessions::SessionBook>>,
     /// The queue in front of each local pool (shared with the pipeline).

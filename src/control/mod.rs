@@ -44,6 +44,12 @@ impl Loops {
         });
     }
 
+    /// The token that stops the loops, for a task awaited apart (one that hands over what it
+    /// holds at a stop).
+    pub fn token(&self) -> tokio_util::sync::CancellationToken {
+        self.stop.clone()
+    }
+
     /// Cancel the token and wait for every loop to end.
     pub async fn stop(mut self) {
         self.stop.cancel();

@@ -122,7 +122,7 @@ pub async fn list(State(state): State<Arc<Ops>>, headers: HeaderMap) -> Response
                     })
                     .collect();
                 let config = &snap.config.backends[id];
-                let refused: Vec<Value> = (state.policy_refusals)(&snap.config, config)
+                let refused: Vec<Value> = crate::policy::refusals_of(&snap.config, config)
                     .into_iter()
                     .map(|(task, why)| json!({"task": task, "why": why}))
                     .collect();
