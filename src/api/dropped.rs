@@ -7,7 +7,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 use super::error::{ApiError, ErrorCode};
-use super::AppState;
+use super::front::Doors;
 use crate::config::{BackendKind, TaskConfig, UnsupportedTools};
 
 /// Names the tools left out for the serving backend.
@@ -28,7 +28,7 @@ pub struct OwnersOnly<'r> {
 impl OwnersOnly<'_> {
     /// For a task with `unsupported_tools: refuse`, the refusal of the first tool, when a
     /// backend of the task is not the owner's kind.
-    pub fn refusal(&self, state: &AppState, task: &TaskConfig) -> Option<ApiError> {
+    pub fn refusal(&self, state: &Doors, task: &TaskConfig) -> Option<ApiError> {
         let (at, kind) = self.tools.first()?;
         let snap = state.serving.snapshot.load();
         let owners = |name: &String| snap.config.backend(name).map(|b| b.kind()) == Some(self.owner);
@@ -44,7 +44,7 @@ impl OwnersOnly<'_> {
     }
 
     /// The headers naming what `backend`, which served the answer, did not get.
-    pub fn say(&self, state: &AppState, backend: &str, headers: &mut HeaderMap) {
+    pub fn say(&self, state: &Doors, backend: &str, headers: &mut HeaderMap) {
         if self.tools.is_empty() && self.content.is_none() {
             return;
         }

@@ -17,6 +17,7 @@ use super::request_id::RequestId;
 use super::AppState;
 use crate::canonical::Principal;
 use crate::serve::Arrival;
+use crate::serve::Serving;
 use crate::trace::RequestSpan;
 
 /// What a front door checks before it decodes: who may send, how many at once, how big and
@@ -30,6 +31,20 @@ pub struct Door {
     pub max_body_bytes: usize,
     /// How long a request body may take to arrive.
     pub body_read_timeout: std::time::Duration,
+}
+
+/// What a dialect's door reads of the router: the pipeline and the front door's checks, never
+/// the operator's state.
+#[derive(Clone)]
+pub(crate) struct Doors {
+    pub serving: Arc<Serving>,
+    pub door: Door,
+}
+
+impl axum::extract::FromRef<AppState> for Doors {
+    fn from_ref(state: &AppState) -> Doors {
+        Doors { serving: Arc::clone(&state.serving), door: state.door.clone() }
+    }
 }
 
 /// A request received by a front door: who sent it, its body, and its share of the router's
@@ -63,11 +78,11 @@ impl Received {
     }
 }
 
-/// What a front door's route is handed: the shared state, the request's id (set by the
+/// What a front door's route is handed: what doors read, the request's id (set by the
 /// request-id layer), its server span (set by the trace layer, when tracing is on) and the
 /// request itself, unread.
 pub(crate) struct Incoming {
-    pub state: AppState,
+    pub state: Doors,
     /// Set when the batch runner sends one of its lines (never from the network).
     pub batch: Option<BatchLine>,
     pub request_id: String,
@@ -85,7 +100,8 @@ impl FromRequest<AppState> for Incoming {
             parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
         let trace = parts.extensions.get::<RequestSpan>().cloned();
         let batch = parts.extensions.get::<BatchLine>().cloned();
-        Ok(Incoming { state: state.clone(), batch, request_id, trace, headers: parts.headers, body })
+        let state = axum::extract::FromRef::from_ref(state);
+        Ok(Incoming { state, batch, request_id, trace, headers: parts.headers, body })
     }
 }
 
@@ -102,7 +118,7 @@ pub struct BatchLine {
 /// Authenticate (a batch line is its job owner's), read the JSON body, then take an admission
 /// permit: only once the body is in, so a slow sender never holds a permit.
 pub(crate) async fn receive(
-    state: &AppState,
+    state: &Doors,
     batch: Option<&BatchLine>,
     headers: &HeaderMap,
     body: Body,

@@ -101,7 +101,8 @@ pub struct Ops {
 pub fn router(state: AppState) -> Router {
     let api = doors(state.clone());
     // `GET /v1/responses`: the Responses WebSocket mode, each message sent through `api`.
-    let sockets = responses::Sockets { api: api.clone(), state: state.clone() };
+    let doors = axum::extract::FromRef::from_ref(&state);
+    let sockets = responses::Sockets { api: api.clone(), doors };
     let websocket = Router::new()
         .route("/v1/responses", get(responses::upgrade))
         .with_state(sockets)

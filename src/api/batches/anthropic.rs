@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::jobs::{self, Shown};
-use super::{caller, new_id, now_ms, store_error, AppState};
+use super::{caller, new_id, now_ms, store_error, Batches};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::messages::error_response;
 use crate::batch::job::{Counts, Dialect, LineState, Status};
@@ -46,7 +46,7 @@ fn respond(result: Result<Json<Value>, ApiError>) -> Response {
 }
 
 pub(super) async fn create(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -56,7 +56,7 @@ pub(super) async fn create(
         let Some(requests) = asked.get("requests").and_then(Value::as_array) else {
             return Err(ApiError::new(ErrorCode::MissingField, "requests: field required").param("requests"));
         };
-        let max_lines = state.serving.snapshot.load().config.batch.max_lines as usize;
+        let max_lines = state.doors.serving.snapshot.load().config.batch.max_lines as usize;
         let lines = lines::anthropic(requests, max_lines).map_err(|(param, why)| {
             ApiError::new(ErrorCode::InvalidValue, format!("{param}: {why}")).param(param)
         })?;
@@ -88,7 +88,7 @@ pub(super) async fn create(
 const SHOWN: Shown = Shown { dialect: Dialect::Anthropic, object, after: "after_id" };
 
 pub(super) async fn show(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -96,7 +96,7 @@ pub(super) async fn show(
 }
 
 pub(super) async fn cancel(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -104,7 +104,7 @@ pub(super) async fn cancel(
 }
 
 pub(super) async fn list(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -113,7 +113,7 @@ pub(super) async fn list(
 
 /// `GET …/{id}/results`: once the batch has ended, one line per request in order.
 pub(super) async fn results(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {

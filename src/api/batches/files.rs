@@ -11,7 +11,7 @@ use axum::Json;
 use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
 
-use super::{caller, new_id, not_found, now_ms, store_error, AppState};
+use super::{caller, new_id, not_found, now_ms, store_error, Batches};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::batch::job::{Dialect, LineState};
 use crate::batch::store::{self, FileRow};
@@ -25,15 +25,15 @@ pub(super) fn object(f: &FileRow) -> Value {
     })
 }
 
-pub(super) async fn upload(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn upload(State(state): State<Batches>, headers: HeaderMap, body: Body) -> Response {
     inner_upload(&state, &headers, body)
         .await
         .map_or_else(IntoResponse::into_response, IntoResponse::into_response)
 }
 
-async fn inner_upload(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Json<Value>, ApiError> {
+async fn inner_upload(state: &Batches, headers: &HeaderMap, body: Body) -> Result<Json<Value>, ApiError> {
     let who = caller(state, headers)?;
-    let batch = state.serving.snapshot.load().config.batch.clone();
+    let batch = state.doors.serving.snapshot.load().config.batch.clone();
     let boundary = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -117,7 +117,7 @@ fn invalid(why: &str, param: Option<&str>) -> ApiError {
 
 /// The caller's file `id`, unexpired.
 pub(super) async fn owned(
-    state: &AppState,
+    state: &Batches,
     headers: &HeaderMap,
     id: &str,
 ) -> Result<(FileRow, crate::ledger::Store), ApiError> {
@@ -132,7 +132,7 @@ pub(super) async fn owned(
 }
 
 pub(super) async fn show(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -143,7 +143,7 @@ pub(super) async fn show(
 }
 
 pub(super) async fn delete(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -156,7 +156,7 @@ pub(super) async fn delete(
 }
 
 pub(super) async fn content(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {

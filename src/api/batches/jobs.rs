@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::{caller, not_found, now_ms, store_error, AppState, Caller};
+use super::{caller, not_found, now_ms, store_error, Batches, Caller};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::batch::job::{Counts, Dialect, Status};
 use crate::batch::store::{self, JobRow};
@@ -38,7 +38,7 @@ pub(super) async fn owned(
 
 /// The caller's job `id`, as its dialect shows it.
 pub(super) async fn show(
-    state: &AppState,
+    state: &Batches,
     headers: &HeaderMap,
     id: &str,
     shown: &Shown,
@@ -51,7 +51,7 @@ pub(super) async fn show(
 /// Move the caller's job `id`, unless it has ended, to `cancelling` (the runner cancels its
 /// queued lines); the job as it is then.
 pub(super) async fn cancel(
-    state: &AppState,
+    state: &Batches,
     headers: &HeaderMap,
     id: &str,
     shown: &Shown,
@@ -71,7 +71,7 @@ pub(super) async fn cancel(
 
 /// A page of the caller's jobs, newest first: `data`, `first_id`, `last_id`, `has_more`.
 pub(super) async fn page(
-    state: &AppState,
+    state: &Batches,
     headers: &HeaderMap,
     params: &HashMap<String, String>,
     shown: &Shown,

@@ -9,11 +9,13 @@ mod files;
 mod jobs;
 mod openai;
 
+use axum::extract::FromRef;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Router;
 
 use super::error::{ApiError, ErrorCode};
+use super::front::Doors;
 use super::AppState;
 use crate::ledger::Store;
 
@@ -31,17 +33,32 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/messages/batches/{id}/results", get(anthropic::results))
 }
 
+/// What the batch routes read: the doors' checks and snapshot, and the ledger's store (`None`:
+/// the ledger is off).
+#[derive(Clone)]
+pub(crate) struct Batches {
+    doors: Doors,
+    store: Option<Store>,
+}
+
+impl FromRef<AppState> for Batches {
+    fn from_ref(state: &AppState) -> Batches {
+        let store = state.ops.ledger.as_ref().map(|(store, _)| store.clone());
+        Batches { doors: Doors::from_ref(state), store }
+    }
+}
+
 /// Who is asking (the name their files and jobs are kept under), and the store they live in.
 struct Caller<'s> {
     owner: Option<String>,
     store: &'s Store,
 }
 
-fn caller<'s>(state: &'s AppState, headers: &HeaderMap) -> Result<Caller<'s>, ApiError> {
-    let principal = super::authenticate(&state.door.client_keys, headers)?;
-    let config = state.serving.snapshot.load();
-    let store = match (&state.ops.ledger, config.config.batch.enabled) {
-        (Some((store, _)), true) => store,
+fn caller<'s>(state: &'s Batches, headers: &HeaderMap) -> Result<Caller<'s>, ApiError> {
+    let principal = super::authenticate(&state.doors.door.client_keys, headers)?;
+    let config = state.doors.serving.snapshot.load();
+    let store = match (&state.store, config.config.batch.enabled) {
+        (Some(store), true) => store,
         (None, _) => {
             return Err(ApiError::new(
                 ErrorCode::LedgerOff,

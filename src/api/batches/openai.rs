@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::jobs::{self, Shown};
-use super::{caller, files, new_id, now_ms, store_error, AppState};
+use super::{caller, files, new_id, now_ms, store_error, Batches};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::batch::job::{Counts, Dialect, Status};
 use crate::batch::lines::{self, ENDPOINTS};
@@ -88,14 +88,14 @@ fn respond(result: Result<Json<Value>, ApiError>) -> Response {
 }
 
 pub(super) async fn create(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     respond(inner_create(&state, &headers, &body).await)
 }
 
-async fn inner_create(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Json<Value>, ApiError> {
+async fn inner_create(state: &Batches, headers: &HeaderMap, body: &[u8]) -> Result<Json<Value>, ApiError> {
     let who = caller(state, headers)?;
     let asked: Create = crate::api::wire::decode_json(body, "a batch")?;
     if !ENDPOINTS.contains(&asked.endpoint.as_str()) {
@@ -116,7 +116,7 @@ async fn inner_create(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Res
         return Err(ApiError::new(ErrorCode::InvalidValue, why).param("input_file_id"));
     }
     let text = store::file_content(&store, &file.id).await.map_err(store_error)?.unwrap_or_default();
-    let max_lines = state.serving.snapshot.load().config.batch.max_lines as usize;
+    let max_lines = state.doors.serving.snapshot.load().config.batch.max_lines as usize;
     let now = now_ms();
     let (lines, status, errors) = match lines::openai(&text, &asked.endpoint, max_lines) {
         Ok(lines) => (lines, Status::Validating, None),
@@ -159,7 +159,7 @@ async fn inner_create(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Res
 const SHOWN: Shown = Shown { dialect: Dialect::OpenAi, object, after: "after" };
 
 pub(super) async fn show(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -167,7 +167,7 @@ pub(super) async fn show(
 }
 
 pub(super) async fn cancel(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
@@ -175,7 +175,7 @@ pub(super) async fn cancel(
 }
 
 pub(super) async fn list(
-    State(state): State<AppState>,
+    State(state): State<Batches>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {

@@ -30,14 +30,14 @@ use tower_service::Service;
 use super::warmed;
 use crate::api::edge::ConnectionLife;
 use crate::api::error::{ApiError, ErrorCode};
-use crate::api::AppState;
+use crate::api::front::Doors;
 
 /// What the upgraded sockets are served with.
 #[derive(Clone)]
 pub(crate) struct Sockets {
     /// The API itself: each message is a `POST /v1/responses` sent through it.
     pub api: Router,
-    pub state: AppState,
+    pub doors: Doors,
 }
 
 /// `GET /v1/responses`: authenticate, then take the connection over.
@@ -53,12 +53,12 @@ pub(crate) async fn upgrade(State(sockets): State<Sockets>, request: Request<Bod
             return ApiError::new(ErrorCode::InvalidRequest, message).into_response();
         }
     };
-    if let Err(refusal) = crate::api::authenticate(&sockets.state.door.client_keys, &parts.headers) {
+    if let Err(refusal) = crate::api::authenticate(&sockets.doors.door.client_keys, &parts.headers) {
         return refusal.into_response();
     }
     let life = parts.extensions.get::<ConnectionLife>().cloned();
-    let limits = &sockets.state.door;
-    let idle = sockets.state.ops.snapshot.load().config.limits.websocket_idle_timeout();
+    let limits = &sockets.doors.door;
+    let idle = sockets.doors.serving.snapshot.load().config.limits.websocket_idle_timeout();
     let conversation =
         Conversation { api: sockets.api.clone(), headers: forwarded(&parts.headers), last: None, idle };
     upgrade
