@@ -456,8 +456,8 @@ impl BackendConfig {
             }
             BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
             BackendKind::Gemini => TokenCounter::GeminiEstimate,
-            // The clouds serve Claude and others: by the model's name.
-            BackendKind::Bedrock | BackendKind::Vertex if backend.model.contains("claude") => {
+            // The clouds serve Claude and others: Claude is counted as Claude.
+            BackendKind::Bedrock | BackendKind::Vertex if backend.speaks_claude() => {
                 TokenCounter::ClaudeEstimate
             }
             BackendKind::Vertex => TokenCounter::GeminiEstimate,

@@ -428,4 +428,11 @@ fn the_kind_picks_the_counter_and_an_explicit_tokenizer_wins() {
     let vllm = ", endpoints: ['http://10.0.0.5:8000'], tokenizer: cl100k_base";
     assert_eq!(counter("vllm", vllm), TokenCounter::Cl100kBase);
     assert_eq!(counter("anthropic", ", tokenizer: o200k_base"), TokenCounter::O200kBase);
+    // Claude on the clouds is counted as Claude, by the one answer to "is it Claude"
+    // (`speaks_claude`): a Vertex backend whose publisher is written, whatever its model's name.
+    let vertex = "{name: b, kind: vertex, model: m, project: p, location: us-east5, publisher: anthropic}";
+    assert_eq!(backend(vertex).map(|b| b.counter()), Ok(TokenCounter::ClaudeEstimate));
+    let bedrock = "{name: b, kind: bedrock, model: anthropic.claude-sonnet-5, region: us-east-1}";
+    assert_eq!(backend(bedrock).map(|b| b.counter()), Ok(TokenCounter::ClaudeEstimate));
+    assert_eq!(counter("bedrock", ", region: us-east-1"), TokenCounter::LlamaEstimate);
 }
