@@ -26,10 +26,12 @@ LAYERS = [
     ["allocator"], ["canonical"], ["tokens"],
     # the config and what it names
     ["config"],
+    # who is at the other end of a backend: the providers and their wires
+    ["adapter"],
     # the state the request path reads and feeds, and the records it emits
     ["fleet"], ["trace"], ["outcome"], ["ledger"], ["guard"], ["keys"], ["snapshot"],
-    # the request path: the upstreams' wires, pure planning, dispatch, and its metrics
-    ["adapter"], ["policy"], ["route"], ["dispatch"], ["metrics"],
+    # the request path: pure planning, dispatch, and its metrics
+    ["policy"], ["route"], ["dispatch"], ["metrics"],
     # beside it: batch jobs, the control loops, the gate and the report over the ledger
     ["batch"], ["control"], ["gate"], ["report"],
     # the request pipeline: task and key, facts, plan, budget, dispatch, settlement, shadow

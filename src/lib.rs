@@ -7,12 +7,13 @@
 //! - the vocabulary: `allocator`, `canonical` (requests, events, errors every layer shares),
 //!   `tokens` (each backend's token counts);
 //! - `config`, what the operator wrote;
+//! - `adapter`, who is at the other end of a backend: its `provider` (one file each, behind
+//!   one trait), the wires they speak, the transport and the clouds' credentials;
 //! - the state the request path reads and feeds, and its records: `fleet` telemetry, `trace`
 //!   spans, `outcome` records, the `ledger`, the `guard` boards, client `keys`, and the
 //!   immutable `snapshot` planning reads;
-//! - the request path: `adapter`s speak each upstream's wire, `policy` decides which backends a
-//!   request may use, `route` orders them into a plan, `dispatch` walks it, and `metrics`
-//!   count it;
+//! - the request path: `policy` decides which backends a request may use, `route` orders them
+//!   into a plan, `dispatch` walks it through the adapters, and `metrics` count it;
 //! - beside it: `batch` jobs, the `control` loops that build each snapshot, the evaluation
 //!   `gate` (its board read by the snapshot loop through `control`'s `GateVerdicts`), the
 //!   `report` over the ledger;
@@ -27,6 +28,8 @@ pub mod tokens;
 
 pub mod config;
 
+pub mod adapter;
+
 pub mod fleet;
 pub mod guard;
 pub mod keys;
@@ -35,7 +38,6 @@ pub mod outcome;
 pub mod snapshot;
 pub mod trace;
 
-pub mod adapter;
 pub mod dispatch;
 pub mod metrics;
 pub mod policy;

@@ -23,6 +23,7 @@ pub mod openai_completions;
 pub mod openai_embeddings;
 mod openai_relay;
 pub mod openai_responses;
+pub mod provider;
 pub mod redact;
 mod sse;
 pub mod tls;

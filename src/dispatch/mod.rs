@@ -33,13 +33,11 @@ use walk::{Admitted, AfterFailure, Walk};
 use crate::adapter::cloud::{CloudAuth, CloudCredentials};
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::lanes::{LaneLimits, Lanes};
+use crate::adapter::provider::{self, Signer};
 use crate::adapter::redact::Redactor;
-use crate::adapter::{Call, EventStream, KeyHeader, Transport, Upstream, WireFormat};
+use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{
-    BackendConfig, BackendId, BackendKind, BackendSpec, DispatchConfig, Priority, Publisher, TaskConfig,
-    TlsConfig,
-};
+use crate::config::{BackendConfig, BackendId, BackendSpec, DispatchConfig, Priority, TaskConfig, TlsConfig};
 use crate::fleet::headroom::{self, SpillReason};
 use crate::fleet::load::InFlight;
 use crate::fleet::prefix_cache::PrefixKeys;
@@ -124,30 +122,9 @@ impl Keys {
     }
 }
 
-/// The wire format a backend speaks: its kind's, and on Vertex its publisher's.
+/// The wire `backend` speaks, as its provider says.
 pub fn wire_format(backend: &BackendConfig) -> WireFormat {
-    match &backend.spec {
-        BackendSpec::Anthropic(_) => WireFormat::Anthropic,
-        BackendSpec::Gemini(_) => WireFormat::Gemini,
-        BackendSpec::Bedrock(_) if backend.speaks_claude() => WireFormat::Bedrock,
-        BackendSpec::Bedrock(_) => WireFormat::BedrockConverse,
-        BackendSpec::Vertex(v) => match v.publisher_of(&backend.model) {
-            Publisher::Anthropic => WireFormat::VertexClaude,
-            Publisher::Google => WireFormat::Gemini,
-        },
-        BackendSpec::Local(_)
-        | BackendSpec::Openai(_)
-        | BackendSpec::OpenaiCompatible(_)
-        | BackendSpec::AzureOpenai(_) => WireFormat::OpenAi,
-    }
-}
-
-/// How a backend of this kind takes its key (on OpenAI's wire).
-fn key_header(kind: BackendKind) -> KeyHeader {
-    match kind {
-        BackendKind::AzureOpenai => KeyHeader::ApiKey,
-        _ => KeyHeader::Bearer,
-    }
+    provider::of(backend.kind()).wire(backend)
 }
 
 /// Longest a connection to a local node is kept idle: under the engines' own keep-alive.
@@ -204,17 +181,21 @@ impl Dispatcher {
 
     /// How a call to `backend` authenticates when it has no API key: a cloud's own way.
     fn cloud_auth(&self, backend: &BackendConfig) -> Option<CloudAuth> {
-        match &backend.spec {
-            BackendSpec::Bedrock(_) => Some(CloudAuth::Aws {
+        match provider::of(backend.kind()).signer() {
+            Signer::Aws => Some(CloudAuth::Aws {
                 region: backend.region.clone().unwrap_or_default(),
                 service: crate::adapter::bedrock::SIGNING_NAME,
                 credentials: self.clouds.aws.clone(),
             }),
-            BackendSpec::Vertex(v) => {
-                Some(CloudAuth::Google(self.clouds.google.tokens(v.credentials_file.as_deref())))
+            Signer::Google => {
+                let file = match &backend.spec {
+                    BackendSpec::Vertex(v) => v.credentials_file.as_deref(),
+                    _ => None,
+                };
+                Some(CloudAuth::Google(self.clouds.google.tokens(file)))
             }
-            BackendSpec::AzureOpenai(_) => Some(CloudAuth::Azure(self.clouds.azure.clone())),
-            _ => None,
+            Signer::Azure => Some(CloudAuth::Azure(self.clouds.azure.clone())),
+            Signer::Key => None,
         }
     }
 
@@ -251,8 +232,8 @@ impl Dispatcher {
             base_url: view.nodes[node].base_url.clone(),
             api_key: self.secrets.load().get(&view.name).cloned(),
             serves_messages: view.serves_messages,
-            serves_responses: view.kind == BackendKind::Openai,
-            key_header: key_header(view.kind),
+            serves_responses: provider::of(view.kind).serves_responses(),
+            key_header: provider::of(view.kind).key_header(),
             query: snap.config.backends[backend].call_query(),
             cloud: self.cloud_auth(&snap.config.backends[backend]),
         };

@@ -4,7 +4,6 @@
 //! Only names, ids, counts and classes: never a prompt, an answer or a key.
 
 use crate::canonical::Operation;
-use crate::config::BackendKind;
 
 pub(crate) const OPERATION: &str = "gen_ai.operation.name";
 pub(crate) const PROVIDER: &str = "gen_ai.provider.name";
@@ -41,31 +40,12 @@ pub fn operation(operation: &Operation) -> &'static str {
     }
 }
 
-/// `gen_ai.provider.name` for a backend of `kind`: the conventions' names for the hosted APIs;
-/// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
-/// `kind` as the config spells it.
-pub fn provider(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Openai => "openai",
-        BackendKind::Anthropic => "anthropic",
-        BackendKind::Gemini => "gcp.gemini",
-        BackendKind::Local => "local",
-        BackendKind::OpenaiCompatible => "openai_compatible",
-        BackendKind::AzureOpenai => "azure.ai.openai",
-        BackendKind::Bedrock => "aws.bedrock",
-        BackendKind::Vertex => "gcp.vertex_ai",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn hosted_providers_have_the_conventions_names() {
-        assert_eq!(provider(BackendKind::Openai), "openai");
-        assert_eq!(provider(BackendKind::Anthropic), "anthropic");
-        assert_eq!(provider(BackendKind::Gemini), "gcp.gemini");
+    fn operations_have_the_conventions_names() {
         assert_eq!(operation(&Operation::Chat), "chat");
     }
 }

@@ -39,7 +39,7 @@ impl Target<'_> {
     /// Where it went: provider, backend, node, attempt, and the spill reason when there is one.
     fn attributes(&self) -> Vec<KeyValue> {
         let mut attributes = vec![
-            KeyValue::new(PROVIDER, super::names::provider(self.kind)),
+            KeyValue::new(PROVIDER, crate::adapter::provider::of(self.kind).system()),
             KeyValue::new(BACKEND, self.backend.to_string()),
             KeyValue::new(NODE, self.node.to_string()),
             KeyValue::new(ATTEMPT, i64::from(self.attempt)),

@@ -1,0 +1,17 @@
+//! Anthropic's Messages API.
+
+use super::Provider;
+use crate::adapter::WireFormat;
+use crate::config::BackendConfig;
+
+pub struct Anthropic;
+
+impl Provider for Anthropic {
+    fn wire(&self, _: &BackendConfig) -> WireFormat {
+        WireFormat::Anthropic
+    }
+
+    fn system(&self) -> &'static str {
+        "anthropic"
+    }
+}

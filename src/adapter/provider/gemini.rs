@@ -1,0 +1,17 @@
+//! Google's Gemini API.
+
+use super::Provider;
+use crate::adapter::WireFormat;
+use crate::config::BackendConfig;
+
+pub struct Gemini;
+
+impl Provider for Gemini {
+    fn wire(&self, _: &BackendConfig) -> WireFormat {
+        WireFormat::Gemini
+    }
+
+    fn system(&self) -> &'static str {
+        "gcp.gemini"
+    }
+}
