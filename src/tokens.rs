@@ -8,9 +8,10 @@
 //! Llama 3), scaled from the exact `o200k_base` count. A self-hosted model whose
 //! `tokenizer.json` the config names (`tokenizer_file`) is counted exactly with that file,
 //! through the `tokenizers` crate: [`FileTokenizer::load`] is the only I/O here, and config
-//! loading calls it once (which counter a backend uses is the config's, `BackendConfig::counter`); counting is pure: no I/O, no clock. The BPE tables are built once
-//! per process, lazily, on first use (call [`warm_up`] at start to pay that cost before the
-//! first request does).
+//! loading calls it once. Which counter a backend uses is its provider's
+//! (`adapter::provider::counter`). Counting is pure: no I/O, no clock. The BPE tables are
+//! built once per process, lazily, on first use (call [`warm_up`] at start to pay that cost
+//! before the first request does).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -37,7 +37,7 @@ impl OwnersOnly<'_> {
         }
         let why = format!(
             "tool type `{kind}` runs inside {}, and task `{}` has backends that cannot run it (`unsupported_tools: refuse`)",
-            owner_name(self.owner),
+            crate::adapter::provider::of(self.owner).name(),
             task.name
         );
         Some(ApiError::new(ErrorCode::InvalidValue, why).param(format!("{at}.type")))
@@ -59,17 +59,5 @@ impl OwnersOnly<'_> {
         if let (false, Ok(value)) = (tools.is_empty(), HeaderValue::from_str(&tools.join(", "))) {
             headers.insert(TOOLS_HEADER, value);
         }
-    }
-}
-
-fn owner_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Anthropic => "Anthropic",
-        BackendKind::Openai => "OpenAI",
-        BackendKind::Gemini => "Gemini",
-        BackendKind::AzureOpenai => "Azure OpenAI",
-        BackendKind::Bedrock => "Amazon Bedrock",
-        BackendKind::Vertex => "Vertex AI",
-        BackendKind::Local | BackendKind::OpenaiCompatible => "another server",
     }
 }

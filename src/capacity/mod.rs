@@ -145,7 +145,7 @@ pub(crate) fn backend_infos(config: &Config, profile: Option<&Profile>) -> Vec<B
         .backends
         .iter()
         .map(|b| {
-            let counter = b.counter();
+            let counter = crate::adapter::provider::counter(b);
             let measured = profile.and_then(|p| p.token_ratios.get(&b.name)).copied();
             let (pool, local) = (b.pool(), b.kind().is_local());
             let (tpm, rpm) = if local {

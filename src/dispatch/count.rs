@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Dispatcher;
 use crate::adapter::anthropic::native::Speaker;
+use crate::adapter::provider;
 use crate::adapter::{self, Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::BackendId;
@@ -63,7 +64,7 @@ impl Dispatcher {
             return counted.map(|input_tokens| TokenCount { input_tokens, exact: true });
         }
         let counter =
-            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, |b| b.counter());
+            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, provider::counter);
         Ok(TokenCount { input_tokens: counter.count_request(request), exact: counter.is_exact() })
     }
 }

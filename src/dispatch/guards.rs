@@ -53,7 +53,7 @@ impl Guards for LiveGuards<'_> {
             return Ok(None);
         }
         let config = &self.snap.config.backends[target.backend];
-        let counter = config.counter();
+        let counter = crate::adapter::provider::counter(config);
         let counting = config.quota_counting();
         let estimate = u64::from(counter.count_request(self.request))
             + u64::from(self.request.max_tokens.unwrap_or(1024)) * u64::from(counting.output_weight);

@@ -147,7 +147,7 @@ impl Dispatcher {
         let (Some(limits), Some(used)) = (self.quota.limits(name), self.quota.usage(name)) else {
             return true;
         };
-        let counter = snap.config.backends[backend].counter();
+        let counter = crate::adapter::provider::counter(&snap.config.backends[backend]);
         let estimate =
             u64::from(counter.count_request(request)) + u64::from(request.max_tokens.unwrap_or(1024));
         limits.scaled(Priority::Batch.quota_ceiling()).admits(used.requests, used.tokens, estimate)

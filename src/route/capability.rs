@@ -243,7 +243,7 @@ pub fn filter(eligible: Vec<BackendId>, req: &ChatRequest, snap: &Snapshot) -> R
         if let Some(max_context) =
             caps.max_context.filter(|m| bound.saturating_add(u64::from(output)) > u64::from(*m))
         {
-            let counter = backend.counter();
+            let counter = crate::adapter::provider::counter(backend);
             let key = match &counter {
                 tokens::TokenCounter::File(file) => file.path().display().to_string(),
                 other => other.name().to_string(),

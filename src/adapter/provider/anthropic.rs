@@ -3,6 +3,7 @@
 use super::Provider;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Anthropic;
 
@@ -13,5 +14,13 @@ impl Provider for Anthropic {
 
     fn system(&self) -> &'static str {
         "anthropic"
+    }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::ClaudeEstimate
+    }
+
+    fn name(&self) -> &'static str {
+        "Anthropic"
     }
 }

@@ -4,6 +4,7 @@
 use super::{Provider, Signer};
 use crate::adapter::{KeyHeader, WireFormat};
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Azure;
 
@@ -22,5 +23,13 @@ impl Provider for Azure {
 
     fn system(&self) -> &'static str {
         "azure.ai.openai"
+    }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::O200kBase
+    }
+
+    fn name(&self) -> &'static str {
+        "Azure OpenAI"
     }
 }

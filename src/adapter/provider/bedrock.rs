@@ -4,6 +4,7 @@
 use super::{Provider, Signer};
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Bedrock;
 
@@ -22,5 +23,17 @@ impl Provider for Bedrock {
 
     fn system(&self) -> &'static str {
         "aws.bedrock"
+    }
+
+    fn counter(&self, backend: &BackendConfig) -> TokenCounter {
+        if backend.speaks_claude() {
+            TokenCounter::ClaudeEstimate
+        } else {
+            TokenCounter::LlamaEstimate
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "Amazon Bedrock"
     }
 }

@@ -3,6 +3,7 @@
 use super::Provider;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Gemini;
 
@@ -13,5 +14,13 @@ impl Provider for Gemini {
 
     fn system(&self) -> &'static str {
         "gcp.gemini"
+    }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::GeminiEstimate
+    }
+
+    fn name(&self) -> &'static str {
+        "Gemini"
     }
 }

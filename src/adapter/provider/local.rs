@@ -3,6 +3,7 @@
 use super::Provider;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Local;
 
@@ -13,5 +14,13 @@ impl Provider for Local {
 
     fn system(&self) -> &'static str {
         "local"
+    }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::LlamaEstimate
+    }
+
+    fn name(&self) -> &'static str {
+        "another server"
     }
 }

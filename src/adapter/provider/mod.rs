@@ -12,8 +12,11 @@ mod local;
 mod openai;
 mod vertex;
 
+use std::sync::Arc;
+
 use super::{KeyHeader, WireFormat};
 use crate::config::{BackendConfig, BackendKind};
+use crate::tokens::TokenCounter;
 
 /// Which credentials sign a provider's calls besides (or instead of) a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,10 +51,28 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// The token counter of `backend`'s model when the config names none.
+    fn counter(&self, backend: &BackendConfig) -> TokenCounter;
+
+    /// How messages name it (`tool type ... runs inside {name}`).
+    fn name(&self) -> &'static str;
+
     /// `gen_ai.provider.name` in traces: the OpenTelemetry conventions' name for a hosted API;
     /// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
     /// kind as the config spells it.
     fn system(&self) -> &'static str;
+}
+
+/// The counter `backend`'s tokens are counted with: its loaded `tokenizer_file`, else its
+/// explicit `tokenizer`, else its provider's for its model.
+pub fn counter(backend: &BackendConfig) -> TokenCounter {
+    if let Some(file) = &backend.tokenizer_loaded {
+        return TokenCounter::File(Arc::clone(file));
+    }
+    match backend.tokenizer {
+        Some(tokenizer) => TokenCounter::from(tokenizer),
+        None => of(backend.kind()).counter(backend),
+    }
 }
 
 /// The provider of backends of `kind`.
@@ -134,5 +155,37 @@ mod tests {
         let responses: Vec<BackendKind> =
             BackendKind::ALL.into_iter().filter(|&k| of(k).serves_responses()).collect();
         assert_eq!(responses, [BackendKind::Openai]);
+    }
+
+    #[test]
+    fn the_provider_picks_the_counter_and_an_explicit_tokenizer_wins() {
+        let counted = |yaml: &str| counter(&backend(yaml));
+        assert_eq!(counted("{name: b, kind: openai, model: m}"), TokenCounter::O200kBase);
+        assert_eq!(
+            counted("{name: b, kind: openai_compatible, base_url: 'http://x/v1', model: m}"),
+            TokenCounter::O200kBase
+        );
+        assert_eq!(counted("{name: b, kind: anthropic, model: m}"), TokenCounter::ClaudeEstimate);
+        assert_eq!(counted("{name: b, kind: gemini, model: m}"), TokenCounter::GeminiEstimate);
+        let local = "{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m";
+        assert_eq!(counted(&format!("{local}}}")), TokenCounter::LlamaEstimate);
+        assert_eq!(counted(&format!("{local}, tokenizer: cl100k_base}}")), TokenCounter::Cl100kBase);
+        assert_eq!(
+            counted("{name: b, kind: anthropic, model: m, tokenizer: o200k_base}"),
+            TokenCounter::O200kBase
+        );
+        // Claude on the clouds is counted as Claude, by the one answer to "is it Claude"
+        // (`speaks_claude`): a Vertex backend whose publisher is written, whatever its model.
+        let vertex =
+            "{name: b, kind: vertex, model: m, project: p, location: us-east5, publisher: anthropic}";
+        assert_eq!(counted(vertex), TokenCounter::ClaudeEstimate);
+        let gemini = "{name: b, kind: vertex, model: gemini-3-pro, project: p, location: us-east5}";
+        assert_eq!(counted(gemini), TokenCounter::GeminiEstimate);
+        let bedrock = "{name: b, kind: bedrock, model: anthropic.claude-sonnet-5, region: us-east-1}";
+        assert_eq!(counted(bedrock), TokenCounter::ClaudeEstimate);
+        assert_eq!(
+            counted("{name: b, kind: bedrock, model: meta.llama4, region: us-east-1}"),
+            TokenCounter::LlamaEstimate
+        );
     }
 }

@@ -3,6 +3,7 @@
 use super::Provider;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 /// OpenAI itself: it also takes Responses requests as the client wrote them.
 pub struct OpenAi;
@@ -19,6 +20,14 @@ impl Provider for OpenAi {
     fn system(&self) -> &'static str {
         "openai"
     }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::O200kBase
+    }
+
+    fn name(&self) -> &'static str {
+        "OpenAI"
+    }
 }
 
 /// Another OpenAI-compatible endpoint, treated as hosted.
@@ -31,5 +40,13 @@ impl Provider for Compatible {
 
     fn system(&self) -> &'static str {
         "openai_compatible"
+    }
+
+    fn counter(&self, _: &BackendConfig) -> TokenCounter {
+        TokenCounter::O200kBase
+    }
+
+    fn name(&self) -> &'static str {
+        "another server"
     }
 }

@@ -4,6 +4,7 @@
 use super::{Provider, Signer};
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
+use crate::tokens::TokenCounter;
 
 pub struct Vertex;
 
@@ -22,5 +23,17 @@ impl Provider for Vertex {
 
     fn system(&self) -> &'static str {
         "gcp.vertex_ai"
+    }
+
+    fn counter(&self, backend: &BackendConfig) -> TokenCounter {
+        if backend.speaks_claude() {
+            TokenCounter::ClaudeEstimate
+        } else {
+            TokenCounter::GeminiEstimate
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "Vertex AI"
     }
 }

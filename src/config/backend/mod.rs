@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::yes;
+use crate::tokens::FileTokenizer;
 pub use crate::tokens::Tokenizer;
-use crate::tokens::{FileTokenizer, TokenCounter};
 
 pub use hosted::*;
 pub use pool::*;
@@ -436,34 +436,6 @@ impl Capabilities {
             BackendKind::OpenaiCompatible => (true, false, true, None),
         };
         Capabilities { tools, vision, json_schema, max_context }
-    }
-}
-
-impl BackendConfig {
-    /// The counter this backend's tokens are counted with: its loaded `tokenizer_file`, else
-    /// its explicit `tokenizer` key, else the default for its kind.
-    pub fn counter(&self) -> TokenCounter {
-        let backend = self;
-        if let Some(file) = &backend.tokenizer_loaded {
-            return TokenCounter::File(Arc::clone(file));
-        }
-        if let Some(tokenizer) = backend.tokenizer {
-            return TokenCounter::from(tokenizer);
-        }
-        match backend.kind() {
-            BackendKind::Openai | BackendKind::OpenaiCompatible | BackendKind::AzureOpenai => {
-                TokenCounter::O200kBase
-            }
-            BackendKind::Anthropic => TokenCounter::ClaudeEstimate,
-            BackendKind::Gemini => TokenCounter::GeminiEstimate,
-            // The clouds serve Claude and others: Claude is counted as Claude.
-            BackendKind::Bedrock | BackendKind::Vertex if backend.speaks_claude() => {
-                TokenCounter::ClaudeEstimate
-            }
-            BackendKind::Vertex => TokenCounter::GeminiEstimate,
-            BackendKind::Bedrock => TokenCounter::LlamaEstimate,
-            BackendKind::Local => TokenCounter::LlamaEstimate,
-        }
     }
 }
 

@@ -65,7 +65,7 @@ fn a_tokenizer_file_is_read_relative_to_the_config_file_and_counts_exactly() {
     let config = load_file(&dir.join("spillway.yaml")).unwrap_or_else(|p| panic!("{p:?}"));
     let b = &config.backends[0];
     assert_eq!(b.tokenizer_file.as_deref(), Some(dir.join("models/tokenizer.json").as_path()));
-    let counter = b.counter();
+    let counter = crate::adapter::provider::counter(b);
     assert_eq!(counter.name(), "tokenizer_file");
     assert_eq!(counter.count_text("hello world"), 9);
 
@@ -411,28 +411,4 @@ fn a_vertex_backend_may_name_its_own_service_account_file_read_from_the_config_d
         assert!(problems[0].message.contains(says), "{problems:?}");
     }
     let _ = std::fs::remove_dir_all(dir);
-}
-
-#[test]
-fn the_kind_picks_the_counter_and_an_explicit_tokenizer_wins() {
-    use crate::tokens::TokenCounter;
-    let counter = |kind: &str, tokenizer: &str| {
-        let b = backend(&format!("{{name: b, kind: {kind}, model: m{tokenizer}}}")).unwrap();
-        b.counter()
-    };
-    assert_eq!(counter("openai", ""), TokenCounter::O200kBase);
-    assert_eq!(counter("openai_compatible", ", base_url: 'http://10.0.0.5/v1'"), TokenCounter::O200kBase);
-    assert_eq!(counter("anthropic", ""), TokenCounter::ClaudeEstimate);
-    assert_eq!(counter("gemini", ""), TokenCounter::GeminiEstimate);
-    assert_eq!(counter("vllm", ", endpoints: ['http://10.0.0.5:8000']"), TokenCounter::LlamaEstimate);
-    let vllm = ", endpoints: ['http://10.0.0.5:8000'], tokenizer: cl100k_base";
-    assert_eq!(counter("vllm", vllm), TokenCounter::Cl100kBase);
-    assert_eq!(counter("anthropic", ", tokenizer: o200k_base"), TokenCounter::O200kBase);
-    // Claude on the clouds is counted as Claude, by the one answer to "is it Claude"
-    // (`speaks_claude`): a Vertex backend whose publisher is written, whatever its model's name.
-    let vertex = "{name: b, kind: vertex, model: m, project: p, location: us-east5, publisher: anthropic}";
-    assert_eq!(backend(vertex).map(|b| b.counter()), Ok(TokenCounter::ClaudeEstimate));
-    let bedrock = "{name: b, kind: bedrock, model: anthropic.claude-sonnet-5, region: us-east-1}";
-    assert_eq!(backend(bedrock).map(|b| b.counter()), Ok(TokenCounter::ClaudeEstimate));
-    assert_eq!(counter("bedrock", ", region: us-east-1"), TokenCounter::LlamaEstimate);
 }
