@@ -25,9 +25,11 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # A node (`spillway sim`, vLLM's wire, 1 ms a token) and a router in front of it whose task
-# `coder` answers to Codex's default model id; $1: extra sim flags. Prints the router's URL.
+# `coder` answers to Codex's default model id, in this shell (so the trap stops them); $1: the
+# variable that gets the router's URL, the rest: extra sim flags.
 start() {
-  local node router
+  local out=$1 node router
+  shift
   node=$(port)
   router=$(port)
   "$BIN" sim --listen "127.0.0.1:$node" --kind vllm --model m --token-delay-ms 1 "$@" >"$work/sim-$node.log" 2>&1 &
@@ -43,10 +45,10 @@ EOF
     curl -sf "http://127.0.0.1:$router/readyz" >/dev/null && break
     sleep 0.1
   done
-  echo "http://127.0.0.1:$router"
+  printf -v "$out" 'http://127.0.0.1:%s' "$router"
 }
-text_router=$(start)
-tool_router=$(start --tool-call-args '{"input": "text(6*7)"}')
+start text_router
+start tool_router --tool-call-args '{"input": "text(6*7)"}'
 
 # `codex exec` in home $2 with setup $1 (custom or base_url) against router $3; the rest are
 # its arguments. Appends "setup kind seconds reconnects" to the results.

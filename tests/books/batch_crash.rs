@@ -16,20 +16,10 @@ use spillway::batch::job::LineState;
 use spillway::batch::store;
 use spillway::ledger::Store;
 
-use crate::common::{self, serve_process, wait_until, Output};
+use crate::common::{self, serve_process, wait_until, Child, Output};
 
 const LINES: usize = 30;
 const LLAMA: &str = "meta-llama/Llama-3.1-8B-Instruct";
-
-/// A child that is killed when the test ends, also when it fails.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `spillway sim --kind vllm` on port 0, slow enough (100 ms a token) that a job is mid-way
 /// for a while: the child and its URL.

@@ -12,22 +12,12 @@ use spillway::ledger::Store;
 use spillway::sim::SimKind;
 use tokio::time::Instant;
 
-use crate::common::{self, body, serve_process, sim, wait_until};
+use crate::common::{self, body, serve_process, sim, wait_until, Child};
 
 /// Requests in flight at once, and how many complete before the kill.
 const CONCURRENCY: usize = 4;
 const KILL_AFTER: usize = 80;
 const TOTAL: usize = 160;
-
-/// A child that is killed when the test ends, also when it fails.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 async fn crash_and_replay(ledger_url: &str, name: &str) {
     let hosted = sim(SimKind::OpenAi, "gpt", |a| {

@@ -514,6 +514,16 @@ fn listening_url(text: &str) -> Option<String> {
     Some(text[at..].chars().take_while(|c| !c.is_whitespace() && *c != '"').collect())
 }
 
+/// A child process that is killed when the test ends, also when it fails.
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `spillway serve --config PATH` as a child process with `env` (the config listens on port
 /// 0): the child, its URL and its stderr (JSON logs), once it answers `/readyz` with every
 /// local node scraped.

@@ -179,7 +179,8 @@ async fn a_socket_counts_as_a_connection_and_a_drain_closes_it_going_away() {
         openai.base_url()
     );
     std::fs::write(&path, yaml).unwrap();
-    let (mut server, url, _stderr) = serve_process(&path, &[]).await;
+    let (server, url, _stderr) = serve_process(&path, &[]).await;
+    let mut server = common::Child(server);
     let mut socket = connect(&url, "any").await.unwrap();
     let answered = create(&mut socket, codex(json!("hi"))).await;
     assert_eq!(types(&answered).last(), Some(&"response.completed"));
@@ -187,7 +188,7 @@ async fn a_socket_counts_as_a_connection_and_a_drain_closes_it_going_away() {
     let open = "spillway_client_connections_open";
     assert_eq!(wait_metric(&url, open, 2.0, std::time::Duration::from_secs(5)).await, 2.0);
 
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
     let closed = tokio::time::timeout(std::time::Duration::from_secs(4), async {
         loop {
             match socket.next().await {
@@ -200,7 +201,7 @@ async fn a_socket_counts_as_a_connection_and_a_drain_closes_it_going_away() {
     .await
     .expect("the socket closed before the drain deadline");
     assert_eq!(closed, Some(1001));
-    let status = tokio::task::spawn_blocking(move || server.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || server.0.wait().unwrap()).await.unwrap();
     assert!(status.success(), "{status:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
