@@ -25,7 +25,7 @@ mod openai_relay;
 pub mod openai_responses;
 pub mod provider;
 pub mod redact;
-mod sse;
+pub(crate) mod sse;
 pub mod tls;
 
 use std::pin::Pin;

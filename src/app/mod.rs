@@ -87,11 +87,9 @@ pub async fn start_with(
             .await?;
     let addr = listener.local_addr()?;
     let (edge_metrics, queues) = (state.ops.metrics.edge.clone(), Arc::clone(&state.ops.queues));
-    let batch = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled);
-    let batch = batch.map(|store| batch_runner(&state, store, &config, addr.port()));
-    let app = api::router(state);
-    if let Some(runner) = batch {
-        runner(&app, &mut loops);
+    let app = api::router(state.clone());
+    if let Some(store) = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled) {
+        spawn_batch_runner(&state, &app, store, &config, addr.port(), &mut loops);
     }
     let limits = config.limits.clone();
     // Draining: every request waiting for a local slot goes now (served, spilled or refused),
@@ -147,24 +145,25 @@ impl Books {
     }
 }
 
-/// The batch runner, once the API is built: its lines go through the API's own front door, its
-/// claims under a lease named for this host and port.
-fn batch_runner(
+/// The batch runner and its files' retention: its lines go through the API's own front door,
+/// its claims under a lease named for this host and port.
+fn spawn_batch_runner(
     state: &AppState,
+    app: &axum::Router,
     store: crate::ledger::Store,
     config: &Config,
     port: u16,
-) -> impl FnOnce(&axum::Router, &mut Loops) {
+    loops: &mut Loops,
+) {
     use crate::batch::lease::{self, Lease};
     let snapshot = Arc::clone(&state.ops.snapshot);
-    let dispatcher = Arc::clone(&state.serving.dispatcher);
-    let (metrics, keys) = (state.ops.metrics.batch.clone(), Arc::clone(&state.ops.client_keys));
+    loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&snapshot)));
+    let door =
+        Arc::new(batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&state.ops.client_keys) });
     let heartbeat = Duration::from_secs(config.batch.heartbeat_secs);
     let lease = Lease::new(lease::replica(&lease::host_name(), port), heartbeat);
-    move |app, loops| {
-        loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&snapshot)));
-        let door = Arc::new(batch_lines::FrontDoor { router: app.clone(), keys });
-        let runner = crate::batch::runner::Runner::new(store, snapshot, door, dispatcher, metrics, lease);
-        loops.spawn(runner.run());
-    }
+    let dispatcher = Arc::clone(&state.serving.dispatcher);
+    let metrics = state.ops.metrics.batch.clone();
+    let runner = crate::batch::runner::Runner::new(store, snapshot, door, dispatcher, metrics, lease);
+    loops.spawn(runner.run());
 }

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, State};
 use axum::http::{header, HeaderMap, HeaderValue, Request};
@@ -28,6 +28,7 @@ use serde_json::{json, Map, Value};
 use tower_service::Service;
 
 use super::warmed;
+use crate::adapter::sse::{Flow, SseDecoder};
 use crate::api::edge::ConnectionLife;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::front::Doors;
@@ -222,7 +223,7 @@ impl Conversation {
         input: Vec<Value>,
         life: &mut Option<ConnectionLife>,
     ) -> Result<Option<End>, ()> {
-        let mut events = Events::default();
+        let mut events = SseDecoder::default();
         let mut output = Vec::new();
         loop {
             let frame = tokio::select! {
@@ -234,7 +235,15 @@ impl Conversation {
                 return Ok(Some(End::Closed(1011, "the answer ended before its final event")));
             };
             let Ok(data) = frame.into_data() else { continue };
-            for (kind, data) in events.read(&data) {
+            let mut ready = Vec::new();
+            let read = events.feed(&data, &mut |kind, data| {
+                ready.push((kind.to_string(), data.to_string()));
+                Flow::Continue
+            });
+            if read.is_err() {
+                return Ok(Some(End::Closed(1011, "the answer was not an event stream")));
+            }
+            for (kind, data) in ready {
                 match kind.as_str() {
                     "response.output_item.done" => {
                         let item = serde_json::from_str::<Value>(&data).ok().map(|mut e| e["item"].take());
@@ -259,34 +268,6 @@ impl Conversation {
                 send(socket, data).await?;
             }
         }
-    }
-}
-
-/// SSE bytes → events (`event:` name, `data:` text), across frame boundaries.
-#[derive(Default)]
-struct Events {
-    pending: Vec<u8>,
-}
-
-impl Events {
-    fn read(&mut self, bytes: &Bytes) -> Vec<(String, String)> {
-        self.pending.extend_from_slice(bytes);
-        let mut events = Vec::new();
-        while let Some(at) = self.pending.windows(2).position(|w| w == b"\n\n") {
-            let block: Vec<u8> = self.pending.drain(..at + 2).collect();
-            let (mut kind, mut data) = (String::new(), Vec::new());
-            for line in String::from_utf8_lossy(&block).lines() {
-                if let Some(name) = line.strip_prefix("event:") {
-                    kind = name.trim().to_string();
-                } else if let Some(text) = line.strip_prefix("data:") {
-                    data.push(text.strip_prefix(' ').unwrap_or(text).to_string());
-                }
-            }
-            if !data.is_empty() {
-                events.push((kind, data.join("\n")));
-            }
-        }
-        events
     }
 }
 
@@ -320,19 +301,6 @@ async fn closing(life: &mut Option<ConnectionLife>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sse_events_are_read_across_frames() {
-        let mut events = Events::default();
-        let first = Bytes::from_static(b"event: response.created\ndata: {\"a\":1}\n\nevent: response.out");
-        assert_eq!(events.read(&first), vec![("response.created".to_string(), "{\"a\":1}".to_string())]);
-        let rest = Bytes::from_static(b"put_text.delta\ndata: {\"d\":\"x\"}\n\n");
-        assert_eq!(
-            events.read(&rest),
-            vec![("response.output_text.delta".to_string(), "{\"d\":\"x\"}".to_string())]
-        );
-        assert!(events.read(&Bytes::from_static(b": keep-alive\n\n")).is_empty());
-    }
 
     #[test]
     fn a_continuation_stands_for_the_last_input_and_output_then_its_own() {
