@@ -9,8 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::adapter::provider::{self, Provider};
+use crate::adapter::WireFormat;
 use crate::canonical::{BackendName, NodeKey, TaskName};
-use crate::config::{BackendConfig, BackendId, BackendKind, BackendSpec, Config, PoolSpec, Price};
+use crate::config::{BackendId, BackendKind, Config, PoolSpec, Price};
 use crate::fleet::headroom::{NodeSignals, PoolLimits};
 use crate::guard::node::{NodeBoard, NodeHandle};
 
@@ -44,6 +46,10 @@ pub struct NodeView {
 pub struct BackendView {
     pub name: String,
     pub kind: BackendKind,
+    /// Who is at the other end, resolved once from its kind.
+    pub provider: &'static dyn Provider,
+    /// The wire its model speaks, as its provider says.
+    pub wire: WireFormat,
     pub model: String,
     pub region: Option<String>,
     pub price: Option<Price>,
@@ -85,27 +91,6 @@ impl BackendView {
 
 fn trim(u: &str) -> String {
     u.trim_end_matches('/').to_string()
-}
-
-/// (origin, adapter base URL) of each of a backend's configured nodes.
-fn configured_nodes(b: &BackendConfig) -> Vec<(String, String)> {
-    match &b.spec {
-        // vLLM nodes are listed as bare addresses; their OpenAI API lives under /v1.
-        BackendSpec::Local(pool) => {
-            pool.endpoints.iter().map(|e| (trim(e), format!("{}/v1", trim(e)))).collect()
-        }
-        BackendSpec::OpenaiCompatible(c) if !c.endpoints.is_empty() => {
-            c.endpoints.iter().map(|e| (trim(e), trim(e))).collect()
-        }
-        BackendSpec::AzureOpenai(a) => match (&a.hosted.base_url, a.calls_base()) {
-            (Some(origin), Some(calls)) => vec![(trim(origin), calls)],
-            _ => Vec::new(),
-        },
-        BackendSpec::Vertex(v) => {
-            b.base_url().map(|host| (host.clone(), v.calls_base(&host, &b.model))).into_iter().collect()
-        }
-        _ => b.base_url().map(|u| (u.clone(), u)).into_iter().collect(),
-    }
 }
 
 /// A hosted backend whose availability is below this counts as down for the reserve.
@@ -189,7 +174,8 @@ impl Snapshot {
             .backends
             .iter()
             .map(|b| {
-                let mut origins = configured_nodes(b);
+                let provider = provider::of(b.kind());
+                let mut origins = provider.nodes(b);
                 if b.kind() == BackendKind::Local {
                     for origin in inputs.discovered.get(b.name.as_str()).into_iter().flatten() {
                         let origin = trim(origin);
@@ -218,6 +204,8 @@ impl Snapshot {
                 BackendView {
                     name: b.name.clone(),
                     kind: b.kind(),
+                    provider,
+                    wire: provider.wire(b),
                     model: b.model.clone(),
                     region: b.region.clone(),
                     price: b.price.clone(),

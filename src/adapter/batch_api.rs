@@ -13,11 +13,29 @@ use serde_json::{json, Value};
 
 use super::redact::{CallRedactor, Redactor};
 use super::Upstream;
-use crate::config::BackendKind;
 
 /// The endpoints OpenAI's Batch API runs (and so a Spillway job on the OpenAI API may name).
 pub const OPENAI_ENDPOINTS: [&str; 4] =
     ["/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"];
+
+/// Which batch API a provider runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchWire {
+    /// OpenAI's Files and Batch API.
+    OpenAi,
+    /// Anthropic's Message Batches.
+    Anthropic,
+}
+
+impl BatchWire {
+    /// Whether it runs a job on `endpoint`.
+    pub fn serves(self, endpoint: &str) -> bool {
+        match self {
+            BatchWire::OpenAi => OPENAI_ENDPOINTS.contains(&endpoint),
+            BatchWire::Anthropic => endpoint == "/v1/messages",
+        }
+    }
+}
 
 /// One provider's batch API, as one backend reaches it.
 #[derive(Clone)]
@@ -26,7 +44,7 @@ pub struct BatchApi {
     /// The backend's `base_url` (OpenAI's ends in `/v1`, Anthropic's does not).
     pub base_url: String,
     pub api_key: Option<String>,
-    pub kind: BackendKind,
+    pub wire: BatchWire,
     /// The router's secrets, which no result carries (nor the key above).
     pub redactor: Arc<Redactor>,
 }
@@ -48,30 +66,21 @@ pub enum Polled {
 }
 
 impl BatchApi {
-    /// Whether a backend of `kind` has a batch API for a job on `endpoint`.
-    pub fn serves(kind: BackendKind, endpoint: &str) -> bool {
-        match kind {
-            BackendKind::Openai => OPENAI_ENDPOINTS.contains(&endpoint),
-            BackendKind::Anthropic => endpoint == "/v1/messages",
-            _ => false,
-        }
-    }
-
     fn url(&self, path: &str) -> String {
         let base = self.base_url.trim_end_matches('/');
-        match self.kind {
-            BackendKind::Anthropic => format!("{base}/v1{path}"),
+        match self.wire {
+            BatchWire::Anthropic => format!("{base}/v1{path}"),
             _ => format!("{base}{path}"),
         }
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let r = self.client.request(method, url);
-        match (&self.api_key, self.kind) {
-            (Some(key), BackendKind::Anthropic) => {
+        match (&self.api_key, self.wire) {
+            (Some(key), BatchWire::Anthropic) => {
                 r.header("x-api-key", key).header("anthropic-version", "2023-06-01")
             }
-            (None, BackendKind::Anthropic) => r.header("anthropic-version", "2023-06-01"),
+            (None, BatchWire::Anthropic) => r.header("anthropic-version", "2023-06-01"),
             (Some(key), _) => r.header(AUTHORIZATION, format!("Bearer {key}")),
             (None, _) => r,
         }
@@ -101,8 +110,8 @@ impl BatchApi {
     /// Send `lines` (custom id, request body with the provider's model) as one batch on
     /// `endpoint`; the provider's batch id.
     pub async fn submit(&self, endpoint: &str, lines: &[(String, Value)]) -> Result<String, String> {
-        let created = match self.kind {
-            BackendKind::Anthropic => {
+        let created = match self.wire {
+            BatchWire::Anthropic => {
                 let requests: Vec<Value> =
                     lines.iter().map(|(id, body)| json!({"custom_id": id, "params": body})).collect();
                 let create = self.request(reqwest::Method::POST, &self.url("/messages/batches"));
@@ -136,8 +145,8 @@ impl BatchApi {
 
     /// Ask the provider to stop batch `id`: it ends with what it answered, read back by `poll`.
     pub async fn cancel(&self, id: &str) -> Result<(), String> {
-        let path = match self.kind {
-            BackendKind::Anthropic => format!("/messages/batches/{id}/cancel"),
+        let path = match self.wire {
+            BatchWire::Anthropic => format!("/messages/batches/{id}/cancel"),
             _ => format!("/batches/{id}/cancel"),
         };
         self.json("cancelling the batch", self.request(reqwest::Method::POST, &self.url(&path)))
@@ -163,8 +172,8 @@ impl BatchApi {
 
     /// [`BatchApi::poll`], the results as the provider wrote them.
     async fn poll_raw(&self, id: &str) -> Result<Polled, String> {
-        match self.kind {
-            BackendKind::Anthropic => {
+        match self.wire {
+            BatchWire::Anthropic => {
                 let path = format!("/messages/batches/{id}");
                 let batch = self
                     .json("reading the message batch", self.request(reqwest::Method::GET, &self.url(&path)))
@@ -267,9 +276,9 @@ mod tests {
         let refused = r#"{"custom_id":"m","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"x"}}}}"#;
         assert_eq!(anthropic_result(refused).unwrap().status, 400);
         assert_eq!(anthropic_result(r#"{"custom_id":"m","result":{"type":"expired"}}"#).unwrap().status, 0);
-        assert!(BatchApi::serves(BackendKind::Openai, "/v1/embeddings"));
-        assert!(!BatchApi::serves(BackendKind::Openai, "/v1/messages"));
-        assert!(BatchApi::serves(BackendKind::Anthropic, "/v1/messages"));
-        assert!(!BatchApi::serves(BackendKind::Gemini, "/v1/chat/completions"));
+        assert!(BatchWire::OpenAi.serves("/v1/embeddings"));
+        assert!(!BatchWire::OpenAi.serves("/v1/messages"));
+        assert!(BatchWire::Anthropic.serves("/v1/messages"));
+        assert!(!BatchWire::Anthropic.serves("/v1/chat/completions"));
     }
 }

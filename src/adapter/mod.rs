@@ -56,6 +56,25 @@ pub enum WireFormat {
     VertexClaude,
 }
 
+impl WireFormat {
+    /// Which host of Claude's Messages wire this is, if it is one.
+    fn claude(self) -> Option<anthropic::native::Speaker> {
+        use anthropic::native::Speaker;
+        match self {
+            WireFormat::Anthropic => Some(Speaker::Anthropic),
+            WireFormat::Bedrock => Some(Speaker::Bedrock),
+            WireFormat::VertexClaude => Some(Speaker::Vertex),
+            _ => None,
+        }
+    }
+
+    /// Whether the upstream counts a request's tokens itself, exactly ([`count_tokens`]):
+    /// Claude's count route, the only exact count there is for Claude models.
+    pub fn counts_tokens(self) -> bool {
+        self.claude().is_some()
+    }
+}
+
 /// Where and as whom one call goes: resolved from config by dispatch for one target.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Upstream {
@@ -194,14 +213,17 @@ pub async fn send(
     CallRedactor::of(call).answer(answer(transport, call, req).await)
 }
 
-/// `req`'s input tokens as Claude counts them at `call`'s upstream (Anthropic, Bedrock or
-/// Vertex AI, as `speaker` says), its error cut as [`send`]'s are.
+/// `req`'s input tokens as `call`'s upstream counts them (a wire that
+/// [`WireFormat::counts_tokens`]), its error cut as [`send`]'s are.
 pub async fn count_tokens(
     transport: &Transport,
     call: &Call<'_>,
     req: &ChatRequest,
-    speaker: anthropic::native::Speaker,
 ) -> Result<u32, UpstreamError> {
+    let Some(speaker) = call.format.claude() else {
+        let why = format!("a {:?} backend counts no tokens itself", call.format);
+        return Err(UpstreamError::new(ErrorClass::InvalidRequest, None, why));
+    };
     anthropic::count_tokens(transport, call, req, speaker).await.map_err(|e| CallRedactor::of(call).error(e))
 }
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::job::{LineState, Status};
 use super::lease::Lease;
 use super::store::{self, Claimed, JobRow, LineEnd, Spill};
-use crate::adapter::batch_api::{BatchApi, LineResult, Polled};
+use crate::adapter::batch_api::{LineResult, Polled};
 use crate::config::Priority;
 use crate::config::{BackendId, Config, TaskConfig};
 use crate::dispatch::Dispatcher;
@@ -33,9 +33,10 @@ pub fn task_of<'c>(config: &'c Config, line: &Claimed) -> Option<&'c TaskConfig>
 /// The backend whose batch API takes `task`'s lines on `endpoint`, if its policy allows one.
 pub fn batch_backend(snap: &Snapshot, task: &TaskConfig, endpoint: &str) -> Option<BackendId> {
     let eligible = crate::policy::eligible(task, snap).ok()?;
-    eligible
-        .into_iter()
-        .find(|&id| !snap.backends[id].is_local() && BatchApi::serves(snap.backends[id].kind, endpoint))
+    eligible.into_iter().find(|&id| {
+        !snap.backends[id].is_local()
+            && snap.backends[id].provider.batch().is_some_and(|b| b.serves(endpoint))
+    })
 }
 
 /// Whether `task` may run on a hosted backend at all.
@@ -62,6 +63,7 @@ pub async fn submit(
     }
     for (backend, lines) in groups {
         let view = &snap.backends[backend];
+        let Some(api) = dispatcher.batch_api(snap, backend) else { continue };
         let claim = format!("spill-{:016x}", rand::random::<u64>());
         // Held under this replica's lease while it submits them (if it dies, they go back),
         // then until the provider's batch is read back (a day past the window: it has its own).
@@ -75,7 +77,7 @@ pub async fn submit(
                 Some((l.custom_id.clone(), body))
             })
             .collect();
-        match dispatcher.batch_api(snap, backend).submit(&job.endpoint, &bodies).await {
+        match api.submit(&job.endpoint, &bodies).await {
             Ok(id) => {
                 let spill = Spill { id, batch_id: job.id.clone(), backend: view.name.clone(), claim };
                 store::insert_spill(store, &spill, lines.len() as u64, now).await?;
@@ -114,8 +116,10 @@ pub async fn cancel(
         if !asked.lock().unwrap_or_else(|e| e.into_inner()).insert(spill.id.clone()) {
             continue;
         }
-        let Some(backend) = snap.backend_id(&spill.backend) else { continue };
-        match dispatcher.batch_api(snap, backend).cancel(&spill.id).await {
+        let Some(api) = snap.backend_id(&spill.backend).and_then(|b| dispatcher.batch_api(snap, b)) else {
+            continue;
+        };
+        match api.cancel(&spill.id).await {
             Ok(()) => {
                 tracing::info!(batch = %job.id, provider_batch = %spill.id, "a hosted batch cancelled with its job")
             }
@@ -136,7 +140,8 @@ pub async fn read_back(
 ) -> Result<(), sqlx::Error> {
     for spill in store::open_spills(store).await? {
         let Some(backend) = snap.backend_id(&spill.backend) else { continue };
-        let results = match dispatcher.batch_api(snap, backend).poll(&spill.id).await {
+        let Some(api) = dispatcher.batch_api(snap, backend) else { continue };
+        let results = match api.poll(&spill.id).await {
             Ok(Polled::Running) => continue,
             Ok(Polled::Ended(results)) => results,
             Err(why) => {

@@ -6,13 +6,11 @@
 use std::time::Duration;
 
 use super::Dispatcher;
-use crate::adapter::anthropic::native::Speaker;
 use crate::adapter::provider;
-use crate::adapter::{self, Call, Upstream, WireFormat};
+use crate::adapter::{self, Call};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::BackendId;
 use crate::snapshot::Snapshot;
-use crate::tokens;
 
 /// A count, and whether it is exact (else an estimate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,41 +28,26 @@ impl Dispatcher {
         request: &ChatRequest,
     ) -> Result<TokenCount, UpstreamError> {
         let view = &snap.backends[backend];
-        let config = &snap.config.backends[backend];
-        let speaker = match super::wire_format(config) {
-            WireFormat::Anthropic => Some(Speaker::Anthropic),
-            WireFormat::VertexClaude => Some(Speaker::Vertex),
-            WireFormat::Bedrock => Some(Speaker::Bedrock),
-            _ => None,
-        };
-        if let (Some(speaker), Some(node)) = (speaker, view.nodes.first()) {
-            let upstream = Upstream {
-                base_url: node.base_url.clone(),
-                api_key: self.secrets.load().get(&view.name).cloned(),
-                cloud: self.cloud_auth(config),
-                ..Upstream::default()
-            };
+        if let (true, Some(node)) = (view.wire.counts_tokens(), view.nodes.first()) {
             let call = Call {
                 model: &view.model,
                 redactor: self.redactor.load_full(),
-                ..Call::as_written(WireFormat::Anthropic, upstream, request)
+                ..Call::as_written(view.wire, self.upstream(snap, backend, &node.base_url), request)
             };
             // A count is one short call: it gets the time an answer's silence may last.
             let wait = Duration::from_millis(self.cfg.stream_idle_timeout_ms);
-            let counted =
-                tokio::time::timeout(wait, adapter::count_tokens(&self.transport, &call, request, speaker))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(UpstreamError::new(
-                            ErrorClass::Timeout,
-                            None,
-                            format!("no count within {} ms", wait.as_millis()),
-                        ))
-                    });
+            let counted = tokio::time::timeout(wait, adapter::count_tokens(&self.transport, &call, request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(UpstreamError::new(
+                        ErrorClass::Timeout,
+                        None,
+                        format!("no count within {} ms", wait.as_millis()),
+                    ))
+                });
             return counted.map(|input_tokens| TokenCount { input_tokens, exact: true });
         }
-        let counter =
-            snap.config.backend(&view.name).map_or(tokens::TokenCounter::O200kBase, provider::counter);
+        let counter = provider::counter(&snap.config.backends[backend]);
         Ok(TokenCount { input_tokens: counter.count_request(request), exact: counter.is_exact() })
     }
 }

@@ -30,14 +30,13 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
-use crate::adapter::cloud::{CloudAuth, CloudCredentials};
+use crate::adapter::cloud::CloudCredentials;
 use crate::adapter::h1::PoolConfig;
 use crate::adapter::lanes::{LaneLimits, Lanes};
-use crate::adapter::provider::{self, Signer};
 use crate::adapter::redact::Redactor;
-use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
+use crate::adapter::{Call, EventStream, Transport, Upstream};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
-use crate::config::{BackendConfig, BackendId, BackendSpec, DispatchConfig, Priority, TaskConfig, TlsConfig};
+use crate::config::{BackendId, DispatchConfig, Priority, TaskConfig, TlsConfig};
 use crate::fleet::headroom::{self, SpillReason};
 use crate::fleet::load::InFlight;
 use crate::fleet::prefix_cache::PrefixKeys;
@@ -122,11 +121,6 @@ impl Keys {
     }
 }
 
-/// The wire `backend` speaks, as its provider says.
-pub fn wire_format(backend: &BackendConfig) -> WireFormat {
-    provider::of(backend.kind()).wire(backend)
-}
-
 /// Longest a connection to a local node is kept idle: under the engines' own keep-alive.
 const ENGINE_KEEP_ALIVE: Duration = Duration::from_secs(4);
 
@@ -179,24 +173,16 @@ impl Dispatcher {
         }
     }
 
-    /// How a call to `backend` authenticates when it has no API key: a cloud's own way.
-    fn cloud_auth(&self, backend: &BackendConfig) -> Option<CloudAuth> {
-        match provider::of(backend.kind()).signer() {
-            Signer::Aws => Some(CloudAuth::Aws {
-                region: backend.region.clone().unwrap_or_default(),
-                service: crate::adapter::bedrock::SIGNING_NAME,
-                credentials: self.clouds.aws.clone(),
-            }),
-            Signer::Google => {
-                let file = match &backend.spec {
-                    BackendSpec::Vertex(v) => v.credentials_file.as_deref(),
-                    _ => None,
-                };
-                Some(CloudAuth::Google(self.clouds.google.tokens(file)))
-            }
-            Signer::Azure => Some(CloudAuth::Azure(self.clouds.azure.clone())),
-            Signer::Key => None,
-        }
+    /// Where and as whom a call to `backend`'s node at `base_url` goes, as its provider takes it.
+    fn upstream(&self, snap: &Snapshot, backend: BackendId, base_url: &str) -> Upstream {
+        let view = &snap.backends[backend];
+        let to = Upstream {
+            base_url: base_url.to_string(),
+            api_key: self.secrets.load().get(&view.name).cloned(),
+            serves_messages: view.serves_messages,
+            ..Upstream::default()
+        };
+        view.provider.upstream(&snap.config.backends[backend], to, &self.clouds)
     }
 
     /// Use the keys of a reloaded config from now on (and keep redacting the admin token the
@@ -228,18 +214,9 @@ impl Dispatcher {
         request: &ChatRequest,
     ) -> Call<'s> {
         let view = &snap.backends[backend];
-        let upstream = Upstream {
-            base_url: view.nodes[node].base_url.clone(),
-            api_key: self.secrets.load().get(&view.name).cloned(),
-            serves_messages: view.serves_messages,
-            serves_responses: provider::of(view.kind).serves_responses(),
-            key_header: provider::of(view.kind).key_header(),
-            query: snap.config.backends[backend].call_query(),
-            cloud: self.cloud_auth(&snap.config.backends[backend]),
-        };
         Call {
-            format: wire_format(&snap.config.backends[backend]),
-            upstream,
+            format: view.wire,
+            upstream: self.upstream(snap, backend, &view.nodes[node].base_url),
             model: &view.model,
             stream: request.stream || view.stream_upstream,
             cache_placement: snap.config.backends[backend].cache_placement().filter(|_| task.prompt_cache),
@@ -256,15 +233,19 @@ impl Dispatcher {
 
     /// The batch API of hosted backend `backend`, through the hosted client and with its key;
     /// its results come cut of every secret.
-    pub fn batch_api(&self, snap: &Snapshot, backend: BackendId) -> crate::adapter::batch_api::BatchApi {
+    pub fn batch_api(
+        &self,
+        snap: &Snapshot,
+        backend: BackendId,
+    ) -> Option<crate::adapter::batch_api::BatchApi> {
         let view = &snap.backends[backend];
-        crate::adapter::batch_api::BatchApi {
+        Some(crate::adapter::batch_api::BatchApi {
             client: self.transport.hosted().clone(),
             base_url: view.nodes.first().map(|n| n.base_url.clone()).unwrap_or_default(),
             api_key: self.secrets.load().get(&view.name).cloned(),
-            kind: view.kind,
+            wire: view.provider.batch()?,
             redactor: self.redactor.load_full(),
-        }
+        })
     }
 
     /// Walk `plan` until a backend produces its first token. `claim`: the slot the request

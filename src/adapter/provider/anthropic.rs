@@ -1,15 +1,21 @@
 //! Anthropic's Messages API.
 
 use super::Provider;
+use crate::adapter::batch_api::BatchWire;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
 
+#[derive(Debug)]
 pub struct Anthropic;
 
 impl Provider for Anthropic {
     fn wire(&self, _: &BackendConfig) -> WireFormat {
         WireFormat::Anthropic
+    }
+
+    fn batch(&self) -> Option<BatchWire> {
+        Some(BatchWire::Anthropic)
     }
 
     fn system(&self) -> &'static str {

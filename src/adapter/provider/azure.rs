@@ -1,11 +1,13 @@
 //! Azure OpenAI: OpenAI's wire at a resource's own address, the key sent as `api-key`, or an
 //! Entra token when there is no key.
 
-use super::{Provider, Signer};
-use crate::adapter::{KeyHeader, WireFormat};
-use crate::config::BackendConfig;
+use super::Provider;
+use crate::adapter::cloud::{CloudAuth, CloudCredentials};
+use crate::adapter::{KeyHeader, Upstream, WireFormat};
+use crate::config::{BackendConfig, BackendSpec};
 use crate::tokens::TokenCounter;
 
+#[derive(Debug)]
 pub struct Azure;
 
 impl Provider for Azure {
@@ -13,12 +15,25 @@ impl Provider for Azure {
         WireFormat::OpenAi
     }
 
-    fn key_header(&self) -> KeyHeader {
-        KeyHeader::ApiKey
+    /// Calls go below the deployment's address (or the v1 API's) at the resource's origin.
+    fn nodes(&self, backend: &BackendConfig) -> Vec<(String, String)> {
+        let BackendSpec::AzureOpenai(a) = &backend.spec else { return Vec::new() };
+        match (&a.hosted.base_url, a.calls_base()) {
+            (Some(origin), Some(calls)) => vec![(origin.trim_end_matches('/').to_string(), calls)],
+            _ => Vec::new(),
+        }
     }
 
-    fn signer(&self) -> Signer {
-        Signer::Azure
+    /// The key goes in `api-key`, every URL carries the `api-version` written, and without a
+    /// key an Entra token signs the call.
+    fn upstream(&self, backend: &BackendConfig, to: Upstream, clouds: &CloudCredentials) -> Upstream {
+        let BackendSpec::AzureOpenai(a) = &backend.spec else { return to };
+        Upstream {
+            key_header: KeyHeader::ApiKey,
+            query: a.query(),
+            cloud: Some(CloudAuth::Azure(clouds.azure.clone())),
+            ..to
+        }
     }
 
     fn system(&self) -> &'static str {

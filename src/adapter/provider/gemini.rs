@@ -5,6 +5,7 @@ use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
 
+#[derive(Debug)]
 pub struct Gemini;
 
 impl Provider for Gemini {

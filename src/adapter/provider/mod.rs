@@ -1,8 +1,9 @@
 //! Who is at the other end of a backend: one file per provider, behind one trait, so that what
-//! differs between them (the wire a model speaks, how a key is sent, which cloud credentials
-//! sign a call, what the traces call it) is answered in one place and asked everywhere else.
-//! [`of`] gives a kind's provider; dispatch and the traces ask it instead of matching on the
-//! kind.
+//! differs between them (the wire a model speaks, where its nodes are, how a call is
+//! addressed and signed, how its tokens are counted, what the traces call it) is answered in
+//! one place and asked everywhere else. [`of`] gives a kind's provider; the snapshot resolves
+//! it once per backend, and dispatch, the traces and the doors ask it instead of matching on
+//! the kind.
 
 mod anthropic;
 mod azure;
@@ -14,41 +15,34 @@ mod vertex;
 
 use std::sync::Arc;
 
-use super::{KeyHeader, WireFormat};
+use super::batch_api::BatchWire;
+use super::cloud::CloudCredentials;
+use super::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendKind};
 use crate::tokens::TokenCounter;
 
-/// Which credentials sign a provider's calls besides (or instead of) a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signer {
-    /// The key alone (or none).
-    Key,
-    /// AWS SigV4 (Bedrock).
-    Aws,
-    /// A Google access token (Vertex AI).
-    Google,
-    /// An Entra token when no key is given (Azure OpenAI).
-    Azure,
-}
-
 /// What a provider answers for its backends.
-pub trait Provider: Send + Sync {
+pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The wire `backend` (of this provider) speaks for its model.
     fn wire(&self, backend: &BackendConfig) -> WireFormat;
 
-    /// How a key goes on OpenAI's wire.
-    fn key_header(&self) -> KeyHeader {
-        KeyHeader::Bearer
+    /// `backend`'s configured nodes: each one's origin (its root address) and the base URL its
+    /// wire's paths go below. One node at the backend's `base_url` unless the provider says
+    /// otherwise.
+    fn nodes(&self, backend: &BackendConfig) -> Vec<(String, String)> {
+        backend.base_url().map(|url| (url.clone(), url)).into_iter().collect()
     }
 
-    /// Which credentials sign a call.
-    fn signer(&self) -> Signer {
-        Signer::Key
+    /// A call to `backend` at `to` (its node's base URL and the backend's key filled in), as
+    /// this provider takes it: how the key is sent, a query on every URL, which credentials sign
+    /// the call without a key (from `clouds`), what it serves as the client wrote it.
+    fn upstream(&self, _backend: &BackendConfig, to: Upstream, _clouds: &CloudCredentials) -> Upstream {
+        to
     }
 
-    /// Whether it takes OpenAI's Responses requests as the client wrote them.
-    fn serves_responses(&self) -> bool {
-        false
+    /// The batch API it runs for lines at risk of missing their window, if any.
+    fn batch(&self) -> Option<BatchWire> {
+        None
     }
 
     /// The token counter of `backend`'s model when the config names none.
@@ -61,6 +55,13 @@ pub trait Provider: Send + Sync {
     /// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
     /// kind as the config spells it.
     fn system(&self) -> &'static str;
+}
+
+/// Providers are told apart by their trace name, which is theirs alone.
+impl PartialEq for dyn Provider {
+    fn eq(&self, other: &dyn Provider) -> bool {
+        self.system() == other.system()
+    }
 }
 
 /// The counter `backend`'s tokens are counted with: its loaded `tokenizer_file`, else its
@@ -100,7 +101,7 @@ mod tests {
     }
 
     #[test]
-    fn each_provider_says_its_wire_key_signer_and_name() {
+    fn each_provider_says_its_wire_and_name() {
         let cases = [
             (
                 "{name: b, kind: local, endpoints: ['http://10.0.0.5:8000'], model: m}",
@@ -145,16 +146,81 @@ mod tests {
                 matches!(wire, WireFormat::Anthropic | WireFormat::Bedrock | WireFormat::VertexClaude);
             assert_eq!(claude, b.speaks_claude(), "{yaml}");
         }
-        assert_eq!(of(BackendKind::AzureOpenai).key_header(), KeyHeader::ApiKey);
-        assert_eq!(of(BackendKind::Openai).key_header(), KeyHeader::Bearer);
-        let signers: Vec<Signer> = BackendKind::ALL.iter().map(|&k| of(k).signer()).collect();
-        assert_eq!(signers.iter().filter(|s| **s != Signer::Key).count(), 3, "{signers:?}");
-        assert_eq!(of(BackendKind::Bedrock).signer(), Signer::Aws);
-        assert_eq!(of(BackendKind::Vertex).signer(), Signer::Google);
-        assert_eq!(of(BackendKind::AzureOpenai).signer(), Signer::Azure);
-        let responses: Vec<BackendKind> =
-            BackendKind::ALL.into_iter().filter(|&k| of(k).serves_responses()).collect();
-        assert_eq!(responses, [BackendKind::Openai]);
+    }
+
+    #[test]
+    fn each_provider_addresses_and_signs_its_calls_its_own_way() {
+        use crate::adapter::cloud::CloudAuth;
+        use crate::adapter::KeyHeader;
+        let clouds = CloudCredentials::new(reqwest::Client::new());
+        let call = |yaml: &str| {
+            let b = backend(yaml);
+            of(b.kind()).upstream(
+                &b,
+                Upstream { base_url: "http://u".into(), ..Upstream::default() },
+                &clouds,
+            )
+        };
+        let plain = Upstream { base_url: "http://u".into(), ..Upstream::default() };
+        for yaml in [
+            "{name: b, kind: anthropic, model: m}",
+            "{name: b, kind: gemini, model: m}",
+            "{name: b, kind: openai_compatible, base_url: 'http://x/v1', model: m}",
+            "{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000'], model: m}",
+        ] {
+            assert_eq!(call(yaml), plain, "{yaml}");
+        }
+        assert_eq!(
+            call("{name: b, kind: openai, model: m}"),
+            Upstream { serves_responses: true, ..plain.clone() }
+        );
+        let azure = call("{name: b, kind: azure_openai, model: m, base_url: 'https://r.openai.azure.com', deployment: d, api_version: 2024-10-21}");
+        assert_eq!(
+            (azure.key_header, azure.query.as_deref()),
+            (KeyHeader::ApiKey, Some("api-version=2024-10-21"))
+        );
+        assert!(matches!(azure.cloud, Some(CloudAuth::Azure(_))), "{azure:?}");
+        let bedrock = call("{name: b, kind: bedrock, model: meta.llama4, region: eu-west-3}");
+        assert!(
+            matches!(&bedrock.cloud, Some(CloudAuth::Aws { region, .. }) if region == "eu-west-3"),
+            "{bedrock:?}"
+        );
+        let vertex = call("{name: b, kind: vertex, model: claude-sonnet-5, project: p, location: us-east5}");
+        assert!(matches!(vertex.cloud, Some(CloudAuth::Google(_))), "{vertex:?}");
+        let batches: Vec<(BackendKind, BatchWire)> =
+            BackendKind::ALL.into_iter().filter_map(|k| Some((k, of(k).batch()?))).collect();
+        assert_eq!(
+            batches,
+            [(BackendKind::Openai, BatchWire::OpenAi), (BackendKind::Anthropic, BatchWire::Anthropic)]
+        );
+    }
+
+    #[test]
+    fn each_provider_lists_its_nodes_below_its_own_base() {
+        let nodes = |yaml: &str| {
+            let b = backend(yaml);
+            of(b.kind()).nodes(&b)
+        };
+        let pair = |origin: &str, base: &str| vec![(origin.to_string(), base.to_string())];
+        assert_eq!(
+            nodes("{name: b, kind: vllm, endpoints: ['http://10.0.0.5:8000/'], model: m}"),
+            pair("http://10.0.0.5:8000", "http://10.0.0.5:8000/v1")
+        );
+        assert_eq!(
+            nodes("{name: b, kind: openai, model: m}"),
+            pair("https://api.openai.com/v1", "https://api.openai.com/v1")
+        );
+        assert_eq!(
+            nodes("{name: b, kind: openai_compatible, endpoints: ['http://a/v1/', 'http://b/v1'], model: m}")
+                .len(),
+            2
+        );
+        assert_eq!(
+            nodes("{name: b, kind: azure_openai, model: m, base_url: 'https://r.openai.azure.com/', deployment: d, api_version: v1}"),
+            pair("https://r.openai.azure.com", "https://r.openai.azure.com/openai/deployments/d")
+        );
+        let vertex = nodes("{name: b, kind: vertex, model: claude-sonnet-5, project: p, location: us-east5}");
+        assert!(vertex[0].1.ends_with("/projects/p/locations/us-east5/publishers/anthropic"), "{vertex:?}");
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! OpenAI's API, and any other server that speaks its wire (`openai_compatible`).
 
 use super::Provider;
-use crate::adapter::WireFormat;
-use crate::config::BackendConfig;
+use crate::adapter::batch_api::BatchWire;
+use crate::adapter::cloud::CloudCredentials;
+use crate::adapter::{Upstream, WireFormat};
+use crate::config::{BackendConfig, BackendSpec};
 use crate::tokens::TokenCounter;
 
 /// OpenAI itself: it also takes Responses requests as the client wrote them.
+#[derive(Debug)]
 pub struct OpenAi;
 
 impl Provider for OpenAi {
@@ -13,8 +16,12 @@ impl Provider for OpenAi {
         WireFormat::OpenAi
     }
 
-    fn serves_responses(&self) -> bool {
-        true
+    fn upstream(&self, _: &BackendConfig, to: Upstream, _: &CloudCredentials) -> Upstream {
+        Upstream { serves_responses: true, ..to }
+    }
+
+    fn batch(&self) -> Option<BatchWire> {
+        Some(BatchWire::OpenAi)
     }
 
     fn system(&self) -> &'static str {
@@ -31,11 +38,25 @@ impl Provider for OpenAi {
 }
 
 /// Another OpenAI-compatible endpoint, treated as hosted.
+#[derive(Debug)]
 pub struct Compatible;
 
 impl Provider for Compatible {
     fn wire(&self, _: &BackendConfig) -> WireFormat {
         WireFormat::OpenAi
+    }
+
+    /// Its `endpoints` when it lists several servers (each a base URL), else its `base_url`.
+    fn nodes(&self, backend: &BackendConfig) -> Vec<(String, String)> {
+        match &backend.spec {
+            BackendSpec::OpenaiCompatible(c) if !c.endpoints.is_empty() => c
+                .endpoints
+                .iter()
+                .map(|e| e.trim_end_matches('/').to_string())
+                .map(|e| (e.clone(), e))
+                .collect(),
+            _ => backend.base_url().map(|url| (url.clone(), url)).into_iter().collect(),
+        }
     }
 
     fn system(&self) -> &'static str {

@@ -66,6 +66,11 @@ impl AzureSpec {
             None => base.to_string(),
         })
     }
+
+    /// The query every call carries: the `api-version` written, if one is.
+    pub fn query(&self) -> Option<String> {
+        self.api_version.as_deref().map(|v| format!("api-version={}", crate::config::path_segment(v)))
+    }
 }
 
 /// The settings of a `vertex` backend: where the model is served, and whose it is.

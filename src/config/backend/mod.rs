@@ -282,16 +282,6 @@ impl BackendConfig {
         }
     }
 
-    /// The query every call to this backend carries: an Azure backend's `api-version`.
-    pub fn call_query(&self) -> Option<String> {
-        match &self.spec {
-            BackendSpec::AzureOpenai(a) => {
-                a.api_version.as_deref().map(|v| format!("api-version={}", crate::config::path_segment(v)))
-            }
-            _ => None,
-        }
-    }
-
     /// Whether this backend is Claude in Anthropic's own Messages body: Anthropic, Bedrock's
     /// Anthropic models (InvokeModel; its others speak Converse), and Vertex AI's.
     pub fn speaks_claude(&self) -> bool {

@@ -325,7 +325,7 @@ fn an_azure_backend_calls_its_v1_api_or_a_legacy_deployment_and_says_what_it_lac
     .unwrap();
     let BackendSpec::AzureOpenai(azure) = &b.spec else { panic!("{b:?}") };
     assert_eq!(azure.calls_base().as_deref(), Some("https://r.openai.azure.com/openai/v1"));
-    assert_eq!(b.call_query(), None);
+    assert_eq!(azure.query(), None);
     let b = backend(
         "{name: b, kind: azure_openai, model: gpt, base_url: 'https://r.openai.azure.com', \
          deployment: 'my deploy/1', api_version: 2024-10-21}",
@@ -336,7 +336,7 @@ fn an_azure_backend_calls_its_v1_api_or_a_legacy_deployment_and_says_what_it_lac
         azure.calls_base().as_deref(),
         Some("https://r.openai.azure.com/openai/deployments/my%20deploy%2F1")
     );
-    assert_eq!(b.call_query().as_deref(), Some("api-version=2024-10-21"));
+    assert_eq!(azure.query().as_deref(), Some("api-version=2024-10-21"));
 
     let problems = backend("{name: b, kind: azure_openai, model: gpt}").unwrap_err();
     assert_eq!(problems[0].path, "backends[0].base_url", "{problems:?}");

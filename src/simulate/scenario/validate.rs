@@ -185,11 +185,9 @@ pub fn check(s: &mut Scenario) -> Vec<Problem> {
         }
         dist(&at("prompt_tokens"), &b.prompt_tokens, &mut problems);
         dist(&at("output_tokens"), &b.output_tokens, &mut problems);
-        let batch_api = task
-            .backends
-            .iter()
-            .filter_map(|name| kind_of(name))
-            .any(|kind| crate::adapter::batch_api::BatchApi::serves(kind, &b.endpoint));
+        let batch_api = task.backends.iter().filter_map(|name| kind_of(name)).any(|kind| {
+            crate::adapter::provider::of(kind).batch().is_some_and(|api| api.serves(&b.endpoint))
+        });
         if s.batching.contains(&super::Batching::Provider) && !batch_api {
             problems.push(Problem::new(
                 at("task"),
