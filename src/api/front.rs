@@ -72,6 +72,7 @@ impl Received {
             principal: self.principal.clone(),
             headers,
             pin: None,
+            owned: None,
             fleet_only: self.fleet_only,
             trace,
         }

@@ -10,7 +10,6 @@ mod chat;
 mod chunks;
 mod completions;
 pub mod dashboard;
-mod dropped;
 pub mod edge;
 mod embeddings;
 pub mod front;

@@ -16,6 +16,7 @@ mod count;
 pub mod error;
 mod headers;
 mod meter;
+pub mod owned;
 mod refusal;
 mod shadow;
 mod spend;
@@ -31,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::canonical::{Affinity, ChatRequest, Principal};
-use crate::config::{BackendId, BackendKind, Config, Priority, TaskConfig};
+use crate::config::{BackendId, Config, Priority, TaskConfig};
 use crate::dispatch::{Committed, CostCell, Dispatcher, Keys};
 use crate::fleet::prefix_cache::PrefixKeys;
 use crate::guard::budget::{BudgetBoard, BudgetOptions};
@@ -48,6 +49,7 @@ pub use count::count_tokens;
 pub use error::{ApiError, ErrorCode};
 pub use headers::add_cost_header;
 use meter::Metering;
+use owned::{Owned, OwnersOnly};
 pub use refusal::plan_error;
 
 /// What the pipeline needs, shared by every request.
@@ -95,17 +97,19 @@ pub struct Arrival<'a> {
     pub headers: &'a HeaderMap,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
+    /// What it holds that only one provider takes, if the door found any.
+    pub owned: Option<OwnersOnly>,
     /// Plan it over the task's fleet pools only (a batch line, which must not spill).
     pub fleet_only: bool,
     /// The request's server span, when tracing is on.
     pub trace: Option<RequestSpan>,
 }
 
-/// A request that only the task's first backend may serve, and only when it is of `kind`
-/// (the backend keeps state the request leans on, such as the responses OpenAI stores).
-/// When the task's first backend is of another kind, the answer is `refusal`.
+/// A request that only the task's first backend may serve, and only when its provider takes
+/// what is `owned` (the backend keeps state the request leans on, such as the responses OpenAI
+/// stores). When the task's first backend's provider does not, the answer is `refusal`.
 pub struct Pinning {
-    pub kind: BackendKind,
+    pub owned: Owned,
     pub refusal: ApiError,
 }
 
@@ -130,12 +134,15 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, principal, headers, pin, fleet_only, trace } = arrival;
+    let Arrival { arrived_at, request_id, principal, headers, pin, owned, fleet_only, trace } = arrival;
     let snap = serving.snapshot.load_full();
     // 1. The task, and whether the key may use it.
     let asked_priority = headers::priority(headers)?;
     let task = task_for(&snap, model, principal.as_ref())?;
     let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
+    if let Some(refusal) = owned.as_ref().and_then(|owned| owned.refusal(&snap, task)) {
+        return Err(refusal);
+    }
     // 2. The request's facts.
     let canonical = to_canonical(task)?;
     if let Some(span) = &trace {
@@ -204,6 +211,10 @@ pub async fn serve(
     };
     let mut answer_headers = headers::spillway_headers(&committed);
     headers::add_queue_headers(&mut answer_headers, queued);
+    // What only one provider takes reached another without it: the answer says so.
+    if let Some(owned) = &owned {
+        owned.add_headers(&snap, &committed.backend, &mut answer_headers);
+    }
     // 7. Settlement. The answer passes through three wrappers, inside out, and each sees the
     // stream end after the one inside it: dispatch's lease (prices the answer once when its
     // usage arrives, frees the node slot and breaker permit, corrects the quota charge,
@@ -251,12 +262,13 @@ pub fn key_may_use(key: Option<&Principal>, task: &TaskConfig) -> bool {
     }
 }
 
-/// The task's first backend, if it is of the pin's kind; otherwise the pin's refusal.
+/// The task's first backend, if its provider takes what the pin's request holds; otherwise the
+/// pin's refusal.
 fn pinned_backend(snap: &Snapshot, task: &TaskConfig, pin: Pinning) -> Result<BackendId, ApiError> {
     task.backends
         .first()
         .and_then(|name| snap.backend_id(name))
-        .filter(|&id| snap.backends[id].kind == pin.kind)
+        .filter(|&id| snap.backends[id].provider.takes(pin.owned))
         .ok_or(pin.refusal)
 }
 

@@ -35,6 +35,7 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
         principal: None,
         headers: &headers,
         pin: None,
+        owned: None,
         fleet_only: false,
         trace: None,
     };

@@ -1,6 +1,6 @@
 //! Anthropic's Messages API.
 
-use super::Provider;
+use super::{Owned, Provider};
 use crate::adapter::batch_api::BatchWire;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
@@ -12,6 +12,10 @@ pub struct Anthropic;
 impl Provider for Anthropic {
     fn wire(&self, _: &BackendConfig) -> WireFormat {
         WireFormat::Anthropic
+    }
+
+    fn takes(&self, owned: Owned) -> bool {
+        owned == Owned::Anthropics
     }
 
     fn batch(&self) -> Option<BatchWire> {

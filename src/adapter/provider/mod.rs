@@ -40,6 +40,11 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         to
     }
 
+    /// Whether it takes content `owned` by a provider (its own, as the client sent it).
+    fn takes(&self, _owned: Owned) -> bool {
+        false
+    }
+
     /// The batch API it runs for lines at risk of missing their window, if any.
     fn batch(&self) -> Option<BatchWire> {
         None
@@ -55,6 +60,27 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
     /// kind as the config spells it.
     fn system(&self) -> &'static str;
+}
+
+/// Content of a request that only one provider can take: tools that run inside it, thinking
+/// it signed, reasoning it encrypted, state it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owned {
+    /// Anthropic's server tools and the thinking it signed.
+    Anthropics,
+    /// OpenAI's built-in tools, its encrypted reasoning and the responses it stores.
+    OpenAis,
+}
+
+impl Owned {
+    /// The owner's name, as messages say it.
+    pub fn owner(self) -> &'static str {
+        of(match self {
+            Owned::Anthropics => BackendKind::Anthropic,
+            Owned::OpenAis => BackendKind::Openai,
+        })
+        .name()
+    }
 }
 
 /// Providers are told apart by their trace name, which is theirs alone.

@@ -1,6 +1,6 @@
 //! OpenAI's API, and any other server that speaks its wire (`openai_compatible`).
 
-use super::Provider;
+use super::{Owned, Provider};
 use crate::adapter::batch_api::BatchWire;
 use crate::adapter::cloud::CloudCredentials;
 use crate::adapter::{Upstream, WireFormat};
@@ -18,6 +18,10 @@ impl Provider for OpenAi {
 
     fn upstream(&self, _: &BackendConfig, to: Upstream, _: &CloudCredentials) -> Upstream {
         Upstream { serves_responses: true, ..to }
+    }
+
+    fn takes(&self, owned: Owned) -> bool {
+        owned == Owned::OpenAis
     }
 
     fn batch(&self) -> Option<BatchWire> {

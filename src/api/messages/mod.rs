@@ -15,10 +15,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::dropped::OwnersOnly;
 use super::error::ApiError;
 use super::front::{self, Incoming};
-use crate::config::BackendKind;
+use crate::serve::owned::{Owned, OwnersOnly};
 use crate::serve::{self, Served};
 
 pub use error::response as error_response;
@@ -31,26 +30,21 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, batch, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
     let decoded = decode::decode(&received.body)?;
-    let arrival = received.arrival(request_id, trace, &headers);
+    let mut arrival = received.arrival(request_id, trace, &headers);
+    arrival.owned = Some(OwnersOnly {
+        owned: Owned::Anthropics,
+        tools: decoded.server_tools(),
+        content: decoded.carries_anthropics_own().then_some("thinking"),
+    });
     let admission = received.admission;
     let mut estimated_input_tokens = 0;
-    let server_tools = decoded.server_tools();
-    let anthropics_own = OwnersOnly {
-        owner: BackendKind::Anthropic,
-        tools: &server_tools,
-        content: decoded.carries_anthropics_own().then_some("thinking"),
-    };
     let Served { committed, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &decoded.model, |task| {
-            if let Some(refusal) = anthropics_own.refusal(&state, task) {
-                return Err(refusal);
-            }
             let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
             estimated_input_tokens = canonical.estimated_prompt_tokens();
             Ok(canonical)
         })
         .await?;
-    let committed_backend = committed.backend.clone();
     let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
     let mut response = if decoded.wants_stream() {
         let head = stream::Head { id, model: decoded.model.clone(), estimated_input_tokens };
@@ -69,9 +63,6 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
-    // What only Anthropic can take (its signed thinking, its server tools) reached another
-    // kind of backend without it: say so.
-    anthropics_own.say(&state, &committed_backend, response.headers_mut());
     Ok(response)
 }
 

@@ -34,12 +34,12 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, Stream, StreamExt};
 
-use super::dropped::OwnersOnly;
 use super::error::ApiError;
 use super::front::{self, Incoming};
 use crate::adapter::EventStream;
 use crate::canonical::Event;
-use crate::config::{BackendKind, TaskConfig};
+use crate::config::TaskConfig;
+use crate::serve::owned::{Owned, OwnersOnly};
 use crate::serve::{self, Pinning, Served};
 use events::Encoder;
 use object::Head;
@@ -57,22 +57,20 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     // State kept at OpenAI pins the request there (or is refused), with the body as sent.
     let pinned = match request.needs_openai_state() {
         Some(refusal) => {
-            arrival.pin = Some(Pinning { kind: BackendKind::Openai, refusal });
+            arrival.pin = Some(Pinning { owned: Owned::OpenAis, refusal });
             true
         }
         None => false,
     };
     let admission = received.admission;
     let toolset = Arc::new(request.toolset()?);
-    let openais_own = OwnersOnly {
-        owner: BackendKind::Openai,
-        tools: &toolset.dropped,
+    // OpenAI gets the body as written; any other backend, the tools and reasoning it can take.
+    arrival.owned = Some(OwnersOnly {
+        owned: Owned::OpenAis,
+        tools: toolset.dropped.clone(),
         content: request.carries_openais_own().then_some("reasoning"),
-    };
-    let to_canonical = |task: &TaskConfig| match openais_own.refusal(&state, task) {
-        Some(refusal) => Err(refusal),
-        None => request.to_canonical(task.max_output_tokens, &toolset, pinned),
-    };
+    });
+    let to_canonical = |task: &TaskConfig| request.to_canonical(task.max_output_tokens, &toolset, pinned);
     let Served { committed, task, headers: spillway_headers, cost, .. } =
         serve::serve(&state.serving, arrival, &request.model, to_canonical)
             .await
@@ -81,7 +79,6 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let echo = object::echo(&request);
     let head = Head { id: new_response_id(), created_at, model: task, echo, tools: Arc::clone(&toolset) };
-    let backend = committed.backend.clone();
 
     let mut response = if request.wants_stream() {
         let encoder = Encoder::new(head, true);
@@ -109,8 +106,6 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     };
     response.headers_mut().extend(spillway_headers);
     serve::add_cost_header(response.headers_mut(), &cost);
-    // OpenAI got the body as written; any other backend, the tools and reasoning it can take.
-    openais_own.say(&state, &backend, response.headers_mut());
     Ok(response)
 }
 
