@@ -20,7 +20,7 @@ use reqwest::header::{HeaderMap, HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
-use super::http::{self, StreamParser};
+use super::transport::http::{self, StreamParser};
 use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
@@ -88,8 +88,11 @@ pub(in crate::adapter) async fn send_to(
         (_, Speaker::Bedrock | Speaker::Vertex) | (None, _) => {}
     }
     if call.stream {
-        let streamed =
-            if speaker == Speaker::Bedrock { super::eventstream::CONTENT_TYPE } else { "text/event-stream" };
+        let streamed = if speaker == Speaker::Bedrock {
+            super::transport::eventstream::CONTENT_TYPE
+        } else {
+            "text/event-stream"
+        };
         headers.push((ACCEPT, streamed.to_string()));
     }
     let mut body = match client {
@@ -121,7 +124,8 @@ pub(in crate::adapter) async fn send_to(
         Speaker::Vertex => vertex::classify,
         Speaker::Anthropic | Speaker::Node => classify,
     };
-    let answer = super::eventstream::unframed(http::post(transport, url, &headers, body, classify).await?);
+    let answer =
+        super::transport::eventstream::unframed(http::post(transport, url, &headers, body, classify).await?);
     let relay = req.relay && client.is_some();
     let parse = match (relay, speaker) {
         (false, _) => parse_response,

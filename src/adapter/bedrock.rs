@@ -2,7 +2,7 @@
 //! `/invoke-with-response-stream`), with Anthropic's Messages body less `model` and `stream`,
 //! plus `anthropic_version: "bedrock-2023-05-31"` and the client's betas (those Bedrock takes)
 //! in `anthropic_beta`; the answer is Anthropic's, streamed inside event-stream frames
-//! ([`super::eventstream`]). The request is signed with SigV4 for the backend's region, or
+//! ([`super::transport::eventstream`]). The request is signed with SigV4 for the backend's region, or
 //! carries a Bedrock API key as a bearer token.
 //!
 //! Errors are classified by the exception's name (`x-amzn-errortype`, or an in-stream
@@ -41,7 +41,7 @@ pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str)
         .and_then(|b| b.get("message").or(b.get("Message")))
         .and_then(Value::as_str)
         .map(str::to_string)
-        .unwrap_or_else(|| super::http::excerpt(body));
+        .unwrap_or_else(|| super::transport::http::excerpt(body));
     let class = class_of(kind, &message).unwrap_or(ErrorClass::from_status(status));
     UpstreamError::new(class, Some(status), message).with_retry_after(parse_retry_after(headers))
 }

@@ -1,6 +1,6 @@
 //! Amazon Bedrock's Converse API, for the models Bedrock serves that are not Claude (Llama,
 //! Mistral, Nova, ...): `POST {base}/model/{model}/converse`, or `/converse-stream`, whose
-//! events come in event-stream frames named by their `:event-type` ([`super::eventstream`]).
+//! events come in event-stream frames named by their `:event-type` ([`super::transport::eventstream`]).
 //!
 //! The system prompt goes to `system`, limits to `inferenceConfig`, tools to `toolConfig`
 //! (Bedrock requires one whenever the history holds tool use or results, so a request with
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
-use super::http::{self, StreamParser};
+use super::transport::http::{self, StreamParser};
 use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     CachePlacement, ChatRequest, ErrorClass, Event, FinishReason, Image, Role, ToolChoice, UpstreamError,
@@ -33,12 +33,12 @@ pub(in crate::adapter) async fn send(
     let url = format!("{base}/model/{}/{verb}", crate::config::path_segment(call.model));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     if call.stream {
-        headers.push((ACCEPT, super::eventstream::CONTENT_TYPE.to_string()));
+        headers.push((ACCEPT, super::transport::eventstream::CONTENT_TYPE.to_string()));
     }
     let body = request_body(req, call).to_string().into_bytes();
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, super::bedrock::classify).await?;
-    let answer = super::eventstream::unframed(answer);
+    let answer = super::transport::eventstream::unframed(answer);
     Ok(http::answer_events(answer, call.stream, ConverseStream::default(), parse_response))
 }
 

@@ -1,7 +1,7 @@
 //! The Converse adapter's body and stream, checked without a network.
 
 use super::*;
-use crate::adapter::http::testing::run_sse;
+use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Upstream, WireFormat};
 use crate::canonical::{Message, Tool, ToolCall};
 

@@ -17,7 +17,7 @@ use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
-use super::http::{self, StreamParser};
+use super::transport::http::{self, StreamParser};
 use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,

@@ -2,7 +2,7 @@
 use futures::StreamExt;
 
 use super::*;
-use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
 

@@ -10,14 +10,10 @@ pub mod anthropic;
 pub mod batch_api;
 pub mod bedrock;
 mod call;
-pub mod cloud;
 pub mod converse;
+pub mod credentials;
 pub mod error;
-pub mod eventstream;
 pub mod gemini;
-pub mod h1;
-mod http;
-pub mod lanes;
 pub mod openai_compat;
 pub mod openai_completions;
 pub mod openai_embeddings;
@@ -25,16 +21,14 @@ mod openai_relay;
 pub mod openai_responses;
 pub mod provider;
 pub mod redact;
-pub(crate) mod sse;
-pub mod tls;
-
-use std::pin::Pin;
-use std::sync::Arc;
+pub mod transport;
 
 use futures::Stream;
+use std::pin::Pin;
 
 pub use call::{system_turn, Call};
 use redact::CallRedactor;
+pub use transport::Transport;
 
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
 
@@ -96,7 +90,7 @@ pub struct Upstream {
     pub query: Option<String>,
     /// How a cloud upstream without an API key learns who calls (a SigV4 signature, a Google
     /// token).
-    pub cloud: Option<cloud::CloudAuth>,
+    pub cloud: Option<credentials::CloudAuth>,
 }
 
 /// How an OpenAI-format upstream takes its key.
@@ -129,7 +123,7 @@ impl Upstream {
         body: &[u8],
     ) -> Result<(), UpstreamError> {
         match (&self.cloud, &self.api_key) {
-            (Some(cloud::CloudAuth::Aws { .. }), Some(key)) => {
+            (Some(credentials::CloudAuth::Aws { .. }), Some(key)) => {
                 headers.push((reqwest::header::AUTHORIZATION, format!("Bearer {key}")))
             }
             (Some(cloud), None) => {
@@ -148,55 +142,6 @@ impl Upstream {
             KeyHeader::Bearer => (reqwest::header::AUTHORIZATION, format!("Bearer {key}")),
             KeyHeader::ApiKey => (reqwest::header::HeaderName::from_static("api-key"), key.clone()),
         })
-    }
-}
-
-/// How adapters reach upstreams: the lean HTTP/1.1 client ([`h1`]) for plain-`http://` ones
-/// (the fleet's engines), reqwest for TLS (hosted APIs). Cloning shares the pools.
-#[derive(Clone)]
-pub struct Transport {
-    hosted: reqwest::Client,
-    /// The hosted clients of the request path, spread so that no request waits unseen.
-    lanes: lanes::Lanes,
-    plain: Arc<h1::Pool>,
-    /// Sent with every request: the calling span's W3C trace context (`traceparent`,
-    /// `tracestate`), when tracing is on.
-    trace: Vec<(::http::HeaderName, String)>,
-}
-
-impl Transport {
-    /// One client for every hosted request (tests, side binaries): its own pools only.
-    pub fn new(hosted: reqwest::Client, plain: h1::PoolConfig) -> Transport {
-        let one = hosted.clone();
-        let limits = lanes::LaneLimits { streams_per_connection: usize::MAX, max_connections: 1 };
-        Transport::with_lanes(hosted, plain, lanes::Lanes::new(limits, move || one.clone()))
-    }
-
-    /// `hosted` for calls beside the request path, `lanes` for the request path's.
-    pub fn with_lanes(hosted: reqwest::Client, plain: h1::PoolConfig, lanes: lanes::Lanes) -> Transport {
-        Transport { hosted, lanes, plain: h1::Pool::new(plain), trace: Vec::new() }
-    }
-
-    /// The request path's hosted lanes (for the waiting metric).
-    pub fn lanes(&self) -> &lanes::Lanes {
-        &self.lanes
-    }
-
-    /// The hosted client (TLS, its pools and settings), for calls beside the request path.
-    pub fn hosted(&self) -> &reqwest::Client {
-        &self.hosted
-    }
-
-    /// The same pools, sending `trace` (a call's trace context headers) with every request.
-    pub fn traced(&self, trace: Vec<(::http::HeaderName, String)>) -> Transport {
-        Transport { trace, ..self.clone() }
-    }
-}
-
-/// reqwest for TLS, and a plain-http pool with default settings.
-impl From<reqwest::Client> for Transport {
-    fn from(hosted: reqwest::Client) -> Transport {
-        Transport::new(hosted, h1::PoolConfig::default())
     }
 }
 

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
-use super::http::{self, StreamParser};
 use super::openai_relay::SplitChunk;
+use super::transport::http::{self, StreamParser};
 use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, UpstreamError,

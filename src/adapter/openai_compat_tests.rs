@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::Transport;
 use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{Image, ResponseFormat, Tool, ToolCall};

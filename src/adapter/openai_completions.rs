@@ -15,9 +15,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::{self, StreamParser};
 use super::openai_compat::{classify, finish_reason, in_band_error, usage};
 use super::openai_relay::SplitChunk;
+use super::transport::http::{self, StreamParser};
 use super::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, Completion, Event, FinishReason, RelayChunk, UpstreamError, Usage};
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
 
 /// `send` as the request is written (its own model).

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Map, Value};
 
-use super::http;
 use super::openai_compat::{classify, in_band_error};
+use super::transport::http;
 use super::{Call, EventStream, Transport};
 use crate::canonical::{
     vector_from_base64, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
@@ -101,7 +101,7 @@ fn vector(value: Option<&Value>) -> Option<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapter::http::testing::canned_server;
+    use crate::adapter::transport::http::testing::canned_server;
     use crate::adapter::{Upstream, WireFormat};
     use crate::canonical::{vector_to_base64, ChatRequest, EncodingFormat, Input, Operation};
 

@@ -21,8 +21,8 @@ use std::collections::{HashMap, HashSet};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::http::{self, StreamParser};
 use super::openai_compat;
+use super::transport::http::{self, StreamParser};
 use super::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,

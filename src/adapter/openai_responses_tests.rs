@@ -3,7 +3,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::*;
-use crate::adapter::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, Upstream, WireFormat};
 
 fn sse(events: &[Value]) -> String {

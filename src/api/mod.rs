@@ -60,7 +60,7 @@ impl axum::extract::FromRef<AppState> for Arc<Ops> {
 pub struct Ops {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The hosted lanes of dispatch: requests waiting for a connection slot, per origin.
-    pub lanes: crate::adapter::lanes::Lanes,
+    pub lanes: crate::adapter::transport::lanes::Lanes,
     /// The router's own in-flight and unseen counts per node (shared with dispatch).
     pub load: Arc<crate::fleet::load::NodeLoad>,
     /// The client keys: static ones from the environment and issued ones from the store.

@@ -104,7 +104,7 @@ async fn discovery(
 /// The client for what the scrape loop's own connections cannot do (`https://`, redirects).
 fn scrape_client(config: &Config) -> std::io::Result<reqwest::Client> {
     let builder = reqwest::Client::builder().timeout(Duration::from_millis(config.telemetry.timeout_ms));
-    crate::adapter::tls::trusting(builder, &config.tls).build().map_err(std::io::Error::other)
+    crate::adapter::transport::tls::trusting(builder, &config.tls).build().map_err(std::io::Error::other)
 }
 
 /// The readings shared with other replicas through Redis, when there is one and the config

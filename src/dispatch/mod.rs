@@ -30,10 +30,10 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use walk::{Admitted, AfterFailure, Walk};
 
-use crate::adapter::cloud::CloudCredentials;
-use crate::adapter::h1::PoolConfig;
-use crate::adapter::lanes::{LaneLimits, Lanes};
+use crate::adapter::credentials::CloudCredentials;
 use crate::adapter::redact::Redactor;
+use crate::adapter::transport::h1::PoolConfig;
+use crate::adapter::transport::lanes::{LaneLimits, Lanes};
 use crate::adapter::{Call, EventStream, Transport, Upstream};
 use crate::canonical::{ChatRequest, ErrorClass, UpstreamError};
 use crate::config::{BackendId, DispatchConfig, Priority, TaskConfig, TlsConfig};
@@ -142,7 +142,7 @@ impl Dispatcher {
                 .pool_idle_timeout(idle_timeout)
                 .pool_max_idle_per_host(max_idle)
                 .tcp_nodelay(true);
-            crate::adapter::tls::trusting(builder, &tls)
+            crate::adapter::transport::tls::trusting(builder, &tls)
                 .build()
                 .expect("the HTTP client builds with static settings")
         };
@@ -227,7 +227,7 @@ impl Dispatcher {
     }
 
     /// The request path's hosted lanes (for `spillway_upstream_waiting`).
-    pub fn lanes(&self) -> &crate::adapter::lanes::Lanes {
+    pub fn lanes(&self) -> &crate::adapter::transport::lanes::Lanes {
         self.transport.lanes()
     }
 

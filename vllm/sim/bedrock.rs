@@ -201,14 +201,14 @@ fn check_body(v: &Value) -> Result<(), Refused> {
 fn exception_stream(kind: &str, echo: Option<&str>) -> Response {
     let message = super::echo::with(format!("The model stream failed ({kind})."), echo);
     let payload = json!({ "message": message }).to_string();
-    let frame = crate::adapter::eventstream::frame(
+    let frame = crate::adapter::transport::eventstream::frame(
         &[(":exception-type", kind), (":message-type", "exception")],
         payload.as_bytes(),
     );
     let mut resp = frame.into_response();
     resp.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
-        HeaderValue::from_static(crate::adapter::eventstream::CONTENT_TYPE),
+        HeaderValue::from_static(crate::adapter::transport::eventstream::CONTENT_TYPE),
     );
     resp
 }

@@ -16,7 +16,7 @@ use super::engine::FinishReason;
 use super::generate::{GenEvent, GenRequest, Usage};
 use super::server::{AppState, SimError};
 use super::sse::{self, Framing};
-use crate::adapter::eventstream;
+use crate::adapter::transport::eventstream;
 
 fn invalid(message: &str) -> SimError {
     SimError::new(400, message)

@@ -53,7 +53,7 @@ impl FrameTx {
     /// `event: <name>` + `data: <json>` frame, or in an event stream a `chunk` (an `error`
     /// event: the exception its `error.type` is on Bedrock).
     pub async fn event(&self, name: &str, v: &Value) -> bool {
-        use crate::adapter::eventstream;
+        use crate::adapter::transport::eventstream;
         let frame = match (self.1, name) {
             (Framing::Sse, _) => Bytes::from(format!("event: {name}\ndata: {v}\n\n")),
             (Framing::EventStream, "error") => {
@@ -102,7 +102,7 @@ pub fn response_as(extra: HeaderMap, framing: Framing) -> (FrameTx, Response) {
     let h = resp.headers_mut();
     let content_type = match framing {
         Framing::Sse => "text/event-stream; charset=utf-8",
-        Framing::EventStream => crate::adapter::eventstream::CONTENT_TYPE,
+        Framing::EventStream => crate::adapter::transport::eventstream::CONTENT_TYPE,
     };
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::native::{self, Speaker};
 use super::{classify, request_body, API_VERSION};
-use crate::adapter::{http, Call, Transport};
+use crate::adapter::transport::http;
+use crate::adapter::{Call, Transport};
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, UpstreamError};
 
 /// The input tokens of `req`, sent as `call`, as Claude at `speaker` (Anthropic, Bedrock or

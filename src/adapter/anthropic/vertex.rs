@@ -3,7 +3,7 @@
 //! `anthropic_version: "vertex-2023-10-16"` and the client's betas (those the clouds take) in
 //! `anthropic-beta` ([`super::send_to`] with `Speaker::Vertex`); Gemini goes through
 //! the Gemini adapter at the publisher's address. Both carry a Google OAuth token
-//! ([`crate::adapter::cloud::google`]).
+//! ([`crate::adapter::credentials::google`]).
 //!
 //! Vertex answers errors in Google's envelope (`{"error": {"code", "message", "status"}}`, at
 //! times inside an array), and Claude's own refusals either as Anthropic writes them or with

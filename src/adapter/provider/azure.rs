@@ -2,7 +2,7 @@
 //! Entra token when there is no key.
 
 use super::Provider;
-use crate::adapter::cloud::{CloudAuth, CloudCredentials};
+use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::{KeyHeader, Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendSpec};
 use crate::tokens::TokenCounter;

@@ -2,7 +2,7 @@
 //! Converse; calls signed with SigV4.
 
 use super::Provider;
-use crate::adapter::cloud::{CloudAuth, CloudCredentials};
+use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;

@@ -16,7 +16,7 @@ mod vertex;
 use std::sync::Arc;
 
 use super::batch_api::BatchWire;
-use super::cloud::CloudCredentials;
+use super::credentials::CloudCredentials;
 use super::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendKind};
 use crate::tokens::TokenCounter;
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn each_provider_addresses_and_signs_its_calls_its_own_way() {
-        use crate::adapter::cloud::CloudAuth;
+        use crate::adapter::credentials::CloudAuth;
         use crate::adapter::KeyHeader;
         let clouds = CloudCredentials::new(reqwest::Client::new());
         let call = |yaml: &str| {

@@ -2,7 +2,7 @@
 
 use super::{Owned, Provider};
 use crate::adapter::batch_api::BatchWire;
-use crate::adapter::cloud::CloudCredentials;
+use crate::adapter::credentials::CloudCredentials;
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendSpec};
 use crate::tokens::TokenCounter;

@@ -2,7 +2,7 @@
 //! wire), by the model's publisher; calls carry a Google access token.
 
 use super::Provider;
-use crate::adapter::cloud::{CloudAuth, CloudCredentials};
+use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendSpec};
 use crate::tokens::TokenCounter;

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::{scrub, scrub_error, Redactor};
-use crate::adapter::cloud::CloudAuth;
+use crate::adapter::credentials::CloudAuth;
 use crate::adapter::{Call, EventStream, Upstream};
 use crate::canonical::UpstreamError;
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::adapter::cloud::CloudAuth;
+use crate::adapter::credentials::CloudAuth;
 use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, ErrorClass, Event};
 use std::time::Duration;
@@ -126,7 +126,7 @@ async fn a_stream_broken_mid_way_is_scrubbed() {
 /// handed out, whether that was noted before the call or while it ran.
 #[tokio::test]
 async fn a_call_cuts_its_own_credentials_beside_the_routers() {
-    let aws = Arc::new(crate::adapter::cloud::aws::AwsCredentials::default());
+    let aws = Arc::new(crate::adapter::credentials::aws::AwsCredentials::default());
     let cloud =
         CloudAuth::Aws { region: "eu-west-1".into(), service: "bedrock", credentials: Arc::clone(&aws) };
     let upstream = Upstream {

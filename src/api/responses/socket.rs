@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 use tower_service::Service;
 
 use super::warmed;
-use crate::adapter::sse::{Flow, SseDecoder};
+use crate::adapter::transport::sse::{Flow, SseDecoder};
 use crate::api::edge::ConnectionLife;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::front::Doors;

@@ -12,7 +12,8 @@ use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use super::sse::{Flow, SseDecoder};
-use super::{EventStream, Transport};
+use super::Transport;
+use crate::adapter::EventStream;
 use crate::canonical::{ErrorClass, Event, UpstreamError};
 
 /// Turns an HTTP status, the response headers and the body text into a classified error.
@@ -400,7 +401,7 @@ mod tests {
         let req =
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
         let transport = Transport::from(reqwest::Client::new());
-        let call = super::super::Call::as_written(super::super::WireFormat::OpenAi, upstream, &req);
+        let call = crate::adapter::Call::as_written(crate::adapter::WireFormat::OpenAi, upstream, &req);
         let events = openai_compat::send(&transport, &call, &req).await.unwrap();
         events.map(|e| e.unwrap()).collect().await
     }
