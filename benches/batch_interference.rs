@@ -39,7 +39,7 @@ async fn start_batch(router: &str, n: usize) -> String {
         })
         .collect();
     let (content_type, body) =
-        spillway::adapter::batch_api::file_form("batch", "nightly.jsonl", &lines.join("\n"));
+        spillway::batch::provider_api::file_form("batch", "nightly.jsonl", &lines.join("\n"));
     let client = reqwest::Client::new();
     let file: Value = client
         .post(format!("{router}/v1/files"))

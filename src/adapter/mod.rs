@@ -7,7 +7,6 @@
 //! never choose a backend: dispatch does that. They only translate and classify.
 
 pub mod anthropic;
-pub mod batch_api;
 pub mod bedrock;
 mod call;
 pub mod converse;

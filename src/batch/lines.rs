@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 /// The endpoints a job's lines may name (OpenAI's list; Anthropic's is `/v1/messages`).
-pub use crate::adapter::batch_api::OPENAI_ENDPOINTS as ENDPOINTS;
+pub use crate::adapter::provider::OPENAI_ENDPOINTS as ENDPOINTS;
 
 /// One line, ready to run.
 #[derive(Debug, Clone, PartialEq)]

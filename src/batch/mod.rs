@@ -10,6 +10,7 @@ pub mod deadline;
 pub mod job;
 pub mod lease;
 pub mod lines;
+pub mod provider_api;
 pub mod retention;
 pub mod runner;
 pub mod spill;

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::job::{LineState, Status};
 use super::lease::Lease;
+use super::provider_api::{BatchApi, LineResult, Polled};
 use super::store::{self, Claimed, JobRow, LineEnd, Spill};
-use crate::adapter::batch_api::{LineResult, Polled};
 use crate::config::Priority;
 use crate::config::{BackendId, Config, TaskConfig};
 use crate::dispatch::Dispatcher;
@@ -63,7 +63,7 @@ pub async fn submit(
     }
     for (backend, lines) in groups {
         let view = &snap.backends[backend];
-        let Some(api) = dispatcher.batch_api(snap, backend) else { continue };
+        let Some(api) = BatchApi::of(dispatcher, snap, backend) else { continue };
         let claim = format!("spill-{:016x}", rand::random::<u64>());
         // Held under this replica's lease while it submits them (if it dies, they go back),
         // then until the provider's batch is read back (a day past the window: it has its own).
@@ -116,7 +116,8 @@ pub async fn cancel(
         if !asked.lock().unwrap_or_else(|e| e.into_inner()).insert(spill.id.clone()) {
             continue;
         }
-        let Some(api) = snap.backend_id(&spill.backend).and_then(|b| dispatcher.batch_api(snap, b)) else {
+        let Some(api) = snap.backend_id(&spill.backend).and_then(|b| BatchApi::of(dispatcher, snap, b))
+        else {
             continue;
         };
         match api.cancel(&spill.id).await {
@@ -140,7 +141,7 @@ pub async fn read_back(
 ) -> Result<(), sqlx::Error> {
     for spill in store::open_spills(store).await? {
         let Some(backend) = snap.backend_id(&spill.backend) else { continue };
-        let Some(api) = dispatcher.batch_api(snap, backend) else { continue };
+        let Some(api) = BatchApi::of(dispatcher, snap, backend) else { continue };
         let results = match api.poll(&spill.id).await {
             Ok(Polled::Running) => continue,
             Ok(Polled::Ended(results)) => results,

@@ -231,21 +231,17 @@ impl Dispatcher {
         self.transport.lanes()
     }
 
-    /// The batch API of hosted backend `backend`, through the hosted client and with its key;
-    /// its results come cut of every secret.
-    pub fn batch_api(
+    /// What a call beside the request path to `backend`'s first node needs (a provider's batch
+    /// API): the hosted client, the upstream as its provider takes it, and the router's
+    /// secrets, which nothing it reads back may carry.
+    pub fn beside(
         &self,
         snap: &Snapshot,
         backend: BackendId,
-    ) -> Option<crate::adapter::batch_api::BatchApi> {
-        let view = &snap.backends[backend];
-        Some(crate::adapter::batch_api::BatchApi {
-            client: self.transport.hosted().clone(),
-            base_url: view.nodes.first().map(|n| n.base_url.clone()).unwrap_or_default(),
-            api_key: self.secrets.load().get(&view.name).cloned(),
-            wire: view.provider.batch()?,
-            redactor: self.redactor.load_full(),
-        })
+    ) -> Option<(reqwest::Client, Upstream, Arc<Redactor>)> {
+        let node = snap.backends[backend].nodes.first()?;
+        let upstream = self.upstream(snap, backend, &node.base_url);
+        Some((self.transport.hosted().clone(), upstream, self.redactor.load_full()))
     }
 
     /// Walk `plan` until a backend produces its first token. `claim`: the slot the request

@@ -37,7 +37,7 @@ fn slow_node() -> (Child, String) {
 
 /// Upload `text` as a batch input file and create a chat job from it: the job's id.
 async fn create_job(client: &reqwest::Client, url: &str, text: &str) -> String {
-    let (content_type, body) = spillway::adapter::batch_api::file_form("batch", "in.jsonl", text);
+    let (content_type, body) = spillway::batch::provider_api::file_form("batch", "in.jsonl", text);
     let file: Value = client
         .post(format!("{url}/v1/files"))
         .header("content-type", content_type)

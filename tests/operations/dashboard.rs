@@ -187,7 +187,7 @@ tasks:
         })
         .collect();
     let (content_type, form) =
-        spillway::adapter::batch_api::file_form("batch", "in.jsonl", &lines.join("\n"));
+        spillway::batch::provider_api::file_form("batch", "in.jsonl", &lines.join("\n"));
     let client = reqwest::Client::new();
     let file: serde_json::Value = client
         .post(format!("{}/v1/files", r.url))

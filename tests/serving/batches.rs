@@ -34,7 +34,7 @@ pub(super) fn line(id: &str, model: &str) -> Value {
 
 /// `POST /v1/files` with `text` as the file, the way the SDKs send it.
 pub(super) async fn upload(router: &Router, purpose: &str, text: &str) -> reqwest::Response {
-    let (content_type, body) = spillway::adapter::batch_api::file_form(purpose, "in.jsonl", text);
+    let (content_type, body) = spillway::batch::provider_api::file_form(purpose, "in.jsonl", text);
     reqwest::Client::new()
         .post(format!("{}/v1/files", router.url))
         .header("content-type", content_type)

@@ -1,7 +1,7 @@
 //! Anthropic's Messages API.
 
+use super::BatchWire;
 use super::{Owned, Provider};
-use crate::adapter::batch_api::BatchWire;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;

@@ -15,7 +15,6 @@ mod vertex;
 
 use std::sync::Arc;
 
-use super::batch_api::BatchWire;
 use super::credentials::CloudCredentials;
 use super::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendKind};
@@ -60,6 +59,29 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// the fleet's engines and other OpenAI-compatible servers have none, so they go by their
     /// kind as the config spells it.
     fn system(&self) -> &'static str;
+}
+
+/// The endpoints OpenAI's Batch API runs (and so a Spillway job on the OpenAI API may name).
+pub const OPENAI_ENDPOINTS: [&str; 4] =
+    ["/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"];
+
+/// Which batch API a provider runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchWire {
+    /// OpenAI's Files and Batch API.
+    OpenAi,
+    /// Anthropic's Message Batches.
+    Anthropic,
+}
+
+impl BatchWire {
+    /// Whether it runs a job on `endpoint`.
+    pub fn serves(self, endpoint: &str) -> bool {
+        match self {
+            BatchWire::OpenAi => OPENAI_ENDPOINTS.contains(&endpoint),
+            BatchWire::Anthropic => endpoint == "/v1/messages",
+        }
+    }
 }
 
 /// Content of a request that only one provider can take: tools that run inside it, thinking

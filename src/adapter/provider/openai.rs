@@ -1,7 +1,7 @@
 //! OpenAI's API, and any other server that speaks its wire (`openai_compatible`).
 
+use super::BatchWire;
 use super::{Owned, Provider};
-use crate::adapter::batch_api::BatchWire;
 use crate::adapter::credentials::CloudCredentials;
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::{BackendConfig, BackendSpec};

@@ -1,7 +1,8 @@
 //! The adapters let upstream text out only through the redactor: every function in
 //! `src/adapter` whose result can carry an upstream's words (an error, an event stream, a
-//! body, a batch's results) is visible only inside the adapter module, except the few entries
-//! named here, and each entry goes through a [`super::CallRedactor`]. A new way out (a wire
+//! body) is visible only inside the adapter module, except the few entries named here, and each
+//! entry goes through a [`super::CallRedactor`]. The same holds for the one caller of upstreams
+//! outside it, the providers' batch client (`src/batch/provider_api.rs`, a batch's results). A new way out (a wire
 //! function made `pub(crate)` for another module to call, a new entry) fails this test until it
 //! is scrubbed and listed.
 
@@ -12,7 +13,8 @@ const UPSTREAM_TEXT: [&str; 6] =
     ["UpstreamError", "EventStream", "ByteStream", "Answer", "Polled", "LineResult"];
 
 /// The ways out: (file below `src/adapter`, function), each scrubbing what it returns.
-const ENTRIES: [(&str, &str); 3] = [("mod.rs", "send"), ("mod.rs", "count_tokens"), ("batch_api.rs", "poll")];
+const ENTRIES: [(&str, &str); 3] =
+    [("mod.rs", "send"), ("mod.rs", "count_tokens"), ("../batch/provider_api.rs", "poll")];
 
 /// Visibilities that keep an item inside `crate::adapter`.
 fn stays_inside(visibility: &str) -> bool {
@@ -114,7 +116,7 @@ fn returns_upstream_text(signature: &str) -> bool {
 #[test]
 fn upstream_text_leaves_the_adapters_only_through_the_redactor() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/adapter");
-    let mut files = Vec::new();
+    let mut files = vec![root.join("../batch/provider_api.rs")];
     sources(&root, &mut files);
     let mut ways_out = Vec::new();
     let mut entries_seen = Vec::new();

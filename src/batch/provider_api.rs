@@ -4,49 +4,30 @@
 //! which lines go and what their answers become is `batch::spill`'s. An error says what failed
 //! and the status, never an upstream's text (it may echo the request's key); the results (an
 //! output file's answers, an error file's errors) come cut of every secret, as the realtime
-//! path's errors are (`super::redact`).
+//! path's errors are (`adapter::redact`).
 
 use std::sync::Arc;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::redact::{CallRedactor, Redactor};
-use super::Upstream;
-
-/// The endpoints OpenAI's Batch API runs (and so a Spillway job on the OpenAI API may name).
-pub const OPENAI_ENDPOINTS: [&str; 4] =
-    ["/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"];
-
-/// Which batch API a provider runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchWire {
-    /// OpenAI's Files and Batch API.
-    OpenAi,
-    /// Anthropic's Message Batches.
-    Anthropic,
-}
-
-impl BatchWire {
-    /// Whether it runs a job on `endpoint`.
-    pub fn serves(self, endpoint: &str) -> bool {
-        match self {
-            BatchWire::OpenAi => OPENAI_ENDPOINTS.contains(&endpoint),
-            BatchWire::Anthropic => endpoint == "/v1/messages",
-        }
-    }
-}
+pub use crate::adapter::provider::BatchWire;
+use crate::adapter::redact::{CallRedactor, Redactor};
+use crate::adapter::Upstream;
+use crate::config::BackendId;
+use crate::dispatch::Dispatcher;
+use crate::snapshot::Snapshot;
 
 /// One provider's batch API, as one backend reaches it.
 #[derive(Clone)]
 pub struct BatchApi {
-    pub client: reqwest::Client,
-    /// The backend's `base_url` (OpenAI's ends in `/v1`, Anthropic's does not).
-    pub base_url: String,
-    pub api_key: Option<String>,
-    pub wire: BatchWire,
+    client: reqwest::Client,
+    /// The backend's first node (`base_url`: OpenAI's ends in `/v1`, Anthropic's does not)
+    /// and key.
+    upstream: Upstream,
+    wire: BatchWire,
     /// The router's secrets, which no result carries (nor the key above).
-    pub redactor: Arc<Redactor>,
+    redactor: Arc<Redactor>,
 }
 
 /// One line's answer from a provider's batch: its status (0: never answered, the batch
@@ -66,8 +47,16 @@ pub enum Polled {
 }
 
 impl BatchApi {
+    /// The batch API of hosted backend `backend`, through the dispatcher's hosted client and
+    /// with its key; none if its provider runs none.
+    pub fn of(dispatcher: &Dispatcher, snap: &Snapshot, backend: BackendId) -> Option<BatchApi> {
+        let wire = snap.backends[backend].provider.batch()?;
+        let (client, upstream, redactor) = dispatcher.beside(snap, backend)?;
+        Some(BatchApi { client, upstream, wire, redactor })
+    }
+
     fn url(&self, path: &str) -> String {
-        let base = self.base_url.trim_end_matches('/');
+        let base = self.upstream.base_url.trim_end_matches('/');
         match self.wire {
             BatchWire::Anthropic => format!("{base}/v1{path}"),
             _ => format!("{base}{path}"),
@@ -76,7 +65,7 @@ impl BatchApi {
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let r = self.client.request(method, url);
-        match (&self.api_key, self.wire) {
+        match (&self.upstream.api_key, self.wire) {
             (Some(key), BatchWire::Anthropic) => {
                 r.header("x-api-key", key).header("anthropic-version", "2023-06-01")
             }
@@ -158,8 +147,7 @@ impl BatchApi {
     /// them cut of the router's secrets and this backend's key.
     pub async fn poll(&self, id: &str) -> Result<Polled, String> {
         let polled = self.poll_raw(id).await?;
-        let upstream = Upstream { api_key: self.api_key.clone(), ..Upstream::default() };
-        let redactor = CallRedactor::new(Arc::clone(&self.redactor), &upstream);
+        let redactor = CallRedactor::new(Arc::clone(&self.redactor), &self.upstream);
         let scrub = redactor.resolve();
         Ok(match polled {
             Polled::Running => Polled::Running,
