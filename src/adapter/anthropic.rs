@@ -16,10 +16,11 @@
 
 use std::collections::HashMap;
 
-use reqwest::header::{HeaderMap, HeaderName, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
 use super::error::parse_retry_after;
+use super::transport;
 use super::transport::http::{self, StreamParser};
 use super::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
@@ -29,11 +30,12 @@ use crate::canonical::{
 
 pub mod cache;
 mod count;
+pub mod host;
 pub(crate) mod native;
 pub mod provenance;
-pub mod vertex;
 
 pub(in crate::adapter) use count::count_tokens;
+pub use host::ClaudeHost;
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -45,102 +47,64 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub const JSON_OBJECT_INSTRUCTION: &str =
     "Answer with a single JSON object and nothing else: no prose and no code fences.";
 
-pub(in crate::adapter) async fn send(
-    transport: &Transport,
-    call: &Call<'_>,
-    req: &ChatRequest,
-) -> Result<EventStream, UpstreamError> {
-    let url = format!("{}/v1/messages", call.upstream.base_url.trim_end_matches('/'));
-    send_to(transport, &url, call, req, native::Speaker::Anthropic).await
-}
-
-/// `POST url` in the Messages format: to Anthropic itself, to a node that serves the Messages
-/// API natively, or to a cloud's Claude. A request that came in Messages form goes as the
-/// client wrote it (see [`native`]); any other is translated from the canonical request.
+/// `POST` in the Messages format to `host`: Anthropic itself, a node that serves the Messages
+/// API natively, or a cloud's Claude. A request that came in Messages form goes as the client
+/// wrote it (see [`native`]); any other is translated from the canonical request.
 pub(in crate::adapter) async fn send_to(
     transport: &Transport,
-    url: &str,
     call: &Call<'_>,
     req: &ChatRequest,
-    speaker: native::Speaker,
+    host: &dyn ClaudeHost,
 ) -> Result<EventStream, UpstreamError> {
-    use native::Speaker;
     let client = req.native.as_ref().filter(|n| n.dialect == Dialect::AnthropicMessages);
-    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
-    if speaker.body_version().is_none() {
-        let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
-        headers.push((HeaderName::from_static("anthropic-version"), version.to_string()));
-    }
-    let betas = client.and_then(|n| n.header("anthropic-beta")).map(|h| native::betas_for(speaker, h));
-    let betas = betas.filter(|b| !b.is_empty());
-    if let (Some(betas), Speaker::Anthropic | Speaker::Vertex) = (&betas, speaker) {
-        headers.push((HeaderName::from_static("anthropic-beta"), betas.join(",")));
-    }
-    match (&call.upstream.api_key, speaker) {
-        (Some(key), Speaker::Anthropic) => headers.push((HeaderName::from_static("x-api-key"), key.clone())),
-        // Self-hosted engines check the key as their OpenAI routes do (some also read
-        // `x-api-key` on their Messages route): both, to the same server.
-        (Some(key), Speaker::Node) => {
-            headers.push((AUTHORIZATION, format!("Bearer {key}")));
-            headers.push((HeaderName::from_static("x-api-key"), key.clone()));
-        }
-        // A cloud's credentials: `authenticate` below.
-        (_, Speaker::Bedrock | Speaker::Vertex) | (None, _) => {}
-    }
+    let url = host.url(&call.upstream.base_url, call.model, call.stream);
+    let (mut headers, mut body) = prepared(call, req, host);
     if call.stream {
-        let streamed = if speaker == Speaker::Bedrock {
-            super::transport::eventstream::CONTENT_TYPE
-        } else {
-            "text/event-stream"
-        };
-        headers.push((ACCEPT, streamed.to_string()));
-    }
-    let mut body = match client {
-        Some(client) => native::body(req, call, client, speaker),
-        None => request_body(req, call),
-    };
-    if let (Some(version), Some(body)) = (speaker.body_version(), body.as_object_mut()) {
-        // The model is in the URL; Bedrock's verb says whether it streams (Vertex's body does).
-        body.remove("model");
-        if speaker == Speaker::Bedrock {
-            body.remove("stream");
-        }
-        body.insert("anthropic_version".into(), json!(version));
-        if let (Some(betas), Speaker::Bedrock) = (&betas, speaker) {
-            body.insert("anthropic_beta".into(), json!(betas));
-        }
+        headers.push((ACCEPT, host.stream_type().to_string()));
     }
     // Claude caches where told to; a node caches every prefix on its own.
-    if let (Some(placement), true, Some(body)) =
-        (&call.cache_placement, speaker.signer().is_some(), body.as_object_mut())
-    {
-        let placed = cache::place(body, placement);
+    if let (Some(placement), true) = (&call.cache_placement, host.signer().is_some()) {
+        let placed = cache::place(&mut body, placement);
         tracing::debug!(?placed, "prompt-cache breakpoints");
     }
-    let body = body.to_string().into_bytes();
-    call.upstream.authenticate(url, &mut headers, &body).await?;
-    let classify = match speaker {
-        Speaker::Bedrock => super::bedrock::classify,
-        Speaker::Vertex => vertex::classify,
-        Speaker::Anthropic | Speaker::Node => classify,
-    };
+    let body = Value::Object(body).to_string().into_bytes();
+    call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer =
-        super::transport::eventstream::unframed(http::post(transport, url, &headers, body, classify).await?);
+        transport::eventstream::unframed(http::post(transport, &url, &headers, body, host.classify()).await?);
     let relay = req.relay && client.is_some();
-    let parse = match (relay, speaker) {
-        (false, _) => parse_response,
-        (true, Speaker::Anthropic) => |b: &Value| relayed(b, Some("anthropic")),
-        (true, Speaker::Bedrock) => |b: &Value| relayed(b, Some("bedrock")),
-        (true, Speaker::Vertex) => |b: &Value| relayed(b, Some("vertex")),
-        (true, Speaker::Node) => |b: &Value| relayed(b, None),
-    };
-    let signer = speaker.signer();
+    let signer = host.signer();
+    let parse = move |b: &Value| if relay { relayed(b, signer) } else { parse_response(b) };
     Ok(http::answer_events(
         answer,
         call.stream,
         AnthropicStream { relay, signer, ..AnthropicStream::default() },
         parse,
     ))
+}
+
+/// The headers and body of `call` of `req` as `host` takes them: the client's own body (or
+/// the translation of the canonical request), with the client's version and the betas the
+/// host takes.
+fn prepared(
+    call: &Call<'_>,
+    req: &ChatRequest,
+    host: &dyn ClaudeHost,
+) -> (Vec<(HeaderName, String)>, Map<String, Value>) {
+    let client = req.native.as_ref().filter(|n| n.dialect == Dialect::AnthropicMessages);
+    let version = client.and_then(|n| n.header("anthropic-version")).unwrap_or(API_VERSION);
+    let flags = client
+        .and_then(|n| n.header("anthropic-beta"))
+        .map(|h| h.split(',').map(str::trim).filter(|f| !f.is_empty()).collect());
+    let betas = host.betas(flags.unwrap_or_default());
+    let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
+    headers.extend(host.headers(version, &betas, call.upstream.api_key.as_deref()));
+    let body = match client {
+        Some(client) => native::body(req, call, client, host.signer()),
+        None => request_body(req, call),
+    };
+    let Value::Object(mut body) = body else { unreachable!("a Messages body is an object") };
+    host.fit(&mut body, &betas);
+    (headers, body)
 }
 
 /// The Messages request body for `call` of `req`.

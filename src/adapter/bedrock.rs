@@ -1,9 +1,7 @@
-//! Amazon Bedrock. Claude goes through InvokeModel: `POST {base}/model/{model}/invoke` (or
-//! `/invoke-with-response-stream`), with Anthropic's Messages body less `model` and `stream`,
-//! plus `anthropic_version: "bedrock-2023-05-31"` and the client's betas (those Bedrock takes)
-//! in `anthropic_beta`; the answer is Anthropic's, streamed inside event-stream frames
-//! ([`super::transport::eventstream`]). The request is signed with SigV4 for the backend's region, or
-//! carries a Bedrock API key as a bearer token.
+//! Amazon Bedrock's errors, as both of its wires meet them: Claude through InvokeModel (its
+//! host, `provider::bedrock`) and its other models through Converse ([`super::converse`]). A
+//! request is signed with SigV4 for the backend's region, or carries a Bedrock API key as a
+//! bearer token.
 //!
 //! Errors are classified by the exception's name (`x-amzn-errortype`, or an in-stream
 //! exception's `:exception-type`), not by status alone.
@@ -14,18 +12,8 @@ use serde_json::Value;
 use super::error::parse_retry_after;
 use crate::canonical::{ErrorClass, UpstreamError};
 
-/// The `anthropic_version` InvokeModel takes.
-pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
-
 /// SigV4's name for the Bedrock runtime.
 pub const SIGNING_NAME: &str = "bedrock";
-
-/// The InvokeModel URL of `model` below `base` (the runtime endpoint): the model id, profile id
-/// or ARN percent-encoded as one path segment.
-pub fn invoke_url(base: &str, model: &str, stream: bool) -> String {
-    let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
-    format!("{}/model/{}/{verb}", base.trim_end_matches('/'), crate::config::path_segment(model))
-}
 
 /// Classify a non-2xx answer by `x-amzn-errortype` (its name before any `:`), with the body's
 /// `message` (or `Message`).
@@ -136,13 +124,5 @@ mod tests {
         assert_eq!(exception("throttlingException", "slow down").class, ErrorClass::RateLimited);
         assert_eq!(exception("modelStreamErrorException", "x").class, ErrorClass::ServerError);
         assert_eq!(exception("validationException", "x").class, ErrorClass::InvalidRequest);
-    }
-
-    #[test]
-    fn the_model_id_is_one_path_segment() {
-        assert_eq!(
-            invoke_url("https://bedrock-runtime.us-east-1.amazonaws.com/", "arn:aws:bedrock:us-east-1:123:inference-profile/us.anthropic.claude-sonnet-4-6-v1:0", true),
-            "https://bedrock-runtime.us-east-1.amazonaws.com/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-6-v1%3A0/invoke-with-response-stream"
-        );
     }
 }

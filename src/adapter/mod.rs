@@ -25,6 +25,7 @@ pub mod transport;
 use futures::Stream;
 use std::pin::Pin;
 
+pub use anthropic::ClaudeHost;
 pub use call::{system_turn, Call};
 use redact::CallRedactor;
 pub use transport::Transport;
@@ -39,32 +40,18 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, UpstreamError>> +
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WireFormat {
     OpenAi,
-    Anthropic,
+    /// Claude's Messages API, at one of its hosts (Anthropic, a cloud).
+    Claude(&'static dyn ClaudeHost),
     Gemini,
-    /// Amazon Bedrock (Claude through InvokeModel).
-    Bedrock,
-    /// Amazon Bedrock's Converse API (its other models).
+    /// Amazon Bedrock's Converse API (its models other than Claude).
     BedrockConverse,
-    /// Claude on Google Vertex AI (rawPredict).
-    VertexClaude,
 }
 
 impl WireFormat {
-    /// Which host of Claude's Messages wire this is, if it is one.
-    fn claude(self) -> Option<anthropic::native::Speaker> {
-        use anthropic::native::Speaker;
-        match self {
-            WireFormat::Anthropic => Some(Speaker::Anthropic),
-            WireFormat::Bedrock => Some(Speaker::Bedrock),
-            WireFormat::VertexClaude => Some(Speaker::Vertex),
-            _ => None,
-        }
-    }
-
     /// Whether the upstream counts a request's tokens itself, exactly ([`count_tokens`]):
     /// Claude's count route, the only exact count there is for Claude models.
     pub fn counts_tokens(self) -> bool {
-        self.claude().is_some()
+        matches!(self, WireFormat::Claude(_))
     }
 }
 
@@ -164,11 +151,11 @@ pub async fn count_tokens(
     call: &Call<'_>,
     req: &ChatRequest,
 ) -> Result<u32, UpstreamError> {
-    let Some(speaker) = call.format.claude() else {
+    let WireFormat::Claude(host) = call.format else {
         let why = format!("a {:?} backend counts no tokens itself", call.format);
         return Err(UpstreamError::new(ErrorClass::InvalidRequest, None, why));
     };
-    anthropic::count_tokens(transport, call, req, speaker).await.map_err(|e| CallRedactor::of(call).error(e))
+    anthropic::count_tokens(transport, call, req, host).await.map_err(|e| CallRedactor::of(call).error(e))
 }
 
 /// The wire adapter's answer to `call`, its errors as the upstream wrote them.
@@ -183,8 +170,7 @@ async fn answer(
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_messages && dialect == Some(Dialect::AnthropicMessages) =>
         {
-            let url = upstream.url("messages");
-            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Node).await
+            anthropic::send_to(transport, call, req, &anthropic::host::Node).await
         }
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_responses && dialect == Some(Dialect::OpenAiResponses) =>
@@ -192,16 +178,8 @@ async fn answer(
             openai_responses::send(transport, call, req).await
         }
         (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, call, req).await,
-        (Operation::Chat, WireFormat::Anthropic) => anthropic::send(transport, call, req).await,
-        (Operation::Chat, WireFormat::Bedrock) => {
-            let url = bedrock::invoke_url(&upstream.base_url, call.model, call.stream);
-            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Bedrock).await
-        }
+        (Operation::Chat, WireFormat::Claude(host)) => anthropic::send_to(transport, call, req, host).await,
         (Operation::Chat, WireFormat::BedrockConverse) => converse::send(transport, call, req).await,
-        (Operation::Chat, WireFormat::VertexClaude) => {
-            let url = anthropic::vertex::predict_url(&upstream.base_url, call.model, call.stream);
-            anthropic::send_to(transport, &url, call, req, anthropic::native::Speaker::Vertex).await
-        }
         (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, call, req).await,
         (Operation::Completion(c), WireFormat::OpenAi) => {
             openai_completions::send(transport, call, req, c).await

@@ -4,6 +4,7 @@
 use crate::common;
 
 use futures::StreamExt;
+use spillway::adapter::provider::anthropic::Anthropic;
 use spillway::adapter::{self, KeyHeader, Upstream, WireFormat};
 use spillway::canonical::{ChatRequest, ErrorClass, Event, FinishReason, Message, Role, UpstreamError};
 use spillway::sim::{SimArgs, SimKind};
@@ -27,7 +28,7 @@ impl Case {
 const CASES: &[Case] = &[
     Case::new(SimKind::Vllm, WireFormat::OpenAi, "meta-llama/Llama-3.1-8B-Instruct", "/v1"),
     Case::new(SimKind::OpenAi, WireFormat::OpenAi, "gpt-5.6", "/v1"),
-    Case::new(SimKind::Anthropic, WireFormat::Anthropic, "claude-sonnet-4-6", ""),
+    Case::new(SimKind::Anthropic, WireFormat::Claude(&Anthropic), "claude-sonnet-4-6", ""),
     Case::new(SimKind::Gemini, WireFormat::Gemini, "gemini-3.5-pro", "/v1beta"),
     // Azure's v1 API, then a legacy deployment of the same name.
     Case {

@@ -18,7 +18,8 @@ use serde_json::{json, Value};
 
 use super::anthropic_wire::{self, Serving};
 use super::server::{AppState, SimError};
-use crate::adapter::anthropic::native::{CLOUD_BETAS, VERTEX_VERSION};
+use crate::adapter::anthropic::native::CLOUD_BETAS;
+use crate::adapter::provider::vertex::VERTEX_VERSION;
 
 type State_ = State<Arc<AppState>>;
 

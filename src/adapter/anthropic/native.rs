@@ -20,40 +20,6 @@ use serde_json::{json, Value};
 use crate::adapter::{system_turn, Call};
 use crate::canonical::{ChatRequest, NativeRequest};
 
-/// Who receives the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Speaker {
-    Anthropic,
-    /// A self-hosted engine's own `/v1/messages`.
-    Node,
-    /// Amazon Bedrock's InvokeModel.
-    Bedrock,
-    /// Google Vertex AI's rawPredict.
-    Vertex,
-}
-
-impl Speaker {
-    /// The provider whose key signs this speaker's thinking ([`super::provenance`]): Claude,
-    /// which also caches prompts where told to; a node signs none.
-    pub fn signer(self) -> Option<&'static str> {
-        match self {
-            Speaker::Anthropic => Some("anthropic"),
-            Speaker::Bedrock => Some("bedrock"),
-            Speaker::Vertex => Some("vertex"),
-            Speaker::Node => None,
-        }
-    }
-
-    /// The `anthropic_version` a cloud takes in the body (instead of the header).
-    pub fn body_version(self) -> Option<&'static str> {
-        match self {
-            Speaker::Bedrock => Some(crate::adapter::bedrock::ANTHROPIC_VERSION),
-            Speaker::Vertex => Some(VERTEX_VERSION),
-            Speaker::Anthropic | Speaker::Node => None,
-        }
-    }
-}
-
 /// The Anthropic betas the clouds take (Bedrock's documented `anthropic_beta` values, which
 /// Vertex AI takes as well). Bedrock refuses a whole request for one flag it does not know, so
 /// any other flag a client sends is dropped for a cloud: Claude Code sends several, such as
@@ -74,32 +40,17 @@ pub const CLOUD_BETAS: &[&str] = &[
     "tool-examples-2025-10-29",
 ];
 
-/// The flags of a client's `anthropic-beta` header that `speaker` gets: all for Anthropic,
-/// those in [`CLOUD_BETAS`] for a cloud, none for a node (which serves the generally available
-/// API only).
-pub fn betas_for(speaker: Speaker, header: &str) -> Vec<&str> {
-    let flags = header.split(',').map(str::trim).filter(|flag| !flag.is_empty());
-    match speaker {
-        Speaker::Anthropic => flags.collect(),
-        Speaker::Bedrock | Speaker::Vertex => flags.filter(|flag| CLOUD_BETAS.contains(flag)).collect(),
-        Speaker::Node => Vec::new(),
-    }
-}
-
-/// The `anthropic_version` Vertex AI's rawPredict takes.
-pub const VERTEX_VERSION: &str = "vertex-2023-10-16";
-
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
 
-/// The body for `speaker`: the client's, with the call's `model`, `stream` and variant, and
-/// the task's `max_tokens`.
-pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, speaker: Speaker) -> Value {
+/// The body for a host whose thinking `signer` signs (`None`: a node): the client's, with the
+/// call's `model`, `stream` and variant, and the task's `max_tokens`.
+pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, signer: Option<&str>) -> Value {
     let mut body = call.native_body(client);
     if let Some(max_tokens) = req.max_tokens {
         body.insert("max_tokens".into(), json!(max_tokens));
     }
-    match speaker.signer() {
+    match signer {
         Some(signer) => {
             let mut foreign = false;
             if let Some(Value::Array(messages)) = body.get_mut("messages") {
@@ -195,9 +146,9 @@ mod tests {
             ChatRequest { model: "qwen".into(), max_tokens: Some(512), stream: true, ..Default::default() };
         let to_anthropic = body(
             &req,
-            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req),
             &native,
-            Speaker::Anthropic,
+            Some("anthropic"),
         );
         assert_eq!(to_anthropic["model"], "qwen");
         assert_eq!(to_anthropic["max_tokens"], 512);
@@ -208,26 +159,12 @@ mod tests {
         assert_eq!(to_anthropic["context_management"], json!({"edits": []}));
         let to_node = body(
             &req,
-            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req),
             &native,
-            Speaker::Node,
+            None,
         );
         assert!(to_node.get("context_management").is_none());
         assert_eq!(to_node["system"], to_anthropic["system"]);
-    }
-
-    #[test]
-    fn each_speaker_gets_the_betas_it_takes() {
-        let header =
-            "claude-code-20250219, interleaved-thinking-2025-05-14,oauth-2025-04-20,context-1m-2025-08-07";
-        assert_eq!(betas_for(Speaker::Anthropic, header).len(), 4);
-        for cloud in [Speaker::Bedrock, Speaker::Vertex] {
-            assert_eq!(
-                betas_for(cloud, header),
-                ["interleaved-thinking-2025-05-14", "context-1m-2025-08-07"]
-            );
-        }
-        assert!(betas_for(Speaker::Node, header).is_empty());
     }
 
     #[test]
@@ -238,10 +175,10 @@ mod tests {
             {"role": "system", "content": "Be brief."},
         ]}));
         let req = ChatRequest::default();
-        let call = Call::as_written(WireFormat::Anthropic, Default::default(), &req);
-        let to_anthropic = body(&req, &call, &native, Speaker::Anthropic);
+        let call = Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req);
+        let to_anthropic = body(&req, &call, &native, Some("anthropic"));
         assert_eq!(to_anthropic["messages"], native.body["messages"], "Anthropic takes it as written");
-        let to_node = body(&req, &call, &native, Speaker::Node);
+        let to_node = body(&req, &call, &native, None);
         assert_eq!(
             to_node["messages"],
             json!([
@@ -265,9 +202,9 @@ mod tests {
         let req = ChatRequest::default();
         let to_anthropic = body(
             &req,
-            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req),
             &native,
-            Speaker::Anthropic,
+            Some("anthropic"),
         );
         let kept: Vec<&str> = to_anthropic["messages"][1]["content"]
             .as_array()
@@ -279,9 +216,9 @@ mod tests {
         assert_eq!(to_anthropic["messages"][2]["content"][0]["thinking"], "alone");
         let to_node = body(
             &req,
-            &Call::as_written(WireFormat::Anthropic, Default::default(), &req),
+            &Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req),
             &native,
-            Speaker::Node,
+            None,
         );
         // A node gets its own kind's (unsigned) reasoning, never Anthropic's signed thinking.
         let kept: Vec<&str> = to_node["messages"][1]["content"]

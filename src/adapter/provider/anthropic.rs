@@ -1,7 +1,10 @@
 //! Anthropic's Messages API.
 
-use super::BatchWire;
-use super::{Owned, Provider};
+use http::HeaderName;
+use serde_json::{Map, Value};
+
+use super::{BatchWire, Owned, Provider};
+use crate::adapter::anthropic::ClaudeHost;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
@@ -11,7 +14,7 @@ pub struct Anthropic;
 
 impl Provider for Anthropic {
     fn wire(&self, _: &BackendConfig) -> WireFormat {
-        WireFormat::Anthropic
+        WireFormat::Claude(&Anthropic)
     }
 
     fn takes(&self, owned: Owned) -> bool {
@@ -32,5 +35,31 @@ impl Provider for Anthropic {
 
     fn name(&self) -> &'static str {
         "Anthropic"
+    }
+}
+
+/// Anthropic's own API: the client's version and every beta in headers, the key in `x-api-key`.
+impl ClaudeHost for Anthropic {
+    fn signer(&self) -> Option<&'static str> {
+        Some("anthropic")
+    }
+
+    fn url(&self, base: &str, _model: &str, _stream: bool) -> String {
+        format!("{}/v1/messages", base.trim_end_matches('/'))
+    }
+
+    fn headers(&self, version: &str, betas: &[&str], key: Option<&str>) -> Vec<(HeaderName, String)> {
+        let mut headers = vec![(HeaderName::from_static("anthropic-version"), version.to_string())];
+        if !betas.is_empty() {
+            headers.push((HeaderName::from_static("anthropic-beta"), betas.join(",")));
+        }
+        if let Some(key) = key {
+            headers.push((HeaderName::from_static("x-api-key"), key.to_string()));
+        }
+        headers
+    }
+
+    fn count(&self, base: &str, _model: &str, body: Map<String, Value>) -> Option<(String, Value)> {
+        Some((format!("{}/v1/messages/count_tokens", base.trim_end_matches('/')), Value::Object(body)))
     }
 }

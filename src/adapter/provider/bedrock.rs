@@ -1,11 +1,28 @@
 //! Amazon Bedrock: Claude in Anthropic's Messages body (InvokeModel), its other models through
 //! Converse; calls signed with SigV4.
 
+use base64::Engine;
+use http::HeaderName;
+use serde_json::{json, Map, Value};
+
 use super::Provider;
+use crate::adapter::anthropic::native::CLOUD_BETAS;
+use crate::adapter::anthropic::ClaudeHost;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
+use crate::adapter::transport::{eventstream, http::Classify};
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
+
+/// The `anthropic_version` InvokeModel takes.
+pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
+/// The InvokeModel URL of `model` below `base` (the runtime endpoint): the model id, profile id
+/// or ARN percent-encoded as one path segment.
+pub fn invoke_url(base: &str, model: &str, stream: bool) -> String {
+    let verb = if stream { "invoke-with-response-stream" } else { "invoke" };
+    format!("{}/model/{}/{verb}", base.trim_end_matches('/'), crate::config::path_segment(model))
+}
 
 #[derive(Debug)]
 pub struct Bedrock;
@@ -13,7 +30,7 @@ pub struct Bedrock;
 impl Provider for Bedrock {
     fn wire(&self, backend: &BackendConfig) -> WireFormat {
         if backend.speaks_claude() {
-            WireFormat::Bedrock
+            WireFormat::Claude(&Bedrock)
         } else {
             WireFormat::BedrockConverse
         }
@@ -43,5 +60,63 @@ impl Provider for Bedrock {
 
     fn name(&self) -> &'static str {
         "Amazon Bedrock"
+    }
+}
+
+/// Claude through InvokeModel: Anthropic's body less `model` and `stream` (the URL says both),
+/// with Bedrock's `anthropic_version` and the betas it takes in the body; the answer streams in
+/// AWS event-stream frames.
+impl ClaudeHost for Bedrock {
+    fn signer(&self) -> Option<&'static str> {
+        Some("bedrock")
+    }
+
+    fn url(&self, base: &str, model: &str, stream: bool) -> String {
+        invoke_url(base, model, stream)
+    }
+
+    fn headers(&self, _: &str, _: &[&str], _: Option<&str>) -> Vec<(HeaderName, String)> {
+        Vec::new()
+    }
+
+    fn betas<'h>(&self, flags: Vec<&'h str>) -> Vec<&'h str> {
+        flags.into_iter().filter(|flag| CLOUD_BETAS.contains(flag)).collect()
+    }
+
+    fn fit(&self, body: &mut Map<String, Value>, betas: &[&str]) {
+        body.remove("model");
+        body.remove("stream");
+        body.insert("anthropic_version".into(), json!(ANTHROPIC_VERSION));
+        if !betas.is_empty() {
+            body.insert("anthropic_beta".into(), json!(betas));
+        }
+    }
+
+    /// The InvokeModel body it would count (with a `max_tokens`), in base64.
+    fn count(&self, base: &str, model: &str, mut body: Map<String, Value>) -> Option<(String, Value)> {
+        body.insert("max_tokens".into(), 1.into());
+        let encoded = base64::engine::general_purpose::STANDARD.encode(Value::Object(body).to_string());
+        let model = crate::config::path_segment(model);
+        let url = format!("{}/model/{model}/count-tokens", base.trim_end_matches('/'));
+        Some((url, json!({"input": {"invokeModel": {"body": encoded}}})))
+    }
+
+    fn classify(&self) -> Classify {
+        crate::adapter::bedrock::classify
+    }
+
+    fn stream_type(&self) -> &'static str {
+        eventstream::CONTENT_TYPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_model_id_is_one_path_segment() {
+        assert_eq!(
+            super::invoke_url("https://bedrock-runtime.us-east-1.amazonaws.com/", "arn:aws:bedrock:us-east-1:123:inference-profile/us.anthropic.claude-sonnet-4-6-v1:0", true),
+            "https://bedrock-runtime.us-east-1.amazonaws.com/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-6-v1%3A0/invoke-with-response-stream"
+        );
     }
 }

@@ -5,13 +5,13 @@
 //! it once per backend, and dispatch, the traces and the doors ask it instead of matching on
 //! the kind.
 
-mod anthropic;
-mod azure;
-mod bedrock;
-mod gemini;
-mod local;
-mod openai;
-mod vertex;
+pub mod anthropic;
+pub mod azure;
+pub mod bedrock;
+pub mod gemini;
+pub mod local;
+pub mod openai;
+pub mod vertex;
 
 use std::sync::Arc;
 
@@ -162,11 +162,15 @@ mod tests {
                 WireFormat::OpenAi,
                 "openai_compatible",
             ),
-            ("{name: b, kind: anthropic, model: claude-sonnet-5}", WireFormat::Anthropic, "anthropic"),
+            (
+                "{name: b, kind: anthropic, model: claude-sonnet-5}",
+                WireFormat::Claude(&anthropic::Anthropic),
+                "anthropic",
+            ),
             ("{name: b, kind: gemini, model: gemini-3-pro}", WireFormat::Gemini, "gcp.gemini"),
             (
                 "{name: b, kind: bedrock, model: anthropic.claude-sonnet-5, region: us-east-1}",
-                WireFormat::Bedrock,
+                WireFormat::Claude(&bedrock::Bedrock),
                 "aws.bedrock",
             ),
             (
@@ -176,7 +180,7 @@ mod tests {
             ),
             (
                 "{name: b, kind: vertex, model: claude-sonnet-5, project: p, location: us-east5}",
-                WireFormat::VertexClaude,
+                WireFormat::Claude(&vertex::Vertex),
                 "gcp.vertex_ai",
             ),
             (
@@ -190,10 +194,51 @@ mod tests {
             let provider = of(b.kind());
             assert_eq!((provider.wire(&b), provider.system()), (wire, system), "{yaml}");
             // The wire says Claude exactly when the config's one answer does.
-            let claude =
-                matches!(wire, WireFormat::Anthropic | WireFormat::Bedrock | WireFormat::VertexClaude);
+            let claude = matches!(wire, WireFormat::Claude(_));
             assert_eq!(claude, b.speaks_claude(), "{yaml}");
         }
+    }
+
+    #[test]
+    fn each_claude_host_gets_the_betas_it_takes_where_it_takes_them() {
+        use crate::adapter::anthropic::host::Node;
+        use crate::adapter::ClaudeHost;
+        let header =
+            "claude-code-20250219, interleaved-thinking-2025-05-14,oauth-2025-04-20,context-1m-2025-08-07";
+        let flags = || header.split(',').map(str::trim).collect::<Vec<_>>();
+        assert_eq!(anthropic::Anthropic.betas(flags()).len(), 4);
+        let clouds: [&dyn ClaudeHost; 2] = [&bedrock::Bedrock, &vertex::Vertex];
+        for cloud in clouds {
+            assert_eq!(cloud.betas(flags()), ["interleaved-thinking-2025-05-14", "context-1m-2025-08-07"]);
+        }
+        assert!(Node.betas(flags()).is_empty());
+        // Anthropic and Vertex AI take them in `anthropic-beta`, Bedrock in the body.
+        let named = |host: &dyn ClaudeHost| {
+            let headers = host.headers("2023-06-01", &["b1", "b2"], Some("k"));
+            headers.into_iter().map(|(name, value)| format!("{name}: {value}")).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            named(&anthropic::Anthropic),
+            ["anthropic-version: 2023-06-01", "anthropic-beta: b1,b2", "x-api-key: k"]
+        );
+        assert_eq!(named(&vertex::Vertex), ["anthropic-beta: b1,b2"]);
+        assert!(named(&bedrock::Bedrock).is_empty(), "SigV4 or a bearer key, added as the call is signed");
+        assert_eq!(
+            named(&Node),
+            ["anthropic-version: 2023-06-01", "authorization: Bearer k", "x-api-key: k"]
+        );
+        let mut body = serde_json::json!({"model": "m", "stream": true, "messages": []});
+        bedrock::Bedrock.fit(body.as_object_mut().unwrap(), &["b1"]);
+        assert_eq!(
+            body,
+            serde_json::json!({"messages": [], "anthropic_version": "bedrock-2023-05-31", "anthropic_beta": ["b1"]})
+        );
+        let mut body = serde_json::json!({"model": "m", "stream": true, "messages": []});
+        vertex::Vertex.fit(body.as_object_mut().unwrap(), &["b1"]);
+        assert_eq!(
+            body,
+            serde_json::json!({"stream": true, "messages": [], "anthropic_version": "vertex-2023-10-16"})
+        );
     }
 
     #[test]

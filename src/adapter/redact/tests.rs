@@ -135,8 +135,10 @@ async fn a_call_cuts_its_own_credentials_beside_the_routers() {
         ..Upstream::default()
     };
     let req = ChatRequest::default();
-    let call =
-        Call { redactor: Arc::new(redactor()), ..Call::as_written(WireFormat::Bedrock, upstream, &req) };
+    let call = Call {
+        redactor: Arc::new(redactor()),
+        ..Call::as_written(WireFormat::Claude(&crate::adapter::provider::bedrock::Bedrock), upstream, &req)
+    };
     let redactor = CallRedactor::of(&call);
     aws.held.note("wJalrXUtnFEMI/K7MDENG+bPxRfiCYsimSECRET");
     aws.held.note("IQoJb3JpZ2luX2VjEsimSESSIONtoken0123456789");

@@ -123,7 +123,7 @@ pub(in crate::adapter) fn answer_events<P: StreamParser>(
     answer: Answer,
     asked_stream: bool,
     parser: P,
-    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+    parse: impl Fn(&Value) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
 ) -> EventStream {
     let sse = match answer.media_type().as_deref() {
         Some("text/event-stream") => true,
@@ -159,7 +159,10 @@ pub(in crate::adapter) fn json_answer_events(
 
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
 /// polled, and every event of the parsed JSON is yielded.
-fn json_events(mut body: ByteStream, parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>) -> EventStream {
+fn json_events(
+    mut body: ByteStream,
+    parse: impl Fn(&Value) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
+) -> EventStream {
     let read = async move {
         let mut whole = Vec::new();
         while let Some(piece) = body.next().await {

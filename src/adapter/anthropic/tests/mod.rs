@@ -20,13 +20,21 @@ async fn send(
     upstream: &Upstream,
     req: &ChatRequest,
 ) -> Result<crate::adapter::EventStream, UpstreamError> {
-    let call = Call::as_written(WireFormat::Anthropic, upstream.clone(), req);
-    super::send(transport, &call, req).await
+    let call = Call::as_written(
+        WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic),
+        upstream.clone(),
+        req,
+    );
+    crate::adapter::send(transport, &call, req).await
 }
 
 /// The body of a call made as the request is written.
 fn request_body(req: &ChatRequest) -> Value {
-    let call = Call::as_written(WireFormat::Anthropic, Default::default(), req);
+    let call = Call::as_written(
+        WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic),
+        Default::default(),
+        req,
+    );
     super::request_body(req, &call)
 }
 

@@ -208,7 +208,7 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
         let format = if serves_messages {
             crate::adapter::WireFormat::OpenAi
         } else {
-            crate::adapter::WireFormat::Anthropic
+            crate::adapter::WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic)
         };
         let transport = reqwest::Client::new().into();
         let call = crate::adapter::Call {
