@@ -53,8 +53,7 @@ pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, Api
         }
         axum::Json(json).into_response()
     };
-    response.headers_mut().extend(spillway_headers);
-    serve::add_cost_header(response.headers_mut(), &cost);
+    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
 

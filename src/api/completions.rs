@@ -140,8 +140,7 @@ pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     };
-    response.headers_mut().extend(spillway_headers);
-    serve::add_cost_header(response.headers_mut(), &cost);
+    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
 

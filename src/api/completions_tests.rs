@@ -59,7 +59,7 @@ fn bad_requests_name_their_field() {
     for (body, param) in cases {
         let error = decode(body.clone(), None).unwrap_err();
         assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
-        assert_eq!(error.status.as_u16(), 400, "{body}");
+        assert_eq!(error.status, 400, "{body}");
     }
 }
 

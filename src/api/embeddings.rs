@@ -102,8 +102,7 @@ pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     }
     drop(admission);
     let mut response = axum::Json(answer_json(&task, &vectors, encoding_format, &usage)).into_response();
-    response.headers_mut().extend(spillway_headers);
-    serve::add_cost_header(response.headers_mut(), &cost);
+    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
 
@@ -178,7 +177,7 @@ mod tests {
         for (body, param) in cases {
             let error = decode(body.clone()).unwrap_err();
             assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
-            assert_eq!(error.status.as_u16(), 400, "{body}");
+            assert_eq!(error.status, 400, "{body}");
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::{ApiError, ErrorCode};
@@ -139,4 +139,20 @@ pub(crate) async fn receive(
         .retry_after(1));
     };
     Ok(Received { arrived_at, fleet_only: batch.is_some_and(|b| b.fleet_only), principal, body, admission })
+}
+
+/// A request's headers, as the pipeline reads them.
+impl crate::serve::Headers for HeaderMap {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.get(name).map(|v| v.as_bytes())
+    }
+}
+
+/// Write the pipeline's answer headers (`x-spillway-*`) on a response.
+pub(crate) fn add_headers(headers: &mut HeaderMap, values: impl IntoIterator<Item = (&'static str, String)>) {
+    for (name, value) in values {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
 }

@@ -134,7 +134,7 @@ mod tests {
             let error = embed(value.clone()).unwrap_err();
             assert_eq!(error.param.as_deref(), Some(param), "{value}: {error:?}");
             assert_eq!(error.code, code, "{value}: {error:?}");
-            assert_eq!(error.status.as_u16(), 400, "{value}");
+            assert_eq!(error.status, 400, "{value}");
         }
         let error = embed(json!(3)).unwrap_err();
         assert!(error.message.contains("a string, an array of strings, an array of token ids"), "{error:?}");

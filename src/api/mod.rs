@@ -33,7 +33,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::canonical::Principal;
-pub use crate::serve::error;
+pub mod error;
 pub use crate::serve::key_may_use;
 use crate::snapshot::Snapshot;
 pub use error::{ApiError, ErrorCode};

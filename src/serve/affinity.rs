@@ -13,9 +13,9 @@
 //! Pure: no I/O, no clock. The answer is the source and the key's xxh3-64 hash; the key text
 //! never leaves this module, so no log line or ledger row can show it.
 
-use axum::http::HeaderMap;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
+use super::Headers;
 use crate::canonical::{Affinity, AffinitySource, ChatRequest, Role};
 use crate::config::AffinityConfig;
 
@@ -26,13 +26,13 @@ pub const PROJECT_HEADER: &str = "x-spillway-project";
 /// client sent no identity and the prompt has nothing to key on (or `prefix_bytes` is 0).
 /// Empty values count as absent.
 pub fn derive<'a>(
-    headers: &'a HeaderMap,
+    headers: &'a dyn Headers,
     request: &'a ChatRequest,
     client_key: Option<&'a str>,
     task: &str,
     settings: &AffinityConfig,
 ) -> Option<Affinity> {
-    let header = |name: &str| present(headers.get(name).map(|v| v.as_bytes()));
+    let header = |name: &str| present(headers.header(name));
     let field = |value: Option<&'a str>| present(value.map(str::as_bytes));
     let identity = header(PROJECT_HEADER)
         .map(|key| (AffinitySource::Project, key))

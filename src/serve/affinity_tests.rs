@@ -1,16 +1,26 @@
 //! Each affinity source, the order they are tried in, and the prompt-prefix bound.
 
-use axum::http::{HeaderName, HeaderValue};
-
 use super::*;
 use crate::canonical::{AffinitySource as S, Completion, Input, Message, Operation};
 
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    for (name, value) in pairs {
-        map.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
+/// A request's headers, as name and value pairs.
+#[derive(Default)]
+struct HeaderMap(Vec<(String, String)>);
+
+impl HeaderMap {
+    fn new() -> HeaderMap {
+        HeaderMap::default()
     }
-    map
+}
+
+impl Headers for HeaderMap {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_bytes())
+    }
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    HeaderMap(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect())
 }
 
 fn chat(system: &str, user: &str) -> ChatRequest {

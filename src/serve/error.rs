@@ -1,12 +1,7 @@
-//! Every error a client sees, as an OpenAI error envelope with the right status.
-//!
-//! `{"error": {"message", "type", "param", "code"}}` is what the official SDKs parse; nothing
-//! leaves the API in any other shape. What an error is (its status, `type` and `code`) is one
-//! table, [`ErrorCode::table`]; a call site picks the variant and writes the message.
-
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+//! Every error a client sees, typed: what it is (its HTTP status, its OpenAI `type` and
+//! `code`) is one table, [`ErrorCode::table`]; a call site picks the variant and writes the
+//! message. How each dialect writes it on the wire (OpenAI's envelope, Anthropic's) is the
+//! front doors' (`api::error`, `api::messages::error`).
 
 use crate::canonical::{ErrorClass, UpstreamError};
 use crate::guard::budget::{Limit, ScopeKind};
@@ -150,7 +145,7 @@ impl ErrorCode {
     }
 
     /// The status, OpenAI error `type` and `code` of each kind of error.
-    pub fn table(self) -> (StatusCode, &'static str, Option<&'static str>) {
+    pub fn table(self) -> (u16, &'static str, Option<&'static str>) {
         use ErrorCode::*;
         const INVALID: &str = "invalid_request_error";
         const UNAVAILABLE: &str = "service_unavailable";
@@ -158,53 +153,47 @@ impl ErrorCode {
         const AUTH: &str = "authentication_error";
         const UPSTREAM: &str = "upstream_error";
         match self {
-            InvalidRequest => (StatusCode::BAD_REQUEST, INVALID, None),
-            InvalidJson => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_json")),
-            InvalidType => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_type")),
-            InvalidValue => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_value")),
-            MissingField => (StatusCode::BAD_REQUEST, INVALID, Some("missing_field")),
-            InvalidBody => (StatusCode::BAD_REQUEST, INVALID, Some("invalid_body")),
-            RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, INVALID, Some("request_too_large")),
-            BodyTimeout => (StatusCode::REQUEST_TIMEOUT, INVALID, Some("body_timeout")),
-            UnsupportedMediaType => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID, Some("unsupported_media_type"))
-            }
-            ContextLengthExceeded => (StatusCode::BAD_REQUEST, INVALID, Some("context_length_exceeded")),
-            UnsupportedCapability => (StatusCode::BAD_REQUEST, INVALID, Some("unsupported_capability")),
-            ContentPolicyViolation => (StatusCode::BAD_REQUEST, INVALID, Some("content_policy_violation")),
-            ModelNotFound => (StatusCode::NOT_FOUND, INVALID, Some("model_not_found")),
-            NotFound => (StatusCode::NOT_FOUND, INVALID, Some("not_found")),
-            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, INVALID, Some("method_not_allowed")),
-            InvalidApiKey => (StatusCode::UNAUTHORIZED, AUTH, Some("invalid_api_key")),
-            InvalidAdminToken => (StatusCode::UNAUTHORIZED, AUTH, Some("invalid_admin_token")),
-            PermissionDenied => (StatusCode::FORBIDDEN, "permission_error", None),
-            RouterOverloaded => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("router_overloaded")),
-            Shed => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("shed")),
-            UpstreamRateLimited => (StatusCode::TOO_MANY_REQUESTS, RATE, Some("upstream_rate_limited")),
-            NoEligibleBackend => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("no_eligible_backend")),
-            RetryBudgetExhausted => {
-                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("retry_budget_exhausted"))
-            }
-            AllBackendsFailed => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("all_backends_failed")),
-            UpstreamRejected => (StatusCode::BAD_REQUEST, INVALID, None),
-            UpstreamAuth => (StatusCode::BAD_GATEWAY, UPSTREAM, Some("upstream_auth")),
-            Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", Some("timeout")),
-            Upstream(class) => (StatusCode::BAD_GATEWAY, UPSTREAM, Some(class.as_str())),
-            InvalidConfig => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Some("invalid_config")),
-            GateRunning => (StatusCode::CONFLICT, INVALID, Some("gate_running")),
-            GateRunFailed => (StatusCode::UNPROCESSABLE_ENTITY, INVALID, Some("gate_run_failed")),
-            LedgerOff => (StatusCode::NOT_FOUND, INVALID, Some("ledger_off")),
-            LedgerUnavailable => (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("ledger_unavailable")),
-            KeyNotActive => (StatusCode::CONFLICT, INVALID, Some("key_not_active")),
+            InvalidRequest => (400, INVALID, None),
+            InvalidJson => (400, INVALID, Some("invalid_json")),
+            InvalidType => (400, INVALID, Some("invalid_type")),
+            InvalidValue => (400, INVALID, Some("invalid_value")),
+            MissingField => (400, INVALID, Some("missing_field")),
+            InvalidBody => (400, INVALID, Some("invalid_body")),
+            RequestTooLarge => (413, INVALID, Some("request_too_large")),
+            BodyTimeout => (408, INVALID, Some("body_timeout")),
+            UnsupportedMediaType => (415, INVALID, Some("unsupported_media_type")),
+            ContextLengthExceeded => (400, INVALID, Some("context_length_exceeded")),
+            UnsupportedCapability => (400, INVALID, Some("unsupported_capability")),
+            ContentPolicyViolation => (400, INVALID, Some("content_policy_violation")),
+            ModelNotFound => (404, INVALID, Some("model_not_found")),
+            NotFound => (404, INVALID, Some("not_found")),
+            MethodNotAllowed => (405, INVALID, Some("method_not_allowed")),
+            InvalidApiKey => (401, AUTH, Some("invalid_api_key")),
+            InvalidAdminToken => (401, AUTH, Some("invalid_admin_token")),
+            PermissionDenied => (403, "permission_error", None),
+            RouterOverloaded => (429, RATE, Some("router_overloaded")),
+            Shed => (429, RATE, Some("shed")),
+            UpstreamRateLimited => (429, RATE, Some("upstream_rate_limited")),
+            NoEligibleBackend => (503, UNAVAILABLE, Some("no_eligible_backend")),
+            RetryBudgetExhausted => (503, UNAVAILABLE, Some("retry_budget_exhausted")),
+            AllBackendsFailed => (503, UNAVAILABLE, Some("all_backends_failed")),
+            UpstreamRejected => (400, INVALID, None),
+            UpstreamAuth => (502, UPSTREAM, Some("upstream_auth")),
+            Timeout => (504, "timeout", Some("timeout")),
+            Upstream(class) => (502, UPSTREAM, Some(class.as_str())),
+            InvalidConfig => (422, INVALID, Some("invalid_config")),
+            GateRunning => (409, INVALID, Some("gate_running")),
+            GateRunFailed => (422, INVALID, Some("gate_run_failed")),
+            LedgerOff => (404, INVALID, Some("ledger_off")),
+            LedgerUnavailable => (503, UNAVAILABLE, Some("ledger_unavailable")),
+            KeyNotActive => (409, INVALID, Some("key_not_active")),
             OverLimit(scope, limit) if limit.is_budget() => {
-                (StatusCode::PAYMENT_REQUIRED, "billing_error", Some(limit_code(scope, limit)))
+                (402, "billing_error", Some(limit_code(scope, limit)))
             }
-            OverLimit(scope, limit) => (StatusCode::TOO_MANY_REQUESTS, RATE, Some(limit_code(scope, limit))),
-            LimitStateUnavailable { budget: true } => {
-                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("budget_state_unavailable"))
-            }
+            OverLimit(scope, limit) => (429, RATE, Some(limit_code(scope, limit))),
+            LimitStateUnavailable { budget: true } => (503, UNAVAILABLE, Some("budget_state_unavailable")),
             LimitStateUnavailable { budget: false } => {
-                (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, Some("rate_limit_state_unavailable"))
+                (503, UNAVAILABLE, Some("rate_limit_state_unavailable"))
             }
         }
     }
@@ -218,8 +207,8 @@ impl ErrorCode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub code: ErrorCode,
-    /// The table's status, except for an upstream's own 4xx passed on.
-    pub status: StatusCode,
+    /// The table's HTTP status, except for an upstream's own 4xx passed on.
+    pub status: u16,
     pub param: Option<String>,
     pub message: String,
     pub retry_after_secs: Option<u64>,
@@ -266,24 +255,13 @@ impl ApiError {
     /// the field at fault and why. Messages name fields and the values checked, never a key.
     pub fn log(&self) {
         let (_, kind, code) = self.code.table();
-        let status = self.status.as_u16();
+        let status = self.status;
         let param = self.param.as_deref();
-        if self.status.is_server_error() {
+        if status >= 500 {
             tracing::warn!(status, kind, code, param, reason = %self.message, "refused");
         } else {
             tracing::info!(status, kind, code, param, reason = %self.message, "refused");
         }
-    }
-
-    /// The error body alone, as sent in-band on a stream that already started.
-    pub fn body(&self) -> serde_json::Value {
-        let (_, kind, code) = self.code.table();
-        json!({"error": {
-            "message": self.message,
-            "type": kind,
-            "param": self.param,
-            "code": code,
-        }})
     }
 
     /// An upstream failure the client must see: not failed over (its own request is at
@@ -299,11 +277,7 @@ impl ApiError {
         match e.class {
             ErrorClass::InvalidRequest => {
                 let mut error = Self::new(ErrorCode::UpstreamRejected, reason);
-                if let Some(status) = e
-                    .status
-                    .filter(|s| (400..500).contains(s) && *s != 429)
-                    .and_then(|s| StatusCode::from_u16(s).ok())
-                {
+                if let Some(status) = e.status.filter(|s| (400..500).contains(s) && *s != 429) {
                     error.status = status;
                 }
                 error
@@ -317,17 +291,6 @@ impl ApiError {
             ErrorClass::Timeout | ErrorClass::Late => Self::new(ErrorCode::Timeout, reason),
             class => Self::new(ErrorCode::Upstream(class), reason),
         }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        self.log();
-        let mut response = (self.status, axum::Json(self.body())).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
     }
 }
 
@@ -345,14 +308,14 @@ mod tests {
                 assert!(seen.insert(name), "{name} is used twice");
             }
             let expected_class = match kind {
-                "invalid_request_error" => status.is_client_error(),
-                "authentication_error" => status == StatusCode::UNAUTHORIZED,
-                "permission_error" => status == StatusCode::FORBIDDEN,
-                "billing_error" => status == StatusCode::PAYMENT_REQUIRED,
-                "rate_limit_error" => status == StatusCode::TOO_MANY_REQUESTS,
-                "service_unavailable" => status == StatusCode::SERVICE_UNAVAILABLE,
-                "upstream_error" => status == StatusCode::BAD_GATEWAY,
-                "timeout" => status == StatusCode::GATEWAY_TIMEOUT,
+                "invalid_request_error" => (400..500).contains(&status),
+                "authentication_error" => status == 401,
+                "permission_error" => status == 403,
+                "billing_error" => status == 402,
+                "rate_limit_error" => status == 429,
+                "service_unavailable" => status == 503,
+                "upstream_error" => status == 502,
+                "timeout" => status == 504,
                 other => panic!("{code:?}: unknown type {other}"),
             };
             assert!(expected_class, "{code:?}: {status} does not fit type {kind}");
@@ -363,11 +326,10 @@ mod tests {
     fn an_upstream_refusal_keeps_its_own_status_under_the_table_type() {
         let e = UpstreamError::new(ErrorClass::InvalidRequest, Some(422), "bad schema");
         let error = ApiError::from_upstream("openai", &e);
-        assert_eq!(error.status, StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(error.body()["error"]["type"], "invalid_request_error");
-        assert_eq!(error.body()["error"]["message"], "backend `openai`: bad schema");
+        assert_eq!((error.status, error.code.table().1), (422, "invalid_request_error"));
+        assert_eq!(error.message, "backend `openai`: bad schema");
         let limited = UpstreamError::new(ErrorClass::ServerError, Some(500), "boom");
         let error = ApiError::from_upstream("vllm", &limited);
-        assert_eq!((error.status, error.code.as_str()), (StatusCode::BAD_GATEWAY, Some("server_error")));
+        assert_eq!((error.status, error.code.as_str()), (502, Some("server_error")));
     }
 }

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use axum::http::HeaderMap;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -47,7 +46,7 @@ use crate::trace::RequestSpan;
 
 pub use count::count_tokens;
 pub use error::{ApiError, ErrorCode};
-pub use headers::add_cost_header;
+pub use headers::{cost_header, AnswerHeaders, Headers};
 use meter::Metering;
 use owned::{Owned, OwnersOnly};
 pub use refusal::plan_error;
@@ -94,7 +93,7 @@ pub struct Arrival<'a> {
     pub request_id: String,
     /// Who sent it, when keys are configured.
     pub principal: Option<Principal>,
-    pub headers: &'a HeaderMap,
+    pub headers: &'a dyn Headers,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
     /// What it holds that only one provider takes, if the door found any.
@@ -120,8 +119,8 @@ pub struct Served {
     pub task: String,
     /// Unix seconds of arrival.
     pub created: u64,
-    /// The `x-spillway-*` headers of the answer.
-    pub headers: HeaderMap,
+    /// The values of the answer's `x-spillway-*` headers.
+    pub headers: AnswerHeaders,
     /// The answer's cost, once the events have carried its usage (`add_cost_header`).
     pub cost: Arc<CostCell>,
 }
@@ -275,7 +274,7 @@ fn pinned_backend(snap: &Snapshot, task: &TaskConfig, pin: Pinning) -> Result<Ba
 /// The affinity key keeps a project, session or conversation on the node that holds its
 /// prefix cache; without one, requests spread at random. Logged as its source and hash only.
 fn affinity_of(
-    headers: &HeaderMap,
+    headers: &dyn Headers,
     canonical: &ChatRequest,
     key_name: Option<&str>,
     task: &TaskConfig,

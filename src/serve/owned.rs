@@ -5,9 +5,8 @@
 //! carry such content (Messages for Anthropic's own, Responses for OpenAI's own) say what the
 //! request holds; the pipeline enforces it against the backends' providers.
 
-use axum::http::{HeaderMap, HeaderValue};
-
 use super::error::{ApiError, ErrorCode};
+use super::headers::AnswerHeaders;
 pub use crate::adapter::provider::Owned;
 use crate::config::{TaskConfig, UnsupportedTools};
 use crate::snapshot::Snapshot;
@@ -48,17 +47,17 @@ impl OwnersOnly {
     }
 
     /// The headers naming what `backend`, which served the answer, did not get.
-    pub(super) fn add_headers(&self, snap: &Snapshot, backend: &str, headers: &mut HeaderMap) {
+    pub(super) fn add_headers(&self, snap: &Snapshot, backend: &str, headers: &mut AnswerHeaders) {
         let took = snap.backend_id(backend).is_some_and(|id| snap.backends[id].provider.takes(self.owned));
         if took {
             return;
         }
         if let Some(content) = self.content {
-            headers.insert(CONTENT_HEADER, HeaderValue::from_static(content));
+            headers.push((CONTENT_HEADER, content.to_string()));
         }
         let tools: Vec<&str> = self.tools.iter().map(|(_, kind)| kind.as_str()).collect();
-        if let (false, Ok(value)) = (tools.is_empty(), HeaderValue::from_str(&tools.join(", "))) {
-            headers.insert(TOOLS_HEADER, value);
+        if !tools.is_empty() {
+            headers.push((TOOLS_HEADER, tools.join(", ")));
         }
     }
 }

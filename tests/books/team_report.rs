@@ -209,8 +209,9 @@ async fn by_key_and_team(store_name: &str, ledger_url: &str) {
     // budget here, and one month, which has.
     let config =
         std::env::temp_dir().join(format!("spillway-team-report-{:016x}.yaml", rand::random::<u64>()));
+    // The key's id is quoted: an id of digits, an `e` and digits would read as a number.
     let budgets = format!(
-        "budgets:\n  keys: {{TEAM_REPORT_STATIC: {{usd_per_month: \"500\"}}, {a1}: {{usd_per_month: \"2\"}}}}\n  teams: {{ads: {{usd_per_month: \"1000\"}}}}\n"
+        "budgets:\n  keys: {{TEAM_REPORT_STATIC: {{usd_per_month: \"500\"}}, \"{a1}\": {{usd_per_month: \"2\"}}}}\n  teams: {{ads: {{usd_per_month: \"1000\"}}}}\n"
     );
     std::fs::write(&config, yaml("http://127.0.0.1:9", ledger_url) + &budgets).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_spillway"))

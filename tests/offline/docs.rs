@@ -92,11 +92,11 @@ fn when(code: ErrorCode) -> String {
 fn error_table() -> String {
     let mut out = String::from("| status | `type` | `code` | when |\n|---|---|---|---|\n");
     let mut codes = ErrorCode::all();
-    codes.sort_by_key(|c| c.table().0.as_u16());
+    codes.sort_by_key(|c| c.table().0);
     for code in codes {
         let (status, kind, name) = code.table();
         let name = name.map_or("—".to_string(), |n| format!("`{n}`"));
-        out += &format!("| {} | `{kind}` | {name} | {} |\n", status.as_u16(), when(code));
+        out += &format!("| {status} | `{kind}` | {name} | {} |\n", when(code));
     }
     out
 }

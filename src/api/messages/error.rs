@@ -31,15 +31,18 @@ pub(crate) fn status_and_type(e: &ApiError) -> (StatusCode, &'static str) {
         Timeout | Upstream(ErrorClass::Timeout) => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
         RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
         OverLimit(_, limit) if limit.is_budget() => (StatusCode::PAYMENT_REQUIRED, "billing_error"),
-        _ => match e.status.as_u16() {
-            401 => (e.status, "authentication_error"),
-            403 => (e.status, "permission_error"),
-            404 => (e.status, "not_found_error"),
-            413 => (e.status, "request_too_large"),
-            429 => (e.status, "rate_limit_error"),
-            400..=499 => (e.status, "invalid_request_error"),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "api_error"),
-        },
+        _ => {
+            let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            match e.status {
+                401 => (status, "authentication_error"),
+                403 => (status, "permission_error"),
+                404 => (status, "not_found_error"),
+                413 => (status, "request_too_large"),
+                429 => (status, "rate_limit_error"),
+                400..=499 => (status, "invalid_request_error"),
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "api_error"),
+            }
+        }
     }
 }
 

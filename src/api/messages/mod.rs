@@ -61,8 +61,7 @@ async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         drop(admission);
         axum::Json(answer.into_json(&id, &decoded.model)).into_response()
     };
-    response.headers_mut().extend(spillway_headers);
-    serve::add_cost_header(response.headers_mut(), &cost);
+    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
 

@@ -246,7 +246,7 @@ impl Encoder {
         let code = body["error"]["code"].clone();
         let message = body["error"]["message"].clone();
         // OpenAI's own codes for a failed response, so typed clients can read it.
-        let failed_code = if error.status.as_u16() == 429 { "rate_limit_exceeded" } else { "server_error" };
+        let failed_code = if error.status == 429 { "rate_limit_exceeded" } else { "server_error" };
         let response = self.response("failed", Some(json!({"code": failed_code, "message": message})));
         self.event("response.failed", json!({"response": response}));
         self.event("error", json!({"code": code, "message": message, "param": body["error"]["param"]}));

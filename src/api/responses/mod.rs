@@ -104,8 +104,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
         drop(admission);
         axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
     };
-    response.headers_mut().extend(spillway_headers);
-    serve::add_cost_header(response.headers_mut(), &cost);
+    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
 

@@ -95,7 +95,7 @@ impl Relay {
     pub fn fail(&mut self, error: &ApiError) {
         let body = error.body();
         let message = body["error"]["message"].clone();
-        let failed_code = if error.status.as_u16() == 429 { "rate_limit_exceeded" } else { "server_error" };
+        let failed_code = if error.status == 429 { "rate_limit_exceeded" } else { "server_error" };
         let mut response = self.response.take();
         response["status"] = json!("failed");
         response["error"] = json!({"code": failed_code, "message": message});

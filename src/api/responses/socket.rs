@@ -274,7 +274,7 @@ impl Conversation {
 /// An error before an answer starts: its envelope and the status the POST would have had.
 async fn send_error(socket: &mut WebSocket, error: &ApiError) -> Result<(), ()> {
     error.log();
-    let message = json!({"type": "error", "status": error.status.as_u16(), "error": error.body()["error"]});
+    let message = json!({"type": "error", "status": error.status, "error": error.body()["error"]});
     send(socket, message.to_string()).await
 }
 
