@@ -22,19 +22,13 @@ pub mod provider;
 pub mod redact;
 pub mod transport;
 
-use futures::Stream;
-use std::pin::Pin;
-
 pub use anthropic::ClaudeHost;
 pub use call::{system_turn, Call};
 use redact::CallRedactor;
 pub use transport::Transport;
 
-use crate::canonical::{ChatRequest, Dialect, ErrorClass, Event, Operation, UpstreamError};
-
-/// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
-/// the stream broke (it is the last item).
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, UpstreamError>> + Send>>;
+pub use crate::canonical::EventStream;
+use crate::canonical::{ChatRequest, Dialect, ErrorClass, Operation, UpstreamError};
 
 /// The wire format a backend speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

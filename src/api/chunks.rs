@@ -21,9 +21,9 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::wire::WireUsage;
-use crate::adapter::EventStream;
+use crate::canonical::EventStream;
 use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
-use crate::dispatch::CostCell;
+use crate::serve::CostCell;
 use std::sync::Arc;
 
 /// Most bytes written in one frame when several events are ready at once.

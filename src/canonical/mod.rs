@@ -22,7 +22,7 @@ pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
 pub use name::{BackendName, TaskName, TeamName};
-pub use native::{Dialect, NativeEvent, NativeRequest};
+pub use native::{anthropics_own, Dialect, NativeEvent, NativeRequest};
 pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };
@@ -369,6 +369,10 @@ impl FinishReason {
         }
     }
 }
+
+/// The canonical events of one upstream answer. Ends after the last event; an `Err` item means
+/// the stream broke (it is the last item).
+pub type EventStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Event, UpstreamError>> + Send>>;
 
 /// One step of a model's answer. A well-formed stream has deltas, then at most one `Usage`
 /// and one `Finish` (in either order), then ends. With [`ChatRequest::relay`], an OpenAI

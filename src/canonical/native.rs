@@ -68,6 +68,17 @@ pub struct NativeEvent {
     pub data: Bytes,
 }
 
+/// A block of a Messages conversation that only Anthropic can read back: thinking it signed,
+/// or thinking it redacted.
+pub fn anthropics_own(block: &Value) -> bool {
+    let signed = || block.get("signature").and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+    match block.get("type").and_then(Value::as_str) {
+        Some("redacted_thinking") => true,
+        Some("thinking") => signed(),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

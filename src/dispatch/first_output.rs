@@ -7,7 +7,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::adapter::{self, Call, EventStream, Transport};
+use crate::adapter::{self, Call, Transport};
+use crate::canonical::EventStream;
 use crate::canonical::{ChatRequest, ErrorClass, Event, UpstreamError};
 
 /// Call the upstream and read until its first output event, within `deadline` of the call.

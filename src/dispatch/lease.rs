@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::adapter::EventStream;
+use crate::canonical::EventStream;
 use crate::canonical::{ErrorClass, Event, UpstreamError};
 use crate::config::{BackendId, Config};
 use crate::fleet::load::InFlight;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use rust_decimal::Decimal;
 
-use crate::adapter::EventStream;
+use crate::canonical::EventStream;
 use crate::canonical::{Event, UpstreamError, Usage};
 use crate::config::BudgetsConfig;
 use crate::dispatch::CostCell;

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::canonical::{Affinity, ChatRequest, Principal};
 use crate::config::{BackendId, Config, Priority, TaskConfig};
-use crate::dispatch::{Committed, CostCell, Dispatcher, Keys};
+use crate::dispatch::{Committed, Dispatcher, Keys};
 use crate::fleet::prefix_cache::PrefixKeys;
 use crate::guard::budget::{BudgetBoard, BudgetOptions};
 use crate::guard::quota::QuotaBoard;
@@ -44,6 +44,7 @@ use crate::route::{self, Plan, PlanError, RequestFacts};
 use crate::snapshot::{NodeView, Snapshot};
 use crate::trace::RequestSpan;
 
+pub use crate::dispatch::CostCell;
 pub use count::count_tokens;
 pub use error::{ApiError, ErrorCode};
 pub use headers::{cost_header, AnswerHeaders, Headers};

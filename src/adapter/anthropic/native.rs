@@ -18,7 +18,7 @@
 use serde_json::{json, Value};
 
 use crate::adapter::{system_turn, Call};
-use crate::canonical::{ChatRequest, NativeRequest};
+use crate::canonical::{anthropics_own, ChatRequest, NativeRequest};
 
 /// The Anthropic betas the clouds take (Bedrock's documented `anthropic_beta` values, which
 /// Vertex AI takes as well). Bedrock refuses a whole request for one flag it does not know, so
@@ -110,15 +110,6 @@ fn drop_blocks(message: &mut Value, dropped: fn(&Value) -> bool) {
 fn unsigned_thinking(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("thinking")
         && block.get("signature").and_then(Value::as_str).is_none_or(str::is_empty)
-}
-
-/// A block only Anthropic can read back: thinking it signed, or thinking it redacted.
-pub fn anthropics_own(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("redacted_thinking") => true,
-        Some("thinking") => !unsigned_thinking(block),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@ use crate::api::error::{ApiError, ErrorCode};
 use crate::api::messages::error_response;
 use crate::batch::job::{Counts, Dialect, LineState, Status};
 use crate::batch::lines;
+use crate::batch::store::rfc3339;
 use crate::batch::store::{self, JobRow};
-use crate::ledger::rfc3339;
 
 /// How long an Anthropic batch may run.
 const WINDOW_MS: i64 = 24 * 3_600_000;

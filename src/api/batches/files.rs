@@ -120,7 +120,7 @@ pub(super) async fn owned(
     state: &Batches,
     headers: &HeaderMap,
     id: &str,
-) -> Result<(FileRow, crate::ledger::Store), ApiError> {
+) -> Result<(FileRow, crate::batch::store::Store), ApiError> {
     let who = caller(state, headers)?;
     let file = store::file(who.store, id).await.map_err(store_error)?;
     match file {
@@ -176,7 +176,11 @@ pub(super) async fn content(
 }
 
 /// A job's output file (its answered lines) or error file (the rest), in OpenAI's line format.
-async fn results_file(store: &crate::ledger::Store, batch: &str, output: bool) -> Result<String, ApiError> {
+async fn results_file(
+    store: &crate::batch::store::Store,
+    batch: &str,
+    output: bool,
+) -> Result<String, ApiError> {
     let states: &[LineState] = if output {
         &[LineState::Succeeded]
     } else {

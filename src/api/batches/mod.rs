@@ -17,7 +17,7 @@ use axum::Router;
 use super::error::{ApiError, ErrorCode};
 use super::front::Doors;
 use super::AppState;
-use crate::ledger::Store;
+use crate::batch::store::Store;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -89,7 +89,7 @@ fn not_found(what: &str, id: &str) -> ApiError {
 }
 
 fn now_ms() -> i64 {
-    crate::ledger::unix_millis(std::time::SystemTime::now())
+    crate::batch::store::unix_millis(std::time::SystemTime::now())
 }
 
 /// A new id: `prefix` and 24 random hex digits.

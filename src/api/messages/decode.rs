@@ -102,7 +102,7 @@ impl Decoded {
     pub(crate) fn carries_anthropics_own(&self) -> bool {
         let blocks = self.body.get("messages").and_then(Value::as_array).into_iter().flatten();
         let blocks = blocks.filter_map(|m| m.get("content").and_then(Value::as_array)).flatten();
-        blocks.into_iter().any(crate::adapter::anthropic::native::anthropics_own)
+        blocks.into_iter().any(crate::canonical::anthropics_own)
     }
 
     pub(crate) fn wants_stream(&self) -> bool {

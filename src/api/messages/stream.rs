@@ -19,8 +19,8 @@ use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 
 use super::answer::stop_reason;
-use crate::adapter::EventStream;
 use crate::api::error::ApiError;
+use crate::canonical::EventStream;
 use crate::canonical::{Event, FinishReason, NativeEvent, Usage};
 
 /// How long the stream may be quiet before a `ping` keeps the connection alive.

@@ -36,8 +36,8 @@ use futures::{FutureExt, Stream, StreamExt};
 
 use super::error::ApiError;
 use super::front::{self, Incoming};
-use crate::adapter::EventStream;
 use crate::canonical::Event;
+use crate::canonical::EventStream;
 use crate::config::TaskConfig;
 use crate::serve::owned::{Owned, OwnersOnly};
 use crate::serve::{self, Pinning, Served};

@@ -28,6 +28,7 @@ use serde_json::{json, Map, Value};
 use tower_service::Service;
 
 use super::warmed;
+// door: the socket reads its own POST answer with the one SSE reader every upstream stream uses.
 use crate::adapter::transport::sse::{Flow, SseDecoder};
 use crate::api::edge::ConnectionLife;
 use crate::api::error::{ApiError, ErrorCode};

@@ -9,12 +9,13 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::job::{Dialect, Status};
 use super::lines::Line;
-use crate::ledger::Store;
 
 mod claims;
 mod retention;
 mod spills;
 
+/// Jobs, files and lines are kept in the ledger's store, and dated as its rows are.
+pub use crate::ledger::{rfc3339, unix_millis, Store};
 pub use claims::{
     claim, claim_these, counts, end_queued, ended, finish, finished_since, held, holders, queued, release,
     release_all, renew, Claimed, Ended, LineEnd,
