@@ -12,6 +12,8 @@ mod call;
 pub mod converse;
 pub mod credentials;
 pub mod error;
+#[cfg(test)]
+mod fixture_tests;
 pub mod gemini;
 pub mod openai_compat;
 pub mod openai_completions;

@@ -1,0 +1,127 @@
+//! One harness over recorded cases per wire (`tests/fixtures/<wire>/cases/*.json`): a canonical
+//! request in, the body the upstream must get, the upstream's answer replayed (a fixture file of
+//! the same wire), and the answer the client must get from its events. Each case goes through
+//! `adapter::send` against a local server that records what it was sent, so the wire's request
+//! builder and its stream or JSON parser are held to the recorded bytes together.
+//!
+//! `SPILLWAY_BLESS=1 cargo test --lib fixture` writes what the code does now into each case's
+//! `upstream` and `answer`: for a new case, or after a deliberate change of wire (read the diff).
+
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use super::provider::anthropic::Anthropic;
+use super::transport::http::testing::canned_server;
+use super::{Call, Upstream, WireFormat};
+use crate::canonical::{ChatRequest, Event};
+
+/// The wire of each fixture folder.
+fn wire(folder: &str) -> WireFormat {
+    match folder {
+        "openai" => WireFormat::OpenAi,
+        "anthropic" => WireFormat::Claude(&Anthropic),
+        "gemini" => WireFormat::Gemini,
+        other => panic!("no wire for fixture folder {other}"),
+    }
+}
+
+/// The answer a client gets from `events`: its text, reasoning, tool calls (pieces joined by
+/// index), finish reason, usage, and the error that ended it, if one did.
+fn answer(events: Vec<Result<Event, crate::canonical::UpstreamError>>) -> Value {
+    let (mut text, mut reasoning, mut calls) = (String::new(), String::new(), Vec::<Value>::new());
+    let (mut finish, mut usage, mut error) = (Value::Null, Value::Null, Value::Null);
+    for event in events {
+        match event {
+            Ok(Event::TextDelta(t)) => text += &t,
+            Ok(Event::ReasoningDelta(t)) => reasoning += &t,
+            Ok(Event::ToolCallDelta { index, id, name, arguments }) => {
+                let at = match calls.iter().position(|c| c["index"] == index) {
+                    Some(at) => at,
+                    None => {
+                        calls.push(json!({"index": index, "id": null, "name": null, "arguments": ""}));
+                        calls.len() - 1
+                    }
+                };
+                let call = &mut calls[at];
+                if let Some(id) = id {
+                    call["id"] = json!(minted(&id));
+                }
+                if let Some(name) = name {
+                    call["name"] = json!(name);
+                }
+                call["arguments"] = json!(format!("{}{arguments}", call["arguments"].as_str().unwrap_or("")));
+            }
+            Ok(Event::Finish(reason)) => finish = json!(format!("{reason:?}")),
+            Ok(Event::Usage(u)) => usage = serde_json::to_value(u).unwrap(),
+            Ok(_) => {}
+            Err(e) => error = json!(format!("{:?}: {}", e.class, e.message)),
+        }
+    }
+    json!({"text": text, "reasoning": reasoning, "tool_calls": calls, "finish": finish, "usage": usage, "error": error})
+}
+
+/// A call id the adapter minted for a wire that has none (Gemini's: `call_<12 hex>_<n>`), with
+/// its random part written as `minted`; any other id as it is.
+fn minted(id: &str) -> String {
+    let parts: Vec<&str> = id.split('_').collect();
+    match parts.as_slice() {
+        ["call", hex, n] if hex.len() == 12 && hex.chars().all(|c| c.is_ascii_hexdigit()) => {
+            format!("call_minted_{n}")
+        }
+        _ => id.to_string(),
+    }
+}
+
+fn cases() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut found = Vec::new();
+    for folder in ["openai", "anthropic", "gemini"] {
+        let dir = root.join(folder).join("cases");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        found.extend(files.into_iter().map(|f| (folder.to_string(), f)));
+    }
+    found
+}
+
+#[tokio::test]
+async fn every_wire_sends_and_reads_its_recorded_cases() {
+    let bless = std::env::var_os("SPILLWAY_BLESS").is_some();
+    let cases = cases();
+    assert!(cases.len() >= 6, "the cases are found: {cases:?}");
+    for (folder, path) in cases {
+        let mut case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let named = path.display().to_string();
+        let request: ChatRequest =
+            serde_json::from_value(case["request"].clone()).unwrap_or_else(|e| panic!("{named}: {e}"));
+        let replayed = case["replay"].as_str().unwrap_or_else(|| panic!("{named}: no replay file"));
+        let body: &'static str =
+            String::leak(std::fs::read_to_string(path.parent().unwrap().join("..").join(replayed)).unwrap());
+        let media = if replayed.ends_with(".sse") { "text/event-stream" } else { "application/json" };
+        let (base, seen) = canned_server(200, &[("content-type", media)], body).await;
+        let upstream = Upstream { base_url: base, api_key: Some("sk-fixture".into()), ..Upstream::default() };
+        let call = Call::as_written(wire(&folder), upstream, &request);
+        let transport = reqwest::Client::new().into();
+        let events: Vec<_> = match super::send(&transport, &call, &request).await {
+            Ok(stream) => stream.collect().await,
+            Err(e) => vec![Err(e)],
+        };
+        let sent: Value =
+            serde_json::from_str(&seen.lock().unwrap().body).unwrap_or_else(|e| panic!("{named}: {e}"));
+        let got = answer(events);
+        if bless {
+            case["upstream"] = sent;
+            case["answer"] = got;
+            std::fs::write(&path, serde_json::to_string_pretty(&case).unwrap() + "\n").unwrap();
+            continue;
+        }
+        assert_eq!(sent, case["upstream"], "{named}: the body the upstream got");
+        assert_eq!(got, case["answer"], "{named}: the answer the client gets");
+    }
+}
