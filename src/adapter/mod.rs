@@ -12,8 +12,6 @@ mod call;
 pub mod converse;
 pub mod credentials;
 pub mod error;
-#[cfg(test)]
-mod fixture_tests;
 pub mod gemini;
 pub mod openai_compat;
 pub mod openai_completions;
@@ -189,3 +187,6 @@ async fn answer(
         )),
     }
 }
+
+#[cfg(test)]
+mod fixture_tests;
