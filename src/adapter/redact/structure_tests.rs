@@ -47,11 +47,31 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The function items of `text` before its `#[cfg(test)]` part.
-fn items(text: &str) -> Vec<Item> {
-    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
-    let mut found = Vec::new();
+/// `text` without its test code: each item under `#[cfg(test)]` (a `mod tests;` line, or an
+/// item up to its closing brace), wherever it stands.
+fn without_tests(text: &str) -> String {
+    let mut out = String::new();
     let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let end = match (after.find(';'), after.find('{')) {
+            (Some(semi), Some(open)) if semi < open => semi + 1,
+            (_, Some(open)) => open + block(&after[open..]).len(),
+            (Some(semi), None) => semi + 1,
+            (None, None) => after.len(),
+        };
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The function items of `text`, its test code left out.
+fn items(text: &str) -> Vec<Item> {
+    let text = without_tests(text);
+    let mut found = Vec::new();
+    let mut rest = text.as_str();
     while let Some(at) = find_fn(rest) {
         let line_start = rest[..at].rfind('\n').map_or(0, |n| n + 1);
         let head =
@@ -163,10 +183,16 @@ fn upstream_text_leaves_the_adapters_only_through_the_redactor() {
 fn the_scan_sees_visibilities_signatures_and_bodies() {
     let text = "/// fn in a comment\npub(crate) fn classify(status: u16) -> UpstreamError {\n    if x { y }\n}\n\
                 pub(in crate::adapter) async fn send(a: &str)\n    -> Result<EventStream, UpstreamError> {\n    CallRedactor::of(a)\n}\n\
-                fn private() -> Answer;\npub fn other() -> Answered {}\n#[cfg(test)]\npub fn hidden() -> UpstreamError {}";
+                #[cfg(test)]\nmod tests;\n\
+                fn private() -> Answer;\npub fn other() -> Answered {}\n#[cfg(test)]\npub fn hidden() -> UpstreamError { x }\n\
+                pub fn after_the_tests() -> UpstreamError {}";
     let found = items(text);
     let names: Vec<&str> = found.iter().map(|i| i.name.as_str()).collect();
-    assert_eq!(names, ["classify", "send", "private", "other"]);
+    assert_eq!(
+        names,
+        ["classify", "send", "private", "other", "after_the_tests"],
+        "test code is skipped, not the rest"
+    );
     assert_eq!(found[0].visibility, "pub(crate)");
     assert!(!stays_inside(&found[0].visibility) && returns_upstream_text(&found[0].signature));
     assert_eq!(found[0].body, "{\n    if x { y }\n}");
