@@ -40,6 +40,11 @@ pub const CLOUD_BETAS: &[&str] = &[
     "tool-examples-2025-10-29",
 ];
 
+/// The flags among `flags` a cloud takes ([`CLOUD_BETAS`]).
+pub fn cloud_betas(flags: Vec<&str>) -> Vec<&str> {
+    flags.into_iter().filter(|flag| CLOUD_BETAS.contains(flag)).collect()
+}
+
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
 

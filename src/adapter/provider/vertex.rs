@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName};
 use serde_json::{json, Map, Value};
 
 use super::Provider;
-use crate::adapter::anthropic::native::CLOUD_BETAS;
+use crate::adapter::anthropic::native::cloud_betas;
 use crate::adapter::anthropic::ClaudeHost;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::transport::http::Classify;
@@ -110,7 +110,7 @@ impl ClaudeHost for Vertex {
     }
 
     fn betas<'h>(&self, flags: Vec<&'h str>) -> Vec<&'h str> {
-        flags.into_iter().filter(|flag| CLOUD_BETAS.contains(flag)).collect()
+        cloud_betas(flags)
     }
 
     fn fit(&self, body: &mut Map<String, Value>, _betas: &[&str]) {
