@@ -2,8 +2,9 @@
 //! and HTTP/2, which advertises 100 streams per connection. The router spreads them over
 //! connections so that none waits for a stream slot; against a provider that also takes only 8
 //! connections, the rest wait in the open (`spillway_upstream_waiting`) and, past their
-//! first-token deadline, fail over as attempts. None hangs. `benches/spill_scale.rs` reports
-//! the same runs in release.
+//! first-token deadline, fail over as attempts. None hangs. `benches/spill_scale.rs` runs both
+//! at 1,000 streams in release; the second runs here at 300 (8 connections of 25 streams), so a
+//! debug build on two shared cores beside other tests still starts each within its deadline.
 
 use std::time::Duration;
 
@@ -54,7 +55,13 @@ tasks:
         report.errors,
         report.ttft_us.value_at_quantile(0.5) as f64 / 1000.0,
     );
-    assert_eq!(report.ok as usize, STREAMS, "every stream answered: {}", report.summary());
+    assert_eq!(
+        report.ok as usize,
+        STREAMS,
+        "every stream answered: {} {:?}",
+        report.summary(),
+        report.first_error
+    );
     // A debug build on two shared cores; benches/spill_scale.rs measures the release build.
     assert!(ttft_max < 10_000.0, "every stream started within the SLO: {}", report.summary());
     assert_eq!(waiting, 0, "none waited for a stream slot");
@@ -67,11 +74,13 @@ tasks:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_a_providers_connection_limit_streams_wait_in_the_open_and_fail_over_at_the_deadline() {
-    // 8 connections of 100 streams: 800 in flight, each holding its slot for about 4 s. Every
-    // request may fail over (the retry budget holds 1,000 retries here; by default it holds 100, and refuses the rest with a 503).
+    // 8 connections of 25 streams: 200 in flight, each holding its slot for about 4 s, and 100
+    // more waiting. Every request may fail over (the retry budget holds 1,000 retries here; by
+    // default it holds 100, and refuses the rest with a 503).
+    const STREAMS: usize = 300;
     let hosted = sim(SimKind::OpenAi, "gpt-5.6", |a| {
         a.tls = true;
-        a.max_concurrent_streams = 100;
+        a.max_concurrent_streams = 25;
         a.max_connections = 8;
         a.ttft_ms = 100;
         a.tokens_per_sec = 5.0;
@@ -82,7 +91,7 @@ async fn past_a_providers_connection_limit_streams_wait_in_the_open_and_fail_ove
     let yaml = config(
         &ca,
         &format!(
-            r#"dispatch: {{hosted_max_connections: 8, stream_idle_timeout_ms: 30000, retry_budget_min_per_sec: 100}}
+            r#"dispatch: {{hosted_max_connections: 8, hosted_streams_per_connection: 25, stream_idle_timeout_ms: 30000, retry_budget_min_per_sec: 100}}
 backends:
   - {{name: hosted, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
   - {{name: spare, kind: openai, base_url: "{}/v1", model: gpt-5.6}}
@@ -98,7 +107,7 @@ tasks:
     let on = |b: &str| report.by_backend.get(b).copied().unwrap_or(0);
     let (_, peak, _) = hosted.connections();
     eprintln!(
-        "{STREAMS} streams, 8 connections of 100: {} on hosted, {} failed over to spare, {} errors; at most \
+        "{STREAMS} streams, 8 connections of 25: {} on hosted, {} failed over to spare, {} errors; at most \
          {waiting} waiting; {peak} connections; took {:.1} s",
         on("hosted"),
         on("spare"),
@@ -113,8 +122,8 @@ tasks:
         report.first_error
     );
     assert!(peak <= 8, "never more than the provider's connections: {peak}");
-    assert!(on("hosted") <= 800, "at most 100 streams on each of 8 connections: {}", on("hosted"));
-    assert!(on("spare") >= 200, "the rest failed over at their deadline: {}", on("spare"));
-    assert!(waiting >= 50, "the waiting metric rose: {waiting}");
+    assert!(on("hosted") <= 200, "at most 25 streams on each of 8 connections: {}", on("hosted"));
+    assert!(on("spare") >= 100, "the rest failed over at their deadline: {}", on("spare"));
+    assert!(waiting >= 25, "the waiting metric rose: {waiting}");
     std::fs::remove_file(ca).ok();
 }

@@ -98,7 +98,14 @@ pub async fn serve(
             let now = connections.open.fetch_add(1, Ordering::Relaxed) + 1;
             connections.peak.fetch_max(now, Ordering::Relaxed);
             let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http2().max_concurrent_streams(max_streams);
+            // A client that gives up on a stream the server has not yet picked up resets it.
+            // hyper closes the whole connection (every stream on it broken) past 20 such
+            // streams at once, which a sim starved of CPU reaches; a provider's front counts
+            // them against the streams it allows, as here.
+            builder
+                .http2()
+                .max_concurrent_streams(max_streams)
+                .max_pending_accept_reset_streams(max_streams as usize);
             let service = TowerToHyperService::new(app);
             if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), service).await {
                 tracing::debug!(error = %e, "sim: a TLS connection ended");
