@@ -1,31 +1,24 @@
 //! Adapters: the canonical request in, a stream of canonical events (or a classified error) out.
 //!
-//! One module per wire format. vLLM, OpenAI and any OpenAI-compatible endpoint share
-//! `openai_compat` for chat (and `openai_completions`, `openai_embeddings` for the operations
-//! only they serve, `openai_responses` for Responses requests pinned to OpenAI for its stored
-//! state); Anthropic Messages and Gemini have their own. Adapters never retry and
+//! One folder per wire format (`wire/`): vLLM, OpenAI and any OpenAI-compatible endpoint share
+//! `wire::openai` (chat, and the completions, embeddings and Responses only they serve);
+//! Claude's Messages, Gemini and Bedrock's Converse have their own. Who runs the upstream, and so
+//! how a call is addressed and signed, is the provider's (`provider/`). Adapters never retry and
 //! never choose a backend: dispatch does that. They only translate and classify.
 
-pub mod anthropic;
-pub mod bedrock;
 mod call;
-pub mod converse;
 pub mod credentials;
 pub mod error;
-pub mod gemini;
-pub mod openai_compat;
-pub mod openai_completions;
-pub mod openai_embeddings;
-mod openai_relay;
-pub mod openai_responses;
 pub mod provider;
 pub mod redact;
 pub mod transport;
+pub mod wire;
 
-pub use anthropic::ClaudeHost;
 pub use call::{system_turn, Call};
 use redact::CallRedactor;
 pub use transport::Transport;
+pub use wire::anthropic::ClaudeHost;
+use wire::{anthropic, converse, gemini, openai};
 
 pub use crate::canonical::EventStream;
 use crate::canonical::{ChatRequest, Dialect, ErrorClass, Operation, UpstreamError};
@@ -169,16 +162,16 @@ async fn answer(
         (Operation::Chat, WireFormat::OpenAi)
             if upstream.serves_responses && dialect == Some(Dialect::OpenAiResponses) =>
         {
-            openai_responses::send(transport, call, req).await
+            openai::responses::send(transport, call, req).await
         }
-        (Operation::Chat, WireFormat::OpenAi) => openai_compat::send(transport, call, req).await,
+        (Operation::Chat, WireFormat::OpenAi) => openai::chat::send(transport, call, req).await,
         (Operation::Chat, WireFormat::Claude(host)) => anthropic::send_to(transport, call, req, host).await,
         (Operation::Chat, WireFormat::BedrockConverse) => converse::send(transport, call, req).await,
         (Operation::Chat, WireFormat::Gemini) => gemini::send(transport, call, req).await,
         (Operation::Completion(c), WireFormat::OpenAi) => {
-            openai_completions::send(transport, call, req, c).await
+            openai::completions::send(transport, call, req, c).await
         }
-        (Operation::Embedding(e), WireFormat::OpenAi) => openai_embeddings::send(transport, call, e).await,
+        (Operation::Embedding(e), WireFormat::OpenAi) => openai::embeddings::send(transport, call, e).await,
         // The capability filter keeps these from being planned; said plainly if one is.
         (operation, _) => Err(UpstreamError::new(
             ErrorClass::InvalidRequest,

@@ -253,7 +253,7 @@ async fn anthropic_gets_the_body_as_written_and_its_signatures_come_back() {
     let message: Value = response.json().await.unwrap();
     assert!(message["id"].as_str().unwrap().starts_with("msg_sim"), "Anthropic's own message: {message}");
     assert_eq!(message["content"][0]["type"], "thinking", "{message}");
-    // Marked with its signer (adapter/anthropic/provenance.rs), so that it goes back to
+    // Marked with its signer (adapter/wire/anthropic/provenance.rs), so that it goes back to
     // Anthropic alone.
     let signature = message["content"][0]["signature"].as_str().unwrap();
     assert!(signature.starts_with("spillway:anthropic:sim-signature-anthropic-"), "{message}");

@@ -4,7 +4,7 @@ use http::HeaderName;
 use serde_json::{Map, Value};
 
 use super::{BatchWire, Owned, Provider};
-use crate::adapter::anthropic::ClaudeHost;
+use crate::adapter::wire::anthropic::ClaudeHost;
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;

@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn each_claude_host_gets_the_betas_it_takes_where_it_takes_them() {
-        use crate::adapter::anthropic::host::Node;
+        use crate::adapter::wire::anthropic::host::Node;
         use crate::adapter::ClaudeHost;
         let header =
             "claude-code-20250219, interleaved-thinking-2025-05-14,oauth-2025-04-20,context-1m-2025-08-07";

@@ -9,10 +9,10 @@ use http::{HeaderMap, HeaderName};
 use serde_json::{json, Map, Value};
 
 use super::Provider;
-use crate::adapter::anthropic::native::cloud_betas;
-use crate::adapter::anthropic::ClaudeHost;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::transport::http::Classify;
+use crate::adapter::wire::anthropic::native::cloud_betas;
+use crate::adapter::wire::anthropic::ClaudeHost;
 use crate::adapter::{Upstream, WireFormat};
 use crate::canonical::UpstreamError;
 use crate::config::{BackendConfig, BackendSpec};
@@ -32,9 +32,9 @@ pub fn predict_url(base: &str, model: &str, stream: bool) -> String {
 fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     if parsed.as_ref().and_then(|b| b.get("type")).and_then(Value::as_str) == Some("error") {
-        return crate::adapter::anthropic::classify(status, headers, body);
+        return crate::adapter::wire::anthropic::classify(status, headers, body);
     }
-    let mut error = crate::adapter::gemini::classify(status, headers, body);
+    let mut error = crate::adapter::wire::gemini::classify(status, headers, body);
     let inner: Option<Value> = serde_json::from_str(&error.message).ok();
     if let Some(words) = inner.as_ref().and_then(|v| v.pointer("/error/message")).and_then(Value::as_str) {
         error.message = words.to_string();

@@ -36,7 +36,9 @@ pub(in crate::adapter) fn unframed(answer: Answer) -> Answer {
     if answer.media_type().as_deref() != Some(CONTENT_TYPE) {
         return answer;
     }
-    answer.reframed("text/event-stream", |frames| as_sse(frames, crate::adapter::bedrock::exception))
+    answer.reframed("text/event-stream", |frames| {
+        as_sse(frames, crate::adapter::provider::bedrock::errors::exception)
+    })
 }
 
 /// `body` (event-stream frames) as SSE text, one event per message.

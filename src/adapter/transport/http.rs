@@ -392,7 +392,8 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::canned_server;
     use super::*;
-    use crate::adapter::{openai_compat, Transport, Upstream};
+    use crate::adapter::wire::openai::chat;
+    use crate::adapter::{Transport, Upstream};
     use crate::canonical::{ChatRequest, FinishReason, Message, Role};
 
     const JSON_ANSWER: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
@@ -405,7 +406,7 @@ mod tests {
             ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
         let transport = Transport::from(reqwest::Client::new());
         let call = crate::adapter::Call::as_written(crate::adapter::WireFormat::OpenAi, upstream, &req);
-        let events = openai_compat::send(&transport, &call, &req).await.unwrap();
+        let events = chat::send(&transport, &call, &req).await.unwrap();
         events.map(|e| e.unwrap()).collect().await
     }
 

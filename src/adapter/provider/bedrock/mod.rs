@@ -1,15 +1,17 @@
 //! Amazon Bedrock: Claude in Anthropic's Messages body (InvokeModel), its other models through
 //! Converse; calls signed with SigV4.
 
+pub mod errors;
+
 use base64::Engine;
 use http::HeaderName;
 use serde_json::{json, Map, Value};
 
 use super::Provider;
-use crate::adapter::anthropic::native::cloud_betas;
-use crate::adapter::anthropic::ClaudeHost;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::transport::{eventstream, http::Classify};
+use crate::adapter::wire::anthropic::native::cloud_betas;
+use crate::adapter::wire::anthropic::ClaudeHost;
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
@@ -40,7 +42,7 @@ impl Provider for Bedrock {
     fn upstream(&self, backend: &BackendConfig, to: Upstream, clouds: &CloudCredentials) -> Upstream {
         let cloud = CloudAuth::Aws {
             region: backend.region.clone().unwrap_or_default(),
-            service: crate::adapter::bedrock::SIGNING_NAME,
+            service: errors::SIGNING_NAME,
             credentials: clouds.aws.clone(),
         };
         Upstream { cloud: Some(cloud), ..to }
@@ -102,7 +104,7 @@ impl ClaudeHost for Bedrock {
     }
 
     fn classify(&self) -> Classify {
-        crate::adapter::bedrock::classify
+        errors::classify
     }
 
     fn stream_type(&self) -> &'static str {

@@ -14,10 +14,10 @@ use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::error::parse_retry_after;
-use super::openai_relay::SplitChunk;
-use super::transport::http::{self, StreamParser};
-use super::{Call, EventStream, Transport};
+use super::relay::SplitChunk;
+use crate::adapter::error::parse_retry_after;
+use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Message, ResponseFormat, Role, ToolChoice, UpstreamError,
     Usage,
@@ -503,5 +503,5 @@ impl StreamParser for OpenAiStream {
 }
 
 #[cfg(test)]
-#[path = "openai_compat_tests.rs"]
+#[path = "chat_tests.rs"]
 mod tests;

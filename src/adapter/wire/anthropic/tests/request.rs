@@ -132,7 +132,7 @@ async fn a_messages_client_passes_through_to_anthropic_with_its_beta_header_and_
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
     let upstream = Upstream {
@@ -164,7 +164,7 @@ async fn a_node_serving_messages_gets_them_without_beta_fields() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
     let upstream = Upstream {
@@ -194,7 +194,7 @@ async fn breakpoints_are_placed_for_anthropic_only_and_never_over_a_clients_own(
         let (base, seen) = canned_server(
             200,
             &[("content-type", "text/event-stream")],
-            include_str!("../../../../tests/fixtures/anthropic/message_stream.sse"),
+            include_str!("../../../../../tests/fixtures/anthropic/message_stream.sse"),
         )
         .await;
         let base = if serves_messages { format!("{base}/v1") } else { base };

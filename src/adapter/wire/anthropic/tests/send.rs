@@ -6,7 +6,7 @@ async fn send_streams_over_http_with_anthropic_headers() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream.sse"),
     )
     .await;
     let upstream = Upstream {
@@ -33,7 +33,7 @@ async fn send_classifies_529() {
     let (base, _) = canned_server(
         529,
         &[("content-type", "application/json")],
-        include_str!("../../../../tests/fixtures/anthropic/error_529_overloaded.json"),
+        include_str!("../../../../../tests/fixtures/anthropic/error_529_overloaded.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -46,7 +46,7 @@ async fn send_reports_cut_stream_as_broken() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -60,7 +60,7 @@ async fn send_non_stream_over_http() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "application/json")],
-        include_str!("../../../../tests/fixtures/anthropic/message_tool_use.json"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_tool_use.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };

@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn parses_non_stream_responses() {
     let body: Value =
-        serde_json::from_str(include_str!("../../../../tests/fixtures/anthropic/message.json")).unwrap();
+        serde_json::from_str(include_str!("../../../../../tests/fixtures/anthropic/message.json")).unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -20,7 +20,7 @@ fn parses_non_stream_responses() {
         ]
     );
     let body: Value =
-        serde_json::from_str(include_str!("../../../../tests/fixtures/anthropic/message_tool_use.json"))
+        serde_json::from_str(include_str!("../../../../../tests/fixtures/anthropic/message_tool_use.json"))
             .unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
@@ -46,7 +46,7 @@ fn parses_non_stream_responses() {
 #[tokio::test]
 async fn parses_text_stream_in_any_chunking() {
     let events = run_sse(
-        include_str!("../../../../tests/fixtures/anthropic/message_stream.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -69,7 +69,7 @@ async fn parses_text_stream_in_any_chunking() {
 #[tokio::test]
 async fn parses_tool_use_stream() {
     let events = run_sse(
-        include_str!("../../../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream_tool_use.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -104,7 +104,7 @@ async fn parses_tool_use_stream() {
 #[tokio::test]
 async fn truncated_stream_ends_with_stream_broken() {
     let events = run_sse(
-        include_str!("../../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream_truncated.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -116,7 +116,7 @@ async fn truncated_stream_ends_with_stream_broken() {
 #[tokio::test]
 async fn overloaded_error_event_is_classified_and_last() {
     let events = run_sse(
-        include_str!("../../../../tests/fixtures/anthropic/message_stream_error.sse"),
+        include_str!("../../../../../tests/fixtures/anthropic/message_stream_error.sse"),
         AnthropicStream::default,
     )
     .await;
@@ -131,7 +131,8 @@ async fn overloaded_error_event_is_classified_and_last() {
 fn classifies_error_bodies() {
     let mut h = HeaderMap::new();
     h.insert("retry-after", "30".parse().unwrap());
-    let e = classify(429, &h, include_str!("../../../../tests/fixtures/anthropic/error_429_rate_limit.json"));
+    let e =
+        classify(429, &h, include_str!("../../../../../tests/fixtures/anthropic/error_429_rate_limit.json"));
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
     assert!(e.message.starts_with("This request would exceed the rate limit"));
@@ -140,27 +141,27 @@ fn classifies_error_bodies() {
     let cases = [
         (
             529,
-            include_str!("../../../../tests/fixtures/anthropic/error_529_overloaded.json"),
+            include_str!("../../../../../tests/fixtures/anthropic/error_529_overloaded.json"),
             ErrorClass::Overloaded,
         ),
         (
             400,
-            include_str!("../../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+            include_str!("../../../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
             ErrorClass::ContextLength,
         ),
         (
             400,
-            include_str!("../../../../tests/fixtures/anthropic/error_400_invalid_request.json"),
+            include_str!("../../../../../tests/fixtures/anthropic/error_400_invalid_request.json"),
             ErrorClass::InvalidRequest,
         ),
         (
             401,
-            include_str!("../../../../tests/fixtures/anthropic/error_401_authentication.json"),
+            include_str!("../../../../../tests/fixtures/anthropic/error_401_authentication.json"),
             ErrorClass::Auth,
         ),
         (
             500,
-            include_str!("../../../../tests/fixtures/anthropic/error_500_api_error.json"),
+            include_str!("../../../../../tests/fixtures/anthropic/error_500_api_error.json"),
             ErrorClass::ServerError,
         ),
         (502, "upstream connect error", ErrorClass::ServerError),
@@ -172,7 +173,7 @@ fn classifies_error_bodies() {
     let e = classify(
         400,
         &none,
-        include_str!("../../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
+        include_str!("../../../../../tests/fixtures/anthropic/error_400_prompt_too_long.json"),
     );
     assert_eq!(e.message, "prompt is too long: 215064 tokens > 200000 maximum");
 }

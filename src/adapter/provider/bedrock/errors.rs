@@ -1,5 +1,5 @@
 //! Amazon Bedrock's errors, as both of its wires meet them: Claude through InvokeModel (its
-//! host, `provider::bedrock`) and its other models through Converse ([`super::converse`]). A
+//! host, `provider::bedrock`) and its other models through Converse ([`crate::adapter::wire::converse`]). A
 //! request is signed with SigV4 for the backend's region, or carries a Bedrock API key as a
 //! bearer token.
 //!
@@ -9,7 +9,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::error::parse_retry_after;
+use crate::adapter::error::parse_retry_after;
 use crate::canonical::{ErrorClass, UpstreamError};
 
 /// SigV4's name for the Bedrock runtime.
@@ -29,7 +29,7 @@ pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str)
         .and_then(|b| b.get("message").or(b.get("Message")))
         .and_then(Value::as_str)
         .map(str::to_string)
-        .unwrap_or_else(|| super::transport::http::excerpt(body));
+        .unwrap_or_else(|| crate::adapter::transport::http::excerpt(body));
     let class = class_of(kind, &message).unwrap_or(ErrorClass::from_status(status));
     UpstreamError::new(class, Some(status), message).with_retry_after(parse_retry_after(headers))
 }

@@ -16,9 +16,9 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
-use super::error::parse_retry_after;
-use super::transport::http::{self, StreamParser};
-use super::{system_turn, Call, EventStream, Transport};
+use crate::adapter::error::parse_retry_after;
+use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, ToolChoice, UpstreamError,
     Usage,
@@ -396,5 +396,5 @@ impl StreamParser for GeminiStream {
 }
 
 #[cfg(test)]
-#[path = "gemini_tests.rs"]
+#[path = "tests.rs"]
 mod tests;

@@ -19,10 +19,10 @@ use std::collections::HashMap;
 use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
-use super::error::parse_retry_after;
-use super::transport;
-use super::transport::http::{self, StreamParser};
-use super::{system_turn, Call, EventStream, Transport};
+use crate::adapter::error::parse_retry_after;
+use crate::adapter::transport;
+use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
     ToolChoice, UpstreamError, Usage,

@@ -124,7 +124,8 @@ fn every_tool_choice_and_schema_is_mapped_as_it_is() {
 #[test]
 fn parses_non_stream_responses() {
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/gemini/generate_content.json")).unwrap();
+        serde_json::from_str(include_str!("../../../../tests/fixtures/gemini/generate_content.json"))
+            .unwrap();
     assert_eq!(
         parse_response(&body).unwrap(),
         vec![
@@ -138,9 +139,10 @@ fn parses_non_stream_responses() {
             Event::Finish(FinishReason::Stop),
         ]
     );
-    let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/gemini/generate_content_function_call.json"))
-            .unwrap();
+    let body: Value = serde_json::from_str(include_str!(
+        "../../../../tests/fixtures/gemini/generate_content_function_call.json"
+    ))
+    .unwrap();
     let mut parser = GeminiStream::with_id_prefix("t");
     let mut events = parser.on_chunk(&body).unwrap();
     events.extend(parser.close().unwrap());
@@ -166,7 +168,7 @@ fn parses_non_stream_responses() {
 #[test]
 fn blocked_prompt_is_a_content_policy_error() {
     let body: Value =
-        serde_json::from_str(include_str!("../../tests/fixtures/gemini/prompt_blocked.json")).unwrap();
+        serde_json::from_str(include_str!("../../../../tests/fixtures/gemini/prompt_blocked.json")).unwrap();
     let err = parse_response(&body).unwrap_err();
     assert_eq!(err.class, ErrorClass::ContentPolicy);
     assert!(err.message.contains("SAFETY"));
@@ -174,10 +176,11 @@ fn blocked_prompt_is_a_content_policy_error() {
 
 #[tokio::test]
 async fn parses_crlf_text_stream_in_any_chunking() {
-    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"), || {
-        GeminiStream::with_id_prefix("t")
-    })
-    .await;
+    let events =
+        run_sse(include_str!("../../../../tests/fixtures/gemini/stream_generate_content.sse"), || {
+            GeminiStream::with_id_prefix("t")
+        })
+        .await;
     assert_eq!(
         events,
         vec![
@@ -197,7 +200,7 @@ async fn parses_crlf_text_stream_in_any_chunking() {
 
 #[tokio::test]
 async fn parses_function_call_stream() {
-    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_function_call.sse"), || {
+    let events = run_sse(include_str!("../../../../tests/fixtures/gemini/stream_function_call.sse"), || {
         GeminiStream::with_id_prefix("t")
     })
     .await;
@@ -228,7 +231,7 @@ async fn parses_function_call_stream() {
 
 #[tokio::test]
 async fn truncated_stream_ends_with_stream_broken() {
-    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_truncated.sse"), || {
+    let events = run_sse(include_str!("../../../../tests/fixtures/gemini/stream_truncated.sse"), || {
         GeminiStream::with_id_prefix("t")
     })
     .await;
@@ -239,7 +242,7 @@ async fn truncated_stream_ends_with_stream_broken() {
 
 #[tokio::test]
 async fn error_inside_stream_is_classified_and_last() {
-    let events = run_sse(include_str!("../../tests/fixtures/gemini/stream_error.sse"), || {
+    let events = run_sse(include_str!("../../../../tests/fixtures/gemini/stream_error.sse"), || {
         GeminiStream::with_id_prefix("t")
     })
     .await;
@@ -251,30 +254,45 @@ async fn error_inside_stream_is_classified_and_last() {
 #[test]
 fn classifies_error_bodies() {
     let none = HeaderMap::new();
-    let e =
-        classify(429, &none, include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"));
+    let e = classify(
+        429,
+        &none,
+        include_str!("../../../../tests/fixtures/gemini/error_429_resource_exhausted.json"),
+    );
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.retry_after, Some(Duration::from_secs(17)));
     assert!(e.message.starts_with("You exceeded your current quota"));
 
     let mut h = HeaderMap::new();
     h.insert("retry-after", "3".parse().unwrap());
-    let e = classify(429, &h, include_str!("../../tests/fixtures/gemini/error_429_resource_exhausted.json"));
+    let e = classify(
+        429,
+        &h,
+        include_str!("../../../../tests/fixtures/gemini/error_429_resource_exhausted.json"),
+    );
     assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
 
     let cases = [
-        (503, include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"), ErrorClass::Overloaded),
+        (
+            503,
+            include_str!("../../../../tests/fixtures/gemini/error_503_unavailable.json"),
+            ErrorClass::Overloaded,
+        ),
         (
             400,
-            include_str!("../../tests/fixtures/gemini/error_400_token_limit.json"),
+            include_str!("../../../../tests/fixtures/gemini/error_400_token_limit.json"),
             ErrorClass::ContextLength,
         ),
         (
             400,
-            include_str!("../../tests/fixtures/gemini/error_400_invalid_argument.json"),
+            include_str!("../../../../tests/fixtures/gemini/error_400_invalid_argument.json"),
             ErrorClass::InvalidRequest,
         ),
-        (403, include_str!("../../tests/fixtures/gemini/error_403_permission_denied.json"), ErrorClass::Auth),
+        (
+            403,
+            include_str!("../../../../tests/fixtures/gemini/error_403_permission_denied.json"),
+            ErrorClass::Auth,
+        ),
         (
             500,
             r#"{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}"#,
@@ -303,7 +321,7 @@ async fn send_streams_over_http_with_gemini_url_and_key() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/gemini/stream_generate_content.sse"),
+        include_str!("../../../../tests/fixtures/gemini/stream_generate_content.sse"),
     )
     .await;
     let upstream = Upstream {
@@ -327,7 +345,7 @@ async fn send_classifies_status() {
     let (base, _) = canned_server(
         503,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/gemini/error_503_unavailable.json"),
+        include_str!("../../../../tests/fixtures/gemini/error_503_unavailable.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -341,7 +359,7 @@ async fn send_reports_cut_stream_as_broken() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/gemini/stream_truncated.sse"),
+        include_str!("../../../../tests/fixtures/gemini/stream_truncated.sse"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -355,7 +373,7 @@ async fn send_non_stream_over_http() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/gemini/generate_content.json"),
+        include_str!("../../../../tests/fixtures/gemini/generate_content.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };

@@ -15,10 +15,10 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::openai_compat::{classify, finish_reason, in_band_error, usage};
-use super::openai_relay::SplitChunk;
-use super::transport::http::{self, StreamParser};
-use super::{Call, EventStream, Transport};
+use super::chat::{classify, finish_reason, in_band_error, usage};
+use super::relay::SplitChunk;
+use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{ChatRequest, Completion, Event, FinishReason, RelayChunk, UpstreamError, Usage};
 
 pub(in crate::adapter) async fn send(
@@ -186,5 +186,5 @@ impl StreamParser for CompletionStream {
 }
 
 #[cfg(test)]
-#[path = "openai_completions_tests.rs"]
+#[path = "completions_tests.rs"]
 mod tests;

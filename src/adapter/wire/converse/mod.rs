@@ -1,6 +1,6 @@
 //! Amazon Bedrock's Converse API, for the models Bedrock serves that are not Claude (Llama,
 //! Mistral, Nova, ...): `POST {base}/model/{model}/converse`, or `/converse-stream`, whose
-//! events come in event-stream frames named by their `:event-type` ([`super::transport::eventstream`]).
+//! events come in event-stream frames named by their `:event-type` ([`crate::adapter::transport::eventstream`]).
 //!
 //! The system prompt goes to `system`, limits to `inferenceConfig`, tools to `toolConfig`
 //! (Bedrock requires one whenever the history holds tool use or results, so a request with
@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
-use super::transport::http::{self, StreamParser};
-use super::{system_turn, Call, EventStream, Transport};
+use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::{system_turn, Call, EventStream, Transport};
 use crate::canonical::{
     CachePlacement, ChatRequest, ErrorClass, Event, FinishReason, Image, Role, ToolChoice, UpstreamError,
     Usage, MAX_BREAKPOINTS,
@@ -33,12 +33,14 @@ pub(in crate::adapter) async fn send(
     let url = format!("{base}/model/{}/{verb}", crate::config::path_segment(call.model));
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     if call.stream {
-        headers.push((ACCEPT, super::transport::eventstream::CONTENT_TYPE.to_string()));
+        headers.push((ACCEPT, crate::adapter::transport::eventstream::CONTENT_TYPE.to_string()));
     }
     let body = request_body(req, call).to_string().into_bytes();
     call.upstream.authenticate(&url, &mut headers, &body).await?;
-    let answer = http::post(transport, &url, &headers, body, super::bedrock::classify).await?;
-    let answer = super::transport::eventstream::unframed(answer);
+    let answer =
+        http::post(transport, &url, &headers, body, crate::adapter::provider::bedrock::errors::classify)
+            .await?;
+    let answer = crate::adapter::transport::eventstream::unframed(answer);
     Ok(http::answer_events(answer, call.stream, ConverseStream::default(), parse_response))
 }
 
@@ -320,5 +322,5 @@ impl StreamParser for ConverseStream {
 }
 
 #[cfg(test)]
-#[path = "converse_tests.rs"]
+#[path = "tests.rs"]
 mod tests;

@@ -11,9 +11,9 @@ use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{json, Map, Value};
 
-use super::openai_compat::{classify, in_band_error};
-use super::transport::http;
-use super::{Call, EventStream, Transport};
+use super::chat::{classify, in_band_error};
+use crate::adapter::transport::http;
+use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     vector_from_base64, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
 };

@@ -159,7 +159,7 @@ fn every_tool_choice_is_sent_in_openai_words() {
 #[test]
 fn parses_non_stream_response() {
     let events =
-        parse_response(&fixture_json(include_str!("../../tests/fixtures/openai/chat_completion.json")))
+        parse_response(&fixture_json(include_str!("../../../../tests/fixtures/openai/chat_completion.json")))
             .unwrap();
     assert_eq!(
         events,
@@ -179,7 +179,7 @@ fn parses_non_stream_response() {
 #[test]
 fn parses_non_stream_tool_calls() {
     let events = parse_response(&fixture_json(include_str!(
-        "../../tests/fixtures/openai/chat_completion_tool_calls.json"
+        "../../../../tests/fixtures/openai/chat_completion_tool_calls.json"
     )))
     .unwrap();
     assert_eq!(
@@ -205,7 +205,8 @@ fn parses_non_stream_tool_calls() {
 #[tokio::test]
 async fn parses_text_stream_in_any_chunking() {
     let events =
-        run_sse(include_str!("../../tests/fixtures/openai/chat_stream.sse"), OpenAiStream::default).await;
+        run_sse(include_str!("../../../../tests/fixtures/openai/chat_stream.sse"), OpenAiStream::default)
+            .await;
     assert_eq!(
         events,
         vec![
@@ -226,7 +227,7 @@ async fn parses_text_stream_in_any_chunking() {
 #[tokio::test]
 async fn parses_tool_call_stream() {
     let events = run_sse(
-        include_str!("../../tests/fixtures/openai/chat_stream_tool_calls.sse"),
+        include_str!("../../../../tests/fixtures/openai/chat_stream_tool_calls.sse"),
         OpenAiStream::default,
     )
     .await;
@@ -259,9 +260,11 @@ async fn parses_tool_call_stream() {
 
 #[tokio::test]
 async fn truncated_stream_ends_with_stream_broken() {
-    let events =
-        run_sse(include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"), OpenAiStream::default)
-            .await;
+    let events = run_sse(
+        include_str!("../../../../tests/fixtures/openai/chat_stream_truncated.sse"),
+        OpenAiStream::default,
+    )
+    .await;
     assert_eq!(events.len(), 2);
     assert_eq!(events[0], Ok(text("Hello")));
     assert_eq!(events[1].as_ref().unwrap_err().class, ErrorClass::StreamBroken);
@@ -269,9 +272,11 @@ async fn truncated_stream_ends_with_stream_broken() {
 
 #[tokio::test]
 async fn error_inside_stream_is_classified_and_last() {
-    let events =
-        run_sse(include_str!("../../tests/fixtures/openai/chat_stream_error.sse"), OpenAiStream::default)
-            .await;
+    let events = run_sse(
+        include_str!("../../../../tests/fixtures/openai/chat_stream_error.sse"),
+        OpenAiStream::default,
+    )
+    .await;
     assert_eq!(events.len(), 2);
     assert_eq!(events[0], Ok(text("The answer")));
     let err = events[1].as_ref().unwrap_err();
@@ -282,31 +287,39 @@ async fn error_inside_stream_is_classified_and_last() {
 #[test]
 fn classifies_error_bodies() {
     let h = headers(&[("retry-after", "2")]);
-    let e = classify(429, &h, include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"));
+    let e = classify(429, &h, include_str!("../../../../tests/fixtures/openai/error_429_rate_limit.json"));
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.status, Some(429));
     assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
     assert!(e.message.starts_with("Rate limit reached for gpt-4o"));
 
     let none = HeaderMap::new();
-    let e =
-        classify(429, &none, include_str!("../../tests/fixtures/openai/error_429_insufficient_quota.json"));
+    let e = classify(
+        429,
+        &none,
+        include_str!("../../../../tests/fixtures/openai/error_429_insufficient_quota.json"),
+    );
     assert_eq!(e.class, ErrorClass::RateLimited);
     assert_eq!(e.retry_after, None);
 
-    let e = classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_context_length.json"));
+    let e =
+        classify(400, &none, include_str!("../../../../tests/fixtures/openai/error_400_context_length.json"));
     assert_eq!(e.class, ErrorClass::ContextLength);
     assert!(e.message.contains("maximum context length is 128000"));
 
-    let e = classify(400, &none, include_str!("../../tests/fixtures/openai/error_400_content_filter.json"));
+    let e =
+        classify(400, &none, include_str!("../../../../tests/fixtures/openai/error_400_content_filter.json"));
     assert_eq!(e.class, ErrorClass::ContentPolicy);
 
-    let e = classify(503, &none, include_str!("../../tests/fixtures/openai/error_503_overloaded.json"));
+    let e = classify(503, &none, include_str!("../../../../tests/fixtures/openai/error_503_overloaded.json"));
     assert_eq!(e.class, ErrorClass::Overloaded);
     assert_eq!(e.message, "The engine is currently overloaded, please try again later");
 
-    let e =
-        classify(400, &none, include_str!("../../tests/fixtures/openai/vllm_error_400_context_length.json"));
+    let e = classify(
+        400,
+        &none,
+        include_str!("../../../../tests/fixtures/openai/vllm_error_400_context_length.json"),
+    );
     assert_eq!(e.class, ErrorClass::ContextLength);
 
     let e = classify(502, &none, "<html>Bad Gateway</html>");
@@ -335,7 +348,7 @@ async fn send_streams_over_http() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/openai/chat_stream.sse"),
+        include_str!("../../../../tests/fixtures/openai/chat_stream.sse"),
     )
     .await;
     let upstream = Upstream {
@@ -362,7 +375,7 @@ async fn send_non_stream_over_http() {
     let (base, seen) = canned_server(
         200,
         &[("content-type", "application/json")],
-        include_str!("../../tests/fixtures/openai/chat_completion.json"),
+        include_str!("../../../../tests/fixtures/openai/chat_completion.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -377,7 +390,7 @@ async fn send_classifies_status_and_retry_after() {
     let (base, _) = canned_server(
         429,
         &[("content-type", "application/json"), ("retry-after", "1.5")],
-        include_str!("../../tests/fixtures/openai/error_429_rate_limit.json"),
+        include_str!("../../../../tests/fixtures/openai/error_429_rate_limit.json"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -392,7 +405,7 @@ async fn send_reports_cut_stream_as_broken() {
     let (base, _) = canned_server(
         200,
         &[("content-type", "text/event-stream")],
-        include_str!("../../tests/fixtures/openai/chat_stream_truncated.sse"),
+        include_str!("../../../../tests/fixtures/openai/chat_stream_truncated.sse"),
     )
     .await;
     let upstream = Upstream { base_url: base, ..Default::default() };
@@ -515,7 +528,7 @@ async fn escaped_text_nulls_and_unknown_fields_in_chunks_are_read_as_before() {
 
 #[tokio::test]
 async fn a_relaying_parser_hands_on_every_chunk_and_reads_the_same_events() {
-    let sse = include_str!("../../tests/fixtures/openai/chat_stream.sse");
+    let sse = include_str!("../../../../tests/fixtures/openai/chat_stream.sse");
     let plain = run_sse(sse, OpenAiStream::default).await;
     let relaying = run_sse(sse, || OpenAiStream::new(true)).await;
     let (relays, canonical): (Vec<_>, Vec<_>) =
@@ -542,7 +555,7 @@ async fn a_relaying_parser_hands_on_every_chunk_and_reads_the_same_events() {
 
 #[tokio::test]
 async fn a_relaying_parser_still_ends_on_errors_and_aborts() {
-    let error = run_sse(include_str!("../../tests/fixtures/openai/chat_stream_error.sse"), || {
+    let error = run_sse(include_str!("../../../../tests/fixtures/openai/chat_stream_error.sse"), || {
         OpenAiStream::new(true)
     })
     .await;
