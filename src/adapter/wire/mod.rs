@@ -7,3 +7,25 @@ pub mod anthropic;
 pub mod converse;
 pub mod gemini;
 pub mod openai;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+/// Members of the client's body passed on as it wrote them, beside a typed body's own fields
+/// (`#[serde(flatten)]`): every member but those the typed body writes itself (`owned`), so
+/// no member is written twice.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Passthrough<'a> {
+    pub members: &'a Map<String, Value>,
+    pub owned: &'a [&'a str],
+}
+
+impl Serialize for Passthrough<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.members.iter().filter(|(key, _)| !self.owned.contains(&key.as_str())) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}

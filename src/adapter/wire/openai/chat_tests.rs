@@ -2,6 +2,18 @@
 use std::time::Duration;
 
 use super::*;
+use crate::adapter::transport::http::StreamParser;
+use crate::adapter::wire::openai::error::classify;
+use crate::adapter::wire::openai::request::ToolChoiceOut;
+use crate::adapter::wire::openai::stream::{parse_response, OpenAiStream};
+use crate::canonical::{ErrorClass, Event, FinishReason, Message, Role, ToolChoice, Usage};
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+/// A tool choice as OpenAI's body writes it.
+fn tool_choice(choice: &ToolChoice) -> Value {
+    serde_json::to_value(ToolChoiceOut::of(choice)).unwrap()
+}
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::Transport;
 use crate::adapter::{Call, Upstream, WireFormat};
@@ -131,16 +143,16 @@ fn only_openai_itself_gets_the_prompt_cache_key() {
         serves_responses,
         ..Default::default()
     };
-    let openai = upstream_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(true), &req));
+    let openai = super::request_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(true), &req));
     assert_eq!(
         (openai["prompt_cache_key"].as_str(), openai["user"].as_str()),
         (Some("session-9"), Some("u-1"))
     );
-    let node = upstream_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(false), &req));
+    let node = super::request_body(&req, &Call::as_written(WireFormat::OpenAi, upstream(false), &req));
     assert!(node.get("prompt_cache_key").is_none(), "{node}");
     assert_eq!(node["user"], "u-1", "`user` goes to every OpenAI-format upstream, as before");
     let without = ChatRequest { prompt_cache_key: None, ..req };
-    assert!(upstream_body(&without, &Call::as_written(WireFormat::OpenAi, upstream(true), &without))
+    assert!(super::request_body(&without, &Call::as_written(WireFormat::OpenAi, upstream(true), &without))
         .get("prompt_cache_key")
         .is_none());
 }

@@ -12,14 +12,19 @@
 use std::borrow::Cow;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::chat::{classify, finish_reason, in_band_error, usage};
+use super::error::{classify, finish_reason, ErrorMember};
 use super::relay::SplitChunk;
+use super::request::StreamOptions;
+use super::stream::UsageIn;
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::Passthrough;
 use crate::adapter::{Call, EventStream, Transport};
-use crate::canonical::{ChatRequest, Completion, Event, FinishReason, RelayChunk, UpstreamError, Usage};
+use crate::canonical::{
+    ChatRequest, Completion, Event, FinishReason, Input, RelayChunk, UpstreamError, Usage,
+};
 
 pub(in crate::adapter) async fn send(
     transport: &Transport,
@@ -33,7 +38,8 @@ pub(in crate::adapter) async fn send(
     if completion.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = request_body(req, call.model, completion).to_string().into_bytes();
+    let body = serde_json::to_vec(&CompletionBody::of(req, call.model, completion))
+        .expect("a typed body serialises");
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     if completion.stream {
@@ -45,32 +51,72 @@ pub(in crate::adapter) async fn send(
     }
 }
 
-/// The completions request body: the client's other members, then the checked ones.
-pub(crate) fn request_body(req: &ChatRequest, model: &str, completion: &Completion) -> Value {
-    let mut body = completion.passthrough.clone();
-    body.insert("model".into(), json!(model));
-    body.insert("prompt".into(), json!(completion.prompt));
-    body.insert("stream".into(), json!(completion.stream));
-    if completion.stream {
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    let optional = [
-        ("max_tokens", req.max_tokens.map(|v| json!(v))),
-        ("temperature", req.temperature.map(|v| json!(v))),
-        ("top_p", req.top_p.map(|v| json!(v))),
-        ("stop", (!req.stop.is_empty()).then(|| json!(req.stop))),
-        ("seed", req.seed.map(|v| json!(v))),
-        ("echo", completion.echo.map(|v| json!(v))),
-        ("logprobs", completion.logprobs.map(|v| json!(v))),
-        ("suffix", completion.suffix.as_ref().map(|v| json!(v))),
-        ("n", completion.n.map(|v| json!(v))),
+/// The completions request body: the checked members, then the client's others as written.
+#[derive(Serialize)]
+pub(crate) struct CompletionBody<'a> {
+    model: &'a str,
+    prompt: &'a Input,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    echo: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suffix: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n: Option<u32>,
+    #[serde(flatten)]
+    rest: Passthrough<'a>,
+}
+
+impl<'a> CompletionBody<'a> {
+    /// Each member the body writes itself.
+    const OWNED: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "echo",
+        "logprobs",
+        "suffix",
+        "n",
     ];
-    for (key, value) in optional {
-        if let Some(value) = value {
-            body.insert(key.into(), value);
+
+    pub(crate) fn of(req: &'a ChatRequest, model: &'a str, completion: &'a Completion) -> CompletionBody<'a> {
+        CompletionBody {
+            model,
+            prompt: &completion.prompt,
+            stream: completion.stream,
+            stream_options: completion.stream.then_some(StreamOptions { include_usage: true }),
+            max_tokens: req.max_tokens,
+            temperature: req.temperature,
+            top_p: req.top_p,
+            stop: &req.stop,
+            seed: req.seed,
+            echo: completion.echo,
+            logprobs: completion.logprobs,
+            suffix: completion.suffix.as_deref(),
+            n: completion.n,
+            rest: Passthrough { members: &completion.passthrough, owned: Self::OWNED },
         }
     }
-    Value::Object(body)
 }
 
 /// One choice of a completion (whole or chunk), as far as dispatch reads it.
@@ -102,12 +148,21 @@ fn read_choices(choices: &[ChoiceIn<'_>]) -> Result<(Vec<Event>, Option<FinishRe
 
 /// Every event of a non-streamed `text_completion` body.
 pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    if let Some(error) = body.get("error").filter(|e| e.is_object()) {
-        return Err(in_band_error(error));
-    }
     let text = body.to_string();
     let malformed = |e: serde_json::Error| http::malformed(&text, &e);
     let split: SplitChunk<'_> = serde_json::from_str(&text).map_err(malformed)?;
+    if let Some(error) =
+        split.error.map(|e| serde_json::from_str::<ErrorMember>(e.get())).transpose().map_err(malformed)?
+    {
+        if let Some(error) = error.object() {
+            return Err(error.in_band());
+        }
+    }
+    let usage = split
+        .usage
+        .map(|u| serde_json::from_str::<Option<UsageIn>>(u.get()))
+        .transpose()
+        .map_err(malformed)?;
     let choices: Vec<ChoiceIn<'_>> = split
         .choices
         .map(|c| serde_json::from_str(c.get()))
@@ -117,8 +172,8 @@ pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, Ups
     let (mut events, finish) = read_choices(&choices)?;
     let relay: RelayChunk = split.relay(choices.is_empty());
     events.insert(0, Event::Relay(relay));
-    if let Some(usage) = body.get("usage").and_then(usage) {
-        events.push(Event::Usage(usage));
+    if let Some(usage) = usage.flatten() {
+        events.push(Event::Usage(usage.to_usage()));
     }
     events.push(Event::Finish(finish.unwrap_or(FinishReason::Stop)));
     Ok(events)
@@ -147,15 +202,14 @@ impl StreamParser for CompletionStream {
         let malformed = |e: serde_json::Error| http::malformed(data, &e);
         let split: SplitChunk<'_> = serde_json::from_str(data).map_err(malformed)?;
         if let Some(error) = split.error {
-            let error: Value = serde_json::from_str(error.get()).map_err(malformed)?;
-            if error.is_object() {
-                return Err(in_band_error(&error));
+            if let Some(error) = serde_json::from_str::<ErrorMember>(error.get()).map_err(malformed)?.object()
+            {
+                return Err(error.in_band());
             }
         }
         if let Some(raw) = split.usage {
-            let value: Value = serde_json::from_str(raw.get()).map_err(malformed)?;
-            if let Some(usage) = usage(&value) {
-                self.usage = Some(usage);
+            if let Some(usage) = serde_json::from_str::<Option<UsageIn>>(raw.get()).map_err(malformed)? {
+                self.usage = Some(usage.to_usage());
             }
         }
         let choices: Vec<ChoiceIn<'_>> = split

@@ -14,6 +14,12 @@ async fn send(
 }
 use crate::canonical::{ErrorClass, Input, Operation};
 use futures::StreamExt;
+use serde_json::json;
+
+/// The body a completion is sent as, as a JSON tree.
+fn request_body(req: &ChatRequest, model: &str, completion: &Completion) -> Value {
+    serde_json::to_value(CompletionBody::of(req, model, completion)).unwrap()
+}
 
 fn completion(stream: bool) -> Completion {
     let mut passthrough = serde_json::Map::new();

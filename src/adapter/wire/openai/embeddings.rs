@@ -9,13 +9,14 @@
 
 use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
-use super::chat::{classify, in_band_error};
+use super::error::{classify, in_band_error};
 use crate::adapter::transport::http;
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
-    vector_from_base64, Embedding, ErrorClass, Event, FinishReason, UpstreamError, Usage,
+    vector_from_base64, Embedding, ErrorClass, Event, FinishReason, Input, UpstreamError, Usage,
 };
 
 pub(in crate::adapter) async fn send(
@@ -26,7 +27,8 @@ pub(in crate::adapter) async fn send(
     let url = call.upstream.url("embeddings");
     let mut headers = vec![(CONTENT_TYPE, "application/json".to_string())];
     headers.extend(call.upstream.openai_key());
-    let body = request_body(call.model, embedding).to_string().into_bytes();
+    let body =
+        serde_json::to_vec(&EmbeddingBody::of(call.model, embedding)).expect("a typed body serialises");
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     let inputs = embedding.input.len();
@@ -40,18 +42,27 @@ pub(in crate::adapter) async fn send(
 }
 
 /// The embeddings request body for the backend's `model`.
-pub(crate) fn request_body(model: &str, embedding: &Embedding) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert("input".into(), json!(embedding.input));
-    body.insert("encoding_format".into(), json!(embedding.encoding_format.as_str()));
-    if let Some(dimensions) = embedding.dimensions {
-        body.insert("dimensions".into(), json!(dimensions));
+#[derive(Serialize)]
+pub(crate) struct EmbeddingBody<'a> {
+    model: &'a str,
+    input: &'a Input,
+    encoding_format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dimensions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
+}
+
+impl<'a> EmbeddingBody<'a> {
+    pub(crate) fn of(model: &'a str, embedding: &'a Embedding) -> EmbeddingBody<'a> {
+        EmbeddingBody {
+            model,
+            input: &embedding.input,
+            encoding_format: embedding.encoding_format.as_str(),
+            dimensions: embedding.dimensions,
+            user: embedding.user.as_deref(),
+        }
     }
-    if let Some(user) = &embedding.user {
-        body.insert("user".into(), json!(user));
-    }
-    Value::Object(body)
 }
 
 fn broken(why: impl Into<String>) -> UpstreamError {
@@ -104,6 +115,7 @@ mod tests {
     use crate::adapter::transport::http::testing::canned_server;
     use crate::adapter::{Upstream, WireFormat};
     use crate::canonical::{vector_to_base64, ChatRequest, EncodingFormat, Input, Operation};
+    use serde_json::json;
 
     fn embedding(input: Input, encoding_format: EncodingFormat) -> Embedding {
         Embedding { input, encoding_format, dimensions: Some(3), user: Some("u-1".into()) }

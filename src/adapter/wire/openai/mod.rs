@@ -5,5 +5,8 @@
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
+pub mod error;
 mod relay;
+pub mod request;
 pub mod responses;
+pub mod stream;

@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Value};
 
-use super::chat;
+use super::error;
 use crate::adapter::transport::http::{self, StreamParser};
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
@@ -47,7 +47,7 @@ pub(in crate::adapter) async fn send(
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     let body = body(req, call, client).to_string().into_bytes();
-    let answer = http::post(transport, &url, &headers, body, chat::classify).await?;
+    let answer = http::post(transport, &url, &headers, body, error::classify).await?;
     let parse = if req.relay { parse_response_relayed } else { parse_response };
     Ok(http::answer_events(answer, call.stream, ResponsesStream::new(req.relay), parse))
 }
@@ -75,7 +75,7 @@ fn failure(error: &Value) -> UpstreamError {
         "vector_store_timeout" => ErrorClass::Timeout,
         c if c.ends_with("content_policy_violation") => ErrorClass::ContentPolicy,
         c if c.starts_with("invalid_") || c.contains("image") => ErrorClass::InvalidRequest,
-        _ => return chat::in_band_error(error),
+        _ => return error::in_band_error(error),
     };
     let message = error.get("message").and_then(Value::as_str).unwrap_or("the response failed");
     UpstreamError::new(class, None, message)
