@@ -8,7 +8,9 @@ pub mod converse;
 pub mod gemini;
 pub mod openai;
 
+use serde::de::IgnoredAny;
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Members of the client's body passed on as it wrote them, beside a typed body's own fields
@@ -27,5 +29,52 @@ impl Serialize for Passthrough<'_> {
             map.serialize_entry(key, value)?;
         }
         map.end()
+    }
+}
+
+/// A member that should be an object: read as `T` when it is one, and as `Other` (which the
+/// readers treat as absent) when it is anything else.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ObjectOr<T> {
+    Object(T),
+    Other(IgnoredAny),
+}
+
+impl<T> ObjectOr<T> {
+    pub(crate) fn object(&self) -> Option<&T> {
+        match self {
+            ObjectOr::Object(t) => Some(t),
+            ObjectOr::Other(_) => None,
+        }
+    }
+}
+
+/// A member of an error object read as text or a whole number; any other shape counts as
+/// absent, as a classifier that looks for text or a status would treat it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Scalar {
+    Text(String),
+    Number(u64),
+    #[default]
+    #[serde(skip)]
+    Absent,
+    Other(IgnoredAny),
+}
+
+impl Scalar {
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Scalar::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn number(&self) -> Option<u64> {
+        match self {
+            Scalar::Number(n) => Some(*n),
+            _ => None,
+        }
     }
 }

@@ -1,10 +1,16 @@
 //! Tests of the gemini adapter against the recorded fixtures in tests/fixtures/.
 use futures::StreamExt;
 
+use super::request::ToolConfig;
 use super::*;
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::StreamParser;
 use crate::adapter::{Call, Upstream, WireFormat};
+use crate::canonical::{ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, Usage};
 use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+use std::time::Duration;
 
 /// `send` as the request is written (its own model and stream flag).
 async fn send(
@@ -97,7 +103,9 @@ fn request_body_follows_generate_content() {
 
 #[test]
 fn every_tool_choice_and_schema_is_mapped_as_it_is() {
-    let mode = |choice: ToolChoice| tool_config(&choice)["functionCallingConfig"].clone();
+    let mode = |choice: ToolChoice| {
+        serde_json::to_value(ToolConfig::of(&choice)).unwrap()["functionCallingConfig"].clone()
+    };
     assert_eq!(mode(ToolChoice::None), json!({"mode": "NONE"}));
     assert_eq!(mode(ToolChoice::Auto), json!({"mode": "AUTO"}));
     assert_eq!(mode(ToolChoice::Required), json!({"mode": "ANY"}));
@@ -144,8 +152,8 @@ fn parses_non_stream_responses() {
     ))
     .unwrap();
     let mut parser = GeminiStream::with_id_prefix("t");
-    let mut events = parser.on_chunk(&body).unwrap();
-    events.extend(parser.close().unwrap());
+    let mut events = parser.on_event("", &body.to_string()).unwrap();
+    events.extend(parser.on_end().unwrap());
     assert_eq!(
         events,
         vec![

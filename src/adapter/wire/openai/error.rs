@@ -4,12 +4,12 @@
 //! kept only when it has the type the classifier reads.
 
 use reqwest::header::HeaderMap;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::adapter::error::parse_retry_after;
 use crate::adapter::transport::http;
+use crate::adapter::wire::{ObjectOr, Scalar};
 use crate::canonical::{ErrorClass, FinishReason, UpstreamError};
 
 /// An error object's members, whatever else it holds.
@@ -25,50 +25,8 @@ pub(in crate::adapter) struct ErrorObject {
     status: Scalar,
 }
 
-/// A member read as text or a number; any other shape counts as absent.
-#[derive(Debug, Default, Deserialize)]
-#[serde(untagged)]
-enum Scalar {
-    Text(String),
-    Number(u64),
-    #[default]
-    #[serde(skip)]
-    Absent,
-    Other(IgnoredAny),
-}
-
-impl Scalar {
-    fn text(&self) -> Option<&str> {
-        match self {
-            Scalar::Text(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    fn number(&self) -> Option<u64> {
-        match self {
-            Scalar::Number(n) => Some(*n),
-            _ => None,
-        }
-    }
-}
-
 /// An `error` member: an object, or something else (which is not an error object).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(in crate::adapter) enum ErrorMember {
-    Object(ErrorObject),
-    Other(IgnoredAny),
-}
-
-impl ErrorMember {
-    pub(in crate::adapter) fn object(&self) -> Option<&ErrorObject> {
-        match self {
-            ErrorMember::Object(e) => Some(e),
-            ErrorMember::Other(_) => None,
-        }
-    }
-}
+pub(in crate::adapter) type ErrorMember = ObjectOr<ErrorObject>;
 
 /// An error body, whichever of the two shapes it has.
 #[derive(Deserialize)]
@@ -83,7 +41,7 @@ struct ErrorBody {
 pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let retry_after = parse_retry_after(headers);
     let parsed: Option<ErrorBody> = serde_json::from_str(body).ok();
-    let error = parsed.as_ref().map(|b| b.error.as_ref().and_then(ErrorMember::object).unwrap_or(&b.top));
+    let error = parsed.as_ref().map(|b| b.error.as_ref().and_then(ObjectOr::object).unwrap_or(&b.top));
     let class = error.map(|e| e.class(Some(status))).unwrap_or(ErrorClass::from_status(status));
     let message =
         error.and_then(|e| e.message.text()).map(str::to_string).unwrap_or_else(|| http::excerpt(body));

@@ -11,12 +11,13 @@ use serde_json::Value;
 use super::error::{finish_reason, ErrorMember};
 use super::relay::SplitChunk;
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::ObjectOr;
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 /// Every event of a non-streamed `chat.completion` body.
 pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
     let whole = CompletionIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
-    if let Some(error) = whole.error.as_ref().and_then(ErrorMember::object) {
+    if let Some(error) = whole.error.as_ref().and_then(ObjectOr::object) {
         return Err(error.in_band());
     }
     let choice = whole
@@ -175,7 +176,7 @@ impl OpenAiStream {
 
     /// The canonical events of one chunk (usage and finish are held for `[DONE]`).
     fn read(&mut self, chunk: ChunkIn<'_>) -> Result<Vec<Event>, UpstreamError> {
-        if let Some(error) = chunk.error.as_ref().and_then(ErrorMember::object) {
+        if let Some(error) = chunk.error.as_ref().and_then(ObjectOr::object) {
             return Err(error.in_band());
         }
         if let Some(usage) = &chunk.usage {
