@@ -1,9 +1,13 @@
 //! The Converse adapter's body and stream, checked without a network.
 
+use super::stream::ConverseStream;
 use super::*;
 use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Upstream, WireFormat};
-use crate::canonical::{Message, Tool, ToolCall};
+use crate::canonical::{
+    CachePlacement, ErrorClass, Event, FinishReason, Message, Role, Tool, ToolCall, ToolChoice, Usage,
+};
+use serde_json::json;
 
 #[test]
 fn a_history_with_tool_calls_declares_its_tools_and_turns_alternate() {
