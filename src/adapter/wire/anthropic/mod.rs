@@ -14,28 +14,26 @@
 //! blocks after the message's text: a base64 `data:` URL as a `base64` source, any other
 //! address as a `url` source.
 
-use std::collections::HashMap;
-
-use reqwest::header::{HeaderMap, HeaderName, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderName, ACCEPT, CONTENT_TYPE};
 use serde_json::{json, Map, Value};
 
-use crate::adapter::error::parse_retry_after;
 use crate::adapter::transport;
-use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::transport::http;
 use crate::adapter::{system_turn, Call, EventStream, Transport};
-use crate::canonical::{
-    ChatRequest, Dialect, ErrorClass, Event, FinishReason, Image, NativeEvent, ResponseFormat, Role,
-    ToolChoice, UpstreamError, Usage,
-};
+use crate::canonical::{ChatRequest, Dialect, Image, ResponseFormat, Role, ToolChoice, UpstreamError};
 
 pub mod cache;
 mod count;
+pub mod error;
 pub mod host;
 pub(crate) mod native;
 pub mod provenance;
+pub mod stream;
 
 pub(in crate::adapter) use count::count_tokens;
+pub(in crate::adapter) use error::classify;
 pub use host::ClaudeHost;
+use stream::{parse_response, relayed, AnthropicStream};
 
 /// The API version this adapter speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -74,12 +72,7 @@ pub(in crate::adapter) async fn send_to(
     let relay = req.relay && client.is_some();
     let signer = host.signer();
     let parse = move |b: &Value| if relay { relayed(b, signer) } else { parse_response(b) };
-    Ok(http::answer_events(
-        answer,
-        call.stream,
-        AnthropicStream { relay, signer, ..AnthropicStream::default() },
-        parse,
-    ))
+    Ok(http::answer_events(answer, call.stream, AnthropicStream::new(relay, signer), parse))
 }
 
 /// The headers and body of `call` of `req` as `host` takes them: the client's own body (or
@@ -235,277 +228,6 @@ fn image_block(image: &Image) -> Value {
 /// Anthropic rejects empty text blocks.
 fn text_block(text: &str) -> Option<Value> {
     (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
-}
-
-/// Classify a non-2xx answer: `{"type": "error", "error": {"type", "message"}}`.
-pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
-    let retry_after = parse_retry_after(headers);
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let error = parsed.as_ref().and_then(|b| b.get("error")).filter(|e| e.is_object());
-    let class = error.map(|e| class_of(Some(status), e)).unwrap_or(ErrorClass::from_status(status));
-    let message = error
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| http::excerpt(body));
-    UpstreamError::new(class, Some(status), message).with_retry_after(retry_after)
-}
-
-fn class_of(status: Option<u16>, error: &Value) -> ErrorClass {
-    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
-    match kind {
-        "overloaded_error" => ErrorClass::Overloaded,
-        "rate_limit_error" => ErrorClass::RateLimited,
-        // Out of credit: this backend cannot serve now, like an exhausted quota.
-        "billing_error" => ErrorClass::RateLimited,
-        // An unavailable service (503) is overload whatever the body calls it.
-        "api_error" if status == Some(503) => ErrorClass::Overloaded,
-        "api_error" => ErrorClass::ServerError,
-        "timeout_error" => ErrorClass::Timeout,
-        "authentication_error" | "permission_error" => ErrorClass::Auth,
-        "invalid_request_error" | "request_too_large" => {
-            let message = error.get("message").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-            if message.contains("prompt is too long")
-                || message.contains("context limit")
-                || message.contains("context window")
-            {
-                ErrorClass::ContextLength
-            } else {
-                ErrorClass::InvalidRequest
-            }
-        }
-        "not_found_error" => ErrorClass::InvalidRequest,
-        _ => status.map(ErrorClass::from_status).unwrap_or(ErrorClass::ServerError),
-    }
-}
-
-fn in_band_error(error: &Value) -> UpstreamError {
-    let message = error.get("message").and_then(Value::as_str).unwrap_or("upstream error");
-    UpstreamError::new(class_of(None, error), None, message)
-}
-
-fn finish_reason(reason: &str) -> FinishReason {
-    match reason {
-        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
-        "tool_use" => FinishReason::ToolCalls,
-        "refusal" => FinishReason::ContentFilter,
-        // end_turn, stop_sequence, pause_turn and anything new.
-        _ => FinishReason::Stop,
-    }
-}
-
-/// Canonical usage from an Anthropic `usage` object, whose `input_tokens` counts only the
-/// uncached prompt: canonical input counts every prompt token, those read from the cache
-/// (`cache_read_input_tokens`) and written to it (`cache_creation_input_tokens`) included.
-fn usage(value: &Value) -> Usage {
-    let read = http::as_u32(value.get("cache_read_input_tokens"));
-    let created = http::as_u32(value.get("cache_creation_input_tokens"));
-    Usage {
-        input_tokens: http::as_u32(value.get("input_tokens")).saturating_add(read).saturating_add(created),
-        cached_input_tokens: read,
-        output_tokens: http::as_u32(value.get("output_tokens")),
-        cache_write_tokens: created,
-    }
-}
-
-/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`, its
-/// thinking signatures marked with their `signer` ([`provenance`]).
-fn relayed(body: &Value, signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
-    let mut events = parse_response(body)?;
-    let data = match signer.filter(|_| provenance::signed(body)) {
-        Some(signer) => {
-            let mut marked = body.clone();
-            provenance::mark_all(signer, &mut marked);
-            serde_json::to_vec(&marked)
-        }
-        None => serde_json::to_vec(body),
-    };
-    let data = data.unwrap_or_default().into();
-    events.insert(0, Event::Native(NativeEvent { name: "message".into(), data }));
-    Ok(events)
-}
-
-/// Every event of a non-streamed `message` body.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    if body.get("type").and_then(Value::as_str) == Some("error") {
-        return Err(in_band_error(&body["error"]));
-    }
-    let content = body
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| UpstreamError::new(ErrorClass::StreamBroken, None, "message has no content"))?;
-    let mut events = Vec::new();
-    let mut tool_index = 0;
-    for block in content {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => {
-                if let Some(text) = block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                    events.push(Event::TextDelta(text.to_string()));
-                }
-            }
-            Some("thinking") => {
-                if let Some(text) = block.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                    events.push(Event::ReasoningDelta(text.to_string()));
-                }
-            }
-            Some("tool_use") => {
-                events.push(Event::ToolCallDelta {
-                    index: tool_index,
-                    id: block.get("id").and_then(Value::as_str).map(str::to_string),
-                    name: block.get("name").and_then(Value::as_str).map(str::to_string),
-                    arguments: block.get("input").unwrap_or(&json!({})).to_string(),
-                });
-                tool_index += 1;
-            }
-            _ => {}
-        }
-    }
-    if let Some(u) = body.get("usage").filter(|u| u.is_object()) {
-        events.push(Event::Usage(usage(u)));
-    }
-    let reason = body.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn");
-    events.push(Event::Finish(finish_reason(reason)));
-    Ok(events)
-}
-
-/// Parser state of one streamed answer.
-#[derive(Debug, Default)]
-pub(crate) struct AnthropicStream {
-    /// Hand each event on raw, as an [`Event::Native`] ahead of the events read from it.
-    relay: bool,
-    /// Who signs the thinking relayed ([`provenance`]); `None`: a node, which signs none.
-    signer: Option<&'static str>,
-    usage: Option<Usage>,
-    finish: Option<FinishReason>,
-    /// Content block index → canonical tool call index.
-    tool_blocks: HashMap<u64, u32>,
-    done: bool,
-}
-
-impl StreamParser for AnthropicStream {
-    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
-        let payload: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-        let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
-        let mut events = Vec::new();
-        if self.relay && kind != "error" {
-            let data = match self.signer.filter(|_| provenance::signed(&payload)) {
-                Some(signer) => {
-                    let mut marked = payload.clone();
-                    provenance::mark_all(signer, &mut marked);
-                    bytes::Bytes::from(marked.to_string())
-                }
-                None => bytes::Bytes::copy_from_slice(data.as_bytes()),
-            };
-            events.push(Event::Native(NativeEvent { name: kind.into(), data }));
-        }
-        match kind {
-            "message_start" => {
-                if let Some(u) = payload.pointer("/message/usage").filter(|u| u.is_object()) {
-                    self.usage = Some(usage(u));
-                }
-            }
-            "content_block_start" => {
-                let index = payload.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let block = &payload["content_block"];
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        if let Some(text) =
-                            block.get("text").and_then(Value::as_str).filter(|t| !t.is_empty())
-                        {
-                            events.push(Event::TextDelta(text.to_string()));
-                        }
-                    }
-                    Some("tool_use") => {
-                        let tool_index = self.tool_blocks.len() as u32;
-                        self.tool_blocks.insert(index, tool_index);
-                        events.push(Event::ToolCallDelta {
-                            index: tool_index,
-                            id: block.get("id").and_then(Value::as_str).map(str::to_string),
-                            name: block.get("name").and_then(Value::as_str).map(str::to_string),
-                            arguments: String::new(),
-                        });
-                    }
-                    // thinking (its text comes in deltas), redacted_thinking, server tools.
-                    _ => {}
-                }
-            }
-            "content_block_delta" => {
-                let index = payload.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let delta = &payload["delta"];
-                match delta.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => {
-                        if let Some(text) =
-                            delta.get("text").and_then(Value::as_str).filter(|t| !t.is_empty())
-                        {
-                            events.push(Event::TextDelta(text.to_string()));
-                        }
-                    }
-                    Some("thinking_delta") => {
-                        if let Some(text) =
-                            delta.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty())
-                        {
-                            events.push(Event::ReasoningDelta(text.to_string()));
-                        }
-                    }
-                    Some("input_json_delta") => {
-                        let partial = delta.get("partial_json").and_then(Value::as_str).unwrap_or("");
-                        if let (Some(&tool_index), false) = (self.tool_blocks.get(&index), partial.is_empty())
-                        {
-                            events.push(Event::ToolCallDelta {
-                                index: tool_index,
-                                id: None,
-                                name: None,
-                                arguments: partial.to_string(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            "message_delta" => {
-                if let Some(reason) = payload.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.finish = Some(finish_reason(reason));
-                }
-                if let Some(u) = payload.get("usage").filter(|u| u.is_object()) {
-                    // Counts in message_delta are cumulative; input counts may be absent.
-                    let mut current = self.usage.unwrap_or_default();
-                    if u.get("output_tokens").is_some() {
-                        current.output_tokens = http::as_u32(u.get("output_tokens"));
-                    }
-                    if u.get("input_tokens").is_some() {
-                        let update = usage(u);
-                        current.input_tokens = update.input_tokens;
-                        current.cached_input_tokens = update.cached_input_tokens;
-                        current.cache_write_tokens = update.cache_write_tokens;
-                    }
-                    self.usage = Some(current);
-                }
-            }
-            "message_stop" => {
-                self.done = true;
-                if let Some(usage) = self.usage.take() {
-                    events.push(Event::Usage(usage));
-                }
-                events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
-            }
-            "error" => return Err(in_band_error(&payload["error"])),
-            // ping, content_block_stop, and event types added later.
-            _ => {}
-        }
-        Ok(events)
-    }
-
-    fn is_closed(&self) -> bool {
-        self.done
-    }
-
-    fn on_end(&mut self) -> Result<Vec<Event>, UpstreamError> {
-        if self.done {
-            Ok(Vec::new())
-        } else {
-            Err(http::truncated("message_stop"))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use futures::StreamExt;
 use super::*;
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, Upstream, WireFormat};
-use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
+use crate::canonical::{ErrorClass, Event, FinishReason, Message, Tool, ToolCall, ToolChoice, Usage};
+use reqwest::header::HeaderMap;
 
 mod request;
 mod response;
