@@ -41,21 +41,31 @@ impl Dialect {
     /// Put `text` before the system prompt of `body`, a request in this dialect (a task's
     /// prompt variant for one backend): Messages' `system`, Responses' `instructions`.
     pub fn prepend_system(self, body: &mut Map<String, Value>, text: &str) {
-        let field = match self {
+        let field = self.system_field();
+        let system = self.system_with(body.get(field), text);
+        body.insert(field.into(), system);
+    }
+
+    /// The member holding this dialect's system prompt.
+    fn system_field(self) -> &'static str {
+        match self {
             Dialect::AnthropicMessages => "system",
             Dialect::OpenAiResponses => "instructions",
-        };
-        let system = match body.remove(field) {
+        }
+    }
+
+    /// The system prompt `current` (as the client wrote it, if it did) with `text` before it.
+    pub fn system_with(self, current: Option<&Value>, text: &str) -> Value {
+        match current {
             None | Some(Value::Null) => Value::String(text.to_string()),
             Some(Value::String(s)) if s.is_empty() => Value::String(text.to_string()),
             Some(Value::String(s)) => Value::String(format!("{text}\n\n{s}")),
-            Some(Value::Array(mut blocks)) => {
-                blocks.insert(0, serde_json::json!({"type": "text", "text": text}));
-                Value::Array(blocks)
+            Some(Value::Array(blocks)) => {
+                let first = serde_json::json!({"type": "text", "text": text});
+                Value::Array(std::iter::once(first).chain(blocks.iter().cloned()).collect())
             }
-            Some(other) => other,
-        };
-        body.insert(field.into(), system);
+            Some(other) => other.clone(),
+        }
     }
 }
 

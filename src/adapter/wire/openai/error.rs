@@ -28,20 +28,26 @@ pub(in crate::adapter) struct ErrorObject {
 /// An `error` member: an object, or something else (which is not an error object).
 pub(in crate::adapter) type ErrorMember = ObjectOr<ErrorObject>;
 
-/// An error body, whichever of the two shapes it has.
-#[derive(Deserialize)]
-struct ErrorBody {
+/// An error body, whichever of the two shapes it has: the object under `error`, or the body.
+#[derive(Debug, Deserialize)]
+pub(in crate::adapter) struct ErrorBody {
     #[serde(default)]
     error: Option<ErrorMember>,
     #[serde(flatten)]
     top: ErrorObject,
 }
 
+impl ErrorBody {
+    pub(in crate::adapter) fn object(&self) -> &ErrorObject {
+        self.error.as_ref().and_then(ObjectOr::object).unwrap_or(&self.top)
+    }
+}
+
 /// Classify a non-2xx answer.
 pub(in crate::adapter) fn classify(status: u16, headers: &HeaderMap, body: &str) -> UpstreamError {
     let retry_after = parse_retry_after(headers);
     let parsed: Option<ErrorBody> = serde_json::from_str(body).ok();
-    let error = parsed.as_ref().map(|b| b.error.as_ref().and_then(ObjectOr::object).unwrap_or(&b.top));
+    let error = parsed.as_ref().map(ErrorBody::object);
     let class = error.map(|e| e.class(Some(status))).unwrap_or(ErrorClass::from_status(status));
     let message =
         error.and_then(|e| e.message.text()).map(str::to_string).unwrap_or_else(|| http::excerpt(body));
@@ -83,6 +89,16 @@ impl ErrorObject {
                 _ => ErrorClass::ServerError,
             },
         }
+    }
+
+    /// Its `code`, when it is text.
+    pub(in crate::adapter) fn code(&self) -> Option<&str> {
+        self.code.text()
+    }
+
+    /// Its `message`, when it is text.
+    pub(in crate::adapter) fn message(&self) -> Option<&str> {
+        self.message.text()
     }
 
     /// This error, arrived inside a 2xx stream or body.

@@ -16,13 +16,16 @@
 //!
 //! This module never translates a canonical request: one without a Responses body is refused.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::error;
+use super::error::{self, ErrorBody, ErrorObject};
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::Passthrough;
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
@@ -46,67 +49,248 @@ pub(in crate::adapter) async fn send(
     if call.stream {
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
-    let body = body(req, call, client).to_string().into_bytes();
+    let body = serde_json::to_vec(&ResponsesBody::of(req, call, client)).expect("a typed body serialises");
     let answer = http::post(transport, &url, &headers, body, error::classify).await?;
     let parse = if req.relay { parse_response_relayed } else { parse_response };
     Ok(http::answer_events(answer, call.stream, ResponsesStream::new(req.relay), parse))
 }
 
-/// The body for this call: the client's, with the call's `model`, `stream` and output cap.
-pub(crate) fn body(req: &ChatRequest, call: &Call, client: &NativeRequest) -> Value {
-    let mut body = call.native_body(client);
-    if let Some(cap) = req.max_tokens {
-        body.insert("max_output_tokens".into(), json!(cap));
+/// The body for this call: the client's members as it wrote them, with the call's `model`,
+/// `stream` and output cap, and the task's variant before the client's `instructions`.
+#[derive(Serialize)]
+pub(crate) struct ResponsesBody<'a> {
+    model: &'a str,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<Value>,
+    #[serde(flatten)]
+    rest: Passthrough<'a>,
+}
+
+impl<'a> ResponsesBody<'a> {
+    pub(crate) fn of(req: &ChatRequest, call: &'a Call, client: &'a NativeRequest) -> ResponsesBody<'a> {
+        let instructions = call.variant.as_ref().map(|variant| {
+            Dialect::OpenAiResponses.system_with(client.body.get("instructions"), &variant.content)
+        });
+        // What the body writes itself; the client's other members pass on as written.
+        let owned: &'static [&'static str] = match (req.max_tokens, &instructions) {
+            (Some(_), Some(_)) => &["model", "stream", "max_output_tokens", "instructions"],
+            (Some(_), None) => &["model", "stream", "max_output_tokens"],
+            (None, Some(_)) => &["model", "stream", "instructions"],
+            (None, None) => &["model", "stream"],
+        };
+        ResponsesBody {
+            model: call.model,
+            stream: call.stream,
+            max_output_tokens: req.max_tokens,
+            instructions,
+            rest: Passthrough { members: &client.body, owned },
+        }
     }
-    Value::Object(body)
 }
 
 /// The class of a Responses error (`response.failed`'s `error`, or an `error` event): its
 /// own codes first, then what the chat adapter reads from an OpenAI error object.
-fn failure(error: &Value) -> UpstreamError {
-    let error = match error.get("error") {
-        Some(inner) if inner.is_object() => inner,
-        _ => error,
-    };
-    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
-    let class = match code {
+fn failure(error: &ErrorObject) -> UpstreamError {
+    let class = match error.code().unwrap_or("") {
         "server_error" => ErrorClass::ServerError,
         "rate_limit_exceeded" => ErrorClass::RateLimited,
         "vector_store_timeout" => ErrorClass::Timeout,
         c if c.ends_with("content_policy_violation") => ErrorClass::ContentPolicy,
         c if c.starts_with("invalid_") || c.contains("image") => ErrorClass::InvalidRequest,
-        _ => return error::in_band_error(error),
+        _ => return error.in_band(),
     };
-    let message = error.get("message").and_then(Value::as_str).unwrap_or("the response failed");
-    UpstreamError::new(class, None, message)
+    UpstreamError::new(class, None, error.message().unwrap_or("the response failed"))
 }
 
-fn usage(value: &Value) -> Usage {
-    Usage {
-        input_tokens: http::as_u32(value.get("input_tokens")),
-        cached_input_tokens: http::as_u32(value.pointer("/input_tokens_details/cached_tokens")),
-        output_tokens: http::as_u32(value.get("output_tokens")),
-        // OpenAI caches on its own and bills no writes.
-        cache_write_tokens: 0,
+/// One streamed event, by its `type`.
+#[derive(Deserialize)]
+#[serde(tag = "type")]
+enum StreamEvent<'a> {
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded {
+        #[serde(default)]
+        output_index: u64,
+        #[serde(borrow)]
+        item: ItemIn<'a>,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    ArgumentsDelta {
+        #[serde(default)]
+        output_index: u64,
+        #[serde(default, borrow)]
+        delta: Cow<'a, str>,
+    },
+    /// Arguments that came only whole.
+    #[serde(rename = "response.function_call_arguments.done")]
+    ArgumentsDone {
+        #[serde(default)]
+        output_index: u64,
+        #[serde(default, borrow)]
+        arguments: Cow<'a, str>,
+    },
+    #[serde(rename = "response.output_text.delta", alias = "response.refusal.delta")]
+    TextDelta {
+        #[serde(flatten)]
+        at: PartAt,
+        #[serde(default, borrow)]
+        delta: Cow<'a, str>,
+    },
+    /// Text that came only whole.
+    #[serde(rename = "response.output_text.done", alias = "response.refusal.done")]
+    TextDone {
+        #[serde(flatten)]
+        at: PartAt,
+        #[serde(default, borrow, alias = "refusal")]
+        text: Cow<'a, str>,
+    },
+    #[serde(rename = "response.reasoning_text.delta", alias = "response.reasoning_summary_text.delta")]
+    ReasoningDelta {
+        #[serde(default, borrow)]
+        delta: Cow<'a, str>,
+    },
+    #[serde(rename = "response.completed", alias = "response.incomplete")]
+    Ended {
+        #[serde(borrow)]
+        response: ResponseIn<'a>,
+    },
+    #[serde(rename = "response.failed")]
+    Failed {
+        #[serde(borrow)]
+        response: ResponseIn<'a>,
+    },
+    #[serde(rename = "error")]
+    Error(ErrorBody),
+    /// response.created, response.in_progress, content parts, item done, and the rest.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Where a text part is: its output item and its place in that item.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Hash)]
+struct PartAt {
+    #[serde(default)]
+    output_index: u64,
+    #[serde(default)]
+    content_index: u64,
+}
+
+/// A Response object, as far as Spillway reads it.
+#[derive(Deserialize)]
+struct ResponseIn<'a> {
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+    #[serde(default, borrow)]
+    output: Option<Vec<ItemIn<'a>>>,
+    #[serde(default)]
+    usage: Option<UsageIn>,
+    #[serde(default, borrow)]
+    incomplete_details: Option<Incomplete<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Incomplete<'a> {
+    #[serde(default, borrow)]
+    reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ItemIn<'a> {
+    Message {
+        #[serde(default, borrow)]
+        content: Vec<PartIn<'a>>,
+    },
+    FunctionCall {
+        #[serde(default, borrow)]
+        call_id: Cow<'a, str>,
+        #[serde(default, borrow)]
+        name: Cow<'a, str>,
+        #[serde(default, borrow)]
+        arguments: Cow<'a, str>,
+    },
+    Reasoning {
+        #[serde(default, borrow)]
+        summary: Vec<SummaryIn<'a>>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum PartIn<'a> {
+    OutputText {
+        #[serde(default, borrow)]
+        text: Cow<'a, str>,
+    },
+    Refusal {
+        #[serde(default, borrow)]
+        refusal: Cow<'a, str>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct SummaryIn<'a> {
+    #[serde(default, borrow)]
+    text: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct UsageIn {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<CachedIn>,
+}
+
+#[derive(Deserialize)]
+struct CachedIn {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl UsageIn {
+    fn to_usage(&self) -> Usage {
+        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
+        Usage {
+            input_tokens: n(self.input_tokens),
+            cached_input_tokens: n(self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
+            output_tokens: n(self.output_tokens),
+            // OpenAI caches on its own and bills no writes.
+            cache_write_tokens: 0,
+        }
     }
 }
 
-/// A finished Response object's usage and finish (`called`: it holds function calls).
-fn ending(response: &Value, called: bool) -> Vec<Event> {
-    let mut events = Vec::new();
-    if let Some(u) = response.get("usage").filter(|u| u.is_object()) {
-        events.push(Event::Usage(usage(u)));
+impl ResponseIn<'_> {
+    /// A failed response's error.
+    fn failure(&self) -> UpstreamError {
+        failure(self.error.as_ref().map_or(&ErrorObject::default(), ErrorBody::object))
     }
-    let finish = match response.get("status").and_then(Value::as_str) {
-        Some("incomplete") => match response.pointer("/incomplete_details/reason").and_then(Value::as_str) {
-            Some("content_filter") => FinishReason::ContentFilter,
-            _ => FinishReason::Length,
-        },
-        _ if called => FinishReason::ToolCalls,
-        _ => FinishReason::Stop,
-    };
-    events.push(Event::Finish(finish));
-    events
+
+    /// A finished response's usage and finish (`called`: it holds function calls).
+    fn ending(&self, called: bool) -> Vec<Event> {
+        let mut events: Vec<Event> = self.usage.iter().map(|u| Event::Usage(u.to_usage())).collect();
+        let finish = match self.status.as_deref() {
+            Some("incomplete") => match self.incomplete_details.as_ref().and_then(|d| d.reason.as_deref()) {
+                Some("content_filter") => FinishReason::ContentFilter,
+                _ => FinishReason::Length,
+            },
+            _ if called => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        events.push(Event::Finish(finish));
+        events
+    }
 }
 
 /// [`parse_response`], with the whole body first as a [`NativeEvent`] named `response`.
@@ -119,47 +303,42 @@ fn parse_response_relayed(body: &Value) -> Result<Vec<Event>, UpstreamError> {
 
 /// Every event of a whole Response object.
 pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    if body.get("status").and_then(Value::as_str) == Some("failed") {
-        return Err(failure(body.get("error").unwrap_or(&Value::Null)));
+    let response = ResponseIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
+    if response.status.as_deref() == Some("failed") {
+        return Err(response.failure());
     }
-    let output = body
-        .get("output")
-        .and_then(Value::as_array)
-        .ok_or_else(|| UpstreamError::new(ErrorClass::StreamBroken, None, "the response has no output"))?;
+    let no_output = || UpstreamError::new(ErrorClass::StreamBroken, None, "the response has no output");
     let mut events = Vec::new();
     let mut calls = 0;
-    let text = |v: &Value, key: &str| {
-        v.get(key).and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_string)
-    };
-    for item in output {
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
-                    let piece = match part.get("type").and_then(Value::as_str) {
-                        Some("output_text") => text(part, "text"),
-                        Some("refusal") => text(part, "refusal"),
-                        _ => None,
+    let text = |t: &Cow<str>| (!t.is_empty()).then(|| t.to_string());
+    for item in response.output.as_ref().ok_or_else(no_output)? {
+        match item {
+            ItemIn::Message { content } => {
+                for part in content {
+                    let piece = match part {
+                        PartIn::OutputText { text: t } => text(t),
+                        PartIn::Refusal { refusal } => text(refusal),
+                        PartIn::Other => None,
                     };
                     events.extend(piece.map(Event::TextDelta));
                 }
             }
-            Some("function_call") => {
+            ItemIn::FunctionCall { call_id, name, arguments } => {
                 events.push(Event::ToolCallDelta {
                     index: calls,
-                    id: text(item, "call_id"),
-                    name: text(item, "name"),
-                    arguments: text(item, "arguments").unwrap_or_default(),
+                    id: text(call_id),
+                    name: text(name),
+                    arguments: arguments.to_string(),
                 });
                 calls += 1;
             }
-            Some("reasoning") => {
-                let summary = item.get("summary").and_then(Value::as_array).into_iter().flatten();
-                events.extend(summary.filter_map(|part| text(part, "text")).map(Event::ReasoningDelta));
+            ItemIn::Reasoning { summary } => {
+                events.extend(summary.iter().filter_map(|part| text(&part.text)).map(Event::ReasoningDelta));
             }
-            _ => {}
+            ItemIn::Other => {}
         }
     }
-    events.extend(ending(body, calls > 0));
+    events.extend(response.ending(calls > 0));
     Ok(events)
 }
 
@@ -170,8 +349,8 @@ pub(crate) struct ResponsesStream {
     relay: bool,
     /// A function call's output index → its canonical index, and whether its arguments came.
     calls: HashMap<u64, (u32, bool)>,
-    /// The `(output_index, content_index)` of text parts that arrived in deltas.
-    texted: HashSet<(u64, u64)>,
+    /// The text parts that arrived in deltas.
+    texted: HashSet<PartAt>,
     done: bool,
 }
 
@@ -181,92 +360,88 @@ impl ResponsesStream {
     }
 }
 
-fn index_of(payload: &Value, key: &str) -> u64 {
-    payload.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-fn string(payload: &Value, key: &str) -> String {
-    payload.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+/// An event's `type`, which names it when relayed.
+fn event_type(data: &str) -> Box<str> {
+    #[derive(Deserialize)]
+    struct Named<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+    }
+    serde_json::from_str::<Named>(data).map(|n| n.kind.into()).unwrap_or_default()
 }
 
 impl StreamParser for ResponsesStream {
-    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
-        let payload: Value = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-        let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
+    fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
+        let event: StreamEvent<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
         let mut events = Vec::new();
-        if self.relay && !matches!(kind, "error" | "response.failed") {
-            let data = bytes::Bytes::copy_from_slice(data.as_bytes());
-            events.push(Event::Native(NativeEvent { name: kind.into(), data }));
+        if self.relay && !matches!(event, StreamEvent::Error(_) | StreamEvent::Failed { .. }) {
+            let name = event_type(data);
+            events.push(Event::Native(NativeEvent {
+                name,
+                data: bytes::Bytes::copy_from_slice(data.as_bytes()),
+            }));
         }
-        let at = index_of(&payload, "output_index");
-        let part = (at, index_of(&payload, "content_index"));
-        match kind {
-            "response.output_item.added" => {
-                let item = &payload["item"];
-                if item.get("type").and_then(Value::as_str) == Some("function_call") {
-                    let index = self.calls.len() as u32;
-                    let arguments = string(item, "arguments");
-                    self.calls.insert(at, (index, !arguments.is_empty()));
-                    events.push(Event::ToolCallDelta {
-                        index,
-                        id: Some(string(item, "call_id")),
-                        name: Some(string(item, "name")),
-                        arguments,
-                    });
-                }
+        match event {
+            StreamEvent::ItemAdded {
+                output_index,
+                item: ItemIn::FunctionCall { call_id, name, arguments },
+            } => {
+                let index = self.calls.len() as u32;
+                self.calls.insert(output_index, (index, !arguments.is_empty()));
+                events.push(Event::ToolCallDelta {
+                    index,
+                    id: Some(call_id.into_owned()),
+                    name: Some(name.into_owned()),
+                    arguments: arguments.into_owned(),
+                });
             }
-            "response.function_call_arguments.delta" => {
-                let delta = string(&payload, "delta");
-                if let (Some((index, came)), false) = (self.calls.get_mut(&at), delta.is_empty()) {
+            StreamEvent::ArgumentsDelta { output_index, delta } => {
+                if let (Some((index, came)), false) = (self.calls.get_mut(&output_index), delta.is_empty()) {
                     *came = true;
                     events.push(Event::ToolCallDelta {
                         index: *index,
                         id: None,
                         name: None,
-                        arguments: delta,
+                        arguments: delta.into_owned(),
                     });
                 }
             }
-            // Arguments that came only whole.
-            "response.function_call_arguments.done" => {
-                let arguments = string(&payload, "arguments");
-                if let (Some((index, came @ false)), false) = (self.calls.get_mut(&at), arguments.is_empty())
+            StreamEvent::ArgumentsDone { output_index, arguments } => {
+                if let (Some((index, came @ false)), false) =
+                    (self.calls.get_mut(&output_index), arguments.is_empty())
                 {
                     *came = true;
-                    events.push(Event::ToolCallDelta { index: *index, id: None, name: None, arguments });
+                    events.push(Event::ToolCallDelta {
+                        index: *index,
+                        id: None,
+                        name: None,
+                        arguments: arguments.into_owned(),
+                    });
                 }
             }
-            "response.output_text.delta" | "response.refusal.delta" => {
-                self.texted.insert(part);
-                let delta = string(&payload, "delta");
+            StreamEvent::TextDelta { at, delta } => {
+                self.texted.insert(at);
                 if !delta.is_empty() {
-                    events.push(Event::TextDelta(delta));
+                    events.push(Event::TextDelta(delta.into_owned()));
                 }
             }
-            // Text that came only whole.
-            "response.output_text.done" | "response.refusal.done" => {
-                let key = if kind == "response.output_text.done" { "text" } else { "refusal" };
-                let text = string(&payload, key);
-                if self.texted.insert(part) && !text.is_empty() {
-                    events.push(Event::TextDelta(text));
+            StreamEvent::TextDone { at, text } => {
+                if self.texted.insert(at) && !text.is_empty() {
+                    events.push(Event::TextDelta(text.into_owned()));
                 }
             }
-            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-                let delta = string(&payload, "delta");
+            StreamEvent::ReasoningDelta { delta } => {
                 if !delta.is_empty() {
-                    events.push(Event::ReasoningDelta(delta));
+                    events.push(Event::ReasoningDelta(delta.into_owned()));
                 }
             }
-            "response.completed" | "response.incomplete" => {
+            StreamEvent::Ended { response } => {
                 self.done = true;
-                events.extend(ending(&payload["response"], !self.calls.is_empty()));
+                events.extend(response.ending(!self.calls.is_empty()));
             }
-            "response.failed" => {
-                return Err(failure(payload.pointer("/response/error").unwrap_or(&Value::Null)))
-            }
-            "error" => return Err(failure(&payload)),
-            // response.created, response.in_progress, content parts, item done, and the rest.
-            _ => {}
+            StreamEvent::Failed { response } => return Err(response.failure()),
+            StreamEvent::Error(error) => return Err(failure(error.object())),
+            StreamEvent::ItemAdded { .. } | StreamEvent::Unknown => {}
         }
         Ok(events)
     }

@@ -5,6 +5,12 @@ use futures::StreamExt;
 use super::*;
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, Upstream, WireFormat};
+use serde_json::json;
+
+/// The body a Responses call sends, as a JSON tree.
+fn body(req: &ChatRequest, call: &Call, client: &NativeRequest) -> Value {
+    serde_json::to_value(ResponsesBody::of(req, call, client)).unwrap()
+}
 
 fn sse(events: &[Value]) -> String {
     events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect()
@@ -256,4 +262,21 @@ async fn send_posts_the_body_to_responses_and_relays_the_answer() {
         send(&reqwest::Client::new().into(), &call, &plain).await.err().unwrap().class,
         ErrorClass::InvalidRequest
     );
+}
+
+#[test]
+fn the_variant_leads_the_clients_instructions_and_no_member_is_written_twice() {
+    let native =
+        client(json!({"model": "t", "instructions": "be brief", "input": "hi", "max_output_tokens": 9000}));
+    let req = ChatRequest { model: "gpt-5.6".into(), max_tokens: None, ..Default::default() };
+    let call =
+        Call::as_written(WireFormat::OpenAi, Upstream::default(), &req).with_variant(Some("Use JSON."));
+    let written = serde_json::to_string(&ResponsesBody::of(&req, &call, &native)).unwrap();
+    for member in ["\"model\"", "\"instructions\"", "\"max_output_tokens\"", "\"stream\""] {
+        assert_eq!(written.matches(member).count(), 1, "{member} once in {written}");
+    }
+    let sent: Value = serde_json::from_str(&written).unwrap();
+    assert_eq!(sent["instructions"], "Use JSON.\n\nbe brief");
+    assert_eq!(sent["max_output_tokens"], 9000, "the client's own cap stays when the task sets none");
+    assert_eq!((sent["model"].as_str(), sent["input"].as_str()), (Some("gpt-5.6"), Some("hi")));
 }
