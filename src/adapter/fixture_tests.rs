@@ -1,6 +1,8 @@
 //! One harness over recorded cases per wire (`tests/fixtures/<wire>/cases/*.json`): a canonical
-//! request in, the body the upstream must get, the upstream's answer replayed (a fixture file of
-//! the same wire), and the answer the client must get from its events. Each case goes through
+//! request in (with the task's cache placement, if the case names one), the body the upstream
+//! must get, the upstream's answer replayed (a fixture file of the same wire: SSE, JSON, or for
+//! Converse a list of `[event type, payload]` written as event-stream frames), and the answer the
+//! client must get from its events. Each case goes through
 //! `adapter::send` against a local server that records what it was sent, so the wire's request
 //! builder and its stream or JSON parser are held to the recorded bytes together.
 //!
@@ -13,6 +15,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::provider::anthropic::Anthropic;
+use super::transport::eventstream;
 use super::transport::http::testing::canned_server;
 use super::{Call, Upstream, WireFormat};
 use crate::canonical::{ChatRequest, Event};
@@ -23,6 +26,7 @@ fn wire(folder: &str) -> WireFormat {
         "openai" => WireFormat::OpenAi,
         "anthropic" => WireFormat::Claude(&Anthropic),
         "gemini" => WireFormat::Gemini,
+        "converse" => WireFormat::BedrockConverse,
         other => panic!("no wire for fixture folder {other}"),
     }
 }
@@ -74,10 +78,33 @@ fn minted(id: &str) -> String {
     }
 }
 
+/// The media type and bytes of a replayed answer.
+fn replay(file: &Path) -> (&'static str, bytes::Bytes) {
+    let text = std::fs::read_to_string(file).unwrap();
+    let name = file.to_string_lossy();
+    if name.ends_with(".sse") {
+        return ("text/event-stream", text.into());
+    }
+    if !name.ends_with(".events.json") {
+        return ("application/json", text.into());
+    }
+    let events: Vec<(String, Value)> = serde_json::from_str(&text).unwrap();
+    let mut frames = Vec::new();
+    for (kind, payload) in events {
+        let headers = [
+            (":event-type", kind.as_str()),
+            (":content-type", "application/json"),
+            (":message-type", "event"),
+        ];
+        frames.extend_from_slice(&eventstream::frame(&headers, payload.to_string().as_bytes()));
+    }
+    (eventstream::CONTENT_TYPE, frames.into())
+}
+
 fn cases() -> Vec<(String, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut found = Vec::new();
-    for folder in ["openai", "anthropic", "gemini"] {
+    for folder in ["openai", "anthropic", "gemini", "converse"] {
         let dir = root.join(folder).join("cases");
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()
@@ -101,12 +128,12 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         let request: ChatRequest =
             serde_json::from_value(case["request"].clone()).unwrap_or_else(|e| panic!("{named}: {e}"));
         let replayed = case["replay"].as_str().unwrap_or_else(|| panic!("{named}: no replay file"));
-        let body: &'static str =
-            String::leak(std::fs::read_to_string(path.parent().unwrap().join("..").join(replayed)).unwrap());
-        let media = if replayed.ends_with(".sse") { "text/event-stream" } else { "application/json" };
+        let (media, body) = replay(&path.parent().unwrap().join("..").join(replayed));
         let (base, seen) = canned_server(200, &[("content-type", media)], body).await;
         let upstream = Upstream { base_url: base, api_key: Some("sk-fixture".into()), ..Upstream::default() };
-        let call = Call::as_written(wire(&folder), upstream, &request);
+        let placement = serde_json::from_value(case["cache_placement"].clone())
+            .unwrap_or_else(|e| panic!("{named}: {e}"));
+        let call = Call { cache_placement: placement, ..Call::as_written(wire(&folder), upstream, &request) };
         let transport = reqwest::Client::new().into();
         let events: Vec<_> = match super::send(&transport, &call, &request).await {
             Ok(stream) => stream.collect().await,

@@ -362,14 +362,15 @@ pub(crate) mod testing {
     pub(crate) async fn canned_server(
         status: u16,
         headers: &[(&'static str, &'static str)],
-        body: &'static str,
+        body: impl Into<bytes::Bytes>,
     ) -> (String, Arc<Mutex<Seen>>) {
+        let body: bytes::Bytes = body.into();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let headers: Vec<(&'static str, &'static str)> = headers.to_vec();
         let record = seen.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, req_headers: HeaderMap, req_body: String| {
             let headers = headers.clone();
-            let record = record.clone();
+            let (record, body) = (record.clone(), body.clone());
             async move {
                 *record.lock().unwrap() = Seen { uri: uri.to_string(), headers: req_headers, body: req_body };
                 let mut response = Response::builder().status(StatusCode::from_u16(status).unwrap());
