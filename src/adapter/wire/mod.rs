@@ -8,6 +8,8 @@ pub mod converse;
 pub mod gemini;
 pub mod openai;
 
+use std::borrow::Cow;
+
 use serde::de::IgnoredAny;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
@@ -77,4 +79,19 @@ impl Scalar {
             _ => None,
         }
     }
+}
+
+/// An event's `type` member, which names it where the client gets the event as it was written.
+pub(crate) fn event_type(data: &str) -> Box<str> {
+    #[derive(Deserialize)]
+    struct Named<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+    }
+    serde_json::from_str::<Named>(data).map(|n| n.kind.into()).unwrap_or_default()
+}
+
+/// A token count as an answer wrote it (absent: none), within what usage holds.
+pub(crate) fn count(tokens: Option<u64>) -> u32 {
+    tokens.map_or(0, |n| n.min(u32::MAX as u64) as u32)
 }

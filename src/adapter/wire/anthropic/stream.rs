@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::error::ErrorObject;
 use super::provenance;
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::ObjectOr;
+use crate::adapter::wire::{count, event_type, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, NativeEvent, UpstreamError, Usage};
 
 /// One event of a streamed answer.
@@ -117,10 +117,6 @@ struct UsageIn {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
-}
-
-fn count(v: Option<u64>) -> u32 {
-    v.map_or(0, |v| v.min(u32::MAX as u64) as u32)
 }
 
 impl UsageIn {
@@ -268,7 +264,7 @@ impl AnthropicStream {
             StreamEvent::ContentBlockDelta { .. } => "content_block_delta".into(),
             StreamEvent::MessageDelta { .. } => "message_delta".into(),
             StreamEvent::MessageStop => "message_stop".into(),
-            StreamEvent::Unknown => unknown_name(data),
+            StreamEvent::Unknown => event_type(data),
         };
         let signed = matches!(
             event,
@@ -285,17 +281,6 @@ impl AnthropicStream {
         };
         Ok(Some(NativeEvent { name, data }))
     }
-}
-
-/// The `type` of an event Spillway does not read (`ping`, `content_block_stop`, a new one),
-/// which names it.
-fn unknown_name(data: &str) -> Box<str> {
-    #[derive(Deserialize)]
-    struct Named<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Cow<'a, str>,
-    }
-    serde_json::from_str::<Named>(data).map(|n| n.kind.into()).unwrap_or_default()
 }
 
 impl StreamParser for AnthropicStream {

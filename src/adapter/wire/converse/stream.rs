@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::count;
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 /// One event of a ConverseStream answer, by its `:event-type`.
@@ -123,12 +124,11 @@ struct UsageIn {
 
 impl UsageIn {
     fn to_usage(&self) -> Usage {
-        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
-        let (read, written) = (n(self.cache_read_input_tokens), n(self.cache_write_input_tokens));
+        let (read, written) = (count(self.cache_read_input_tokens), count(self.cache_write_input_tokens));
         Usage {
-            input_tokens: n(self.input_tokens).saturating_add(read).saturating_add(written),
+            input_tokens: count(self.input_tokens).saturating_add(read).saturating_add(written),
             cached_input_tokens: read,
-            output_tokens: n(self.output_tokens),
+            output_tokens: count(self.output_tokens),
             cache_write_tokens: written,
         }
     }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::error::ErrorObject;
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::ObjectOr;
+use crate::adapter::wire::{count, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 fn finish_reason(reason: &str) -> FinishReason {
@@ -97,11 +97,11 @@ struct UsageIn {
 
 impl UsageIn {
     fn to_usage(&self) -> Usage {
-        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
         Usage {
-            input_tokens: n(self.prompt_token_count),
-            cached_input_tokens: n(self.cached_content_token_count),
-            output_tokens: n(self.candidates_token_count).saturating_add(n(self.thoughts_token_count)),
+            input_tokens: count(self.prompt_token_count),
+            cached_input_tokens: count(self.cached_content_token_count),
+            output_tokens: count(self.candidates_token_count)
+                .saturating_add(count(self.thoughts_token_count)),
             // Implicit caching bills no writes (explicit cached contents are made apart).
             cache_write_tokens: 0,
         }

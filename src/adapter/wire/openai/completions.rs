@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::error::{classify, finish_reason, ErrorMember};
 use super::relay::SplitChunk;
-use super::request::StreamOptions;
+use super::request::{Sampling, StreamOptions};
 use super::stream::UsageIn;
 use crate::adapter::transport::http::{self, StreamParser};
 use crate::adapter::wire::Passthrough;
@@ -59,16 +59,8 @@ pub(crate) struct CompletionBody<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    stop: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed: Option<u64>,
+    #[serde(flatten)]
+    sampling: Sampling<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     echo: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,11 +97,7 @@ impl<'a> CompletionBody<'a> {
             prompt: &completion.prompt,
             stream: completion.stream,
             stream_options: completion.stream.then_some(StreamOptions { include_usage: true }),
-            max_tokens: req.max_tokens,
-            temperature: req.temperature,
-            top_p: req.top_p,
-            stop: &req.stop,
-            seed: req.seed,
+            sampling: Sampling::of(req),
             echo: completion.echo,
             logprobs: completion.logprobs,
             suffix: completion.suffix.as_deref(),

@@ -19,16 +19,8 @@ pub(crate) struct ChatBody<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    stop: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed: Option<u64>,
+    #[serde(flatten)]
+    sampling: Sampling<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -41,6 +33,33 @@ pub(crate) struct ChatBody<'a> {
     /// it does not know, and other OpenAI-compatible servers may refuse one.
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+}
+
+/// The sampling settings of a chat or a legacy completion.
+#[derive(Debug, Serialize)]
+pub(crate) struct Sampling<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+}
+
+impl<'a> Sampling<'a> {
+    pub(crate) fn of(req: &'a ChatRequest) -> Sampling<'a> {
+        Sampling {
+            max_tokens: req.max_tokens,
+            temperature: req.temperature,
+            top_p: req.top_p,
+            stop: &req.stop,
+            seed: req.seed,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -159,11 +178,7 @@ impl<'a> ChatBody<'a> {
             messages: call.messages(req).map(MessageOut::of).collect(),
             stream: call.stream,
             stream_options: call.stream.then_some(StreamOptions { include_usage: true }),
-            max_tokens: req.max_tokens,
-            temperature: req.temperature,
-            top_p: req.top_p,
-            stop: &req.stop,
-            seed: req.seed,
+            sampling: Sampling::of(req),
             user: req.user.as_deref(),
             tools: req.tools.iter().map(ToolOut::of).collect(),
             tool_choice: req.tool_choice.as_ref().map(ToolChoiceOut::of),

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::error::{self, ErrorBody, ErrorObject};
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::Passthrough;
+use crate::adapter::wire::{count, event_type, Passthrough};
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
@@ -260,11 +260,10 @@ struct CachedIn {
 
 impl UsageIn {
     fn to_usage(&self) -> Usage {
-        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
         Usage {
-            input_tokens: n(self.input_tokens),
-            cached_input_tokens: n(self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
-            output_tokens: n(self.output_tokens),
+            input_tokens: count(self.input_tokens),
+            cached_input_tokens: count(self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
+            output_tokens: count(self.output_tokens),
             // OpenAI caches on its own and bills no writes.
             cache_write_tokens: 0,
         }
@@ -358,16 +357,6 @@ impl ResponsesStream {
     pub(crate) fn new(relay: bool) -> ResponsesStream {
         ResponsesStream { relay, ..ResponsesStream::default() }
     }
-}
-
-/// An event's `type`, which names it when relayed.
-fn event_type(data: &str) -> Box<str> {
-    #[derive(Deserialize)]
-    struct Named<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Cow<'a, str>,
-    }
-    serde_json::from_str::<Named>(data).map(|n| n.kind.into()).unwrap_or_default()
 }
 
 impl StreamParser for ResponsesStream {

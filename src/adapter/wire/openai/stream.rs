@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::error::{finish_reason, ErrorMember};
 use super::relay::SplitChunk;
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::ObjectOr;
+use crate::adapter::wire::{count, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 /// Every event of a non-streamed `chat.completion` body.
@@ -158,11 +158,10 @@ struct CachedIn {
 
 impl UsageIn {
     pub(super) fn to_usage(&self) -> Usage {
-        let n = |v: Option<u64>| v.map_or(0, |v| v.min(u32::MAX as u64) as u32);
         Usage {
-            input_tokens: n(self.prompt_tokens),
-            cached_input_tokens: n(self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
-            output_tokens: n(self.completion_tokens),
+            input_tokens: count(self.prompt_tokens),
+            cached_input_tokens: count(self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens)),
+            output_tokens: count(self.completion_tokens),
             cache_write_tokens: 0,
         }
     }
