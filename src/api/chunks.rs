@@ -3,7 +3,7 @@
 //! Each response serialises its fixed part (`id`, `object`, `created`, `model`) once; every
 //! event then costs one buffer and one typed serialisation of its `choices`, with no JSON tree.
 //! Events the upstream has already delivered are written together in one body frame (up to
-//! [`BATCH_BYTES`]), so a burst of tokens costs one socket write, while an event that arrives on
+//! [`super::frames::BATCH_BYTES`]), so a burst of tokens costs one socket write, while an event that arrives on
 //! its own is sent at once. The stream ends with `data: [DONE]`, or with an in-band error event
 //! and no `[DONE]` when the upstream broke after the first token.
 //!
@@ -11,23 +11,18 @@
 //! [`Event::Relay`] and are passed on with only the head rewritten; the canonical events read
 //! from them are then not written again.
 
-use std::pin::Pin;
-
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
-use futures::{FutureExt, Stream, StreamExt};
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::frames::{sse_frames, FrameWriter, Frames, Next};
 use super::wire::WireUsage;
 use crate::canonical::EventStream;
 use crate::canonical::{Event, FinishReason, RelayChunk, Usage};
 use crate::serve::CostCell;
 use std::sync::Arc;
-
-/// Most bytes written in one frame when several events are ready at once.
-const BATCH_BYTES: usize = 16 * 1024;
 
 /// The fixed part of every chunk of one response, serialised once.
 pub(crate) struct ChunkWriter {
@@ -210,8 +205,6 @@ pub(crate) fn stream_response<H: Send + 'static>(
     response
 }
 
-type Frames = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
-
 fn sse_body<H: Send + 'static>(
     events: EventStream,
     backend: String,
@@ -220,89 +213,85 @@ fn sse_body<H: Send + 'static>(
     cost: Arc<CostCell>,
     hold: H,
 ) -> Frames {
-    struct State<H> {
-        events: EventStream,
-        backend: String,
-        writer: ChunkWriter,
-        usage: Option<Usage>,
-        started: bool,
-        /// Upstream chunks are being relayed: canonical events are not written again.
-        relaying: bool,
-        /// A relayed chunk carried the usage object: none of ours at the end.
-        usage_sent: bool,
-        ended: bool,
-        cost: Arc<CostCell>,
-        _hold: H,
-    }
-    let state = State {
-        events,
+    let chat = ChatFrames {
         backend,
         writer,
+        include_usage,
+        cost,
         usage: None,
-        started: false,
         relaying: false,
         usage_sent: false,
-        ended: false,
-        cost,
-        _hold: hold,
+        out: Vec::with_capacity(512),
     };
-    Box::pin(futures::stream::unfold(state, move |mut s| {
-        async move {
-            if s.ended {
-                return None;
-            }
-            let mut out = Vec::with_capacity(512);
-            let mut next = s.events.next().await;
-            if !s.started {
-                s.started = true;
-                // A relayed upstream writes its own role chunk.
-                if !matches!(next, Some(Ok(Event::Relay(_)))) {
-                    s.writer.role(&mut out);
-                }
-            }
-            loop {
-                match next {
-                    Some(Ok(Event::Usage(u))) => s.usage = Some(u),
-                    Some(Ok(Event::Relay(chunk))) => {
-                        s.relaying = true;
-                        s.usage_sent |= s.writer.relay(&mut out, &chunk, include_usage, &s.cost);
-                    }
-                    Some(Ok(_)) if s.relaying => {}
-                    Some(Ok(event)) => s.writer.event(&mut out, &event),
-                    Some(Err(e)) => {
-                        s.ended = true;
-                        out.extend_from_slice(b"data: ");
-                        out.extend_from_slice(
-                            ApiError::from_upstream(&s.backend, &e).body().to_string().as_bytes(),
-                        );
-                        out.extend_from_slice(b"\n\n");
-                    }
-                    None => {
-                        s.ended = true;
-                        if include_usage && !s.usage_sent {
-                            s.writer.usage(&mut out, &s.usage.unwrap_or_default(), &s.cost);
-                        }
-                        out.extend_from_slice(b"data: [DONE]\n\n");
-                    }
-                }
-                if s.ended || out.len() >= BATCH_BYTES {
-                    break;
-                }
-                // Take what the upstream has already delivered; never wait for more here.
-                match s.events.next().now_or_never() {
-                    Some(ready) => next = ready,
-                    None => break,
-                }
-            }
-            Some((Ok(Bytes::from(out)), s))
+    sse_frames(events, chat, hold)
+}
+
+/// A streamed chat completion's chunks, as [`sse_frames`] feeds them.
+struct ChatFrames {
+    backend: String,
+    writer: ChunkWriter,
+    include_usage: bool,
+    cost: Arc<CostCell>,
+    usage: Option<Usage>,
+    /// Upstream chunks are being relayed: canonical events are not written again.
+    relaying: bool,
+    /// A relayed chunk carried the usage object: none of ours at the end.
+    usage_sent: bool,
+    out: Vec<u8>,
+}
+
+impl FrameWriter for ChatFrames {
+    fn open(&mut self, first: &Next) {
+        // A relayed upstream writes its own role chunk.
+        if !matches!(first, Some(Ok(Event::Relay(_)))) {
+            self.writer.role(&mut self.out);
         }
-    }))
+    }
+
+    fn write(&mut self, next: Next) -> bool {
+        let out = &mut self.out;
+        match next {
+            Some(Ok(Event::Usage(u))) => self.usage = Some(u),
+            Some(Ok(Event::Relay(chunk))) => {
+                self.relaying = true;
+                self.usage_sent |= self.writer.relay(out, &chunk, self.include_usage, &self.cost);
+            }
+            Some(Ok(_)) if self.relaying => {}
+            Some(Ok(event)) => self.writer.event(out, &event),
+            Some(Err(e)) => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(
+                    ApiError::from_upstream(&self.backend, &e).body().to_string().as_bytes(),
+                );
+                out.extend_from_slice(b"\n\n");
+                return true;
+            }
+            None => {
+                if self.include_usage && !self.usage_sent {
+                    self.writer.usage(out, &self.usage.unwrap_or_default(), &self.cost);
+                }
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                return true;
+            }
+        }
+        false
+    }
+
+    fn pending(&self) -> usize {
+        self.out.len()
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::replace(&mut self.out, Vec::with_capacity(512))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::canonical::{ErrorClass, UpstreamError};
+    use axum::body::Bytes;
+    use futures::StreamExt;
     use serde_json::{json, Value};
 
     async fn body_of(events: Vec<Result<Event, UpstreamError>>, include_usage: bool) -> Vec<Value> {

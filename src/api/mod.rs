@@ -12,6 +12,7 @@ mod completions;
 pub mod dashboard;
 pub mod edge;
 mod embeddings;
+mod frames;
 pub mod front;
 mod input;
 mod messages;

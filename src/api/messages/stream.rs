@@ -12,22 +12,19 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
-use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 
 use super::answer::stop_reason;
 use crate::api::error::ApiError;
+use crate::api::frames::{sse_frames, FrameWriter, Frames, Next};
 use crate::canonical::EventStream;
 use crate::canonical::{Event, FinishReason, NativeEvent, Usage};
 
 /// How long the stream may be quiet before a `ping` keeps the connection alive.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(10);
-
-/// Most bytes written in one frame when several events are ready at once.
-const BATCH_BYTES: usize = 16 * 1024;
 
 /// What every event of one answer shares.
 pub(crate) struct Head {
@@ -190,77 +187,72 @@ pub(super) fn frames<H: Send + 'static>(
     head: Head,
     hold: H,
     ping_every: Duration,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
-    struct State<H> {
-        events: EventStream,
-        backend: String,
-        head: Head,
-        blocks: Blocks,
-        started: bool,
-        relaying: bool,
-        ended: bool,
-        _hold: H,
-    }
-    let state = State {
-        events,
+) -> Frames {
+    let messages = MessagesFrames {
         backend,
         head,
+        ping_every,
         blocks: Blocks::default(),
-        started: false,
         relaying: false,
-        ended: false,
-        _hold: hold,
+        out: Vec::new(),
     };
-    futures::stream::unfold(state, move |mut s| async move {
-        if s.ended {
-            return None;
+    sse_frames(events, messages, hold)
+}
+
+/// A streamed Messages answer's events, as [`sse_frames`] feeds them.
+struct MessagesFrames {
+    backend: String,
+    head: Head,
+    ping_every: Duration,
+    blocks: Blocks,
+    /// The backend's own events are being relayed: canonical events are not written again.
+    relaying: bool,
+    out: Vec<u8>,
+}
+
+impl FrameWriter for MessagesFrames {
+    fn open(&mut self, first: &Next) {
+        self.relaying = matches!(first, Some(Ok(Event::Native(_))));
+        if !self.relaying {
+            self.blocks.start(&mut self.out, &self.head);
         }
-        let mut out = Vec::with_capacity(512);
-        // Before `message_start` nothing may be written (dispatch has the first event ready).
-        let mut next = if !s.started {
-            s.events.next().await
-        } else {
-            match tokio::time::timeout(ping_every, s.events.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    ping(&mut out);
-                    return Some((Ok(Bytes::from(out)), s));
+    }
+
+    fn write(&mut self, next: Next) -> bool {
+        let out = &mut self.out;
+        match next {
+            Some(Ok(Event::Native(event))) => relay(out, &event, &self.head.model),
+            Some(Ok(_)) if self.relaying => {}
+            Some(Ok(event)) => self.blocks.event(out, event),
+            Some(Err(e)) => {
+                write(out, "error", &super::error::body(&ApiError::from_upstream(&self.backend, &e)));
+                return true;
+            }
+            None => {
+                if !self.relaying {
+                    self.blocks.end(out);
                 }
-            }
-        };
-        if !s.started {
-            s.started = true;
-            s.relaying = matches!(next, Some(Ok(Event::Native(_))));
-            if !s.relaying {
-                s.blocks.start(&mut out, &s.head);
-            }
-        }
-        loop {
-            match next {
-                Some(Ok(Event::Native(event))) => relay(&mut out, &event, &s.head.model),
-                Some(Ok(_)) if s.relaying => {}
-                Some(Ok(event)) => s.blocks.event(&mut out, event),
-                Some(Err(e)) => {
-                    s.ended = true;
-                    write(&mut out, "error", &super::error::body(&ApiError::from_upstream(&s.backend, &e)));
-                }
-                None => {
-                    s.ended = true;
-                    if !s.relaying {
-                        s.blocks.end(&mut out);
-                    }
-                }
-            }
-            if s.ended || out.len() >= BATCH_BYTES {
-                break;
-            }
-            match s.events.next().now_or_never() {
-                Some(ready) => next = ready,
-                None => break,
+                return true;
             }
         }
-        Some((Ok(Bytes::from(out)), s))
-    })
+        false
+    }
+
+    fn pending(&self) -> usize {
+        self.out.len()
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    fn quiet_limit(&self) -> Option<Duration> {
+        Some(self.ping_every)
+    }
+
+    fn keep_alive(&mut self) {
+        ping(&mut self.out);
+    }
 }
 
 #[cfg(test)]

@@ -25,16 +25,16 @@ mod relay;
 mod socket;
 mod toolset;
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use futures::{FutureExt, Stream, StreamExt};
+use futures::StreamExt;
 
 use super::error::ApiError;
+use super::frames::{sse_frames, FrameWriter, Frames, Next};
 use super::front::{self, Incoming};
 use crate::canonical::Event;
 use crate::canonical::EventStream;
@@ -45,9 +45,6 @@ use events::Encoder;
 use object::Head;
 use relay::Relay;
 pub(crate) use socket::{upgrade, Sockets};
-
-/// Most bytes written in one frame when several events are ready at once.
-const BATCH_BYTES: usize = 16 * 1024;
 
 pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, batch, request_id, trace, headers, body } = incoming;
@@ -126,69 +123,59 @@ fn new_response_id() -> String {
     format!("resp_{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>())
 }
 
-type Frames = Pin<Box<dyn Stream<Item = Result<Bytes, std::convert::Infallible>> + Send>>;
-
 /// The SSE body: the opening events (the encoder's, unless the first event is relayed), then
-/// one frame per batch of events the upstream has already delivered (up to [`BATCH_BYTES`]);
-/// `hold` lives as long as the body. A relayed answer is written by [`Relay`] (its canonical
-/// events are not written), any other by the encoder.
+/// the events as they come; `hold` lives as long as the body. A relayed answer is written by
+/// [`Relay`] (its canonical events are not written), any other by the encoder.
 fn sse_body<H: Send + 'static>(events: EventStream, backend: String, encoder: Encoder, hold: H) -> Frames {
-    struct State<H> {
-        events: EventStream,
-        backend: String,
-        encoder: Encoder,
-        relay: Option<Relay>,
-        started: bool,
-        ended: bool,
-        _hold: H,
+    sse_frames(events, ResponsesFrames { backend, encoder, relay: None }, hold)
+}
+
+/// A streamed Response's events, as [`sse_frames`] feeds them.
+struct ResponsesFrames {
+    backend: String,
+    encoder: Encoder,
+    relay: Option<Relay>,
+}
+
+impl FrameWriter for ResponsesFrames {
+    fn open(&mut self, first: &Next) {
+        match first {
+            Some(Ok(Event::Native(_))) => self.relay = Some(Relay::new(self.encoder.model().to_string())),
+            _ => self.encoder.start(),
+        }
     }
-    let state = State { events, backend, encoder, relay: None, started: false, ended: false, _hold: hold };
-    Box::pin(futures::stream::unfold(state, |mut s| async move {
-        if s.ended {
-            return None;
-        }
-        let mut next = s.events.next().await;
-        if !s.started {
-            s.started = true;
-            match next {
-                Some(Ok(Event::Native(_))) => s.relay = Some(Relay::new(s.encoder.model().to_string())),
-                _ => s.encoder.start(),
-            }
-        }
-        loop {
-            match (next, &mut s.relay) {
-                (Some(Ok(Event::Native(event))), Some(relay)) => relay.event(&event),
-                (Some(Ok(_)), Some(_)) => {}
-                (Some(Ok(event)), None) => s.encoder.add(&event),
-                (Some(Err(e)), relay) => {
-                    s.ended = true;
-                    let error = ApiError::from_upstream(&s.backend, &e);
-                    match relay {
-                        Some(relay) => relay.fail(&error),
-                        None => s.encoder.fail(&error),
-                    }
+
+    fn write(&mut self, next: Next) -> bool {
+        match (next, &mut self.relay) {
+            (Some(Ok(Event::Native(event))), Some(relay)) => relay.event(&event),
+            (Some(Ok(_)), Some(_)) => {}
+            (Some(Ok(event)), None) => self.encoder.add(&event),
+            (Some(Err(e)), relay) => {
+                let error = ApiError::from_upstream(&self.backend, &e);
+                match relay {
+                    Some(relay) => relay.fail(&error),
+                    None => self.encoder.fail(&error),
                 }
-                (None, relay) => {
-                    s.ended = true;
-                    if relay.is_none() {
-                        s.encoder.finish();
-                    }
+                return true;
+            }
+            (None, relay) => {
+                if relay.is_none() {
+                    self.encoder.finish();
                 }
-            }
-            let pending = s.relay.as_ref().map_or(s.encoder.pending(), Relay::pending);
-            if s.ended || pending >= BATCH_BYTES {
-                break;
-            }
-            // Take what the upstream has already delivered; never wait for more here.
-            match s.events.next().now_or_never() {
-                Some(ready) => next = ready,
-                None => break,
+                return true;
             }
         }
-        let frames = match &mut s.relay {
+        false
+    }
+
+    fn pending(&self) -> usize {
+        self.relay.as_ref().map_or(self.encoder.pending(), Relay::pending)
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        match &mut self.relay {
             Some(relay) => relay.take_frames(),
-            None => s.encoder.take_frames(),
-        };
-        Some((Ok(Bytes::from(frames)), s))
-    }))
+            None => self.encoder.take_frames(),
+        }
+    }
 }
