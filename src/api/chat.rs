@@ -12,7 +12,7 @@ use futures::StreamExt;
 use super::error::ApiError;
 use super::front::{self, Incoming};
 use super::wire::{self, completion_json};
-use crate::canonical::WholeAnswer;
+use crate::canonical::{Event, FinishReason, ToolCall, Usage};
 use crate::serve::{self, Served};
 
 pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
@@ -39,17 +39,15 @@ pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, Api
         )
     } else {
         let mut events = committed.events;
-        let mut answer = WholeAnswer::default();
+        let mut answer = Answer::default();
         while let Some(item) = events.next().await {
             match item {
-                Ok(event) => answer.add(&event),
+                Ok(event) => answer.add(event),
                 Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
             }
         }
         drop(admission);
-        let usage = answer.usage.unwrap_or_default();
-        let mut json =
-            completion_json(&id, &task, created, &answer.text, &answer.tool_calls, answer.finish, &usage);
+        let mut json = answer.to_json(&id, &task, created);
         if let Some(c) = cost.get() {
             json["usage"][super::wire::COST_FIELD] = serde_json::Value::String(c.to_string());
         }
@@ -57,4 +55,46 @@ pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, Api
     };
     front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
+}
+
+/// A non-streamed answer being assembled.
+#[derive(Default)]
+struct Answer {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    finish: Option<FinishReason>,
+    usage: Usage,
+}
+
+impl Answer {
+    fn add(&mut self, event: Event) {
+        match event {
+            Event::TextDelta(t) => self.text.push_str(&t),
+            Event::ToolCallDelta { index, id, name, arguments } => {
+                let i = index as usize;
+                while self.tool_calls.len() <= i {
+                    self.tool_calls.push(ToolCall {
+                        id: String::new(),
+                        name: String::new(),
+                        arguments: String::new(),
+                    });
+                }
+                let call = &mut self.tool_calls[i];
+                if let Some(id) = id {
+                    call.id = id;
+                }
+                if let Some(name) = name {
+                    call.name.push_str(&name);
+                }
+                call.arguments.push_str(&arguments);
+            }
+            Event::Usage(u) => self.usage = u,
+            Event::Finish(f) => self.finish = Some(f),
+            Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) | Event::Embeddings(_) => {}
+        }
+    }
+
+    fn to_json(&self, id: &str, model: &str, created: u64) -> serde_json::Value {
+        completion_json(id, model, created, &self.text, &self.tool_calls, self.finish, &self.usage)
+    }
 }
