@@ -95,3 +95,20 @@ pub(crate) fn event_type(data: &str) -> Box<str> {
 pub(crate) fn count(tokens: Option<u64>) -> u32 {
     tokens.map_or(0, |n| n.min(u32::MAX as u64) as u32)
 }
+
+/// Usage from counts whose input leaves out the tokens read from the cache and written to it
+/// (Claude's and Converse's): canonical input counts every prompt token.
+pub(crate) fn usage_beside_cache(
+    input: Option<u64>,
+    output: Option<u64>,
+    read: Option<u64>,
+    written: Option<u64>,
+) -> crate::canonical::Usage {
+    let (read, written) = (count(read), count(written));
+    crate::canonical::Usage {
+        input_tokens: count(input).saturating_add(read).saturating_add(written),
+        cached_input_tokens: read,
+        output_tokens: count(output),
+        cache_write_tokens: written,
+    }
+}

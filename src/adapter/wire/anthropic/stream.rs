@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::error::ErrorObject;
 use super::provenance;
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::{count, event_type, ObjectOr};
+use crate::adapter::wire::{count, event_type, usage_beside_cache, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, NativeEvent, UpstreamError, Usage};
 
 /// One event of a streamed answer.
@@ -121,13 +121,12 @@ struct UsageIn {
 
 impl UsageIn {
     fn to_usage(&self) -> Usage {
-        let (read, created) = (count(self.cache_read_input_tokens), count(self.cache_creation_input_tokens));
-        Usage {
-            input_tokens: count(self.input_tokens).saturating_add(read).saturating_add(created),
-            cached_input_tokens: read,
-            output_tokens: count(self.output_tokens),
-            cache_write_tokens: created,
-        }
+        usage_beside_cache(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_creation_input_tokens,
+        )
     }
 }
 

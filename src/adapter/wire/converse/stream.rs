@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::count;
+use crate::adapter::wire::usage_beside_cache;
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 /// One event of a ConverseStream answer, by its `:event-type`.
@@ -124,13 +124,12 @@ struct UsageIn {
 
 impl UsageIn {
     fn to_usage(&self) -> Usage {
-        let (read, written) = (count(self.cache_read_input_tokens), count(self.cache_write_input_tokens));
-        Usage {
-            input_tokens: count(self.input_tokens).saturating_add(read).saturating_add(written),
-            cached_input_tokens: read,
-            output_tokens: count(self.output_tokens),
-            cache_write_tokens: written,
-        }
+        usage_beside_cache(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_write_input_tokens,
+        )
     }
 }
 
