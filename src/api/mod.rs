@@ -34,6 +34,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::canonical::Principal;
+pub mod codes;
 pub mod error;
 pub use crate::serve::key_may_use;
 use crate::snapshot::Snapshot;
@@ -127,11 +128,11 @@ fn doors(state: AppState) -> Router {
         .route("/dashboard/data", get(crate::api::dashboard::data))
         .merge(admin::routes())
         .merge(batches::routes())
-        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        .fallback(|| async { ApiError::new(codes::NOT_FOUND, "no such route") })
         // After every route (it applies to the routes registered so far); axum adds `Allow`.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::new(
-                ErrorCode::MethodNotAllowed,
+                codes::METHOD_NOT_ALLOWED,
                 format!(
                     "{method} is not allowed on {}; the Allow header lists the methods that are",
                     uri.path()

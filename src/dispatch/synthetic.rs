@@ -179,20 +179,7 @@ pub fn plan_for(
         return Err(SyntheticError::NoTarget);
     }
     refused(snap, task, backend)?;
-    let facts = RequestFacts {
-        task,
-        prompt_tokens: request.estimated_prompt_tokens(),
-        max_output_tokens: request.max_tokens.unwrap_or(1024),
-        seed,
-        affinity: None,
-        window: 0,
-        priority: Priority::Batch,
-        load,
-        request: Some(request),
-        candidates: None,
-        waits: None,
-        cached: None,
-    };
+    let facts = RequestFacts::of(task, request, Priority::Batch, seed, load);
     let mut plan = route::plan_among(&facts, snap, vec![backend], now)
         .map_err(|e| SyntheticError::Unfit(e.to_string()))?;
     spread(&mut plan.targets, snap, load, seed);

@@ -63,6 +63,36 @@ pub struct RequestFacts<'a> {
     pub cached: Option<&'a CachedOn<'a>>,
 }
 
+impl<'a> RequestFacts<'a> {
+    /// The facts of the canonical `request` for `task` at `priority`: its estimated prompt, its
+    /// output cap (1,024 tokens when it sets none), every node's load read through `load` and
+    /// the plan's random choices drawn from `seed`. What each caller with a request plans from
+    /// (the pipeline, a token count, a synthetic call), adding what it knows besides: the
+    /// affinity and its window, the waits, the prefix caches.
+    pub fn of(
+        task: &'a TaskConfig,
+        request: &'a ChatRequest,
+        priority: Priority,
+        seed: u64,
+        load: &'a dyn Fn(&NodeView) -> LoadView,
+    ) -> Self {
+        RequestFacts {
+            task,
+            prompt_tokens: request.estimated_prompt_tokens(),
+            max_output_tokens: request.max_tokens.unwrap_or(1024),
+            seed,
+            affinity: None,
+            window: 0,
+            priority,
+            load,
+            request: Some(request),
+            candidates: None,
+            waits: None,
+            cached: None,
+        }
+    }
+}
+
 /// What a node's prefix cache likely holds of a request (`None`: unknown).
 pub type CachedOn<'a> = dyn Fn(&NodeView) -> Option<Held> + 'a;
 

@@ -41,18 +41,8 @@ fn first_choice(snap: &Snapshot, task: &TaskConfig, request: &ChatRequest) -> Re
     let first = eligible[0];
     let load = |node: &NodeView| node.handle.load.view();
     let facts = RequestFacts {
-        task,
-        prompt_tokens: request.estimated_prompt_tokens(),
         max_output_tokens: 1,
-        seed: rand::random(),
-        affinity: None,
-        window: 0,
-        priority: task.priority,
-        load: &load,
-        request: Some(request),
-        candidates: None,
-        waits: None,
-        cached: None,
+        ..RequestFacts::of(task, request, task.priority, rand::random(), &load)
     };
     match route::plan_among(&facts, snap, eligible, Instant::now()) {
         Ok(plan) if !plan.targets.is_empty() => Ok(plan.targets[0].backend),

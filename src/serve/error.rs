@@ -24,12 +24,8 @@ pub enum ErrorCode {
     UnsupportedCapability,
     ContentPolicyViolation,
     ModelNotFound,
-    /// No such route, resource or feature.
-    NotFound,
-    MethodNotAllowed,
     // Who is asking.
     InvalidApiKey,
-    InvalidAdminToken,
     /// The key may not use this task.
     PermissionDenied,
     // Capacity.
@@ -46,14 +42,6 @@ pub enum ErrorCode {
     Timeout,
     /// Any other upstream failure, coded by its class.
     Upstream(ErrorClass),
-    // The admin API.
-    InvalidConfig,
-    GateRunning,
-    GateRunFailed,
-    LedgerOff,
-    LedgerUnavailable,
-    /// An issued key that is revoked or expired cannot be rotated.
-    KeyNotActive,
     // Key limits and budgets (`budgets:`), never retried or failed over.
     /// Over a USD budget (402) or a rate limit (429) of the key's or team's.
     OverLimit(ScopeKind, Limit),
@@ -62,6 +50,19 @@ pub enum ErrorCode {
     LimitStateUnavailable {
         budget: bool,
     },
+    /// A code only a route outside the pipeline answers with (the admin API's, a missing
+    /// route's), defined beside that route (`api::codes`).
+    Route(&'static RouteCode),
+}
+
+/// A row of the error table that a route outside the pipeline adds: its status, OpenAI `type`
+/// and `code`, and when it is answered (the reference's wording).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RouteCode {
+    pub status: u16,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub when: &'static str,
 }
 
 /// The `code` of a refusal by a key's or team's limit: `budget_exceeded:SCOPE:LIMIT` for a USD
@@ -83,9 +84,10 @@ pub fn limit_code(scope: ScopeKind, limit: Limit) -> &'static str {
 }
 
 impl ErrorCode {
-    /// Every code a client may see, each once, in the order of the reference's table (by
-    /// status). The reference's test gives each a meaning in a match, so a new variant fails
-    /// to compile there until it has one: list it here too.
+    /// Every code the pipeline and the dialects' doors answer with, each once, in the order of
+    /// the reference's table (by status); the routes outside the pipeline list theirs
+    /// (`api::codes::ALL`). The reference's test gives each a meaning in a match, so a new
+    /// variant fails to compile there until it has one: list it here too.
     pub fn all() -> Vec<ErrorCode> {
         use ErrorCode::*;
         let mut all = vec![
@@ -100,11 +102,8 @@ impl ErrorCode {
             ContentPolicyViolation,
             UpstreamRejected,
             InvalidApiKey,
-            InvalidAdminToken,
             PermissionDenied,
             ModelNotFound,
-            NotFound,
-            MethodNotAllowed,
             BodyTimeout,
             RequestTooLarge,
             UnsupportedMediaType,
@@ -133,13 +132,7 @@ impl ErrorCode {
             AllBackendsFailed,
             LimitStateUnavailable { budget: true },
             LimitStateUnavailable { budget: false },
-            LedgerUnavailable,
             Timeout,
-            InvalidConfig,
-            GateRunFailed,
-            GateRunning,
-            KeyNotActive,
-            LedgerOff,
         ]);
         all
     }
@@ -166,10 +159,7 @@ impl ErrorCode {
             UnsupportedCapability => (400, INVALID, Some("unsupported_capability")),
             ContentPolicyViolation => (400, INVALID, Some("content_policy_violation")),
             ModelNotFound => (404, INVALID, Some("model_not_found")),
-            NotFound => (404, INVALID, Some("not_found")),
-            MethodNotAllowed => (405, INVALID, Some("method_not_allowed")),
             InvalidApiKey => (401, AUTH, Some("invalid_api_key")),
-            InvalidAdminToken => (401, AUTH, Some("invalid_admin_token")),
             PermissionDenied => (403, "permission_error", None),
             RouterOverloaded => (429, RATE, Some("router_overloaded")),
             Shed => (429, RATE, Some("shed")),
@@ -181,12 +171,6 @@ impl ErrorCode {
             UpstreamAuth => (502, UPSTREAM, Some("upstream_auth")),
             Timeout => (504, "timeout", Some("timeout")),
             Upstream(class) => (502, UPSTREAM, Some(class.as_str())),
-            InvalidConfig => (422, INVALID, Some("invalid_config")),
-            GateRunning => (409, INVALID, Some("gate_running")),
-            GateRunFailed => (422, INVALID, Some("gate_run_failed")),
-            LedgerOff => (404, INVALID, Some("ledger_off")),
-            LedgerUnavailable => (503, UNAVAILABLE, Some("ledger_unavailable")),
-            KeyNotActive => (409, INVALID, Some("key_not_active")),
             OverLimit(scope, limit) if limit.is_budget() => {
                 (402, "billing_error", Some(limit_code(scope, limit)))
             }
@@ -195,6 +179,7 @@ impl ErrorCode {
             LimitStateUnavailable { budget: false } => {
                 (503, UNAVAILABLE, Some("rate_limit_state_unavailable"))
             }
+            Route(row) => (row.status, row.kind, Some(row.code)),
         }
     }
 
@@ -295,14 +280,18 @@ impl ApiError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
     fn codes_are_unique_and_statuses_match_the_type() {
-        let all = ErrorCode::all();
+        check_table(ErrorCode::all());
+    }
+
+    /// Each code's name is used once, and its status fits its type.
+    pub(crate) fn check_table(codes: impl IntoIterator<Item = ErrorCode>) {
         let mut seen = std::collections::HashSet::new();
-        for code in all {
+        for code in codes {
             let (status, kind, name) = code.table();
             if let Some(name) = name {
                 assert!(seen.insert(name), "{name} is used twice");

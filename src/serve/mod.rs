@@ -321,22 +321,15 @@ fn plan(
 ) -> Result<Plan, ApiError> {
     let load = |node: &NodeView| node.handle.load.view();
     let affinity = affinity.map(|a| a.hash);
-    let prompt_tokens = canonical.estimated_prompt_tokens();
-    let cached = |node: &NodeView| node.handle.load.cached(keys, prompt_tokens, node.signals.restarts);
-    let facts = RequestFacts {
-        task,
-        prompt_tokens,
-        max_output_tokens: canonical.max_tokens.unwrap_or(1024),
-        seed: affinity.unwrap_or_else(rand::random),
+    let mut facts = RequestFacts {
         affinity,
         window: route::chain::window_index(created, snap.config.balancing.affinity_window_secs),
-        priority,
-        load: &load,
-        request: Some(canonical),
-        candidates: None,
         waits,
-        cached: Some(&cached),
+        ..RequestFacts::of(task, canonical, priority, affinity.unwrap_or_else(rand::random), &load)
     };
+    let prompt_tokens = facts.prompt_tokens;
+    let cached = |node: &NodeView| node.handle.load.cached(keys, prompt_tokens, node.signals.restarts);
+    facts.cached = Some(&cached);
     let plan = route::plan_among(&facts, snap, eligible, Instant::now()).map_err(plan_error)?;
     serving.share_feedback.record(snap, &plan, prompt_tokens);
     Ok(plan)

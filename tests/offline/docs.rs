@@ -37,10 +37,7 @@ fn when(code: ErrorCode) -> String {
         UnsupportedCapability => "no eligible backend has what the request needs (`param`: `tools`, `messages`, `response_format`; `model` when none serves the route: embeddings, legacy completions)",
         ContentPolicyViolation => "an upstream refused the content (not failed over)",
         ModelNotFound => "no task or alias is called `model`",
-        NotFound => "no such route or resource; also the admin API when it is off",
-        MethodNotAllowed => "a known route with the wrong method; `Allow` lists the methods it takes",
         InvalidApiKey => "a missing, unknown, revoked or expired client key (never which)",
-        InvalidAdminToken => "an `/admin/…` route without the admin token",
         PermissionDenied => "the key may not use this task (`allowed_keys`, an issued key's tasks)",
         RouterOverloaded => "the router is at `limits.max_concurrency` (`Retry-After: 1`)",
         Shed => "no local node has headroom for the request and every hosted backend is over its quota for its priority",
@@ -65,12 +62,7 @@ fn when(code: ErrorCode) -> String {
             | ErrorClass::ContentPolicy
             | ErrorClass::ContextLength => panic!("{class:?} has a code of its own"),
         },
-        InvalidConfig => "`POST /admin/reload`: the file does not load; nothing changed",
-        GateRunning => "`POST /admin/gate/run`: a run for this fingerprint is under way",
-        GateRunFailed => "`POST /admin/gate/run`: the run could not be made (the message says why)",
-        LedgerOff => "a route that needs the ledger store, with `ledger.enabled: false`",
-        LedgerUnavailable => "an admin action while the ledger store is away; nothing changed",
-        KeyNotActive => "rotating a revoked or expired key",
+        Route(row) => row.when,
         OverLimit(scope, limit) => {
             let whose = match scope {
                 ScopeKind::Key => "the key's",
@@ -91,7 +83,7 @@ fn when(code: ErrorCode) -> String {
 
 fn error_table() -> String {
     let mut out = String::from("| status | `type` | `code` | when |\n|---|---|---|---|\n");
-    let mut codes = ErrorCode::all();
+    let mut codes = all_codes();
     codes.sort_by_key(|c| c.table().0);
     for code in codes {
         let (status, kind, name) = code.table();
@@ -110,9 +102,16 @@ fn metrics_table() -> String {
     out
 }
 
+/// The pipeline's codes, then the routes' outside it.
+fn all_codes() -> Vec<ErrorCode> {
+    let mut codes = ErrorCode::all();
+    codes.extend(spillway::api::codes::ALL);
+    codes
+}
+
 #[test]
 fn the_error_code_table_is_the_enums() {
-    let codes = ErrorCode::all();
+    let codes = all_codes();
     let names: Vec<_> = codes.iter().filter_map(|c| c.as_str()).collect();
     assert_eq!(names.len(), names.iter().collect::<BTreeSet<_>>().len(), "a code listed twice");
     let table = error_table();

@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 
 const LIMIT: usize = 100;
 const LIMIT_MAX: usize = 1_000;
@@ -32,7 +32,7 @@ pub async fn list(
         let limit = parse_limit(&params)?;
         let changes = state.operator.audit(limit).await.map_err(|e| {
             tracing::error!("admin: the operator audit could not be read: {e}");
-            ApiError::new(ErrorCode::LedgerUnavailable, "the ledger could not be read; see the router's log")
+            ApiError::new(codes::LEDGER_UNAVAILABLE, "the ledger could not be read; see the router's log")
         })?;
         let shared = state.operator.status().shared;
         Ok::<_, ApiError>(json!({"shared": shared, "changes": changes}))

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 use crate::canonical::NodeKey;
 use crate::control::opstate::Change;
 use crate::guard::breaker::Forced;
@@ -36,7 +36,7 @@ fn decode<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 /// The store behind the operator state did not take the change: nothing changed anywhere.
 fn not_stored(e: crate::ledger::StoreError) -> ApiError {
     tracing::error!("admin: the operator state change was not stored: {e}");
-    ApiError::new(ErrorCode::LedgerUnavailable, "the ledger store did not take the change; nothing changed")
+    ApiError::new(codes::LEDGER_UNAVAILABLE, "the ledger store did not take the change; nothing changed")
 }
 
 fn breaker_str(b: BreakerView) -> &'static str {
@@ -179,14 +179,14 @@ impl Target {
     /// The node keys this target names in `snap`, or 404 naming what is unknown.
     fn nodes(&self, snap: &Snapshot) -> Result<Vec<NodeKey>, ApiError> {
         let backend = snap.backend_id(&self.backend).map(|i| &snap.backends[i]).ok_or_else(|| {
-            ApiError::new(ErrorCode::NotFound, format!("no backend `{}`", self.backend)).param("backend")
+            ApiError::new(codes::NOT_FOUND, format!("no backend `{}`", self.backend)).param("backend")
         })?;
         let keys = backend.nodes.iter().map(|n| &n.key);
         match &self.node {
             None => Ok(keys.cloned().collect()),
             Some(node) if keys.clone().any(|k| k == node.as_str()) => Ok(vec![NodeKey::from(node.as_str())]),
             Some(node) => Err(ApiError::new(
-                ErrorCode::NotFound,
+                codes::NOT_FOUND,
                 format!("backend `{}` has no node `{node}` (see GET /admin/backends)", self.backend),
             )
             .param("node")),
@@ -295,7 +295,7 @@ pub async fn canary(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Byt
     let results = state.canaries.round(req.backend.as_deref()).await;
     if let (Some(name), true) = (&req.backend, results.is_empty()) {
         return ApiError::new(
-            ErrorCode::NotFound,
+            codes::NOT_FOUND,
             format!("`{name}` is not a fallback backend any task may send data to"),
         )
         .param("backend")

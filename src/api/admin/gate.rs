@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 use crate::gate::requalify::Requalified;
 use crate::gate::store::GateResult;
 
@@ -96,7 +96,7 @@ pub async fn requalify(State(state): State<Arc<Ops>>, headers: HeaderMap, body: 
         Err(e) => return ApiError::bad_request(format!("request body: {e}")).into_response(),
     };
     let Some(requalifier) = &state.gate.requalifier else {
-        return ApiError::new(ErrorCode::NotFound, "the gate needs the ledger store").into_response();
+        return ApiError::new(codes::NOT_FOUND, "the gate needs the ledger store").into_response();
     };
     tracing::warn!(who = %who.0, node = %body.node, "admin: gate re-run on a quarantined node");
     match requalifier.retry(&body.node).await {
@@ -108,7 +108,7 @@ pub async fn requalify(State(state): State<Arc<Ops>>, headers: HeaderMap, body: 
                 .into_response()
         }
         Ok(Requalified::AlreadyRunning) => {
-            ApiError::new(ErrorCode::GateRunning, "a run for this fingerprint is under way").into_response()
+            ApiError::new(codes::GATE_RUNNING, "a run for this fingerprint is under way").into_response()
         }
         Err(why) => ApiError::bad_request(why.to_string()).param("node").into_response(),
     }
@@ -131,6 +131,6 @@ pub async fn run(State(state): State<Arc<Ops>>, headers: HeaderMap, body: Bytes)
             Json(json!({"task": result.task, "backend": result.backend, "result": result_json(&result)}))
                 .into_response()
         }
-        Err(why) => ApiError::new(ErrorCode::GateRunFailed, why.to_string()).into_response(),
+        Err(why) => ApiError::new(codes::GATE_RUN_FAILED, why.to_string()).into_response(),
     }
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, ErrorCode, Ops};
 use crate::canonical::KeyId;
 use crate::keys::new::{NewKey, Refusal};
 use crate::keys::{self, store, KeyError, Listing};
@@ -45,7 +45,7 @@ fn now_ms() -> i64 {
 fn store_of(state: &Ops) -> Result<&Store, ApiError> {
     state.ledger.as_ref().map(|(store, _)| store).ok_or_else(|| {
         ApiError::new(
-            ErrorCode::LedgerOff,
+            codes::LEDGER_OFF,
             "the ledger is off (ledger.enabled: false): issued keys live in its store",
         )
     })
@@ -63,14 +63,11 @@ fn key_error(e: KeyError) -> ApiError {
             };
             ApiError::new(ErrorCode::InvalidValue, r.to_string()).param(param)
         }
-        KeyError::NotFound(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
-        KeyError::Revoked(_) | KeyError::Expired(_) => ApiError::new(ErrorCode::KeyNotActive, e.to_string()),
+        KeyError::NotFound(_) => ApiError::new(codes::NOT_FOUND, e.to_string()),
+        KeyError::Revoked(_) | KeyError::Expired(_) => ApiError::new(codes::KEY_NOT_ACTIVE, e.to_string()),
         KeyError::Store(_) | KeyError::Corrupt { .. } => {
             tracing::error!(error = %e, "admin: the client keys could not be read or written");
-            ApiError::new(
-                ErrorCode::LedgerUnavailable,
-                "the key store could not be used; see the router's log",
-            )
+            ApiError::new(codes::LEDGER_UNAVAILABLE, "the key store could not be used; see the router's log")
         }
     }
 }

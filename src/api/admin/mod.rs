@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, AppState, ErrorCode, Ops};
+use super::{ApiError, AppState, Ops};
 
 /// Who is acting: the `x-spillway-operator` header (a name for the audit log), else "admin".
 #[derive(Debug, Clone)]
@@ -26,7 +26,7 @@ pub struct Operator(pub String);
 /// Check the admin bearer token and say who is acting.
 pub(crate) fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, ApiError> {
     let Some(expected) = &state.admin_token else {
-        return Err(ApiError::new(ErrorCode::NotFound, "the admin API is off (set admin_token_env)"));
+        return Err(ApiError::new(codes::NOT_FOUND, "the admin API is off (set admin_token_env)"));
     };
     let sent = headers
         .get(header::AUTHORIZATION)
@@ -36,7 +36,7 @@ pub(crate) fn authorize(state: &Ops, headers: &HeaderMap) -> Result<Operator, Ap
     // Compare digests so that the time taken says nothing about the token.
     match sent {
         Some(token) if Sha256::digest(token) == Sha256::digest(expected) => {}
-        _ => return Err(ApiError::new(ErrorCode::InvalidAdminToken, "this route needs the admin token")),
+        _ => return Err(ApiError::new(codes::INVALID_ADMIN_TOKEN, "this route needs the admin token")),
     }
     let who = headers
         .get("x-spillway-operator")
@@ -109,10 +109,11 @@ async fn reload(
         Err(problems) => {
             tracing::error!(who = %who.0, ?problems, "admin: config reload refused");
             ApiError::new(
-                ErrorCode::InvalidConfig,
+                codes::INVALID_CONFIG,
                 format!("the config was not reloaded: {}", problems.join("; ")),
             )
             .into_response()
         }
     }
 }
+use crate::api::codes;

@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 use crate::report::{self, ReportFormat, ReportQuery};
 
 /// `GET /admin/reports/cost?from=&to=&group_by=&format=`: the same report as `spillway report`.
@@ -51,12 +51,12 @@ async fn cost_report_inner(
     )
     .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Some((store, _)) = &state.ledger else {
-        return Err(ApiError::new(ErrorCode::LedgerOff, "the ledger is off (ledger.enabled: false)"));
+        return Err(ApiError::new(codes::LEDGER_OFF, "the ledger is off (ledger.enabled: false)"));
     };
     let config = state.snapshot.load().config.clone();
     let body = report::generate(store, Some(&config), &query).await.map_err(|e| {
         tracing::error!("cost report failed: {e}");
-        ApiError::new(ErrorCode::LedgerUnavailable, "the ledger could not be read; see the router's log")
+        ApiError::new(codes::LEDGER_UNAVAILABLE, "the ledger could not be read; see the router's log")
     })?;
     tracing::info!(who = %who.0, from = query.from_ms, to = query.to_ms, "admin: cost report");
     Ok(([(header::CONTENT_TYPE, query.format.content_type())], body).into_response())

@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 
 /// Sessions listed unless `limit` says otherwise, and at most.
 const LIMIT: usize = 50;
@@ -39,7 +39,7 @@ pub(crate) async fn one(
     let found = authorize(&state, &headers).and_then(|_| {
         let session = state.sessions.lock().unwrap_or_else(|e| e.into_inner()).get(&id);
         session.map(Json).ok_or_else(|| {
-            ApiError::new(ErrorCode::NotFound, format!("no session `{id}` on this replica lately"))
+            ApiError::new(codes::NOT_FOUND, format!("no session `{id}` on this replica lately"))
         })
     });
     found.map_or_else(IntoResponse::into_response, IntoResponse::into_response)

@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::authorize;
-use crate::api::{ApiError, ErrorCode, Ops};
+use crate::api::{codes, ApiError, Ops};
 use crate::report::budgets::Directory;
 use crate::report::spenders::{spenders, Period, Rows};
 
@@ -44,11 +44,11 @@ async fn inner(
     let who = authorize(state, headers)?;
     let top = parse_top(params)?;
     let Some((store, _)) = &state.ledger else {
-        return Err(ApiError::new(ErrorCode::LedgerOff, "the ledger is off (ledger.enabled: false)"));
+        return Err(ApiError::new(codes::LEDGER_OFF, "the ledger is off (ledger.enabled: false)"));
     };
     let unavailable = |what: &str, e: &dyn std::fmt::Display| {
         tracing::error!("top spenders: {what}: {e}");
-        ApiError::new(ErrorCode::LedgerUnavailable, "the ledger could not be read; see the router's log")
+        ApiError::new(codes::LEDGER_UNAVAILABLE, "the ledger could not be read; see the router's log")
     };
     let now = jiff::Timestamp::now();
     let (from_ms, to_ms) = Period::Month.span(now);

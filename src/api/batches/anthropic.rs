@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::jobs::{self, Shown};
 use super::{caller, new_id, now_ms, store_error, Batches};
+use crate::api::codes;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::messages::error_response;
 use crate::batch::job::{Counts, Dialect, LineState, Status};
@@ -122,7 +123,7 @@ pub(super) async fn results(
         let (job, _) = jobs::owned(&who, Dialect::Anthropic, &id).await?;
         if !job.status.ended() {
             let why = format!("batch `{id}` is still processing; its results are ready when it has ended");
-            return Err(ApiError::new(ErrorCode::NotFound, why));
+            return Err(ApiError::new(codes::NOT_FOUND, why));
         }
         let states = [LineState::Succeeded, LineState::Errored, LineState::Canceled, LineState::Expired];
         let lines = store::ended(who.store, &job.id, &states).await.map_err(store_error)?;

@@ -14,9 +14,10 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::error::{ApiError, ErrorCode};
+use super::error::ApiError;
 use super::front::Doors;
 use super::AppState;
+use crate::api::codes;
 use crate::batch::store::Store;
 
 pub fn routes() -> Router<AppState> {
@@ -61,12 +62,12 @@ fn caller<'s>(state: &'s Batches, headers: &HeaderMap) -> Result<Caller<'s>, Api
         (Some(store), true) => store,
         (None, _) => {
             return Err(ApiError::new(
-                ErrorCode::LedgerOff,
+                codes::LEDGER_OFF,
                 "batches are kept in the ledger store, which is off",
             ))
         }
         (_, false) => {
-            return Err(ApiError::new(ErrorCode::NotFound, "the batch APIs are off (batch.enabled: false)"))
+            return Err(ApiError::new(codes::NOT_FOUND, "the batch APIs are off (batch.enabled: false)"))
         }
     };
     Ok(Caller { owner: principal.map(|p| p.name().to_string()), store })
@@ -81,11 +82,11 @@ impl Caller<'_> {
 
 fn store_error(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "batch store");
-    ApiError::new(ErrorCode::LedgerUnavailable, "the batch store is unavailable; retry shortly")
+    ApiError::new(codes::LEDGER_UNAVAILABLE, "the batch store is unavailable; retry shortly")
 }
 
 fn not_found(what: &str, id: &str) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, format!("no {what} with id `{id}`"))
+    ApiError::new(codes::NOT_FOUND, format!("no {what} with id `{id}`"))
 }
 
 fn now_ms() -> i64 {
