@@ -297,11 +297,6 @@ pub(crate) fn excerpt(body: &str) -> String {
     }
 }
 
-/// A JSON value as u32 (missing, null or out of range: 0).
-pub(crate) fn as_u32(value: Option<&Value>) -> u32 {
-    value.and_then(Value::as_u64).map(|v| v.min(u32::MAX as u64) as u32).unwrap_or(0)
-}
-
 /// Test helpers: run a parser over SSE text chopped into odd-sized chunks, and a tiny HTTP
 /// server that answers every request with one canned response.
 #[cfg(test)]

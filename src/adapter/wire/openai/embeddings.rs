@@ -9,11 +9,14 @@
 
 use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
-use serde::Serialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::error::{classify, in_band_error};
+use super::error::{classify, ErrorObject};
+use super::stream::UsageIn;
 use crate::adapter::transport::http;
+use crate::adapter::wire::{ObjectOr, Scalar};
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     vector_from_base64, Embedding, ErrorClass, Event, FinishReason, Input, UpstreamError, Usage,
@@ -71,29 +74,30 @@ fn broken(why: impl Into<String>) -> UpstreamError {
 
 /// The events of an embeddings answer: its vectors in `index` order, its usage, the finish.
 pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    if let Some(error) = body.get("error").filter(|e| e.is_object()) {
-        return Err(in_band_error(error));
+    let no_data = || broken("the embeddings answer has no `data` list");
+    let answer = AnswerIn::deserialize(body).map_err(|_| no_data())?;
+    if let Some(error) = answer.error.as_ref().and_then(ObjectOr::object) {
+        return Err(error.in_band());
     }
-    let data = body
-        .get("data")
-        .and_then(Value::as_array)
-        .ok_or_else(|| broken("the embeddings answer has no `data` list"))?;
+    let Some(ListOr::List(data)) = answer.data else { return Err(no_data()) };
     let mut vectors: Vec<Option<Vec<f32>>> = vec![None; data.len()];
-    for (position, item) in data.iter().enumerate() {
-        let index = item.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
-        let slot = vectors.get_mut(index).ok_or_else(|| {
-            broken(format!("embedding index {index} is outside the {} answered", data.len()))
-        })?;
+    for (position, item) in data.into_iter().enumerate() {
+        let index = item.index.number().map_or(position, |i| i as usize);
+        let answered = vectors.len();
+        let slot = vectors
+            .get_mut(index)
+            .ok_or_else(|| broken(format!("embedding index {index} is outside the {answered} answered")))?;
         if slot.is_some() {
             return Err(broken(format!("embedding index {index} is answered twice")));
         }
-        *slot = Some(vector(item.get("embedding")).ok_or_else(|| {
+        *slot = Some(item.embedding.vector().ok_or_else(|| {
             broken(format!("embedding {index} is neither a list of numbers nor base64 of f32s"))
         })?);
     }
     // Every slot is filled: `data.len()` distinct indices below `data.len()`.
     let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
-    let input_tokens = http::as_u32(body.pointer("/usage/prompt_tokens"));
+    let input_tokens =
+        answer.usage.as_ref().and_then(ObjectOr::object).map_or(0, |u| u.to_usage().input_tokens);
     Ok(vec![
         Event::Embeddings(vectors),
         Event::Usage(Usage { input_tokens, ..Usage::default() }),
@@ -101,11 +105,53 @@ pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, Ups
     ])
 }
 
-fn vector(value: Option<&Value>) -> Option<Vec<f32>> {
-    match value? {
-        Value::Array(numbers) => numbers.iter().map(|n| n.as_f64().map(|x| x as f32)).collect(),
-        Value::String(text) => vector_from_base64(text),
-        _ => None,
+/// An embeddings answer: its vectors, its usage, or the error an upstream wrote in a 200.
+#[derive(Deserialize)]
+struct AnswerIn {
+    #[serde(default)]
+    error: Option<ObjectOr<ErrorObject>>,
+    #[serde(default)]
+    data: Option<ListOr>,
+    #[serde(default)]
+    usage: Option<ObjectOr<UsageIn>>,
+}
+
+/// `data`, when it is a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ListOr {
+    List(Vec<ItemIn>),
+    Other(IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct ItemIn {
+    /// Its input's place; by position when it has none.
+    #[serde(default)]
+    index: Scalar,
+    #[serde(default)]
+    embedding: VectorIn,
+}
+
+/// A vector as JSON numbers or as base64 of little-endian `f32`s.
+#[derive(Default, Deserialize)]
+#[serde(untagged)]
+enum VectorIn {
+    Numbers(Vec<f64>),
+    Base64(String),
+    #[default]
+    #[serde(skip)]
+    Absent,
+    Other(IgnoredAny),
+}
+
+impl VectorIn {
+    fn vector(&self) -> Option<Vec<f32>> {
+        match self {
+            VectorIn::Numbers(numbers) => Some(numbers.iter().map(|&x| x as f32).collect()),
+            VectorIn::Base64(text) => vector_from_base64(text),
+            VectorIn::Absent | VectorIn::Other(_) => None,
+        }
     }
 }
 

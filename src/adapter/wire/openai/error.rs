@@ -5,7 +5,6 @@
 
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::adapter::error::parse_retry_after;
 use crate::adapter::transport::http;
@@ -106,12 +105,6 @@ impl ErrorObject {
         let message = self.message.text().unwrap_or("upstream error");
         UpstreamError::new(self.class(None), None, message)
     }
-}
-
-/// An error object that arrived inside a 2xx stream or body, read from a JSON tree (the
-/// Responses and embeddings readers).
-pub(in crate::adapter) fn in_band_error(error: &Value) -> UpstreamError {
-    ErrorObject::deserialize(error).unwrap_or_default().in_band()
 }
 
 pub(in crate::adapter) fn finish_reason(reason: &str) -> Result<FinishReason, UpstreamError> {
