@@ -123,7 +123,7 @@ pub(in crate::adapter) fn answer_events<P: StreamParser>(
     answer: Answer,
     asked_stream: bool,
     parser: P,
-    parse: impl Fn(&Value) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
+    parse: impl Fn(&[u8]) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
 ) -> EventStream {
     let sse = match answer.media_type().as_deref() {
         Some("text/event-stream") => true,
@@ -152,16 +152,16 @@ pub(in crate::adapter) async fn read_json(answer: Answer) -> Result<Value, Upstr
 /// which are never streamed; a legacy completion asked for whole, which is relayed whole).
 pub(in crate::adapter) fn json_answer_events(
     answer: Answer,
-    parse: fn(&Value) -> Result<Vec<Event>, UpstreamError>,
+    parse: fn(&[u8]) -> Result<Vec<Event>, UpstreamError>,
 ) -> EventStream {
     json_events(answer.body, parse)
 }
 
 /// The events of a non-streamed 2xx answer: the body is read lazily, when the stream is first
-/// polled, and every event of the parsed JSON is yielded.
+/// polled, and `parse` reads every event from its bytes.
 fn json_events(
     mut body: ByteStream,
-    parse: impl Fn(&Value) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
+    parse: impl Fn(&[u8]) -> Result<Vec<Event>, UpstreamError> + Send + 'static,
 ) -> EventStream {
     let read = async move {
         let mut whole = Vec::new();
@@ -171,22 +171,21 @@ fn json_events(
                 Err(e) => return vec![Err(e)],
             }
         }
-        let json: Value = match serde_json::from_slice(&whole) {
-            Ok(json) => json,
-            Err(e) => {
-                return vec![Err(UpstreamError::new(
-                    ErrorClass::StreamBroken,
-                    None,
-                    format!("malformed JSON body: {e}"),
-                ))]
-            }
-        };
-        match parse(&json) {
+        match parse(&whole) {
             Ok(events) => events.into_iter().map(Ok).collect(),
             Err(e) => vec![Err(e)],
         }
     };
     Box::pin(futures::stream::once(read).flat_map(futures::stream::iter))
+}
+
+/// A whole JSON answer read as `T`, straight from its bytes; one that is not JSON, or not a
+/// `T`, is a broken answer.
+pub(in crate::adapter) fn whole<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, UpstreamError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let why = format!("malformed JSON body ({e}): {}", excerpt(&String::from_utf8_lossy(body)));
+        UpstreamError::new(ErrorClass::StreamBroken, None, why)
+    })
 }
 
 /// Read `bytes` as SSE ([`SseDecoder`]) and feed every event through `parser`. Ends after the

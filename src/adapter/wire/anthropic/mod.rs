@@ -71,7 +71,7 @@ pub(in crate::adapter) async fn send_to(
         transport::eventstream::unframed(http::post(transport, &url, &headers, body, host.classify()).await?);
     let relay = req.relay && client.is_some();
     let signer = host.signer();
-    let parse = move |b: &Value| if relay { relayed(b, signer) } else { parse_response(b) };
+    let parse = move |b: &[u8]| if relay { relayed(b, signer) } else { parse_response(b) };
     Ok(http::answer_events(answer, call.stream, AnthropicStream::new(relay, signer), parse))
 }
 

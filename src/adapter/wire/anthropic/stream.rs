@@ -180,24 +180,22 @@ fn finish_reason(reason: &str) -> FinishReason {
 
 /// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`, its
 /// thinking signatures marked with their `signer` ([`provenance`]).
-pub(super) fn relayed(body: &Value, signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
+pub(super) fn relayed(body: &[u8], signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
     let mut events = parse_response(body)?;
-    let data = match signer.filter(|_| provenance::signed(body)) {
-        Some(signer) => {
-            let mut marked = body.clone();
-            provenance::mark_all(signer, &mut marked);
-            serde_json::to_vec(&marked)
-        }
-        None => serde_json::to_vec(body),
-    };
+    // On one line, as the door may write it as one SSE event.
+    let mut body: Value = serde_json::from_slice(body).unwrap_or_default();
+    if let Some(signer) = signer.filter(|_| provenance::signed(&body)) {
+        provenance::mark_all(signer, &mut body);
+    }
+    let data = serde_json::to_vec(&body);
     let data = data.unwrap_or_default().into();
     events.insert(0, Event::Native(NativeEvent { name: "message".into(), data }));
     Ok(events)
 }
 
 /// Every event of a non-streamed `message` body.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    let message = MessageIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
+    let message: MessageIn = http::whole(body)?;
     if message.kind.as_deref() == Some("error") {
         let error = message.error.as_ref().and_then(ObjectOr::object);
         return Err(error.map_or_else(|| ErrorObject::default().in_band(), ErrorObject::in_band));

@@ -185,10 +185,10 @@ fn finish_reason(reason: &str) -> FinishReason {
 }
 
 /// Every event of a non-streamed Converse answer.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
     let no_message =
         || UpstreamError::new(ErrorClass::StreamBroken, None, "the Converse answer has no output message");
-    let answer = AnswerIn::deserialize(body).map_err(|_| no_message())?;
+    let answer: AnswerIn = serde_json::from_slice(body).map_err(|_| no_message())?;
     let message = answer.output.and_then(|o| o.message).ok_or_else(no_message)?;
     let mut events = Vec::new();
     let mut tools = 0;

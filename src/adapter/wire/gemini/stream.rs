@@ -109,9 +109,9 @@ impl UsageIn {
 }
 
 /// Every event of a non-streamed `GenerateContentResponse` body.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
     let mut parser = GeminiStream::new();
-    let chunk = ResponseIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
+    let chunk: ResponseIn = http::whole(body)?;
     let mut events = parser.on_chunk(chunk)?;
     events.extend(parser.close()?);
     Ok(events)

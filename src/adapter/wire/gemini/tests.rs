@@ -135,7 +135,7 @@ fn parses_non_stream_responses() {
         serde_json::from_str(include_str!("../../../../tests/fixtures/gemini/generate_content.json"))
             .unwrap();
     assert_eq!(
-        parse_response(&body).unwrap(),
+        parse_response(body.to_string().as_bytes()).unwrap(),
         vec![
             text("AI learns patterns from data to make predictions or decisions."),
             Event::Usage(Usage {
@@ -168,8 +168,8 @@ fn parses_non_stream_responses() {
         ]
     );
     // Synthesised ids differ between answers.
-    let a = parse_response(&body).unwrap();
-    let b = parse_response(&body).unwrap();
+    let a = parse_response(body.to_string().as_bytes()).unwrap();
+    let b = parse_response(body.to_string().as_bytes()).unwrap();
     assert_ne!(a[0], b[0]);
 }
 
@@ -177,7 +177,7 @@ fn parses_non_stream_responses() {
 fn blocked_prompt_is_a_content_policy_error() {
     let body: Value =
         serde_json::from_str(include_str!("../../../../tests/fixtures/gemini/prompt_blocked.json")).unwrap();
-    let err = parse_response(&body).unwrap_err();
+    let err = parse_response(body.to_string().as_bytes()).unwrap_err();
     assert_eq!(err.class, ErrorClass::ContentPolicy);
     assert!(err.message.contains("SAFETY"));
 }

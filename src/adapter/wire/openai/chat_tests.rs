@@ -36,10 +36,6 @@ fn request_body(req: &ChatRequest) -> Value {
     super::request_body(req, &call)
 }
 
-fn fixture_json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap()
-}
-
 fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())
 }
@@ -171,8 +167,7 @@ fn every_tool_choice_is_sent_in_openai_words() {
 #[test]
 fn parses_non_stream_response() {
     let events =
-        parse_response(&fixture_json(include_str!("../../../../tests/fixtures/openai/chat_completion.json")))
-            .unwrap();
+        parse_response(include_bytes!("../../../../tests/fixtures/openai/chat_completion.json")).unwrap();
     assert_eq!(
         events,
         vec![
@@ -190,10 +185,9 @@ fn parses_non_stream_response() {
 
 #[test]
 fn parses_non_stream_tool_calls() {
-    let events = parse_response(&fixture_json(include_str!(
-        "../../../../tests/fixtures/openai/chat_completion_tool_calls.json"
-    )))
-    .unwrap();
+    let events =
+        parse_response(include_bytes!("../../../../tests/fixtures/openai/chat_completion_tool_calls.json"))
+            .unwrap();
     assert_eq!(
         events,
         vec![

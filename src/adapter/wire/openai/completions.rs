@@ -13,7 +13,6 @@ use std::borrow::Cow;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::error::{classify, finish_reason, ErrorMember};
 use super::relay::SplitChunk;
@@ -135,10 +134,9 @@ fn read_choices(choices: &[ChoiceIn<'_>]) -> Result<(Vec<Event>, Option<FinishRe
 }
 
 /// Every event of a non-streamed `text_completion` body.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    let text = body.to_string();
-    let malformed = |e: serde_json::Error| http::malformed(&text, &e);
-    let split: SplitChunk<'_> = serde_json::from_str(&text).map_err(malformed)?;
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
+    let malformed = |e: serde_json::Error| http::malformed(&String::from_utf8_lossy(body), &e);
+    let split: SplitChunk<'_> = http::whole(body)?;
     if let Some(error) =
         split.error.map(|e| serde_json::from_str::<ErrorMember>(e.get())).transpose().map_err(malformed)?
     {

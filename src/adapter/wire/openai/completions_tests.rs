@@ -1,6 +1,7 @@
 use super::*;
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, EventStream, Transport, Upstream, WireFormat};
+use serde_json::Value;
 
 /// `send` as the request is written (its own model).
 async fn send(

@@ -11,7 +11,6 @@ use futures::StreamExt;
 use reqwest::header::CONTENT_TYPE;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::error::{classify, ErrorObject};
 use super::stream::UsageIn;
@@ -73,9 +72,9 @@ fn broken(why: impl Into<String>) -> UpstreamError {
 }
 
 /// The events of an embeddings answer: its vectors in `index` order, its usage, the finish.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
     let no_data = || broken("the embeddings answer has no `data` list");
-    let answer = AnswerIn::deserialize(body).map_err(|_| no_data())?;
+    let answer: AnswerIn = serde_json::from_slice(body).map_err(|_| no_data())?;
     if let Some(error) = answer.error.as_ref().and_then(ObjectOr::object) {
         return Err(error.in_band());
     }
@@ -161,7 +160,7 @@ mod tests {
     use crate::adapter::transport::http::testing::canned_server;
     use crate::adapter::{Upstream, WireFormat};
     use crate::canonical::{vector_to_base64, ChatRequest, EncodingFormat, Input, Operation};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn embedding(input: Input, encoding_format: EncodingFormat) -> Embedding {
         Embedding { input, encoding_format, dimensions: Some(3), user: Some("u-1".into()) }
@@ -233,15 +232,21 @@ mod tests {
             (json!({"data": [{"index": 0, "embedding": "AAA"}]}), "neither a list of numbers nor base64"),
         ];
         for (body, expected) in cases {
-            let error = parse_response(&body).unwrap_err();
+            let error = parse_response(body.to_string().as_bytes()).unwrap_err();
             assert_eq!(error.class, ErrorClass::StreamBroken);
             assert!(error.message.contains(expected), "{body}: {}", error.message);
         }
-        let error =
-            parse_response(&json!({"error": {"message": "bad input", "type": "invalid_request_error"}}))
-                .unwrap_err();
+        let error = parse_response(
+            json!({"error": {"message": "bad input", "type": "invalid_request_error"}})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap_err();
         assert_eq!(error.message, "bad input");
-        let floats = parse_response(&json!({"data": [{"embedding": vector_to_base64(&[0.75])}]})).unwrap();
+        let floats = parse_response(
+            json!({"data": [{"embedding": vector_to_base64(&[0.75])}]}).to_string().as_bytes(),
+        )
+        .unwrap();
         assert_eq!(floats[0], Event::Embeddings(vec![vec![0.75]]), "no index: by position");
         assert_eq!(floats[1], Event::Usage(Usage::default()), "no usage: zero");
     }

@@ -293,16 +293,18 @@ impl ResponseIn<'_> {
 }
 
 /// [`parse_response`], with the whole body first as a [`NativeEvent`] named `response`.
-fn parse_response_relayed(body: &Value) -> Result<Vec<Event>, UpstreamError> {
+fn parse_response_relayed(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
     let mut events = parse_response(body)?;
-    let data = body.to_string().into_bytes().into();
+    // On one line, as the door may write it as one SSE event.
+    let data =
+        serde_json::from_slice::<Value>(body).map(|v| v.to_string()).unwrap_or_default().into_bytes().into();
     events.insert(0, Event::Native(NativeEvent { name: "response".into(), data }));
     Ok(events)
 }
 
 /// Every event of a whole Response object.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    let response = ResponseIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
+    let response: ResponseIn = http::whole(body)?;
     if response.status.as_deref() == Some("failed") {
         return Err(response.failure());
     }

@@ -178,7 +178,7 @@ fn a_whole_response_is_read_and_relayed_whole() {
             {"type": "message", "content": [{"type": "output_text", "text": "Hi"}, {"type": "refusal", "refusal": "no"}]},
             {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}],
         "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3}});
-    let events = parse_response_relayed(&body).unwrap();
+    let events = parse_response_relayed(body.to_string().as_bytes()).unwrap();
     assert!(matches!(&events[0], Event::Native(n) if &*n.name == "response"));
     assert_eq!(
         events[1..],
@@ -198,7 +198,7 @@ fn a_whole_response_is_read_and_relayed_whole() {
     );
     let failed =
         json!({"status": "failed", "error": {"code": "invalid_prompt", "message": "bad"}, "output": []});
-    assert_eq!(parse_response(&failed).unwrap_err().class, ErrorClass::InvalidRequest);
+    assert_eq!(parse_response(failed.to_string().as_bytes()).unwrap_err().class, ErrorClass::InvalidRequest);
 }
 
 fn client(body: Value) -> NativeRequest {

@@ -6,7 +6,6 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::error::{finish_reason, ErrorMember};
 use super::relay::SplitChunk;
@@ -15,8 +14,8 @@ use crate::adapter::wire::{count, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
 
 /// Every event of a non-streamed `chat.completion` body.
-pub(in crate::adapter) fn parse_response(body: &Value) -> Result<Vec<Event>, UpstreamError> {
-    let whole = CompletionIn::deserialize(body).map_err(|e| http::malformed(&body.to_string(), &e))?;
+pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
+    let whole: CompletionIn = http::whole(body)?;
     if let Some(error) = whole.error.as_ref().and_then(ObjectOr::object) {
         return Err(error.in_band());
     }

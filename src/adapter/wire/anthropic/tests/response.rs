@@ -7,7 +7,7 @@ fn parses_non_stream_responses() {
     let body: Value =
         serde_json::from_str(include_str!("../../../../../tests/fixtures/anthropic/message.json")).unwrap();
     assert_eq!(
-        parse_response(&body).unwrap(),
+        parse_response(body.to_string().as_bytes()).unwrap(),
         vec![
             text("Hi! My name is Claude."),
             Event::Usage(Usage {
@@ -23,7 +23,7 @@ fn parses_non_stream_responses() {
         serde_json::from_str(include_str!("../../../../../tests/fixtures/anthropic/message_tool_use.json"))
             .unwrap();
     assert_eq!(
-        parse_response(&body).unwrap(),
+        parse_response(body.to_string().as_bytes()).unwrap(),
         vec![
             text("I'll check the current weather in San Francisco for you."),
             Event::ToolCallDelta {
