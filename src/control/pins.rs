@@ -53,7 +53,8 @@ pub struct QuarantineEvent {
 
 /// Who is quarantined now, the pins the gate accepted, and the channel that announces changes.
 pub struct PinBoard {
-    current: Mutex<BTreeMap<NodeKey, String>>,
+    /// Each quarantined node's announcement (its reason is its differences, joined).
+    current: Mutex<BTreeMap<NodeKey, QuarantineEvent>>,
     /// Pins whose fingerprint passed the gate, by backend, oldest first: a node reporting any
     /// of them is not quarantined, and the last is the pin in effect.
     accepted: Mutex<BTreeMap<BackendName, Vec<Pin>>>,
@@ -78,6 +79,16 @@ impl PinBoard {
         self.events.subscribe()
     }
 
+    /// The announcements of the nodes quarantined now, then every change after them: a
+    /// listener that starts after the first checks (the gate, which starts after the loops
+    /// that check) misses none of them. Taken under the lock that announces, so no change
+    /// falls between the two.
+    pub fn watch(&self) -> (Vec<QuarantineEvent>, broadcast::Receiver<QuarantineEvent>) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let events = self.events.subscribe();
+        (current.values().cloned().collect(), events)
+    }
+
     /// Record the verdict for one node; announce it if it changed. Returns the reason the
     /// node is quarantined, if it is.
     pub fn check(
@@ -96,24 +107,28 @@ impl PinBoard {
         drop(accepted);
         let reason = (!diffs.is_empty()).then(|| diffs.join("; "));
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let changed = current.get(node) != reason.as_ref();
+        let changed = match current.get(node) {
+            Some(announced) => announced.differences != diffs,
+            None => !diffs.is_empty(),
+        };
         if changed {
+            let event = QuarantineEvent {
+                backend: backend.to_string(),
+                node: node.clone(),
+                differences: diffs,
+                reported: reported.clone(),
+            };
             match &reason {
                 Some(r) => {
                     tracing::warn!(backend, node = %node, "node quarantined: {r}");
-                    current.insert(node.clone(), r.clone());
+                    current.insert(node.clone(), event.clone());
                 }
                 None => {
                     tracing::info!(backend, node = %node, "node left quarantine");
                     current.remove(node);
                 }
             }
-            let _ = self.events.send(QuarantineEvent {
-                backend: backend.to_string(),
-                node: node.clone(),
-                differences: diffs,
-                reported: reported.clone(),
-            });
+            let _ = self.events.send(event);
         }
         drop(current);
         // The gate's verdict is shown with the reason but is not a change to announce (that
@@ -163,7 +178,8 @@ impl PinBoard {
 
     /// Every quarantined node and why.
     pub fn all(&self) -> BTreeMap<NodeKey, String> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.iter().map(|(node, event)| (node.clone(), event.differences.join("; "))).collect()
     }
 }
 
@@ -226,5 +242,20 @@ mod tests {
         assert_eq!(board.check("pool", &"n1".into(), Some(&pin()), &Reported::default()), None);
         assert!(events.try_recv().unwrap().differences.is_empty());
         assert!(board.all().is_empty());
+    }
+
+    #[test]
+    fn a_listener_that_starts_late_is_handed_the_nodes_already_quarantined() {
+        let board = PinBoard::default();
+        let bad = Reported { quantization: Some("awq".into()), ..Reported::default() };
+        // Announced before anyone listens (the gate starts after the loops that check).
+        board.check("pool", &"n1".into(), Some(&pin()), &bad);
+        board.check("pool", &"n2".into(), Some(&pin()), &Reported::default());
+        let (now, mut later) = board.watch();
+        let nodes: Vec<(&str, &Reported)> = now.iter().map(|e| (e.node.as_str(), &e.reported)).collect();
+        assert_eq!(nodes, [("n1", &bad)], "the quarantined node alone, with what it reported");
+        assert!(later.try_recv().is_err());
+        board.check("pool", &"n1".into(), Some(&pin()), &Reported::default());
+        assert_eq!(later.try_recv().unwrap().node, "n1", "and the changes after it");
     }
 }

@@ -83,10 +83,19 @@ impl Requalifier {
         }
     }
 
-    /// Re-run the gate for each quarantine announced, until the channel closes.
-    pub async fn listen(self: Arc<Self>, mut events: broadcast::Receiver<QuarantineEvent>) {
+    /// Re-run the gate for each node quarantined before it listened (`now`), then for each
+    /// quarantine announced, until the channel closes.
+    pub async fn listen(
+        self: Arc<Self>,
+        (now, mut events): (Vec<QuarantineEvent>, broadcast::Receiver<QuarantineEvent>),
+    ) {
+        let mut now = now.into_iter();
         loop {
-            match events.recv().await {
+            let next = match now.next() {
+                Some(event) => Ok(event),
+                None => events.recv().await,
+            };
+            match next {
                 Ok(event) if !event.differences.is_empty() => {
                     self.quarantined
                         .lock()

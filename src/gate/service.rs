@@ -65,7 +65,7 @@ impl GateService {
             Arc::clone(&parts.metrics),
             Arc::clone(&parts.operator),
         ));
-        loops.spawn(Arc::clone(&requalifier).listen(parts.pins.subscribe()));
+        loops.spawn(Arc::clone(&requalifier).listen(parts.pins.watch()));
         let (refresh_store, refresh_board, refresh_pins) =
             (store.clone(), Arc::clone(&board), Arc::clone(&parts.pins));
         loops.spawn(async move {
