@@ -13,6 +13,7 @@ mod name;
 mod native;
 mod operation;
 mod principal;
+mod whole;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,7 @@ pub use operation::{
 };
 pub use principal::{IssuedKey, KeyId, Principal};
 use serde_json::Value;
+pub use whole::WholeAnswer;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use rust_decimal::Decimal;
 use tokio::time::Instant;
 
-use crate::canonical::{ErrorClass, Event, Usage};
+use crate::canonical::{ErrorClass, Event, Usage, WholeAnswer};
 use crate::config::BackendId;
 use crate::dispatch::{Committed, DispatchError};
 use crate::outcome::{AnswerCost, Skip};
@@ -34,39 +34,20 @@ pub struct Answered {
 
 /// An answer as graders see it: the text, then each tool call as a `name(arguments)` line.
 #[derive(Debug, Default)]
-pub struct GradedText {
-    text: String,
-    calls: Vec<(String, String)>,
-}
+pub struct GradedText(WholeAnswer);
 
 impl GradedText {
     pub fn add(&mut self, event: &Event) {
-        match event {
-            Event::TextDelta(t) => self.text.push_str(t),
-            Event::ToolCallDelta { index, name, arguments, .. } => {
-                let i = *index as usize;
-                if self.calls.len() <= i {
-                    self.calls.resize(i + 1, (String::new(), String::new()));
-                }
-                self.calls[i].0.push_str(name.as_deref().unwrap_or_default());
-                self.calls[i].1.push_str(arguments);
-            }
-            Event::Usage(_)
-            | Event::Finish(_)
-            | Event::Relay(_)
-            | Event::Native(_)
-            | Event::ReasoningDelta(_)
-            | Event::Embeddings(_) => {}
-        }
+        self.0.add(event);
     }
 
     pub fn finish(self) -> String {
-        let mut out = self.text;
-        for (name, arguments) in self.calls {
+        let mut out = self.0.text;
+        for call in self.0.tool_calls {
             if !out.is_empty() {
                 out.push('\n');
             }
-            out.push_str(&format!("{name}({arguments})"));
+            out.push_str(&format!("{}({})", call.name, call.arguments));
         }
         out
     }
