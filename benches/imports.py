@@ -48,7 +48,7 @@ LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 # each may import only these families (its own, api, included). The admin, dashboard and
 # metrics routes may read the rest of the state.
 DOORS = {"chat", "completions", "embeddings", "messages", "responses", "batches", "wire",
-         "front", "chunks", "body", "input"}
+         "front", "chunks", "body", "input", "whole"}
 DOORS_MAY = {"api", "canonical", "config", "serve", "keys", "batch", "trace"}
 
 

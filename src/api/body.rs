@@ -24,10 +24,7 @@ pub(crate) async fn read_json(
     let read = Limited::new(body, max_bytes).collect();
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::new(
-            ErrorCode::RequestTooLarge,
-            format!("the request body is larger than {max_bytes} bytes"),
-        )),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(max_bytes)),
         Ok(Err(e)) => {
             Err(ApiError::new(ErrorCode::InvalidBody, format!("the request body could not be read: {e}")))
         }
@@ -36,6 +33,11 @@ pub(crate) async fn read_json(
             format!("the request body did not arrive within {} ms", timeout.as_millis()),
         )),
     }
+}
+
+/// The refusal of a body larger than `max_bytes`.
+pub(crate) fn too_large(max_bytes: usize) -> ApiError {
+    ApiError::new(ErrorCode::RequestTooLarge, format!("the request body is larger than {max_bytes} bytes"))
 }
 
 /// A body must be JSON: `application/json` or `application/…+json`, any parameters; no

@@ -1,100 +1,87 @@
 //! `POST /v1/chat/completions`: OpenAI's chat dialect. It reads and decodes the request, hands
 //! it to the shared core (`serve::serve`: task, key, plan, dispatch, shadow tap), and answers
-//! as JSON or SSE.
+//! as JSON or SSE. Its decode and whole answer are a [`DialectDoor`], which the batch runner's
+//! lines go through too.
 //!
 //! After dispatch commits, a streamed answer is forwarded event by event; an upstream failure
 //! from then on ends the stream with an in-band error event and no `[DONE]`, so no client
 //! mistakes a truncated answer for a whole one.
 
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use axum::response::Response;
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::front::{self, Incoming};
-use super::wire::{self, completion_json};
-use crate::canonical::{Event, FinishReason, ToolCall, Usage};
-use crate::serve::{self, Served};
+use super::whole::{self, DialectDoor, WholeBody};
+use super::wire::{self, completion_json, ChatCompletionRequest};
+use crate::canonical::ChatRequest;
+use crate::config::TaskConfig;
+use crate::serve::{self, Headers, Served};
+
+/// OpenAI's chat completions.
+pub(crate) struct Chat;
+
+impl DialectDoor for Chat {
+    type Request = ChatCompletionRequest;
+
+    fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
+        wire::decode(body)
+    }
+
+    fn model(request: &ChatCompletionRequest) -> &str {
+        &request.model
+    }
+
+    fn to_canonical(
+        request: &ChatCompletionRequest,
+        _: &dyn Headers,
+        task: &TaskConfig,
+    ) -> Result<ChatRequest, ApiError> {
+        request.to_canonical(task.max_output_tokens)
+    }
+
+    /// The `chat.completion` object, with its cost in `usage` once known.
+    async fn encode_whole(_: &ChatCompletionRequest, served: Served) -> WholeBody {
+        let Served { committed, task, created, cost, .. } = served;
+        let answer = whole::whole_answer(committed.events, &committed.backend).await?;
+        let id = new_id();
+        let usage = answer.usage.unwrap_or_default();
+        let mut json =
+            completion_json(&id, &task, created, &answer.text, &answer.tool_calls, answer.finish, &usage);
+        if let Some(c) = cost.get() {
+            json["usage"][wire::COST_FIELD] = Value::String(c.to_string());
+        }
+        Ok(whole::to_body(&json))
+    }
+
+    fn envelope(error: &ApiError) -> (u16, Value) {
+        (error.status, error.body())
+    }
+}
+
+fn new_id() -> String {
+    format!("chatcmpl-{:016x}", rand::random::<u64>())
+}
 
 pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
-    let request = wire::decode(&received.body)?;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
+    let request = Chat::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let Served { committed, task, created, headers: spillway_headers, cost } =
-        serve::serve(&state.serving, arrival, &request.model, |task| {
-            request.to_canonical(task.max_output_tokens)
-        })
-        .await?;
-
-    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-    let mut response = if request.wants_stream() {
-        super::chunks::stream_response(
-            committed.events,
-            &committed.backend,
-            super::chunks::ChunkWriter::new(&id, &task, created),
-            request.include_usage(),
-            std::sync::Arc::clone(&cost),
-            admission,
-        )
-    } else {
-        let mut events = committed.events;
-        let mut answer = Answer::default();
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(event) => answer.add(event),
-                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
-            }
-        }
-        drop(admission);
-        let mut json = answer.to_json(&id, &task, created);
-        if let Some(c) = cost.get() {
-            json["usage"][super::wire::COST_FIELD] = serde_json::Value::String(c.to_string());
-        }
-        axum::Json(json).into_response()
-    };
+    let served = whole::serve::<Chat>(&state.serving, arrival, &request).await?;
+    if !request.wants_stream() {
+        return whole::respond_whole::<Chat>(&request, served, admission).await;
+    }
+    let Served { committed, task, created, headers: spillway_headers, cost, .. } = served;
+    let mut response = super::chunks::stream_response(
+        committed.events,
+        &committed.backend,
+        super::chunks::ChunkWriter::new(&new_id(), &task, created),
+        request.include_usage(),
+        std::sync::Arc::clone(&cost),
+        admission,
+    );
     front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
-}
-
-/// A non-streamed answer being assembled.
-#[derive(Default)]
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCall>,
-    finish: Option<FinishReason>,
-    usage: Usage,
-}
-
-impl Answer {
-    fn add(&mut self, event: Event) {
-        match event {
-            Event::TextDelta(t) => self.text.push_str(&t),
-            Event::ToolCallDelta { index, id, name, arguments } => {
-                let i = index as usize;
-                while self.tool_calls.len() <= i {
-                    self.tool_calls.push(ToolCall {
-                        id: String::new(),
-                        name: String::new(),
-                        arguments: String::new(),
-                    });
-                }
-                let call = &mut self.tool_calls[i];
-                if let Some(id) = id {
-                    call.id = id;
-                }
-                if let Some(name) = name {
-                    call.name.push_str(&name);
-                }
-                call.arguments.push_str(&arguments);
-            }
-            Event::Usage(u) => self.usage = u,
-            Event::Finish(f) => self.finish = Some(f),
-            Event::Relay(_) | Event::Native(_) | Event::ReasoningDelta(_) | Event::Embeddings(_) => {}
-        }
-    }
-
-    fn to_json(&self, id: &str, model: &str, created: u64) -> serde_json::Value {
-        completion_json(id, model, created, &self.text, &self.tool_calls, self.finish, &self.usage)
-    }
 }

@@ -8,12 +8,10 @@
 //! capability filter), and they speak this very format, so the answer is the upstream's own
 //! `text_completion` JSON or chunks with the head (`id`, `created`, `model`) rewritten to the
 //! router's. After the first token an upstream failure ends the stream with an in-band error
-//! and no `[DONE]`, as chat does. It must not route, retry or price anything itself.
+//! and no `[DONE]`, as chat does. Its decode and whole answer are a [`DialectDoor`], which batch
+//! lines go through too. It must not route, retry or price anything itself.
 
-use axum::body::Body;
-use axum::http::{header, HeaderValue};
 use axum::response::Response;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -21,12 +19,14 @@ use super::chunks::{self, ChunkWriter};
 use super::error::{ApiError, ErrorCode};
 use super::front::{self, Incoming};
 use super::input::{self, EmptyText};
+use super::whole::{self, DialectDoor, WholeBody};
 use super::wire::{self, StopField, StreamOptions, WireUsage};
-use crate::canonical::{ChatRequest, Completion, Event, Operation, RelayChunk, Usage};
-use crate::serve::{self, Served};
+use crate::canonical::{ChatRequest, Completion, Operation, RelayChunk, Usage};
+use crate::config::TaskConfig;
+use crate::serve::{self, Headers, Served};
 
 #[derive(Debug, Deserialize)]
-struct CompletionsRequest {
+pub(crate) struct CompletionsRequest {
     model: String,
     /// Checked by [`input::decode`], so that every wrong shape names its place.
     prompt: Value,
@@ -105,41 +105,61 @@ impl CompletionsRequest {
     }
 }
 
+/// OpenAI's legacy completions.
+pub(crate) struct Completions;
+
+impl DialectDoor for Completions {
+    type Request = CompletionsRequest;
+
+    fn decode(body: &[u8]) -> Result<CompletionsRequest, ApiError> {
+        wire::decode_json(body, "a completions request")
+    }
+
+    fn model(request: &CompletionsRequest) -> &str {
+        &request.model
+    }
+
+    fn to_canonical(
+        request: &CompletionsRequest,
+        _: &dyn Headers,
+        task: &TaskConfig,
+    ) -> Result<ChatRequest, ApiError> {
+        request.to_canonical(task.max_output_tokens)
+    }
+
+    /// The upstream's `text_completion` under the router's head.
+    async fn encode_whole(_: &CompletionsRequest, served: Served) -> WholeBody {
+        let Served { committed, task, created, .. } = served;
+        let answer = whole::whole_answer(committed.events, &committed.backend).await?;
+        let usage = answer.usage.unwrap_or_default();
+        Ok(answer_body(&new_id(), &task, created, answer.relayed, &usage))
+    }
+
+    fn envelope(error: &ApiError) -> (u16, Value) {
+        (error.status, error.body())
+    }
+}
+
+fn new_id() -> String {
+    format!("cmpl-{:016x}", rand::random::<u64>())
+}
+
 pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
-    let request: CompletionsRequest = wire::decode_json(&received.body, "a completions request")?;
+    let Incoming { state, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
+    let request = Completions::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let Served { committed, task, created, headers: spillway_headers, cost } =
-        serve::serve(&state.serving, arrival, &request.model, |task| {
-            request.to_canonical(task.max_output_tokens)
-        })
-        .await?;
-
-    let id = format!("cmpl-{:016x}", rand::random::<u64>());
-    let mut response = if request.wants_stream() {
-        let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let writer = ChunkWriter::text_completion(&id, &task, created);
-        let c = std::sync::Arc::clone(&cost);
-        chunks::stream_response(committed.events, &committed.backend, writer, include_usage, c, admission)
-    } else {
-        let mut relayed = None;
-        let mut usage = Usage::default();
-        let mut events = committed.events;
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(Event::Relay(chunk)) => relayed = Some(chunk),
-                Ok(Event::Usage(u)) => usage = u,
-                Ok(_) => {}
-                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
-            }
-        }
-        drop(admission);
-        let mut response = Response::new(Body::from(answer_body(&id, &task, created, relayed, &usage)));
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response
-    };
+    let served = whole::serve::<Completions>(&state.serving, arrival, &request).await?;
+    if !request.wants_stream() {
+        return whole::respond_whole::<Completions>(&request, served, admission).await;
+    }
+    let Served { committed, task, created, headers: spillway_headers, cost, .. } = served;
+    let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    let writer = ChunkWriter::text_completion(&new_id(), &task, created);
+    let c = std::sync::Arc::clone(&cost);
+    let mut response =
+        chunks::stream_response(committed.events, &committed.backend, writer, include_usage, c, admission);
     front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }

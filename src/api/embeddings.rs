@@ -6,25 +6,27 @@
 //!
 //! Only backends that declare an `embedding_space` are eligible (the capability filter), and a
 //! task's backends share one space (config validation), so a failover never mixes vectors of
-//! two models. It must not route, retry or price anything itself.
+//! two models. Its decode and whole answer are a [`DialectDoor`], which batch lines go through
+//! too. It must not route, retry or price anything itself.
 
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ErrorCode};
 use super::front::{self, Incoming};
 use super::input::{self, EmptyText};
+use super::whole::{self, DialectDoor, WholeBody};
 use super::wire;
-use crate::canonical::{vector_to_base64, ChatRequest, Embedding, EncodingFormat, Event, Operation, Usage};
-use crate::serve::{self, Served};
+use crate::canonical::{vector_to_base64, ChatRequest, Embedding, EncodingFormat, Operation, Usage};
+use crate::config::TaskConfig;
+use crate::serve::{Headers, Served};
 
 /// The most inputs one request may hold (OpenAI's limit).
 pub(crate) const MAX_INPUTS: usize = 2048;
 
 #[derive(Debug, Deserialize)]
-struct EmbeddingsRequest {
+pub(crate) struct EmbeddingsRequest {
     model: String,
     /// Checked by [`input::decode`], so that every wrong shape names its place.
     input: Value,
@@ -79,31 +81,49 @@ impl EmbeddingsRequest {
     }
 }
 
-pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
-    let request: EmbeddingsRequest = wire::decode_json(&received.body, "an embeddings request")?;
-    let arrival = received.arrival(request_id, trace, &headers);
-    let admission = received.admission;
-    let Served { committed, task, headers: spillway_headers, cost, .. } =
-        serve::serve(&state.serving, arrival, &request.model, |_| request.to_canonical()).await?;
-    let encoding_format = request.encoding_format()?;
+/// OpenAI's embeddings.
+pub(crate) struct Embeddings;
 
-    let mut vectors = Vec::new();
-    let mut usage = Usage::default();
-    let mut events = committed.events;
-    while let Some(item) = events.next().await {
-        match item {
-            Ok(Event::Embeddings(v)) => vectors = v,
-            Ok(Event::Usage(u)) => usage = u,
-            Ok(_) => {}
-            Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
-        }
+impl DialectDoor for Embeddings {
+    type Request = EmbeddingsRequest;
+
+    fn decode(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
+        wire::decode_json(body, "an embeddings request")
     }
-    drop(admission);
-    let mut response = axum::Json(answer_json(&task, &vectors, encoding_format, &usage)).into_response();
-    front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
-    Ok(response)
+
+    fn model(request: &EmbeddingsRequest) -> &str {
+        &request.model
+    }
+
+    fn to_canonical(
+        request: &EmbeddingsRequest,
+        _: &dyn Headers,
+        _: &TaskConfig,
+    ) -> Result<ChatRequest, ApiError> {
+        request.to_canonical()
+    }
+
+    /// OpenAI's `list` of `embedding` objects.
+    async fn encode_whole(request: &EmbeddingsRequest, served: Served) -> WholeBody {
+        let encoding_format = request.encoding_format()?;
+        let Served { committed, task, .. } = served;
+        let answer = whole::whole_answer(committed.events, &committed.backend).await?;
+        let usage = answer.usage.unwrap_or_default();
+        Ok(whole::to_body(&answer_json(&task, &answer.vectors, encoding_format, &usage)))
+    }
+
+    fn envelope(error: &ApiError) -> (u16, Value) {
+        (error.status, error.body())
+    }
+}
+
+pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
+    let request = Embeddings::decode(&received.body)?;
+    let arrival = received.arrival(request_id, trace, &headers);
+    let served = whole::serve::<Embeddings>(&state.serving, arrival, &request).await?;
+    whole::respond_whole::<Embeddings>(&request, served, received.admission).await
 }
 
 /// OpenAI's embeddings answer.

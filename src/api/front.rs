@@ -51,8 +51,6 @@ impl axum::extract::FromRef<AppState> for Doors {
 /// concurrency (held until the answer has been written).
 pub(crate) struct Received {
     pub arrived_at: SystemTime,
-    /// A batch line, kept on the fleet.
-    pub fleet_only: bool,
     pub principal: Option<Principal>,
     pub body: Bytes,
     pub admission: OwnedSemaphorePermit,
@@ -71,9 +69,10 @@ impl Received {
             request_id,
             principal: self.principal.clone(),
             headers,
+            priority: None,
             pin: None,
             owned: None,
-            fleet_only: self.fleet_only,
+            fleet_only: false,
             trace,
         }
     }
@@ -84,8 +83,6 @@ impl Received {
 /// request itself, unread.
 pub(crate) struct Incoming {
     pub state: Doors,
-    /// Set when the batch runner sends one of its lines (never from the network).
-    pub batch: Option<BatchLine>,
     pub request_id: String,
     pub trace: Option<RequestSpan>,
     pub headers: HeaderMap,
@@ -100,45 +97,28 @@ impl FromRequest<AppState> for Incoming {
         let request_id =
             parts.extensions.get::<RequestId>().map_or_else(String::new, |RequestId(id)| id.clone());
         let trace = parts.extensions.get::<RequestSpan>().cloned();
-        let batch = parts.extensions.get::<BatchLine>().cloned();
         let state = axum::extract::FromRef::from_ref(state);
-        Ok(Incoming { state, batch, request_id, trace, headers: parts.headers, body })
+        Ok(Incoming { state, request_id, trace, headers: parts.headers, body })
     }
 }
 
-/// A line of a batch job, sent by the batch runner through the front door in process (a
-/// request extension: nothing from the network can carry it). Its job's owner is who sent it,
-/// already authenticated when the job was created.
-#[derive(Debug, Clone)]
-pub struct BatchLine {
-    pub principal: Option<Principal>,
-    /// Plan it over the fleet only.
-    pub fleet_only: bool,
-}
-
-/// Authenticate (a batch line is its job owner's), read the JSON body, then take an admission
-/// permit: only once the body is in, so a slow sender never holds a permit.
-pub(crate) async fn receive(
-    state: &Doors,
-    batch: Option<&BatchLine>,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Received, ApiError> {
+/// Authenticate, read the JSON body, then take an admission permit: only once the body is in,
+/// so a slow sender never holds a permit.
+pub(crate) async fn receive(state: &Doors, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let door = &state.door;
     let arrived_at = SystemTime::now();
-    let principal = match batch {
-        Some(line) => line.principal.clone(),
-        None => super::authenticate(&door.client_keys, headers)?,
-    };
+    let principal = super::authenticate(&door.client_keys, headers)?;
     let body = super::body::read_json(headers, body, door.max_body_bytes, door.body_read_timeout).await?;
-    let Ok(admission) = Arc::clone(&door.limiter).try_acquire_owned() else {
-        return Err(ApiError::new(
-            ErrorCode::RouterOverloaded,
-            "Spillway is at its concurrency limit; retry shortly",
-        )
-        .retry_after(1));
-    };
-    Ok(Received { arrived_at, fleet_only: batch.is_some_and(|b| b.fleet_only), principal, body, admission })
+    let admission = admit(door)?;
+    Ok(Received { arrived_at, principal, body, admission })
+}
+
+/// A share of the router's concurrency (the global limit), or the refusal when none is left.
+pub(crate) fn admit(door: &Door) -> Result<OwnedSemaphorePermit, ApiError> {
+    Arc::clone(&door.limiter).try_acquire_owned().map_err(|_| {
+        ApiError::new(ErrorCode::RouterOverloaded, "Spillway is at its concurrency limit; retry shortly")
+            .retry_after(1)
+    })
 }
 
 /// A request's headers, as the pipeline reads them.

@@ -20,6 +20,7 @@ pub mod readiness;
 pub mod request_id;
 mod responses;
 mod traced;
+mod whole;
 pub mod wire;
 
 use std::net::SocketAddr;
@@ -97,6 +98,13 @@ pub struct Ops {
     pub sessions: Arc<std::sync::Mutex<crate::control::sessions::SessionBook>>,
     /// The queue in front of each local pool (shared with the pipeline).
     pub queues: Arc<crate::guard::wait_queue::WaitQueues>,
+}
+
+/// The dialect doors as the batch runner calls them: in process, each line decoded, served and
+/// answered by its endpoint's door, with no router between.
+pub fn batch_lines(state: &AppState) -> Arc<dyn crate::batch::runner::LineCaller> {
+    let doors = axum::extract::FromRef::from_ref(state);
+    Arc::new(batches::InProcess::new(doors, state.ops.tracing.clone()))
 }
 
 pub fn router(state: AppState) -> Router {

@@ -3,7 +3,6 @@
 //! loop, the loops that see the fleet (`sight`), the request side (`serving`), the batch
 //! runner, and the HTTP listener.
 
-mod batch_lines;
 mod boards;
 mod ledger;
 mod limits;
@@ -89,7 +88,7 @@ pub async fn start_with(
     let (edge_metrics, queues) = (state.ops.metrics.edge.clone(), Arc::clone(&state.ops.queues));
     let app = api::router(state.clone());
     if let Some(store) = ledger.as_ref().map(|l| l.store.clone()).filter(|_| config.batch.enabled) {
-        spawn_batch_runner(&state, &app, store, &config, addr.port(), &mut loops);
+        spawn_batch_runner(&state, store, &config, addr.port(), &mut loops);
     }
     let limits = config.limits.clone();
     // Draining: every request waiting for a local slot goes now (served, spilled or refused),
@@ -145,11 +144,10 @@ impl Books {
     }
 }
 
-/// The batch runner and its files' retention: its lines go through the API's own front door,
-/// its claims under a lease named for this host and port.
+/// The batch runner and its files' retention: its lines go through the dialect doors in
+/// process, its claims under a lease named for this host and port.
 fn spawn_batch_runner(
     state: &AppState,
-    app: &axum::Router,
     store: crate::ledger::Store,
     config: &Config,
     port: u16,
@@ -158,8 +156,7 @@ fn spawn_batch_runner(
     use crate::batch::lease::{self, Lease};
     let snapshot = Arc::clone(&state.ops.snapshot);
     loops.spawn(crate::batch::retention::run(store.clone(), Arc::clone(&snapshot)));
-    let door =
-        Arc::new(batch_lines::FrontDoor { router: app.clone(), keys: Arc::clone(&state.ops.client_keys) });
+    let door = api::batch_lines(state);
     let heartbeat = Duration::from_secs(config.batch.heartbeat_secs);
     let lease = Lease::new(lease::replica(&lease::host_name(), port), heartbeat);
     let dispatcher = Arc::clone(&state.serving.dispatcher);

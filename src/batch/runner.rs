@@ -1,8 +1,8 @@
 //! The batch runner: a control loop beside the request path. Each tick it moves every job a
 //! step (`job::step`), and starts the lines the fleet has room for (`admission::room`), each
-//! sent through the router's own front door in process (the [`LineCaller`] the composition
-//! root hands in: the job owner's key, its limits and budgets, policy, batch priority, kept on
-//! the fleet). A line's answer is written with its final state by this replica's claim; a line
+//! sent through its dialect's door and the pipeline in process (the [`LineCaller`] the
+//! composition root hands in, `api::batch_lines`: the job owner's key, its limits and
+//! budgets, policy, batch priority, kept on the fleet). A line's answer is written with its final state by this replica's claim; a line
 //! refused for want of room goes back to the queue. A job ends completed (every line ended),
 //! expired (its window passed: what had not run is reported expired) or cancelled.
 
@@ -27,7 +27,7 @@ use crate::ledger::Store;
 use crate::metrics::BatchMetrics;
 use crate::snapshot::Snapshot;
 
-/// One line to run through the front door.
+/// One line to run through its dialect's door.
 #[derive(Debug, Clone)]
 pub struct LineCall {
     /// The job owner's key (its name: a static key's variable, an issued key's id).
@@ -39,7 +39,7 @@ pub struct LineCall {
     pub request_id: String,
 }
 
-/// A line's answer: its status, body, and the backend that served it.
+/// A line's answer: its status, body, and the backend its answer committed to.
 #[derive(Debug, Clone)]
 pub struct LineAnswer {
     pub status: u16,
@@ -47,7 +47,7 @@ pub struct LineAnswer {
     pub backend: Option<String>,
 }
 
-/// Sends a line through the router's front door.
+/// Runs a line through its dialect's door and the pipeline.
 pub trait LineCaller: Send + Sync {
     fn call(&self, line: LineCall) -> BoxFuture<'static, LineAnswer>;
 }

@@ -15,6 +15,15 @@ pub trait Headers: Sync {
     fn header(&self, name: &str) -> Option<&[u8]>;
 }
 
+/// A request that came with no headers (a batch line, run in process).
+pub struct NoHeaders;
+
+impl Headers for NoHeaders {
+    fn header(&self, _: &str) -> Option<&[u8]> {
+        None
+    }
+}
+
 /// The values of an answer's `x-spillway-*` headers, by name.
 pub type AnswerHeaders = Vec<(&'static str, String)>;
 

@@ -47,7 +47,7 @@ use crate::trace::RequestSpan;
 pub use crate::dispatch::CostCell;
 pub use count::count_tokens;
 pub use error::{ApiError, ErrorCode};
-pub use headers::{cost_header, AnswerHeaders, Headers};
+pub use headers::{cost_header, AnswerHeaders, Headers, NoHeaders};
 use meter::Metering;
 use owned::{Owned, OwnersOnly};
 pub use refusal::plan_error;
@@ -95,6 +95,9 @@ pub struct Arrival<'a> {
     /// Who sent it, when keys are configured.
     pub principal: Option<Principal>,
     pub headers: &'a dyn Headers,
+    /// The priority the door set (a batch line's is batch); `None`: the one the headers ask
+    /// for (`x-spillway-priority`), else the task's.
+    pub priority: Option<Priority>,
     /// Serve only on the task's first backend, if the door says so.
     pub pin: Option<Pinning>,
     /// What it holds that only one provider takes, if the door found any.
@@ -124,6 +127,8 @@ pub struct Served {
     pub headers: AnswerHeaders,
     /// The answer's cost, once the events have carried its usage (`add_cost_header`).
     pub cost: Arc<CostCell>,
+    /// The prompt's tokens as the pipeline estimated them before dispatch.
+    pub estimated_prompt_tokens: u32,
 }
 
 /// Route and dispatch a decoded request whose `model` is `model`; `to_canonical` turns it
@@ -134,10 +139,14 @@ pub async fn serve(
     model: &str,
     to_canonical: impl FnOnce(&TaskConfig) -> Result<ChatRequest, ApiError>,
 ) -> Result<Served, ApiError> {
-    let Arrival { arrived_at, request_id, principal, headers, pin, owned, fleet_only, trace } = arrival;
+    let Arrival { arrived_at, request_id, principal, headers, priority, pin, owned, fleet_only, trace } =
+        arrival;
     let snap = serving.snapshot.load_full();
     // 1. The task, and whether the key may use it.
-    let asked_priority = headers::priority(headers)?;
+    let asked_priority = match priority {
+        Some(set) => Some(set),
+        None => headers::priority(headers)?,
+    };
     let task = task_for(&snap, model, principal.as_ref())?;
     let pinned = pin.map(|pin| pinned_backend(&snap, task, pin)).transpose()?;
     if let Some(refusal) = owned.as_ref().and_then(|owned| owned.refusal(&snap, task)) {
@@ -164,10 +173,11 @@ pub async fn serve(
             return Err(ApiError::new(ErrorCode::Shed, why));
         }
     }
+    let estimated_prompt_tokens = canonical.estimated_prompt_tokens();
     let asker = wait::Asker {
         priority,
         holder: Holder { session: affinity.map(|a| a.hash), key: key_name },
-        prompt_tokens: canonical.estimated_prompt_tokens(),
+        prompt_tokens: estimated_prompt_tokens,
         slo_s: task.slo.ttft_ms as f64 / 1000.0 * (1.0 - task.slo.margin),
     };
     let keys = PrefixKeys::of(&canonical, affinity.map(|a| a.hash));
@@ -227,7 +237,14 @@ pub async fn serve(
     if pinned.is_none() {
         committed = shadow::tap(serving, &snap, task, &canonical, &meta.request_id, committed);
     }
-    Ok(Served { committed, task: task.name.clone(), created, headers: answer_headers, cost })
+    Ok(Served {
+        committed,
+        task: task.name.clone(),
+        created,
+        headers: answer_headers,
+        cost,
+        estimated_prompt_tokens,
+    })
 }
 
 /// The task a request's `model` names (by name or alias), if the key may use it.

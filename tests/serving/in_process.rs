@@ -34,6 +34,7 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
         request_id: "in-process-1".into(),
         principal: None,
         headers: &headers,
+        priority: None,
         pin: None,
         owned: None,
         fleet_only: false,

@@ -11,6 +11,7 @@ mod agent_sessions;
 mod agents;
 mod anthropic_sdk;
 mod api;
+mod batch_lines;
 mod batches;
 mod clouds;
 mod dialects;

@@ -1,13 +1,16 @@
 //! The batch APIs clients already speak: OpenAI's Files and Batches (`files.rs`, `openai.rs`)
 //! and Anthropic's Message Batches (`anthropic.rs`). They check what the providers check at
 //! creation, keep files and jobs in the ledger store (`batch::store`), and show a job as its
-//! provider does; the batch runner (`batch::runner`) runs the lines. A key sees only its own
-//! files and jobs.
+//! provider does; the batch runner (`batch::runner`) runs the lines, each through its
+//! dialect's door in process (`lines.rs`). A key sees only its own files and jobs.
 
 mod anthropic;
 mod files;
 mod jobs;
+mod lines;
 mod openai;
+
+pub use lines::InProcess;
 
 use axum::extract::FromRef;
 use axum::http::HeaderMap;

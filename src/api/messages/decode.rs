@@ -11,7 +11,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -21,6 +20,7 @@ use crate::api::wire;
 use crate::canonical::{
     compile_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice,
 };
+use crate::serve::Headers;
 
 /// The version Spillway assumes when the client sends no `anthropic-version`.
 pub(crate) const DEFAULT_VERSION: &str = "2023-06-01";
@@ -113,7 +113,7 @@ impl Decoded {
     /// client's body and its `anthropic-*` headers kept for native backends.
     pub(crate) fn to_canonical(
         &self,
-        headers: &HeaderMap,
+        headers: &dyn Headers,
         output_cap: Option<u32>,
     ) -> Result<ChatRequest, ApiError> {
         let r = &self.request;
@@ -146,8 +146,10 @@ impl Decoded {
         let tool_choice = r.tool_choice.as_ref().map(|c| tool_choice(c, &tools)).transpose()?;
         let mut kept = Vec::new();
         for name in ["anthropic-version", "anthropic-beta"] {
-            if let Some(value) = headers.get(name) {
-                let value = value.to_str().map_err(|_| {
+            if let Some(value) = headers.header(name) {
+                // Visible ASCII, as HTTP header text is.
+                let text = value.iter().all(|&b| b == b'\t' || (32..127).contains(&b));
+                let value = std::str::from_utf8(value).ok().filter(|_| text).ok_or_else(|| {
                     ApiError::new(ErrorCode::InvalidValue, format!("header {name} is not text")).param(name)
                 })?;
                 kept.push((name, value.to_string()));

@@ -3,6 +3,7 @@
 //! client's body for backends that speak Messages themselves), hands it to the shared core
 //! (`serve::serve`: task, key, plan, spill, dispatch, ledger, metrics), and answers as a
 //! `message` object or Anthropic's event stream. Every error leaves in Anthropic's envelope.
+//! Its decode and whole answer are a [`DialectDoor`], which batch lines go through too.
 
 mod answer;
 mod blocks;
@@ -12,55 +13,87 @@ mod stream;
 
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::front::{self, Incoming};
+use super::whole::{self, DialectDoor, WholeBody};
+use crate::canonical::ChatRequest;
+use crate::config::TaskConfig;
 use crate::serve::owned::{Owned, OwnersOnly};
-use crate::serve::{self, Served};
+use crate::serve::{self, Arrival, Headers, Served};
 
 pub use error::response as error_response;
+
+/// Anthropic's Messages.
+pub(crate) struct Messages;
+
+impl DialectDoor for Messages {
+    type Request = decode::Decoded;
+
+    fn decode(body: &[u8]) -> Result<decode::Decoded, ApiError> {
+        decode::decode(body)
+    }
+
+    fn model(request: &decode::Decoded) -> &str {
+        &request.model
+    }
+
+    /// Anthropic's server tools and thinking signatures reach only a provider that takes them.
+    fn arrive(request: &decode::Decoded, arrival: &mut Arrival<'_>) {
+        arrival.owned = Some(OwnersOnly {
+            owned: Owned::Anthropics,
+            tools: request.server_tools(),
+            content: request.carries_anthropics_own().then_some("thinking"),
+        });
+    }
+
+    fn to_canonical(
+        request: &decode::Decoded,
+        headers: &dyn Headers,
+        task: &TaskConfig,
+    ) -> Result<ChatRequest, ApiError> {
+        request.to_canonical(headers, task.max_output_tokens)
+    }
+
+    /// The `message` object, under the model the client named.
+    async fn encode_whole(request: &decode::Decoded, served: Served) -> WholeBody {
+        let Served { committed, .. } = served;
+        let mut answer = answer::Answer::default();
+        whole::read_to_end(committed.events, &committed.backend, |event| answer.add(event)).await?;
+        Ok(whole::to_body(&answer.into_json(&new_id(), &request.model)))
+    }
+
+    fn envelope(e: &ApiError) -> (u16, Value) {
+        (error::status_and_type(e).0.as_u16(), error::body(e))
+    }
+}
+
+fn new_id() -> String {
+    format!("msg_{:024x}", rand::random::<u128>() >> 32)
+}
 
 pub async fn messages(incoming: Incoming) -> Response {
     handle(incoming).await.unwrap_or_else(|e| error::response(&e))
 }
 
 async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
-    let decoded = decode::decode(&received.body)?;
-    let mut arrival = received.arrival(request_id, trace, &headers);
-    arrival.owned = Some(OwnersOnly {
-        owned: Owned::Anthropics,
-        tools: decoded.server_tools(),
-        content: decoded.carries_anthropics_own().then_some("thinking"),
-    });
+    let Incoming { state, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
+    let decoded = Messages::decode(&received.body)?;
+    let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let mut estimated_input_tokens = 0;
-    let Served { committed, headers: spillway_headers, cost, .. } =
-        serve::serve(&state.serving, arrival, &decoded.model, |task| {
-            let canonical = decoded.to_canonical(&headers, task.max_output_tokens)?;
-            estimated_input_tokens = canonical.estimated_prompt_tokens();
-            Ok(canonical)
-        })
-        .await?;
-    let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
-    let mut response = if decoded.wants_stream() {
-        let head = stream::Head { id, model: decoded.model.clone(), estimated_input_tokens };
-        stream::response(committed.events, committed.backend.clone(), head, admission)
-    } else {
-        let mut events = committed.events;
-        let mut answer = answer::Answer::default();
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(event) => answer.add(event),
-                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
-            }
-        }
-        drop(admission);
-        axum::Json(answer.into_json(&id, &decoded.model)).into_response()
+    let served = whole::serve::<Messages>(&state.serving, arrival, &decoded).await?;
+    if !decoded.wants_stream() {
+        return whole::respond_whole::<Messages>(&decoded, served, admission).await;
+    }
+    let Served { committed, headers: spillway_headers, cost, estimated_prompt_tokens, .. } = served;
+    let head = stream::Head {
+        id: new_id(),
+        model: decoded.model.clone(),
+        estimated_input_tokens: estimated_prompt_tokens,
     };
+    let mut response = stream::response(committed.events, committed.backend.clone(), head, admission);
     front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
@@ -73,8 +106,8 @@ pub async fn count_tokens(incoming: Incoming) -> Response {
 }
 
 async fn count(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, headers, body, .. } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
+    let Incoming { state, headers, body, .. } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
     // A count takes a request without `max_tokens`; any placeholder will do.
     let mut body: serde_json::Map<String, Value> =
         super::wire::decode_json(&received.body, "a Messages request")?;

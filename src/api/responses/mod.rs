@@ -1,7 +1,8 @@
 //! `POST /v1/responses`: OpenAI's Responses dialect, stateless. It decodes the request
 //! (`decode.rs`, `items.rs`), hands it to the shared core (`serve::serve`: task, key, plan,
 //! dispatch, ledger, metrics, shadow tap, all as for chat), and encodes the committed event
-//! stream as a Response object (`object.rs`) or as Responses SSE events (`events.rs`).
+//! stream as a Response object (`object.rs`) or as Responses SSE events (`events.rs`). Its
+//! decode and whole answer are a [`DialectDoor`], which batch lines go through too.
 //!
 //! Dispatch commits at the first output event, and `response.created` is written only after
 //! that, so an upstream that fails before its first token is failed over like any other; a
@@ -30,77 +31,117 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
+use axum::response::Response;
 
 use super::error::ApiError;
 use super::frames::{sse_frames, FrameWriter, Frames, Next};
 use super::front::{self, Incoming};
-use crate::canonical::Event;
-use crate::canonical::EventStream;
+use super::whole::{self, DialectDoor, WholeBody};
+use crate::canonical::{ChatRequest, Event, EventStream};
 use crate::config::TaskConfig;
 use crate::serve::owned::{Owned, OwnersOnly};
-use crate::serve::{self, Pinning, Served};
+use crate::serve::{self, Arrival, Headers, Pinning, Served};
 use events::Encoder;
 use object::Head;
 use relay::Relay;
 pub(crate) use socket::{upgrade, Sockets};
 
-pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
-    let Incoming { state, batch, request_id, trace, headers, body } = incoming;
-    let received = front::receive(&state, batch.as_ref(), &headers, body).await?;
-    let request = decode::decode(&received.body)?;
-    let mut arrival = received.arrival(request_id, trace, &headers);
-    // State kept at OpenAI pins the request there (or is refused), with the body as sent.
-    let pinned = match request.needs_openai_state() {
-        Some(refusal) => {
-            arrival.pin = Some(Pinning { owned: Owned::OpenAis, refusal });
-            true
-        }
-        None => false,
-    };
-    let admission = received.admission;
-    let toolset = Arc::new(request.toolset()?);
-    // OpenAI gets the body as written; any other backend, the tools and reasoning it can take.
-    arrival.owned = Some(OwnersOnly {
-        owned: Owned::OpenAis,
-        tools: toolset.dropped.clone(),
-        content: request.carries_openais_own().then_some("reasoning"),
-    });
-    let to_canonical = |task: &TaskConfig| request.to_canonical(task.max_output_tokens, &toolset, pinned);
-    let Served { committed, task, headers: spillway_headers, cost, .. } =
-        serve::serve(&state.serving, arrival, &request.model, to_canonical)
-            .await
-            .map_err(decode::in_responses_terms)?;
-    // When the answer was created: now, after commit (OpenAI's `created_at`).
-    let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let echo = object::echo(&request);
-    let head = Head { id: new_response_id(), created_at, model: task, echo, tools: Arc::clone(&toolset) };
+/// OpenAI's Responses.
+pub(crate) struct Responses;
 
-    let mut response = if request.wants_stream() {
-        let encoder = Encoder::new(head, true);
-        let body = Body::from_stream(sse_body(committed.events, committed.backend, encoder, admission));
-        let mut response = Response::new(body);
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        response
-    } else {
-        let mut encoder = Encoder::new(head, false);
-        let mut relayed = None;
-        let mut events = committed.events;
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(Event::Native(native)) => {
-                    relayed = relay::final_response(&native, encoder.model()).or(relayed)
-                }
-                Ok(event) => encoder.add(&event),
-                Err(e) => return Err(ApiError::from_upstream(&committed.backend, &e)),
-            }
+/// A decoded Responses request, with its tools read and what pins it to OpenAI, if anything.
+pub(crate) struct Prepared {
+    request: decode::ResponsesRequest,
+    toolset: Arc<toolset::Toolset>,
+    /// State kept at OpenAI: the request is pinned there, or refused with this.
+    pinned: Option<ApiError>,
+}
+
+impl DialectDoor for Responses {
+    type Request = Prepared;
+
+    fn decode(body: &[u8]) -> Result<Prepared, ApiError> {
+        let request = decode::decode(body)?;
+        let pinned = request.needs_openai_state();
+        let toolset = Arc::new(request.toolset()?);
+        Ok(Prepared { request, toolset, pinned })
+    }
+
+    fn model(prepared: &Prepared) -> &str {
+        &prepared.request.model
+    }
+
+    /// State kept at OpenAI pins the request there (or is refused), with the body as sent;
+    /// OpenAI gets the body as written, any other backend the tools and reasoning it can take.
+    fn arrive(prepared: &Prepared, arrival: &mut Arrival<'_>) {
+        if let Some(refusal) = &prepared.pinned {
+            arrival.pin = Some(Pinning { owned: Owned::OpenAis, refusal: refusal.clone() });
         }
-        drop(admission);
-        axum::Json(relayed.unwrap_or_else(|| encoder.finish())).into_response()
-    };
+        arrival.owned = Some(OwnersOnly {
+            owned: Owned::OpenAis,
+            tools: prepared.toolset.dropped.clone(),
+            content: prepared.request.carries_openais_own().then_some("reasoning"),
+        });
+    }
+
+    fn to_canonical(
+        prepared: &Prepared,
+        _: &dyn Headers,
+        task: &TaskConfig,
+    ) -> Result<ChatRequest, ApiError> {
+        let Prepared { request, toolset, pinned } = prepared;
+        request.to_canonical(task.max_output_tokens, toolset, pinned.is_some())
+    }
+
+    fn refusal(error: ApiError) -> ApiError {
+        decode::in_responses_terms(error)
+    }
+
+    /// The Response object: the backend's own when it was relayed, else the encoder's.
+    async fn encode_whole(prepared: &Prepared, served: Served) -> WholeBody {
+        let Served { committed, task, .. } = served;
+        let mut encoder = Encoder::new(head(prepared, task), false);
+        let mut relayed = None;
+        whole::read_to_end(committed.events, &committed.backend, |event| match event {
+            Event::Native(native) => {
+                relayed = relay::final_response(&native, encoder.model()).or(relayed.take())
+            }
+            event => encoder.add(&event),
+        })
+        .await?;
+        Ok(whole::to_body(&relayed.unwrap_or_else(|| encoder.finish())))
+    }
+
+    fn envelope(error: &ApiError) -> (u16, serde_json::Value) {
+        (error.status, error.body())
+    }
+}
+
+/// The answer's head: its id, when it was created (now, after commit: OpenAI's `created_at`),
+/// the task as its model, and what it echoes of the request.
+fn head(prepared: &Prepared, task: String) -> Head {
+    let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let echo = object::echo(&prepared.request);
+    Head { id: new_response_id(), created_at, model: task, echo, tools: Arc::clone(&prepared.toolset) }
+}
+
+pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming { state, request_id, trace, headers, body } = incoming;
+    let received = front::receive(&state, &headers, body).await?;
+    let prepared = Responses::decode(&received.body)?;
+    let arrival = received.arrival(request_id, trace, &headers);
+    let admission = received.admission;
+    let served = whole::serve::<Responses>(&state.serving, arrival, &prepared).await?;
+    if !prepared.request.wants_stream() {
+        return whole::respond_whole::<Responses>(&prepared, served, admission).await;
+    }
+    let Served { committed, task, headers: spillway_headers, cost, .. } = served;
+    let encoder = Encoder::new(head(&prepared, task), true);
+    let body = Body::from_stream(sse_body(committed.events, committed.backend, encoder, admission));
+    let mut response = Response::new(body);
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     front::add_headers(response.headers_mut(), spillway_headers.into_iter().chain(serve::cost_header(&cost)));
     Ok(response)
 }
