@@ -20,6 +20,7 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use super::super::chat::Chat;
+use super::super::codes;
 use super::super::completions::Completions;
 use super::super::embeddings::Embeddings;
 use super::super::error::{ApiError, ErrorCode};
@@ -58,7 +59,7 @@ impl LineCaller for InProcess {
                 "/v1/responses" => this.answer::<Responses>(line).await,
                 "/v1/messages" => this.answer::<Messages>(line).await,
                 other => {
-                    let e = ApiError::new(ErrorCode::NotFound, format!("no batch endpoint {other}"));
+                    let e = ApiError::new(codes::NOT_FOUND, format!("no batch endpoint {other}"));
                     refused::<Chat>(&e, None)
                 }
             }
