@@ -6,6 +6,13 @@
 //! `adapter::send` against a local server that records what it was sent, so the wire's request
 //! builder and its stream or JSON parser are held to the recorded bytes together.
 //!
+//! A case of Claude's wire may also give the client's request as it wrote it (`native`: its
+//! Messages body and its `anthropic-*` headers), the task's prompt `variant`, and the `host` that
+//! serves it (`anthropic`, a Messages `node`, `bedrock`, `vertex`); such a case records the
+//! path and the `anthropic-*` headers the upstream got (`upstream_head`), and with `count` also
+//! the path and body of the host's token count route (`count_upstream`, Bedrock's base64 body
+//! decoded).
+//!
 //! `SPILLWAY_BLESS=1 cargo test --lib fixture` writes what the code does now into each case's
 //! `upstream` and `answer`: for a new case, or after a deliberate change of wire (read the diff).
 
@@ -15,10 +22,11 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::provider::anthropic::Anthropic;
+use super::provider::{bedrock::Bedrock, vertex::Vertex};
 use super::transport::eventstream;
-use super::transport::http::testing::canned_server;
+use super::transport::http::testing::{canned_server, Seen};
 use super::{Call, Upstream, WireFormat};
-use crate::canonical::{ChatRequest, Event};
+use crate::canonical::{ChatRequest, Dialect, Event, NativeRequest};
 
 /// The wire of each fixture folder.
 fn wire(folder: &str) -> WireFormat {
@@ -29,6 +37,57 @@ fn wire(folder: &str) -> WireFormat {
         "converse" => WireFormat::BedrockConverse,
         other => panic!("no wire for fixture folder {other}"),
     }
+}
+
+/// The wire and upstream of a case's `host` (Claude's wire only; none: the folder's wire).
+fn host(folder: &str, case: &Value, base: String) -> (WireFormat, Upstream) {
+    let upstream = Upstream { base_url: base, api_key: Some("sk-fixture".into()), ..Upstream::default() };
+    let format = match case["host"].as_str() {
+        None => wire(folder),
+        Some("anthropic") => WireFormat::Claude(&Anthropic),
+        Some("bedrock") => WireFormat::Claude(&Bedrock),
+        Some("vertex") => WireFormat::Claude(&Vertex),
+        // A node serves the Messages API beside its OpenAI routes, below `/v1`.
+        Some("node") => {
+            let base_url = format!("{}/v1", upstream.base_url);
+            return (WireFormat::OpenAi, Upstream { base_url, serves_messages: true, ..upstream });
+        }
+        Some(other) => panic!("no host {other}"),
+    };
+    (format, upstream)
+}
+
+/// The client's own Messages request of a case (`native`: `body` and `headers`), if it gives one.
+fn native(case: &Value) -> Option<NativeRequest> {
+    let native = case.get("native")?;
+    let body = native["body"].as_object().expect("a Messages body is an object").clone();
+    let headers = ["anthropic-version", "anthropic-beta"]
+        .into_iter()
+        .filter_map(|name| Some((name, native["headers"].get(name)?.as_str()?.to_string())))
+        .collect();
+    Some(NativeRequest { dialect: Dialect::AnthropicMessages, body: std::sync::Arc::new(body), headers })
+}
+
+/// The path and `anthropic-*` headers a request reached the upstream with.
+fn head(seen: &Seen) -> Value {
+    let mut headers = serde_json::Map::new();
+    for (name, value) in &seen.headers {
+        if name.as_str().starts_with("anthropic-") {
+            headers.insert(name.to_string(), json!(value.to_str().unwrap()));
+        }
+    }
+    json!({"path": seen.uri, "headers": headers})
+}
+
+/// The path and body of a count call, Bedrock's base64 InvokeModel body read back as JSON.
+fn counted(seen: &Seen) -> Value {
+    use base64::Engine;
+    let mut body: Value = serde_json::from_str(&seen.body).unwrap();
+    if let Some(Value::String(encoded)) = body.pointer_mut("/input/invokeModel/body") {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&*encoded).unwrap();
+        *body.pointer_mut("/input/invokeModel/body").unwrap() = serde_json::from_slice(&bytes).unwrap();
+    }
+    json!({"path": seen.uri, "body": body})
 }
 
 /// The answer a client gets from `events`: its text, reasoning, tool calls (pieces joined by
@@ -130,25 +189,57 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         let replayed = case["replay"].as_str().unwrap_or_else(|| panic!("{named}: no replay file"));
         let (media, body) = replay(&path.parent().unwrap().join("..").join(replayed));
         let (base, seen) = canned_server(200, &[("content-type", media)], body).await;
-        let upstream = Upstream { base_url: base, api_key: Some("sk-fixture".into()), ..Upstream::default() };
+        let (format, upstream) = host(&folder, &case, base);
+        let mut request = request;
+        request.native = native(&case);
+        // A Messages door relays its upstream's events.
+        request.relay = request.native.is_some();
         let placement = serde_json::from_value(case["cache_placement"].clone())
             .unwrap_or_else(|e| panic!("{named}: {e}"));
-        let call = Call { cache_placement: placement, ..Call::as_written(wire(&folder), upstream, &request) };
+        let call = Call { cache_placement: placement, ..Call::as_written(format, upstream, &request) }
+            .with_variant(case["variant"].as_str());
         let transport = reqwest::Client::new().into();
         let events: Vec<_> = match super::send(&transport, &call, &request).await {
             Ok(stream) => stream.collect().await,
             Err(e) => vec![Err(e)],
         };
-        let sent: Value =
-            serde_json::from_str(&seen.lock().unwrap().body).unwrap_or_else(|e| panic!("{named}: {e}"));
+        let seen = seen.lock().unwrap().clone();
+        let sent: Value = serde_json::from_str(&seen.body).unwrap_or_else(|e| panic!("{named}: {e}"));
+        let sent_head = (case.get("host").is_some() || case.get("native").is_some()).then(|| head(&seen));
+        let count = match case["count"].as_bool() {
+            Some(true) => {
+                let answered = json!({"input_tokens": 12, "inputTokens": 12}).to_string();
+                let (base, seen) =
+                    canned_server(200, &[("content-type", "application/json")], answered).await;
+                let (format, upstream) = host(&folder, &case, base);
+                let call = Call { format, upstream, ..call.clone() };
+                let tokens = super::count_tokens(&transport, &call, &request).await;
+                assert_eq!(tokens.ok(), Some(12), "{named}: the count");
+                let seen = seen.lock().unwrap().clone();
+                Some(counted(&seen))
+            }
+            _ => None,
+        };
         let got = answer(events);
         if bless {
             case["upstream"] = sent;
             case["answer"] = got;
+            if let Some(sent_head) = sent_head {
+                case["upstream_head"] = sent_head;
+            }
+            if let Some(count) = count {
+                case["count_upstream"] = count;
+            }
             std::fs::write(&path, serde_json::to_string_pretty(&case).unwrap() + "\n").unwrap();
             continue;
         }
         assert_eq!(sent, case["upstream"], "{named}: the body the upstream got");
         assert_eq!(got, case["answer"], "{named}: the answer the client gets");
+        if let Some(sent_head) = sent_head {
+            assert_eq!(sent_head, case["upstream_head"], "{named}: the path and headers the upstream got");
+        }
+        if let Some(count) = count {
+            assert_eq!(count, case["count_upstream"], "{named}: the count call");
+        }
     }
 }
