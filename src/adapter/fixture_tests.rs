@@ -11,7 +11,8 @@
 //! serves it (`anthropic`, a Messages `node`, `bedrock`, `vertex`); such a case records the
 //! path and the `anthropic-*` headers the upstream got (`upstream_head`), and with `count` also
 //! the path and body of the host's token count route (`count_upstream`, Bedrock's base64 body
-//! decoded).
+//! decoded). No object of a body sent may write a member twice (a parsed `Value` keeps only
+//! the last, so that is checked on the text).
 //!
 //! `SPILLWAY_BLESS=1 cargo test --lib fixture` writes what the code does now into each case's
 //! `upstream` and `answer`: for a new case, or after a deliberate change of wire (read the diff).
@@ -79,12 +80,54 @@ fn head(seen: &Seen) -> Value {
     json!({"path": seen.uri, "headers": headers})
 }
 
+/// A member some object of the JSON `text` writes twice, which a parsed `Value` would hide
+/// (the last one winning): a typed body must not write a member the client's also passes on.
+fn twice(text: &str) -> Option<String> {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Unique;
+    macro_rules! scalars {
+        ($($visit:ident: $t:ty),*) => { $(fn $visit<E>(self, _: $t) -> Result<Unique, E> { Ok(Unique) })* };
+    }
+    impl<'de> Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+            d.deserialize_any(Unique)
+        }
+    }
+    impl<'de> Visitor<'de> for Unique {
+        type Value = Unique;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<Unique>()?;
+                if !seen.insert(key.clone()) {
+                    return Err(de::Error::custom(key));
+                }
+            }
+            Ok(Unique)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+            while seq.next_element::<Unique>()?.is_some() {}
+            Ok(Unique)
+        }
+        scalars!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
+        fn visit_unit<E>(self) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+    }
+    serde_json::from_str::<Unique>(text).err().map(|e| e.to_string())
+}
+
 /// The path and body of a count call, Bedrock's base64 InvokeModel body read back as JSON.
 fn counted(seen: &Seen) -> Value {
     use base64::Engine;
+    assert_eq!(twice(&seen.body), None, "a member written twice");
     let mut body: Value = serde_json::from_str(&seen.body).unwrap();
     if let Some(Value::String(encoded)) = body.pointer_mut("/input/invokeModel/body") {
         let bytes = base64::engine::general_purpose::STANDARD.decode(&*encoded).unwrap();
+        assert_eq!(twice(std::str::from_utf8(&bytes).unwrap()), None, "a member written twice");
         *body.pointer_mut("/input/invokeModel/body").unwrap() = serde_json::from_slice(&bytes).unwrap();
     }
     json!({"path": seen.uri, "body": body})
@@ -181,6 +224,7 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
     let bless = std::env::var_os("SPILLWAY_BLESS").is_some();
     let cases = cases();
     assert!(cases.len() >= 6, "the cases are found: {cases:?}");
+    assert_eq!(twice(r#"{"a": [{"b": null, "c": 1, "b": 2}]}"#).as_deref().map(|e| &e[..1]), Some("b"));
     for (folder, path) in cases {
         let mut case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let named = path.display().to_string();
@@ -205,6 +249,7 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         };
         let seen = seen.lock().unwrap().clone();
         let sent: Value = serde_json::from_str(&seen.body).unwrap_or_else(|e| panic!("{named}: {e}"));
+        assert_eq!(twice(&seen.body), None, "{named}: a member written twice");
         let sent_head = (case.get("host").is_some() || case.get("native").is_some()).then(|| head(&seen));
         let count = match case["count"].as_bool() {
             Some(true) => {

@@ -4,6 +4,7 @@
 //! address and sign its calls; nothing here knows who runs the upstream.
 
 pub mod anthropic;
+pub(crate) mod breakpoints;
 pub mod converse;
 pub mod gemini;
 pub mod openai;
@@ -13,6 +14,7 @@ use std::borrow::Cow;
 use serde::de::IgnoredAny;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Members of the client's body passed on as it wrote them, beside a typed body's own fields
@@ -32,6 +34,25 @@ impl Serialize for Passthrough<'_> {
         }
         map.end()
     }
+}
+
+/// A JSON object as the client wrote it, or the one that stands in for anything else.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+pub(crate) enum Object<'a> {
+    Written(&'a RawValue),
+    Schema(&'a Value),
+    Empty {},
+    OpenSchema {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+/// A JSON object written as text (a tool call's arguments, a tool's result), if the text is one.
+pub(crate) fn written(text: &str) -> Option<&RawValue> {
+    let raw: &RawValue = serde_json::from_str(text).ok()?;
+    raw.get().starts_with('{').then_some(raw)
 }
 
 /// A member that should be an object: read as `T` when it is one, and as `Other` (which the

@@ -14,8 +14,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::adapter::wire::breakpoints;
+use crate::adapter::wire::{written, Object};
 use crate::adapter::{system_turn, Call};
-use crate::canonical::{CachePlacement, ChatRequest, Image, Message, Role, ToolChoice, MAX_BREAKPOINTS};
+use crate::canonical::{CachePlacement, ChatRequest, Image, Message, Role, ToolChoice};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,25 +96,6 @@ struct Schema<'a> {
     json: Object<'a>,
 }
 
-/// A JSON object as the client wrote it, or the one that stands in for anything else.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum Object<'a> {
-    Written(&'a RawValue),
-    Schema(&'a Value),
-    Empty {},
-    OpenSchema {
-        #[serde(rename = "type")]
-        kind: &'static str,
-    },
-}
-
-/// A JSON object written as text, if the text is one.
-fn written(text: &str) -> Option<&RawValue> {
-    let raw: &RawValue = serde_json::from_str(text).ok()?;
-    raw.get().starts_with('{').then_some(raw)
-}
-
 #[derive(Debug, Serialize)]
 struct CachePoint {
     #[serde(rename = "type")]
@@ -177,22 +160,22 @@ impl<'a> ConverseBody<'a> {
         body
     }
 
-    /// A `cachePoint` after the tools, the system prompt and the last user turns, as
-    /// `placement` says, at most [`MAX_BREAKPOINTS`] in all.
+    /// A `cachePoint` after the tools, the system prompt and the last user turns, where
+    /// [`breakpoints::plan`] puts them for `placement`.
     fn place_cache_points(&mut self, placement: &CachePlacement) {
-        let mut budget = MAX_BREAKPOINTS;
-        if let (true, Some(config)) = (placement.tools, &mut self.tool_config) {
+        let users =
+            self.messages.iter().enumerate().rev().filter(|(_, t)| t.role == "user").map(|(at, _)| at);
+        let plan = breakpoints::plan(placement, self.tool_config.is_some(), !self.system.is_empty(), users);
+        if let (true, Some(config)) = (plan.tools, &mut self.tool_config) {
             config.tools.push(CACHE_POINT);
-            budget -= 1;
         }
-        if placement.system && !self.system.is_empty() {
+        if plan.system {
             self.system.push(CACHE_POINT);
-            budget -= 1;
         }
-        let turns = usize::from(placement.last_turns.min(budget));
-        for turn in self.messages.iter_mut().rev().filter(|t| t.role == "user").take(turns) {
-            turn.content.push(CACHE_POINT);
+        for &at in &plan.turns {
+            self.messages[at].content.push(CACHE_POINT);
         }
+        tracing::debug!(placed = plan.count(), "prompt-cache points");
     }
 }
 
