@@ -6,11 +6,9 @@
 
 use std::sync::{Arc, LazyLock};
 
-use serde_json::{json, Map, Value};
-
 use super::redact::Redactor;
 use super::{Upstream, WireFormat};
-use crate::canonical::{CachePlacement, ChatRequest, Message, NativeRequest, Role};
+use crate::canonical::{CachePlacement, ChatRequest, Message, Role};
 
 #[derive(Debug, Clone)]
 pub struct Call<'a> {
@@ -73,18 +71,6 @@ impl<'a> Call<'a> {
     pub fn turns<'s>(&'s self, req: &'s ChatRequest) -> impl Iterator<Item = &'s Message> {
         self.messages(req).skip_while(is_system)
     }
-
-    /// The client's own body for a backend of its dialect, with this call's `model`, `stream`
-    /// and variant (each dialect sets its own output cap).
-    pub fn native_body(&self, client: &NativeRequest) -> Map<String, Value> {
-        let mut body: Map<String, Value> = (*client.body).clone();
-        body.insert("model".into(), json!(self.model));
-        body.insert("stream".into(), json!(self.stream));
-        if let Some(variant) = &self.variant {
-            client.dialect.prepend_system(&mut body, &variant.content);
-        }
-        body
-    }
 }
 
 fn is_system(m: &&Message) -> bool {
@@ -103,8 +89,10 @@ pub fn system_turn(text: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
+    use serde_json::{json, Value};
+
     use super::*;
-    use crate::canonical::Dialect;
+    use crate::canonical::{Dialect, NativeRequest};
 
     #[test]
     fn the_variant_leads_the_conversation_and_the_system_prompt_and_the_request_is_untouched() {
@@ -130,7 +118,8 @@ mod tests {
         };
         let client =
             NativeRequest { dialect: Dialect::AnthropicMessages, body: Arc::new(body), headers: Vec::new() };
-        let sent = call.native_body(&client);
+        // A Messages client's own body, sent with this call's model and variant.
+        let sent = crate::adapter::wire::anthropic::tests::written(&req, &call, &client, Some("anthropic"));
         assert_eq!((&sent["model"], &sent["system"]), (&json!("m"), &json!("Use JSON.\n\nbe brief")));
         assert_eq!(client.body["system"], "be brief", "the client's body is not rewritten");
         assert_eq!(req, before);

@@ -20,7 +20,7 @@ use super::anthropic_wire::{answer, Serving};
 use super::server::{AppState, SimError};
 use super::sigv4;
 use super::sse::Framing;
-use crate::adapter::wire::anthropic::native::CLOUD_BETAS;
+use crate::adapter::wire::anthropic::host::CLOUD_BETAS;
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/model/{model}/{verb}", post(invoke))

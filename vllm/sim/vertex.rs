@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::anthropic_wire::{self, Serving};
 use super::server::{AppState, SimError};
 use crate::adapter::provider::vertex::VERTEX_VERSION;
-use crate::adapter::wire::anthropic::native::CLOUD_BETAS;
+use crate::adapter::wire::anthropic::host::CLOUD_BETAS;
 
 type State_ = State<Arc<AppState>>;
 

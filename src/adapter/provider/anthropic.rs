@@ -1,10 +1,9 @@
 //! Anthropic's Messages API.
 
 use http::HeaderName;
-use serde_json::{Map, Value};
 
 use super::{BatchWire, Owned, Provider};
-use crate::adapter::wire::anthropic::ClaudeHost;
+use crate::adapter::wire::anthropic::{ClaudeHost, HostFields};
 use crate::adapter::WireFormat;
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
@@ -59,7 +58,8 @@ impl ClaudeHost for Anthropic {
         headers
     }
 
-    fn count(&self, base: &str, _model: &str, body: Map<String, Value>) -> Option<(String, Value)> {
-        Some((format!("{}/v1/messages/count_tokens", base.trim_end_matches('/')), Value::Object(body)))
+    fn count<'a>(&self, base: &str, model: &'a str, _: &'a [&'a str]) -> Option<(String, HostFields<'a>)> {
+        let url = format!("{}/v1/messages/count_tokens", base.trim_end_matches('/'));
+        Some((url, HostFields { model: Some(model), ..HostFields::default() }))
     }
 }

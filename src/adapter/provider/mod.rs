@@ -227,16 +227,18 @@ mod tests {
             named(&Node),
             ["anthropic-version: 2023-06-01", "authorization: Bearer k", "x-api-key: k"]
         );
-        let mut body = serde_json::json!({"model": "m", "stream": true, "messages": []});
-        bedrock::Bedrock.fit(body.as_object_mut().unwrap(), &["b1"]);
+        // Beside the body (here its `messages`), in place of Anthropic's `model` and `stream`.
+        let body = |host: &dyn ClaudeHost| {
+            let mut body = serde_json::to_value(host.fields("m", true, &["b1"])).unwrap();
+            body["messages"] = serde_json::json!([]);
+            body
+        };
         assert_eq!(
-            body,
+            body(&bedrock::Bedrock),
             serde_json::json!({"messages": [], "anthropic_version": "bedrock-2023-05-31", "anthropic_beta": ["b1"]})
         );
-        let mut body = serde_json::json!({"model": "m", "stream": true, "messages": []});
-        vertex::Vertex.fit(body.as_object_mut().unwrap(), &["b1"]);
         assert_eq!(
-            body,
+            body(&vertex::Vertex),
             serde_json::json!({"stream": true, "messages": [], "anthropic_version": "vertex-2023-10-16"})
         );
     }

@@ -6,13 +6,13 @@
 //! Anthropic's JSON as the envelope's `message`: each is read for its own words.
 
 use http::{HeaderMap, HeaderName};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::Provider;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::transport::http::Classify;
-use crate::adapter::wire::anthropic::native::cloud_betas;
-use crate::adapter::wire::anthropic::ClaudeHost;
+use crate::adapter::wire::anthropic::host::cloud_betas;
+use crate::adapter::wire::anthropic::{ClaudeHost, HostFields};
 use crate::adapter::{Upstream, WireFormat};
 use crate::canonical::UpstreamError;
 use crate::config::{BackendConfig, BackendSpec};
@@ -113,15 +113,21 @@ impl ClaudeHost for Vertex {
         cloud_betas(flags)
     }
 
-    fn fit(&self, body: &mut Map<String, Value>, _betas: &[&str]) {
-        body.remove("model");
-        body.insert("anthropic_version".into(), json!(VERTEX_VERSION));
+    fn fields<'a>(&self, _: &'a str, stream: bool, _: &'a [&'a str]) -> HostFields<'a> {
+        HostFields { stream: Some(stream), anthropic_version: Some(VERTEX_VERSION), ..HostFields::default() }
     }
 
     /// The count route names the model in the body.
-    fn count(&self, base: &str, model: &str, mut body: Map<String, Value>) -> Option<(String, Value)> {
-        body.insert("model".into(), json!(model));
-        Some((format!("{}/models/count-tokens:rawPredict", base.trim_end_matches('/')), Value::Object(body)))
+    fn count<'a>(&self, base: &str, model: &'a str, _: &'a [&'a str]) -> Option<(String, HostFields<'a>)> {
+        let url = format!("{}/models/count-tokens:rawPredict", base.trim_end_matches('/'));
+        Some((
+            url,
+            HostFields {
+                model: Some(model),
+                anthropic_version: Some(VERTEX_VERSION),
+                ..HostFields::default()
+            },
+        ))
     }
 
     fn classify(&self) -> Classify {

@@ -5,13 +5,13 @@ pub mod errors;
 
 use base64::Engine;
 use http::HeaderName;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
 use super::Provider;
 use crate::adapter::credentials::{CloudAuth, CloudCredentials};
 use crate::adapter::transport::{eventstream, http::Classify};
-use crate::adapter::wire::anthropic::native::cloud_betas;
-use crate::adapter::wire::anthropic::ClaudeHost;
+use crate::adapter::wire::anthropic::host::cloud_betas;
+use crate::adapter::wire::anthropic::{ClaudeHost, HostFields};
 use crate::adapter::{Upstream, WireFormat};
 use crate::config::BackendConfig;
 use crate::tokens::TokenCounter;
@@ -85,22 +85,47 @@ impl ClaudeHost for Bedrock {
         cloud_betas(flags)
     }
 
-    fn fit(&self, body: &mut Map<String, Value>, betas: &[&str]) {
-        body.remove("model");
-        body.remove("stream");
-        body.insert("anthropic_version".into(), json!(ANTHROPIC_VERSION));
-        if !betas.is_empty() {
-            body.insert("anthropic_beta".into(), json!(betas));
+    fn fields<'a>(&self, _: &'a str, _: bool, betas: &'a [&'a str]) -> HostFields<'a> {
+        HostFields {
+            anthropic_version: Some(ANTHROPIC_VERSION),
+            anthropic_beta: betas,
+            ..HostFields::default()
         }
     }
 
-    /// The InvokeModel body it would count (with a `max_tokens`), in base64.
-    fn count(&self, base: &str, model: &str, mut body: Map<String, Value>) -> Option<(String, Value)> {
-        body.insert("max_tokens".into(), 1.into());
-        let encoded = base64::engine::general_purpose::STANDARD.encode(Value::Object(body).to_string());
-        let model = crate::config::path_segment(model);
-        let url = format!("{}/model/{model}/count-tokens", base.trim_end_matches('/'));
-        Some((url, json!({"input": {"invokeModel": {"body": encoded}}})))
+    /// The InvokeModel body it would count, with a `max_tokens` ([`Bedrock::count_body`]).
+    fn count<'a>(
+        &self,
+        base: &str,
+        model: &'a str,
+        betas: &'a [&'a str],
+    ) -> Option<(String, HostFields<'a>)> {
+        let url = format!(
+            "{}/model/{}/count-tokens",
+            base.trim_end_matches('/'),
+            crate::config::path_segment(model)
+        );
+        Some((url, HostFields { max_tokens: Some(1), ..self.fields(model, false, betas) }))
+    }
+
+    /// `{"input": {"invokeModel": {"body": <the counted body in base64>}}}`.
+    fn count_body(&self, counted: Vec<u8>) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Input {
+            invoke_model: InvokeModel,
+        }
+        #[derive(Serialize)]
+        struct InvokeModel {
+            body: String,
+        }
+        #[derive(Serialize)]
+        struct CountBody {
+            input: Input,
+        }
+        let body = base64::engine::general_purpose::STANDARD.encode(counted);
+        serde_json::to_vec(&CountBody { input: Input { invoke_model: InvokeModel { body } } })
+            .expect("a typed body serialises")
     }
 
     fn classify(&self) -> Classify {

@@ -1,17 +1,20 @@
 //! Prompt-cache breakpoints for Anthropic, which caches a prompt's prefix only up to where a
 //! content block carries `cache_control`. Without marks every spilled request is billed, and
 //! rate-limited, as fresh input; with them a conversation's history is read back at a tenth
-//! of the price. The marks go, in this order of priority and at most
-//! [`MAX_BREAKPOINTS`] in all, on the last tool definition, the end of the system prompt and
-//! the last block of each of the last N user turns.
+//! of the price. Where the marks go is [`breakpoints::plan`]'s to say (the one plan Converse's
+//! cache points follow too): the last tool definition, the end of the system prompt and the
+//! last block of each of the last N user turns, at most four in all. This module reads what
+//! the typed body has room to mark and puts `cache_control` there.
 //!
 //! A request whose client placed any mark of its own is left exactly as written: the client
 //! knows its prompt's stable parts better than we do, and adding ours could push it over the
-//! limit. Pure: it edits the body about to be sent and does nothing else.
+//! limit. Pure: it edits the typed body about to be sent and does nothing else.
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::canonical::{CachePlacement, MAX_BREAKPOINTS};
+use super::body::{Block, BlockOut, ClaudeBody, Content, MessageOut, ToolOut, Turn, EPHEMERAL};
+use crate::adapter::wire::breakpoints;
+use crate::canonical::CachePlacement;
 
 /// What [`place`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,78 +25,155 @@ pub enum Placed {
     Added(u8),
 }
 
-/// Put breakpoints into a Messages request body as `placement` says, unless the body has a
-/// `cache_control` of its own anywhere.
-pub fn place(body: &mut Map<String, Value>, placement: &CachePlacement) -> Placed {
+/// Put breakpoints into a Messages request body where [`breakpoints::plan`] says for
+/// `placement`, unless the body has a `cache_control` of the client's anywhere.
+pub(crate) fn place(body: &mut ClaudeBody, placement: &CachePlacement) -> Placed {
     if has_client_marks(body) {
         return Placed::ClientMarks;
     }
-    let mut budget = MAX_BREAKPOINTS;
-    if placement.tools {
-        let last_tool = body.get_mut("tools").and_then(Value::as_array_mut).and_then(|t| t.last_mut());
-        if let Some(Value::Object(tool)) = last_tool {
-            tool.insert("cache_control".into(), ephemeral());
-            budget -= 1;
-        }
+    let messages = body.messages.as_deref().unwrap_or_default();
+    let users = messages.iter().enumerate().rev().filter(|(_, m)| m.is_user() && markable_message(m));
+    let plan = breakpoints::plan(
+        placement,
+        body.tools.as_ref().and_then(|t| t.last()).is_some_and(markable_tool),
+        body.system.as_ref().is_some_and(markable),
+        users.map(|(at, _)| at),
+    );
+    if let (true, Some(tool)) = (plan.tools, body.tools.as_mut().and_then(|t| t.last_mut())) {
+        mark_tool(tool);
     }
-    if placement.system && body.get_mut("system").is_some_and(mark_content) {
-        budget -= 1;
+    if let (true, Some(system)) = (plan.system, &mut body.system) {
+        mark(system);
     }
-    let turns = placement.last_turns.min(budget);
-    let mut marked = 0;
-    if let Some(Value::Array(messages)) = body.get_mut("messages") {
-        for message in messages.iter_mut().rev() {
-            if marked == turns {
-                break;
-            }
-            let user = message.get("role").and_then(Value::as_str) == Some("user");
-            if user && message.get_mut("content").is_some_and(mark_content) {
-                marked += 1;
-            }
-        }
+    if let Some(messages) = &mut body.messages {
+        plan.turns.iter().for_each(|&at| mark_message(&mut messages[at]));
     }
-    Placed::Added(MAX_BREAKPOINTS - budget + marked)
+    Placed::Added(plan.count())
 }
 
-/// `{"type": "ephemeral"}`: Anthropic's default five-minute cache.
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
-}
-
-/// Mark the last block of a system prompt or a message's content; a non-empty string
-/// becomes one text block first. False when there is nothing to mark.
-fn mark_content(content: &mut Value) -> bool {
+/// Whether the last block of a system prompt or a message's content can take a mark: a
+/// non-empty text (which becomes one text block), or blocks whose last is an object.
+fn markable(content: &Content) -> bool {
     match content {
-        Value::String(text) if !text.is_empty() => {
+        Content::Text(text) => !text.is_empty(),
+        Content::Blocks(blocks) => blocks.last().is_some_and(|b| match b {
+            BlockOut::Typed(_) => true,
+            BlockOut::Written(w) => w.value.is_object(),
+        }),
+    }
+}
+
+/// Mark the last block of `content` (which [`markable`] allows).
+fn mark(content: &mut Content) {
+    match content {
+        Content::Text(text) => {
             let text = std::mem::take(text);
-            *content = json!([{"type": "text", "text": text, "cache_control": ephemeral()}]);
-            true
+            *content =
+                Content::Blocks(vec![BlockOut::Typed(Block::Text { text, cache_control: Some(EPHEMERAL) })]);
         }
-        Value::Array(blocks) => match blocks.last_mut() {
-            Some(Value::Object(block)) => {
-                block.insert("cache_control".into(), ephemeral());
-                true
-            }
-            _ => false,
+        Content::Blocks(blocks) => match blocks.last_mut() {
+            Some(BlockOut::Written(w)) => w.mark = true,
+            Some(BlockOut::Typed(
+                Block::Text { cache_control, .. }
+                | Block::Image { cache_control, .. }
+                | Block::ToolUse { cache_control, .. }
+                | Block::ToolResult { cache_control, .. },
+            )) => *cache_control = Some(EPHEMERAL),
+            None => {}
         },
-        _ => false,
+    }
+}
+
+fn markable_tool(tool: &ToolOut) -> bool {
+    match tool {
+        ToolOut::Typed(_) => true,
+        ToolOut::Written(w) => w.value.is_object(),
+    }
+}
+
+fn mark_tool(tool: &mut ToolOut) {
+    match tool {
+        ToolOut::Typed(spec) => spec.cache_control = Some(EPHEMERAL),
+        ToolOut::Written(w) => w.mark = true,
+    }
+}
+
+/// The content of a client's message as written, if it is of a shape that takes a mark.
+fn written_content(message: &Value) -> Option<Content<'_>> {
+    message.as_object()?.get("content").and_then(Content::written)
+}
+
+fn markable_message(message: &MessageOut) -> bool {
+    match message {
+        MessageOut::Written(m) => written_content(m).is_some_and(|c| markable(&c)),
+        MessageOut::Turn(turn) => markable(&turn.content),
+    }
+}
+
+/// Mark a message's last block; a client's message as written becomes one whose content is
+/// written here.
+fn mark_message(message: &mut MessageOut) {
+    if let MessageOut::Written(m) = *message {
+        let (Some(members), Some(content)) = (m.as_object(), written_content(m)) else { return };
+        *message = MessageOut::Turn(Turn::edited(members, content));
+    }
+    if let MessageOut::Turn(turn) = message {
+        mark(&mut turn.content);
     }
 }
 
 /// Whether the client put `cache_control` on a tool, a system block or a message's block.
-fn has_client_marks(body: &Map<String, Value>) -> bool {
-    let marked = |blocks: Option<&Value>| {
-        blocks.and_then(Value::as_array).is_some_and(|b| b.iter().any(|b| b.get("cache_control").is_some()))
+fn has_client_marks(body: &ClaudeBody) -> bool {
+    let block = |b: &BlockOut| matches!(b, BlockOut::Written(w) if w.marked_by_client());
+    let content = |c: &Content| matches!(c, Content::Blocks(blocks) if blocks.iter().any(block));
+    let tool = |t: &ToolOut| matches!(t, ToolOut::Written(w) if w.marked_by_client());
+    let message = |m: &MessageOut| match m {
+        MessageOut::Written(m) => written_content(m).is_some_and(|c| content(&c)),
+        MessageOut::Turn(turn) => content(&turn.content),
     };
-    let messages = body.get("messages").and_then(Value::as_array);
-    marked(body.get("tools"))
-        || marked(body.get("system"))
-        || messages.is_some_and(|m| m.iter().any(|m| marked(m.get("content"))))
+    body.tools.as_ref().is_some_and(|t| t.iter().any(tool))
+        || body.system.as_ref().is_some_and(content)
+        || body.messages.as_ref().is_some_and(|m| m.iter().any(message))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{json, Map};
+
     use super::*;
+    use crate::adapter::provider::anthropic::Anthropic;
+    use crate::adapter::wire::anthropic::{body::Purpose, host::HostFields, native};
+    use crate::adapter::{Call, WireFormat};
+    use crate::canonical::{ChatRequest, Dialect, NativeRequest};
+
+    fn ephemeral() -> Value {
+        json!({"type": "ephemeral"})
+    }
+
+    /// [`super::place`] on the as-written body of a client's Messages `body` for Anthropic:
+    /// its tools, system prompt and messages as they would be sent.
+    fn place(body: &mut Map<String, Value>, placement: &CachePlacement) -> Placed {
+        let client = NativeRequest {
+            dialect: Dialect::AnthropicMessages,
+            body: Arc::new(body.clone()),
+            headers: Vec::new(),
+        };
+        let req = ChatRequest::default();
+        let call = Call::as_written(WireFormat::Claude(&Anthropic), Default::default(), &req);
+        let mut typed =
+            native::body(&req, &call, &client, Some("anthropic"), HostFields::default(), Purpose::Answer);
+        let placed = super::place(&mut typed, placement);
+        let sent = serde_json::to_value(&typed).unwrap();
+        for key in ["tools", "system", "messages"] {
+            match sent.get(key) {
+                Some(value) => body.insert(key.into(), value.clone()),
+                None => body.remove(key),
+            };
+        }
+        placed
+    }
 
     fn body(value: Value) -> Map<String, Value> {
         let Value::Object(body) = value else { panic!("an object") };

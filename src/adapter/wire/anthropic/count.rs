@@ -2,10 +2,12 @@
 //! whose tokenizer is not public. Each host serves it on its own route ([`ClaudeHost::count`]):
 //! Anthropic at `POST /v1/messages/count_tokens`, Vertex AI at
 //! `{publisher}/models/count-tokens:rawPredict` (the model named in the body), Bedrock at
-//! `/model/{model}/count-tokens` (the InvokeModel body it would count, in base64).
+//! `/model/{model}/count-tokens` (the InvokeModel body it would count, in base64). The counted
+//! body is the one the request would be sent with, less what says how to answer.
 
 use serde_json::Value;
 
+use super::body::Purpose;
 use super::host::ClaudeHost;
 use crate::adapter::transport::http;
 use crate::adapter::{Call, Transport};
@@ -18,15 +20,13 @@ pub(in crate::adapter) async fn count_tokens(
     req: &ChatRequest,
     host: &dyn ClaudeHost,
 ) -> Result<u32, UpstreamError> {
-    let (mut headers, mut body) = super::prepared(call, req, host);
-    // The count route takes what a request is, not how to answer it.
-    for field in ["max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences", "metadata"] {
-        body.remove(field);
-    }
-    let Some((url, body)) = host.count(&call.upstream.base_url, call.model, body) else {
+    let (mut headers, betas) = super::headers(call, req, host);
+    let Some((url, fields)) = host.count(&call.upstream.base_url, call.model, &betas) else {
         return Err(UpstreamError::new(ErrorClass::InvalidRequest, None, "this host counts no tokens"));
     };
-    let body = body.to_string().into_bytes();
+    // The count route takes what a request is, not how to answer it.
+    let counted = super::body(call, req, host, fields, Purpose::Count);
+    let body = host.count_body(serde_json::to_vec(&counted).expect("a typed body serialises"));
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, host.classify()).await?;
     let json = http::read_json(answer).await?;

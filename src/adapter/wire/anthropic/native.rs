@@ -14,83 +14,146 @@
 //!   to read: it is dropped for a node ([`anthropics_own`]), which the door says in
 //!   `x-spillway-dropped-content`. So are server tools (`web_search_…`, named in
 //!   `x-spillway-dropped-tools`).
+//!
+//! Thinking signed through Spillway goes back to its signer unmarked and is dropped for another
+//! ([`super::provenance`]), and with it the client's `thinking` for that attempt. The body is
+//! the typed [`ClaudeBody`]: each message and tool is borrowed as written and only a message
+//! that lost a block, had a signature unmarked or became a user turn is written anew; every
+//! member the body does not write itself passes through untouched.
 
-use serde_json::{json, Value};
+use std::borrow::Cow;
 
+use serde_json::{Map, Value};
+
+use super::body::{
+    BlockOut, ClaudeBody, Content, Members, MessageOut, Purpose, Rest, ToolOut, Turn, Written, ANSWER_FIELDS,
+};
+use super::host::HostFields;
+use super::provenance::{self, Fit};
 use crate::adapter::{system_turn, Call};
 use crate::canonical::{anthropics_own, ChatRequest, NativeRequest};
-
-/// The Anthropic betas the clouds take (Bedrock's documented `anthropic_beta` values, which
-/// Vertex AI takes as well). Bedrock refuses a whole request for one flag it does not know, so
-/// any other flag a client sends is dropped for a cloud: Claude Code sends several, such as
-/// `claude-code-20250219`, `oauth-2025-04-20`, `fine-grained-tool-streaming-2025-05-14`,
-/// `files-api-2025-04-14` and `prompt-caching-scope-2026-01-05`.
-pub const CLOUD_BETAS: &[&str] = &[
-    "computer-use-2024-10-22",
-    "computer-use-2025-01-24",
-    "computer-use-2025-11-24",
-    "token-efficient-tools-2025-02-19",
-    "interleaved-thinking-2025-05-14",
-    "output-128k-2025-02-19",
-    "dev-full-thinking-2025-05-14",
-    "context-1m-2025-08-07",
-    "context-management-2025-06-27",
-    "effort-2025-11-24",
-    "tool-search-tool-2025-10-19",
-    "tool-examples-2025-10-29",
-];
-
-/// The flags among `flags` a cloud takes ([`CLOUD_BETAS`]).
-pub fn cloud_betas(flags: Vec<&str>) -> Vec<&str> {
-    flags.into_iter().filter(|flag| CLOUD_BETAS.contains(flag)).collect()
-}
 
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
 
 /// The body for a host whose thinking `signer` signs (`None`: a node): the client's, with the
-/// call's `model`, `stream` and variant, and the task's `max_tokens`.
-pub fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, signer: Option<&str>) -> Value {
-    let mut body = call.native_body(client);
-    if let Some(max_tokens) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(max_tokens));
+/// host's `fields` (the call's model and stream flag, where the host takes them there), the
+/// task's variant before its system prompt and the task's `max_tokens`.
+pub(crate) fn body<'a>(
+    req: &ChatRequest,
+    call: &'a Call,
+    client: &'a NativeRequest,
+    signer: Option<&str>,
+    host: HostFields<'a>,
+    purpose: Purpose,
+) -> ClaudeBody<'a> {
+    let written = &*client.body;
+    let mut owned: Vec<&'static str> = vec!["model", "stream", "system", "messages", "tools"];
+    owned.extend(host.written());
+    let max_tokens = req.max_tokens.filter(|_| purpose == Purpose::Answer);
+    owned.extend(max_tokens.map(|_| "max_tokens"));
+    if purpose == Purpose::Count {
+        owned.extend(ANSWER_FIELDS);
     }
+    let variant = call.variant.as_ref().map(|v| v.content.as_str());
+    let system = system(written.get("system"), variant);
+    let (mut messages, mut tools) = (None, None);
+    if let Some(Value::Array(written)) = written.get("messages") {
+        let mut foreign = false;
+        messages = Some(written.iter().map(|m| message(m, signer, &mut foreign)).collect());
+        if foreign && client.body.contains_key("thinking") {
+            tracing::debug!(
+                signer,
+                "thinking another provider signed dropped, and thinking off for this attempt"
+            );
+            owned.push("thinking");
+        }
+    }
+    if let Some(Value::Array(written)) = written.get("tools") {
+        // Server tools run inside Anthropic: a node gets the client's own tools only.
+        let own = |t: &&Value| t.get("type").and_then(Value::as_str).is_none_or(|kind| kind == "custom");
+        let kept = written.iter().filter(|t| signer.is_some() || own(t));
+        tools = Some(kept.map(|t| ToolOut::Written(Written::of(t))).collect());
+    }
+    if signer.is_none() {
+        owned.extend(BETA_FIELDS);
+    }
+    // What is not of a shape the body writes passes on as written.
+    owned.retain(|name| match *name {
+        "system" => system.is_some(),
+        "messages" => messages.is_some(),
+        "tools" => tools.is_some(),
+        _ => true,
+    });
+    ClaudeBody {
+        host,
+        system,
+        messages,
+        tools,
+        rest: Rest::Written(Members { max_tokens, members: written, owned }),
+    }
+}
+
+/// The system prompt, with the task's `variant` before the client's (a text block before its
+/// blocks); `None`: the client's member passes on as written.
+fn system<'a>(written: Option<&'a Value>, variant: Option<&'a str>) -> Option<Content<'a>> {
+    let Some(variant) = variant else { return written.and_then(Content::written) };
+    match written {
+        None | Some(Value::Null) => Some(Content::Text(Cow::Borrowed(variant))),
+        Some(Value::String(s)) if s.is_empty() => Some(Content::Text(Cow::Borrowed(variant))),
+        Some(Value::String(s)) => Some(Content::Text(Cow::Owned(format!("{variant}\n\n{s}")))),
+        Some(Value::Array(blocks)) => {
+            let first = BlockOut::text(Cow::Borrowed(variant));
+            Some(Content::Blocks(
+                std::iter::once(first).chain(blocks.iter().map(BlockOut::written)).collect(),
+            ))
+        }
+        Some(_) => None,
+    }
+}
+
+/// One message of the client's conversation as a host whose thinking `signer` signs takes it
+/// (`foreign`: a block another signed was dropped).
+fn message<'a>(message: &'a Value, signer: Option<&str>, foreign: &mut bool) -> MessageOut<'a> {
+    let Some(members) = message.as_object() else { return MessageOut::Written(message) };
+    if signer.is_none() && members.get("role").and_then(Value::as_str) == Some("system") {
+        return system_as_user_turn(members);
+    }
+    let Some(Value::Array(blocks)) = members.get("content") else { return MessageOut::Written(message) };
+    let (mut kept, mut edited) = (Vec::with_capacity(blocks.len()), false);
     match signer {
         Some(signer) => {
-            let mut foreign = false;
-            if let Some(Value::Array(messages)) = body.get_mut("messages") {
-                messages.iter_mut().for_each(|m| drop_blocks(m, unsigned_thinking));
-                foreign = super::provenance::fit_history(signer, messages);
-            }
-            if foreign && body.remove("thinking").is_some() {
-                tracing::debug!(
-                    signer,
-                    "thinking another provider signed dropped, and thinking off for this attempt"
-                );
-            }
-        }
-        None => {
-            for field in BETA_FIELDS {
-                body.remove(field);
-            }
-            if let Some(Value::Array(messages)) = body.get_mut("messages") {
-                messages.iter_mut().for_each(system_as_user_turn);
-                messages.iter_mut().for_each(|m| drop_blocks(m, anthropics_own));
-            }
-            // Server tools run inside Anthropic: a node gets the client's own tools only.
-            if let Some(Value::Array(tools)) = body.get_mut("tools") {
-                tools.retain(|t| t.get("type").and_then(Value::as_str).is_none_or(|kind| kind == "custom"));
+            // Unsigned thinking goes, unless it is all there is (the API refuses an empty turn).
+            let unsigned_go = blocks.iter().any(|b| !unsigned_thinking(b));
+            for block in blocks {
+                match provenance::fit(signer, block) {
+                    _ if unsigned_go && unsigned_thinking(block) => edited = true,
+                    Fit::Keep => kept.push(BlockOut::written(block)),
+                    Fit::Unmark(field, secret) => {
+                        kept.push(BlockOut::Written(Written {
+                            unmarked: Some((field, secret)),
+                            ..Written::of(block)
+                        }));
+                        edited = true;
+                    }
+                    Fit::Drop => (edited, *foreign) = (true, true),
+                }
             }
         }
+        None if blocks.iter().any(|b| !anthropics_own(b)) => {
+            kept.extend(blocks.iter().filter(|b| !anthropics_own(b)).map(BlockOut::written));
+            edited = kept.len() < blocks.len();
+        }
+        None => return MessageOut::Written(message),
     }
-    Value::Object(body)
+    match edited {
+        true => MessageOut::Turn(Turn::edited(members, Content::Blocks(kept))),
+        false => MessageOut::Written(message),
+    }
 }
 
 /// A system message inside the conversation, as the user turn [`system_turn`] makes of it.
-fn system_as_user_turn(message: &mut Value) {
-    if message.get("role").and_then(Value::as_str) != Some("system") {
-        return;
-    }
+fn system_as_user_turn(message: &Map<String, Value>) -> MessageOut<'_> {
     let text = match message.get("content") {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(blocks)) => {
@@ -100,16 +163,8 @@ fn system_as_user_turn(message: &mut Value) {
         }
         _ => String::new(),
     };
-    *message = json!({"role": "user", "content": [{"type": "text", "text": system_turn(&text)}]});
-}
-
-/// Remove a message's blocks that `dropped` picks (unless that would leave it empty, which the
-/// API refuses for another reason).
-fn drop_blocks(message: &mut Value, dropped: fn(&Value) -> bool) {
-    let Some(Value::Array(blocks)) = message.get_mut("content") else { return };
-    if blocks.iter().any(|b| !dropped(b)) {
-        blocks.retain(|b| !dropped(b));
-    }
+    let content = Content::Blocks(vec![BlockOut::text(Cow::Owned(system_turn(&text)))]);
+    MessageOut::Turn(Turn { role: Some("user"), content, rest: None })
 }
 
 fn unsigned_thinking(block: &Value) -> bool {
@@ -121,9 +176,16 @@ fn unsigned_thinking(block: &Value) -> bool {
 mod tests {
     use std::sync::Arc;
 
+    use serde_json::json;
+
     use super::*;
     use crate::adapter::WireFormat;
     use crate::canonical::Dialect;
+
+    /// The body sent for `client` on `call` to a host whose thinking `signer` signs.
+    fn body(req: &ChatRequest, call: &Call, client: &NativeRequest, signer: Option<&str>) -> Value {
+        crate::adapter::wire::anthropic::tests::written(req, call, client, signer)
+    }
 
     fn client(body: Value) -> NativeRequest {
         let Value::Object(body) = body else { panic!("an object") };

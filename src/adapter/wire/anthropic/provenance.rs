@@ -57,35 +57,36 @@ pub fn mark_all(signer: &str, value: &mut Value) -> bool {
     }
 }
 
-/// Make `messages` fit for `signer`: its own blocks unmarked, another's dropped. Whether any
-/// block was dropped.
-pub fn fit_history(signer: &str, messages: &mut [Value]) -> bool {
-    let mut dropped = false;
-    for message in messages {
-        let Some(Value::Array(blocks)) = message.get_mut("content") else { continue };
-        let before = blocks.len();
-        blocks.retain_mut(|block| match marked_by(block) {
-            Some((field, made_by, secret)) if made_by == signer => {
-                block[field] = Value::String(secret);
-                true
-            }
-            Some(_) => false,
-            None => true,
-        });
-        dropped |= blocks.len() < before;
+/// What a conversation sent on to `signer` does with one of its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit<'a> {
+    /// Keep it as written: no signature of Spillway's mark.
+    Keep,
+    /// Keep it with this field (`signature` or `data`) written unmarked, as its signer made it.
+    Unmark(&'static str, &'a str),
+    /// Drop it: another provider signed it.
+    Drop,
+}
+
+/// What a conversation sent on to `signer` does with `block`: its own blocks unmarked, another's
+/// dropped.
+pub fn fit<'a>(signer: &str, block: &'a Value) -> Fit<'a> {
+    match marked_by(block) {
+        Some((field, made_by, secret)) if made_by == signer => Fit::Unmark(field, secret),
+        Some(_) => Fit::Drop,
+        None => Fit::Keep,
     }
-    dropped
 }
 
 /// The field, signer and signature of a marked thinking or redacted thinking block.
-fn marked_by(block: &Value) -> Option<(&'static str, String, String)> {
+fn marked_by(block: &Value) -> Option<(&'static str, &str, &str)> {
     let field = match block.get("type").and_then(Value::as_str)? {
         "thinking" => "signature",
         "redacted_thinking" => "data",
         _ => return None,
     };
     let (signer, secret) = block.get(field)?.as_str()?.strip_prefix(MARK)?.split_once(':')?;
-    Some((field, signer.to_string(), secret.to_string()))
+    Some((field, signer, secret))
 }
 
 #[cfg(test)]
@@ -112,6 +113,15 @@ mod tests {
         assert_eq!(message["content"][0]["signature"], "spillway:anthropic:S1");
         assert_eq!(message["content"][1]["data"], "spillway:anthropic:R1");
 
+        // The history as the as-written body sends it on to `signer`, and whether a block
+        // another signed was dropped (the client's `thinking` then goes too).
+        let fit_history = |signer: &str, history: &Value| {
+            let sent = crate::adapter::wire::anthropic::tests::as_written(
+                signer,
+                json!({"max_tokens": 10, "thinking": {"type": "enabled"}, "messages": history}),
+            );
+            (sent["messages"].clone(), sent.get("thinking").is_none())
+        };
         let history = json!([
             {"role": "assistant", "content": [
                 {"type": "thinking", "thinking": "a", "signature": "spillway:anthropic:S1"},
@@ -119,8 +129,8 @@ mod tests {
                 {"type": "thinking", "thinking": "c", "signature": "direct"},
                 {"type": "redacted_thinking", "data": "spillway:bedrock:R2"},
                 {"type": "text", "text": "hi"}]}]);
-        let mut to_bedrock = history.clone();
-        assert!(fit_history("bedrock", to_bedrock.as_array_mut().unwrap()));
+        let (to_bedrock, dropped) = fit_history("bedrock", &history);
+        assert!(dropped);
         assert_eq!(
             to_bedrock[0]["content"],
             json!([
@@ -129,10 +139,10 @@ mod tests {
                 {"type": "redacted_thinking", "data": "R2"},
                 {"type": "text", "text": "hi"}])
         );
-        let mut to_vertex = history.clone();
-        assert!(fit_history("vertex", to_vertex.as_array_mut().unwrap()));
+        let (to_vertex, dropped) = fit_history("vertex", &history);
+        assert!(dropped);
         assert_eq!(to_vertex[0]["content"].as_array().unwrap().len(), 2, "only the unmarked and the text");
-        let mut clean = json!([{"role": "user", "content": "hi"}]);
-        assert!(!fit_history("vertex", clean.as_array_mut().unwrap()));
+        let clean = json!([{"role": "user", "content": "hi"}]);
+        assert!(!fit_history("vertex", &clean).1);
     }
 }

@@ -5,10 +5,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use serde_json::json;
+
 use super::*;
+use crate::adapter::provider::anthropic::Anthropic;
 use crate::adapter::transport::http::testing::{canned_server, run_sse};
 use crate::adapter::{Call, Upstream, WireFormat};
-use crate::canonical::{ErrorClass, Event, FinishReason, Message, Tool, ToolCall, ToolChoice, Usage};
+use crate::canonical::{
+    ErrorClass, Event, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall, ToolChoice, Usage,
+};
 use reqwest::header::HeaderMap;
 
 mod request;
@@ -29,14 +34,31 @@ async fn send(
     crate::adapter::send(transport, &call, req).await
 }
 
-/// The body of a call made as the request is written.
+/// The body Anthropic gets for a call made as the request is written.
 fn request_body(req: &ChatRequest) -> Value {
-    let call = Call::as_written(
-        WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic),
-        Default::default(),
-        req,
-    );
-    super::request_body(req, &call)
+    let call = Call::as_written(WireFormat::Claude(&Anthropic), Default::default(), req);
+    let fields = Anthropic.fields(call.model, call.stream, &[]);
+    serde_json::to_value(super::request::body(req, &call, fields, Purpose::Answer)).unwrap()
+}
+
+/// The body a client's own Messages request becomes on `call` for a host whose thinking
+/// `signer` signs (`None`: a node), with the call's model and stream flag beside it.
+pub(crate) fn written(req: &ChatRequest, call: &Call, client: &NativeRequest, signer: Option<&str>) -> Value {
+    let fields = Anthropic.fields(call.model, call.stream, &[]);
+    serde_json::to_value(native::body(req, call, client, signer, fields, Purpose::Answer)).unwrap()
+}
+
+/// [`written`] for a client's Messages `body` made as written, to `signer` (`""`: a node).
+pub(crate) fn as_written(signer: &str, body: Value) -> Value {
+    let Value::Object(body) = body else { panic!("a Messages body is an object") };
+    let client = NativeRequest {
+        dialect: crate::canonical::Dialect::AnthropicMessages,
+        body: std::sync::Arc::new(body),
+        headers: Vec::new(),
+    };
+    let req = ChatRequest::default();
+    let call = Call::as_written(WireFormat::Claude(&Anthropic), Default::default(), &req);
+    written(&req, &call, &client, (!signer.is_empty()).then_some(signer))
 }
 
 fn text(s: &str) -> Event {

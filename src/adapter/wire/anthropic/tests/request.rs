@@ -40,10 +40,11 @@ fn request_body_follows_messages_api() {
 
 #[test]
 fn every_tool_choice_and_schema_is_mapped_as_it_is() {
-    assert_eq!(tool_choice(&ToolChoice::None), json!({"type": "none"}));
-    assert_eq!(tool_choice(&ToolChoice::Auto), json!({"type": "auto"}));
-    assert_eq!(tool_choice(&ToolChoice::Required), json!({"type": "any"}));
-    assert_eq!(tool_choice(&ToolChoice::Function("f".into())), json!({"type": "tool", "name": "f"}));
+    let tool_choice = |choice| serde_json::to_value(super::super::request::tool_choice(&choice)).unwrap();
+    assert_eq!(tool_choice(ToolChoice::None), json!({"type": "none"}));
+    assert_eq!(tool_choice(ToolChoice::Auto), json!({"type": "auto"}));
+    assert_eq!(tool_choice(ToolChoice::Required), json!({"type": "any"}));
+    assert_eq!(tool_choice(ToolChoice::Function("f".into())), json!({"type": "tool", "name": "f"}));
     // Straight from the client's JSON: what decodes reaches Anthropic unchanged in meaning.
     let body = json!({"model": "t", "messages": [{"role": "user", "content": "hi"}],
         "tools": [
