@@ -23,7 +23,7 @@ pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
 pub use name::{BackendName, TaskName, TeamName};
-pub use native::{anthropics_own, Dialect, NativeEvent, NativeRequest};
+pub use native::{anthropics_own, prepended, Dialect, NativeEvent, NativeRequest, Prepended};
 pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };

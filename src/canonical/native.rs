@@ -56,16 +56,38 @@ impl Dialect {
 
     /// The system prompt `current` (as the client wrote it, if it did) with `text` before it.
     pub fn system_with(self, current: Option<&Value>, text: &str) -> Value {
-        match current {
-            None | Some(Value::Null) => Value::String(text.to_string()),
-            Some(Value::String(s)) if s.is_empty() => Value::String(text.to_string()),
-            Some(Value::String(s)) => Value::String(format!("{text}\n\n{s}")),
-            Some(Value::Array(blocks)) => {
+        match prepended(current, text) {
+            Prepended::Text(text) => Value::String(text.into_owned()),
+            Prepended::Blocks(text, blocks) => {
                 let first = serde_json::json!({"type": "text", "text": text});
                 Value::Array(std::iter::once(first).chain(blocks.iter().cloned()).collect())
             }
-            Some(other) => other.clone(),
+            Prepended::AsWritten(other) => other.clone(),
         }
+    }
+}
+
+/// A client's system prompt with a task's text before it, by the prompt's shape: a typed body
+/// writes it from this as a `Value` does ([`Dialect::system_with`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prepended<'a> {
+    /// The text alone (no prompt, or an empty one), or before the client's text.
+    Text(std::borrow::Cow<'a, str>),
+    /// A text block of the text before the client's blocks.
+    Blocks(&'a str, &'a [Value]),
+    /// A prompt of another shape, left as written.
+    AsWritten(&'a Value),
+}
+
+/// The system prompt `current` with `text` before it ([`Prepended`]).
+pub fn prepended<'a>(current: Option<&'a Value>, text: &'a str) -> Prepended<'a> {
+    use std::borrow::Cow;
+    match current {
+        None | Some(Value::Null) => Prepended::Text(Cow::Borrowed(text)),
+        Some(Value::String(s)) if s.is_empty() => Prepended::Text(Cow::Borrowed(text)),
+        Some(Value::String(s)) => Prepended::Text(Cow::Owned(format!("{text}\n\n{s}"))),
+        Some(Value::Array(blocks)) => Prepended::Blocks(text, blocks),
+        Some(other) => Prepended::AsWritten(other),
     }
 }
 

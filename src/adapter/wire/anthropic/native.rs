@@ -31,7 +31,7 @@ use super::body::{
 use super::host::HostFields;
 use super::provenance::{self, Fit};
 use crate::adapter::{system_turn, Call};
-use crate::canonical::{anthropics_own, ChatRequest, NativeRequest};
+use crate::canonical::{anthropics_own, prepended, ChatRequest, NativeRequest, Prepended};
 
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
@@ -98,17 +98,15 @@ pub(crate) fn body<'a>(
 /// blocks); `None`: the client's member passes on as written.
 fn system<'a>(written: Option<&'a Value>, variant: Option<&'a str>) -> Option<Content<'a>> {
     let Some(variant) = variant else { return written.and_then(Content::written) };
-    match written {
-        None | Some(Value::Null) => Some(Content::Text(Cow::Borrowed(variant))),
-        Some(Value::String(s)) if s.is_empty() => Some(Content::Text(Cow::Borrowed(variant))),
-        Some(Value::String(s)) => Some(Content::Text(Cow::Owned(format!("{variant}\n\n{s}")))),
-        Some(Value::Array(blocks)) => {
-            let first = BlockOut::text(Cow::Borrowed(variant));
+    match prepended(written, variant) {
+        Prepended::Text(text) => Some(Content::Text(text)),
+        Prepended::Blocks(text, blocks) => {
+            let first = BlockOut::text(Cow::Borrowed(text));
             Some(Content::Blocks(
                 std::iter::once(first).chain(blocks.iter().map(BlockOut::written)).collect(),
             ))
         }
-        Some(_) => None,
+        Prepended::AsWritten(_) => None,
     }
 }
 
