@@ -20,7 +20,6 @@
 //! the same body less what says how to answer.
 
 use reqwest::header::{HeaderName, ACCEPT, CONTENT_TYPE};
-use serde_json::Value;
 
 use crate::adapter::transport;
 use crate::adapter::transport::http;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 use crate::adapter::provider::anthropic::Anthropic;
