@@ -38,22 +38,6 @@ impl NativeRequest {
 }
 
 impl Dialect {
-    /// Put `text` before the system prompt of `body`, a request in this dialect (a task's
-    /// prompt variant for one backend): Messages' `system`, Responses' `instructions`.
-    pub fn prepend_system(self, body: &mut Map<String, Value>, text: &str) {
-        let field = self.system_field();
-        let system = self.system_with(body.get(field), text);
-        body.insert(field.into(), system);
-    }
-
-    /// The member holding this dialect's system prompt.
-    fn system_field(self) -> &'static str {
-        match self {
-            Dialect::AnthropicMessages => "system",
-            Dialect::OpenAiResponses => "instructions",
-        }
-    }
-
     /// The system prompt `current` (as the client wrote it, if it did) with `text` before it.
     pub fn system_with(self, current: Option<&Value>, text: &str) -> Value {
         match prepended(current, text) {
@@ -116,19 +100,18 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn body(value: Value) -> Map<String, Value> {
-        let Value::Object(body) = value else { panic!("an object") };
-        body
-    }
-
     #[test]
-    fn a_variant_goes_before_each_dialects_system_prompt() {
-        let mut messages = body(json!({"system": "be brief"}));
-        Dialect::AnthropicMessages.prepend_system(&mut messages, "Use JSON.");
-        assert_eq!(messages["system"], "Use JSON.\n\nbe brief");
-        let mut responses = body(json!({"input": "hi"}));
-        Dialect::OpenAiResponses.prepend_system(&mut responses, "Use JSON.");
-        assert_eq!(responses["instructions"], "Use JSON.");
-        assert!(responses.get("system").is_none());
+    fn a_variant_goes_before_the_clients_system_prompt_of_any_shape() {
+        let with =
+            |current: Option<Value>| Dialect::AnthropicMessages.system_with(current.as_ref(), "Use JSON.");
+        assert_eq!(with(Some(json!("be brief"))), "Use JSON.\n\nbe brief");
+        assert_eq!(with(None), "Use JSON.");
+        assert_eq!(with(Some(json!(""))), "Use JSON.");
+        assert_eq!(
+            with(Some(json!([{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}]))),
+            json!([{"type": "text", "text": "Use JSON."},
+                   {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}])
+        );
+        assert_eq!(with(Some(json!(7))), json!(7), "another shape is left as written");
     }
 }
