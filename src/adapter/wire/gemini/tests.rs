@@ -1,26 +1,14 @@
 //! Tests of the gemini adapter against the recorded fixtures in tests/fixtures/.
-use futures::StreamExt;
-
 use super::request::ToolConfig;
 use super::*;
-use crate::adapter::transport::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::transport::http::StreamParser;
-use crate::adapter::{Call, Upstream, WireFormat};
+use crate::adapter::{Call, WireFormat};
 use crate::canonical::{ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, Usage};
 use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// `send` as the request is written (its own model and stream flag).
-async fn send(
-    transport: &crate::adapter::Transport,
-    upstream: &Upstream,
-    req: &ChatRequest,
-) -> Result<crate::adapter::EventStream, UpstreamError> {
-    let call = Call::as_written(WireFormat::Gemini, upstream.clone(), req);
-    super::send(transport, &call, req).await
-}
 
 /// The body of a call made as the request is written.
 fn request_body(req: &ChatRequest) -> Value {
@@ -322,73 +310,6 @@ fn classifies_error_bodies() {
         let e = classify(status, &none, body);
         assert_eq!((e.class, e.status), (class, Some(status)), "{body}");
     }
-}
-
-#[tokio::test]
-async fn send_streams_over_http_with_gemini_url_and_key() {
-    let (base, seen) = canned_server(
-        200,
-        &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/gemini/stream_generate_content.sse"),
-    )
-    .await;
-    let upstream = Upstream {
-        base_url: format!("{base}/v1beta"),
-        api_key: Some("g-key".into()),
-        serves_messages: false,
-        serves_responses: false,
-        ..Default::default()
-    };
-    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events.len(), 5);
-    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.uri, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
-    assert_eq!(seen.headers["x-goog-api-key"], "g-key");
-}
-
-#[tokio::test]
-async fn send_classifies_status() {
-    let (base, _) = canned_server(
-        503,
-        &[("content-type", "application/json")],
-        include_str!("../../../../tests/fixtures/gemini/error_503_unavailable.json"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.err().unwrap();
-    assert_eq!((err.class, err.status), (ErrorClass::Overloaded, Some(503)));
-    assert_eq!(err.message, "The model is overloaded. Please try again later.");
-}
-
-#[tokio::test]
-async fn send_reports_cut_stream_as_broken() {
-    let (base, _) = canned_server(
-        200,
-        &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/gemini/stream_truncated.sse"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
-}
-
-#[tokio::test]
-async fn send_non_stream_over_http() {
-    let (base, seen) = canned_server(
-        200,
-        &[("content-type", "application/json")],
-        include_str!("../../../../tests/fixtures/gemini/generate_content.json"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events.len(), 3);
-    assert_eq!(seen.lock().unwrap().uri, "/models/gemini-2.5-flash:generateContent");
 }
 
 #[test]

@@ -14,11 +14,9 @@ use serde_json::{json, Value};
 fn tool_choice(choice: &ToolChoice) -> Value {
     serde_json::to_value(ToolChoiceOut::of(choice)).unwrap()
 }
-use crate::adapter::transport::http::testing::{canned_server, run_sse};
-use crate::adapter::Transport;
+use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Call, Upstream, WireFormat};
 use crate::canonical::{Image, ResponseFormat, Tool, ToolCall};
-use futures::StreamExt;
 
 /// `send` as the request is written (its own model and stream flag).
 async fn send(
@@ -347,78 +345,6 @@ fn vllm_abort_is_not_a_complete_answer() {
         .on_event("message", r#"{"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}"#)
         .unwrap_err();
     assert_eq!(err.class, ErrorClass::StreamBroken);
-}
-
-#[tokio::test]
-async fn send_streams_over_http() {
-    let (base, seen) = canned_server(
-        200,
-        &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/openai/chat_stream.sse"),
-    )
-    .await;
-    let upstream = Upstream {
-        base_url: format!("{base}/v1"),
-        api_key: Some("sk-test".into()),
-        serves_messages: false,
-        serves_responses: false,
-        ..Default::default()
-    };
-    let client: Transport = reqwest::Client::new().into();
-    let stream = send(&client, &upstream, &sample_request(true)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events.len(), 5);
-    assert_eq!(events[4], Ok(Event::Finish(FinishReason::Stop)));
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.uri, "/v1/chat/completions");
-    assert_eq!(seen.headers["authorization"], "Bearer sk-test");
-    let body: Value = serde_json::from_str(&seen.body).unwrap();
-    assert_eq!(body["stream_options"], json!({"include_usage": true}));
-}
-
-#[tokio::test]
-async fn send_non_stream_over_http() {
-    let (base, seen) = canned_server(
-        200,
-        &[("content-type", "application/json")],
-        include_str!("../../../../tests/fixtures/openai/chat_completion.json"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(false)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
-    assert!(seen.lock().unwrap().headers.get("authorization").is_none());
-}
-
-#[tokio::test]
-async fn send_classifies_status_and_retry_after() {
-    let (base, _) = canned_server(
-        429,
-        &[("content-type", "application/json"), ("retry-after", "1.5")],
-        include_str!("../../../../tests/fixtures/openai/error_429_rate_limit.json"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let err = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.err().unwrap();
-    assert_eq!(err.class, ErrorClass::RateLimited);
-    assert_eq!(err.status, Some(429));
-    assert_eq!(err.retry_after, Some(Duration::from_millis(1500)));
-}
-
-#[tokio::test]
-async fn send_reports_cut_stream_as_broken() {
-    let (base, _) = canned_server(
-        200,
-        &[("content-type", "text/event-stream")],
-        include_str!("../../../../tests/fixtures/openai/chat_stream_truncated.sse"),
-    )
-    .await;
-    let upstream = Upstream { base_url: base, ..Default::default() };
-    let stream = send(&reqwest::Client::new().into(), &upstream, &sample_request(true)).await.unwrap();
-    let events: Vec<_> = stream.collect().await;
-    assert_eq!(events[0], Ok(text("Hello")));
-    assert_eq!(events.last().unwrap().as_ref().unwrap_err().class, ErrorClass::StreamBroken);
 }
 
 #[tokio::test]

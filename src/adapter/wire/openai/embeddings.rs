@@ -157,70 +157,8 @@ impl VectorIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapter::transport::http::testing::canned_server;
-    use crate::adapter::{Upstream, WireFormat};
-    use crate::canonical::{vector_to_base64, ChatRequest, EncodingFormat, Input, Operation};
-    use serde_json::{json, Value};
-
-    fn embedding(input: Input, encoding_format: EncodingFormat) -> Embedding {
-        Embedding { input, encoding_format, dimensions: Some(3), user: Some("u-1".into()) }
-    }
-
-    async fn call(answer: &'static str, input: Input) -> (Result<Vec<Event>, UpstreamError>, Value) {
-        let (base, seen) = canned_server(200, &[("content-type", "application/json")], answer).await;
-        let upstream = Upstream {
-            base_url: format!("{base}/v1"),
-            api_key: Some("sk-test-key".into()),
-            serves_messages: false,
-            serves_responses: false,
-            ..Default::default()
-        };
-        let embedding = embedding(input, EncodingFormat::Base64);
-        let req = ChatRequest {
-            model: "e5-large".into(),
-            stream: true,
-            operation: Operation::Embedding(embedding.clone()),
-            ..ChatRequest::default()
-        };
-        let transport = Transport::from(reqwest::Client::new());
-        let call = Call::as_written(WireFormat::OpenAi, upstream, &req);
-        let events = send(&transport, &call, &embedding).await.unwrap();
-        let events: Vec<_> = events.collect().await;
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.uri, "/v1/embeddings");
-        assert_eq!(seen.headers["authorization"], "Bearer sk-test-key");
-        (events.into_iter().collect(), serde_json::from_str(&seen.body).unwrap())
-    }
-
-    #[tokio::test]
-    async fn the_request_carries_the_backends_model_and_the_clients_input_as_written() {
-        let answer = r#"{"object":"list","data":[{"object":"embedding","index":1,"embedding":[0.5,0.25]},{"object":"embedding","index":0,"embedding":"AACAPwAAAL8="}],"model":"e5","usage":{"prompt_tokens":7,"total_tokens":7}}"#;
-        let (events, body) = call(answer, Input::TokenLists(vec![vec![1, 2], vec![3]])).await;
-        assert_eq!(
-            body,
-            json!({"model": "e5-large", "input": [[1, 2], [3]], "encoding_format": "base64",
-                   "dimensions": 3, "user": "u-1"}),
-            "never `stream`, whatever dispatch set"
-        );
-        assert_eq!(
-            events.unwrap(),
-            [
-                Event::Embeddings(vec![vec![1.0, -0.5], vec![0.5, 0.25]]),
-                Event::Usage(Usage { input_tokens: 7, ..Usage::default() }),
-                Event::Finish(FinishReason::Stop),
-            ],
-            "vectors in index order, base64 and floats alike"
-        );
-    }
-
-    #[tokio::test]
-    async fn an_answer_with_too_few_vectors_is_broken_before_it_commits() {
-        let answer = r#"{"data":[{"index":0,"embedding":[1.0]}],"usage":{"prompt_tokens":2}}"#;
-        let (events, _) = call(answer, Input::Texts(vec!["a".into(), "b".into()])).await;
-        let error = events.unwrap_err();
-        assert_eq!(error.class, ErrorClass::StreamBroken);
-        assert!(error.message.contains("1 embeddings for 2 inputs"), "{}", error.message);
-    }
+    use crate::canonical::vector_to_base64;
+    use serde_json::json;
 
     #[test]
     fn unreadable_answers_say_what_is_wrong() {

@@ -1,16 +1,9 @@
 use std::sync::Arc;
 
-use futures::StreamExt;
-
 use super::*;
-use crate::adapter::transport::http::testing::{canned_server, run_sse};
+use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Call, Upstream, WireFormat};
 use serde_json::json;
-
-/// The body a Responses call sends, as a JSON tree.
-fn body(req: &ChatRequest, call: &Call, client: &NativeRequest) -> Value {
-    serde_json::to_value(ResponsesBody::of(req, call, client)).unwrap()
-}
 
 fn sse(events: &[Value]) -> String {
     events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect()
@@ -207,64 +200,6 @@ fn client(body: Value) -> NativeRequest {
 }
 
 #[test]
-fn only_model_stream_and_the_cap_are_rewritten() {
-    let native =
-        client(json!({"model": "t", "stream": false, "input": [{"type": "item_reference", "id": "msg_1"}],
-        "previous_response_id": "resp_prev", "store": true, "include": ["reasoning.encrypted_content"],
-        "reasoning": {"effort": "low"}, "max_output_tokens": 9000}));
-    let req =
-        ChatRequest { model: "gpt-5.6".into(), max_tokens: Some(512), stream: true, ..Default::default() };
-    let sent = body(&req, &Call::as_written(WireFormat::OpenAi, Upstream::default(), &req), &native);
-    assert_eq!((sent["model"].as_str(), sent["stream"].as_bool()), (Some("gpt-5.6"), Some(true)));
-    assert_eq!(sent["max_output_tokens"], 512);
-    for field in ["input", "previous_response_id", "store", "include", "reasoning"] {
-        assert_eq!(sent[field], native.body[field], "{field}");
-    }
-    let uncapped = ChatRequest { max_tokens: None, ..req };
-    let call = Call::as_written(WireFormat::OpenAi, Upstream::default(), &uncapped);
-    let uncapped = body(&uncapped, &call, &client(json!({"input": "hi"})));
-    assert!(uncapped.get("max_output_tokens").is_none());
-}
-
-#[tokio::test]
-async fn send_posts_the_body_to_responses_and_relays_the_answer() {
-    let answer: &'static str = Box::leak(sse(&text_answer()).into_boxed_str());
-    let (base, seen) = canned_server(200, &[("content-type", "text/event-stream")], answer).await;
-    let upstream = Upstream {
-        base_url: format!("{base}/v1"),
-        api_key: Some("sk-test".into()),
-        serves_messages: false,
-        serves_responses: true,
-        ..Default::default()
-    };
-    let req = ChatRequest {
-        model: "gpt-5.6".into(),
-        stream: true,
-        relay: true,
-        native: Some(client(json!({"model": "t", "input": "hi", "previous_response_id": "resp_prev"}))),
-        ..Default::default()
-    };
-    let call = Call::as_written(WireFormat::OpenAi, upstream.clone(), &req);
-    let events: Vec<_> = send(&reqwest::Client::new().into(), &call, &req).await.unwrap().collect().await;
-    assert!(matches!(&events[0], Ok(Event::Native(n)) if &*n.name == "response.created"));
-    assert_eq!(events.last(), Some(&Ok(Event::Finish(FinishReason::Stop))));
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.uri, "/v1/responses");
-    assert_eq!(seen.headers["authorization"], "Bearer sk-test");
-    let sent: Value = serde_json::from_str(&seen.body).unwrap();
-    assert_eq!(
-        (sent["previous_response_id"].as_str(), sent["model"].as_str()),
-        (Some("resp_prev"), Some("gpt-5.6"))
-    );
-
-    let plain = ChatRequest { native: None, ..req.clone() };
-    assert_eq!(
-        send(&reqwest::Client::new().into(), &call, &plain).await.err().unwrap().class,
-        ErrorClass::InvalidRequest
-    );
-}
-
-#[test]
 fn the_variant_leads_the_clients_instructions_and_no_member_is_written_twice() {
     let native =
         client(json!({"model": "t", "instructions": "be brief", "input": "hi", "max_output_tokens": 9000}));
@@ -279,4 +214,12 @@ fn the_variant_leads_the_clients_instructions_and_no_member_is_written_twice() {
     assert_eq!(sent["instructions"], "Use JSON.\n\nbe brief");
     assert_eq!(sent["max_output_tokens"], 9000, "the client's own cap stays when the task sets none");
     assert_eq!((sent["model"].as_str(), sent["input"].as_str()), (Some("gpt-5.6"), Some("hi")));
+}
+
+#[tokio::test]
+async fn a_request_without_the_clients_responses_body_is_refused_before_any_call() {
+    let req = ChatRequest { model: "gpt-5.6".into(), stream: true, ..Default::default() };
+    let call = Call::as_written(WireFormat::OpenAi, Upstream::default(), &req);
+    let refused = send(&reqwest::Client::new().into(), &call, &req).await.err().unwrap();
+    assert_eq!(refused.class, ErrorClass::InvalidRequest);
 }

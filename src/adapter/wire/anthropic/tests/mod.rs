@@ -1,16 +1,15 @@
 //! Tests of the anthropic adapter against the recorded fixtures in tests/fixtures/: the request
-//! it writes (`request`), the responses and events it reads (`response`), and both over HTTP
-//! (`send`). This file holds what they share.
+//! it writes (`request`) and the responses and events it reads (`response`), as units. Both over
+//! HTTP through `adapter::send` are the cases of tests/fixtures/anthropic/cases/. This file holds
+//! what they share.
 use std::time::Duration;
-
-use futures::StreamExt;
 
 use serde_json::{json, Value};
 
 use super::*;
 use crate::adapter::provider::anthropic::Anthropic;
-use crate::adapter::transport::http::testing::{canned_server, run_sse};
-use crate::adapter::{Call, Upstream, WireFormat};
+use crate::adapter::transport::http::testing::run_sse;
+use crate::adapter::{Call, WireFormat};
 use crate::canonical::{
     ErrorClass, Event, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall, ToolChoice, Usage,
 };
@@ -18,21 +17,6 @@ use reqwest::header::HeaderMap;
 
 mod request;
 mod response;
-mod send;
-
-/// `send` as the request is written (its own model and stream flag).
-async fn send(
-    transport: &crate::adapter::Transport,
-    upstream: &Upstream,
-    req: &ChatRequest,
-) -> Result<crate::adapter::EventStream, UpstreamError> {
-    let call = Call::as_written(
-        WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic),
-        upstream.clone(),
-        req,
-    );
-    crate::adapter::send(transport, &call, req).await
-}
 
 /// The body Anthropic gets for a call made as the request is written.
 fn request_body(req: &ChatRequest) -> Value {
