@@ -5,7 +5,7 @@ use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::transport::http::StreamParser;
 use crate::adapter::{Call, WireFormat};
 use crate::canonical::{ErrorClass, Event, FinishReason, Image, ResponseFormat, Role, Usage};
-use crate::canonical::{Message, Tool, ToolCall, ToolChoice};
+use crate::canonical::{Message, ToolChoice};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -20,68 +20,9 @@ fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())
 }
 
-fn sample_request(stream: bool) -> ChatRequest {
-    let mut assistant = Message::new(Role::Assistant, "");
-    assistant.tool_calls.push(ToolCall {
-        id: "call_a".into(),
-        name: "get_weather".into(),
-        arguments: r#"{"location":"Paris"}"#.into(),
-    });
-    let mut result = Message::new(Role::Tool, "sunny");
-    result.tool_call_id = Some("call_a".into());
-    ChatRequest {
-        model: "gemini-2.5-flash".into(),
-        messages: vec![
-            Message::new(Role::System, "Be brief."),
-            Message::new(Role::User, "Weather in Paris?"),
-            assistant,
-            result,
-        ],
-        max_tokens: Some(100),
-        temperature: Some(0.5),
-        top_p: Some(0.95),
-        stop: vec!["END".into()],
-        tools: vec![Tool {
-            name: "get_weather".into(),
-            description: Some("Current weather".into()),
-            parameters: json!({"$schema": "http://json-schema.org/draft-07/schema#",
-                "type": "object", "additionalProperties": false,
-                "properties": {"location": {"type": "string"}}, "required": ["location"]}),
-        }],
-        tool_choice: Some(ToolChoice::Required),
-        seed: Some(42),
-        stream,
-        response_format: ResponseFormat::Text,
-        relay: false,
-        ..ChatRequest::default()
-    }
-}
-
+/// The request body itself is the case tests/fixtures/gemini/cases/every_field.json.
 #[test]
-fn request_body_follows_generate_content() {
-    assert_eq!(
-        request_body(&sample_request(true)),
-        json!({
-            "contents": [
-                {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
-                {"role": "model", "parts": [
-                    {"functionCall": {"name": "get_weather", "args": {"location": "Paris"}}}]},
-                {"role": "user", "parts": [
-                    {"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]},
-            ],
-            "systemInstruction": {"parts": [{"text": "Be brief."}]},
-            "generationConfig": {
-                "maxOutputTokens": 100, "temperature": 0.5, "topP": 0.95,
-                "stopSequences": ["END"], "seed": 42,
-            },
-            "tools": [{"functionDeclarations": [{
-                "name": "get_weather", "description": "Current weather",
-                "parameters": {"type": "object",
-                    "properties": {"location": {"type": "string"}}, "required": ["location"]},
-            }]}],
-            "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
-        })
-    );
+fn the_url_names_the_model_and_its_route() {
     assert_eq!(
         url("https://generativelanguage.googleapis.com/v1beta", "models/gemini-2.5-flash", true),
         "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"

@@ -82,46 +82,6 @@ fn sample_request(stream: bool) -> ChatRequest {
 }
 
 #[test]
-fn request_body_carries_every_field() {
-    let body = request_body(&sample_request(true));
-    assert_eq!(
-        body,
-        json!({
-            "model": "gpt-4o-mini",
-            "messages": [
-                {"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}
-                ]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\":21}"},
-            ],
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "max_tokens": 256,
-            "temperature": 0.2,
-            "top_p": 0.9,
-            "stop": ["\n\n"],
-            "seed": 7,
-            "tools": [{"type": "function", "function": {
-                "name": "get_weather", "description": "Current weather",
-                "parameters": {"type":"object","properties":{"location":{"type":"string"}}}}}],
-            "tool_choice": "auto",
-        })
-    );
-    let plain = request_body(&ChatRequest {
-        model: "m".into(),
-        messages: vec![Message::new(Role::User, "hi")],
-        ..Default::default()
-    });
-    assert_eq!(
-        plain,
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
-    );
-}
-
-#[test]
 fn only_openai_itself_gets_the_prompt_cache_key() {
     let req = ChatRequest {
         model: "m".into(),
