@@ -11,7 +11,7 @@ use crate::adapter::provider::anthropic::Anthropic;
 use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Call, WireFormat};
 use crate::canonical::{
-    ErrorClass, Event, FinishReason, Image, Message, ResponseFormat, Role, Tool, ToolCall, ToolChoice, Usage,
+    ErrorClass, Event, FinishReason, Image, Message, ResponseFormat, Role, ToolChoice, Usage,
 };
 use reqwest::header::HeaderMap;
 
@@ -47,49 +47,4 @@ pub(crate) fn as_written(signer: &str, body: Value) -> Value {
 
 fn text(s: &str) -> Event {
     Event::TextDelta(s.to_string())
-}
-
-fn sample_request(stream: bool) -> ChatRequest {
-    let mut assistant = Message::new(Role::Assistant, "Let me look.");
-    assistant.tool_calls.push(ToolCall {
-        id: "toolu_1".into(),
-        name: "get_weather".into(),
-        arguments: r#"{"location":"Paris"}"#.into(),
-    });
-    assistant.tool_calls.push(ToolCall {
-        id: "toolu_2".into(),
-        name: "get_time".into(),
-        arguments: "not json".into(),
-    });
-    let mut result1 = Message::new(Role::Tool, "21C");
-    result1.tool_call_id = Some("toolu_1".into());
-    let mut result2 = Message::new(Role::Tool, "14:00");
-    result2.tool_call_id = Some("toolu_2".into());
-    ChatRequest {
-        model: "claude-sonnet-4-20250514".into(),
-        messages: vec![
-            Message::new(Role::System, "Be brief."),
-            Message::new(Role::User, "Weather in Paris?"),
-            Message::new(Role::User, "And the time?"),
-            assistant,
-            result1,
-            result2,
-            Message::new(Role::System, "Answer in French."),
-        ],
-        max_tokens: None,
-        temperature: Some(1.4),
-        top_p: None,
-        stop: vec!["END".into()],
-        tools: vec![Tool {
-            name: "get_weather".into(),
-            description: Some("Current weather".into()),
-            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
-        }],
-        tool_choice: Some(ToolChoice::Function("get_weather".into())),
-        seed: Some(1),
-        stream,
-        response_format: ResponseFormat::Text,
-        relay: false,
-        ..ChatRequest::default()
-    }
 }

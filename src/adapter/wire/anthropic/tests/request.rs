@@ -1,42 +1,7 @@
-//! The Messages request the adapter writes: roles, tools, schemas, images, a Messages client's
-//! own body and beta header, and the cache breakpoints it places.
+//! Parts of the Messages request the adapter writes, as units: tool choices and schemas,
+//! structured output and images, a later system message. Whole bodies over `send` (a client's
+//! own body and beta header, the cache breakpoints) are the cases of tests/fixtures/anthropic/cases/.
 use super::*;
-
-#[test]
-fn request_body_follows_messages_api() {
-    assert_eq!(
-        request_body(&sample_request(true)),
-        json!({
-            "model": "claude-sonnet-4-20250514",
-            "max_tokens": 4096,
-            // A system message after the conversation started keeps its place, as a user turn.
-            "system": "Be brief.",
-            "messages": [
-                {"role": "user", "content": [
-                    {"type": "text", "text": "Weather in Paris?"},
-                    {"type": "text", "text": "And the time?"},
-                ]},
-                {"role": "assistant", "content": [
-                    {"type": "text", "text": "Let me look."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
-                     "input": {"location": "Paris"}},
-                    {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "21C"},
-                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "14:00"},
-                    {"type": "text", "text": "<system>\nAnswer in French.\n</system>"},
-                ]},
-            ],
-            "temperature": 1.0,
-            "stop_sequences": ["END"],
-            "tools": [{"name": "get_weather", "description": "Current weather",
-                       "input_schema": {"type":"object","properties":{"location":{"type":"string"}}}}],
-            "tool_choice": {"type": "tool", "name": "get_weather"},
-            "stream": true,
-        })
-    );
-}
 
 #[test]
 fn every_tool_choice_and_schema_is_mapped_as_it_is() {
