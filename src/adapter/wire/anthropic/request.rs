@@ -10,107 +10,15 @@
 
 use std::borrow::Cow;
 
-use serde::Serialize;
-use serde_json::Value;
-
 use super::body::{
-    Block, BlockOut, ClaudeBody, Content, Ephemeral, MessageOut, Purpose, Rest, Source, ToolOut, Turn,
+    translated::{Fields, ToolSpec},
+    Block, BlockOut, ClaudeBody, Content, MessageOut, Purpose, Rest, Source, ToolOut, Turn,
 };
 use super::host::HostFields;
-use super::{DEFAULT_MAX_TOKENS, JSON_OBJECT_INSTRUCTION};
+use super::JSON_OBJECT_INSTRUCTION;
 use crate::adapter::wire::{written, Object};
 use crate::adapter::{system_turn, Call};
-use crate::canonical::{ChatRequest, Image, ResponseFormat, Role, ToolChoice};
-
-/// The translation's fields beside the system prompt, the conversation and the tools.
-#[derive(Debug, Serialize)]
-pub(crate) struct Fields<'a> {
-    /// How to answer: none on the count route.
-    #[serde(flatten)]
-    answer: Option<Answer<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output_config: Option<OutputConfig<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<Choice<'a>>,
-}
-
-#[derive(Debug, Serialize)]
-struct Answer<'a> {
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_p: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    top_k: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    metadata: Option<Metadata<'a>>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    stop_sequences: &'a [String],
-}
-
-#[derive(Debug, Serialize)]
-struct Metadata<'a> {
-    user_id: &'a str,
-}
-
-/// `{"format": {"type": "json_schema", "schema": …}}`.
-#[derive(Debug, Serialize)]
-struct OutputConfig<'a> {
-    format: Format<'a>,
-}
-
-#[derive(Debug, Serialize)]
-struct Format<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    schema: &'a Value,
-}
-
-/// OpenAI's `tool_choice` in Anthropic's words.
-#[derive(Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum Choice<'a> {
-    None,
-    Auto,
-    Any,
-    Tool { name: &'a str },
-}
-
-pub(crate) fn tool_choice(choice: &ToolChoice) -> Choice<'_> {
-    match choice {
-        ToolChoice::None => Choice::None,
-        ToolChoice::Auto => Choice::Auto,
-        ToolChoice::Required => Choice::Any,
-        ToolChoice::Function(name) => Choice::Tool { name },
-    }
-}
-
-/// A tool the translation declares.
-#[derive(Debug, Serialize)]
-pub(crate) struct ToolSpec<'a> {
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-    input_schema: Schema<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_control: Option<Ephemeral>,
-}
-
-/// The tool's schema; Anthropic requires one, so a tool without stands for an open object.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum Schema<'a> {
-    Given(&'a Value),
-    Open {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        properties: NoProperties,
-    },
-}
-
-#[derive(Debug, Serialize)]
-struct NoProperties {}
+use crate::canonical::{ChatRequest, Image, ResponseFormat, Role};
 
 /// The Messages body of `call` of `req`, with the host's `fields` beside it.
 pub(crate) fn body<'a>(
@@ -126,45 +34,13 @@ pub(crate) fn body<'a>(
         (None, ResponseFormat::JsonObject) => Some(Cow::Borrowed(JSON_OBJECT_INSTRUCTION)),
         (system, _) => system.map(Cow::Owned),
     };
-    let answer = (purpose == Purpose::Answer).then(|| Answer {
-        max_tokens: req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        // Anthropic accepts 0..=1 (OpenAI 0..=2).
-        temperature: req.temperature.map(|t| t.clamp(0.0, 1.0)),
-        top_p: req.top_p,
-        top_k: req.top_k,
-        metadata: req.user.as_deref().map(|user_id| Metadata { user_id }),
-        stop_sequences: &req.stop,
-    });
-    let output_config = match &req.response_format {
-        ResponseFormat::JsonSchema { schema, .. } => {
-            Some(OutputConfig { format: Format { kind: "json_schema", schema } })
-        }
-        _ => None,
-    };
-    let tools = req.tools.iter().map(|t| {
-        // The API let through only an object schema or none.
-        let input_schema = match &t.parameters {
-            Value::Null => Schema::Open { kind: "object", properties: NoProperties {} },
-            schema => Schema::Given(schema),
-        };
-        let spec = ToolSpec {
-            name: &t.name,
-            description: t.description.as_deref(),
-            input_schema,
-            cache_control: None,
-        };
-        ToolOut::Typed(spec)
-    });
+    let tools = req.tools.iter().map(|tool| ToolOut::Typed(ToolSpec::of(tool)));
     ClaudeBody {
         host,
         system: system.map(Content::Text),
         messages: Some(messages(req, call)),
         tools: (!req.tools.is_empty()).then(|| tools.collect()),
-        rest: Rest::Translated(Fields {
-            answer,
-            output_config,
-            tool_choice: req.tool_choice.as_ref().map(tool_choice),
-        }),
+        rest: Rest::Translated(Fields::of(req, purpose)),
     }
 }
 

@@ -5,7 +5,8 @@ use super::*;
 
 #[test]
 fn every_tool_choice_and_schema_is_mapped_as_it_is() {
-    let tool_choice = |choice| serde_json::to_value(super::super::request::tool_choice(&choice)).unwrap();
+    let tool_choice =
+        |choice| serde_json::to_value(super::super::body::translated::tool_choice(&choice)).unwrap();
     assert_eq!(tool_choice(ToolChoice::None), json!({"type": "none"}));
     assert_eq!(tool_choice(ToolChoice::Auto), json!({"type": "auto"}));
     assert_eq!(tool_choice(ToolChoice::Required), json!({"type": "any"}));

@@ -6,6 +6,8 @@
 //! made a user turn), and passes every other member through. Cache marks ([`super::cache`]) are
 //! placed on this value, not on a JSON tree. Pure: it builds and serialises, nothing else.
 
+pub(crate) mod translated;
+
 use std::borrow::Cow;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -34,7 +36,7 @@ pub(crate) struct ClaudeBody<'a> {
 #[derive(Debug, serde::Serialize)]
 #[serde(untagged)]
 pub(crate) enum Rest<'a> {
-    Translated(super::request::Fields<'a>),
+    Translated(translated::Fields<'a>),
     Written(Members<'a>),
 }
 
@@ -242,6 +244,6 @@ impl<'a> Turn<'a> {
 #[derive(Debug, serde::Serialize)]
 #[serde(untagged)]
 pub(crate) enum ToolOut<'a> {
-    Typed(super::request::ToolSpec<'a>),
+    Typed(translated::ToolSpec<'a>),
     Written(Written<'a>),
 }
