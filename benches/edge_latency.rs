@@ -8,7 +8,9 @@
 //! --mode json|first|frames [--n N] [--concurrency C] [--frames F] [--rounds R]` measures the
 //! first target (the upstream directly) and every other target (proxies in front of it) in
 //! interleaved rounds, and prints a Markdown table of p50/p99 and what each proxy adds.
-//! `frames` expects the upstream to pace its frames (`serve --pace-ms 20`).
+//! `frames` expects the upstream to pace its frames (`serve --pace-ms 20`). `--body FILE` sends
+//! that chat request (an agent's turn: `benches/agent_turn.py`) in place of the one-line
+//! question, with each target's model, the mode's `stream` and the frames' `max_tokens` set.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::{convert::Infallible, str::FromStr, sync::Arc};
@@ -27,7 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 const USAGE: &str = "usage: edge_latency serve --listen ADDR [--pace-ms N]
        edge_latency measure --target NAME=URL,MODEL [--target NAME=URL,MODEL ...] \
-[--mode json|first|frames] [--n N] [--concurrency C] [--frames F] [--rounds R]";
+[--mode json|first|frames] [--n N] [--concurrency C] [--frames F] [--rounds R] [--body FILE]";
 const COMPLETION: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1764547200,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"The printer on floor three is jammed again."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":9,"total_tokens":33}}"#;
 const CHUNK: &str =
     r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1764547200,"model":"bench","choices":"#;
@@ -63,6 +65,10 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 async fn handle(request: Request<Incoming>, pace: Duration) -> Result<Response<Body>, Infallible> {
+    // The peer registers a worker only once its health route answers.
+    if request.method() == Method::GET && request.uri().path() == "/health" {
+        return Ok(answer(StatusCode::OK, "text/plain", Full::new(Bytes::new()).boxed_unsync()));
+    }
     if request.method() != Method::POST || request.uri().path() != "/v1/chat/completions" {
         return Ok(error(StatusCode::NOT_FOUND, "only POST /v1/chat/completions is served"));
     }
@@ -229,11 +235,22 @@ enum Mode {
     Frames,
 }
 
+/// What every request of a measure looks like.
+struct Shape {
+    mode: Mode,
+    frames: u64,
+    /// The chat request; its model, stream and max_tokens are set per target and mode.
+    body: Value,
+}
+
 /// One run against one target, one kept-alive connection per concurrent client, all clients
 /// starting together: (samples, lost, streams that did not end with `[DONE]`).
-async fn run(target: &Arc<Target>, mode: Mode, n: usize, c: usize, frames: u64) -> (Vec<u64>, u64, u64) {
-    let body = serde_json::json!({"model": target.model, "stream": mode != Mode::Json, "max_tokens": frames,
-        "messages": [{"role": "user", "content": "Is the printer on floor three working?"}]});
+async fn run(target: &Arc<Target>, shape: &Shape, n: usize, c: usize) -> (Vec<u64>, u64, u64) {
+    let (mode, frames) = (shape.mode, shape.frames);
+    let mut body = shape.body.clone();
+    body["model"] = target.model.clone().into();
+    body["stream"] = (mode != Mode::Json).into();
+    body["max_tokens"] = frames.into();
     let body = Bytes::from(body.to_string());
     let barrier = Arc::new(tokio::sync::Barrier::new(c));
     let mut tasks = Vec::with_capacity(c);
@@ -282,15 +299,16 @@ async fn run(target: &Arc<Target>, mode: Mode, n: usize, c: usize, frames: u64) 
 }
 
 /// Warm-up, then `rounds` rounds of every target in turn, pooled per target, printed as a table.
-async fn measure(targets: &[Arc<Target>], mode: Mode, n: usize, c: usize, frames: u64, rounds: usize) {
+async fn measure(targets: &[Arc<Target>], shape: &Shape, n: usize, c: usize, rounds: usize) {
+    let mode = shape.mode;
     for target in targets.iter().filter(|_| mode != Mode::Frames) {
-        run(target, mode, 200, c, frames).await; // warm-up, not recorded
+        run(target, shape, 200, c).await; // warm-up, not recorded
     }
     let histogram = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|e| fail(e));
     let mut pooled: Vec<_> = targets.iter().map(|_| (histogram(), 0, 0)).collect();
     for _ in 0..rounds {
         for (target, (histogram, lost, undone)) in targets.iter().zip(&mut pooled) {
-            let (samples, l, u) = run(target, mode, n, c, frames).await;
+            let (samples, l, u) = run(target, shape, n, c).await;
             samples.into_iter().for_each(|v| histogram.saturating_record(v));
             (*lost, *undone) = (*lost + l, *undone + u);
         }
@@ -324,7 +342,7 @@ fn main() {
     let command = args.next().unwrap_or_else(|| fail(USAGE));
     let known = match command.as_str() {
         "serve" => "listen pace-ms",
-        "measure" => "target mode n concurrency frames rounds",
+        "measure" => "target mode n concurrency frames rounds body",
         _ => fail(USAGE),
     };
     let mut flags = Vec::new();
@@ -359,6 +377,18 @@ fn main() {
         Mode::First => format!("n {n} at concurrency {concurrency}, {frames} frames per stream"),
         Mode::Json => format!("n {n} at concurrency {concurrency}"),
     };
-    println!("mode {name}, {rounds} rounds of {what}\n");
-    runtime.block_on(measure(&targets, mode, n, concurrency, frames, rounds));
+    let body = match flags.iter().rev().find(|(f, _)| f == "body") {
+        Some((_, path)) => {
+            let text = std::fs::read(path).unwrap_or_else(|e| fail(format!("--body {path}: {e}")));
+            let body: Value =
+                serde_json::from_slice(&text).unwrap_or_else(|e| fail(format!("--body {path}: {e}")));
+            println!("mode {name}, body {path} ({} bytes), {rounds} rounds of {what}\n", text.len());
+            body
+        }
+        None => {
+            println!("mode {name}, {rounds} rounds of {what}\n");
+            serde_json::json!({"messages": [{"role": "user", "content": "Is the printer on floor three working?"}]})
+        }
+    };
+    runtime.block_on(measure(&targets, &Shape { mode, frames, body }, n, concurrency, rounds));
 }

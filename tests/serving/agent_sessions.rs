@@ -285,6 +285,15 @@ fn text_of(value: &Value) -> String {
     }
 }
 
+/// What the router says of its spills and of the node, for a turn that did not come home.
+async fn why_not_home(router: &Router) -> String {
+    let metrics = common::metrics_text(&router.url).await;
+    let lines = metrics.lines().filter(|l| {
+        ["spillway_spills_total", "spillway_node_", "spillway_unmeasured"].iter().any(|m| l.starts_with(m))
+    });
+    format!("the router's spills and node readings:\n{}", lines.collect::<Vec<_>>().join("\n"))
+}
+
 /// The session moved to the hosted provider once and came home once.
 async fn assert_moved_out_and_home(router: &Router) {
     let metrics = common::metrics_text(&router.url).await;
@@ -332,7 +341,7 @@ async fn claude_code_spills_mid_session_when_the_fleet_fills_and_its_next_turn_c
     let args = claude_args("Read it once more", true);
     let (ok, stdout, stderr) = run_agent_in(&home, &claude, &args, &env, &trap).await;
     assert!(ok, "claude failed:\n{stdout}\n{stderr}");
-    assert_eq!(claude_result(&stdout)["result"], ANSWER);
+    assert_eq!(claude_result(&stdout)["result"], ANSWER, "{}", why_not_home(&router).await);
     let next_turn = text_of(&node.seen()[1]);
     assert!(next_turn.contains(&spilled_answer), "the node got the answer Anthropic wrote: {next_turn}");
     assert_moved_out_and_home(&router).await;
@@ -373,7 +382,7 @@ async fn codex_spills_mid_session_when_the_fleet_fills_and_its_next_turn_comes_h
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (ok, stdout, stderr) = run_agent_in(&home, &codex, &args, &env, &trap).await;
     assert!(ok, "codex failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains(ANSWER), "{stdout}\n{stderr}");
+    assert!(stdout.contains(ANSWER), "{stdout}\n{stderr}\n{}", why_not_home(&router).await);
     let next_turn = text_of(&node.seen()[1]);
     assert!(next_turn.contains("Compute 6*7") && next_turn.contains("Once more"), "{next_turn}");
     assert_moved_out_and_home(&router).await;
