@@ -24,8 +24,12 @@ pub(crate) struct Chat;
 impl DialectDoor for Chat {
     type Request = ChatCompletionRequest;
 
-    fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
-        wire::decode(body)
+    /// The request, and the bytes it came in: an upstream of the same wire gets them as
+    /// written ([`ChatRequest::written`]).
+    fn decode(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiError> {
+        let mut request = wire::decode(body)?;
+        request.written = Some(body.clone());
+        Ok(request)
     }
 
     fn model(request: &ChatCompletionRequest) -> &str {

@@ -111,7 +111,7 @@ pub(crate) struct Completions;
 impl DialectDoor for Completions {
     type Request = CompletionsRequest;
 
-    fn decode(body: &[u8]) -> Result<CompletionsRequest, ApiError> {
+    fn decode(body: &bytes::Bytes) -> Result<CompletionsRequest, ApiError> {
         wire::decode_json(body, "a completions request")
     }
 

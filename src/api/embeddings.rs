@@ -87,7 +87,7 @@ pub(crate) struct Embeddings;
 impl DialectDoor for Embeddings {
     type Request = EmbeddingsRequest;
 
-    fn decode(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
+    fn decode(body: &bytes::Bytes) -> Result<EmbeddingsRequest, ApiError> {
         wire::decode_json(body, "an embeddings request")
     }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
+use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -32,7 +33,7 @@ pub(crate) trait DialectDoor {
     type Request: Send + Sync;
 
     /// The request in a body, or why it is refused.
-    fn decode(body: &[u8]) -> Result<Self::Request, ApiError>;
+    fn decode(body: &Bytes) -> Result<Self::Request, ApiError>;
 
     /// The task (or alias, or model) its `model` names.
     fn model(request: &Self::Request) -> &str;

@@ -285,6 +285,11 @@ pub struct ChatRequest {
     /// [`Event::Native`] (before the canonical events read from it).
     #[serde(skip)]
     pub native: Option<NativeRequest>,
+    /// The client's chat-completions body as it sent it (the chat door's requests): a backend
+    /// of OpenAI's chat wire gets these bytes with only the members Spillway owns rewritten
+    /// (`adapter::wire::written`), so an agent's history is never written out again.
+    #[serde(skip)]
+    pub written: Option<bytes::Bytes>,
     /// What is asked for: a chat answer to `messages` unless a front door says otherwise.
     #[serde(default)]
     pub operation: Operation,

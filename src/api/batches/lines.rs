@@ -111,7 +111,7 @@ impl InProcess {
             Ok(admission) => admission,
             Err(e) => return refused::<D>(&e, None),
         };
-        let request = match D::decode(line.body.as_bytes()) {
+        let request = match D::decode(&bytes::Bytes::copy_from_slice(line.body.as_bytes())) {
             Ok(request) => request,
             Err(e) => return refused::<D>(&e, None),
         };

@@ -31,7 +31,7 @@ pub(crate) struct Messages;
 impl DialectDoor for Messages {
     type Request = decode::Decoded;
 
-    fn decode(body: &[u8]) -> Result<decode::Decoded, ApiError> {
+    fn decode(body: &bytes::Bytes) -> Result<decode::Decoded, ApiError> {
         decode::decode(body)
     }
 

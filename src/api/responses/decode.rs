@@ -163,6 +163,7 @@ impl ResponsesRequest {
             response_format,
             relay: true,
             native: Some(native),
+            written: None,
             operation: crate::canonical::Operation::Chat,
         })
     }

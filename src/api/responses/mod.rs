@@ -60,7 +60,7 @@ pub(crate) struct Prepared {
 impl DialectDoor for Responses {
     type Request = Prepared;
 
-    fn decode(body: &[u8]) -> Result<Prepared, ApiError> {
+    fn decode(body: &bytes::Bytes) -> Result<Prepared, ApiError> {
         let request = decode::decode(body)?;
         let pinned = request.needs_openai_state();
         let toolset = Arc::new(request.toolset()?);

@@ -53,6 +53,10 @@ pub struct ChatCompletionRequest {
     /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
     #[serde(default)]
     pub response_format: Option<Value>,
+    /// The body as the client sent it (set by the chat door), carried into the canonical
+    /// request for an upstream of the same wire.
+    #[serde(skip)]
+    pub written: Option<bytes::Bytes>,
 }
 
 /// `stop`: one string or a list of them.
@@ -437,6 +441,7 @@ impl ChatCompletionRequest {
             user: self.user.clone(),
             prompt_cache_key: self.prompt_cache_key.clone(),
             native: None,
+            written: self.written.clone(),
             stop: match &self.stop {
                 None => Vec::new(),
                 Some(StopField::One(s)) => vec![s.clone()],

@@ -3,7 +3,7 @@
 //! by [`OpenAiStream`] or, whole, by [`parse_response`].
 
 use super::error::classify;
-use super::request::ChatBody;
+use super::request::{written_body, ChatBody};
 use super::stream::{parse_response, OpenAiStream};
 use crate::adapter::transport::http;
 use crate::adapter::{Call, EventStream, Transport};
@@ -23,8 +23,11 @@ pub(in crate::adapter) async fn send(
         headers.push((ACCEPT, "text/event-stream".to_string()));
     }
     // `prompt_cache_key` goes to OpenAI itself only (the upstream that serves Responses).
-    let body = ChatBody::of(req, call, upstream.serves_responses);
-    let body = serde_json::to_vec(&body).expect("a typed body serialises");
+    let cache_key = upstream.serves_responses;
+    let written = req.written.as_ref().and_then(|w| written_body(w, req, call, cache_key));
+    let body = written.unwrap_or_else(|| {
+        serde_json::to_vec(&ChatBody::of(req, call, cache_key)).expect("a typed body serialises")
+    });
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer = http::post(transport, &url, &headers, body, classify).await?;
     Ok(http::answer_events(

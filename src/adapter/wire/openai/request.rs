@@ -5,10 +5,16 @@
 //! tools and `tool_choice`, `response_format` (`json_object`, `json_schema` with its `strict`
 //! flag), and images as `image_url` content parts after the message's text. Streams always ask
 //! for `stream_options.include_usage`, so that usage arrives in a last chunk.
+//!
+//! A chat client's own body ([`ChatRequest::written`]) is sent as the bytes it wrote instead
+//! ([`written_body`]), with only the members Spillway owns rewritten: the model, the stream
+//! flag and options, the output cap (under the name the client used), `prompt_cache_key`, and
+//! the conversation when a task's system prompt goes before it.
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::adapter::wire::written::{Members, Prepended};
 use crate::adapter::Call;
 use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Tool, ToolChoice};
 
@@ -188,6 +194,60 @@ impl<'a> ChatBody<'a> {
     }
 }
 
+/// The members of a client's chat body that [`written_body`] writes itself.
+const OWNED: [&str; 6] =
+    ["model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "prompt_cache_key"];
+
+/// What [`written_body`] writes after the client's other members.
+#[derive(Serialize)]
+struct OwnedMembers<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<Prepended<'a, MessageOut<'a>>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+}
+
+/// The body of `call` of `req` from `written`, the client's own chat body: its members as
+/// written, but those Spillway owns, which say what [`ChatBody::of`] says of them. The output
+/// cap keeps the name the client gave it (`max_completion_tokens`, which OpenAI's reasoning
+/// models require, or `max_tokens`). `None` if `written` is not a JSON object.
+pub(crate) fn written_body(
+    written: &[u8],
+    req: &ChatRequest,
+    call: &Call,
+    cache_key: bool,
+) -> Option<Vec<u8>> {
+    let members = Members::of(written).ok()?;
+    let completion_name =
+        members.get("max_completion_tokens").is_some() && members.get("max_tokens").is_none();
+    let messages = match (&call.variant, members.get("messages")) {
+        (Some(variant), Some(rest)) => Some(Prepended { first: MessageOut::of(variant), rest }),
+        _ => None,
+    };
+    let mut owned = OWNED.to_vec();
+    if messages.is_some() {
+        owned.push("messages");
+    }
+    let own = OwnedMembers {
+        model: call.model,
+        messages,
+        stream: call.stream,
+        stream_options: call.stream.then_some(StreamOptions { include_usage: true }),
+        max_tokens: req.max_tokens.filter(|_| !completion_name),
+        max_completion_tokens: req.max_tokens.filter(|_| completion_name),
+        prompt_cache_key: req.prompt_cache_key.as_deref().filter(|_| cache_key),
+    };
+    members.write(&owned, &own).ok()
+}
+
 impl<'a> MessageOut<'a> {
     fn of(m: &'a Message) -> MessageOut<'a> {
         match m.role {
@@ -255,3 +315,7 @@ impl<'a> FormatOut<'a> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "written_tests.rs"]
+mod written_tests;
