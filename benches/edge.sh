@@ -283,17 +283,19 @@ fi
 #    the top symbols by self time.
 if [ "$ONLY" = profile ]; then
   command -v perf >/dev/null || { echo "the profile needs perf (Debian: linux-perf)"; exit 1; }
+  report() { perf report -q -i "$1" --stdio "${@:2}" 2>/dev/null | sed 's/ *$//' | grep -v '^$'; }
   for kind in json sse; do
-    perf record -q -F 1999 -o "$WORK/perf-$kind.data" -p "$SPILLWAY" -- sleep "$SECS" 2>/dev/null &
+    perf record -q -F 999 --call-graph dwarf,32768 -o "$WORK/perf-$kind.data" -p "$SPILLWAY" -- sleep "$SECS" 2>/dev/null &
     PERF=$!
     measure spillway $kind 16 agent > /dev/null
     wait $PERF || true
     {
-      echo "Spillway ($HEAD_NAME), 100 KB agent turn, $kind answer, 16 connections: top symbols by self time (perf record -F 1999 -p, perf report --no-children):"
+      echo "Spillway ($HEAD_NAME), 100 KB agent turn, $kind answer, 16 connections (perf record -F 999 --call-graph dwarf -p over one wrk run): the top symbols by self time, then the functions whose calls take the most time, inclusive:"
       echo
       echo '```'
-      perf report -q -i "$WORK/perf-$kind.data" --no-children --sort dso,symbol --percent-limit 1.5 --stdio 2>/dev/null \
-        | grep -v '^$' | head -30
+      report "$WORK/perf-$kind.data" --no-children --sort dso,symbol --percent-limit 1.5 -g none | head -25 || true
+      echo '...'
+      report "$WORK/perf-$kind.data" --children --sort symbol --percent-limit 3 -g none | grep -v '\[k\]' | head -60 || true
       echo '```'
       echo
     } >> "$OUT"

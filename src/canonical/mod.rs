@@ -13,6 +13,7 @@ mod name;
 mod native;
 mod operation;
 mod principal;
+mod schema;
 mod whole;
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,7 @@ pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };
 pub use principal::{IssuedKey, KeyId, Principal};
+pub use schema::{check_schema, compile_schema};
 use serde_json::Value;
 pub use whole::WholeAnswer;
 
@@ -198,11 +200,6 @@ impl ResponseFormat {
             Err(format!("the answer does not match the response schema: {}", errors.join("; ")))
         }
     }
-}
-
-/// Compile a JSON schema (draft detected from `$schema`, 2020-12 by default).
-pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
-    jsonschema::validator_for(schema).map_err(|e| format!("the JSON schema is not valid: {e}"))
 }
 
 fn excerpt(text: &str) -> String {

@@ -221,7 +221,8 @@ pub fn filter(eligible: Vec<BackendId>, req: &ChatRequest, snap: &Snapshot) -> R
     // Counted once per distinct counter: estimates share nothing, but two backends with the
     // same counter agree.
     let mut counted: HashMap<String, u32> = HashMap::new();
-    let bound = upper_bound(req);
+    // Written out only if a backend declares a context limit: an agent's turn is 100 KB.
+    let bound = std::cell::LazyCell::new(|| upper_bound(req));
     let mut kept = Vec::with_capacity(eligible.len());
     let mut refusals = Vec::new();
     for index in eligible {

@@ -17,9 +17,7 @@ use serde_json::{Map, Value};
 use super::blocks::{invalid, read_message, system_text, WireMessage};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
-use crate::canonical::{
-    compile_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice,
-};
+use crate::canonical::{check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
 use crate::serve::Headers;
 
 /// The version Spillway assumes when the client sends no `anthropic-version`.
@@ -225,7 +223,7 @@ fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
         if !t.input_schema.is_object() {
             return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()));
         }
-        compile_schema(&t.input_schema).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
+        check_schema(&t.input_schema).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
         tools.push(Tool {
             name: t.name.clone(),
             description: t.description.clone(),

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{WireImageUrl, WireTool};
 use crate::api::error::ApiError;
-use crate::canonical::{compile_schema, Image, ResponseFormat, Tool, ToolChoice};
+use crate::canonical::{check_schema, Image, ResponseFormat, Tool, ToolChoice};
 
 /// The tools, each a `function` with a name used once and a parameter schema that is a JSON
 /// schema object (or absent), so every adapter can map it as it is.
@@ -36,7 +36,7 @@ pub(crate) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
                         "a function's parameters must be a schema of `\"type\": \"object\"`".into(),
                     );
                 }
-                if let Err(why) = compile_schema(&f.parameters) {
+                if let Err(why) = check_schema(&f.parameters) {
                     return bad("function.parameters", why);
                 }
             }
@@ -159,7 +159,7 @@ pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError>
                     )
                 }
             };
-            if let Err(why) = compile_schema(&schema) {
+            if let Err(why) = check_schema(&schema) {
                 return bad("response_format.json_schema.schema", why);
             }
             let strict = match spec.get("strict") {
