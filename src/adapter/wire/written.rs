@@ -2,7 +2,8 @@
 //! rewritten: an agent resends 50–400 KB of instructions, tool schemas and history every turn,
 //! and an upstream that speaks the client's dialect gets those bytes without a tree built or a
 //! string re-escaped. The top-level members are found once (borrowed slices of the body); each
-//! member not owned is copied as written, and the owned ones are written after them.
+//! member the wire passes on is copied as written, and the ones Spillway owns are written after
+//! them.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -29,13 +30,17 @@ impl<'a> Members<'a> {
         self.0.iter().rev().find(|(key, _)| key == name).map(|(_, value)| *value)
     }
 
-    /// The body: every member not named in `owned`, as written and in its place, then the
-    /// members of `own` (a struct or map; its `None`s skipped by its own serde attributes).
-    pub(crate) fn write(&self, owned: &[&str], own: &impl Serialize) -> Result<Vec<u8>, serde_json::Error> {
+    /// The body: every member `passed` names, as written and in its place, then the members
+    /// of `own` (a struct or map; its `None`s skipped by its own serde attributes).
+    pub(crate) fn write(
+        &self,
+        passed: impl Fn(&str) -> bool,
+        own: &impl Serialize,
+    ) -> Result<Vec<u8>, serde_json::Error> {
         let written: usize = self.0.iter().map(|(key, value)| key.len() + value.get().len() + 4).sum();
         let mut out = Vec::with_capacity(written + 256);
         out.push(b'{');
-        for (key, value) in self.0.iter().filter(|(key, _)| !owned.contains(&key.as_ref())) {
+        for (key, value) in self.0.iter().filter(|(key, _)| passed(key)) {
             if out.len() > 1 {
                 out.push(b',');
             }
@@ -78,12 +83,12 @@ impl<'de> Visitor<'de> for MembersVisitor {
 
 /// A JSON array as written with `first` put before its items: the task's system prompt ahead
 /// of the client's conversation, the conversation left as bytes.
-pub(crate) struct Prepended<'a, T> {
+pub(crate) struct WithFirst<'a, T> {
     pub first: T,
     pub rest: &'a RawValue,
 }
 
-impl<T: Serialize> Serialize for Prepended<'_, T> {
+impl<T: Serialize> Serialize for WithFirst<'_, T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{Error, SerializeSeq};
         let items: Vec<&RawValue> = serde_json::from_str(self.rest.get()).map_err(S::Error::custom)?;
@@ -110,7 +115,8 @@ mod tests {
     }
 
     fn rewrite(body: &str, owned: &[&str], own: &impl Serialize) -> String {
-        String::from_utf8(Members::of(body.as_bytes()).unwrap().write(owned, own).unwrap()).unwrap()
+        let members = Members::of(body.as_bytes()).unwrap();
+        String::from_utf8(members.write(|key| !owned.contains(&key), own).unwrap()).unwrap()
     }
 
     #[test]
@@ -147,11 +153,11 @@ mod tests {
     }
 
     #[test]
-    fn prepended_puts_its_item_first_and_keeps_the_rest_as_written() {
+    fn with_first_puts_its_item_first_and_keeps_the_rest_as_written() {
         let rest: &RawValue = serde_json::from_str(r#"[ {"role":"user", "content":"hi"} ]"#).unwrap();
-        let out = serde_json::to_string(&Prepended { first: json!({"role": "system"}), rest }).unwrap();
+        let out = serde_json::to_string(&WithFirst { first: json!({"role": "system"}), rest }).unwrap();
         assert_eq!(out, r#"[{"role":"system"},{"role":"user", "content":"hi"}]"#);
         let empty: &RawValue = serde_json::from_str("[]").unwrap();
-        assert_eq!(serde_json::to_string(&Prepended { first: 1, rest: empty }).unwrap(), "[1]");
+        assert_eq!(serde_json::to_string(&WithFirst { first: 1, rest: empty }).unwrap(), "[1]");
     }
 }

@@ -14,7 +14,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::adapter::wire::written::{Members, Prepended};
+use crate::adapter::wire::written::{Members, WithFirst};
 use crate::adapter::Call;
 use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Tool, ToolChoice};
 
@@ -194,16 +194,18 @@ impl<'a> ChatBody<'a> {
     }
 }
 
-/// The members of a client's chat body that [`written_body`] writes itself.
-const OWNED: [&str; 6] =
-    ["model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "prompt_cache_key"];
+/// The members of a client's chat body sent on as written: those the typed body writes from
+/// the same fields. Others are left out, as the typed body leaves them: some engines refuse a
+/// member they do not know (TensorRT-LLM's server forbids extra fields).
+const PASSED: [&str; 9] =
+    ["messages", "temperature", "top_p", "stop", "seed", "user", "tools", "tool_choice", "response_format"];
 
 /// What [`written_body`] writes after the client's other members.
 #[derive(Serialize)]
 struct OwnedMembers<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    messages: Option<Prepended<'a, MessageOut<'a>>>,
+    messages: Option<WithFirst<'a, MessageOut<'a>>>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
@@ -215,8 +217,9 @@ struct OwnedMembers<'a> {
     prompt_cache_key: Option<&'a str>,
 }
 
-/// The body of `call` of `req` from `written`, the client's own chat body: its members as
-/// written, but those Spillway owns, which say what [`ChatBody::of`] says of them. The output
+/// The body of `call` of `req` from `written`, the client's own chat body: its [`PASSED`]
+/// members as written, then those Spillway owns, which say what [`ChatBody::of`] says of them
+/// (the conversation is owned only when a task's system prompt goes before it). The output
 /// cap keeps the name the client gave it (`max_completion_tokens`, which OpenAI's reasoning
 /// models require, or `max_tokens`). `None` if `written` is not a JSON object.
 pub(crate) fn written_body(
@@ -229,13 +232,10 @@ pub(crate) fn written_body(
     let completion_name =
         members.get("max_completion_tokens").is_some() && members.get("max_tokens").is_none();
     let messages = match (&call.variant, members.get("messages")) {
-        (Some(variant), Some(rest)) => Some(Prepended { first: MessageOut::of(variant), rest }),
+        (Some(variant), Some(rest)) => Some(WithFirst { first: MessageOut::of(variant), rest }),
         _ => None,
     };
-    let mut owned = OWNED.to_vec();
-    if messages.is_some() {
-        owned.push("messages");
-    }
+    let owns_messages = messages.is_some();
     let own = OwnedMembers {
         model: call.model,
         messages,
@@ -245,7 +245,7 @@ pub(crate) fn written_body(
         max_completion_tokens: req.max_tokens.filter(|_| completion_name),
         prompt_cache_key: req.prompt_cache_key.as_deref().filter(|_| cache_key),
     };
-    members.write(&owned, &own).ok()
+    members.write(|key| PASSED.contains(&key) && !(owns_messages && key == "messages"), &own).ok()
 }
 
 impl<'a> MessageOut<'a> {

@@ -1,12 +1,13 @@
 //! The client's own chat body, sent as written, means what the typed body means: read back by
 //! the chat door's own decoder, both give the same canonical request, for any request the door
 //! accepts and any call (model, stream, a task's system prompt, whether `prompt_cache_key`
-//! goes on); and every member Spillway does not own reaches the upstream as the client wrote it.
+//! goes on); every member the wire passes on reaches the upstream as the client wrote it, and
+//! no other member does.
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-use super::{written_body, ChatBody, OWNED};
+use super::{written_body, ChatBody, PASSED};
 use crate::adapter::{Call, Upstream, WireFormat};
 use crate::api::wire::decode;
 use crate::canonical::ChatRequest;
@@ -40,10 +41,15 @@ fn forwarded_means_the_typed(
         assert_eq!(sent.get(owned), typed.get(owned), "{owned}");
     }
     for (key, value) in body.as_object().unwrap() {
-        let owned = OWNED.contains(&key.as_str()) || (key == "messages" && variant.is_some());
-        if !owned {
+        let passed = PASSED.contains(&key.as_str()) && !(key == "messages" && variant.is_some());
+        if passed {
             assert_eq!(sent.get(key), Some(value), "{key} as the client wrote it");
         }
+    }
+    // The cap may go under the client's name for it; every other member is one the typed body sends.
+    for key in sent.as_object().unwrap().keys() {
+        let typed_name = if key == "max_completion_tokens" { "max_tokens" } else { key };
+        assert!(typed.get(typed_name).is_some(), "{key} is sent only where the typed body sends it");
     }
     sent
 }
@@ -115,7 +121,7 @@ fn body() -> impl Strategy<Value = Value> {
                     body.insert("user".into(), json!("dev@example.com"));
                 }
                 if extra {
-                    // Members Spillway does not model reach the upstream all the same.
+                    // Members the typed body does not write: left out, as it leaves them.
                     body.insert("logprobs".into(), json!(true));
                     body.insert("metadata".into(), json!({"ticket": "T-1", "nested": {"a": [1, 2.5, null]}}));
                     body.insert("reasoning_effort".into(), json!("low"));
