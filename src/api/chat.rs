@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::error::ApiError;
 use super::front::{self, Incoming};
 use super::whole::{self, DialectDoor, WholeBody};
-use super::wire::{self, completion_json, ChatCompletionRequest};
+use super::wire::{self, ChatCompletionRequest, Completion, WireUsage};
 use crate::canonical::ChatRequest;
 use crate::config::TaskConfig;
 use crate::serve::{self, Headers, Served};
@@ -37,7 +37,7 @@ impl DialectDoor for Chat {
     }
 
     fn to_canonical(
-        request: &ChatCompletionRequest,
+        request: &mut ChatCompletionRequest,
         _: &dyn Headers,
         task: &TaskConfig,
     ) -> Result<ChatRequest, ApiError> {
@@ -49,13 +49,10 @@ impl DialectDoor for Chat {
         let Served { committed, task, created, cost, .. } = served;
         let answer = whole::whole_answer(committed.events, &committed.backend).await?;
         let id = new_id();
-        let usage = answer.usage.unwrap_or_default();
-        let mut json =
-            completion_json(&id, &task, created, &answer.text, &answer.tool_calls, answer.finish, &usage);
-        if let Some(c) = cost.get() {
-            json["usage"][wire::COST_FIELD] = Value::String(c.to_string());
-        }
-        Ok(whole::to_body(&json))
+        let usage = WireUsage::from(&answer.usage.unwrap_or_default()).with_cost(cost.get());
+        let said = (answer.text.as_str(), answer.tool_calls.as_slice());
+        let completion = Completion::of(&id, &task, created, said, answer.finish, usage);
+        Ok(serde_json::to_vec(&completion).expect("a completion serialises"))
     }
 
     fn envelope(error: &ApiError) -> (u16, Value) {
@@ -70,10 +67,10 @@ fn new_id() -> String {
 pub(crate) async fn chat_completions(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    let request = Chat::decode(&received.body)?;
+    let mut request = Chat::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let served = whole::serve::<Chat>(&state.serving, arrival, &request).await?;
+    let served = whole::serve::<Chat>(&state.serving, arrival, &mut request).await?;
     if !request.wants_stream() {
         return whole::respond_whole::<Chat>(&request, served, admission).await;
     }

@@ -120,7 +120,7 @@ impl DialectDoor for Completions {
     }
 
     fn to_canonical(
-        request: &CompletionsRequest,
+        request: &mut CompletionsRequest,
         _: &dyn Headers,
         task: &TaskConfig,
     ) -> Result<ChatRequest, ApiError> {
@@ -147,10 +147,10 @@ fn new_id() -> String {
 pub async fn completions(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    let request = Completions::decode(&received.body)?;
+    let mut request = Completions::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let served = whole::serve::<Completions>(&state.serving, arrival, &request).await?;
+    let served = whole::serve::<Completions>(&state.serving, arrival, &mut request).await?;
     if !request.wants_stream() {
         return whole::respond_whole::<Completions>(&request, served, admission).await;
     }

@@ -96,7 +96,7 @@ impl DialectDoor for Embeddings {
     }
 
     fn to_canonical(
-        request: &EmbeddingsRequest,
+        request: &mut EmbeddingsRequest,
         _: &dyn Headers,
         _: &TaskConfig,
     ) -> Result<ChatRequest, ApiError> {
@@ -120,9 +120,9 @@ impl DialectDoor for Embeddings {
 pub async fn embeddings(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    let request = Embeddings::decode(&received.body)?;
+    let mut request = Embeddings::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
-    let served = whole::serve::<Embeddings>(&state.serving, arrival, &request).await?;
+    let served = whole::serve::<Embeddings>(&state.serving, arrival, &mut request).await?;
     whole::respond_whole::<Embeddings>(&request, served, received.admission).await
 }
 

@@ -42,9 +42,10 @@ pub(crate) trait DialectDoor {
     /// provider takes, state that pins it to one backend).
     fn arrive(_request: &Self::Request, _arrival: &mut Arrival<'_>) {}
 
-    /// The canonical request, once its task is known.
+    /// The canonical request, once its task is known. It may move out of `request` what no
+    /// later step reads (a chat request's conversation and tools).
     fn to_canonical(
-        request: &Self::Request,
+        request: &mut Self::Request,
         headers: &dyn Headers,
         task: &TaskConfig,
     ) -> Result<ChatRequest, ApiError>;
@@ -68,11 +69,12 @@ pub(crate) type WholeBody = Result<Vec<u8>, ApiError>;
 pub(crate) async fn serve<D: DialectDoor>(
     serving: &Serving,
     mut arrival: Arrival<'_>,
-    request: &D::Request,
+    request: &mut D::Request,
 ) -> Result<Served, ApiError> {
     D::arrive(request, &mut arrival);
     let headers = arrival.headers;
-    serve::serve(serving, arrival, D::model(request), |task| D::to_canonical(request, headers, task))
+    let model = D::model(request).to_owned();
+    serve::serve(serving, arrival, &model, |task| D::to_canonical(request, headers, task))
         .await
         .map_err(D::refusal)
 }

@@ -111,7 +111,7 @@ impl InProcess {
             Ok(admission) => admission,
             Err(e) => return refused::<D>(&e, None),
         };
-        let request = match D::decode(&bytes::Bytes::copy_from_slice(line.body.as_bytes())) {
+        let mut request = match D::decode(&bytes::Bytes::copy_from_slice(line.body.as_bytes())) {
             Ok(request) => request,
             Err(e) => return refused::<D>(&e, None),
         };
@@ -126,7 +126,7 @@ impl InProcess {
             fleet_only: line.fleet_only,
             trace,
         };
-        let served = match whole::serve::<D>(&self.doors.serving, arrival, &request).await {
+        let served = match whole::serve::<D>(&self.doors.serving, arrival, &mut request).await {
             Ok(served) => served,
             Err(e) => return refused::<D>(&e, None),
         };

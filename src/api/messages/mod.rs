@@ -49,7 +49,7 @@ impl DialectDoor for Messages {
     }
 
     fn to_canonical(
-        request: &decode::Decoded,
+        request: &mut decode::Decoded,
         headers: &dyn Headers,
         task: &TaskConfig,
     ) -> Result<ChatRequest, ApiError> {
@@ -80,10 +80,10 @@ pub async fn messages(incoming: Incoming) -> Response {
 async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    let decoded = Messages::decode(&received.body)?;
+    let mut decoded = Messages::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let served = whole::serve::<Messages>(&state.serving, arrival, &decoded).await?;
+    let served = whole::serve::<Messages>(&state.serving, arrival, &mut decoded).await?;
     if !decoded.wants_stream() {
         return whole::respond_whole::<Messages>(&decoded, served, admission).await;
     }

@@ -85,7 +85,7 @@ impl DialectDoor for Responses {
     }
 
     fn to_canonical(
-        prepared: &Prepared,
+        prepared: &mut Prepared,
         _: &dyn Headers,
         task: &TaskConfig,
     ) -> Result<ChatRequest, ApiError> {
@@ -128,10 +128,10 @@ fn head(prepared: &Prepared, task: String) -> Head {
 pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, request_id, trace, headers, body } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    let prepared = Responses::decode(&received.body)?;
+    let mut prepared = Responses::decode(&received.body)?;
     let arrival = received.arrival(request_id, trace, &headers);
     let admission = received.admission;
-    let served = whole::serve::<Responses>(&state.serving, arrival, &prepared).await?;
+    let served = whole::serve::<Responses>(&state.serving, arrival, &mut prepared).await?;
     if !prepared.request.wants_stream() {
         return whole::respond_whole::<Responses>(&prepared, served, admission).await;
     }

@@ -198,7 +198,7 @@ fn function(r: &Read, name: &str) -> Result<Tool, ApiError> {
         function: WireFunction { name: name.to_string(), description, parameters },
     };
     // Chat's checks, their refusal in Responses' words: this tool's path, `invalid_value`.
-    let mut tools = wire::tools(&[wire]).map_err(|mut e| {
+    let mut tools = wire::tools(&mut [wire]).map_err(|mut e| {
         if let Some(param) = e.param.as_mut() {
             *param = param.replacen("tools[0].function", &r.at, 1);
         }

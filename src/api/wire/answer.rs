@@ -2,7 +2,6 @@
 //! the last chunk of a stream) and a whole `chat.completion`.
 
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use crate::canonical::{FinishReason, ToolCall, Usage};
 
@@ -45,37 +44,82 @@ impl From<&Usage> for WireUsage {
     }
 }
 
-/// A whole `chat.completion` object.
-pub fn completion_json(
-    id: &str,
-    model: &str,
-    created: u64,
-    text: &str,
-    tool_calls: &[ToolCall],
-    finish: Option<FinishReason>,
-    usage: &Usage,
-) -> Value {
-    let mut message = json!({"role": "assistant", "content": text});
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = tool_calls
+/// A whole `chat.completion` object, written straight from the answer (no tree built).
+#[derive(Debug, Serialize)]
+pub struct Completion<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: &'a str,
+    pub choices: [Choice<'a>; 1],
+    pub usage: WireUsage,
+}
+
+/// The one choice of a [`Completion`].
+#[derive(Debug, Serialize)]
+pub struct Choice<'a> {
+    pub index: u32,
+    pub message: AnswerMessage<'a>,
+    pub finish_reason: &'static str,
+    /// Always `null`: log probabilities are not asked of an upstream.
+    pub logprobs: Option<()>,
+}
+
+/// The assistant's message: its text (`null` when it only calls tools) and its tool calls.
+#[derive(Debug, Serialize)]
+pub struct AnswerMessage<'a> {
+    pub role: &'static str,
+    pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<CallOut<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CallOut<'a> {
+    pub id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionOut<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FunctionOut<'a> {
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
+impl<'a> Completion<'a> {
+    /// The completion of an answer of `text` and `tool_calls` that ended for `finish` (`stop`
+    /// when the upstream did not say), its usage with its cost once known.
+    pub fn of(
+        id: &'a str,
+        model: &'a str,
+        created: u64,
+        (text, tool_calls): (&'a str, &'a [ToolCall]),
+        finish: Option<FinishReason>,
+        usage: WireUsage,
+    ) -> Completion<'a> {
+        let tool_calls: Vec<CallOut<'a>> = tool_calls
             .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .map(|c| CallOut {
+                id: &c.id,
+                kind: "function",
+                function: FunctionOut { name: &c.name, arguments: &c.arguments },
+            })
             .collect();
-        if text.is_empty() {
-            message["content"] = Value::Null;
+        let content = (tool_calls.is_empty() || !text.is_empty()).then_some(text);
+        Completion {
+            id,
+            object: "chat.completion",
+            created,
+            model,
+            choices: [Choice {
+                index: 0,
+                message: AnswerMessage { role: "assistant", content, tool_calls },
+                finish_reason: finish.unwrap_or(FinishReason::Stop).as_str(),
+                logprobs: None,
+            }],
+            usage,
         }
     }
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": finish.unwrap_or(FinishReason::Stop).as_str(),
-            "logprobs": null,
-        }],
-        "usage": WireUsage::from(usage),
-    })
 }

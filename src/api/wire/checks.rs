@@ -12,19 +12,19 @@ use crate::canonical::{check_schema, Image, ResponseFormat, Tool, ToolChoice};
 
 /// The tools, each a `function` with a name used once and a parameter schema that is a JSON
 /// schema object (or absent), so every adapter can map it as it is.
-pub(crate) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
+pub(crate) fn tools(wire: &mut [WireTool]) -> Result<Vec<Tool>, ApiError> {
     let mut names = HashSet::new();
     let mut tools = Vec::new();
-    for (i, t) in wire.iter().enumerate() {
+    for (i, t) in wire.iter_mut().enumerate() {
         let bad = |key: &str, why: String| Err(ApiError::bad_request(why).param(format!("tools[{i}].{key}")));
         if let Some(kind) = t.kind.as_deref().filter(|k| *k != "function") {
             return bad("type", format!("tool type `{kind}` is not supported; only `function` tools are"));
         }
-        let f = &t.function;
+        let f = &mut t.function;
         if f.name.is_empty() {
             return bad("function.name", "must not be empty".into());
         }
-        if !names.insert(f.name.as_str()) {
+        if !names.insert(f.name.clone()) {
             return bad("function.name", format!("`{}` is the name of another tool", f.name));
         }
         match &f.parameters {
@@ -48,9 +48,9 @@ pub(crate) fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
             }
         }
         tools.push(Tool {
-            name: f.name.clone(),
-            description: f.description.clone(),
-            parameters: f.parameters.clone(),
+            name: std::mem::take(&mut f.name),
+            description: f.description.take(),
+            parameters: f.parameters.take(),
         });
     }
     Ok(tools)

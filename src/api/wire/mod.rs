@@ -248,13 +248,25 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> R
             Err(e) => invalid_json(&e),
         });
     }
+    // Read without tracking the path (an agent's 100 KB turn is thousands of values); a body
+    // that fails is read again with it, for the error to name its field.
     let mut de = serde_json::Deserializer::from_slice(body);
-    let request = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
-        decode_error(path, err.into_inner())
-    })?;
-    de.end().map_err(|e| invalid_json(&e))?;
-    Ok(request)
+    match T::deserialize(&mut de) {
+        Ok(request) => {
+            de.end().map_err(|e| invalid_json(&e))?;
+            Ok(request)
+        }
+        Err(unnamed) => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            Err(match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                Err(err) => {
+                    let path = err.path().to_string();
+                    decode_error(path, err.into_inner())
+                }
+                Ok(_) => decode_error(".".to_string(), unnamed),
+            })
+        }
+    }
 }
 
 /// Read an already parsed JSON value as `T`, a wrong type or value naming its field.
@@ -319,8 +331,10 @@ impl ChatCompletionRequest {
     }
 
     /// The canonical request (without `model`, which dispatch fills per backend), checking
-    /// what the types could not; each refusal names its field, with code `invalid_value`.
-    pub fn to_canonical(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    /// what the types could not; each refusal names its field, with code `invalid_value`. The
+    /// conversation and the tools move into it (an agent's turn is 100 KB of them): what is
+    /// left of `self` is the request's head.
+    pub fn to_canonical(&mut self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         self.checked(output_cap).map_err(|e| {
             if e.code == ErrorCode::InvalidRequest {
                 e.code(ErrorCode::InvalidValue)
@@ -330,7 +344,7 @@ impl ChatCompletionRequest {
         })
     }
 
-    fn checked(&self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    fn checked(&mut self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::bad_request("`messages` must not be empty").param("messages"));
         }
@@ -345,12 +359,12 @@ impl ChatCompletionRequest {
         if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(ApiError::bad_request(format!("`top_p` {p} is outside 0 to 1")).param("top_p"));
         }
-        let tools = tools(self.tools.as_deref().unwrap_or_default())?;
+        let tools = tools(self.tools.as_deref_mut().unwrap_or_default())?;
         let tool_choice = self.tool_choice.as_ref().map(|choice| tool_choice(choice, &tools)).transpose()?;
         let mut messages = Vec::with_capacity(self.messages.len());
-        for (i, m) in self.messages.iter().enumerate() {
+        for (i, m) in self.messages.iter_mut().enumerate() {
             let mut images = Vec::new();
-            let content = match &m.content {
+            let content = match &mut m.content {
                 None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
                     String::new()
                 }
@@ -364,7 +378,7 @@ impl ChatCompletionRequest {
                     };
                     return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
                 }
-                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Text(t)) => std::mem::take(t),
                 Some(Content::Parts(parts)) => {
                     let mut text = String::new();
                     for (j, part) in parts.iter().enumerate() {
@@ -403,12 +417,12 @@ impl ChatCompletionRequest {
             };
             let tool_calls = m
                 .tool_calls
-                .iter()
+                .iter_mut()
                 .flatten()
                 .map(|c| ToolCall {
-                    id: c.id.clone(),
-                    name: c.function.name.clone(),
-                    arguments: c.function.arguments.clone(),
+                    id: std::mem::take(&mut c.id),
+                    name: std::mem::take(&mut c.function.name),
+                    arguments: std::mem::take(&mut c.function.arguments),
                 })
                 .collect();
             if m.role == Role::Tool && m.tool_call_id.is_none() {
@@ -420,7 +434,7 @@ impl ChatCompletionRequest {
                 content,
                 images,
                 tool_calls,
-                tool_call_id: m.tool_call_id.clone(),
+                tool_call_id: m.tool_call_id.take(),
             });
         }
         let asked = self.max_completion_tokens.or(self.max_tokens);
@@ -468,5 +482,5 @@ mod checks;
 #[cfg(test)]
 mod tests;
 
-pub use answer::{completion_json, WireUsage, COST_FIELD};
+pub use answer::{Completion, WireUsage, COST_FIELD};
 pub(crate) use checks::{image_of, response_format, tool_choice, tools};

@@ -25,7 +25,7 @@ fn with(extra: &str) -> String {
 #[track_caller]
 fn refused(body: &[u8]) -> ApiError {
     let err = match decode(body) {
-        Ok(req) => req.to_canonical(None).expect_err("accepted"),
+        Ok(mut req) => req.to_canonical(None).expect_err("accepted"),
         Err(err) => err,
     };
     assert_eq!(err.status, 400, "{err:?}");
@@ -245,18 +245,17 @@ fn hostile_bodies_get_a_400_not_a_panic() {
 
 #[test]
 fn output_is_capped_by_the_task_and_parts_are_joined() {
-    let req = decode(
-        br#"{"model":"t","max_tokens":900,"stop":"END","messages":[
+    let body = br#"{"model":"t","max_tokens":900,"stop":"END","messages":[
             {"role":"system","content":"be brief"},
-            {"role":"user","content":[{"type":"text","text":"hel"},{"type":"text","text":"lo"}]}]}"#,
-    )
-    .unwrap();
-    let c = req.to_canonical(Some(400)).unwrap();
+            {"role":"user","content":[{"type":"text","text":"hel"},{"type":"text","text":"lo"}]}]}"#;
+    let c = decode(body).unwrap().to_canonical(Some(400)).unwrap();
     assert_eq!(c.max_tokens, Some(400));
+    assert_eq!(c.messages[0].content, "be brief");
     assert_eq!(c.messages[1].content, "hello");
     assert_eq!(c.stop, ["END"]);
-    assert_eq!(req.to_canonical(None).unwrap().max_tokens, Some(900));
-    let bad = decode(br#"{"model":"t","temperature":3,"messages":[{"role":"user","content":"x"}]}"#).unwrap();
+    assert_eq!(decode(body).unwrap().to_canonical(None).unwrap().max_tokens, Some(900));
+    let mut bad =
+        decode(br#"{"model":"t","temperature":3,"messages":[{"role":"user","content":"x"}]}"#).unwrap();
     assert_eq!(bad.to_canonical(None).unwrap_err().param.as_deref(), Some("temperature"));
 }
 
