@@ -371,8 +371,10 @@ mod tests {
         assert_eq!(counter.tokenizer(), None);
         // A small vocabulary needs more tokens than o200k_base for the same English.
         assert!(counter.reference_ratio() > 1.0, "{}", counter.reference_ratio());
-        let req =
-            ChatRequest { messages: vec![Message::new(Role::User, "hello world")], ..Default::default() };
+        let req = ChatRequest {
+            messages: vec![Message::new(Role::User, "hello world")].into(),
+            ..Default::default()
+        };
         assert_eq!(
             counter.count_request(&req),
             REPLY_PRIMING + TOKENS_PER_MESSAGE + counter.count_text("user") + 9
@@ -392,10 +394,14 @@ mod tests {
     #[test]
     fn images_and_a_response_schema_count_towards_the_prompt() {
         let c = TokenCounter::O200kBase;
-        let mut req =
-            ChatRequest { messages: vec![Message::new(Role::User, "what is this?")], ..Default::default() };
+        let mut req = ChatRequest {
+            messages: vec![Message::new(Role::User, "what is this?")].into(),
+            ..Default::default()
+        };
         let plain = c.count_request(&req);
-        req.messages[0].images.push(crate::canonical::Image { url: "https://x/a.png".into(), detail: None });
+        req.messages.to_mut()[0]
+            .images
+            .push(crate::canonical::Image { url: "https://x/a.png".into(), detail: None });
         assert_eq!(c.count_request(&req), plain + TOKENS_PER_IMAGE);
         let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
         req.response_format = crate::canonical::ResponseFormat::JsonSchema {
@@ -413,7 +419,8 @@ mod tests {
             messages: vec![
                 Message::new(Role::System, "You are terse."),
                 Message::new(Role::User, "hello world"),
-            ],
+            ]
+            .into(),
             ..Default::default()
         };
         let expected = REPLY_PRIMING
@@ -430,7 +437,7 @@ mod tests {
             name: "lookup".into(),
             arguments: r#"{"id": 42}"#.into(),
         });
-        req.messages.push(answer);
+        req.messages.to_mut().push(answer);
         let with_call = c.count_request(&req);
         assert_eq!(
             with_call,

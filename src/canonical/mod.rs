@@ -6,6 +6,7 @@
 
 mod affinity;
 mod cache;
+mod conversation;
 mod engine;
 mod error;
 mod id;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use affinity::{Affinity, AffinitySource};
 pub use cache::{CachePlacement, MAX_BREAKPOINTS};
+pub use conversation::{unescaped_len, Conversation, Facts, Written};
 pub use engine::Engine;
 pub use error::{ErrorClass, UpstreamError};
 pub use id::NodeKey;
@@ -243,7 +245,7 @@ pub enum ToolChoice {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub model: String,
-    pub messages: Vec<Message>,
+    pub messages: Conversation,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
@@ -295,13 +297,13 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// Whether any message carries an image.
     pub fn has_images(&self) -> bool {
-        self.messages.iter().any(|m| !m.images.is_empty())
+        self.messages.images() > 0
     }
 
     /// A rough prompt size in tokens (4 characters a token), for estimates made before a
     /// backend has counted: cost ordering and capacity planning.
     pub fn estimated_prompt_tokens(&self) -> u32 {
-        let mut chars: usize = self.messages.iter().map(|m| m.content.len() + 4).sum();
+        let mut chars = self.messages.text_bytes() + 4 * self.messages.len();
         if let Some(input) = self.operation.input() {
             chars += input.texts().iter().map(|t| t.len()).sum::<usize>() + 4 * input.token_ids();
         }

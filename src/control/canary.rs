@@ -132,7 +132,7 @@ impl Canaries {
                 ..ChatRequest::default()
             },
             None => ChatRequest {
-                messages: vec![Message::new(Role::User, canary.prompt.clone())],
+                messages: vec![Message::new(Role::User, canary.prompt.clone())].into(),
                 max_tokens: Some(canary.max_tokens),
                 temperature: Some(0.0),
                 ..ChatRequest::default()

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use crate::canonical::{ChatRequest, Role};
+use crate::canonical::ChatRequest;
 
 /// Most keys a node remembers.
 pub const MAX_KEYS: usize = 4096;
@@ -60,11 +60,11 @@ impl PrefixKeys {
     pub fn of(request: &ChatRequest, affinity: Option<u64>) -> PrefixKeys {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut chars = 0;
-        for m in request.messages.iter().take_while(|m| m.role == Role::System) {
-            hasher.update(m.content.as_bytes());
+        request.messages.leading_system(|text| {
+            hasher.update(text.as_bytes());
             hasher.update(&[0]);
-            chars += m.content.len() + 4;
-        }
+            chars += text.len() + 4;
+        });
         for tool in &request.tools {
             hasher.update(tool.name.as_bytes());
             hasher.update(&[1]);
@@ -160,6 +160,7 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::Role;
 
     /// `tokens` held, with the session's own turns.
     fn own(tokens: u32) -> Option<Held> {
@@ -224,7 +225,7 @@ mod tests {
     fn the_preamble_is_the_leading_system_prompt_and_the_tools() {
         use crate::canonical::{Message, Tool};
         let request = |system: &str, tool: &str| ChatRequest {
-            messages: vec![Message::new(Role::System, system), Message::new(Role::User, "hi")],
+            messages: vec![Message::new(Role::System, system), Message::new(Role::User, "hi")].into(),
             tools: vec![Tool { name: tool.into(), description: None, parameters: serde_json::json!({}) }],
             ..Default::default()
         };

@@ -97,7 +97,7 @@ pub async fn run(
 /// The request a golden item sends: its messages, the task's output cap, temperature 0.
 pub(crate) fn item_request(task: &TaskConfig, item: &GoldenItem) -> ChatRequest {
     ChatRequest {
-        messages: item.messages.clone(),
+        messages: item.messages.clone().into(),
         max_tokens: task.max_output_tokens.or(Some(512)),
         temperature: Some(0.0),
         ..ChatRequest::default()
@@ -217,7 +217,7 @@ impl Judge {
                     "You grade answers against a rubric. Reply with one number from 0 (fails the rubric) to 10 (meets it fully).",
                 ),
                 Message::new(Role::User, prompt),
-            ],
+            ].into(),
             max_tokens: Some(8),
             temperature: Some(0.0),
             ..ChatRequest::default()

@@ -312,7 +312,7 @@ policy:
         let now = Instant::now();
         let idle = |_: &NodeView| LoadView::default();
         let plain = ChatRequest {
-            messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")],
+            messages: vec![crate::canonical::Message::new(crate::canonical::Role::User, "hi")].into(),
             ..Default::default()
         };
         let names = |snap: &Snapshot, t: Targets| {

@@ -283,7 +283,7 @@ fn upper_bound(req: &ChatRequest) -> u64 {
     }
     let mut count = Count(0);
     let bytes = serde_json::to_writer(&mut count, req).map_or(u64::MAX / 2, |()| count.0);
-    let images: u64 = req.messages.iter().map(|m| m.images.len() as u64).sum();
+    let images = req.messages.images() as u64;
     let framing = 16 + 4 * req.messages.len() as u64;
     (bytes + framing).saturating_mul(5) / 4 + images * u64::from(tokens::TOKENS_PER_IMAGE)
 }
@@ -330,7 +330,7 @@ tasks:
     }
 
     fn request(text: &str) -> ChatRequest {
-        ChatRequest { messages: vec![Message::new(Role::User, text)], ..Default::default() }
+        ChatRequest { messages: vec![Message::new(Role::User, text)].into(), ..Default::default() }
     }
 
     #[test]
@@ -372,7 +372,7 @@ tasks:
         assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai"]);
 
         let mut req = request("what is in it?");
-        req.messages[0].images.push(Image { url: "https://example.com/a.png".into(), detail: None });
+        req.messages.to_mut()[0].images.push(Image { url: "https://example.com/a.png".into(), detail: None });
         assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai", "claude"]);
 
         let mut req = request("json please");

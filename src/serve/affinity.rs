@@ -13,6 +13,8 @@
 //! Pure: no I/O, no clock. The answer is the source and the key's xxh3-64 hash; the key text
 //! never leaves this module, so no log line or ledger row can show it.
 
+use std::borrow::Cow;
+
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::Headers;
@@ -60,10 +62,11 @@ fn present(value: Option<&[u8]>) -> Option<&[u8]> {
 /// each written as its length (8 bytes, little-endian) and its bytes, so no two different
 /// triples run together into one input.
 fn prompt_prefix(request: &ChatRequest, task: &str, bound: usize) -> Option<Affinity> {
-    let first = |role| request.messages.iter().find(|m| m.role == role).map(|m| m.content.as_str());
-    let system = first(Role::System).unwrap_or("");
-    let input = || request.operation.input().and_then(|i| i.texts().into_iter().next());
-    let user = first(Role::User).or_else(input).unwrap_or("");
+    let system = request.messages.first_text(Role::System);
+    let system = system.as_deref().unwrap_or("");
+    let input = || request.operation.input().and_then(|i| i.texts().into_iter().next()).map(Cow::Borrowed);
+    let user = request.messages.first_text(Role::User).or_else(input);
+    let user = user.as_deref().unwrap_or("");
     if bound == 0 || (system.is_empty() && user.is_empty()) {
         return None;
     }

@@ -58,7 +58,8 @@ fn request(model: &str, stream: bool, max_tokens: u32) -> ChatRequest {
         messages: vec![
             Message::new(Role::System, "You are terse."),
             Message::new(Role::User, "Summarise the ticket: VPN drops every hour."),
-        ],
+        ]
+        .into(),
         max_tokens: Some(max_tokens),
         stream,
         ..Default::default()

@@ -43,7 +43,7 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
     let served = serve::serve(&serving, arrival, "t", |_task| {
         Ok(ChatRequest {
             model: "t".into(),
-            messages: vec![Message::new(Role::User, "Say hello.")],
+            messages: vec![Message::new(Role::User, "Say hello.")].into(),
             stream: true,
             ..Default::default()
         })

@@ -315,7 +315,8 @@ async fn a_prompt_that_fits_no_context_window_gets_400_naming_the_limit() {
         messages: vec![spillway::canonical::Message::new(
             spillway::canonical::Role::User,
             "The quick brown fox jumps over the lazy dog. ".repeat(60),
-        )],
+        )]
+        .into(),
         ..Default::default()
     };
     let needed = spillway::tokens::TokenCounter::O200kBase.count_request(&request) + 100;
@@ -333,7 +334,8 @@ async fn a_prompt_that_fits_no_context_window_gets_400_naming_the_limit() {
     ));
     let text = "hello world ".repeat(8);
     let request = spillway::canonical::ChatRequest {
-        messages: vec![spillway::canonical::Message::new(spillway::canonical::Role::User, text.clone())],
+        messages: vec![spillway::canonical::Message::new(spillway::canonical::Role::User, text.clone())]
+            .into(),
         ..Default::default()
     };
     let prompt = counter.count_request(&request);

@@ -402,7 +402,7 @@ async fn a_gate_call_never_shows_the_key() {
             );
             let snap = spillway::snapshot::Snapshot::from_config(Arc::clone(&config));
             let request = ChatRequest {
-                messages: vec![Message::new(Role::User, "hi")],
+                messages: vec![Message::new(Role::User, "hi")].into(),
                 max_tokens: Some(8),
                 ..Default::default()
             };

@@ -397,8 +397,11 @@ mod tests {
     async fn answer(content_type: &'static str, body: &'static str, stream: bool) -> Vec<Event> {
         let (base, _) = canned_server(200, &[("content-type", content_type)], body).await;
         let upstream = Upstream { base_url: base, ..Default::default() };
-        let req =
-            ChatRequest { stream, messages: vec![Message::new(Role::User, "hi")], ..Default::default() };
+        let req = ChatRequest {
+            stream,
+            messages: vec![Message::new(Role::User, "hi")].into(),
+            ..Default::default()
+        };
         let transport = Transport::from(reqwest::Client::new());
         let call = crate::adapter::Call::as_written(crate::adapter::WireFormat::OpenAi, upstream, &req);
         let events = chat::send(&transport, &call, &req).await.unwrap();

@@ -157,7 +157,7 @@ impl Decoded {
             kept.push(("anthropic-version", DEFAULT_VERSION.to_string()));
         }
         Ok(ChatRequest {
-            messages,
+            messages: messages.into(),
             max_tokens: Some(output_cap.map_or(r.max_tokens, |cap| r.max_tokens.min(cap))),
             temperature: r.temperature,
             top_p: r.top_p,

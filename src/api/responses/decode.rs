@@ -148,7 +148,7 @@ impl ResponsesRequest {
         };
         Ok(ChatRequest {
             model: String::new(),
-            messages: self.messages(calls, toolset)?,
+            messages: self.messages(calls, toolset)?.into(),
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,

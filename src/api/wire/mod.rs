@@ -14,15 +14,19 @@ use std::marker::PhantomData;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Message, Operation, Role, ToolCall};
+use crate::canonical::{ChatRequest, Conversation, Message, Operation, Role, ToolCall, Written};
 
+/// A chat completion request as the door reads it. `M` is how its conversation is read: as a
+/// [`Conversation`] once decoded; as the scan's facts on the way ([`scan::Scanned`]); as written
+/// where the scan is not sure of it.
 #[derive(Debug, Deserialize)]
-pub struct ChatCompletionRequest {
+pub struct ChatCompletionRequest<M = Conversation> {
     pub model: String,
-    pub messages: Vec<WireMessage>,
+    pub messages: M,
     #[serde(default)]
     pub max_tokens: Option<u32>,
     #[serde(default)]
@@ -232,7 +236,38 @@ pub struct WireFunction {
 
 /// Decode a chat completion request body.
 pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
-    decode_json(body, "a chat completion request")
+    decode_bytes(&bytes::Bytes::copy_from_slice(body))
+}
+
+/// Decode a chat completion request body, in one pass where the scan is sure of its
+/// conversation: kept as written ([`Conversation::written`]), read again only if an upstream
+/// of another wire needs its messages. Else it is decoded, and a refusal names its field.
+pub fn decode_bytes(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiError> {
+    if let Some(request) = scanned(body) {
+        return Ok(request);
+    }
+    let request: ChatCompletionRequest<Box<RawValue>> = decode_json(body, "a chat completion request")?;
+    let messages = decode_messages(request.messages.get().as_bytes()).map_err(|e| {
+        if e.code == ErrorCode::InvalidRequest {
+            e.code(ErrorCode::InvalidValue)
+        } else {
+            e
+        }
+    })?;
+    Ok(request.with_messages(Conversation::from(messages)))
+}
+
+/// The request in `body` with its conversation as written, if the scan is sure of it.
+fn scanned(body: &bytes::Bytes) -> Option<ChatCompletionRequest> {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request = ChatCompletionRequest::<scan::Scanned<'_>>::deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    let facts = request.messages.facts(body)?;
+    let written = Written { json: body.clone(), facts, decode: decode_written };
+    Some(request.with_messages(Conversation::written(written)))
 }
 
 /// Decode a request body of any dialect: one JSON object (`what` names it in the error when
@@ -321,6 +356,50 @@ fn decode_error(path: String, e: serde_json::Error) -> ApiError {
     }
 }
 
+impl<M> ChatCompletionRequest<M> {
+    /// The same request with its conversation read as `messages`.
+    fn with_messages<N>(self, messages: N) -> ChatCompletionRequest<N> {
+        let ChatCompletionRequest {
+            model,
+            messages: _,
+            max_tokens,
+            max_completion_tokens,
+            temperature,
+            top_p,
+            stop,
+            stream,
+            stream_options,
+            tools,
+            tool_choice,
+            seed,
+            n,
+            user,
+            prompt_cache_key,
+            response_format,
+            written,
+        } = self;
+        ChatCompletionRequest {
+            model,
+            messages,
+            max_tokens,
+            max_completion_tokens,
+            temperature,
+            top_p,
+            stop,
+            stream,
+            stream_options,
+            tools,
+            tool_choice,
+            seed,
+            n,
+            user,
+            prompt_cache_key,
+            response_format,
+            written,
+        }
+    }
+}
+
 impl ChatCompletionRequest {
     pub fn wants_stream(&self) -> bool {
         self.stream.unwrap_or(false)
@@ -345,9 +424,6 @@ impl ChatCompletionRequest {
     }
 
     fn checked(&mut self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-        if self.messages.is_empty() {
-            return Err(ApiError::bad_request("`messages` must not be empty").param("messages"));
-        }
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::bad_request("only n = 1 is supported").param("n"));
         }
@@ -359,84 +435,12 @@ impl ChatCompletionRequest {
         if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return Err(ApiError::bad_request(format!("`top_p` {p} is outside 0 to 1")).param("top_p"));
         }
+        let messages = std::mem::take(&mut self.messages);
+        if messages.is_empty() {
+            return Err(ApiError::bad_request("`messages` must not be empty").param("messages"));
+        }
         let tools = tools(self.tools.as_deref_mut().unwrap_or_default())?;
         let tool_choice = self.tool_choice.as_ref().map(|choice| tool_choice(choice, &tools)).transpose()?;
-        let mut messages = Vec::with_capacity(self.messages.len());
-        for (i, m) in self.messages.iter_mut().enumerate() {
-            let mut images = Vec::new();
-            let content = match &mut m.content {
-                None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
-                    String::new()
-                }
-                None => {
-                    let why = match m.role {
-                        Role::Assistant => "an assistant message needs `content` or `tool_calls`".to_string(),
-                        role => format!(
-                            "a {} message needs `content` (a string or an array of parts)",
-                            role.as_str()
-                        ),
-                    };
-                    return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
-                }
-                Some(Content::Text(t)) => std::mem::take(t),
-                Some(Content::Parts(parts)) => {
-                    let mut text = String::new();
-                    for (j, part) in parts.iter().enumerate() {
-                        let at = || format!("messages[{i}].content[{j}]");
-                        match (part.kind.as_str(), &part.text, &part.image_url) {
-                            ("text", Some(t), _) => text.push_str(t),
-                            ("image_url", _, Some(image)) => {
-                                if m.role != Role::User {
-                                    return Err(ApiError::bad_request(
-                                        "image parts are only allowed in user messages",
-                                    )
-                                    .param(at()));
-                                }
-                                images.push(image_of(image).map_err(|why| {
-                                    ApiError::bad_request(why).param(format!("{}.image_url", at()))
-                                })?);
-                            }
-                            ("text" | "image_url", _, _) => {
-                                return Err(ApiError::bad_request(format!(
-                                    "a `{}` part needs its `{}` field",
-                                    part.kind, part.kind
-                                ))
-                                .param(at()))
-                            }
-                            _ => {
-                                return Err(ApiError::bad_request(format!(
-                                "content part type `{}` is not supported; only text and image_url parts are",
-                                part.kind
-                            ))
-                                .param(at()))
-                            }
-                        }
-                    }
-                    text
-                }
-            };
-            let tool_calls = m
-                .tool_calls
-                .iter_mut()
-                .flatten()
-                .map(|c| ToolCall {
-                    id: std::mem::take(&mut c.id),
-                    name: std::mem::take(&mut c.function.name),
-                    arguments: std::mem::take(&mut c.function.arguments),
-                })
-                .collect();
-            if m.role == Role::Tool && m.tool_call_id.is_none() {
-                return Err(ApiError::bad_request("a tool message needs `tool_call_id`")
-                    .param(format!("messages[{i}].tool_call_id")));
-            }
-            messages.push(Message {
-                role: m.role,
-                content,
-                images,
-                tool_calls,
-                tool_call_id: m.tool_call_id.take(),
-            });
-        }
         let asked = self.max_completion_tokens.or(self.max_tokens);
         if asked == Some(0) {
             return Err(ApiError::bad_request("`max_tokens` must be at least 1").param("max_tokens"));
@@ -477,8 +481,121 @@ impl ChatCompletionRequest {
     }
 }
 
+/// The conversation of a body whose scan was sure of it, decoded.
+fn decode_written(body: &[u8]) -> Vec<Message> {
+    #[derive(Deserialize)]
+    struct Conversation<'a> {
+        #[serde(borrow)]
+        messages: &'a RawValue,
+    }
+    let decoded = serde_json::from_slice::<Conversation>(body)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, e.to_string()))
+        .and_then(|body| decode_messages(body.messages.get().as_bytes()));
+    decoded.unwrap_or_else(|e| {
+        tracing::error!(error = %e.message, "a conversation the chat door scanned does not decode");
+        Vec::new()
+    })
+}
+
+/// The messages of `json`, the client's `messages`, each checked.
+fn decode_messages(json: &[u8]) -> Result<Vec<Message>, ApiError> {
+    let mut wire: Vec<WireMessage> = serde_json::from_slice(json).map_err(|_| {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        match serde_path_to_error::deserialize::<_, Vec<WireMessage>>(&mut de) {
+            Err(err) => {
+                let path = err.path().to_string();
+                let path = if path == "." { "messages".to_string() } else { format!("messages{path}") };
+                decode_error(path, err.into_inner())
+            }
+            Ok(_) => ApiError::new(ErrorCode::InvalidValue, "`messages` is not a list of messages"),
+        }
+    })?;
+    messages_of(&mut wire)
+}
+
+/// The canonical messages of decoded ones (their text moved), checking what the types could not.
+fn messages_of(wire: &mut [WireMessage]) -> Result<Vec<Message>, ApiError> {
+    let mut messages = Vec::with_capacity(wire.len());
+    for (i, m) in wire.iter_mut().enumerate() {
+        let mut images = Vec::new();
+        let content = match &mut m.content {
+            None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
+                String::new()
+            }
+            None => {
+                let why = match m.role {
+                    Role::Assistant => "an assistant message needs `content` or `tool_calls`".to_string(),
+                    role => {
+                        format!("a {} message needs `content` (a string or an array of parts)", role.as_str())
+                    }
+                };
+                return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
+            }
+            Some(Content::Text(t)) => std::mem::take(t),
+            Some(Content::Parts(parts)) => {
+                let mut text = String::new();
+                for (j, part) in parts.iter().enumerate() {
+                    let at = || format!("messages[{i}].content[{j}]");
+                    match (part.kind.as_str(), &part.text, &part.image_url) {
+                        ("text", Some(t), _) => text.push_str(t),
+                        ("image_url", _, Some(image)) => {
+                            if m.role != Role::User {
+                                return Err(ApiError::bad_request(
+                                    "image parts are only allowed in user messages",
+                                )
+                                .param(at()));
+                            }
+                            images.push(image_of(image).map_err(|why| {
+                                ApiError::bad_request(why).param(format!("{}.image_url", at()))
+                            })?);
+                        }
+                        ("text" | "image_url", _, _) => {
+                            return Err(ApiError::bad_request(format!(
+                                "a `{}` part needs its `{}` field",
+                                part.kind, part.kind
+                            ))
+                            .param(at()))
+                        }
+                        _ => {
+                            return Err(ApiError::bad_request(format!(
+                                "content part type `{}` is not supported; only text and image_url parts are",
+                                part.kind
+                            ))
+                            .param(at()))
+                        }
+                    }
+                }
+                text
+            }
+        };
+        let tool_calls = m
+            .tool_calls
+            .iter_mut()
+            .flatten()
+            .map(|c| ToolCall {
+                id: std::mem::take(&mut c.id),
+                name: std::mem::take(&mut c.function.name),
+                arguments: std::mem::take(&mut c.function.arguments),
+            })
+            .collect();
+        if m.role == Role::Tool && m.tool_call_id.is_none() {
+            return Err(ApiError::bad_request("a tool message needs `tool_call_id`")
+                .param(format!("messages[{i}].tool_call_id")));
+        }
+        messages.push(Message {
+            role: m.role,
+            content,
+            images,
+            tool_calls,
+            tool_call_id: m.tool_call_id.take(),
+        });
+    }
+    Ok(messages)
+}
+
 mod answer;
 mod checks;
+mod scan;
 #[cfg(test)]
 mod tests;
 

@@ -7,8 +7,12 @@ use crate::canonical::{Image, ResponseFormat, ToolChoice};
 
 #[test]
 fn type_errors_name_the_field() {
-    let err = decode(br#"{"model":"t","messages":[{"role":"wizard","content":"x"}]}"#).unwrap_err();
+    // The conversation is read past the door's decode, when the request is made canonical.
+    let err = refused(br#"{"model":"t","messages":[{"role":"wizard","content":"x"}]}"#);
     assert_eq!(err.param.as_deref(), Some("messages[0].role"), "{err:?}");
+    assert_eq!(err.code.as_str(), Some("invalid_value"));
+    let err = refused(br#"{"model":"t","messages":"hello"}"#);
+    assert_eq!((err.param.as_deref(), err.code.as_str()), (Some("messages"), Some("invalid_type")));
     let err = decode(br#"{"model":"t","messages":[],"max_tokens":"many"}"#).unwrap_err();
     assert_eq!(err.param.as_deref(), Some("max_tokens"));
     let err = decode(br#"{"messages":[]}"#).unwrap_err();

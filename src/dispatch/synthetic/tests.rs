@@ -7,7 +7,7 @@ use crate::fleet::headroom::NodeSignals;
 use crate::snapshot::BreakerView;
 
 fn hi() -> ChatRequest {
-    ChatRequest { messages: vec![Message::new(Role::User, "hi")], ..Default::default() }
+    ChatRequest { messages: vec![Message::new(Role::User, "hi")].into(), ..Default::default() }
 }
 
 fn reported(now: Instant) -> NodeSignals {

@@ -23,7 +23,8 @@ fn a_history_with_tool_calls_declares_its_tools_and_turns_alternate() {
             call_turn,
             result,
             Message::new(Role::User, "and tomorrow?"),
-        ],
+        ]
+        .into(),
         max_tokens: Some(50),
         stop: vec!["END".into()],
         ..Default::default()

@@ -262,7 +262,7 @@ fn structured_output_and_images_follow_generate_content() {
     user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
     let req = ChatRequest {
         model: "gemini-2.5-flash".into(),
-        messages: vec![user],
+        messages: vec![user].into(),
         max_tokens: Some(50),
         response_format: ResponseFormat::JsonSchema {
             name: "count".into(),
@@ -298,7 +298,8 @@ fn a_later_system_message_becomes_a_user_turn_at_its_place() {
             Message::new(Role::User, "hi"),
             Message::new(Role::Assistant, "hello"),
             Message::new(Role::System, "Tools changed."),
-        ],
+        ]
+        .into(),
         ..Default::default()
     };
     let body = request_body(&req);

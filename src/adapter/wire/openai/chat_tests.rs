@@ -62,7 +62,8 @@ fn sample_request(stream: bool) -> ChatRequest {
             Message::new(Role::User, "Weather in Paris?"),
             assistant,
             tool,
-        ],
+        ]
+        .into(),
         max_tokens: Some(256),
         temperature: Some(0.2),
         top_p: Some(0.9),
@@ -85,7 +86,7 @@ fn sample_request(stream: bool) -> ChatRequest {
 fn only_openai_itself_gets_the_prompt_cache_key() {
     let req = ChatRequest {
         model: "m".into(),
-        messages: vec![Message::new(Role::User, "hi")],
+        messages: vec![Message::new(Role::User, "hi")].into(),
         user: Some("u-1".into()),
         prompt_cache_key: Some("session-9".into()),
         ..Default::default()
@@ -331,7 +332,7 @@ fn response_format_and_images_pass_through() {
     user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
     let req = ChatRequest {
         model: "gpt-4o".into(),
-        messages: vec![user],
+        messages: vec![user].into(),
         response_format: ResponseFormat::JsonSchema {
             name: "count".into(),
             schema: schema.clone(),

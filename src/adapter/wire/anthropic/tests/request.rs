@@ -42,7 +42,7 @@ fn structured_output_and_images_follow_the_messages_api() {
     user.images.push(Image { url: "data:image/png;base64,iVBORw0KGgo=".into(), detail: None });
     let req = ChatRequest {
         model: "claude-sonnet-4-5".into(),
-        messages: vec![Message::new(Role::System, "Be exact."), user],
+        messages: vec![Message::new(Role::System, "Be exact."), user].into(),
         response_format: ResponseFormat::JsonSchema {
             name: "count".into(),
             schema: schema.clone(),
@@ -66,8 +66,10 @@ fn structured_output_and_images_follow_the_messages_api() {
     let body = request_body(&req);
     assert!(body.get("output_config").is_none());
     assert_eq!(body["system"], json!(format!("Be exact.\n\n{JSON_OBJECT_INSTRUCTION}")));
-    let plain =
-        request_body(&ChatRequest { messages: vec![Message::new(Role::User, "hi")], ..Default::default() });
+    let plain = request_body(&ChatRequest {
+        messages: vec![Message::new(Role::User, "hi")].into(),
+        ..Default::default()
+    });
     assert!(plain.get("output_config").is_none() && plain.get("system").is_none());
 }
 
@@ -81,7 +83,8 @@ fn a_later_system_message_becomes_a_user_turn_at_its_place() {
             Message::new(Role::Assistant, "hello"),
             Message::new(Role::System, "Tools changed."),
             Message::new(Role::User, "go on"),
-        ],
+        ]
+        .into(),
         ..Default::default()
     };
     let body = request_body(&req);

@@ -1,0 +1,300 @@
+//! A request's conversation. An agent resends 50–400 KB of history every turn, and an upstream
+//! that speaks the client's dialect gets it as written, so the chat door does not decode it:
+//! it keeps the client's `messages` as written with the few facts routing reads (how many
+//! messages, how much text, the first system and user text, the leading system prompt), found
+//! in one scan that builds nothing. The messages are decoded on first use, by the decoder the
+//! door hands over, only when something needs them (a translation to another wire, a tokenizer).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Message, Role};
+
+/// The messages of a request, decoded or as the client wrote them.
+#[derive(Clone, Default)]
+pub struct Conversation {
+    decoded: OnceLock<Vec<Message>>,
+    written: Option<Arc<Written>>,
+}
+
+/// A conversation as the client wrote it (a JSON array of messages, already checked by the
+/// door that scanned it), its facts, and how to decode it.
+pub struct Written {
+    pub json: Bytes,
+    pub facts: Facts,
+    /// The door's decoder of `json` (which the door's scan found valid).
+    pub decode: fn(&[u8]) -> Vec<Message>,
+}
+
+/// What routing reads of a written conversation. Texts are spans of `json`: JSON strings as
+/// written, quotes included; every message's content is a string.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    pub count: usize,
+    /// The bytes of every message's text, unescaped.
+    pub text_bytes: usize,
+    pub first_system: Option<Range<usize>>,
+    pub first_user: Option<Range<usize>>,
+    /// The system messages before the first other one.
+    pub leading_system: Vec<Range<usize>>,
+}
+
+impl Conversation {
+    /// A conversation as written, decoded only when its messages are read.
+    pub fn written(written: Written) -> Conversation {
+        Conversation { decoded: OnceLock::new(), written: Some(Arc::new(written)) }
+    }
+
+    /// Whether the messages are still only as written (nothing has decoded them).
+    pub fn is_written(&self) -> bool {
+        self.decoded.get().is_none() && self.written.is_some()
+    }
+
+    fn facts(&self) -> Option<(&Written, &Facts)> {
+        self.written.as_deref().filter(|_| self.decoded.get().is_none()).map(|w| (w, &w.facts))
+    }
+
+    pub fn len(&self) -> usize {
+        match self.facts() {
+            Some((_, facts)) => facts.count,
+            None => self.decoded().len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The images of every message (a written conversation has none: its contents are strings).
+    pub fn images(&self) -> usize {
+        match self.facts() {
+            Some(_) => 0,
+            None => self.decoded().iter().map(|m| m.images.len()).sum(),
+        }
+    }
+
+    /// The bytes of every message's text.
+    pub fn text_bytes(&self) -> usize {
+        match self.facts() {
+            Some((_, facts)) => facts.text_bytes,
+            None => self.decoded().iter().map(|m| m.content.len()).sum(),
+        }
+    }
+
+    /// The text of the first message of `role` (system or user).
+    pub fn first_text(&self, role: Role) -> Option<Cow<'_, str>> {
+        if let Some((written, facts)) = self.facts() {
+            let span = match role {
+                Role::System => &facts.first_system,
+                Role::User => &facts.first_user,
+                _ => return self.decoded_first(role),
+            };
+            return span.as_ref().map(|span| written.text(span));
+        }
+        self.decoded_first(role)
+    }
+
+    fn decoded_first(&self, role: Role) -> Option<Cow<'_, str>> {
+        self.decoded().iter().find(|m| m.role == role).map(|m| Cow::Borrowed(m.content.as_str()))
+    }
+
+    /// Each system message before the first other one, in order.
+    pub fn leading_system(&self, mut each: impl FnMut(&str)) {
+        match self.facts() {
+            Some((written, facts)) => facts.leading_system.iter().for_each(|span| each(&written.text(span))),
+            None => {
+                self.decoded().iter().take_while(|m| m.role == Role::System).for_each(|m| each(&m.content))
+            }
+        }
+    }
+
+    /// The messages to change, decoded; the written form is dropped.
+    pub fn to_mut(&mut self) -> &mut Vec<Message> {
+        self.decoded();
+        self.written = None;
+        self.decoded.get_mut().expect("decoded above")
+    }
+
+    fn decoded(&self) -> &Vec<Message> {
+        self.decoded.get_or_init(|| match &self.written {
+            Some(written) => (written.decode)(&written.json),
+            None => Vec::new(),
+        })
+    }
+}
+
+impl Written {
+    /// The text of a span of `json` (a JSON string the door's scan read as one).
+    fn text(&self, span: &Range<usize>) -> Cow<'_, str> {
+        let raw = self.json.get(span.clone()).unwrap_or_default();
+        match raw.strip_prefix(b"\"").and_then(|r| r.strip_suffix(b"\"")) {
+            Some(inner) if !inner.contains(&b'\\') => String::from_utf8_lossy(inner),
+            _ => Cow::Owned(serde_json::from_slice::<String>(raw).unwrap_or_default()),
+        }
+    }
+}
+
+impl Deref for Conversation {
+    type Target = [Message];
+
+    fn deref(&self) -> &[Message] {
+        self.decoded()
+    }
+}
+
+impl<'a> IntoIterator for &'a Conversation {
+    type Item = &'a Message;
+    type IntoIter = std::slice::Iter<'a, Message>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.decoded().iter()
+    }
+}
+
+impl From<Vec<Message>> for Conversation {
+    fn from(messages: Vec<Message>) -> Conversation {
+        Conversation { decoded: OnceLock::from(messages), written: None }
+    }
+}
+
+impl FromIterator<Message> for Conversation {
+    fn from_iter<I: IntoIterator<Item = Message>>(messages: I) -> Conversation {
+        Conversation::from(messages.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Conversation {
+    fn eq(&self, other: &Conversation) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialEq<Vec<Message>> for Conversation {
+    fn eq(&self, other: &Vec<Message>) -> bool {
+        **self == **other
+    }
+}
+
+impl Serialize for Conversation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.decoded().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Conversation {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<Message>::deserialize(deserializer).map(Conversation::from)
+    }
+}
+
+/// The length of a JSON string's text (`raw`, quotes included), unescaped; `None` if `raw` is
+/// not a well-formed JSON string.
+pub fn unescaped_len(raw: &[u8]) -> Option<usize> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let mut len = 0;
+    let mut rest = inner;
+    while let Some(at) = memchr::memchr(b'\\', rest) {
+        len += at;
+        let escape = rest.get(at + 1..)?;
+        match escape.first()? {
+            b'u' => {
+                let code = hex4(escape.get(1..5)?)?;
+                if (0xD800..0xDC00).contains(&code) {
+                    // A surrogate pair is one character of four bytes; a lone half is no text.
+                    let low =
+                        escape.get(5..7).filter(|b| *b == b"\\u").and_then(|_| hex4(escape.get(7..11)?))?;
+                    if !(0xDC00..0xE000).contains(&low) {
+                        return None;
+                    }
+                    len += 4;
+                    rest = &escape[11..];
+                    continue;
+                }
+                len += match code {
+                    0..0x80 => 1,
+                    0x80..0x800 => 2,
+                    0xDC00..0xE000 => return None,
+                    _ => 3,
+                };
+                rest = &escape[5..];
+            }
+            _ => {
+                len += 1;
+                rest = &escape[1..];
+            }
+        }
+    }
+    Some(len + rest.len())
+}
+
+fn hex4(digits: &[u8]) -> Option<u32> {
+    std::str::from_utf8(digits).ok().and_then(|d| u32::from_str_radix(d, 16).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unescaped_length_counts_each_escape_as_its_character() {
+        for text in ["", "plain", "a\nb\t\"q\"\\", "é ü ✓", "\u{1F600} and \u{7}", "</script>"] {
+            let raw = serde_json::to_vec(text).unwrap();
+            assert_eq!(unescaped_len(&raw), Some(text.len()), "{text:?}");
+        }
+        assert_eq!(unescaped_len(br#""\u00e9\ud83d\ude00\/""#), Some("é😀/".len()));
+        assert_eq!(unescaped_len(b"\"cut\\"), None);
+        // A lone surrogate half is refused, as the decoder refuses it.
+        assert_eq!(unescaped_len(br#""\ud83d""#), None);
+        assert_eq!(unescaped_len(br#""\ude00 x""#), None);
+        assert_eq!(unescaped_len(br#""\ud83d\u0041""#), None);
+    }
+
+    fn decode(json: &[u8]) -> Vec<Message> {
+        serde_json::from_slice(json).unwrap()
+    }
+
+    #[test]
+    fn a_written_conversation_answers_from_its_facts_until_it_is_read() {
+        let json = br#"[{"role":"system","content":"be \"brief\""},{"role":"user","content":"hi"}]"#;
+        let span = |text: &str| {
+            let at = std::str::from_utf8(json).unwrap().find(text).unwrap();
+            at..at + text.len()
+        };
+        let system = span(r#""be \"brief\"""#);
+        let facts = Facts {
+            count: 2,
+            text_bytes: 12,
+            first_system: Some(system.clone()),
+            first_user: Some(span(r#""hi""#)),
+            leading_system: [system].to_vec(),
+        };
+        let conversation = Conversation::written(Written { json: Bytes::from_static(json), facts, decode });
+        assert!(conversation.is_written());
+        assert_eq!(conversation.len(), 2);
+        assert_eq!(conversation.first_text(Role::System).as_deref(), Some("be \"brief\""));
+        assert_eq!(conversation.first_text(Role::User).as_deref(), Some("hi"));
+        let mut leading = Vec::new();
+        conversation.leading_system(|text| leading.push(text.to_string()));
+        assert_eq!(leading, ["be \"brief\""]);
+        assert!(conversation.is_written(), "no fact decodes the messages");
+        assert_eq!(conversation[1].content, "hi");
+        assert!(!conversation.is_written());
+        let decoded = Conversation::from(decode(json));
+        assert_eq!(conversation, decoded);
+        assert_eq!(conversation.text_bytes(), decoded.text_bytes());
+        let mut changed = conversation.clone();
+        changed.to_mut().push(Message::new(Role::User, "more"));
+        assert_eq!(changed.len(), 3);
+    }
+}
