@@ -27,9 +27,7 @@ impl DialectDoor for Chat {
     /// The request, and the bytes it came in: an upstream of the same wire gets them as
     /// written ([`ChatRequest::written`]).
     fn decode(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiError> {
-        let mut request = wire::decode_bytes(body)?;
-        request.written = Some(body.clone());
-        Ok(request)
+        wire::decode_bytes(body)
     }
 
     fn model(request: &ChatCompletionRequest) -> &str {

@@ -202,40 +202,36 @@ impl<'de> Deserialize<'de> for Conversation {
 /// not a well-formed JSON string.
 pub fn unescaped_len(raw: &[u8]) -> Option<usize> {
     let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    let mut len = 0;
-    let mut rest = inner;
-    while let Some(at) = memchr::memchr(b'\\', rest) {
-        len += at;
-        let escape = rest.get(at + 1..)?;
-        match escape.first()? {
-            b'u' => {
-                let code = hex4(escape.get(1..5)?)?;
-                if (0xD800..0xDC00).contains(&code) {
-                    // A surrogate pair is one character of four bytes; a lone half is no text.
+    let mut len = inner.len();
+    // Where the next escape may start: past the one just read (`\\` holds two backslashes).
+    let mut next = 0;
+    for at in memchr::memchr_iter(b'\\', inner) {
+        if at < next {
+            continue;
+        }
+        let escape = inner.get(at + 1..)?;
+        let (written, text) = match escape.first()? {
+            b'u' => match hex4(escape.get(1..5)?)? {
+                // A surrogate pair is one character of four bytes; a lone half is no text.
+                0xD800..0xDC00 => {
                     let low =
                         escape.get(5..7).filter(|b| *b == b"\\u").and_then(|_| hex4(escape.get(7..11)?))?;
                     if !(0xDC00..0xE000).contains(&low) {
                         return None;
                     }
-                    len += 4;
-                    rest = &escape[11..];
-                    continue;
+                    (12, 4)
                 }
-                len += match code {
-                    0..0x80 => 1,
-                    0x80..0x800 => 2,
-                    0xDC00..0xE000 => return None,
-                    _ => 3,
-                };
-                rest = &escape[5..];
-            }
-            _ => {
-                len += 1;
-                rest = &escape[1..];
-            }
-        }
+                0xDC00..0xE000 => return None,
+                0..0x80 => (6, 1),
+                0x80..0x800 => (6, 2),
+                _ => (6, 3),
+            },
+            _ => (2, 1),
+        };
+        len -= written - text;
+        next = at + written;
     }
-    Some(len + rest.len())
+    Some(len)
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {

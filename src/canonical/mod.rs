@@ -17,6 +17,8 @@ mod principal;
 mod schema;
 mod whole;
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 pub use affinity::{Affinity, AffinitySource};
@@ -288,7 +290,7 @@ pub struct ChatRequest {
     /// of OpenAI's chat wire gets these bytes with only the members Spillway owns rewritten
     /// (`adapter::wire::written`), so an agent's history is never written out again.
     #[serde(skip)]
-    pub written: Option<bytes::Bytes>,
+    pub written: Option<WrittenBody>,
     /// What is asked for: a chat answer to `messages` unless a front door says otherwise.
     #[serde(default)]
     pub operation: Operation,
@@ -308,6 +310,25 @@ impl ChatRequest {
             chars += input.texts().iter().map(|t| t.len()).sum::<usize>() + 4 * input.token_ids();
         }
         (chars / 4) as u32 + 1
+    }
+}
+
+/// A client's body as it sent it, and where its top-level members are when the door's one
+/// pass found them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WrittenBody {
+    pub bytes: bytes::Bytes,
+    pub members: Option<std::sync::Arc<[MemberSpan]>>,
+}
+
+/// Where one member of a JSON object is in its text: the key as written (quotes included) and
+/// the value.
+pub type MemberSpan = (Range<usize>, Range<usize>);
+
+impl WrittenBody {
+    /// A body whose members have not been found yet.
+    pub fn of(bytes: bytes::Bytes) -> WrittenBody {
+        WrittenBody { bytes, members: None }
     }
 }
 

@@ -12,9 +12,11 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-/// The top-level members of a JSON object body, each value as the client wrote it.
+use crate::canonical::WrittenBody;
+
+/// The top-level members of a JSON object body, each value's JSON text as the client wrote it.
 #[derive(Debug)]
-pub(crate) struct Members<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+pub(crate) struct Members<'a>(pub Vec<(Cow<'a, str>, &'a str)>);
 
 impl<'a> Members<'a> {
     /// The members of `body`, which must be one JSON object.
@@ -25,8 +27,27 @@ impl<'a> Members<'a> {
         Ok(members)
     }
 
+    /// The members of `written`, where the door found them (else read from its bytes).
+    pub(crate) fn of_written(written: &'a WrittenBody) -> Result<Members<'a>, serde_json::Error> {
+        let Some(spans) = &written.members else { return Members::of(&written.bytes) };
+        let text = |span: &std::ops::Range<usize>| {
+            let bytes = written.bytes.get(span.clone()).unwrap_or_default();
+            std::str::from_utf8(bytes).map_err(serde::de::Error::custom)
+        };
+        let mut members = Vec::with_capacity(spans.len());
+        for (key, value) in spans.iter() {
+            let key = text(key)?;
+            let key = match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+                Some(plain) if !plain.contains('\\') => Cow::Borrowed(plain),
+                _ => Cow::Owned(serde_json::from_str::<String>(key)?),
+            };
+            members.push((key, text(value)?));
+        }
+        Ok(Members(members))
+    }
+
     /// The value of the member `name`, as written (the last, if the client wrote it twice).
-    pub(crate) fn get(&self, name: &str) -> Option<&'a RawValue> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a str> {
         self.0.iter().rev().find(|(key, _)| key == name).map(|(_, value)| *value)
     }
 
@@ -37,7 +58,7 @@ impl<'a> Members<'a> {
         passed: impl Fn(&str) -> bool,
         own: &impl Serialize,
     ) -> Result<Vec<u8>, serde_json::Error> {
-        let written: usize = self.0.iter().map(|(key, value)| key.len() + value.get().len() + 4).sum();
+        let written: usize = self.0.iter().map(|(key, value)| key.len() + value.len() + 4).sum();
         let mut out = Vec::with_capacity(written + 256);
         out.push(b'{');
         for (key, value) in self.0.iter().filter(|(key, _)| passed(key)) {
@@ -46,7 +67,7 @@ impl<'a> Members<'a> {
             }
             serde_json::to_writer(&mut out, key)?;
             out.push(b':');
-            out.extend_from_slice(value.get().as_bytes());
+            out.extend_from_slice(value.as_bytes());
         }
         let own = serde_json::to_vec(own)?;
         // `own` is an object: `{}` adds nothing, else its members go after a comma.
@@ -74,8 +95,8 @@ impl<'de> Visitor<'de> for MembersVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
         let mut members = Vec::with_capacity(map.size_hint().unwrap_or(16));
-        while let Some(entry) = map.next_entry::<Cow<'de, str>, &'de RawValue>()? {
-            members.push(entry);
+        while let Some((key, value)) = map.next_entry::<Cow<'de, str>, &'de RawValue>()? {
+            members.push((key, value.get()));
         }
         Ok(Members(members))
     }
@@ -85,13 +106,14 @@ impl<'de> Visitor<'de> for MembersVisitor {
 /// of the client's conversation, the conversation left as bytes.
 pub(crate) struct WithFirst<'a, T> {
     pub first: T,
-    pub rest: &'a RawValue,
+    /// The JSON text of an array.
+    pub rest: &'a str,
 }
 
 impl<T: Serialize> Serialize for WithFirst<'_, T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{Error, SerializeSeq};
-        let items: Vec<&RawValue> = serde_json::from_str(self.rest.get()).map_err(S::Error::custom)?;
+        let items: Vec<&RawValue> = serde_json::from_str(self.rest).map_err(S::Error::custom)?;
         let mut seq = serializer.serialize_seq(Some(items.len() + 1))?;
         seq.serialize_element(&self.first)?;
         for item in items {
@@ -138,7 +160,7 @@ mod tests {
     fn an_owned_member_written_twice_goes_once_and_escaped_keys_stay_keys() {
         let body = r#"{"model":"a","model":"b","we\"ird":1}"#;
         let members = Members::of(body.as_bytes()).unwrap();
-        assert_eq!(members.get("model").map(RawValue::get), Some(r#""b""#));
+        assert_eq!(members.get("model"), Some(r#""b""#));
         let out = rewrite(body, &["model"], &Own { model: "m", max_tokens: None });
         assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!({"we\"ird": 1, "model": "m"}));
         assert_eq!(rewrite("{}", &[], &json!({})), "{}");
@@ -154,10 +176,9 @@ mod tests {
 
     #[test]
     fn with_first_puts_its_item_first_and_keeps_the_rest_as_written() {
-        let rest: &RawValue = serde_json::from_str(r#"[ {"role":"user", "content":"hi"} ]"#).unwrap();
+        let rest = r#"[ {"role":"user", "content":"hi"} ]"#;
         let out = serde_json::to_string(&WithFirst { first: json!({"role": "system"}), rest }).unwrap();
         assert_eq!(out, r#"[{"role":"system"},{"role":"user", "content":"hi"}]"#);
-        let empty: &RawValue = serde_json::from_str("[]").unwrap();
-        assert_eq!(serde_json::to_string(&WithFirst { first: 1, rest: empty }).unwrap(), "[1]");
+        assert_eq!(serde_json::to_string(&WithFirst { first: 1, rest: "[]" }).unwrap(), "[1]");
     }
 }

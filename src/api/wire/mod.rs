@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Conversation, Message, Operation, Role, ToolCall, Written};
+use crate::canonical::{ChatRequest, Conversation, Message, Operation, Role, ToolCall, Written, WrittenBody};
 
 /// A chat completion request as the door reads it. `M` is how its conversation is read: as a
 /// [`Conversation`] once decoded; as the scan's facts on the way ([`scan::Scanned`]); as written
@@ -57,10 +57,10 @@ pub struct ChatCompletionRequest<M = Conversation> {
     /// Read as JSON and checked by [`response_format`], so that a wrong shape names its field.
     #[serde(default)]
     pub response_format: Option<Value>,
-    /// The body as the client sent it (set by the chat door), carried into the canonical
-    /// request for an upstream of the same wire.
+    /// The body as the client sent it, carried into the canonical request for an upstream of
+    /// the same wire.
     #[serde(skip)]
-    pub written: Option<bytes::Bytes>,
+    pub written: Option<WrittenBody>,
 }
 
 /// `stop`: one string or a list of them.
@@ -234,9 +234,11 @@ pub struct WireFunction {
     pub parameters: Value,
 }
 
-/// Decode a chat completion request body.
+/// Decode a chat completion request body, without keeping its bytes (an upstream gets the
+/// body the canonical request writes).
 pub fn decode(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
-    decode_bytes(&bytes::Bytes::copy_from_slice(body))
+    let request = decode_bytes(&bytes::Bytes::copy_from_slice(body))?;
+    Ok(ChatCompletionRequest { written: None, ..request })
 }
 
 /// Decode a chat completion request body, in one pass where the scan is sure of its
@@ -254,20 +256,26 @@ pub fn decode_bytes(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiErr
             e
         }
     })?;
-    Ok(request.with_messages(Conversation::from(messages)))
+    let written = Some(WrittenBody::of(body.clone()));
+    Ok(ChatCompletionRequest { written, ..request.with_messages(Conversation::from(messages)) })
 }
 
-/// The request in `body` with its conversation as written, if the scan is sure of it.
+/// The request in `body`, read in one pass ([`scan::walk`]), with its conversation as written
+/// and where its members are, if the scan is sure of it.
 fn scanned(body: &bytes::Bytes) -> Option<ChatCompletionRequest> {
-    if body.trim_ascii_start().first() != Some(&b'{') {
-        return None;
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let request = ChatCompletionRequest::<scan::Scanned<'_>>::deserialize(&mut de).ok()?;
-    de.end().ok()?;
-    let facts = request.messages.facts(body)?;
-    let written = Written { json: body.clone(), facts, decode: decode_written };
-    Some(request.with_messages(Conversation::written(written)))
+    use serde::de::value::MapDeserializer;
+    let walked = scan::walk(body)?;
+    let facts = walked.conversation.facts(body)?;
+    // The other members, typed from their slices; the conversation is read already.
+    let members = walked.members.iter().copied();
+    let map = MapDeserializer::<_, serde_json::Error>::new(members.chain([("messages", RawValue::NULL)]));
+    let request = ChatCompletionRequest::<IgnoredAny>::deserialize(map).ok()?;
+    let conversation = Written { json: body.clone(), facts, decode: decode_written };
+    let written = WrittenBody { bytes: body.clone(), members: Some(walked.spans.into()) };
+    Some(ChatCompletionRequest {
+        written: Some(written),
+        ..request.with_messages(Conversation::written(conversation))
+    })
 }
 
 /// Decode a request body of any dialect: one JSON object (`what` names it in the error when
@@ -459,7 +467,7 @@ impl ChatCompletionRequest {
             user: self.user.clone(),
             prompt_cache_key: self.prompt_cache_key.clone(),
             native: None,
-            written: self.written.clone(),
+            written: self.written.take(),
             stop: match &self.stop {
                 None => Vec::new(),
                 Some(StopField::One(s)) => vec![s.clone()],

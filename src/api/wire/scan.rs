@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use serde::de::{SeqAccess, Visitor};
 use serde::Deserialize;
@@ -148,6 +149,73 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scanned<'a> {
         }
         deserializer.deserialize_seq(Messages(PhantomData))
     }
+}
+
+/// A chat body read in one pass: its members as written (spans of the body: the key as
+/// written, quotes included, and the value), and its conversation scanned.
+pub(super) struct Walked<'a> {
+    pub(super) members: Vec<(&'a str, &'a RawValue)>,
+    pub(super) spans: Vec<(Range<usize>, Range<usize>)>,
+    pub(super) conversation: Scanned<'a>,
+}
+
+/// Walk `body`, one JSON object and nothing after it, member by member: `messages` is scanned
+/// ([`Scanned`]), every other value kept as written. `None` for anything else (no object, no
+/// conversation, broken JSON), which the door then reads the careful way.
+pub(super) fn walk(body: &[u8]) -> Option<Walked<'_>> {
+    let mut members = Vec::with_capacity(16);
+    let mut spans = Vec::with_capacity(16);
+    let mut conversation = None;
+    let mut at = skip_space(body, 0);
+    at = expect(body, at, b'{')?;
+    if body.get(skip_space(body, at)) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let key_at = skip_space(body, at);
+        // A key with an escape is not borrowed: the careful reading takes it.
+        let (key, key_end) = value_at::<&str>(body, key_at)?;
+        let value_starts = skip_space(body, expect(body, skip_space(body, key_end), b':')?);
+        let end = if key == "messages" {
+            let (scanned, end) = value_at::<Scanned<'_>>(body, value_starts)?;
+            // Twice is refused by the careful reading, which says so.
+            if conversation.replace(scanned).is_some() {
+                return None;
+            }
+            end
+        } else {
+            let (raw, end) = value_at::<&RawValue>(body, value_starts)?;
+            members.push((key, raw));
+            end
+        };
+        spans.push((key_at..key_end, value_starts..end));
+        at = skip_space(body, end);
+        match body.get(at)? {
+            b',' => at += 1,
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    let conversation = conversation?;
+    (skip_space(body, at + 1) == body.len()).then_some(Walked { members, spans, conversation })
+}
+
+/// One JSON value of `body` at `at`, and where it ends.
+fn value_at<'a, T: Deserialize<'a>>(body: &'a [u8], at: usize) -> Option<(T, usize)> {
+    let mut values = serde_json::Deserializer::from_slice(body.get(at..)?).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    Some((value, at + values.byte_offset()))
+}
+
+fn skip_space(body: &[u8], mut at: usize) -> usize {
+    while body.get(at).is_some_and(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t')) {
+        at += 1;
+    }
+    at
+}
+
+fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
+    (body.get(at) == Some(&byte)).then_some(at + 1)
 }
 
 /// The facts of `json`, a conversation as written, if the scan is sure of it.

@@ -127,3 +127,33 @@ fn an_agents_conversation_is_scanned_and_a_stranger_one_decoded() {
         assert_eq!(super::facts(unsure), None, "{unsure}");
     }
 }
+
+#[test]
+fn one_pass_finds_every_member_or_leaves_the_body_to_the_careful_reading() {
+    let body = br#" { "model" : "m", "messages":[{"role":"user","content":"hi"}] ,"x":{"a":[1]}}
+"#;
+    let walked = super::walk(body).expect("one object");
+    let text = |r: &std::ops::Range<usize>| std::str::from_utf8(&body[r.clone()]).unwrap();
+    let spans: Vec<(&str, &str)> = walked.spans.iter().map(|(k, v)| (text(k), text(v))).collect();
+    assert_eq!(
+        spans,
+        [
+            (r#""model""#, r#""m""#),
+            (r#""messages""#, r#"[{"role":"user","content":"hi"}]"#),
+            (r#""x""#, r#"{"a":[1]}"#)
+        ]
+    );
+    assert_eq!(walked.members.len(), 2, "the conversation is scanned, not kept");
+    for other in [
+        &br#"{"model":"m","messages":[]} {}"#[..],
+        br#"{"model":"m","messages":[],"messages":[]}"#,
+        br#"{"model":"m","mess\u0061ges":[]}"#,
+        br#"{"model":"m"}"#,
+        br#"{"model":"m","messages":[],}"#,
+        br#"{"model":"m","messages":[]"#,
+        b"{}",
+        b"[]",
+    ] {
+        assert!(super::walk(other).is_none(), "{}", String::from_utf8_lossy(other));
+    }
+}

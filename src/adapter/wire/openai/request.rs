@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::adapter::wire::written::{Members, WithFirst};
 use crate::adapter::Call;
-use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Tool, ToolChoice};
+use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Tool, ToolChoice, WrittenBody};
 
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatBody<'a> {
@@ -223,12 +223,12 @@ struct OwnedMembers<'a> {
 /// cap keeps the name the client gave it (`max_completion_tokens`, which OpenAI's reasoning
 /// models require, or `max_tokens`). `None` if `written` is not a JSON object.
 pub(crate) fn written_body(
-    written: &[u8],
+    written: &WrittenBody,
     req: &ChatRequest,
     call: &Call,
     cache_key: bool,
 ) -> Option<Vec<u8>> {
-    let members = Members::of(written).ok()?;
+    let members = Members::of_written(written).ok()?;
     let completion_name =
         members.get("max_completion_tokens").is_some() && members.get("max_tokens").is_none();
     let messages = match (&call.variant, members.get("messages")) {

@@ -9,14 +9,24 @@ use serde_json::{json, Map, Value};
 
 use super::{written_body, ChatBody, PASSED};
 use crate::adapter::{Call, Upstream, WireFormat};
-use crate::api::wire::decode;
-use crate::canonical::ChatRequest;
+use crate::api::wire::decode_bytes;
+use crate::canonical::{ChatRequest, WrittenBody};
 
 /// A body as the chat door reads it: decoded and checked, its bytes kept.
 fn door(body: &[u8]) -> ChatRequest {
-    let mut request = decode(body).unwrap_or_else(|e| panic!("{e:?}: {}", String::from_utf8_lossy(body)));
-    request.written = Some(bytes::Bytes::copy_from_slice(body));
+    let mut request = decode_bytes(&bytes::Bytes::copy_from_slice(body))
+        .unwrap_or_else(|e| panic!("{e:?}: {}", String::from_utf8_lossy(body)));
     request.to_canonical(Some(4096)).unwrap()
+}
+
+/// The body forwarded for `call`, from the members where the door found them; the same as from
+/// the members found in the bytes again.
+fn forwarded(req: &ChatRequest, call: &Call, cache_key: bool) -> Vec<u8> {
+    let written = req.written.as_ref().expect("the door keeps the body");
+    let body = written_body(written, req, call, cache_key).expect("an object");
+    let again = WrittenBody::of(written.bytes.clone());
+    assert_eq!(body, written_body(&again, req, call, cache_key).unwrap(), "the same from the bytes");
+    body
 }
 
 /// Both bodies of `call` of the client body `body`, checked to mean the same; the forwarded one.
@@ -32,7 +42,7 @@ fn forwarded_means_the_typed(
     let call = Call { model, stream, ..Call::as_written(WireFormat::OpenAi, Upstream::default(), &req) };
     let call = call.with_variant(variant);
     let typed = serde_json::to_vec(&ChatBody::of(&req, &call, cache_key)).unwrap();
-    let forwarded = written_body(&bytes, &req, &call, cache_key).expect("an object");
+    let forwarded = forwarded(&req, &call, cache_key);
     let read = |b: &[u8]| ChatRequest { written: None, ..door(b) };
     assert_eq!(read(&forwarded), read(&typed), "{}", String::from_utf8_lossy(&forwarded));
     let sent: Value = serde_json::from_slice(&forwarded).unwrap();
@@ -176,7 +186,8 @@ fn an_agents_turn_goes_as_written_but_its_model_and_its_cap() {
     let req = door(&bytes);
     let call =
         Call { model: "served-model", ..Call::as_written(WireFormat::OpenAi, Upstream::default(), &req) };
-    let forwarded = written_body(&bytes, &req, &call, false).unwrap();
+    assert!(req.written.as_ref().is_some_and(|w| w.members.is_some()), "one pass found the members");
+    let forwarded = forwarded(&req, &call, false);
     let messages = serde_json::to_vec(&body["messages"]).unwrap();
     assert!(forwarded.windows(messages.len()).any(|w| w == messages.as_slice()));
 }
