@@ -399,7 +399,7 @@ mod tests {
             ..Default::default()
         };
         let plain = c.count_request(&req);
-        req.messages.to_mut()[0]
+        req.messages_mut()[0]
             .images
             .push(crate::canonical::Image { url: "https://x/a.png".into(), detail: None });
         assert_eq!(c.count_request(&req), plain + TOKENS_PER_IMAGE);
@@ -437,7 +437,7 @@ mod tests {
             name: "lookup".into(),
             arguments: r#"{"id": 42}"#.into(),
         });
-        req.messages.to_mut().push(answer);
+        req.messages_mut().push(answer);
         let with_call = c.count_request(&req);
         assert_eq!(
             with_call,

@@ -109,7 +109,7 @@ mod tests {
         assert_eq!(contents, ["Use JSON.", "be brief", "hi"]);
         assert_eq!(call.system_prompt(&req).as_deref(), Some("Use JSON.\n\nbe brief"));
         let mut later = req.clone();
-        later.messages.to_mut().push(Message::new(Role::System, "Tools changed."));
+        later.messages_mut().push(Message::new(Role::System, "Tools changed."));
         assert_eq!(call.system_prompt(&later).as_deref(), Some("Use JSON.\n\nbe brief"), "leading only");
         let turns: Vec<&str> = call.turns(&later).map(|m| m.content.as_str()).collect();
         assert_eq!(turns, ["hi", "Tools changed."]);

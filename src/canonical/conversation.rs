@@ -113,8 +113,9 @@ impl Conversation {
         }
     }
 
-    /// The messages to change, decoded; the written form is dropped.
-    pub fn to_mut(&mut self) -> &mut Vec<Message> {
+    /// The messages to change, decoded; the written form is dropped (through
+    /// [`super::ChatRequest::messages_mut`], which drops the body as written too).
+    pub(super) fn to_mut(&mut self) -> &mut Vec<Message> {
         self.decoded();
         self.written = None;
         self.decoded.get_mut().expect("decoded above")

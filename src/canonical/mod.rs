@@ -297,6 +297,13 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// The messages to change. The client's body as written no longer says what is asked, so
+    /// it is dropped: an upstream gets the body the canonical request writes.
+    pub fn messages_mut(&mut self) -> &mut Vec<Message> {
+        self.written = None;
+        self.messages.to_mut()
+    }
+
     /// Whether any message carries an image.
     pub fn has_images(&self) -> bool {
         self.messages.images() > 0
@@ -459,6 +466,17 @@ impl Event {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn changing_the_messages_drops_the_body_as_written() {
+        let mut req = ChatRequest {
+            messages: vec![Message::new(Role::User, "hi")].into(),
+            written: Some(WrittenBody::of(bytes::Bytes::from_static(b"{}"))),
+            ..Default::default()
+        };
+        req.messages_mut().push(Message::new(Role::User, "more"));
+        assert_eq!((req.messages.len(), req.written), (2, None));
+    }
 
     #[test]
     fn json_answers_are_checked_against_the_format() {

@@ -372,7 +372,7 @@ tasks:
         assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai"]);
 
         let mut req = request("what is in it?");
-        req.messages.to_mut()[0].images.push(Image { url: "https://example.com/a.png".into(), detail: None });
+        req.messages_mut()[0].images.push(Image { url: "https://example.com/a.png".into(), detail: None });
         assert_eq!(names(&snap, &filter(ids(&[0, 1, 2]), &req, &snap).unwrap()), ["openai", "claude"]);
 
         let mut req = request("json please");

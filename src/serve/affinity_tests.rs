@@ -154,9 +154,9 @@ fn the_prefix_reads_the_first_system_and_user_message_and_the_task() {
     let derive_for = |task: &str, r: &ChatRequest| derive(&HeaderMap::new(), r, None, task, &settings);
     let mut turns = chat("be brief", "first question");
     let first_turn = derive_for("t", &turns);
-    turns.messages.to_mut().push(Message::new(Role::Assistant, "an answer"));
-    turns.messages.to_mut().push(Message::new(Role::User, "a follow-up"));
-    turns.messages.to_mut().push(Message::new(Role::System, "a later system note"));
+    turns.messages_mut().push(Message::new(Role::Assistant, "an answer"));
+    turns.messages_mut().push(Message::new(Role::User, "a follow-up"));
+    turns.messages_mut().push(Message::new(Role::System, "a later system note"));
     assert_eq!(derive_for("t", &turns), first_turn, "a conversation keeps its key as it grows");
     assert_ne!(derive_for("other-task", &turns), first_turn);
     assert_eq!(derive_for("t", &turns).unwrap().hash, prefix_hash("t", "be brief", "first question"));
