@@ -5,8 +5,12 @@
 //! names its field in `param` (`messages[0].role`) with code `invalid_type` or `invalid_value`,
 //! and `invalid_json` is kept for bytes that are not JSON. What types cannot say (a message
 //! without content, a tool schema that is not an object, a `tool_choice` naming no tool) is
-//! checked by [`ChatCompletionRequest::to_canonical`], once, so adapters only ever see shapes
-//! they can map faithfully. Nothing here panics on input.
+//! checked once, at decode for messages and by [`ChatCompletionRequest::to_canonical`] for the
+//! rest, so adapters only ever see shapes they can map faithfully. Nothing here panics on input.
+//!
+//! A body is read in one pass ([`decode_bytes`]): where the scan (`scan`) is sure of every
+//! message, the conversation stays as the client wrote it; else it is decoded (`messages`), and
+//! a refusal names its field.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -18,7 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Conversation, Message, Operation, Role, ToolCall, Written, WrittenBody};
+use crate::canonical::{ChatRequest, Conversation, Operation, Role, Written, WrittenBody};
 
 /// A chat completion request as the door reads it. `M` is how its conversation is read: as a
 /// [`Conversation`] once decoded; as the scan's facts on the way ([`scan::Scanned`]); as written
@@ -249,13 +253,7 @@ pub fn decode_bytes(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiErr
         return Ok(request);
     }
     let request: ChatCompletionRequest<Box<RawValue>> = decode_json(body, "a chat completion request")?;
-    let messages = decode_messages(request.messages.get().as_bytes()).map_err(|e| {
-        if e.code == ErrorCode::InvalidRequest {
-            e.code(ErrorCode::InvalidValue)
-        } else {
-            e
-        }
-    })?;
+    let messages = decode_messages(request.messages.get().as_bytes()).map_err(invalid_value)?;
     let written = Some(WrittenBody::of(body.clone()));
     Ok(ChatCompletionRequest { written, ..request.with_messages(Conversation::from(messages)) })
 }
@@ -318,6 +316,15 @@ pub fn decode_value<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, 
         let path = err.path().to_string();
         decode_error(path, err.into_inner())
     })
+}
+
+/// A check's refusal (`invalid_request`) as this door words it: `invalid_value`.
+fn invalid_value(e: ApiError) -> ApiError {
+    if e.code == ErrorCode::InvalidRequest {
+        e.code(ErrorCode::InvalidValue)
+    } else {
+        e
+    }
 }
 
 fn invalid_json(e: &serde_json::Error) -> ApiError {
@@ -422,13 +429,7 @@ impl ChatCompletionRequest {
     /// conversation and the tools move into it (an agent's turn is 100 KB of them): what is
     /// left of `self` is the request's head.
     pub fn to_canonical(&mut self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-        self.checked(output_cap).map_err(|e| {
-            if e.code == ErrorCode::InvalidRequest {
-                e.code(ErrorCode::InvalidValue)
-            } else {
-                e
-            }
-        })
+        self.checked(output_cap).map_err(invalid_value)
     }
 
     fn checked(&mut self, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
@@ -489,123 +490,13 @@ impl ChatCompletionRequest {
     }
 }
 
-/// The conversation of a body whose scan was sure of it, decoded.
-fn decode_written(body: &[u8]) -> Vec<Message> {
-    #[derive(Deserialize)]
-    struct Conversation<'a> {
-        #[serde(borrow)]
-        messages: &'a RawValue,
-    }
-    let decoded = serde_json::from_slice::<Conversation>(body)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, e.to_string()))
-        .and_then(|body| decode_messages(body.messages.get().as_bytes()));
-    decoded.unwrap_or_else(|e| {
-        tracing::error!(error = %e.message, "a conversation the chat door scanned does not decode");
-        Vec::new()
-    })
-}
-
-/// The messages of `json`, the client's `messages`, each checked.
-fn decode_messages(json: &[u8]) -> Result<Vec<Message>, ApiError> {
-    let mut wire: Vec<WireMessage> = serde_json::from_slice(json).map_err(|_| {
-        let mut de = serde_json::Deserializer::from_slice(json);
-        match serde_path_to_error::deserialize::<_, Vec<WireMessage>>(&mut de) {
-            Err(err) => {
-                let path = err.path().to_string();
-                let path = if path == "." { "messages".to_string() } else { format!("messages{path}") };
-                decode_error(path, err.into_inner())
-            }
-            Ok(_) => ApiError::new(ErrorCode::InvalidValue, "`messages` is not a list of messages"),
-        }
-    })?;
-    messages_of(&mut wire)
-}
-
-/// The canonical messages of decoded ones (their text moved), checking what the types could not.
-fn messages_of(wire: &mut [WireMessage]) -> Result<Vec<Message>, ApiError> {
-    let mut messages = Vec::with_capacity(wire.len());
-    for (i, m) in wire.iter_mut().enumerate() {
-        let mut images = Vec::new();
-        let content = match &mut m.content {
-            None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
-                String::new()
-            }
-            None => {
-                let why = match m.role {
-                    Role::Assistant => "an assistant message needs `content` or `tool_calls`".to_string(),
-                    role => {
-                        format!("a {} message needs `content` (a string or an array of parts)", role.as_str())
-                    }
-                };
-                return Err(ApiError::bad_request(why).param(format!("messages[{i}].content")));
-            }
-            Some(Content::Text(t)) => std::mem::take(t),
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for (j, part) in parts.iter().enumerate() {
-                    let at = || format!("messages[{i}].content[{j}]");
-                    match (part.kind.as_str(), &part.text, &part.image_url) {
-                        ("text", Some(t), _) => text.push_str(t),
-                        ("image_url", _, Some(image)) => {
-                            if m.role != Role::User {
-                                return Err(ApiError::bad_request(
-                                    "image parts are only allowed in user messages",
-                                )
-                                .param(at()));
-                            }
-                            images.push(image_of(image).map_err(|why| {
-                                ApiError::bad_request(why).param(format!("{}.image_url", at()))
-                            })?);
-                        }
-                        ("text" | "image_url", _, _) => {
-                            return Err(ApiError::bad_request(format!(
-                                "a `{}` part needs its `{}` field",
-                                part.kind, part.kind
-                            ))
-                            .param(at()))
-                        }
-                        _ => {
-                            return Err(ApiError::bad_request(format!(
-                                "content part type `{}` is not supported; only text and image_url parts are",
-                                part.kind
-                            ))
-                            .param(at()))
-                        }
-                    }
-                }
-                text
-            }
-        };
-        let tool_calls = m
-            .tool_calls
-            .iter_mut()
-            .flatten()
-            .map(|c| ToolCall {
-                id: std::mem::take(&mut c.id),
-                name: std::mem::take(&mut c.function.name),
-                arguments: std::mem::take(&mut c.function.arguments),
-            })
-            .collect();
-        if m.role == Role::Tool && m.tool_call_id.is_none() {
-            return Err(ApiError::bad_request("a tool message needs `tool_call_id`")
-                .param(format!("messages[{i}].tool_call_id")));
-        }
-        messages.push(Message {
-            role: m.role,
-            content,
-            images,
-            tool_calls,
-            tool_call_id: m.tool_call_id.take(),
-        });
-    }
-    Ok(messages)
-}
-
 mod answer;
 mod checks;
+mod messages;
 mod scan;
 #[cfg(test)]
 mod tests;
 
 pub use answer::{Completion, WireUsage, COST_FIELD};
 pub(crate) use checks::{image_of, response_format, tool_choice, tools};
+use messages::{decode_messages, decode_written};
