@@ -22,13 +22,16 @@ pub struct Conversation {
     written: Option<Arc<Written>>,
 }
 
-/// A conversation as the client wrote it (a JSON array of messages, already checked by the
-/// door that scanned it), its facts, and how to decode it.
+/// A conversation as the client wrote it (in its body, already checked by the door that
+/// scanned it), its facts, and how to decode it.
 pub struct Written {
-    pub json: Bytes,
-    pub facts: Facts,
-    /// The door's decoder of `json` (which the door's scan found valid).
-    pub decode: fn(&[u8]) -> Vec<Message>,
+    json: Bytes,
+    facts: Facts,
+    /// The door's decoder of the conversation in `json` (which the door's scan found valid).
+    decode: fn(&[u8]) -> Vec<Message>,
+    /// The first system text, unescaped once: the affinity key and the prefix cache's preamble
+    /// both read it, and an agent's is tens of kilobytes.
+    first_system: OnceLock<String>,
 }
 
 /// What routing reads of a written conversation. Texts are spans of `json`: JSON strings as
@@ -130,14 +133,26 @@ impl Conversation {
 }
 
 impl Written {
+    /// The conversation in `json` with the facts its door's scan found, decoded by `decode`.
+    pub fn new(json: Bytes, facts: Facts, decode: fn(&[u8]) -> Vec<Message>) -> Written {
+        Written { json, facts, decode, first_system: OnceLock::new() }
+    }
+
     /// The text of a span of `json` (a JSON string the door's scan read as one).
     fn text(&self, span: &Range<usize>) -> Cow<'_, str> {
         let raw = self.json.get(span.clone()).unwrap_or_default();
         match raw.strip_prefix(b"\"").and_then(|r| r.strip_suffix(b"\"")) {
             Some(inner) if !inner.contains(&b'\\') => String::from_utf8_lossy(inner),
-            _ => Cow::Owned(serde_json::from_slice::<String>(raw).unwrap_or_default()),
+            _ if self.facts.first_system.as_ref() == Some(span) => {
+                Cow::Borrowed(self.first_system.get_or_init(|| unescape(raw)))
+            }
+            _ => Cow::Owned(unescape(raw)),
         }
     }
+}
+
+fn unescape(raw: &[u8]) -> String {
+    serde_json::from_slice(raw).unwrap_or_default()
 }
 
 impl Deref for Conversation {
@@ -276,7 +291,7 @@ mod tests {
             first_user: Some(span(r#""hi""#)),
             leading_system: [system].to_vec(),
         };
-        let conversation = Conversation::written(Written { json: Bytes::from_static(json), facts, decode });
+        let conversation = Conversation::written(Written::new(Bytes::from_static(json), facts, decode));
         assert!(conversation.is_written());
         assert_eq!(conversation.len(), 2);
         assert_eq!(conversation.first_text(Role::System).as_deref(), Some("be \"brief\""));

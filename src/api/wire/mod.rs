@@ -24,13 +24,15 @@ use serde_json::Value;
 use super::error::{ApiError, ErrorCode};
 use crate::canonical::{ChatRequest, Conversation, Operation, Role, Written, WrittenBody};
 
-/// A chat completion request as the door reads it. `M` is how its conversation is read: as a
-/// [`Conversation`] once decoded; as the scan's facts on the way ([`scan::Scanned`]); as written
-/// where the scan is not sure of it.
 #[derive(Debug, Deserialize)]
-pub struct ChatCompletionRequest<M = Conversation> {
+pub struct ChatCompletionRequest {
     pub model: String,
-    pub messages: M,
+    /// The conversation, as the door read it ([`decode_bytes`]).
+    #[serde(skip)]
+    pub messages: Conversation,
+    /// `messages` as written, for the door to decode where its one pass was not sure of it.
+    #[serde(rename = "messages")]
+    messages_written: Box<RawValue>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
     #[serde(default)]
@@ -252,10 +254,10 @@ pub fn decode_bytes(body: &bytes::Bytes) -> Result<ChatCompletionRequest, ApiErr
     if let Some(request) = scanned(body) {
         return Ok(request);
     }
-    let request: ChatCompletionRequest<Box<RawValue>> = decode_json(body, "a chat completion request")?;
-    let messages = decode_messages(request.messages.get().as_bytes()).map_err(invalid_value)?;
+    let request: ChatCompletionRequest = decode_json(body, "a chat completion request")?;
+    let messages = decode_messages(request.messages_written.get().as_bytes()).map_err(invalid_value)?;
     let written = Some(WrittenBody::of(body.clone()));
-    Ok(ChatCompletionRequest { written, ..request.with_messages(Conversation::from(messages)) })
+    Ok(ChatCompletionRequest { messages: Conversation::from(messages), written, ..request })
 }
 
 /// The request in `body`, read in one pass ([`scan::walk`]), with its conversation as written
@@ -267,12 +269,13 @@ fn scanned(body: &bytes::Bytes) -> Option<ChatCompletionRequest> {
     // The other members, typed from their slices; the conversation is read already.
     let members = walked.members.iter().copied();
     let map = MapDeserializer::<_, serde_json::Error>::new(members.chain([("messages", RawValue::NULL)]));
-    let request = ChatCompletionRequest::<IgnoredAny>::deserialize(map).ok()?;
-    let conversation = Written { json: body.clone(), facts, decode: decode_written };
+    let request = ChatCompletionRequest::deserialize(map).ok()?;
+    let conversation = Written::new(body.clone(), facts, decode_written);
     let written = WrittenBody { bytes: body.clone(), members: Some(walked.spans.into()) };
     Some(ChatCompletionRequest {
+        messages: Conversation::written(conversation),
         written: Some(written),
-        ..request.with_messages(Conversation::written(conversation))
+        ..request
     })
 }
 
@@ -367,50 +370,6 @@ fn decode_error(path: String, e: serde_json::Error) -> ApiError {
                 Some(at) => ApiError::new(code, format!("invalid field `{at}`: {text}")).param(at),
                 None => ApiError::new(code, format!("invalid request: {text}")),
             }
-        }
-    }
-}
-
-impl<M> ChatCompletionRequest<M> {
-    /// The same request with its conversation read as `messages`.
-    fn with_messages<N>(self, messages: N) -> ChatCompletionRequest<N> {
-        let ChatCompletionRequest {
-            model,
-            messages: _,
-            max_tokens,
-            max_completion_tokens,
-            temperature,
-            top_p,
-            stop,
-            stream,
-            stream_options,
-            tools,
-            tool_choice,
-            seed,
-            n,
-            user,
-            prompt_cache_key,
-            response_format,
-            written,
-        } = self;
-        ChatCompletionRequest {
-            model,
-            messages,
-            max_tokens,
-            max_completion_tokens,
-            temperature,
-            top_p,
-            stop,
-            stream,
-            stream_options,
-            tools,
-            tool_choice,
-            seed,
-            n,
-            user,
-            prompt_cache_key,
-            response_format,
-            written,
         }
     }
 }
