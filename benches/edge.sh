@@ -6,7 +6,7 @@
 #                      EDGE_BASELINE, a git revision or a spillway binary (default HEAD~1; a
 #                      revision is built once into target/edge-baseline/);
 #                      EDGE_ONLY=cpu|latency|streams for one part, or EDGE_ONLY=profile (not in
-#                      a whole run) for the perf profile of the agent turn; EDGE_STREAMS (default
+#                      a whole run) for the perf profile of each size in EDGE_SIZES; EDGE_STREAMS (default
 #                      100,1000,10000); EDGE_SIZES (default "chat agent"); EDGE_PEER=0 to
 #                      leave out the peer; EDGE_WRITE=0 to leave benches/README.md as it is
 #
@@ -278,27 +278,31 @@ if part cpu; then
   echo >> "$OUT"
 fi
 
-# 4. Where a router's time goes on an agent's turn: perf samples of Spillway's process (user and
-#    kernel, every thread) over one wrk run of the 100 KB body at 16 connections, for each answer;
-#    the top symbols by self time.
+# 4. Where a router's time goes: perf samples of Spillway's process (user and kernel, every
+#    thread) over one wrk run of each size's body at 16 connections, for each answer; the top
+#    symbols by self time.
 if [ "$ONLY" = profile ]; then
   command -v perf >/dev/null || { echo "the profile needs perf (Debian: linux-perf)"; exit 1; }
   report() { perf report -q -i "$1" --stdio "${@:2}" 2>/dev/null | sed 's/ *$//' | grep -v '^$'; }
-  for kind in json sse; do
-    perf record -q -F 999 --call-graph dwarf,32768 -o "$WORK/perf-$kind.data" -p "$SPILLWAY" -- sleep "$SECS" 2>/dev/null &
-    PERF=$!
-    measure spillway $kind 16 agent > /dev/null
-    wait $PERF || true
-    {
-      echo "Spillway ($HEAD_NAME), 100 KB agent turn, $kind answer, 16 connections (perf record -F 999 --call-graph dwarf -p over one wrk run): the top symbols by self time, then the functions whose calls take the most time, inclusive:"
-      echo
-      echo '```'
-      report "$WORK/perf-$kind.data" --no-children --sort dso,symbol --percent-limit 1.5 -g none | head -25 || true
-      echo '...'
-      report "$WORK/perf-$kind.data" --children --sort symbol --percent-limit 3 -g none | grep -v '\[k\]' | head -60 || true
-      echo '```'
-      echo
-    } >> "$OUT"
+  for size in $SIZES; do
+    request="60 B chat"; [ "$size" = agent ] && request="100 KB agent turn"
+    for kind in json sse; do
+      data="$WORK/perf-$size-$kind.data"
+      perf record -q -F 999 --call-graph dwarf,32768 -o "$data" -p "$SPILLWAY" -- sleep "$SECS" 2>/dev/null &
+      PERF=$!
+      measure spillway $kind 16 "$size" > /dev/null
+      wait $PERF || true
+      {
+        echo "Spillway ($HEAD_NAME), $request, $kind answer, 16 connections (perf record -F 999 --call-graph dwarf -p over one wrk run): the top symbols by self time, then the functions whose calls take the most time, inclusive:"
+        echo
+        echo '```'
+        report "$data" --no-children --sort dso,symbol --percent-limit 1.5 -g none | head -25 || true
+        echo '...'
+        report "$data" --children --sort symbol --percent-limit 3 -g none | grep -v '\[k\]' | head -60 || true
+        echo '```'
+        echo
+      } >> "$OUT"
+    done
   done
 fi
 

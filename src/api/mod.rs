@@ -98,6 +98,8 @@ pub struct Ops {
     pub sessions: Arc<std::sync::Mutex<crate::control::sessions::SessionBook>>,
     /// The queue in front of each local pool (shared with the pipeline).
     pub queues: Arc<crate::guard::wait_queue::WaitQueues>,
+    /// The queue of access lines to the bookkeeping loop.
+    pub access: crate::control::access::AccessLog,
 }
 
 /// The dialect doors as the batch runner calls them: in process, each line decoded, served and

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::Ops;
 use crate::config::{AccessLogConfig, AccessLogLevel};
+use crate::control::access::AccessLine;
 
 pub(crate) const HEADER: &str = "x-request-id";
 
@@ -26,7 +27,8 @@ fn acceptable(id: &str) -> bool {
     (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-/// The middleware: id, span, access log line (as `access_log` says), response header.
+/// The middleware: id, span, response header, and the access line (as `access_log` says),
+/// queued for the bookkeeping loop to write.
 pub(crate) async fn layer(State(state): State<Arc<Ops>>, mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
@@ -35,25 +37,23 @@ pub(crate) async fn layer(State(state): State<Arc<Ops>>, mut request: Request, n
         .filter(|v| acceptable(v))
         .map_or_else(|| format!("{:032x}", rand::random::<u128>()), str::to_string);
     request.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!("http", request_id = %id, method = %request.method(), path = %request.uri().path());
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let span = tracing::info_span!("http", request_id = %id, method = %method, path = %path);
     // A probe's 503 (not ready yet) is an answer, not a refusal.
-    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+    let probe = matches!(path.as_str(), "/healthz" | "/readyz");
     let started = tokio::time::Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let access = state.snapshot.load().config.access_log.clone();
+    let mut response = next.run(request).instrument(span).await;
     let status = response.status().as_u16();
     if status >= 400 && !probe {
         state.metrics.edge.refused(status);
     }
-    if let Some(level) = access_line(&access, status, rand::random()) {
-        let ms = started.elapsed().as_millis() as u64;
-        span.in_scope(|| match level {
-            tracing::Level::INFO => tracing::info!(status, ms, "http response"),
-            _ => tracing::debug!(status, ms, "http response"),
-        });
-    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
+    }
+    let access = &state.snapshot.load().config.access_log;
+    if let Some(level) = access_line(access, status, rand::random()) {
+        let ms = started.elapsed().as_millis() as u64;
+        state.access.send(AccessLine { request_id: id, method, path, status, ms, level });
     }
     response
 }

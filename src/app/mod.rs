@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState, RouterHandle};
 use crate::config::secrets::Secrets;
 use crate::config::Config;
+use crate::control::access::{self, AccessLog};
 use crate::control::snapshot_loop::GateVerdicts;
 use crate::control::{books, Loops};
 use crate::guard::quota::Clock;
@@ -76,14 +77,20 @@ pub async fn start_with(
         None => None,
     };
     let boards = Boards::new(&config, &secrets, &options, ledger.as_ref(), &mut loops).await;
-    let (records, books) = Books::start(&boards, ledger.as_ref());
+    let (records, access, books) = Books::start(&boards, ledger.as_ref());
     tokio::task::spawn_blocking(crate::tokens::warm_up);
     let gate_board = Arc::new(crate::gate::board::GateBoard::default());
     let verdicts = Arc::clone(&gate_board) as Arc<dyn GateVerdicts>;
     let sight = sight::start(&boards, verdicts, (&secrets, &options), ledger.as_ref(), &mut loops).await?;
-    let state =
-        serving::state(&boards, secrets, ledger.as_ref(), (records, gate_board), tracing.clone(), &mut loops)
-            .await?;
+    let state = serving::state(
+        &boards,
+        secrets,
+        ledger.as_ref(),
+        (records, access, gate_board),
+        tracing.clone(),
+        &mut loops,
+    )
+    .await?;
     let addr = listener.local_addr()?;
     let (edge_metrics, queues) = (state.ops.metrics.edge.clone(), Arc::clone(&state.ops.queues));
     let app = api::router(state.clone());
@@ -121,8 +128,10 @@ struct Books {
 }
 
 impl Books {
-    fn start(boards: &Boards, ledger: Option<&Ledger>) -> (mpsc::UnboundedSender<Record>, Books) {
+    /// The loop, the channel of outcome records into it, and the edge's queue of access lines.
+    fn start(boards: &Boards, ledger: Option<&Ledger>) -> (mpsc::UnboundedSender<Record>, AccessLog, Books) {
         let (records, received) = mpsc::unbounded_channel::<Record>();
+        let (access, lines) = AccessLog::new(access::QUEUE, boards.metrics.edge.access_dropped.clone());
         let parts = books::Books {
             availability: Arc::clone(&boards.availability),
             ledger: ledger.map(|l| LedgerBook::new(l.sender.clone())),
@@ -130,8 +139,8 @@ impl Books {
             sessions: Arc::clone(&boards.sessions),
         };
         let stop = CancellationToken::new();
-        let task = tokio::spawn(books::consume(received, parts, stop.clone()));
-        (records, Books { task, stop })
+        let task = tokio::spawn(books::consume(received, Some(lines), parts, stop.clone()));
+        (records, access, Books { task, stop })
     }
 
     /// Stop once what is queued is booked, then close the ledger writer.

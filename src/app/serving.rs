@@ -12,6 +12,7 @@ use super::ledger::Ledger;
 use crate::api::{self, AppState};
 use crate::config::secrets::Secrets;
 use crate::config::Config;
+use crate::control::access::AccessLog;
 use crate::control::canary::Canaries;
 use crate::control::reload::Reloader;
 use crate::control::Loops;
@@ -26,7 +27,7 @@ pub(super) async fn state(
     boards: &Boards,
     secrets: Secrets,
     ledger: Option<&Ledger>,
-    (records, gate_board): (mpsc::UnboundedSender<Record>, Arc<GateBoard>),
+    (records, access, gate_board): (mpsc::UnboundedSender<Record>, AccessLog, Arc<GateBoard>),
     tracing: crate::trace::Tracing,
     loops: &mut Loops,
 ) -> std::io::Result<AppState> {
@@ -50,8 +51,15 @@ pub(super) async fn state(
         max_body_bytes: config.limits.max_body_bytes,
         body_read_timeout: config.limits.body_read_timeout(),
     };
-    let ops =
-        operations(boards, &dispatcher, client_keys, (gate, queues), ledger, secrets.admin_token, tracing);
+    let ops = operations(
+        boards,
+        &dispatcher,
+        client_keys,
+        (gate, queues, access),
+        ledger,
+        secrets.admin_token,
+        tracing,
+    );
     let canary_every = config.canary.interval_secs;
     if canary_every > 0 {
         loops.spawn(Canaries::clone(&ops.canaries).run(Duration::from_secs(canary_every)));
@@ -105,7 +113,7 @@ fn operations(
     boards: &Boards,
     dispatcher: &Arc<Dispatcher>,
     client_keys: Arc<crate::keys::KeyBoard>,
-    (gate, queues): (GateService, Arc<WaitQueues>),
+    (gate, queues, access): (GateService, Arc<WaitQueues>, AccessLog),
     ledger: Option<&Ledger>,
     admin_token: Option<String>,
     tracing: crate::trace::Tracing,
@@ -145,6 +153,7 @@ fn operations(
         tracing,
         sessions: Arc::clone(&boards.sessions),
         queues,
+        access,
     }
 }
 

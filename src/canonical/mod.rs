@@ -10,6 +10,7 @@ mod conversation;
 mod engine;
 mod error;
 mod id;
+pub mod members;
 mod name;
 mod native;
 mod operation;

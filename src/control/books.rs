@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::access::AccessLine;
 use super::sessions::SessionBook;
 use crate::outcome::{AnswerCost, Ending, Record, RequestOutcome};
 
@@ -19,10 +20,12 @@ pub struct Books {
     pub sessions: Arc<Mutex<SessionBook>>,
 }
 
-/// Read records until the channel closes or `stop` is cancelled (then read what is already queued):
-/// log them, feed the metrics and write the ledger.
+/// Read records (and access lines, when the edge sends them) until the channel closes or `stop`
+/// is cancelled (then read what is already queued): log them, feed the metrics and write the
+/// ledger.
 pub(crate) async fn consume(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
+    mut access: Option<tokio::sync::mpsc::Receiver<AccessLine>>,
     books: Books,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -35,9 +38,19 @@ pub(crate) async fn consume(
                 Some(record) => record,
                 None => break,
             },
+            line = async { access.as_mut()?.recv().await }, if access.is_some() => {
+                match line {
+                    Some(line) => line.write(),
+                    None => access = None,
+                }
+                continue;
+            }
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
                 rx.close();
+                if let Some(access) = access.as_mut() {
+                    access.close();
+                }
                 continue;
             }
         };
@@ -83,6 +96,9 @@ pub(crate) async fn consume(
                 }
             }
         }
+    }
+    while let Some(line) = access.as_mut().and_then(|a| a.try_recv().ok()) {
+        line.write();
     }
 }
 

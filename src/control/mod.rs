@@ -5,6 +5,7 @@
 //! the pipeline and the doors: what a higher layer knows that a snapshot needs (the gate's
 //! verdicts) comes in through `snapshot_loop`'s sources as a trait it implements.
 
+pub mod access;
 pub mod balancing;
 pub mod books;
 pub mod canary;

@@ -6,10 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
 use rust_decimal::Decimal;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::canonical::EventStream;
 use crate::canonical::{ErrorClass, Event, UpstreamError};
@@ -154,47 +158,82 @@ impl Drop for Lease {
 }
 
 /// The client-facing stream: the buffered first events, then the rest under an idle timeout,
-/// settling the lease when the upstream ends or breaks.
+/// settling the lease when the upstream ends or breaks. Polled in place: an event passes with
+/// no copy of the lease and no timer armed per event (the idle timer is moved on only when it
+/// fires before the stream has been quiet for `idle`).
 pub(super) fn track(buffered: Vec<Event>, rest: EventStream, lease: Lease, idle: Duration) -> EventStream {
-    struct State {
-        buffered: std::vec::IntoIter<Event>,
-        rest: EventStream,
-        lease: Lease,
-        done: bool,
+    Box::pin(Tracked {
+        buffered: buffered.into_iter(),
+        rest,
+        lease,
+        idle,
+        quiet_since: None,
+        timer: None,
+        done: false,
+    })
+}
+
+struct Tracked {
+    buffered: std::vec::IntoIter<Event>,
+    rest: EventStream,
+    lease: Lease,
+    idle: Duration,
+    /// When the upstream last had nothing ready (`None`: it has delivered since).
+    quiet_since: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+    done: bool,
+}
+
+impl Tracked {
+    fn end(&mut self, error: Option<UpstreamError>) -> Poll<Option<Result<Event, UpstreamError>>> {
+        self.lease.finish(error.as_ref());
+        self.done = true;
+        Poll::Ready(error.map(Err))
     }
-    let state = State { buffered: buffered.into_iter(), rest, lease, done: false };
-    Box::pin(futures::stream::unfold(state, move |mut s| async move {
+
+    /// Whether the upstream has now been quiet for `idle`; if not, the timer wakes the task
+    /// when it will have been.
+    fn quiet_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = *self.quiet_since.get_or_insert_with(Instant::now) + self.idle;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if timer.deadline() >= deadline {
+                return true;
+            }
+            // It fired for an earlier quiet spell: move it to this one's end.
+            timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl Stream for Tracked {
+    type Item = Result<Event, UpstreamError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let s = self.get_mut();
         if s.done {
-            return None;
+            return Poll::Ready(None);
         }
         if let Some(event) = s.buffered.next() {
             s.lease.observe(&event);
-            return Some((Ok(event), s));
+            return Poll::Ready(Some(Ok(event)));
         }
-        match tokio::time::timeout(idle, s.rest.next()).await {
-            Ok(Some(Ok(event))) => {
+        match s.rest.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(event))) => {
+                s.quiet_since = None;
                 s.lease.observe(&event);
-                Some((Ok(event), s))
+                Poll::Ready(Some(Ok(event)))
             }
-            Ok(None) => {
-                s.lease.finish(None);
-                None
+            Poll::Ready(None) => s.end(None),
+            Poll::Ready(Some(Err(error))) => s.end(Some(error)),
+            Poll::Pending if s.quiet_too_long(cx) => {
+                let why = format!("upstream sent nothing for {} ms", s.idle.as_millis());
+                s.end(Some(UpstreamError::new(ErrorClass::Timeout, None, why)))
             }
-            Ok(Some(Err(error))) => {
-                s.lease.finish(Some(&error));
-                s.done = true;
-                Some((Err(error), s))
-            }
-            Err(_) => {
-                let error = UpstreamError::new(
-                    ErrorClass::Timeout,
-                    None,
-                    format!("upstream sent nothing for {} ms", idle.as_millis()),
-                );
-                s.lease.finish(Some(&error));
-                s.done = true;
-                Some((Err(error), s))
-            }
+            Poll::Pending => Poll::Pending,
         }
-    }))
+    }
 }

@@ -124,7 +124,7 @@ impl CliCalls {
             metrics: Arc::new(Metrics::new()),
             sessions: Arc::default(),
         };
-        let books = tokio::spawn(books::consume(rx, books, CancellationToken::new()));
+        let books = tokio::spawn(books::consume(rx, None, books, CancellationToken::new()));
         // The config's breaker settings and node slots apply to the CLI's calls too.
         let nodes = NodeBoard::new(BreakerBoard::new(config.dispatch.breaker.clone()), NodeLoad::new());
         let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_config_on(Arc::clone(config), &nodes)));

@@ -3,7 +3,7 @@
 //! requests the router refused, by status.
 
 use super::family::Registry;
-use prometheus::{IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 
 /// Why a client connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub struct EdgeMetrics {
     pub open: IntGauge,
     ended: IntCounterVec,
     refused: IntCounterVec,
+    /// Access lines a full queue turned away (`control::access`).
+    pub access_dropped: IntCounter,
 }
 
 impl EdgeMetrics {
@@ -78,7 +80,13 @@ impl EdgeMetrics {
         )
         .expect("static metric definition");
         r.register(Box::new(refused.clone())).expect("each family is registered once");
-        EdgeMetrics { open, ended, refused }
+        let access_dropped = IntCounter::new(
+            "spillway_access_lines_dropped_total",
+            "Access lines not written because the queue to the bookkeeping loop was full (the requests were served; only their lines are missing).",
+        )
+        .expect("static metric definition");
+        r.register(Box::new(access_dropped.clone())).expect("each family is registered once");
+        EdgeMetrics { open, ended, refused, access_dropped }
     }
 
     /// Count an answer with an error status.

@@ -7,7 +7,11 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures::{Stream, StreamExt};
 use rust_decimal::Decimal;
 
 use crate::canonical::EventStream;
@@ -27,17 +31,28 @@ pub struct Metering {
 }
 
 type Item = Result<Event, UpstreamError>;
+type Settling = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-struct State {
+/// `events`, metered. Polled in place: an event passes with no copy of the meter's state.
+pub fn meter(events: EventStream, m: Metering) -> EventStream {
+    Box::pin(Metered { events, m, usage: None, held: None, ahead: None, settling: None, done: false })
+}
+
+struct Metered {
     events: EventStream,
     m: Metering,
     usage: Option<Usage>,
-    /// An item read ahead (`Some(None)`: the end).
+    /// A relayed chunk with usage, held until the item behind it (its canonical usage) is read,
+    /// so the chunk is written with the cost.
+    held: Option<Event>,
+    /// The item read behind a held chunk, passed on next (`Some(None)`: the end).
     ahead: Option<Option<Item>>,
+    /// The settlement under way at the end, and what to pass on once it is done.
+    settling: Option<(Settling, Option<Item>)>,
     done: bool,
 }
 
-impl State {
+impl Metered {
     fn observe(&mut self, event: &Event) {
         if let Event::Usage(u) = event {
             self.usage = Some(*u);
@@ -58,16 +73,9 @@ impl State {
             }
         })
     }
-
-    async fn finish(&mut self) {
-        self.done = true;
-        if let Some((r, cost, tokens)) = self.settlement() {
-            r.settle(cost, tokens).await;
-        }
-    }
 }
 
-impl Drop for State {
+impl Drop for Metered {
     fn drop(&mut self) {
         // Dropped before the end (the client went away): settle what is known, in the background.
         if let (Some((r, cost, tokens)), Ok(runtime)) =
@@ -78,41 +86,51 @@ impl Drop for State {
     }
 }
 
-/// `events`, metered.
-pub fn meter(events: EventStream, m: Metering) -> EventStream {
-    let state = State { events, m, usage: None, ahead: None, done: false };
-    Box::pin(futures::stream::unfold(state, |mut s| async move {
-        if s.done {
-            return None;
-        }
-        let item = match s.ahead.take() {
-            Some(item) => item,
-            None => s.events.next().await,
-        };
-        match item {
-            None => {
-                s.finish().await;
-                None
+impl Stream for Metered {
+    type Item = Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        let s = self.get_mut();
+        loop {
+            if let Some((settle, _)) = &mut s.settling {
+                ready!(settle.as_mut().poll(cx));
+                let (_, last) = s.settling.take().expect("a settlement under way");
+                s.done = true;
+                return Poll::Ready(last);
             }
-            Some(Err(e)) => {
-                s.finish().await;
-                Some((Err(e), s))
+            if s.done {
+                return Poll::Ready(None);
             }
-            Some(Ok(event)) => {
-                s.observe(&event);
-                // A relayed chunk with usage is followed by its canonical usage: read it now,
-                // so the chunk is written with the cost.
-                let carries_usage =
-                    matches!(&event, Event::Relay(c) if c.usage.as_deref().is_some_and(|u| u != b"null"));
-                if carries_usage {
-                    let next = s.events.next().await;
-                    if let Some(Ok(e)) = &next {
-                        s.observe(e);
-                    }
-                    s.ahead = Some(next);
+            let item = match s.ahead.take() {
+                Some(item) => item,
+                None => ready!(s.events.poll_next_unpin(cx)),
+            };
+            if let Some(held) = s.held.take() {
+                if let Some(Ok(event)) = &item {
+                    s.observe(event);
                 }
-                Some((Ok(event), s))
+                s.ahead = Some(item);
+                return Poll::Ready(Some(Ok(held)));
+            }
+            match item {
+                Some(Ok(event)) => {
+                    s.observe(&event);
+                    let carries_usage =
+                        matches!(&event, Event::Relay(c) if c.usage.as_deref().is_some_and(|u| u != b"null"));
+                    if !carries_usage {
+                        return Poll::Ready(Some(Ok(event)));
+                    }
+                    s.held = Some(event);
+                }
+                // The end, or the error that ended it: settled first.
+                last => match s.settlement() {
+                    None => {
+                        s.done = true;
+                        return Poll::Ready(last);
+                    }
+                    Some((r, cost, tokens)) => s.settling = Some((Box::pin(r.settle(cost, tokens)), last)),
+                },
             }
         }
-    }))
+    }
 }

@@ -4,6 +4,7 @@
 //! as it is (content parts, a member written twice, a lone surrogate half), it gives up, and
 //! the door decodes the conversation instead, whose refusal then names the field.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -12,6 +13,7 @@ use serde::de::{SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::canonical::members::{value_at, walk_object};
 use crate::canonical::{unescaped_len, Facts, Role};
 
 /// A message as the scan reads it: its role, and the rest as written.
@@ -166,16 +168,9 @@ pub(super) fn walk(body: &[u8]) -> Option<Walked<'_>> {
     let mut members = Vec::with_capacity(16);
     let mut spans = Vec::with_capacity(16);
     let mut conversation = None;
-    let mut at = skip_space(body, 0);
-    at = expect(body, at, b'{')?;
-    if body.get(skip_space(body, at)) == Some(&b'}') {
-        return None;
-    }
-    loop {
-        let key_at = skip_space(body, at);
+    walk_object(body, |key, key_span, value_starts| {
         // A key with an escape is not borrowed: the careful reading takes it.
-        let (key, key_end) = value_at::<&str>(body, key_at)?;
-        let value_starts = skip_space(body, expect(body, skip_space(body, key_end), b':')?);
+        let Cow::Borrowed(key) = key else { return None };
         let end = if key == "messages" {
             let (scanned, end) = value_at::<Scanned<'_>>(body, value_starts)?;
             // Twice is refused by the careful reading, which says so.
@@ -188,34 +183,10 @@ pub(super) fn walk(body: &[u8]) -> Option<Walked<'_>> {
             members.push((key, raw));
             end
         };
-        spans.push((key_at..key_end, value_starts..end));
-        at = skip_space(body, end);
-        match body.get(at)? {
-            b',' => at += 1,
-            b'}' => break,
-            _ => return None,
-        }
-    }
-    let conversation = conversation?;
-    (skip_space(body, at + 1) == body.len()).then_some(Walked { members, spans, conversation })
-}
-
-/// One JSON value of `body` at `at`, and where it ends.
-fn value_at<'a, T: Deserialize<'a>>(body: &'a [u8], at: usize) -> Option<(T, usize)> {
-    let mut values = serde_json::Deserializer::from_slice(body.get(at..)?).into_iter::<T>();
-    let value = values.next()?.ok()?;
-    Some((value, at + values.byte_offset()))
-}
-
-fn skip_space(body: &[u8], mut at: usize) -> usize {
-    while body.get(at).is_some_and(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t')) {
-        at += 1;
-    }
-    at
-}
-
-fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
-    (body.get(at) == Some(&byte)).then_some(at + 1)
+        spans.push((key_span, value_starts..end));
+        Some(end)
+    })?;
+    Some(Walked { members, spans, conversation: conversation? })
 }
 
 /// The facts of `json`, a conversation as written, if the scan is sure of it.

@@ -138,23 +138,15 @@ pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, Upst
     let malformed = |e: serde_json::Error| http::malformed(&String::from_utf8_lossy(body), &e);
     let split: SplitChunk<'_> = http::whole(body)?;
     if let Some(error) =
-        split.error.map(|e| serde_json::from_str::<ErrorMember>(e.get())).transpose().map_err(malformed)?
+        split.error.map(serde_json::from_str::<ErrorMember>).transpose().map_err(malformed)?
     {
         if let Some(error) = error.object() {
             return Err(error.in_band());
         }
     }
-    let usage = split
-        .usage
-        .map(|u| serde_json::from_str::<Option<UsageIn>>(u.get()))
-        .transpose()
-        .map_err(malformed)?;
-    let choices: Vec<ChoiceIn<'_>> = split
-        .choices
-        .map(|c| serde_json::from_str(c.get()))
-        .transpose()
-        .map_err(malformed)?
-        .unwrap_or_default();
+    let usage = split.usage.map(serde_json::from_str::<Option<UsageIn>>).transpose().map_err(malformed)?;
+    let choices: Vec<ChoiceIn<'_>> =
+        split.choices.map(serde_json::from_str).transpose().map_err(malformed)?.unwrap_or_default();
     let (mut events, finish) = read_choices(&choices)?;
     let relay: RelayChunk = split.relay(choices.is_empty());
     events.insert(0, Event::Relay(relay));
@@ -188,22 +180,17 @@ impl StreamParser for CompletionStream {
         let malformed = |e: serde_json::Error| http::malformed(data, &e);
         let split: SplitChunk<'_> = serde_json::from_str(data).map_err(malformed)?;
         if let Some(error) = split.error {
-            if let Some(error) = serde_json::from_str::<ErrorMember>(error.get()).map_err(malformed)?.object()
-            {
+            if let Some(error) = serde_json::from_str::<ErrorMember>(error).map_err(malformed)?.object() {
                 return Err(error.in_band());
             }
         }
         if let Some(raw) = split.usage {
-            if let Some(usage) = serde_json::from_str::<Option<UsageIn>>(raw.get()).map_err(malformed)? {
+            if let Some(usage) = serde_json::from_str::<Option<UsageIn>>(raw).map_err(malformed)? {
                 self.usage = Some(usage.to_usage());
             }
         }
-        let choices: Vec<ChoiceIn<'_>> = split
-            .choices
-            .map(|c| serde_json::from_str(c.get()))
-            .transpose()
-            .map_err(malformed)?
-            .unwrap_or_default();
+        let choices: Vec<ChoiceIn<'_>> =
+            split.choices.map(serde_json::from_str).transpose().map_err(malformed)?.unwrap_or_default();
         let (mut events, finish) = read_choices(&choices)?;
         if finish.is_some() {
             self.finish = finish;

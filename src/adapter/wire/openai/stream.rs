@@ -236,16 +236,19 @@ impl StreamParser for OpenAiStream {
             return self.read(chunk);
         }
         let malformed = |e: serde_json::Error| http::malformed(data, &e);
-        let split: SplitChunk<'_> = serde_json::from_str(data).map_err(malformed)?;
+        let (split, choices) = match SplitChunk::read::<Option<Vec<ChoiceIn<'_>>>>(data) {
+            Some((split, choices)) => (split, choices.flatten()),
+            // The careful reading, which names what is wrong.
+            None => {
+                let split: SplitChunk<'_> = serde_json::from_str(data).map_err(malformed)?;
+                let choices = split.choices.map(serde_json::from_str).transpose().map_err(malformed)?;
+                (split, choices.flatten())
+            }
+        };
         let chunk = ChunkIn {
-            error: split.error.map(|e| serde_json::from_str(e.get())).transpose().map_err(malformed)?,
-            usage: split
-                .usage
-                .map(|u| serde_json::from_str(u.get()))
-                .transpose()
-                .map_err(malformed)?
-                .flatten(),
-            choices: split.choices.map(|c| serde_json::from_str(c.get())).transpose().map_err(malformed)?,
+            error: split.error.map(serde_json::from_str).transpose().map_err(malformed)?,
+            usage: split.usage.map(serde_json::from_str).transpose().map_err(malformed)?.flatten(),
+            choices,
         };
         let no_choices = chunk.choices.as_ref().is_none_or(Vec::is_empty);
         let mut events = self.read(chunk)?;
