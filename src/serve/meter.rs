@@ -134,3 +134,56 @@ impl Stream for Metered {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::{ErrorClass, FinishReason, RelayChunk};
+
+    fn relay(usage: Option<&'static [u8]>) -> Event {
+        let usage = usage.map(bytes::Bytes::from_static);
+        Event::Relay(RelayChunk { fields: bytes::Bytes::new(), usage, no_choices: false })
+    }
+
+    fn metered(events: Vec<Item>) -> EventStream {
+        let budgets = Arc::new(crate::config::BudgetsConfig::default());
+        meter(
+            Box::pin(futures::stream::iter(events)),
+            Metering { budgets, reservation: None, cost: Arc::default() },
+        )
+    }
+
+    #[tokio::test]
+    async fn every_event_passes_in_order_and_the_stream_ends_once() {
+        let usage = Usage { input_tokens: 3, output_tokens: 2, ..Usage::default() };
+        let events = vec![
+            relay(None),
+            Event::TextDelta("hi".into()),
+            relay(Some(b"{\"prompt_tokens\":3}")),
+            Event::Usage(usage),
+            Event::Finish(FinishReason::Stop),
+        ];
+        let out: Vec<Item> = metered(events.iter().cloned().map(Ok).collect()).collect().await;
+        assert_eq!(out, events.into_iter().map(Ok).collect::<Vec<_>>());
+        // An error ends it, after the chunk held for it.
+        let broke = UpstreamError::new(ErrorClass::StreamBroken, None, "cut");
+        let out: Vec<Item> =
+            metered(vec![Ok(relay(Some(b"{}"))), Err(broke.clone()), Ok(relay(None))]).collect().await;
+        assert_eq!(out, vec![Ok(relay(Some(b"{}"))), Err(broke)]);
+    }
+
+    #[tokio::test]
+    async fn a_chunk_with_usage_waits_for_the_item_behind_it() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Item>();
+        let budgets = Arc::new(crate::config::BudgetsConfig::default());
+        let mut stream = meter(Box::pin(rx), Metering { budgets, reservation: None, cost: Arc::default() });
+        tx.unbounded_send(Ok(relay(Some(b"{\"prompt_tokens\":1}")))).unwrap();
+        assert!(futures::poll!(stream.next()).is_pending(), "held until its usage is read");
+        tx.unbounded_send(Ok(Event::Usage(Usage::default()))).unwrap();
+        assert_eq!(stream.next().await, Some(Ok(relay(Some(b"{\"prompt_tokens\":1}")))));
+        assert_eq!(stream.next().await, Some(Ok(Event::Usage(Usage::default()))));
+        drop(tx);
+        assert_eq!(stream.next().await, None);
+        assert_eq!(stream.next().await, None);
+    }
+}

@@ -77,3 +77,65 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
     assert_eq!(outcome.cost, Some(AnswerCost::ListPrice(expected)));
     assert_eq!(served.cost.get(), Some(expected.normalize()), "the header's figure is the outcome's");
 }
+
+/// A stream through the pipeline from a simulator that writes a token every `token_ms`, under
+/// `stream_idle_timeout_ms: idle_ms`: its events, then its outcome record.
+async fn stream_with_idle(token_ms: u64, idle_ms: u64) -> (Vec<Result<Event, String>>, Ending) {
+    let node = common::sim(SimKind::Vllm, "llama", |a| a.token_delay_ms = token_ms).await;
+    let config = spillway::config::parse(&format!(
+        "backends:\n  - {{name: node, kind: openai_compatible, base_url: \"{}/v1\", model: llama}}\n\
+         tasks:\n  - {{name: t, backends: [node], slo: {{ttft_ms: 5000}}}}\n\
+         dispatch: {{stream_idle_timeout_ms: {idle_ms}}}\n",
+        node.base_url()
+    ))
+    .unwrap();
+    let (records, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
+    let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
+    let headers = HeaderMap::new();
+    let arrival = Arrival {
+        arrived_at: SystemTime::now(),
+        request_id: "idle-1".into(),
+        principal: None,
+        headers: &headers,
+        priority: None,
+        pin: None,
+        owned: None,
+        fleet_only: false,
+        trace: None,
+    };
+    let served = serve::serve(&serving, arrival, "t", |_task| {
+        Ok(ChatRequest {
+            model: "t".into(),
+            messages: vec![Message::new(Role::User, "Count to five.")].into(),
+            max_tokens: Some(12),
+            stream: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("served: {e:?}"));
+    let events: Vec<_> = served.committed.events.map(|e| e.map_err(|e| e.message)).collect().await;
+    let ending = loop {
+        match outcomes.recv().await.expect("the request's outcome is recorded") {
+            Record::Request(r) if r.ending != Ending::InFlight => break r.ending,
+            _ => {}
+        }
+    };
+    (events, ending)
+}
+
+#[tokio::test]
+async fn a_stream_quiet_for_the_idle_timeout_ends_with_a_timeout_and_one_that_keeps_talking_does_not() {
+    // Twelve tokens 40 ms apart: about 480 ms in all, twice the idle timeout, never quiet for it.
+    let (events, ending) = stream_with_idle(40, 250).await;
+    assert_eq!(ending, Ending::Completed, "{events:?}");
+    assert!(events.iter().all(Result::is_ok), "{events:?}");
+    let text = events.iter().filter(|e| matches!(e, Ok(Event::TextDelta(_)))).count();
+    assert!(text >= 8, "the tokens arrived, over more than the idle timeout: {events:?}");
+    // Tokens a second apart under a 250 ms idle timeout: cut after the first, with a timeout.
+    let (events, ending) = stream_with_idle(1000, 250).await;
+    assert_eq!(ending, Ending::Failed(spillway::canonical::ErrorClass::Timeout), "{events:?}");
+    let last = events.last().expect("events").as_ref().unwrap_err();
+    assert!(last.contains("upstream sent nothing for 250 ms"), "{last}");
+    assert_eq!(events.iter().filter(|e| e.is_err()).count(), 1, "the error ends the stream: {events:?}");
+}
