@@ -199,10 +199,14 @@ async fn crash_and_restart(ledger_url: &str, name: &str) {
     let _again = Child(again);
     exactly_once(&url, &store, &id, &at, &node_url, name).await;
     eprintln!("{name}: the job ended {:.1} s after the restart", restarted.elapsed().as_secs_f64());
+    // Lines its predecessor still held at the kill are taken back at once. The kill may land
+    // just after the held lines ended (the wait saw one held, the kill came a moment later):
+    // then there is nothing to take back.
     let log = stderr.so_far();
     assert!(
-        log.contains("took back the lines this replica ran before it restarted"),
-        "{name}: the restarted replica took its predecessor's lines back at once:\n{log}"
+        at.running == 0 || log.contains("took back the lines this replica ran before it restarted"),
+        "{name}: {} lines held at the kill; the restarted replica took them back at once:\n{log}",
+        at.running
     );
     store.close().await;
 }
