@@ -12,9 +12,34 @@ use futures::StreamExt;
 use rust_decimal::Decimal;
 use spillway::canonical::{ChatRequest, Event, Message, Role};
 use spillway::dispatch::Keys;
-use spillway::outcome::{AnswerCost, Ending, Record};
+use spillway::outcome::{AnswerCost, Ending, Record, RequestOutcome};
 use spillway::serve::{self, Arrival, Serving};
 use spillway::sim::SimKind;
+
+/// A request arriving with no key, no pin and default priority.
+fn arrival<'a>(request_id: &str, headers: &'a HeaderMap) -> Arrival<'a> {
+    Arrival {
+        arrived_at: SystemTime::now(),
+        request_id: request_id.into(),
+        principal: None,
+        headers,
+        priority: None,
+        pin: None,
+        owned: None,
+        fleet_only: false,
+        trace: None,
+    }
+}
+
+/// The request's outcome record, once it has ended.
+async fn outcome(outcomes: &mut tokio::sync::mpsc::UnboundedReceiver<Record>) -> RequestOutcome {
+    loop {
+        match outcomes.recv().await.expect("the request's outcome is recorded") {
+            Record::Request(r) if r.ending != Ending::InFlight => return r,
+            _ => {}
+        }
+    }
+}
 
 #[tokio::test]
 async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once() {
@@ -29,17 +54,7 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
     let (records, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
     let headers = HeaderMap::new();
-    let arrival = Arrival {
-        arrived_at: SystemTime::now(),
-        request_id: "in-process-1".into(),
-        principal: None,
-        headers: &headers,
-        priority: None,
-        pin: None,
-        owned: None,
-        fleet_only: false,
-        trace: None,
-    };
+    let arrival = arrival("in-process-1", &headers);
     let served = serve::serve(&serving, arrival, "t", |_task| {
         Ok(ChatRequest {
             model: "t".into(),
@@ -60,12 +75,7 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
     let usage = events.iter().find_map(|e| if let Event::Usage(u) = e { Some(*u) } else { None }).unwrap();
     assert!(usage.input_tokens > 0 && usage.output_tokens > 0, "{usage:?}");
 
-    let outcome = loop {
-        match outcomes.recv().await.expect("the request's outcome is recorded") {
-            Record::Request(r) if r.ending != Ending::InFlight => break r,
-            _ => {}
-        }
-    };
+    let outcome = outcome(&mut outcomes).await;
     assert_eq!(
         (outcome.backend.as_str(), outcome.ending, outcome.usage),
         ("hosted", Ending::Completed, usage)
@@ -92,17 +102,7 @@ async fn stream_with_idle(token_ms: u64, idle_ms: u64) -> (Vec<Result<Event, Str
     let (records, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
     let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
     let headers = HeaderMap::new();
-    let arrival = Arrival {
-        arrived_at: SystemTime::now(),
-        request_id: "idle-1".into(),
-        principal: None,
-        headers: &headers,
-        priority: None,
-        pin: None,
-        owned: None,
-        fleet_only: false,
-        trace: None,
-    };
+    let arrival = arrival("idle-1", &headers);
     let served = serve::serve(&serving, arrival, "t", |_task| {
         Ok(ChatRequest {
             model: "t".into(),
@@ -115,13 +115,7 @@ async fn stream_with_idle(token_ms: u64, idle_ms: u64) -> (Vec<Result<Event, Str
     .await
     .unwrap_or_else(|e| panic!("served: {e:?}"));
     let events: Vec<_> = served.committed.events.map(|e| e.map_err(|e| e.message)).collect().await;
-    let ending = loop {
-        match outcomes.recv().await.expect("the request's outcome is recorded") {
-            Record::Request(r) if r.ending != Ending::InFlight => break r.ending,
-            _ => {}
-        }
-    };
-    (events, ending)
+    (events, outcome(&mut outcomes).await.ending)
 }
 
 #[tokio::test]
