@@ -16,7 +16,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
 use tiktoken_rs::CoreBPE;
 
 use crate::canonical::{ChatRequest, Role};
@@ -262,16 +261,16 @@ impl TokenCounter {
             total = total.saturating_add(count(&schema.to_string()));
         }
         if !req.tools.is_empty() {
-            let tools: Vec<_> = req
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters,
-                    }})
-                })
-                .collect();
-            total = total.saturating_add(count(&serde_json::Value::Array(tools).to_string()));
+            /// A tool as OpenAI's chat wire declares it, the text counted.
+            #[derive(serde::Serialize)]
+            struct Declared<'a> {
+                #[serde(rename = "type")]
+                kind: &'static str,
+                function: &'a crate::canonical::Tool,
+            }
+            let tools: Vec<_> =
+                req.tools.iter().map(|function| Declared { kind: "function", function }).collect();
+            total = total.saturating_add(count(&serde_json::to_string(&tools).unwrap_or_default()));
         }
         // A completion's prompt or an embeddings input: its texts are counted, its token ids
         // are already this backend's tokens (not scaled).
@@ -321,6 +320,7 @@ fn saturate(n: usize) -> u32 {
 mod tests {
     use super::*;
     use crate::canonical::{Message, Tool, ToolCall};
+    use serde_json::json;
 
     #[test]
     fn known_tiktoken_counts() {
@@ -452,7 +452,7 @@ mod tests {
         req.tools.push(Tool {
             name: "lookup".into(),
             description: Some("Find a ticket by id".into()),
-            parameters: json!({"type": "object", "properties": {"id": {"type": "integer"}}}),
+            parameters: json!({"type": "object", "properties": {"id": {"type": "integer"}}}).into(),
         });
         let with_tools = c.count_request(&req);
         assert!(with_tools > with_call + 10, "{with_tools} vs {with_call}");

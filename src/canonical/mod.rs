@@ -34,7 +34,7 @@ pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };
 pub use principal::{IssuedKey, KeyId, Principal};
-pub use schema::{check_schema, compile_schema};
+pub use schema::{check_schema, compile_schema, Schema, Shape};
 use serde_json::Value;
 pub use whole::WholeAnswer;
 
@@ -222,10 +222,10 @@ pub struct Tool {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
-    /// JSON schema of the parameters: an object (the API refuses any other shape), or null for
-    /// a function that takes none.
+    /// JSON schema of the parameters, as the client wrote it: an object (the API refuses any
+    /// other shape), or null for a function that takes none.
     #[serde(default)]
-    pub parameters: Value,
+    pub parameters: Schema,
 }
 
 /// Whether and which tool the model must call (OpenAI's `tool_choice`), checked against the

@@ -1,12 +1,16 @@
-//! JSON schemas a client sends (tool parameters, a response format): compiled to validate an
-//! answer, or only checked at the door. An agent resends the same dozen tool schemas on every
-//! turn, and compiling one costs more than relaying the rest of its request, so a check
-//! remembers the schemas it has found valid (by a 64-bit hash of their JSON) and compiles each
-//! one once. A schema found invalid is compiled again each time, so its error is always exact.
+//! JSON schemas a client sends (tool parameters, a response format): kept as written, compiled
+//! to validate an answer, or only checked at the door. An agent resends the same dozen tool
+//! schemas on every turn: they reach an upstream of the client's own wire as the text the client
+//! wrote (no tree built), and a check remembers the schemas it has found valid (by a 64-bit hash
+//! of that text) and compiles each one once. A schema found invalid is compiled again each
+//! time, so its error is always exact.
 
 use std::collections::HashSet;
-use std::sync::{LazyLock, RwLock};
+use std::fmt;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -15,19 +19,122 @@ const REMEMBERED: usize = 4096;
 
 static VALID: LazyLock<RwLock<HashSet<u64>>> = LazyLock::new(RwLock::default);
 
+/// A JSON schema as the client wrote it: its text, and its tree, built on first read (a
+/// translation to another wire, a compile). `null` for a function that takes no parameters.
+#[derive(Clone)]
+pub struct Schema {
+    text: Arc<RawValue>,
+    tree: OnceLock<Arc<Value>>,
+}
+
+/// What a check asks of a schema besides compiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// Any schema that compiles.
+    Any,
+    /// A function's parameters: a schema whose `type`, if it says one, is `object`.
+    Parameters,
+}
+
+impl Schema {
+    /// A schema as written (valid JSON, as the door's reading found it).
+    pub fn written(text: Box<RawValue>) -> Schema {
+        Schema { text: Arc::from(text), tree: OnceLock::new() }
+    }
+
+    /// Its JSON text as written.
+    pub fn text(&self) -> &RawValue {
+        &self.text
+    }
+
+    /// Its tree, built on first use.
+    pub fn tree(&self) -> &Value {
+        self.tree.get_or_init(|| Arc::new(serde_json::from_str(self.text.get()).unwrap_or(Value::Null)))
+    }
+
+    /// The tree, taken out.
+    pub fn into_tree(self) -> Value {
+        self.tree();
+        let tree = self.tree.into_inner().unwrap_or_default();
+        Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    fn first_byte(&self) -> Option<u8> {
+        self.text.get().trim_start().bytes().next()
+    }
+
+    /// `null`: no schema (absent, or written as `null`).
+    pub fn is_null(&self) -> bool {
+        self.first_byte() == Some(b'n')
+    }
+
+    /// A JSON object (a schema a tool may have).
+    pub fn is_object(&self) -> bool {
+        self.first_byte() == Some(b'{')
+    }
+}
+
+impl Default for Schema {
+    fn default() -> Schema {
+        Schema::from(Value::Null)
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(tree: Value) -> Schema {
+        let text = serde_json::value::to_raw_value(&tree)
+            .unwrap_or_else(|_| RawValue::from_string("null".to_string()).expect("null is JSON"));
+        Schema { text: Arc::from(text), tree: OnceLock::from(Arc::new(tree)) }
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(Schema::written)
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Schema) -> bool {
+        self.text.get() == other.text.get() || self.tree() == other.tree()
+    }
+}
+
+impl PartialEq<Value> for Schema {
+    fn eq(&self, other: &Value) -> bool {
+        self.tree() == other
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text.get())
+    }
+}
+
 /// Compile a JSON schema (draft detected from `$schema`, 2020-12 by default).
 pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| format!("the JSON schema is not valid: {e}"))
 }
 
-/// Whether `schema` compiles, as [`compile_schema`] says; a schema seen valid before is not
-/// compiled again.
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    let hash = hash_of(schema);
+/// Whether `schema` is of `shape` and compiles, as [`compile_schema`] says; a schema seen valid
+/// before, written the same, is neither read nor compiled again.
+pub fn check_schema(schema: &Schema, shape: Shape) -> Result<(), String> {
+    let hash = hash_of(schema, shape);
     if VALID.read().is_ok_and(|valid| valid.contains(&hash)) {
         return Ok(());
     }
-    compile_schema(schema)?;
+    let tree = schema.tree();
+    if shape == Shape::Parameters && tree.get("type").is_some_and(|t| t != "object") {
+        return Err("a function's parameters must be a schema of `\"type\": \"object\"`".into());
+    }
+    compile_schema(tree)?;
     if let Ok(mut valid) = VALID.write() {
         if valid.len() >= REMEMBERED {
             valid.clear();
@@ -37,24 +144,12 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The xxh3-64 of the schema's JSON text, written straight into the hasher.
-fn hash_of(schema: &Value) -> u64 {
-    struct Hashing(Xxh3);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(Xxh3::new());
-    match serde_json::to_writer(&mut hashing, schema) {
-        Ok(()) => hashing.0.digest(),
-        // A `Value` always serialises; were it not to, nothing is remembered under 0.
-        Err(_) => 0,
-    }
+/// The xxh3-64 of the shape asked and the schema's text as written.
+fn hash_of(schema: &Schema, shape: Shape) -> u64 {
+    let mut hasher = Xxh3::new();
+    hasher.update(&[shape as u8]);
+    hasher.update(schema.text.get().as_bytes());
+    hasher.digest()
 }
 
 #[cfg(test)]
@@ -63,19 +158,49 @@ mod tests {
 
     use super::*;
 
+    fn written(text: &str) -> Schema {
+        serde_json::from_str(text).unwrap()
+    }
+
     #[test]
     fn a_valid_schema_is_remembered_and_an_invalid_one_always_says_why() {
         let schema =
-            json!({"type": "object", "properties": {"path": {"type": "string", "pattern": "^src/"}}});
-        assert_eq!(check_schema(&schema), Ok(()));
-        assert!(VALID.read().unwrap().contains(&hash_of(&schema)));
-        assert_eq!(check_schema(&schema), Ok(()));
-        let bad = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}});
+            written(r#"{"type": "object", "properties": {"path": {"type": "string", "pattern": "^src/"}}}"#);
+        assert_eq!(check_schema(&schema, Shape::Any), Ok(()));
+        assert!(VALID.read().unwrap().contains(&hash_of(&schema, Shape::Any)));
+        let again = written(schema.text().get());
+        assert_eq!(check_schema(&again, Shape::Any), Ok(()));
+        assert!(again.tree.get().is_none(), "a schema seen valid is not read again");
+        let bad =
+            written(r#"{"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}}"#);
         for _ in 0..2 {
-            let why = check_schema(&bad).unwrap_err();
+            let why = check_schema(&bad, Shape::Any).unwrap_err();
             assert!(why.starts_with("the JSON schema is not valid"), "{why}");
         }
-        assert!(!VALID.read().unwrap().contains(&hash_of(&bad)));
-        assert_ne!(hash_of(&schema), hash_of(&bad));
+        assert!(!VALID.read().unwrap().contains(&hash_of(&bad, Shape::Any)));
+        assert_ne!(hash_of(&schema, Shape::Any), hash_of(&bad, Shape::Any));
+    }
+
+    #[test]
+    fn a_schema_valid_as_any_is_checked_again_as_parameters() {
+        let string = written(r#"{"type": "string"}"#);
+        assert_eq!(check_schema(&string, Shape::Any), Ok(()));
+        let why = check_schema(&string, Shape::Parameters).unwrap_err();
+        assert!(why.contains("\"type\": \"object\""), "{why}");
+        assert_eq!(check_schema(&written(r#"{"properties": {}}"#), Shape::Parameters), Ok(()));
+    }
+
+    #[test]
+    fn a_schema_goes_out_as_written_and_reads_as_its_tree() {
+        let text = r#"{ "type" : "object", "description": "caf\u00e9" }"#;
+        let schema = written(text);
+        assert_eq!(serde_json::to_string(&schema).unwrap(), text);
+        assert!(schema.is_object() && !schema.is_null());
+        assert_eq!(schema, json!({"type": "object", "description": "café"}));
+        assert_eq!(schema, Schema::from(json!({"description": "café", "type": "object"})));
+        assert!(Schema::default().is_null() && written("null").is_null());
+        assert!(!written("[1]").is_object());
+        assert_eq!(Schema::from(json!({"a": 1})).text().get(), r#"{"a":1}"#);
+        assert_eq!(schema.into_tree()["description"], "café");
     }
 }

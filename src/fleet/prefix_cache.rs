@@ -226,7 +226,11 @@ mod tests {
         use crate::canonical::{Message, Tool};
         let request = |system: &str, tool: &str| ChatRequest {
             messages: vec![Message::new(Role::System, system), Message::new(Role::User, "hi")].into(),
-            tools: vec![Tool { name: tool.into(), description: None, parameters: serde_json::json!({}) }],
+            tools: vec![Tool {
+                name: tool.into(),
+                description: None,
+                parameters: serde_json::json!({}).into(),
+            }],
             ..Default::default()
         };
         let a = PrefixKeys::of(&request(&"x".repeat(400), "read"), Some(1));

@@ -342,7 +342,7 @@ policy:
         tools.tools.push(crate::canonical::Tool {
             name: "f".into(),
             description: None,
-            parameters: serde_json::json!({"type": "object"}),
+            parameters: serde_json::json!({"type": "object"}).into(),
         });
         let chosen = names(&snap, targets(&snap, &task, &tools, "eu-other", &idle, now, 0));
         assert!(!chosen.contains(&"eu-api".to_string()), "no tools there: {chosen:?}");

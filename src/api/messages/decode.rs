@@ -17,7 +17,9 @@ use serde_json::{Map, Value};
 use super::blocks::{invalid, read_message, system_text, WireMessage};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
-use crate::canonical::{check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
+use crate::canonical::{
+    check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Schema, Shape, Tool, ToolChoice,
+};
 use crate::serve::Headers;
 
 /// The version Spillway assumes when the client sends no `anthropic-version`.
@@ -223,12 +225,9 @@ fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
         if !t.input_schema.is_object() {
             return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()));
         }
-        check_schema(&t.input_schema).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
-        tools.push(Tool {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.input_schema.clone(),
-        });
+        let schema = Schema::from(t.input_schema.clone());
+        check_schema(&schema, Shape::Any).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
+        tools.push(Tool { name: t.name.clone(), description: t.description.clone(), parameters: schema });
     }
     Ok(tools)
 }

@@ -44,7 +44,7 @@ fn a_full_request_becomes_the_canonical_one_and_keeps_its_body() {
     assert_eq!(c.stop, ["END"]);
     assert_eq!(c.user.as_deref(), Some("dev-7"));
     assert_eq!(c.tool_choice, Some(ToolChoice::Required));
-    assert_eq!(c.tools[0].parameters["properties"]["path"]["type"], "string");
+    assert_eq!(c.tools[0].parameters.tree()["properties"]["path"]["type"], "string");
     let roles: Vec<Role> = c.messages.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::Tool, Role::User]);
     assert_eq!(c.messages[0].content, "You are terse.\n\nUse tools.");
@@ -166,4 +166,62 @@ fn a_string_system_and_string_contents_are_taken_as_they_are() {
     assert_eq!(texts, ["be kind", "hi", "hello", "bye"]);
     assert_eq!(c.max_tokens, Some(5));
     assert!(!d.wants_stream());
+}
+
+/// Claude Code's recorded turn (tests/fixtures/agents/): its system blocks, a system message
+/// inside the conversation, 32 KB of tool schemas and beta fields.
+fn claude_code() -> (Value, HeaderMap) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents/claude-code-2.1.332.json");
+    let captured: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut headers = HeaderMap::new();
+    for name in ["anthropic-version", "anthropic-beta"] {
+        headers.insert(name, HeaderValue::from_str(captured["headers"][name].as_str().unwrap()).unwrap());
+    }
+    (captured["body"].clone(), headers)
+}
+
+#[test]
+fn claude_codes_recorded_turn_goes_on_as_written_and_means_what_it_meant() {
+    use crate::adapter::wire::anthropic::native::BETA_FIELDS;
+    use crate::adapter::wire::anthropic::tests::written;
+    use crate::adapter::{Call, WireFormat};
+    let (body, headers) = claude_code();
+    let canonical = |body: &Value| decoded(body.clone()).to_canonical(&headers, Some(4096)).unwrap();
+    let mut req = canonical(&body);
+    req.model = "claude-served".into();
+    assert_eq!(req.tools.len(), body["tools"].as_array().unwrap().len());
+    let client = req.native.clone().unwrap();
+    let format = WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic);
+    let call = Call::as_written(format, Default::default(), &req);
+    let owned = ["model", "max_tokens", "stream"];
+    for signer in [Some("anthropic"), None] {
+        let sent = written(&req, &call, &client, signer);
+        assert_eq!((&sent["model"], &sent["max_tokens"]), (&json!("claude-served"), &json!(4096)));
+        for (key, value) in body.as_object().unwrap() {
+            let dropped = signer.is_none() && BETA_FIELDS.contains(&key.as_str());
+            let turned = signer.is_none() && key == "messages";
+            if !owned.contains(&key.as_str()) && !dropped && !turned {
+                assert_eq!(sent.get(key), Some(value), "{key} as Claude Code wrote it ({signer:?})");
+            }
+        }
+        for key in sent.as_object().unwrap().keys() {
+            assert!(body.get(key).is_some(), "{key} is Claude Code's ({signer:?})");
+        }
+        match signer {
+            // Anthropic's body, read by the door again, is the same request.
+            Some(_) => {
+                let again = ChatRequest { model: req.model.clone(), native: None, ..canonical(&sent) };
+                assert_eq!(again, ChatRequest { native: None, ..req.clone() });
+            }
+            // A node takes the system message inside the conversation as a user turn there.
+            None => {
+                let roles = |b: &Value| -> Vec<Value> {
+                    b["messages"].as_array().unwrap().iter().map(|m| m["role"].clone()).collect()
+                };
+                assert!(roles(&body).contains(&json!("system")));
+                assert!(!roles(&sent).contains(&json!("system")));
+                assert_eq!(roles(&sent).len(), roles(&body).len());
+            }
+        }
+    }
 }

@@ -371,3 +371,24 @@ fn codexs_tools_and_history_become_flat_function_tools_and_calls() {
         .collect();
     assert_eq!(answers, [("c1", "1"), ("c2", "slept")]);
 }
+
+/// Codex's recorded turn (tests/fixtures/agents/) as a fleet node gets it, OpenAI's chat body
+/// written from the canonical request, means what the turn meant: the chat door reads the
+/// same request back.
+#[test]
+fn codexs_recorded_turn_translated_for_a_node_means_what_it_meant() {
+    use crate::adapter::wire::openai::request::ChatBody;
+    use crate::adapter::{Call, Upstream, WireFormat};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents/codex-0.171.0.json");
+    let captured: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let request = decode(captured["body"].to_string().as_bytes()).unwrap();
+    let mut req = request.to_canonical(Some(4096), &request.toolset().unwrap(), false).unwrap();
+    req.model = "served".into();
+    assert!(req.messages.len() > 1 && !req.tools.is_empty(), "a whole turn: instructions, input, tools");
+    let call = Call::as_written(WireFormat::OpenAi, Upstream::default(), &req);
+    let body = serde_json::to_vec(&ChatBody::of(&req, &call, true)).unwrap();
+    let mut read = crate::api::wire::decode_bytes(&bytes::Bytes::from(body)).unwrap();
+    let again = read.to_canonical(None).unwrap();
+    let unkept = |r: &ChatRequest| ChatRequest { native: None, written: None, relay: false, ..r.clone() };
+    assert_eq!(unkept(&ChatRequest { model: "served".into(), ..again }), unkept(&req));
+}

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::refuse::{invalid, missing, type_name};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireFunction, WireTool};
-use crate::canonical::Tool;
+use crate::canonical::{Schema, Tool};
 
 /// The tool types that run inside OpenAI (dated variants such as `web_search_2025_08_26`
 /// included): dropped for other backends. Any other unknown type is refused.
@@ -195,7 +195,7 @@ fn function(r: &Read, name: &str) -> Result<Tool, ApiError> {
     };
     let wire = WireTool {
         kind: Some("function".into()),
-        function: WireFunction { name: name.to_string(), description, parameters },
+        function: WireFunction { name: name.to_string(), description, parameters: Schema::from(parameters) },
     };
     // Chat's checks, their refusal in Responses' words: this tool's path, `invalid_value`.
     let mut tools = wire::tools(&mut [wire]).map_err(|mut e| {
@@ -246,7 +246,7 @@ mod tests {
         assert_eq!(set.backend_name(Some("clock"), "wait"), "clock__wait");
         assert_eq!(set.backend_name(Some("functions"), "exec"), "exec");
         let exec = &set.tools[0];
-        assert_eq!(exec.parameters["required"], json!(["input"]));
+        assert_eq!(exec.parameters.tree()["required"], json!(["input"]));
         assert!(exec.description.as_deref().unwrap().contains("lark grammar:\nstart: /.+/"), "{exec:?}");
         assert_eq!(set.client_tool("exec").unwrap().shape, Shape::Custom);
         assert_eq!(custom_input(&custom_arguments("print(1)\n")), "print(1)\n");

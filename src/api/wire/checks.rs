@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{WireImageUrl, WireTool};
 use crate::api::error::ApiError;
-use crate::canonical::{check_schema, Image, ResponseFormat, Tool, ToolChoice};
+use crate::canonical::{check_schema, Image, ResponseFormat, Schema, Shape, Tool, ToolChoice};
 
 /// The tools, each a `function` with a name used once and a parameter schema that is a JSON
 /// schema object (or absent), so every adapter can map it as it is.
@@ -27,30 +27,21 @@ pub(crate) fn tools(wire: &mut [WireTool]) -> Result<Vec<Tool>, ApiError> {
         if !names.insert(f.name.clone()) {
             return bad("function.name", format!("`{}` is the name of another tool", f.name));
         }
-        match &f.parameters {
-            Value::Null => {}
-            Value::Object(schema) => {
-                if schema.get("type").is_some_and(|t| t != "object") {
-                    return bad(
-                        "function.parameters",
-                        "a function's parameters must be a schema of `\"type\": \"object\"`".into(),
-                    );
-                }
-                if let Err(why) = check_schema(&f.parameters) {
-                    return bad("function.parameters", why);
-                }
-            }
-            _ => {
-                return bad(
-                    "function.parameters",
-                    "`parameters` must be a JSON schema object (or left out for none)".into(),
-                )
+        if !(f.parameters.is_null() || f.parameters.is_object()) {
+            return bad(
+                "function.parameters",
+                "`parameters` must be a JSON schema object (or left out for none)".into(),
+            );
+        }
+        if f.parameters.is_object() {
+            if let Err(why) = check_schema(&f.parameters, Shape::Parameters) {
+                return bad("function.parameters", why);
             }
         }
         tools.push(Tool {
             name: std::mem::take(&mut f.name),
             description: f.description.take(),
-            parameters: f.parameters.take(),
+            parameters: std::mem::take(&mut f.parameters),
         });
     }
     Ok(tools)
@@ -150,7 +141,7 @@ pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError>
                 }
             };
             let schema = match spec.get("schema") {
-                Some(s @ (Value::Object(_) | Value::Bool(_))) => s.clone(),
+                Some(s @ (Value::Object(_) | Value::Bool(_))) => Schema::from(s.clone()),
                 None => return bad("response_format.json_schema.schema", "`schema` is required".into()),
                 Some(_) => {
                     return bad(
@@ -159,7 +150,7 @@ pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError>
                     )
                 }
             };
-            if let Err(why) = check_schema(&schema) {
+            if let Err(why) = check_schema(&schema, Shape::Any) {
                 return bad("response_format.json_schema.schema", why);
             }
             let strict = match spec.get("strict") {
@@ -169,7 +160,7 @@ pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError>
                     return bad("response_format.json_schema.strict", "`strict` must be true or false".into())
                 }
             };
-            Ok(ResponseFormat::JsonSchema { name, schema, strict })
+            Ok(ResponseFormat::JsonSchema { name, schema: schema.into_tree(), strict })
         }
         other => bad(
             "response_format.type",

@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Conversation, Operation, Role, Written, WrittenBody};
+use crate::canonical::{ChatRequest, Conversation, Operation, Role, Schema, Written, WrittenBody};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
@@ -235,9 +235,10 @@ pub struct WireFunction {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
-    /// Checked by [`tools`]: a JSON schema object, or absent for a function without parameters.
+    /// Checked by [`tools`]: a JSON schema object, or absent for a function without parameters;
+    /// kept as written.
     #[serde(default)]
-    pub parameters: Value,
+    pub parameters: Schema,
 }
 
 /// Decode a chat completion request body, without keeping its bytes (an upstream gets the

@@ -58,7 +58,7 @@ policy:
     tools.tools.push(crate::canonical::Tool {
         name: "f".into(),
         description: None,
-        parameters: serde_json::json!({"type": "object"}),
+        parameters: serde_json::json!({"type": "object"}).into(),
     });
     assert_eq!(plan(&snap, &tools, 1, &idle).unwrap_err().class(), "unfit", "no tools there");
     // The gate never holds a synthetic call back: its run is how a backend earns a result.

@@ -198,8 +198,11 @@ impl<'a> ToolConfig<'a> {
             Block::ToolSpec(ToolSpec { name, description, input_schema: Schema { json } })
         };
         if !req.tools.is_empty() && req.tool_choice != Some(ToolChoice::None) {
-            let tools =
-                req.tools.iter().map(|t| spec(&t.name, t.description.as_deref(), &t.parameters)).collect();
+            let tools = req
+                .tools
+                .iter()
+                .map(|t| spec(&t.name, t.description.as_deref(), t.parameters.tree()))
+                .collect();
             let tool_choice = match &req.tool_choice {
                 Some(ToolChoice::Required) => Some(Choice::Any {}),
                 Some(ToolChoice::Function(name)) => Some(Choice::Tool { name }),

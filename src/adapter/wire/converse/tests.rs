@@ -44,7 +44,7 @@ fn a_history_with_tool_calls_declares_its_tools_and_turns_alternate() {
         tools: vec![Tool {
             name: "weather".into(),
             description: Some("the weather".into()),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         }],
         tool_choice: Some(ToolChoice::Function("weather".into())),
         ..req.clone()
@@ -75,7 +75,7 @@ fn models_that_cache_get_at_most_four_cache_points() {
         tools: vec![Tool {
             name: "weather".into(),
             description: None,
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
         }],
         ..Default::default()
     };

@@ -212,7 +212,7 @@ impl<'a> Declaration<'a> {
         Declaration {
             name: &t.name,
             description: t.description.as_deref(),
-            parameters: t.parameters.is_object().then_some(Schema(&t.parameters)),
+            parameters: t.parameters.is_object().then(|| Schema(t.parameters.tree())),
         }
     }
 }

@@ -71,7 +71,7 @@ fn sample_request(stream: bool) -> ChatRequest {
         tools: vec![Tool {
             name: "get_weather".into(),
             description: Some("Current weather".into()),
-            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}),
+            parameters: json!({"type":"object","properties":{"location":{"type":"string"}}}).into(),
         }],
         tool_choice: Some(ToolChoice::Auto),
         seed: Some(7),

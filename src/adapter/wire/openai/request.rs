@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::adapter::wire::written::{Members, WithFirst};
 use crate::adapter::Call;
-use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Tool, ToolChoice, WrittenBody};
+use crate::canonical::{ChatRequest, Message, ResponseFormat, Role, Schema, Tool, ToolChoice, WrittenBody};
 
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatBody<'a> {
@@ -138,8 +138,8 @@ struct FunctionOut<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
-    #[serde(skip_serializing_if = "Value::is_null")]
-    parameters: &'a Value,
+    #[serde(skip_serializing_if = "Schema::is_null")]
+    parameters: &'a Schema,
 }
 
 /// A canonical tool choice in OpenAI's own words: a mode, or the function to call.

@@ -88,7 +88,7 @@ pub(crate) struct ToolSpec<'a> {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Schema<'a> {
-    Given(&'a Value),
+    Given(&'a serde_json::value::RawValue),
     Open {
         #[serde(rename = "type")]
         kind: &'static str,
@@ -126,8 +126,8 @@ impl<'a> ToolSpec<'a> {
     pub(crate) fn of(tool: &'a Tool) -> ToolSpec<'a> {
         // The API let through only an object schema or none.
         let input_schema = match &tool.parameters {
-            Value::Null => Schema::Open { kind: "object", properties: NoProperties {} },
-            schema => Schema::Given(schema),
+            schema if schema.is_null() => Schema::Open { kind: "object", properties: NoProperties {} },
+            schema => Schema::Given(schema.text()),
         };
         ToolSpec {
             name: &tool.name,
