@@ -1,8 +1,8 @@
 //! The chat door's own CPU at both sizes the edge bench sends (issue 50): a 60-byte chat and a
 //! 100 KB coding agent's turn (`benches/agent_turn.py`), decoded and made canonical in process,
 //! with no sockets, so a change to the door shows without the edge bench's noise. `scan` is the
-//! floor of any reading that checks the JSON: one pass that builds nothing. `scan` is the
-//! floor of any reading that checks the JSON: one pass that builds nothing.
+//! floor of any reading that checks the JSON: one pass that builds nothing. The recorded Claude
+//! Code and Codex turns go through their own doors (Messages, Responses) the same way.
 //!
 //! `cargo bench --bench door`
 
@@ -18,6 +18,13 @@ fn agent_turn() -> Vec<u8> {
     out.stdout
 }
 
+/// The body of a coding agent's recorded request (tests/fixtures/agents/).
+fn recorded(agent: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/agents/{agent}.json", env!("CARGO_MANIFEST_DIR"));
+    let captured: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    serde_json::to_vec(&captured["body"]).unwrap()
+}
+
 fn bench(c: &mut Criterion) {
     let small = br#"{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":16}"#.to_vec();
     let mut group = c.benchmark_group("door");
@@ -30,6 +37,21 @@ fn bench(c: &mut Criterion) {
             b.iter(|| black_box(decode().to_canonical(Some(4096)).unwrap()))
         });
         group.bench_function(format!("scan/{size}"), |b| {
+            b.iter(|| black_box(serde_json::from_slice::<serde::de::IgnoredAny>(&body).unwrap()))
+        });
+    }
+    // The coding agents' recorded turns, each through its own door: Claude Code's Messages
+    // (32 KB of its 50 KB are tool schemas) and Codex's Responses.
+    for (agent, door) in [
+        ("claude-code-2.1.332", spillway::api::doors::messages as fn(&[u8], Option<u32>) -> _),
+        ("codex-0.171.0", spillway::api::doors::responses),
+    ] {
+        let body = recorded(agent);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("to_canonical/{agent}"), |b| {
+            b.iter(|| black_box(door(&body, Some(4096)).unwrap()))
+        });
+        group.bench_function(format!("scan/{agent}"), |b| {
             b.iter(|| black_box(serde_json::from_slice::<serde::de::IgnoredAny>(&body).unwrap()))
         });
     }

@@ -41,6 +41,22 @@ pub use crate::serve::key_may_use;
 use crate::snapshot::Snapshot;
 pub use error::{ApiError, ErrorCode};
 
+/// The Messages and Responses doors' reading of a body into the canonical request, for
+/// benches/door.rs beside the chat door's ([`wire::decode_bytes`]).
+#[doc(hidden)]
+pub mod doors {
+    use super::ApiError;
+    use crate::canonical::ChatRequest;
+
+    pub fn messages(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        super::messages::canonical(body, output_cap)
+    }
+
+    pub fn responses(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+        super::responses::canonical(body, output_cap)
+    }
+}
+
 /// What every handler shares, by who needs it (cheap to clone: each part is shared).
 #[derive(Clone)]
 pub struct AppState {

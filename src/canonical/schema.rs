@@ -74,6 +74,19 @@ impl Schema {
     }
 }
 
+impl Schema {
+    /// A schema read from a tree someone else holds: its text written, its tree built again
+    /// only if read.
+    pub fn of(tree: &Value) -> Schema {
+        let text = serde_json::value::to_raw_value(tree).unwrap_or_else(|_| null());
+        Schema { text: Arc::from(text), tree: OnceLock::new() }
+    }
+}
+
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_string()).expect("null is JSON")
+}
+
 impl Default for Schema {
     fn default() -> Schema {
         Schema::from(Value::Null)
@@ -82,8 +95,7 @@ impl Default for Schema {
 
 impl From<Value> for Schema {
     fn from(tree: Value) -> Schema {
-        let text = serde_json::value::to_raw_value(&tree)
-            .unwrap_or_else(|_| RawValue::from_string("null".to_string()).expect("null is JSON"));
+        let text = serde_json::value::to_raw_value(&tree).unwrap_or_else(|_| null());
         Schema { text: Arc::from(text), tree: OnceLock::from(Arc::new(tree)) }
     }
 }

@@ -6,16 +6,20 @@
 
 use std::collections::HashSet;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ErrorCode};
 use crate::canonical::{Image, Message, Role, ToolCall};
 
+/// A message's shape: its role, and a `content` (read where it lies in the kept body, not
+/// copied out of it).
 #[derive(Debug, Deserialize)]
 pub(crate) struct WireMessage {
     pub role: WireRole,
-    pub content: Value,
+    #[serde(rename = "content")]
+    _content: IgnoredAny,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -65,6 +69,7 @@ fn block_type(block: &Value) -> Option<&str> {
 pub(super) fn read_message(
     i: usize,
     m: &WireMessage,
+    content: &Value,
     tool_uses: &mut HashSet<String>,
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
@@ -73,7 +78,7 @@ pub(super) fn read_message(
         WireRole::Assistant => Role::Assistant,
         WireRole::System => Role::System,
     };
-    let blocks = match &m.content {
+    let blocks = match content {
         Value::String(text) => {
             out.push(Message::new(role, text.clone()));
             return Ok(());

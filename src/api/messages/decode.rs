@@ -33,8 +33,6 @@ pub(crate) struct MessagesRequest {
     pub max_tokens: u32,
     pub messages: Vec<WireMessage>,
     #[serde(default)]
-    pub system: Option<Value>,
-    #[serde(default)]
     pub temperature: Option<f64>,
     #[serde(default)]
     pub top_p: Option<f64>,
@@ -61,8 +59,6 @@ pub(crate) struct WireTool {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
-    #[serde(default)]
-    pub input_schema: Value,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,17 +128,22 @@ impl Decoded {
         }
         check_thinking(r.thinking.as_ref(), r.max_tokens)?;
         let mut messages = Vec::new();
-        if let Some(system) = &r.system {
+        // The system prompt, the conversation and the tool schemas are read where they lie in
+        // the kept body: an agent's turn is tens of kilobytes of them.
+        let member = |name: &str| self.body.get(name).filter(|v| !v.is_null());
+        let items =
+            |name: &str| member(name).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        if let Some(system) = member("system") {
             let text = system_text(system)?;
             if !text.is_empty() {
                 messages.push(Message::new(Role::System, text));
             }
         }
         let mut tool_uses = HashSet::new();
-        for (i, m) in r.messages.iter().enumerate() {
-            read_message(i, m, &mut tool_uses, &mut messages)?;
+        for (i, (m, written)) in r.messages.iter().zip(items("messages")).enumerate() {
+            read_message(i, m, &written["content"], &mut tool_uses, &mut messages)?;
         }
-        let tools = tools(r.tools.as_deref().unwrap_or_default())?;
+        let tools = tools(r.tools.as_deref().unwrap_or_default(), items("tools"))?;
         let tool_choice = r.tool_choice.as_ref().map(|c| tool_choice(c, &tools)).transpose()?;
         let mut kept = Vec::new();
         for name in ["anthropic-version", "anthropic-beta"] {
@@ -202,11 +203,12 @@ pub(crate) fn server_tools(wire: &[WireTool]) -> Vec<(String, String)> {
     kinds.filter(|(_, kind)| server(kind)).map(|(i, kind)| (format!("tools.{i}"), kind.to_string())).collect()
 }
 
-fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
+/// `wire`'s tools, each beside the tool as `written` in the kept body.
+fn tools(wire: &[WireTool], written: &[Value]) -> Result<Vec<Tool>, ApiError> {
     let mut names = HashSet::new();
     let mut tools = Vec::new();
     let server = server_tools(wire);
-    for (i, t) in wire.iter().enumerate() {
+    for (i, (t, written)) in wire.iter().zip(written).enumerate() {
         if server.iter().any(|(at, _)| *at == format!("tools.{i}")) {
             continue;
         }
@@ -222,10 +224,12 @@ fn tools(wire: &[WireTool]) -> Result<Vec<Tool>, ApiError> {
                 format!("tool name `{}` is empty or used twice", t.name),
             ));
         }
-        if !t.input_schema.is_object() {
-            return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()));
-        }
-        let schema = Schema::from(t.input_schema.clone());
+        let schema = match written.get("input_schema") {
+            Some(schema @ Value::Object(_)) => Schema::of(schema),
+            _ => {
+                return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()))
+            }
+        };
         check_schema(&schema, Shape::Any).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
         tools.push(Tool { name: t.name.clone(), description: t.description.clone(), parameters: schema });
     }

@@ -28,6 +28,11 @@ pub use error::response as error_response;
 /// Anthropic's Messages.
 pub(crate) struct Messages;
 
+/// The canonical request of a Messages `body`, as the door reads it with no headers.
+pub(super) fn canonical(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    decode::decode(body)?.to_canonical(&axum::http::HeaderMap::new(), output_cap)
+}
+
 impl DialectDoor for Messages {
     type Request = decode::Decoded;
 

@@ -49,6 +49,12 @@ pub(crate) use socket::{upgrade, Sockets};
 /// OpenAI's Responses.
 pub(crate) struct Responses;
 
+/// The canonical request of a Responses `body` that leans on no state kept at OpenAI.
+pub(super) fn canonical(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    let request = decode::decode(body)?;
+    request.to_canonical(output_cap, &request.toolset()?, false)
+}
+
 /// A decoded Responses request, with its tools read and what pins it to OpenAI, if anything.
 pub(crate) struct Prepared {
     request: decode::ResponsesRequest,
