@@ -34,7 +34,7 @@ pub use operation::{
     vector_from_base64, vector_to_base64, Completion, Embedding, EncodingFormat, Input, Operation,
 };
 pub use principal::{IssuedKey, KeyId, Principal};
-pub use schema::{check_schema, compile_schema, Schema, Shape};
+pub use schema::{check_schema, compile_schema, Schema, SchemaKind};
 use serde_json::Value;
 pub use whole::WholeAnswer;
 

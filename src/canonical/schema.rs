@@ -29,7 +29,7 @@ pub struct Schema {
 
 /// What a check asks of a schema besides compiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Shape {
+pub enum SchemaKind {
     /// Any schema that compiles.
     Any,
     /// A function's parameters: a schema whose `type`, if it says one, is `object`.
@@ -135,15 +135,15 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| format!("the JSON schema is not valid: {e}"))
 }
 
-/// Whether `schema` is of `shape` and compiles, as [`compile_schema`] says; a schema seen valid
+/// Whether `schema` is of `kind` and compiles, as [`compile_schema`] says; a schema seen valid
 /// before, written the same, is neither read nor compiled again.
-pub fn check_schema(schema: &Schema, shape: Shape) -> Result<(), String> {
-    let hash = hash_of(schema, shape);
+pub fn check_schema(schema: &Schema, kind: SchemaKind) -> Result<(), String> {
+    let hash = hash_of(schema, kind);
     if VALID.read().is_ok_and(|valid| valid.contains(&hash)) {
         return Ok(());
     }
     let tree = schema.tree();
-    if shape == Shape::Parameters && tree.get("type").is_some_and(|t| t != "object") {
+    if kind == SchemaKind::Parameters && tree.get("type").is_some_and(|t| t != "object") {
         return Err("a function's parameters must be a schema of `\"type\": \"object\"`".into());
     }
     compile_schema(tree)?;
@@ -156,10 +156,10 @@ pub fn check_schema(schema: &Schema, shape: Shape) -> Result<(), String> {
     Ok(())
 }
 
-/// The xxh3-64 of the shape asked and the schema's text as written.
-fn hash_of(schema: &Schema, shape: Shape) -> u64 {
+/// The xxh3-64 of the kind asked and the schema's text as written.
+fn hash_of(schema: &Schema, kind: SchemaKind) -> u64 {
     let mut hasher = Xxh3::new();
-    hasher.update(&[shape as u8]);
+    hasher.update(&[kind as u8]);
     hasher.update(schema.text.get().as_bytes());
     hasher.digest()
 }
@@ -178,28 +178,28 @@ mod tests {
     fn a_valid_schema_is_remembered_and_an_invalid_one_always_says_why() {
         let schema =
             written(r#"{"type": "object", "properties": {"path": {"type": "string", "pattern": "^src/"}}}"#);
-        assert_eq!(check_schema(&schema, Shape::Any), Ok(()));
-        assert!(VALID.read().unwrap().contains(&hash_of(&schema, Shape::Any)));
+        assert_eq!(check_schema(&schema, SchemaKind::Any), Ok(()));
+        assert!(VALID.read().unwrap().contains(&hash_of(&schema, SchemaKind::Any)));
         let again = written(schema.text().get());
-        assert_eq!(check_schema(&again, Shape::Any), Ok(()));
+        assert_eq!(check_schema(&again, SchemaKind::Any), Ok(()));
         assert!(again.tree.get().is_none(), "a schema seen valid is not read again");
         let bad =
             written(r#"{"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}}"#);
         for _ in 0..2 {
-            let why = check_schema(&bad, Shape::Any).unwrap_err();
+            let why = check_schema(&bad, SchemaKind::Any).unwrap_err();
             assert!(why.starts_with("the JSON schema is not valid"), "{why}");
         }
-        assert!(!VALID.read().unwrap().contains(&hash_of(&bad, Shape::Any)));
-        assert_ne!(hash_of(&schema, Shape::Any), hash_of(&bad, Shape::Any));
+        assert!(!VALID.read().unwrap().contains(&hash_of(&bad, SchemaKind::Any)));
+        assert_ne!(hash_of(&schema, SchemaKind::Any), hash_of(&bad, SchemaKind::Any));
     }
 
     #[test]
     fn a_schema_valid_as_any_is_checked_again_as_parameters() {
         let string = written(r#"{"type": "string"}"#);
-        assert_eq!(check_schema(&string, Shape::Any), Ok(()));
-        let why = check_schema(&string, Shape::Parameters).unwrap_err();
+        assert_eq!(check_schema(&string, SchemaKind::Any), Ok(()));
+        let why = check_schema(&string, SchemaKind::Parameters).unwrap_err();
         assert!(why.contains("\"type\": \"object\""), "{why}");
-        assert_eq!(check_schema(&written(r#"{"properties": {}}"#), Shape::Parameters), Ok(()));
+        assert_eq!(check_schema(&written(r#"{"properties": {}}"#), SchemaKind::Parameters), Ok(()));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::blocks::{invalid, read_message, system_text, WireMessage};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
 use crate::canonical::{
-    check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Schema, Shape, Tool, ToolChoice,
+    check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Schema, SchemaKind, Tool, ToolChoice,
 };
 use crate::serve::Headers;
 
@@ -230,7 +230,8 @@ fn tools(wire: &[WireTool], written: &[Value]) -> Result<Vec<Tool>, ApiError> {
                 return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()))
             }
         };
-        check_schema(&schema, Shape::Any).map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
+        check_schema(&schema, SchemaKind::Any)
+            .map_err(|why| invalid(format!("tools.{i}.input_schema"), why))?;
         tools.push(Tool { name: t.name.clone(), description: t.description.clone(), parameters: schema });
     }
     Ok(tools)

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{WireImageUrl, WireTool};
 use crate::api::error::ApiError;
-use crate::canonical::{check_schema, Image, ResponseFormat, Schema, Shape, Tool, ToolChoice};
+use crate::canonical::{check_schema, Image, ResponseFormat, Schema, SchemaKind, Tool, ToolChoice};
 
 /// The tools, each a `function` with a name used once and a parameter schema that is a JSON
 /// schema object (or absent), so every adapter can map it as it is.
@@ -34,7 +34,7 @@ pub(crate) fn tools(wire: &mut [WireTool]) -> Result<Vec<Tool>, ApiError> {
             );
         }
         if f.parameters.is_object() {
-            if let Err(why) = check_schema(&f.parameters, Shape::Parameters) {
+            if let Err(why) = check_schema(&f.parameters, SchemaKind::Parameters) {
                 return bad("function.parameters", why);
             }
         }
@@ -150,7 +150,7 @@ pub(crate) fn response_format(value: &Value) -> Result<ResponseFormat, ApiError>
                     )
                 }
             };
-            if let Err(why) = check_schema(&schema, Shape::Any) {
+            if let Err(why) = check_schema(&schema, SchemaKind::Any) {
                 return bad("response_format.json_schema.schema", why);
             }
             let strict = match spec.get("strict") {

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{decode_error, image_of, Content, WireMessage};
+use super::{decode_error, image_of, Content, Object, WireMessage};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::canonical::{Message, Role, ToolCall};
 
@@ -28,9 +28,9 @@ pub(super) fn decode_written(body: &[u8]) -> Vec<Message> {
 
 /// The messages of `json`, the client's `messages`, each checked.
 pub(super) fn decode_messages(json: &[u8]) -> Result<Vec<Message>, ApiError> {
-    let mut wire: Vec<WireMessage> = serde_json::from_slice(json).map_err(|_| {
+    let mut wire: Vec<Object<WireMessage>> = serde_json::from_slice(json).map_err(|_| {
         let mut de = serde_json::Deserializer::from_slice(json);
-        match serde_path_to_error::deserialize::<_, Vec<WireMessage>>(&mut de) {
+        match serde_path_to_error::deserialize::<_, Vec<Object<WireMessage>>>(&mut de) {
             Err(err) => {
                 let path = err.path().to_string();
                 let path = if path == "." { "messages".to_string() } else { format!("messages{path}") };
@@ -43,9 +43,9 @@ pub(super) fn decode_messages(json: &[u8]) -> Result<Vec<Message>, ApiError> {
 }
 
 /// The canonical messages of decoded ones (their text moved), checking what the types could not.
-fn messages_of(wire: &mut [WireMessage]) -> Result<Vec<Message>, ApiError> {
+fn messages_of(wire: &mut [Object<WireMessage>]) -> Result<Vec<Message>, ApiError> {
     let mut messages = Vec::with_capacity(wire.len());
-    for (i, m) in wire.iter_mut().enumerate() {
+    for (i, Object(m)) in wire.iter_mut().enumerate() {
         let mut images = Vec::new();
         let content = match &mut m.content {
             None if m.role == Role::Assistant && m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {

@@ -98,9 +98,46 @@ pub struct WireMessage {
     #[serde(default)]
     pub content: Option<Content>,
     #[serde(default)]
-    pub tool_calls: Option<Vec<WireToolCall>>,
+    pub tool_calls: Option<Vec<Object<WireToolCall>>>,
     #[serde(default)]
     pub tool_call_id: Option<String>,
+}
+
+/// A `T` read only from a JSON object. serde's derive also takes an array of the fields in
+/// order (`["user", "hi"]` as a message), which no client means and no upstream takes.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(ObjectVisitor(PhantomData))
+    }
+}
+
+impl<T> std::ops::Deref for Object<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Object<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
 }
 
 /// A message's `content`: a string or a list of parts.

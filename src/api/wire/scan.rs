@@ -13,6 +13,7 @@ use serde::de::{SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::Object;
 use crate::canonical::members::{value_at, walk_object};
 use crate::canonical::{unescaped_len, Facts, Role};
 
@@ -23,7 +24,7 @@ struct MessageShape<'a> {
     #[serde(borrow, default)]
     content: Option<&'a RawValue>,
     #[serde(default)]
-    tool_calls: Option<Vec<ToolCallShape>>,
+    tool_calls: Option<Vec<Object<ToolCallShape>>>,
     #[serde(default)]
     tool_call_id: Option<Text>,
 }
@@ -143,7 +144,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scanned<'a> {
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scanned<'a>, A::Error> {
                 let mut scanned = Scanned { sure: true, ..Scanned::default() };
-                while let Some(message) = seq.next_element::<MessageShape<'de>>()? {
+                while let Some(Object(message)) = seq.next_element::<Object<MessageShape<'de>>>()? {
                     scanned.sure &= scanned.add(&message);
                 }
                 Ok(scanned)

@@ -103,6 +103,13 @@ fn every_wrong_type_or_value_names_its_field() {
         ),
         (msg(r#"{"role":"assistant","tool_calls":{}}"#), "messages[0].tool_calls", "invalid_type"),
         (msg(r#""hello""#), "messages[0]", "invalid_type"),
+        // An array of a message's fields in order is no message (serde's derive would take it).
+        (msg(r#"["user","hi"]"#), "messages[0]", "invalid_type"),
+        (
+            msg(r#"{"role":"assistant","tool_calls":[["call_1",{"name":"f"}]]}"#),
+            "messages[0].tool_calls[0]",
+            "invalid_type",
+        ),
         (r#"{"model":"t","messages":{}}"#.into(), "messages", "invalid_type"),
         (r#"{"model":5,"messages":[]}"#.into(), "model", "invalid_type"),
         (r#"{"messages":[]}"#.into(), "model", "missing_field"),
