@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -31,14 +32,13 @@ use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool,
 #[derive(Debug, Deserialize)]
 pub struct ResponsesRequest {
     pub model: String,
-    /// A string or a list of items; read by [`ResponsesRequest::to_canonical`].
-    #[serde(default)]
-    pub input: Option<Value>,
     #[serde(default)]
     pub instructions: Option<String>,
-    /// Read by [`ResponsesRequest::toolset`] (with those of `additional_tools` items).
-    #[serde(default)]
-    pub tools: Option<Vec<Value>>,
+    /// Checked to be a list here; its tools are read where they lie in `body` by
+    /// [`ResponsesRequest::toolset`] (with those of `additional_tools` items), as `input` is
+    /// ([`ResponsesRequest::input`]): an agent's turn is tens of kilobytes of them.
+    #[serde(default, rename = "tools")]
+    _tools: Option<Vec<IgnoredAny>>,
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -168,9 +168,19 @@ impl ResponsesRequest {
         })
     }
 
+    /// `tools` as the client wrote them.
+    pub fn tools(&self) -> &[Value] {
+        self.body.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// `input` as the client wrote it: a string or a list of items.
+    fn input(&self) -> Option<&Value> {
+        self.body.get("input")
+    }
+
     /// `input`'s items (none when it is a string).
     fn items(&self) -> &[Value] {
-        match &self.input {
+        match self.input() {
             Some(Value::Array(items)) => items,
             _ => &[],
         }
@@ -183,7 +193,7 @@ impl ResponsesRequest {
 
     /// The request's tools: those of `tools` and of every `additional_tools` input item.
     pub fn toolset(&self) -> Result<Toolset, ApiError> {
-        let listed = self.tools.iter().flatten().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
+        let listed = self.tools().iter().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
         let added = self
             .items()
             .iter()
@@ -200,7 +210,7 @@ impl ResponsesRequest {
     /// `store: true`, `previous_response_id`, `conversation`, an `item_reference` item. `None`
     /// when there is none; when there is, the request may still be pinned to OpenAI.
     pub fn needs_openai_state(&self) -> Option<ApiError> {
-        let reference = match &self.input {
+        let reference = match self.input() {
             Some(Value::Array(items)) => {
                 items.iter().position(|i| i.get("type").and_then(Value::as_str) == Some("item_reference"))
             }
@@ -248,7 +258,7 @@ impl ResponsesRequest {
         if let Some(instructions) = self.instructions.as_ref().filter(|i| !i.is_empty()) {
             messages.push(Message::new(Role::System, instructions.as_str()));
         }
-        match &self.input {
+        match self.input() {
             None | Some(Value::Null) => return Err(missing_root("input")),
             Some(Value::String(text)) => messages.push(Message::new(Role::User, text.as_str())),
             Some(Value::Array(items)) => {

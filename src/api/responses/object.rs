@@ -99,9 +99,8 @@ pub fn response(
 /// The request's settings as the Response object repeats them.
 pub fn echo(request: &ResponsesRequest) -> Map<String, Value> {
     let tools: Vec<Value> = request
-        .tools
+        .tools()
         .iter()
-        .flatten()
         .map(|t| match t.get("type").and_then(Value::as_str) {
             // A function tool with every member OpenAI lists (null where not given).
             Some("function") => json!({"type": "function", "name": t.get("name"),

@@ -68,7 +68,8 @@ struct Read<'a> {
     at: String,
     tool: ClientTool,
     description: Option<String>,
-    parameters: Value,
+    /// As the client wrote it (`null` when absent).
+    parameters: &'a Value,
     format: Option<&'a Value>,
 }
 
@@ -171,7 +172,7 @@ fn collect<'a>(
         at: at.to_string(),
         tool: ClientTool { namespace: namespace.map(str::to_string), name: name()?, shape },
         description: text("description").map(str::to_string),
-        parameters: fields.get("parameters").cloned().unwrap_or(Value::Null),
+        parameters: fields.get("parameters").unwrap_or(&Value::Null),
         format: fields.get("format"),
     });
     Ok(())
@@ -180,7 +181,7 @@ fn collect<'a>(
 /// The function a backend gets for `r`, checked as chat's tools are.
 fn function(r: &Read, name: &str) -> Result<Tool, ApiError> {
     let (description, parameters) = match r.tool.shape {
-        Shape::Function => (r.description.clone(), r.parameters.clone()),
+        Shape::Function => (r.description.clone(), Schema::of(r.parameters)),
         Shape::Custom => {
             let grammar = r.format.and_then(|f| f.get("definition")).and_then(Value::as_str);
             let syntax = r.format.and_then(|f| f.get("syntax")).and_then(Value::as_str).unwrap_or("");
@@ -190,12 +191,13 @@ fn function(r: &Read, name: &str) -> Result<Tool, ApiError> {
             }
             let input =
                 json!({"type": "string", "description": "The tool's whole input, as free-form text."});
-            (Some(about), json!({"type": "object", "properties": {"input": input}, "required": ["input"]}))
+            let schema = json!({"type": "object", "properties": {"input": input}, "required": ["input"]});
+            (Some(about), Schema::from(schema))
         }
     };
     let wire = WireTool {
         kind: Some("function".into()),
-        function: WireFunction { name: name.to_string(), description, parameters: Schema::from(parameters) },
+        function: WireFunction { name: name.to_string(), description, parameters },
     };
     // Chat's checks, their refusal in Responses' words: this tool's path, `invalid_value`.
     let mut tools = wire::tools(&mut [wire]).map_err(|mut e| {
