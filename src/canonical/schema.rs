@@ -42,6 +42,13 @@ impl Schema {
         Schema { text: Arc::from(text), tree: OnceLock::new() }
     }
 
+    /// A schema read from a tree someone else holds: its text written, its tree built again
+    /// only if read.
+    pub fn of(tree: &Value) -> Schema {
+        let text = serde_json::value::to_raw_value(tree).unwrap_or_else(|_| null());
+        Schema { text: Arc::from(text), tree: OnceLock::new() }
+    }
+
     /// Its JSON text as written.
     pub fn text(&self) -> &RawValue {
         &self.text
@@ -71,15 +78,6 @@ impl Schema {
     /// A JSON object (a schema a tool may have).
     pub fn is_object(&self) -> bool {
         self.first_byte() == Some(b'{')
-    }
-}
-
-impl Schema {
-    /// A schema read from a tree someone else holds: its text written, its tree built again
-    /// only if read.
-    pub fn of(tree: &Value) -> Schema {
-        let text = serde_json::value::to_raw_value(tree).unwrap_or_else(|_| null());
-        Schema { text: Arc::from(text), tree: OnceLock::new() }
     }
 }
 
