@@ -31,6 +31,24 @@ fn arrival<'a>(request_id: &str, headers: &'a HeaderMap) -> Arrival<'a> {
     }
 }
 
+/// `request`, streamed, through the pipeline of the config `yaml` (one task, `t`): what was
+/// served, and the records the pipeline writes.
+async fn serve_stream(
+    yaml: &str,
+    request_id: &str,
+    request: ChatRequest,
+) -> (serve::Served, tokio::sync::mpsc::UnboundedReceiver<Record>) {
+    let config = spillway::config::parse(yaml).unwrap();
+    let (records, outcomes) = tokio::sync::mpsc::unbounded_channel();
+    let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
+    let headers = HeaderMap::new();
+    let request = ChatRequest { model: "t".into(), stream: true, ..request };
+    let served = serve::serve(&serving, arrival(request_id, &headers), "t", |_task| Ok(request))
+        .await
+        .unwrap_or_else(|e| panic!("served: {e:?}"));
+    (served, outcomes)
+}
+
 /// The request's outcome record, once it has ended.
 async fn outcome(outcomes: &mut tokio::sync::mpsc::UnboundedReceiver<Record>) -> RequestOutcome {
     loop {
@@ -44,27 +62,15 @@ async fn outcome(outcomes: &mut tokio::sync::mpsc::UnboundedReceiver<Record>) ->
 #[tokio::test]
 async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once() {
     let hosted = common::sim(SimKind::OpenAi, "gpt-5.6", |_| {}).await;
-    let config = spillway::config::parse(&format!(
+    let yaml = format!(
         "backends:\n  - {{name: hosted, kind: openai, base_url: \"{}/v1\", model: gpt-5.6, \
          price: {{input_per_mtok: 2, output_per_mtok: 8}}}}\n\
          tasks:\n  - {{name: t, backends: [hosted], slo: {{ttft_ms: 2000}}}}\n",
         hosted.base_url()
-    ))
-    .unwrap();
-    let (records, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
-    let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
-    let headers = HeaderMap::new();
-    let arrival = arrival("in-process-1", &headers);
-    let served = serve::serve(&serving, arrival, "t", |_task| {
-        Ok(ChatRequest {
-            model: "t".into(),
-            messages: vec![Message::new(Role::User, "Say hello.")].into(),
-            stream: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .unwrap_or_else(|e| panic!("served: {e:?}"));
+    );
+    let request =
+        ChatRequest { messages: vec![Message::new(Role::User, "Say hello.")].into(), ..Default::default() };
+    let (served, mut outcomes) = serve_stream(&yaml, "in-process-1", request).await;
     assert_eq!((served.task.as_str(), served.committed.backend.as_str()), ("t", "hosted"));
     let events: Vec<Event> = served.committed.events.map(|e| e.expect("no upstream error")).collect().await;
     let text: String = events
@@ -92,28 +98,18 @@ async fn serve_runs_the_whole_pipeline_without_http_and_prices_the_answer_once()
 /// `stream_idle_timeout_ms: idle_ms`: its events, then its outcome record.
 async fn stream_with_idle(token_ms: u64, idle_ms: u64) -> (Vec<Result<Event, String>>, Ending) {
     let node = common::sim(SimKind::Vllm, "llama", |a| a.token_delay_ms = token_ms).await;
-    let config = spillway::config::parse(&format!(
+    let yaml = format!(
         "backends:\n  - {{name: node, kind: openai_compatible, base_url: \"{}/v1\", model: llama}}\n\
          tasks:\n  - {{name: t, backends: [node], slo: {{ttft_ms: 5000}}}}\n\
          dispatch: {{stream_idle_timeout_ms: {idle_ms}}}\n",
         node.base_url()
-    ))
-    .unwrap();
-    let (records, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
-    let serving = Serving::in_process(Arc::new(config), Keys::default(), records);
-    let headers = HeaderMap::new();
-    let arrival = arrival("idle-1", &headers);
-    let served = serve::serve(&serving, arrival, "t", |_task| {
-        Ok(ChatRequest {
-            model: "t".into(),
-            messages: vec![Message::new(Role::User, "Count to five.")].into(),
-            max_tokens: Some(12),
-            stream: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .unwrap_or_else(|e| panic!("served: {e:?}"));
+    );
+    let request = ChatRequest {
+        messages: vec![Message::new(Role::User, "Count to five.")].into(),
+        max_tokens: Some(12),
+        ..Default::default()
+    };
+    let (served, mut outcomes) = serve_stream(&yaml, "idle-1", request).await;
     let events: Vec<_> = served.committed.events.map(|e| e.map_err(|e| e.message)).collect().await;
     (events, outcome(&mut outcomes).await.ending)
 }

@@ -27,16 +27,15 @@ pub(crate) fn tools(wire: &mut [WireTool]) -> Result<Vec<Tool>, ApiError> {
         if !names.insert(f.name.clone()) {
             return bad("function.name", format!("`{}` is the name of another tool", f.name));
         }
-        if !(f.parameters.is_null() || f.parameters.is_object()) {
-            return bad(
-                "function.parameters",
-                "`parameters` must be a JSON schema object (or left out for none)".into(),
-            );
-        }
         if f.parameters.is_object() {
             if let Err(why) = check_schema(&f.parameters, SchemaKind::Parameters) {
                 return bad("function.parameters", why);
             }
+        } else if !f.parameters.is_null() {
+            return bad(
+                "function.parameters",
+                "`parameters` must be a JSON schema object (or left out for none)".into(),
+            );
         }
         tools.push(Tool {
             name: std::mem::take(&mut f.name),
