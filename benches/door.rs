@@ -43,10 +43,10 @@ fn bench(c: &mut Criterion) {
     // The coding agents' recorded turns, each through its own door: Claude Code's Messages
     // (32 KB of its 50 KB are tool schemas) and Codex's Responses.
     for (agent, door) in [
-        ("claude-code-2.1.332", spillway::api::doors::messages as fn(&[u8], Option<u32>) -> _),
+        ("claude-code-2.1.332", spillway::api::doors::messages as fn(&bytes::Bytes, Option<u32>) -> _),
         ("codex-0.171.0", spillway::api::doors::responses),
     ] {
-        let body = recorded(agent);
+        let body = bytes::Bytes::from(recorded(agent));
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(format!("to_canonical/{agent}"), |b| {
             b.iter(|| black_box(door(&body, Some(4096)).unwrap()))

@@ -87,9 +87,8 @@ pub fn system_turn(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
-    use serde_json::{json, Value};
+    use serde_json::json;
 
     use super::*;
     use crate::canonical::{Dialect, NativeRequest};
@@ -113,15 +112,16 @@ mod tests {
         assert_eq!(call.system_prompt(&later).as_deref(), Some("Use JSON.\n\nbe brief"), "leading only");
         let turns: Vec<&str> = call.turns(&later).map(|m| m.content.as_str()).collect();
         assert_eq!(turns, ["hi", "Tools changed."]);
-        let Value::Object(body) = json!({"model": "task", "system": "be brief", "stream": false}) else {
-            unreachable!()
-        };
-        let client =
-            NativeRequest { dialect: Dialect::AnthropicMessages, body: Arc::new(body), headers: Vec::new() };
+        let body = json!({"model": "task", "system": "be brief", "stream": false});
+        let client = NativeRequest::of_tree(Dialect::AnthropicMessages, &body);
         // A Messages client's own body, sent with this call's model and variant.
         let sent = crate::adapter::wire::anthropic::tests::written(&req, &call, &client, Some("anthropic"));
         assert_eq!((&sent["model"], &sent["system"]), (&json!("m"), &json!("Use JSON.\n\nbe brief")));
-        assert_eq!(client.body["system"], "be brief", "the client's body is not rewritten");
+        assert_eq!(
+            client.body.get("system").unwrap().json(),
+            r#""be brief""#,
+            "the client's body is not rewritten"
+        );
         assert_eq!(req, before);
     }
 }

@@ -48,11 +48,11 @@ pub mod doors {
     use super::ApiError;
     use crate::canonical::ChatRequest;
 
-    pub fn messages(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    pub fn messages(body: &bytes::Bytes, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         super::messages::canonical(body, output_cap)
     }
 
-    pub fn responses(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    pub fn responses(body: &bytes::Bytes, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         super::responses::canonical(body, output_cap)
     }
 }

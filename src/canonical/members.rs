@@ -68,14 +68,14 @@ pub fn value_at<'a, T: Deserialize<'a>>(body: &'a [u8], at: usize) -> Option<(T,
     Some((value, at + values.byte_offset()))
 }
 
-fn skip_space(body: &[u8], mut at: usize) -> usize {
+pub(crate) fn skip_space(body: &[u8], mut at: usize) -> usize {
     while body.get(at).is_some_and(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t')) {
         at += 1;
     }
     at
 }
 
-fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
+pub(crate) fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
     (body.get(at) == Some(&byte)).then_some(at + 1)
 }
 

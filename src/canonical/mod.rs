@@ -16,6 +16,7 @@ mod native;
 mod operation;
 mod principal;
 mod schema;
+pub mod shallow;
 mod whole;
 
 use std::ops::Range;

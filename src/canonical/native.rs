@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use super::shallow::{Part, Shallow};
 
 /// A wire dialect a client may speak that some backends also speak natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,14 +25,22 @@ pub enum Dialect {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeRequest {
     pub dialect: Dialect,
-    /// The body as decoded: `model`, the output cap and `stream` are rewritten per call.
-    pub body: Arc<Map<String, Value>>,
+    /// The body as the client sent it, read as deep as a backend of the dialect edits it
+    /// ([`Dialect::depth`]): `model`, the output cap and `stream` are rewritten per call.
+    pub body: Arc<Shallow>,
     /// The dialect's own headers the client sent (`anthropic-version`, `anthropic-beta`); none
     /// for Responses.
     pub headers: Vec<(&'static str, String)>,
 }
 
 impl NativeRequest {
+    /// A body in `dialect` written from a tree (a test's, a fixture's), with no headers.
+    pub fn of_tree(dialect: Dialect, body: &Value) -> NativeRequest {
+        let bytes = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+        let body = Shallow::read(bytes, dialect.depth()).expect("a tree is written as one object");
+        NativeRequest { dialect, body: Arc::new(body), headers: Vec::new() }
+    }
+
     /// The value of one of the dialect's headers the client sent.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
@@ -38,6 +48,21 @@ impl NativeRequest {
 }
 
 impl Dialect {
+    /// How deep a body of the dialect is read: a Messages body to each block of its system
+    /// prompt and conversation and to each tool, which a native backend may edit one by one; a
+    /// Responses body to its members.
+    pub fn depth(self) -> super::shallow::Depth {
+        match self {
+            Dialect::AnthropicMessages => |at, key| match at {
+                0 | 2 | 4 => true,
+                1 => matches!(key, Some("system" | "messages" | "tools")),
+                3 => key == Some("content"),
+                _ => false,
+            },
+            Dialect::OpenAiResponses => super::shallow::members_only,
+        }
+    }
+
     /// The system prompt `current` (as the client wrote it, if it did) with `text` before it.
     pub fn system_with(self, current: Option<&Value>, text: &str) -> Value {
         match prepended(current, text) {
@@ -86,9 +111,9 @@ pub struct NativeEvent {
 
 /// A block of a Messages conversation that only Anthropic can read back: thinking it signed,
 /// or thinking it redacted.
-pub fn anthropics_own(block: &Value) -> bool {
-    let signed = || block.get("signature").and_then(Value::as_str).is_some_and(|s| !s.is_empty());
-    match block.get("type").and_then(Value::as_str) {
+pub fn anthropics_own(block: Part<'_>) -> bool {
+    let signed = || block.get("signature").and_then(|s| s.str()).is_some_and(|s| !s.is_empty());
+    match block.get("type").and_then(|t| t.str()).as_deref() {
         Some("redacted_thinking") => true,
         Some("thinking") => signed(),
         _ => false,

@@ -9,10 +9,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
+use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
+
+use super::shallow::{AsWritten, Part};
 
 /// Distinct valid schemas remembered; past it the memo starts over.
 const REMEMBERED: usize = 4096;
@@ -23,7 +26,8 @@ static VALID: LazyLock<RwLock<HashSet<u64>>> = LazyLock::new(RwLock::default);
 /// translation to another wire, a compile). `null` for a function that takes no parameters.
 #[derive(Clone)]
 pub struct Schema {
-    text: Arc<RawValue>,
+    /// JSON text, valid as the door's reading found it.
+    text: Bytes,
     tree: OnceLock<Arc<Value>>,
 }
 
@@ -39,24 +43,32 @@ pub enum SchemaKind {
 impl Schema {
     /// A schema as written (valid JSON, as the door's reading found it).
     pub fn written(text: Box<RawValue>) -> Schema {
-        Schema { text: Arc::from(text), tree: OnceLock::new() }
+        Schema { text: Bytes::from(String::from(Box::<str>::from(text))), tree: OnceLock::new() }
+    }
+
+    /// A schema where it lies in a client's body (a JSON value the door's reading found there).
+    pub fn in_body(part: Part<'_>) -> Schema {
+        Schema { text: part.shared(), tree: OnceLock::new() }
     }
 
     /// A schema read from a tree someone else holds: its text written, its tree built again
     /// only if read.
     pub fn of(tree: &Value) -> Schema {
-        let text = serde_json::value::to_raw_value(tree).unwrap_or_else(|_| null());
-        Schema { text: Arc::from(text), tree: OnceLock::new() }
+        Schema { text: text_of(tree), tree: OnceLock::new() }
     }
 
     /// Its JSON text as written.
-    pub fn text(&self) -> &RawValue {
-        &self.text
+    pub fn text(&self) -> AsWritten<'_> {
+        AsWritten(self.json())
+    }
+
+    fn json(&self) -> &str {
+        std::str::from_utf8(&self.text).unwrap_or("null")
     }
 
     /// Its tree, built on first use.
     pub fn tree(&self) -> &Value {
-        self.tree.get_or_init(|| Arc::new(serde_json::from_str(self.text.get()).unwrap_or(Value::Null)))
+        self.tree.get_or_init(|| Arc::new(serde_json::from_slice(&self.text).unwrap_or(Value::Null)))
     }
 
     /// The tree, taken out.
@@ -67,7 +79,7 @@ impl Schema {
     }
 
     fn first_byte(&self) -> Option<u8> {
-        self.text.get().trim_start().bytes().next()
+        self.json().trim_start().bytes().next()
     }
 
     /// `null`: no schema (absent, or written as `null`).
@@ -81,8 +93,8 @@ impl Schema {
     }
 }
 
-fn null() -> Box<RawValue> {
-    RawValue::from_string("null".to_string()).expect("null is JSON")
+fn text_of(tree: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(tree).unwrap_or_else(|_| b"null".to_vec()))
 }
 
 impl Default for Schema {
@@ -93,14 +105,13 @@ impl Default for Schema {
 
 impl From<Value> for Schema {
     fn from(tree: Value) -> Schema {
-        let text = serde_json::value::to_raw_value(&tree).unwrap_or_else(|_| null());
-        Schema { text: Arc::from(text), tree: OnceLock::from(Arc::new(tree)) }
+        Schema { text: text_of(&tree), tree: OnceLock::from(Arc::new(tree)) }
     }
 }
 
 impl Serialize for Schema {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.text.serialize(serializer)
+        self.text().serialize(serializer)
     }
 }
 
@@ -112,7 +123,7 @@ impl<'de> Deserialize<'de> for Schema {
 
 impl PartialEq for Schema {
     fn eq(&self, other: &Schema) -> bool {
-        self.text.get() == other.text.get() || self.tree() == other.tree()
+        self.text == other.text || self.tree() == other.tree()
     }
 }
 
@@ -124,7 +135,7 @@ impl PartialEq<Value> for Schema {
 
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.text.get())
+        f.write_str(self.json())
     }
 }
 
@@ -158,7 +169,7 @@ pub fn check_schema(schema: &Schema, kind: SchemaKind) -> Result<(), String> {
 fn hash_of(schema: &Schema, kind: SchemaKind) -> u64 {
     let mut hasher = Xxh3::new();
     hasher.update(&[kind as u8]);
-    hasher.update(schema.text.get().as_bytes());
+    hasher.update(&schema.text);
     hasher.digest()
 }
 
@@ -178,7 +189,7 @@ mod tests {
             written(r#"{"type": "object", "properties": {"path": {"type": "string", "pattern": "^src/"}}}"#);
         assert_eq!(check_schema(&schema, SchemaKind::Any), Ok(()));
         assert!(VALID.read().unwrap().contains(&hash_of(&schema, SchemaKind::Any)));
-        let again = written(schema.text().get());
+        let again = written(schema.text().0);
         assert_eq!(check_schema(&again, SchemaKind::Any), Ok(()));
         assert!(again.tree.get().is_none(), "a schema seen valid is not read again");
         let bad =
@@ -210,7 +221,7 @@ mod tests {
         assert_eq!(schema, Schema::from(json!({"description": "café", "type": "object"})));
         assert!(Schema::default().is_null() && written("null").is_null());
         assert!(!written("[1]").is_object());
-        assert_eq!(Schema::from(json!({"a": 1})).text().get(), r#"{"a":1}"#);
+        assert_eq!(Schema::from(json!({"a": 1})).text().0, r#"{"a":1}"#);
         assert_eq!(schema.into_tree()["description"], "café");
     }
 }

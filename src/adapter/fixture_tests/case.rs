@@ -60,12 +60,12 @@ pub(super) fn native(case: &Value) -> Option<NativeRequest> {
         Some("openai_responses") => Dialect::OpenAiResponses,
         other => panic!("no dialect {other:?}"),
     };
-    let body = native["body"].as_object().expect("a native body is an object").clone();
+    assert!(native["body"].is_object(), "a native body is an object");
     let headers = ["anthropic-version", "anthropic-beta"]
         .into_iter()
         .filter_map(|name| Some((name, native["headers"].get(name)?.as_str()?.to_string())))
         .collect();
-    Some(NativeRequest { dialect, body: std::sync::Arc::new(body), headers })
+    Some(NativeRequest { headers, ..NativeRequest::of_tree(dialect, &native["body"]) })
 }
 
 /// The headers of a call a case records: the version and betas, and the key as each wire sends it.

@@ -18,6 +18,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::canonical::shallow::Part;
+
 /// Members of the client's body passed on as it wrote them, beside a typed body's own fields
 /// (`#[serde(flatten)]`): every member but those the typed body writes itself (`owned`), so
 /// no member is written twice.
@@ -32,6 +34,24 @@ impl Serialize for Passthrough<'_> {
         let mut map = serializer.serialize_map(None)?;
         for (key, value) in self.members.iter().filter(|(key, _)| !self.owned.contains(&key.as_str())) {
             map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// The members of a client's object as it wrote them (a part of its body), beside a typed
+/// body's own fields (`#[serde(flatten)]`), but for those the typed body writes itself (`owned`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Passed<'a> {
+    pub members: Part<'a>,
+    pub owned: &'a [&'a str],
+}
+
+impl Serialize for Passed<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.members.members().filter(|(key, _)| !self.owned.contains(&key.as_ref())) {
+            map.serialize_entry(&key, &value)?;
         }
         map.end()
     }

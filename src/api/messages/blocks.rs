@@ -4,6 +4,7 @@
 //! `tool_use`); thinking blocks are accepted and kept only in the client's body. Each refusal
 //! names its place the way Anthropic does (`messages.1.content.0.tool_use_id`).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::de::IgnoredAny;
@@ -11,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ErrorCode};
+use crate::canonical::shallow::Part;
 use crate::canonical::{Image, Message, Role, ToolCall};
 
 /// A message's shape: its role, and a `content` (read where it lies in the kept body, not
@@ -33,34 +35,34 @@ pub(crate) enum WireRole {
 }
 
 /// `system`: a string, or a list of text blocks.
-pub(super) fn system_text(system: &Value) -> Result<String, ApiError> {
-    match system {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut parts = Vec::new();
-            for (j, block) in blocks.iter().enumerate() {
-                match (block_type(block), block.get("text").and_then(Value::as_str)) {
-                    (Some("text"), Some(text)) => parts.push(text),
-                    _ => {
-                        return Err(invalid(
-                            format!("system.{j}"),
-                            "system blocks must be text blocks".into(),
-                        ))
-                    }
-                }
-            }
-            Ok(parts.join("\n\n"))
-        }
-        _ => Err(invalid("system".into(), "must be a string or a list of text blocks".into())),
+pub(super) fn system_text(system: Part<'_>) -> Result<String, ApiError> {
+    if let Some(text) = system.str() {
+        return Ok(text.into_owned());
     }
+    let Some(blocks) = system.items() else {
+        return Err(invalid("system".into(), "must be a string or a list of text blocks".into()));
+    };
+    let mut parts = Vec::new();
+    for (j, block) in blocks.enumerate() {
+        match (block_type(block).as_deref(), text(block, "text")) {
+            (Some("text"), Some(text)) => parts.push(text),
+            _ => return Err(invalid(format!("system.{j}"), "system blocks must be text blocks".into())),
+        }
+    }
+    Ok(parts.join("\n\n"))
 }
 
 pub(super) fn invalid(param: String, why: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidValue, why).param(param)
 }
 
-fn block_type(block: &Value) -> Option<&str> {
-    block.get("type").and_then(Value::as_str)
+fn block_type(block: Part<'_>) -> Option<Cow<'_, str>> {
+    text(block, "type")
+}
+
+/// The text of the member `name` of `value`, if it is a string.
+fn text<'a>(value: Part<'a>, name: &str) -> Option<Cow<'a, str>> {
+    value.get(name)?.str()
 }
 
 /// One message into canonical messages: a user message's tool results become tool messages
@@ -69,7 +71,7 @@ fn block_type(block: &Value) -> Option<&str> {
 pub(super) fn read_message(
     i: usize,
     m: &WireMessage,
-    content: &Value,
+    content: Option<Part<'_>>,
     tool_uses: &mut HashSet<String>,
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
@@ -78,27 +80,24 @@ pub(super) fn read_message(
         WireRole::Assistant => Role::Assistant,
         WireRole::System => Role::System,
     };
-    let blocks = match content {
-        Value::String(text) => {
-            out.push(Message::new(role, text.clone()));
-            return Ok(());
-        }
-        Value::Array(blocks) => blocks,
-        _ => {
-            return Err(invalid(
-                format!("messages.{i}.content"),
-                "must be a string or a list of content blocks".into(),
-            ))
-        }
+    if let Some(text) = content.and_then(|c| c.str()) {
+        out.push(Message::new(role, text.into_owned()));
+        return Ok(());
+    }
+    let Some(blocks) = content.and_then(|c| c.items()) else {
+        return Err(invalid(
+            format!("messages.{i}.content"),
+            "must be a string or a list of content blocks".into(),
+        ));
     };
     let mut message = Message::new(role, String::new());
     let mut texts = Vec::new();
-    for (j, block) in blocks.iter().enumerate() {
+    for (j, block) in blocks.enumerate() {
         let at = |field: &str| format!("messages.{i}.content.{j}{field}");
-        let field = |name: &str| block.get(name).and_then(Value::as_str);
+        let field = |name: &str| text(block, name);
         let kind =
             block_type(block).ok_or_else(|| invalid(at(".type"), "a content block needs a `type`".into()))?;
-        match (kind, role) {
+        match (kind.as_ref(), role) {
             ("text", _) => texts.push(field("text").ok_or_else(|| invalid(at(".text"), "Field required".into()))?),
             (other, Role::System) => {
                 return Err(invalid(at(".type"), format!("`{other}` blocks are not allowed in system messages")))
@@ -111,22 +110,23 @@ pub(super) fn read_message(
                     invalid(at(".input"), "must be an object".into())
                 })?;
                 tool_uses.insert(id.to_string());
-                message.tool_calls.push(ToolCall { id: id.into(), name: name.into(), arguments: input.to_string() });
+                let arguments = input.json().to_string();
+                message.tool_calls.push(ToolCall { id: id.into(), name: name.into(), arguments });
             }
             ("tool_result", Role::User) => {
                 let id = field("tool_use_id")
                     .ok_or_else(|| invalid(at(".tool_use_id"), "Field required".into()))?;
-                if !tool_uses.contains(id) {
+                if !tool_uses.contains(id.as_ref()) {
                     return Err(invalid(
                         at(".tool_use_id"),
                         format!("unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in an earlier message."),
                     ));
                 }
                 let mut result = Message::new(Role::Tool, result_text(block.get("content")));
-                if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+                if block.get("is_error").is_some_and(|e| e.json() == "true") {
                     result.content = format!("Error: {}", result.content);
                 }
-                result.tool_call_id = Some(id.to_string());
+                result.tool_call_id = Some(id.into_owned());
                 out.push(result);
             }
             ("thinking" | "redacted_thinking", Role::Assistant) => {}
@@ -151,22 +151,26 @@ pub(super) fn read_message(
 
 /// A tool result's text: a string, or its text blocks joined (images in results are kept only
 /// in the body).
-fn result_text(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(blocks)) => blocks
-            .iter()
-            .filter(|b| block_type(b) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n\n"),
-        _ => String::new(),
+fn result_text(content: Option<Part<'_>>) -> String {
+    let Some(content) = content else { return String::new() };
+    if let Some(text) = content.str() {
+        return text.into_owned();
     }
+    // The result's content is left whole in the body: its blocks are read here, for their text.
+    let blocks: Vec<Value> = serde_json::from_str(content.json()).unwrap_or_default();
+    let text = |b: &Value| b.get("text").and_then(Value::as_str).map(str::to_string);
+    let texts: Vec<String> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(text)
+        .collect();
+    texts.join("\n\n")
 }
 
 /// An image block's source: `base64` (as a `data:` URL) or `url`.
-fn image(block: &Value) -> Result<Image, String> {
+fn image(block: Part<'_>) -> Result<Image, String> {
     let source = block.get("source").ok_or("source: Field required")?;
+    let source: Value = serde_json::from_str(source.json()).unwrap_or_default();
     let get = |name: &str| source.get(name).and_then(Value::as_str);
     match get("type") {
         Some("base64") => {

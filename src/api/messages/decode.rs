@@ -11,12 +11,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::blocks::{invalid, read_message, system_text, WireMessage};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
+use crate::canonical::shallow::{Part, Shallow};
 use crate::canonical::{
     check_schema, ChatRequest, Dialect, Message, NativeRequest, Role, Schema, SchemaKind, Tool, ToolChoice,
 };
@@ -30,7 +32,9 @@ pub(crate) const DEFAULT_VERSION: &str = "2023-06-01";
 #[derive(Debug, Deserialize)]
 pub(crate) struct MessagesRequest {
     pub model: String,
-    pub max_tokens: u32,
+    /// Required, but for a count ([`decode`]'s `count`).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
     pub messages: Vec<WireMessage>,
     #[serde(default)]
     pub temperature: Option<f64>,
@@ -67,23 +71,35 @@ pub(crate) struct Metadata {
     pub user_id: Option<String>,
 }
 
-/// A decoded request: the canonical form, the kept body, and whether the client streams.
+/// A decoded request: its typed fields, and the body as the client wrote it, read as deep as a
+/// native backend edits it (the system prompt, the conversation and the tools are read from
+/// there, where they lie).
 pub(crate) struct Decoded {
     pub model: String,
     pub request: MessagesRequest,
-    pub body: Arc<Map<String, Value>>,
+    pub body: Arc<Shallow>,
 }
 
-/// Parse the body: one JSON object with every field Anthropic requires.
-pub fn decode(bytes: &[u8]) -> Result<Decoded, ApiError> {
-    from_body(wire::decode_json(bytes, "a Messages request")?)
+/// Why a body is read: to be answered, or counted (which needs no `max_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    Answer,
+    Count,
 }
 
-/// A body already parsed into a JSON object: its fields read, the object itself kept.
-pub(crate) fn from_body(body: Map<String, Value>) -> Result<Decoded, ApiError> {
-    let body = Value::Object(body);
-    let request: MessagesRequest = wire::decode_value(&body)?;
-    let Value::Object(body) = body else { unreachable!("built as an object above") };
+/// Read the body: one JSON object with every field Anthropic requires.
+pub fn decode(bytes: &Bytes, asked: Asked) -> Result<Decoded, ApiError> {
+    let mut request: MessagesRequest = wire::decode_json(bytes, "a Messages request")?;
+    match (request.max_tokens, asked) {
+        (Some(_), _) => {}
+        (None, Asked::Count) => request.max_tokens = Some(1),
+        (None, Asked::Answer) => {
+            return Err(ApiError::new(ErrorCode::MissingField, "`max_tokens` is required").param("max_tokens"))
+        }
+    }
+    // The typed reading took the body, so it is one object of valid JSON.
+    let body = Shallow::read(bytes.clone(), Dialect::AnthropicMessages.depth())
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
     Ok(Decoded { model: request.model.clone(), request, body: Arc::new(body) })
 }
 
@@ -96,8 +112,8 @@ impl Decoded {
     /// Whether the conversation holds thinking only Anthropic can read back (signed or
     /// redacted blocks of earlier turns).
     pub(crate) fn carries_anthropics_own(&self) -> bool {
-        let blocks = self.body.get("messages").and_then(Value::as_array).into_iter().flatten();
-        let blocks = blocks.filter_map(|m| m.get("content").and_then(Value::as_array)).flatten();
+        let messages = self.body.get("messages").and_then(|m| m.items()).into_iter().flatten();
+        let blocks = messages.filter_map(|m| m.get("content")?.items()).flatten();
         blocks.into_iter().any(crate::canonical::anthropics_own)
     }
 
@@ -114,7 +130,8 @@ impl Decoded {
     ) -> Result<ChatRequest, ApiError> {
         let r = &self.request;
         let bad = |param: &str, why: String| Err(ApiError::new(ErrorCode::InvalidValue, why).param(param));
-        if r.max_tokens == 0 {
+        let max_tokens = r.max_tokens.unwrap_or(1);
+        if max_tokens == 0 {
             return bad("max_tokens", "must be at least 1".into());
         }
         if r.messages.is_empty() {
@@ -126,13 +143,12 @@ impl Decoded {
         if let Some(p) = r.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
             return bad("top_p", format!("{p} is outside 0 to 1"));
         }
-        check_thinking(r.thinking.as_ref(), r.max_tokens)?;
+        check_thinking(r.thinking.as_ref(), max_tokens)?;
         let mut messages = Vec::new();
         // The system prompt, the conversation and the tool schemas are read where they lie in
         // the kept body: an agent's turn is tens of kilobytes of them.
-        let member = |name: &str| self.body.get(name).filter(|v| !v.is_null());
-        let items =
-            |name: &str| member(name).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let member = |name: &str| self.body.get(name).filter(|v| v.json() != "null");
+        let items = |name: &str| member(name).and_then(|m| m.items()).into_iter().flatten();
         if let Some(system) = member("system") {
             let text = system_text(system)?;
             if !text.is_empty() {
@@ -141,7 +157,8 @@ impl Decoded {
         }
         let mut tool_uses = HashSet::new();
         for (i, (m, written)) in r.messages.iter().zip(items("messages")).enumerate() {
-            read_message(i, m, &written["content"], &mut tool_uses, &mut messages)?;
+            let content = written.get("content").filter(|c| c.json() != "null");
+            read_message(i, m, content, &mut tool_uses, &mut messages)?;
         }
         let tools = tools(r.tools.as_deref().unwrap_or_default(), items("tools"))?;
         let tool_choice = r.tool_choice.as_ref().map(|c| tool_choice(c, &tools)).transpose()?;
@@ -161,7 +178,7 @@ impl Decoded {
         }
         Ok(ChatRequest {
             messages: messages.into(),
-            max_tokens: Some(output_cap.map_or(r.max_tokens, |cap| r.max_tokens.min(cap))),
+            max_tokens: Some(output_cap.map_or(max_tokens, |cap| max_tokens.min(cap))),
             temperature: r.temperature,
             top_p: r.top_p,
             top_k: r.top_k,
@@ -204,7 +221,7 @@ pub(crate) fn server_tools(wire: &[WireTool]) -> Vec<(String, String)> {
 }
 
 /// `wire`'s tools, each beside the tool as `written` in the kept body.
-fn tools(wire: &[WireTool], written: &[Value]) -> Result<Vec<Tool>, ApiError> {
+fn tools<'a>(wire: &[WireTool], written: impl Iterator<Item = Part<'a>>) -> Result<Vec<Tool>, ApiError> {
     let mut names = HashSet::new();
     let mut tools = Vec::new();
     let server = server_tools(wire);
@@ -225,7 +242,7 @@ fn tools(wire: &[WireTool], written: &[Value]) -> Result<Vec<Tool>, ApiError> {
             ));
         }
         let schema = match written.get("input_schema") {
-            Some(schema @ Value::Object(_)) => Schema::of(schema),
+            Some(schema) if schema.is_object() => Schema::in_body(schema),
             _ => {
                 return Err(invalid(format!("tools.{i}.input_schema"), "must be a JSON schema object".into()))
             }

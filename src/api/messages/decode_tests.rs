@@ -5,11 +5,11 @@ use super::*;
 use crate::api::error::ErrorCode;
 
 fn decoded(body: Value) -> Decoded {
-    decode(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("refused: {e:?}"))
+    decode(&body.to_string().into(), Asked::Answer).unwrap_or_else(|e| panic!("refused: {e:?}"))
 }
 
 fn refused(body: Value) -> ApiError {
-    match decode(body.to_string().as_bytes()) {
+    match decode(&body.to_string().into(), Asked::Answer) {
         Err(e) => e,
         Ok(d) => d.to_canonical(&HeaderMap::new(), None).expect_err("accepted"),
     }
@@ -55,8 +55,8 @@ fn a_full_request_becomes_the_canonical_one_and_keeps_its_body() {
     assert_eq!(c.messages[3].content, "fn main() {}");
     assert_eq!(c.messages[4].content, "explain");
     let native = c.native.as_ref().unwrap();
-    assert_eq!(native.body["system"][0]["cache_control"]["type"], "ephemeral");
-    assert_eq!(native.body["messages"][1]["content"][0]["signature"], "s1");
+    assert_eq!(native.body.tree()["system"][0]["cache_control"]["type"], "ephemeral");
+    assert_eq!(native.body.tree()["messages"][1]["content"][0]["signature"], "s1");
     assert_eq!(native.header("anthropic-beta"), Some("interleaved-thinking-2025-05-14"));
     assert_eq!(native.header("anthropic-version"), Some(DEFAULT_VERSION), "defaulted");
     assert!(c.relay && c.stream);
@@ -126,9 +126,9 @@ fn each_mistake_is_a_400_naming_its_field() {
         assert_eq!(error.param.as_deref(), Some(param), "{error:?}");
         assert_ne!(error.code, ErrorCode::InvalidJson);
     }
-    let not_json = decode(b"{\"model\": ").err().unwrap();
+    let not_json = decode(&Bytes::from_static(b"{\"model\": "), Asked::Answer).err().unwrap();
     assert_eq!(not_json.code, ErrorCode::InvalidJson);
-    let array = decode(b"[1]").err().unwrap();
+    let array = decode(&Bytes::from_static(b"[1]"), Asked::Answer).err().unwrap();
     assert_eq!(array.status, 400);
 }
 
@@ -154,7 +154,7 @@ fn a_system_message_inside_the_conversation_keeps_its_place() {
             (Role::User, "bye"),
         ]
     );
-    assert_eq!(c.native.unwrap().body["messages"][2]["role"], "system", "the body as written");
+    assert_eq!(c.native.unwrap().body.tree()["messages"][2]["role"], "system", "the body as written");
 }
 
 #[test]

@@ -11,6 +11,8 @@ mod decode;
 mod error;
 mod stream;
 
+use decode::Asked;
+
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -29,15 +31,15 @@ pub use error::response as error_response;
 pub(crate) struct Messages;
 
 /// The canonical request of a Messages `body`, as the door reads it with no headers.
-pub(super) fn canonical(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
-    decode::decode(body)?.to_canonical(&axum::http::HeaderMap::new(), output_cap)
+pub(super) fn canonical(body: &bytes::Bytes, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+    decode::decode(body, Asked::Answer)?.to_canonical(&axum::http::HeaderMap::new(), output_cap)
 }
 
 impl DialectDoor for Messages {
     type Request = decode::Decoded;
 
     fn decode(body: &bytes::Bytes) -> Result<decode::Decoded, ApiError> {
-        decode::decode(body)
+        decode::decode(body, Asked::Answer)
     }
 
     fn model(request: &decode::Decoded) -> &str {
@@ -113,11 +115,7 @@ pub async fn count_tokens(incoming: Incoming) -> Response {
 async fn count(incoming: Incoming) -> Result<Response, ApiError> {
     let Incoming { state, headers, body, .. } = incoming;
     let received = front::receive(&state, &headers, body).await?;
-    // A count takes a request without `max_tokens`; any placeholder will do.
-    let mut body: serde_json::Map<String, Value> =
-        super::wire::decode_json(&received.body, "a Messages request")?;
-    body.entry("max_tokens").or_insert(json!(1));
-    let decoded = decode::from_body(body)?;
+    let decoded = decode::decode(&received.body, Asked::Count)?;
     let principal = received.principal.as_ref();
     let to_canonical = || decoded.to_canonical(&headers, None);
     let (counted, backend) =

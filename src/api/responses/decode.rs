@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -26,6 +27,7 @@ use super::refuse::{invalid, missing_root, type_name};
 use super::toolset::Toolset;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
+use crate::canonical::shallow::Shallow;
 use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
 
 /// What the client sent, as far as types can say.
@@ -67,9 +69,12 @@ pub struct ResponsesRequest {
     pub previous_response_id: Option<String>,
     #[serde(default)]
     pub conversation: Option<Value>,
-    /// The body as the client wrote it, for a backend that speaks Responses itself.
+    /// The body as read, for the door's reading of it.
     #[serde(skip)]
     pub body: Arc<Map<String, Value>>,
+    /// The body as the client wrote it, for a backend that speaks Responses itself.
+    #[serde(skip)]
+    pub written: Bytes,
 }
 
 /// `text`: the answer's format (`verbosity` is accepted and not forwarded).
@@ -82,11 +87,12 @@ pub struct TextConfig {
 }
 
 /// Decode a Responses request body.
-pub fn decode(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
-    let body = Value::Object(wire::decode_json(body, "a responses request")?);
+pub fn decode(written: &Bytes) -> Result<ResponsesRequest, ApiError> {
+    let body = Value::Object(wire::decode_json(written, "a responses request")?);
     let mut request: ResponsesRequest = wire::decode_value(&body)?;
     let Value::Object(body) = body else { unreachable!("decoded as an object") };
     request.body = Arc::new(body);
+    request.written = written.clone();
     Ok(request)
 }
 
@@ -141,11 +147,11 @@ impl ResponsesRequest {
             (asked, cap) => asked.or(cap),
         };
         let calls = if pinned { Calls::Stored } else { Calls::Seen(Default::default()) };
-        let native = NativeRequest {
-            dialect: Dialect::OpenAiResponses,
-            body: Arc::clone(&self.body),
-            headers: Vec::new(),
-        };
+        // The typed reading took the body, so it is one object of valid JSON.
+        let written = Shallow::read(self.written.clone(), Dialect::OpenAiResponses.depth())
+            .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
+        let native =
+            NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(written), headers: Vec::new() };
         Ok(ChatRequest {
             model: String::new(),
             messages: self.messages(calls, toolset)?.into(),

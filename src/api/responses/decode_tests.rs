@@ -2,8 +2,12 @@ use super::*;
 use crate::canonical::{Dialect, Image, ResponseFormat, ToolCall};
 use serde_json::json;
 
+fn read(body: impl AsRef<[u8]>) -> Result<ResponsesRequest, ApiError> {
+    decode(&bytes::Bytes::copy_from_slice(body.as_ref()))
+}
+
 fn canonical(body: Value) -> Result<ChatRequest, ApiError> {
-    let request = decode(body.to_string().as_bytes())?;
+    let request = read(body.to_string())?;
     request.to_canonical(Some(100), &request.toolset()?, false)
 }
 
@@ -31,7 +35,7 @@ fn a_string_input_is_one_user_message_after_the_instructions() {
     assert_eq!(request.temperature, Some(0.5));
     assert!(request.stream);
     assert!(request.relay, "OpenAI's own events are relayed as they come");
-    let uncapped = decode(br#"{"model": "t", "input": "hi", "max_output_tokens": 20}"#).unwrap();
+    let uncapped = read(br#"{"model": "t", "input": "hi", "max_output_tokens": 20}"#).unwrap();
     let tools = uncapped.toolset().unwrap();
     assert_eq!(uncapped.to_canonical(Some(100), &tools, false).unwrap().max_tokens, Some(20));
     assert_eq!(uncapped.to_canonical(None, &tools, false).unwrap().max_tokens, Some(20));
@@ -119,7 +123,7 @@ fn tools_choice_and_format_map_to_the_canonical_request() {
 
 #[test]
 fn the_echo_repeats_the_settings() {
-    let request = decode(br#"{"model": "t", "input": "hi", "instructions": "be brief", "temperature": 0.2,
+    let request = read(br#"{"model": "t", "input": "hi", "instructions": "be brief", "temperature": 0.2,
         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "metadata": {"k": "v"}}"#)
     .unwrap();
     let echo = Value::Object(crate::api::responses::object::echo(&request));
@@ -309,7 +313,7 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     let body = json!({"model": "t", "previous_response_id": "resp_1", "store": true, "include": ["x"],
         "input": [{"type": "item_reference", "id": "msg_1"},
                   {"type": "function_call_output", "call_id": "call_stored", "output": "42"}]});
-    let request = decode(body.to_string().as_bytes()).unwrap();
+    let request = read(body.to_string().as_bytes()).unwrap();
     let refusal = request.needs_openai_state().expect("it leans on stored state");
     assert_eq!(refusal.param.as_deref(), Some("store"));
     assert!(refusal.message.contains("first backend is OpenAI"), "{}", refusal.message);
@@ -317,7 +321,7 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
     assert!(pinned.relay);
     let native = pinned.native.expect("the client's body");
     assert_eq!(native.dialect, Dialect::OpenAiResponses);
-    assert_eq!(Value::Object((*native.body).clone()), body);
+    assert_eq!(native.body.tree(), body);
     assert_eq!(
         pinned.messages,
         vec![Message { tool_call_id: Some("call_stored".into()), ..Message::new(Role::Tool, "42") }]
@@ -325,11 +329,11 @@ fn pinned_to_openai_the_state_passes_and_the_body_is_kept() {
 
     // Each field alone is what pins; `background` is refused even pinned.
     let reference = with_input(json!([{"type": "item_reference", "id": "msg_1"}]));
-    let only_reference = decode(reference.to_string().as_bytes()).unwrap();
+    let only_reference = read(reference.to_string().as_bytes()).unwrap();
     assert_eq!(only_reference.needs_openai_state().unwrap().param.as_deref(), Some("input[0].type"));
-    assert!(decode(with_input(json!("hi")).to_string().as_bytes()).unwrap().needs_openai_state().is_none());
+    assert!(read(with_input(json!("hi")).to_string().as_bytes()).unwrap().needs_openai_state().is_none());
     let background = json!({"model": "t", "input": "hi", "store": true, "background": true});
-    let error = decode(background.to_string().as_bytes())
+    let error = read(background.to_string().as_bytes())
         .unwrap()
         .to_canonical(None, &Default::default(), true)
         .unwrap_err();
@@ -354,7 +358,7 @@ fn codexs_tools_and_history_become_flat_function_tools_and_calls() {
         {"type": "function_call", "call_id": "c2", "name": "sleep", "namespace": "clock", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c2", "output": "slept"},
     ]});
-    let request = decode(body.to_string().as_bytes()).unwrap();
+    let request = read(body.to_string().as_bytes()).unwrap();
     let toolset = request.toolset().unwrap();
     assert_eq!(toolset.dropped, [("input[0].tools[2]".to_string(), "web_search".to_string())]);
     let c = request.to_canonical(None, &toolset, false).unwrap();
@@ -381,7 +385,7 @@ fn codexs_recorded_turn_translated_for_a_node_means_what_it_meant() {
     use crate::adapter::{Call, Upstream, WireFormat};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/agents/codex-0.171.0.json");
     let captured: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let request = decode(captured["body"].to_string().as_bytes()).unwrap();
+    let request = read(captured["body"].to_string().as_bytes()).unwrap();
     let mut req = request.to_canonical(Some(4096), &request.toolset().unwrap(), false).unwrap();
     req.model = "served".into();
     assert!(req.messages.len() > 1 && !req.tools.is_empty(), "a whole turn: instructions, input, tools");

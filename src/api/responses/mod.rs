@@ -50,7 +50,7 @@ pub(crate) use socket::{upgrade, Sockets};
 pub(crate) struct Responses;
 
 /// The canonical request of a Responses `body` that leans on no state kept at OpenAI.
-pub(super) fn canonical(body: &[u8], output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
+pub(super) fn canonical(body: &bytes::Bytes, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
     let request = decode::decode(body)?;
     request.to_canonical(output_cap, &request.toolset()?, false)
 }
@@ -154,7 +154,7 @@ pub async fn responses(incoming: Incoming) -> Result<Response, ApiError> {
 
 /// A `generate: false` request (the WebSocket mode's warm-up): checked as a request is, and
 /// answered as a streamed response with no output, from no backend.
-fn warmed(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+fn warmed(body: &bytes::Bytes) -> Result<Vec<u8>, ApiError> {
     let request = decode::decode(body)?;
     let tools = Arc::new(request.toolset()?);
     let created_at = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());

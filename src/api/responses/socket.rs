@@ -177,7 +177,7 @@ impl Conversation {
         body.remove("client_metadata");
         let generate = body.remove("generate").and_then(|g| g.as_bool()).unwrap_or(true);
         body.insert("stream".into(), Value::Bool(true));
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let bytes = bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         self.last = None;
         if !generate {
             return match warmed(&bytes) {

@@ -10,10 +10,9 @@
 //! knows its prompt's stable parts better than we do, and adding ours could push it over the
 //! limit. Pure: it edits the typed body about to be sent and does nothing else.
 
-use serde_json::Value;
-
 use super::body::{Block, BlockOut, ClaudeBody, Content, MessageOut, ToolOut, Turn, EPHEMERAL};
 use crate::adapter::wire::breakpoints;
+use crate::canonical::shallow::Part;
 use crate::canonical::CachePlacement;
 
 /// What [`place`] did.
@@ -56,6 +55,7 @@ pub(crate) fn place(body: &mut ClaudeBody, placement: &CachePlacement) -> Placed
 fn markable(content: &Content) -> bool {
     match content {
         Content::Text(text) => !text.is_empty(),
+        Content::WrittenText(text) => text.str().is_some_and(|t| !t.is_empty()),
         Content::Blocks(blocks) => blocks.last().is_some_and(|b| match b {
             BlockOut::Typed(_) => true,
             BlockOut::Written(w) => w.value.is_object(),
@@ -66,8 +66,12 @@ fn markable(content: &Content) -> bool {
 /// Mark the last block of `content` (which [`markable`] allows).
 fn mark(content: &mut Content) {
     match content {
-        Content::Text(text) => {
-            let text = std::mem::take(text);
+        Content::Text(_) | Content::WrittenText(_) => {
+            let text = match content {
+                Content::Text(text) => std::mem::take(text),
+                Content::WrittenText(text) => text.str().unwrap_or_default(),
+                Content::Blocks(_) => unreachable!("matched above"),
+            };
             *content =
                 Content::Blocks(vec![BlockOut::Typed(Block::Text { text, cache_control: Some(EPHEMERAL) })]);
         }
@@ -99,13 +103,13 @@ fn mark_tool(tool: &mut ToolOut) {
 }
 
 /// The content of a client's message as written, if it is of a shape that takes a mark.
-fn written_content(message: &Value) -> Option<Content<'_>> {
-    message.as_object()?.get("content").and_then(Content::written)
+fn written_content(message: Part<'_>) -> Option<Content<'_>> {
+    message.get("content").and_then(Content::written)
 }
 
 fn markable_message(message: &MessageOut) -> bool {
     match message {
-        MessageOut::Written(m) => written_content(m).is_some_and(|c| markable(&c)),
+        MessageOut::Written(m) => written_content(*m).is_some_and(|c| markable(&c)),
         MessageOut::Turn(turn) => markable(&turn.content),
     }
 }
@@ -114,8 +118,8 @@ fn markable_message(message: &MessageOut) -> bool {
 /// written here.
 fn mark_message(message: &mut MessageOut) {
     if let MessageOut::Written(m) = *message {
-        let (Some(members), Some(content)) = (m.as_object(), written_content(m)) else { return };
-        *message = MessageOut::Turn(Turn::edited(members, content));
+        let Some(content) = written_content(m).filter(|_| m.is_object()) else { return };
+        *message = MessageOut::Turn(Turn::edited(m, content));
     }
     if let MessageOut::Turn(turn) = message {
         mark(&mut turn.content);
@@ -128,7 +132,7 @@ fn has_client_marks(body: &ClaudeBody) -> bool {
     let content = |c: &Content| matches!(c, Content::Blocks(blocks) if blocks.iter().any(block));
     let tool = |t: &ToolOut| matches!(t, ToolOut::Written(w) if w.marked_by_client());
     let message = |m: &MessageOut| match m {
-        MessageOut::Written(m) => written_content(m).is_some_and(|c| content(&c)),
+        MessageOut::Written(m) => written_content(*m).is_some_and(|c| content(&c)),
         MessageOut::Turn(turn) => content(&turn.content),
     };
     body.tools.as_ref().is_some_and(|t| t.iter().any(tool))
@@ -138,9 +142,9 @@ fn has_client_marks(body: &ClaudeBody) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use serde_json::{json, Map};
+
+    use serde_json::Value;
 
     use super::*;
     use crate::adapter::provider::anthropic::Anthropic;
@@ -155,11 +159,7 @@ mod tests {
     /// [`super::place`] on the as-written body of a client's Messages `body` for Anthropic:
     /// its tools, system prompt and messages as they would be sent.
     fn place(body: &mut Map<String, Value>, placement: &CachePlacement) -> Placed {
-        let client = NativeRequest {
-            dialect: Dialect::AnthropicMessages,
-            body: Arc::new(body.clone()),
-            headers: Vec::new(),
-        };
+        let client = NativeRequest::of_tree(Dialect::AnthropicMessages, &Value::Object(body.clone()));
         let req = ChatRequest::default();
         let call = Call::as_written(WireFormat::Claude(&Anthropic), Default::default(), &req);
         let mut typed =

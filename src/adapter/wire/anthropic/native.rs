@@ -23,15 +23,14 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Map, Value};
-
 use super::body::{
     BlockOut, ClaudeBody, Content, Members, MessageOut, Purpose, Rest, ToolOut, Turn, Written, ANSWER_FIELDS,
 };
 use super::host::HostFields;
 use super::provenance::{self, Fit};
 use crate::adapter::{system_turn, Call};
-use crate::canonical::{anthropics_own, prepended, ChatRequest, NativeRequest, Prepended};
+use crate::canonical::shallow::Part;
+use crate::canonical::{anthropics_own, ChatRequest, NativeRequest};
 
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
@@ -47,7 +46,7 @@ pub(crate) fn body<'a>(
     host: HostFields<'a>,
     purpose: Purpose,
 ) -> ClaudeBody<'a> {
-    let written = &*client.body;
+    let written = client.body.root();
     let mut owned: Vec<&'static str> = vec!["model", "stream", "system", "messages", "tools"];
     owned.extend(host.written());
     let max_tokens = req.max_tokens.filter(|_| purpose == Purpose::Answer);
@@ -58,10 +57,10 @@ pub(crate) fn body<'a>(
     let variant = call.variant.as_ref().map(|v| v.content.as_str());
     let system = system(written.get("system"), variant);
     let (mut messages, mut tools) = (None, None);
-    if let Some(Value::Array(written)) = written.get("messages") {
+    if let Some(written) = written.get("messages").and_then(|m| m.items()) {
         let mut foreign = false;
-        messages = Some(written.iter().map(|m| message(m, signer, &mut foreign)).collect());
-        if foreign && client.body.contains_key("thinking") {
+        messages = Some(written.map(|m| message(m, signer, &mut foreign)).collect());
+        if foreign && client.body.get("thinking").is_some() {
             tracing::debug!(
                 signer,
                 "thinking another provider signed dropped, and thinking off for this attempt"
@@ -69,10 +68,10 @@ pub(crate) fn body<'a>(
             owned.push("thinking");
         }
     }
-    if let Some(Value::Array(written)) = written.get("tools") {
+    if let Some(written) = written.get("tools").and_then(|t| t.items()) {
         // Server tools run inside Anthropic: a node gets the client's own tools only.
-        let own = |t: &&Value| t.get("type").and_then(Value::as_str).is_none_or(|kind| kind == "custom");
-        let kept = written.iter().filter(|t| signer.is_some() || own(t));
+        let own = |t: &Part| t.get("type").and_then(|k| k.str()).is_none_or(|kind| kind == "custom");
+        let kept = written.filter(|t| signer.is_some() || own(t));
         tools = Some(kept.map(|t| ToolOut::Written(Written::of(t))).collect());
     }
     if signer.is_none() {
@@ -94,36 +93,38 @@ pub(crate) fn body<'a>(
     }
 }
 
-/// The system prompt, with the task's `variant` before the client's (a text block before its
-/// blocks); `None`: the client's member passes on as written.
-fn system<'a>(written: Option<&'a Value>, variant: Option<&'a str>) -> Option<Content<'a>> {
+/// The system prompt, with the task's `variant` before the client's (a text before its text, a
+/// text block before its blocks); `None`: the client's member passes on as written.
+fn system<'a>(written: Option<Part<'a>>, variant: Option<&'a str>) -> Option<Content<'a>> {
+    let written = written.filter(|w| w.json() != "null");
     let Some(variant) = variant else { return written.and_then(Content::written) };
-    match prepended(written, variant) {
-        Prepended::Text(text) => Some(Content::Text(text)),
-        Prepended::Blocks(text, blocks) => {
-            let first = BlockOut::text(Cow::Borrowed(text));
-            Some(Content::Blocks(
-                std::iter::once(first).chain(blocks.iter().map(BlockOut::written)).collect(),
-            ))
-        }
-        Prepended::AsWritten(_) => None,
+    let Some(written) = written else { return Some(Content::Text(Cow::Borrowed(variant))) };
+    if let Some(blocks) = written.items() {
+        let first = BlockOut::text(Cow::Borrowed(variant));
+        return Some(Content::Blocks(std::iter::once(first).chain(blocks.map(BlockOut::written)).collect()));
+    }
+    match written.str()? {
+        text if text.is_empty() => Some(Content::Text(Cow::Borrowed(variant))),
+        text => Some(Content::Text(Cow::Owned(format!("{variant}\n\n{text}")))),
     }
 }
 
 /// One message of the client's conversation as a host whose thinking `signer` signs takes it
 /// (`foreign`: a block another signed was dropped).
-fn message<'a>(message: &'a Value, signer: Option<&str>, foreign: &mut bool) -> MessageOut<'a> {
-    let Some(members) = message.as_object() else { return MessageOut::Written(message) };
-    if signer.is_none() && members.get("role").and_then(Value::as_str) == Some("system") {
-        return system_as_user_turn(members);
+fn message<'a>(message: Part<'a>, signer: Option<&str>, foreign: &mut bool) -> MessageOut<'a> {
+    if signer.is_none() && message.get("role").is_some_and(|r| r.is_str("system")) {
+        return system_as_user_turn(message);
     }
-    let Some(Value::Array(blocks)) = members.get("content") else { return MessageOut::Written(message) };
+    let Some(blocks) = message.get("content").and_then(|c| c.items()) else {
+        return MessageOut::Written(message);
+    };
     let (mut kept, mut edited) = (Vec::with_capacity(blocks.len()), false);
+    let blocks: Vec<Part<'a>> = blocks.collect();
     match signer {
         Some(signer) => {
             // Unsigned thinking goes, unless it is all there is (the API refuses an empty turn).
-            let unsigned_go = blocks.iter().any(|b| !unsigned_thinking(b));
-            for block in blocks {
+            let unsigned_go = blocks.iter().any(|&b| !unsigned_thinking(b));
+            for &block in &blocks {
                 match provenance::fit(signer, block) {
                     _ if unsigned_go && unsigned_thinking(block) => edited = true,
                     Fit::Keep => kept.push(BlockOut::written(block)),
@@ -138,25 +139,25 @@ fn message<'a>(message: &'a Value, signer: Option<&str>, foreign: &mut bool) -> 
                 }
             }
         }
-        None if blocks.iter().any(|b| !anthropics_own(b)) => {
-            kept.extend(blocks.iter().filter(|b| !anthropics_own(b)).map(BlockOut::written));
+        None if blocks.iter().any(|&b| !anthropics_own(b)) => {
+            kept.extend(blocks.iter().filter(|&&b| !anthropics_own(b)).map(|&b| BlockOut::written(b)));
             edited = kept.len() < blocks.len();
         }
         None => return MessageOut::Written(message),
     }
     match edited {
-        true => MessageOut::Turn(Turn::edited(members, Content::Blocks(kept))),
+        true => MessageOut::Turn(Turn::edited(message, Content::Blocks(kept))),
         false => MessageOut::Written(message),
     }
 }
 
 /// A system message inside the conversation, as the user turn [`system_turn`] makes of it.
-fn system_as_user_turn(message: &Map<String, Value>) -> MessageOut<'_> {
-    let text = match message.get("content") {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => {
-            let texts: Vec<&str> =
-                blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
+fn system_as_user_turn(message: Part<'_>) -> MessageOut<'_> {
+    let content = message.get("content");
+    let text = match (content.and_then(|c| c.str()), content.and_then(|c| c.items())) {
+        (Some(text), _) => text.into_owned(),
+        (None, Some(blocks)) => {
+            let texts: Vec<_> = blocks.filter_map(|b| b.get("text")?.str()).collect();
             texts.join("\n\n")
         }
         _ => String::new(),
@@ -165,16 +166,16 @@ fn system_as_user_turn(message: &Map<String, Value>) -> MessageOut<'_> {
     MessageOut::Turn(Turn { role: Some("user"), content, rest: None })
 }
 
-fn unsigned_thinking(block: &Value) -> bool {
-    block.get("type").and_then(Value::as_str) == Some("thinking")
-        && block.get("signature").and_then(Value::as_str).is_none_or(str::is_empty)
+fn unsigned_thinking(block: Part<'_>) -> bool {
+    block.get("type").is_some_and(|t| t.is_str("thinking"))
+        && block.get("signature").and_then(|s| s.str()).is_none_or(|s| s.is_empty())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use serde_json::{json, Value};
 
-    use serde_json::json;
+    use std::sync::Arc;
 
     use super::*;
     use crate::adapter::WireFormat;
@@ -186,8 +187,7 @@ mod tests {
     }
 
     fn client(body: Value) -> NativeRequest {
-        let Value::Object(body) = body else { panic!("an object") };
-        NativeRequest { dialect: Dialect::AnthropicMessages, body: Arc::new(body), headers: Vec::new() }
+        NativeRequest::of_tree(Dialect::AnthropicMessages, &body)
     }
 
     #[test]
@@ -224,6 +224,49 @@ mod tests {
     }
 
     #[test]
+    fn what_is_not_edited_goes_on_as_the_bytes_the_client_wrote() {
+        use crate::canonical::shallow::Shallow;
+        // Spaces, escapes and number forms a tree would not keep.
+        let messages = r#"[ {"role":"user", "content":[{"type":"text","text":"caf\u00e9 \/ 1.0e2"}]},
+            {"role" : "assistant","content":[{"type":"thinking","thinking":"t","signature":"spillway:anthropic:S"},
+              {"type":"text","text":"ok"}]} ]"#;
+        let tools = r#"[ {"name":"t","input_schema":{"type" :"object"}} ]"#;
+        let metadata = r#"{"user_id" : "u"}"#;
+        let text = format!(
+            r#"{{"model":"m", "max_tokens": 10, "messages": {messages}, "tools":{tools}, "metadata": {metadata}, "temperature": 1.0 }}"#
+        );
+        let body = Shallow::read(text.into(), Dialect::AnthropicMessages.depth()).unwrap();
+        let native = NativeRequest { body: Arc::new(body), ..client(json!({})) };
+        let req = ChatRequest { model: "m2".into(), ..Default::default() };
+        let call = Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req);
+        let sent = |signer| {
+            let fields = HostFields::default();
+            String::from_utf8(
+                serde_json::to_vec(&super::body(&req, &call, &native, signer, fields, Purpose::Answer))
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        // Each message and tool the host takes as it is, and every member the body does not own,
+        // is the client's text.
+        let first = r#"{"role":"user", "content":[{"type":"text","text":"caf\u00e9 \/ 1.0e2"}]}"#;
+        let tool = r#"{"name":"t","input_schema":{"type" :"object"}}"#;
+        for signer in ["bedrock", "anthropic"] {
+            let sent = sent(Some(signer));
+            for written in [first, tool, metadata, r#""temperature": 1.0"#.replace(' ', "").as_str()] {
+                assert!(sent.contains(written), "{written} in {sent}");
+            }
+        }
+        // A message with a block dropped is written anew around its other blocks, as written.
+        let to_other = sent(Some("bedrock"));
+        assert!(to_other.contains(r#"[{"type":"text","text":"ok"}]"#), "{to_other}");
+        assert!(!to_other.contains("signature"), "{to_other}");
+        // To its own signer, the signature goes unmarked.
+        let to_signer = sent(Some("anthropic"));
+        assert!(to_signer.contains(r#""signature":"S""#), "{to_signer}");
+    }
+
+    #[test]
     fn a_system_message_inside_the_conversation_reaches_a_node_as_a_user_turn() {
         let native = client(json!({"max_tokens": 10, "messages": [
             {"role": "user", "content": "hi"},
@@ -233,7 +276,7 @@ mod tests {
         let req = ChatRequest::default();
         let call = Call::as_written(WireFormat::Claude(&super::super::host::Node), Default::default(), &req);
         let to_anthropic = body(&req, &call, &native, Some("anthropic"));
-        assert_eq!(to_anthropic["messages"], native.body["messages"], "Anthropic takes it as written");
+        assert_eq!(to_anthropic["messages"], native.body.tree()["messages"], "Anthropic takes it as written");
         let to_node = body(&req, &call, &native, None);
         assert_eq!(
             to_node["messages"],
@@ -284,7 +327,13 @@ mod tests {
             .map(|b| b.get("thinking").or(b.get("text")).and_then(Value::as_str).unwrap())
             .collect();
         assert_eq!(kept, ["local reasoning", "hello"]);
-        assert!(anthropics_own(&json!({"type": "redacted_thinking", "data": "x"})));
-        assert!(!anthropics_own(&json!({"type": "thinking", "thinking": "t", "signature": ""})));
+        let own = |block: Value| {
+            let body = client(json!({"messages": [{"role": "assistant", "content": [block]}]}));
+            let messages = body.body.get("messages").unwrap().items().unwrap().next().unwrap();
+            let own = anthropics_own(messages.get("content").unwrap().items().unwrap().next().unwrap());
+            own
+        };
+        assert!(own(json!({"type": "redacted_thinking", "data": "x"})));
+        assert!(!own(json!({"type": "thinking", "thinking": "t", "signature": ""})));
     }
 }

@@ -8,7 +8,11 @@
 //! turn that used tools would otherwise need the thinking that came before it). Signatures
 //! without a mark (from a client that called a provider directly) pass as they are.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
+
+use crate::canonical::shallow::Part;
 
 /// The start of a marked signature: `spillway:{signer}:{signature}`.
 pub const MARK: &str = "spillway:";
@@ -58,35 +62,41 @@ pub fn mark_all(signer: &str, value: &mut Value) -> bool {
 }
 
 /// What a conversation sent on to `signer` does with one of its blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fit<'a> {
     /// Keep it as written: no signature of Spillway's mark.
     Keep,
     /// Keep it with this field (`signature` or `data`) written unmarked, as its signer made it.
-    Unmark(&'static str, &'a str),
+    Unmark(&'static str, Cow<'a, str>),
     /// Drop it: another provider signed it.
     Drop,
 }
 
 /// What a conversation sent on to `signer` does with `block`: its own blocks unmarked, another's
 /// dropped.
-pub fn fit<'a>(signer: &str, block: &'a Value) -> Fit<'a> {
-    match marked_by(block) {
-        Some((field, made_by, secret)) if made_by == signer => Fit::Unmark(field, secret),
-        Some(_) => Fit::Drop,
-        None => Fit::Keep,
+pub fn fit<'a>(signer: &str, block: Part<'a>) -> Fit<'a> {
+    let Some((field, marked)) = marked(block) else { return Fit::Keep };
+    let Some((made_by, secret)) = marked.strip_prefix(MARK).and_then(|m| m.split_once(':')) else {
+        return Fit::Keep;
+    };
+    if made_by != signer {
+        return Fit::Drop;
     }
+    let secret = match marked {
+        Cow::Borrowed(marked) => Cow::Borrowed(&marked[marked.len() - secret.len()..]),
+        Cow::Owned(_) => Cow::Owned(secret.to_string()),
+    };
+    Fit::Unmark(field, secret)
 }
 
-/// The field, signer and signature of a marked thinking or redacted thinking block.
-fn marked_by(block: &Value) -> Option<(&'static str, &str, &str)> {
-    let field = match block.get("type").and_then(Value::as_str)? {
+/// The signature field of a thinking or redacted thinking block, and its text.
+fn marked(block: Part<'_>) -> Option<(&'static str, Cow<'_, str>)> {
+    let field = match block.get("type")?.str()?.as_ref() {
         "thinking" => "signature",
         "redacted_thinking" => "data",
         _ => return None,
     };
-    let (signer, secret) = block.get(field)?.as_str()?.strip_prefix(MARK)?.split_once(':')?;
-    Some((field, signer, secret))
+    Some((field, block.get(field)?.str()?))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::error::{self, ErrorBody, ErrorObject};
 use crate::adapter::transport::http::{self, StreamParser};
-use crate::adapter::wire::{count, event_type, Passthrough};
+use crate::adapter::wire::{count, event_type, Passed};
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
     ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
@@ -66,13 +66,14 @@ pub(crate) struct ResponsesBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<Value>,
     #[serde(flatten)]
-    rest: Passthrough<'a>,
+    rest: Passed<'a>,
 }
 
 impl<'a> ResponsesBody<'a> {
     pub(crate) fn of(req: &ChatRequest, call: &'a Call, client: &'a NativeRequest) -> ResponsesBody<'a> {
         let instructions = call.variant.as_ref().map(|variant| {
-            Dialect::OpenAiResponses.system_with(client.body.get("instructions"), &variant.content)
+            let written = client.body.get("instructions").and_then(|i| serde_json::from_str(i.json()).ok());
+            Dialect::OpenAiResponses.system_with(written.as_ref(), &variant.content)
         });
         // What the body writes itself; the client's other members pass on as written.
         let owned: &'static [&'static str] = match (req.max_tokens, &instructions) {
@@ -86,7 +87,7 @@ impl<'a> ResponsesBody<'a> {
             stream: call.stream,
             max_output_tokens: req.max_tokens,
             instructions,
-            rest: Passthrough { members: &client.body, owned },
+            rest: Passed { members: client.body.root(), owned },
         }
     }
 }

@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use super::*;
 use crate::adapter::transport::http::testing::run_sse;
 use crate::adapter::{Call, Upstream, WireFormat};
@@ -195,8 +193,7 @@ fn a_whole_response_is_read_and_relayed_whole() {
 }
 
 fn client(body: Value) -> NativeRequest {
-    let Value::Object(body) = body else { panic!("an object") };
-    NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(body), headers: Vec::new() }
+    NativeRequest::of_tree(Dialect::OpenAiResponses, &body)
 }
 
 #[test]

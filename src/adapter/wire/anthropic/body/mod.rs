@@ -11,10 +11,10 @@ pub(crate) mod translated;
 use std::borrow::Cow;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::{Map, Value};
 
 use super::host::HostFields;
-use crate::adapter::wire::{Object, Passthrough};
+use crate::adapter::wire::{Object, Passed};
+use crate::canonical::shallow::Part;
 
 /// A Messages request body for one host.
 #[derive(Debug, serde::Serialize)]
@@ -45,7 +45,7 @@ pub(crate) enum Rest<'a> {
 #[derive(Debug)]
 pub(crate) struct Members<'a> {
     pub max_tokens: Option<u32>,
-    pub members: &'a Map<String, Value>,
+    pub members: Part<'a>,
     pub owned: Vec<&'static str>,
 }
 
@@ -56,9 +56,9 @@ impl Serialize for Members<'_> {
             #[serde(skip_serializing_if = "Option::is_none")]
             max_tokens: Option<u32>,
             #[serde(flatten)]
-            rest: Passthrough<'a>,
+            rest: Passed<'a>,
         }
-        let rest = Passthrough { members: self.members, owned: &self.owned };
+        let rest = Passed { members: self.members, owned: &self.owned };
         Out { max_tokens: self.max_tokens, rest }.serialize(serializer)
     }
 }
@@ -84,21 +84,23 @@ pub(crate) struct Ephemeral {
 
 pub(crate) const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
 
-/// A system prompt or a message's content: text, or blocks.
+/// A system prompt or a message's content: text (the translation's, or the client's as
+/// written), or blocks.
 #[derive(Debug, serde::Serialize)]
 #[serde(untagged)]
 pub(crate) enum Content<'a> {
     Text(Cow<'a, str>),
+    WrittenText(Part<'a>),
     Blocks(Vec<BlockOut<'a>>),
 }
 
 impl<'a> Content<'a> {
     /// The client's content as written: its text, or its blocks; `None` for any other shape.
-    pub(crate) fn written(value: &'a Value) -> Option<Content<'a>> {
-        match value {
-            Value::String(text) => Some(Content::Text(Cow::Borrowed(text))),
-            Value::Array(blocks) => Some(Content::Blocks(blocks.iter().map(BlockOut::written).collect())),
-            _ => None,
+    pub(crate) fn written(value: Part<'a>) -> Option<Content<'a>> {
+        match value.items() {
+            Some(blocks) => Some(Content::Blocks(blocks.map(BlockOut::written).collect())),
+            None if value.json().starts_with('"') => Some(Content::WrittenText(value)),
+            None => None,
         }
     }
 }
@@ -112,7 +114,7 @@ pub(crate) enum BlockOut<'a> {
 }
 
 impl<'a> BlockOut<'a> {
-    pub(crate) fn written(block: &'a Value) -> BlockOut<'a> {
+    pub(crate) fn written(block: Part<'a>) -> BlockOut<'a> {
         BlockOut::Written(Written::of(block))
     }
 
@@ -162,14 +164,14 @@ pub(crate) enum Source<'a> {
 /// written without Spillway's mark and a cache mark of ours.
 #[derive(Debug)]
 pub(crate) struct Written<'a> {
-    pub value: &'a Value,
+    pub value: Part<'a>,
     /// A member written in place of the client's: a signature's field and its unmarked text.
-    pub unmarked: Option<(&'static str, &'a str)>,
+    pub unmarked: Option<(&'static str, Cow<'a, str>)>,
     pub mark: bool,
 }
 
 impl<'a> Written<'a> {
-    pub(crate) fn of(value: &'a Value) -> Written<'a> {
+    pub(crate) fn of(value: Part<'a>) -> Written<'a> {
         Written { value, unmarked: None, mark: false }
     }
 
@@ -181,15 +183,14 @@ impl<'a> Written<'a> {
 
 impl Serialize for Written<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Value::Object(members) = self.value else { return self.value.serialize(serializer) };
-        if self.unmarked.is_none() && !self.mark {
-            return members.serialize(serializer);
+        if !self.value.is_object() || (self.unmarked.is_none() && !self.mark) {
+            return self.value.serialize(serializer);
         }
         let mut map = serializer.serialize_map(None)?;
-        for (key, value) in members {
-            match self.unmarked {
-                Some((field, secret)) if field == key => map.serialize_entry(key, secret)?,
-                _ => map.serialize_entry(key, value)?,
+        for (key, value) in self.value.members() {
+            match &self.unmarked {
+                Some((field, secret)) if *field == key => map.serialize_entry(&key, secret)?,
+                _ => map.serialize_entry(&key, &value)?,
             }
         }
         if self.mark {
@@ -203,7 +204,7 @@ impl Serialize for Written<'_> {
 #[derive(Debug, serde::Serialize)]
 #[serde(untagged)]
 pub(crate) enum MessageOut<'a> {
-    Written(&'a Value),
+    Written(Part<'a>),
     Turn(Turn<'a>),
 }
 
@@ -211,8 +212,8 @@ impl MessageOut<'_> {
     /// Whether this is a user's turn.
     pub(crate) fn is_user(&self) -> bool {
         match self {
-            MessageOut::Written(message) => message.get("role").and_then(Value::as_str) == Some("user"),
-            MessageOut::Turn(turn) => turn.role() == Some("user"),
+            MessageOut::Written(message) => message.get("role").is_some_and(|r| r.is_str("user")),
+            MessageOut::Turn(turn) => turn.is_user(),
         }
     }
 }
@@ -225,18 +226,18 @@ pub(crate) struct Turn<'a> {
     pub role: Option<&'a str>,
     pub content: Content<'a>,
     #[serde(flatten)]
-    pub rest: Option<Passthrough<'a>>,
+    pub rest: Option<Passed<'a>>,
 }
 
 impl<'a> Turn<'a> {
     /// A client's message with `content` in place of its own.
-    pub(crate) fn edited(message: &'a Map<String, Value>, content: Content<'a>) -> Turn<'a> {
-        Turn { role: None, content, rest: Some(Passthrough { members: message, owned: &["content"] }) }
+    pub(crate) fn edited(message: Part<'a>, content: Content<'a>) -> Turn<'a> {
+        Turn { role: None, content, rest: Some(Passed { members: message, owned: &["content"] }) }
     }
 
-    fn role(&self) -> Option<&str> {
-        let written = || self.rest.and_then(|r| r.members.get("role")).and_then(Value::as_str);
-        self.role.or_else(written)
+    fn is_user(&self) -> bool {
+        let written = || self.rest.and_then(|r| r.members.get("role")).is_some_and(|r| r.is_str("user"));
+        self.role.map_or_else(written, |role| role == "user")
     }
 }
 

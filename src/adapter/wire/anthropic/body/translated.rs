@@ -88,7 +88,7 @@ pub(crate) struct ToolSpec<'a> {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Schema<'a> {
-    Given(&'a serde_json::value::RawValue),
+    Given(crate::canonical::shallow::AsWritten<'a>),
     Open {
         #[serde(rename = "type")]
         kind: &'static str,

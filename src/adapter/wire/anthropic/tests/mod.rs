@@ -34,12 +34,7 @@ pub(crate) fn written(req: &ChatRequest, call: &Call, client: &NativeRequest, si
 
 /// [`written`] for a client's Messages `body` made as written, to `signer` (`""`: a node).
 pub(crate) fn as_written(signer: &str, body: Value) -> Value {
-    let Value::Object(body) = body else { panic!("a Messages body is an object") };
-    let client = NativeRequest {
-        dialect: crate::canonical::Dialect::AnthropicMessages,
-        body: std::sync::Arc::new(body),
-        headers: Vec::new(),
-    };
+    let client = NativeRequest::of_tree(crate::canonical::Dialect::AnthropicMessages, &body);
     let req = ChatRequest::default();
     let call = Call::as_written(WireFormat::Claude(&Anthropic), Default::default(), &req);
     written(&req, &call, &client, (!signer.is_empty()).then_some(signer))
