@@ -49,8 +49,9 @@ impl NativeRequest {
 
 impl Dialect {
     /// How deep a body of the dialect is read: a Messages body to each block of its system
-    /// prompt and conversation and to each tool, which a native backend may edit one by one; a
-    /// Responses body to its members.
+    /// prompt and conversation and to each tool, which a native backend may edit one by one and
+    /// the door reads; a Responses body to each part of each input item and each tool (in a
+    /// namespace, or an `additional_tools` item), which the door reads.
     pub fn depth(self) -> super::shallow::Depth {
         match self {
             Dialect::AnthropicMessages => |at, key| match at {
@@ -59,7 +60,11 @@ impl Dialect {
                 3 => key == Some("content"),
                 _ => false,
             },
-            Dialect::OpenAiResponses => super::shallow::members_only,
+            Dialect::OpenAiResponses => |at, key| match key {
+                _ if at == 0 => true,
+                None => at <= 6,
+                Some(key) => at < 6 && matches!(key, "input" | "tools" | "content" | "output"),
+            },
         }
     }
 

@@ -89,7 +89,16 @@ impl<'a> Part<'a> {
     /// The value's JSON text as written.
     pub fn json(&self) -> &'a str {
         // Spans end at a value's end, which the reader found at a character boundary.
-        std::str::from_utf8(&self.body[self.span()]).unwrap_or_default()
+        std::str::from_utf8(self.bytes()).unwrap_or_default()
+    }
+
+    /// The value's JSON text as written, as bytes (read without checking them for UTF-8 again).
+    pub fn bytes(&self) -> &'a [u8] {
+        &self.body[self.span()]
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.bytes() == b"null"
     }
 
     /// The value's JSON text as written, sharing the body's bytes.
@@ -135,15 +144,19 @@ impl<'a> Part<'a> {
     }
 
     pub fn is_object(&self) -> bool {
-        self.json().starts_with('{')
+        self.bytes().first() == Some(&b'{')
+    }
+
+    pub fn is_string(&self) -> bool {
+        self.bytes().first() == Some(&b'"')
     }
 
     /// The text of a JSON string, unescaped (borrowed where it has no escapes).
     pub fn str(&self) -> Option<Cow<'a, str>> {
-        let json = self.json();
-        if !json.starts_with('"') {
+        if !self.is_string() {
             return None;
         }
+        let json = self.json();
         match json[1..json.len() - 1].contains('\\') {
             false => Some(Cow::Borrowed(&json[1..json.len() - 1])),
             true => serde_json::from_str::<String>(json).ok().map(Cow::Owned),

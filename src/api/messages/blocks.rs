@@ -123,7 +123,7 @@ pub(super) fn read_message(
                     ));
                 }
                 let mut result = Message::new(Role::Tool, result_text(block.get("content")));
-                if block.get("is_error").is_some_and(|e| e.json() == "true") {
+                if block.get("is_error").is_some_and(|e| e.bytes() == b"true") {
                     result.content = format!("Error: {}", result.content);
                 }
                 result.tool_call_id = Some(id.into_owned());

@@ -147,7 +147,7 @@ impl Decoded {
         let mut messages = Vec::new();
         // The system prompt, the conversation and the tool schemas are read where they lie in
         // the kept body: an agent's turn is tens of kilobytes of them.
-        let member = |name: &str| self.body.get(name).filter(|v| v.json() != "null");
+        let member = |name: &str| self.body.get(name).filter(|v| !v.is_null());
         let items = |name: &str| member(name).and_then(|m| m.items()).into_iter().flatten();
         if let Some(system) = member("system") {
             let text = system_text(system)?;
@@ -157,7 +157,7 @@ impl Decoded {
         }
         let mut tool_uses = HashSet::new();
         for (i, (m, written)) in r.messages.iter().zip(items("messages")).enumerate() {
-            let content = written.get("content").filter(|c| c.json() != "null");
+            let content = written.get("content").filter(|c| !c.is_null());
             read_message(i, m, content, &mut tool_uses, &mut messages)?;
         }
         let tools = tools(r.tools.as_deref().unwrap_or_default(), items("tools"))?;

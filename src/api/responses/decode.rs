@@ -27,7 +27,7 @@ use super::refuse::{invalid, missing_root, type_name};
 use super::toolset::Toolset;
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire;
-use crate::canonical::shallow::Shallow;
+use crate::canonical::shallow::{Part, Shallow};
 use crate::canonical::{ChatRequest, Dialect, Message, NativeRequest, Role, Tool, ToolChoice};
 
 /// What the client sent, as far as types can say.
@@ -69,12 +69,10 @@ pub struct ResponsesRequest {
     pub previous_response_id: Option<String>,
     #[serde(default)]
     pub conversation: Option<Value>,
-    /// The body as read, for the door's reading of it.
-    #[serde(skip)]
-    pub body: Arc<Map<String, Value>>,
-    /// The body as the client wrote it, for a backend that speaks Responses itself.
-    #[serde(skip)]
-    pub written: Bytes,
+    /// The body as the client wrote it, for a backend that speaks Responses itself, read to each
+    /// input item and tool (which the door reads where they lie).
+    #[serde(skip, default = "unread")]
+    pub body: Arc<Shallow>,
 }
 
 /// `text`: the answer's format (`verbosity` is accepted and not forwarded).
@@ -88,12 +86,23 @@ pub struct TextConfig {
 
 /// Decode a Responses request body.
 pub fn decode(written: &Bytes) -> Result<ResponsesRequest, ApiError> {
-    let body = Value::Object(wire::decode_json(written, "a responses request")?);
-    let mut request: ResponsesRequest = wire::decode_value(&body)?;
-    let Value::Object(body) = body else { unreachable!("decoded as an object") };
+    let mut request: ResponsesRequest = wire::decode_json(written, "a responses request")?;
+    // The typed reading took the body, so it is one object of valid JSON.
+    let body = Shallow::read(written.clone(), Dialect::OpenAiResponses.depth())
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
     request.body = Arc::new(body);
-    request.written = written.clone();
     Ok(request)
+}
+
+/// The body before [`decode`] reads it.
+fn unread() -> Arc<Shallow> {
+    static EMPTY: std::sync::LazyLock<Arc<Shallow>> = std::sync::LazyLock::new(|| {
+        Arc::new(
+            Shallow::read(Bytes::from_static(b"{}"), Dialect::OpenAiResponses.depth())
+                .expect("{} is an object"),
+        )
+    });
+    Arc::clone(&EMPTY)
 }
 
 impl ResponsesRequest {
@@ -147,11 +156,11 @@ impl ResponsesRequest {
             (asked, cap) => asked.or(cap),
         };
         let calls = if pinned { Calls::Stored } else { Calls::Seen(Default::default()) };
-        // The typed reading took the body, so it is one object of valid JSON.
-        let written = Shallow::read(self.written.clone(), Dialect::OpenAiResponses.depth())
-            .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
-        let native =
-            NativeRequest { dialect: Dialect::OpenAiResponses, body: Arc::new(written), headers: Vec::new() };
+        let native = NativeRequest {
+            dialect: Dialect::OpenAiResponses,
+            body: Arc::clone(&self.body),
+            headers: Vec::new(),
+        };
         Ok(ChatRequest {
             model: String::new(),
             messages: self.messages(calls, toolset)?.into(),
@@ -175,39 +184,35 @@ impl ResponsesRequest {
     }
 
     /// `tools` as the client wrote them.
-    pub fn tools(&self) -> &[Value] {
-        self.body.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    pub fn tools(&self) -> impl Iterator<Item = Part<'_>> {
+        self.body.get("tools").and_then(|t| t.items()).into_iter().flatten()
     }
 
     /// `input` as the client wrote it: a string or a list of items.
-    fn input(&self) -> Option<&Value> {
-        self.body.get("input")
+    fn input(&self) -> Option<Part<'_>> {
+        self.body.get("input").filter(|i| !i.is_null())
     }
 
     /// `input`'s items (none when it is a string).
-    fn items(&self) -> &[Value] {
-        match self.input() {
-            Some(Value::Array(items)) => items,
-            _ => &[],
-        }
+    fn items(&self) -> impl Iterator<Item = Part<'_>> {
+        self.input().and_then(|i| i.items()).into_iter().flatten()
     }
 
     /// Whether `input` holds reasoning that only OpenAI can read (a `reasoning` item).
     pub fn carries_openais_own(&self) -> bool {
-        self.items().iter().any(|item| item.get("type").and_then(Value::as_str) == Some("reasoning"))
+        self.items().any(|item| item.get("type").is_some_and(|t| t.is_str("reasoning")))
     }
 
     /// The request's tools: those of `tools` and of every `additional_tools` input item.
     pub fn toolset(&self) -> Result<Toolset, ApiError> {
-        let listed = self.tools().iter().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
+        let listed = self.tools().enumerate().map(|(i, t)| (format!("tools[{i}]"), t));
         let added = self
             .items()
-            .iter()
             .enumerate()
-            .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("additional_tools"));
+            .filter(|(_, item)| item.get("type").is_some_and(|t| t.is_str("additional_tools")));
         let added = added.flat_map(|(i, item)| {
-            let tools = item.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-            tools.iter().enumerate().map(move |(j, t)| (format!("input[{i}].tools[{j}]"), t))
+            let tools = item.get("tools").and_then(|t| t.items()).into_iter().flatten();
+            tools.enumerate().map(move |(j, t)| (format!("input[{i}].tools[{j}]"), t))
         });
         Toolset::read(listed.chain(added))
     }
@@ -216,12 +221,7 @@ impl ResponsesRequest {
     /// `store: true`, `previous_response_id`, `conversation`, an `item_reference` item. `None`
     /// when there is none; when there is, the request may still be pinned to OpenAI.
     pub fn needs_openai_state(&self) -> Option<ApiError> {
-        let reference = match self.input() {
-            Some(Value::Array(items)) => {
-                items.iter().position(|i| i.get("type").and_then(Value::as_str) == Some("item_reference"))
-            }
-            _ => None,
-        };
+        let reference = self.items().position(|i| i.get("type").is_some_and(|t| t.is_str("item_reference")));
         let (param, why) = if self.store == Some(true) {
             ("store".to_string(), "`store: true` is not supported; leave `store` out or set it to false")
         } else if self.previous_response_id.is_some() {
@@ -264,18 +264,18 @@ impl ResponsesRequest {
         if let Some(instructions) = self.instructions.as_ref().filter(|i| !i.is_empty()) {
             messages.push(Message::new(Role::System, instructions.as_str()));
         }
-        match self.input() {
-            None | Some(Value::Null) => return Err(missing_root("input")),
-            Some(Value::String(text)) => messages.push(Message::new(Role::User, text.as_str())),
-            Some(Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
+        let input = self.input().ok_or_else(|| missing_root("input"))?;
+        match (input.str(), input.items()) {
+            (Some(text), _) => messages.push(Message::new(Role::User, text.into_owned())),
+            (None, Some(items)) => {
+                for (i, item) in items.enumerate() {
                     super::items::add(&mut messages, &mut calls, toolset, item, &format!("input[{i}]"))?;
                 }
             }
-            Some(other) => {
+            (None, None) => {
                 return Err(ApiError::new(
                     ErrorCode::InvalidType,
-                    format!("`input` must be a string or an array of items, not {}", type_name(other)),
+                    format!("`input` must be a string or an array of items, not {}", type_name(input)),
                 )
                 .param("input"))
             }

@@ -215,7 +215,7 @@ fn calls_are_written_back_under_the_clients_own_names_and_shapes() {
         json!({"type": "namespace", "name": "clock", "tools": [
             {"type": "function", "name": "sleep", "parameters": {"type": "object"}}]}),
     ];
-    let toolset = super::super::toolset::Toolset::read(tools.iter().map(|t| (String::new(), t))).unwrap();
+    let toolset = super::super::toolset::Toolset::of_tree(&json!(tools)).unwrap();
     let mut encoder = Encoder::new(Head { tools: std::sync::Arc::new(toolset), ..head() }, true);
     encoder.start();
     let call = |index, id: &str, name: &str, arguments: &str| Event::ToolCallDelta {

@@ -12,14 +12,14 @@
 //! `item_reference` items, which reach here only in a request pinned to OpenAI (elsewhere the
 //! decoder has refused them): they stay in the body that goes there.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
-
-use serde_json::{Map, Value};
 
 use super::refuse::{invalid, missing, type_name};
 use super::toolset::{custom_arguments, Toolset};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireImageUrl};
+use crate::canonical::shallow::Part;
 use crate::canonical::{Message, Role, ToolCall};
 
 /// The item types Spillway reads, for the refusal of any other.
@@ -38,30 +38,29 @@ pub(super) fn add(
     messages: &mut Vec<Message>,
     calls: &mut Calls,
     toolset: &Toolset,
-    item: &Value,
+    item: Part<'_>,
     at: &str,
 ) -> Result<(), ApiError> {
-    let Value::Object(item) = item else {
+    if !item.is_object() {
         return Err(wrong_type(at, "an object", item));
-    };
+    }
     let kind = match item.get("type") {
-        None if item.contains_key("role") => "message",
+        None if item.get("role").is_some() => Cow::Borrowed("message"),
         None => return Err(missing(at, "type")),
-        Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => return Err(wrong_type(&format!("{at}.type"), "a string", other)),
+        Some(kind) => kind.str().ok_or_else(|| wrong_type(&format!("{at}.type"), "a string", kind))?,
     };
-    match kind {
+    match kind.as_ref() {
         "message" => messages.push(message(item, at)?),
         "function_call" | "custom_tool_call" => {
             let call_id = text(item, at, "call_id")?;
-            let namespace = item.get("namespace").and_then(Value::as_str);
-            let arguments = match kind {
-                "function_call" => text(item, at, "arguments")?.to_string(),
-                _ => custom_arguments(text(item, at, "input")?),
+            let namespace = item.get("namespace").and_then(|n| n.str());
+            let arguments = match kind.as_ref() {
+                "function_call" => text(item, at, "arguments")?.into_owned(),
+                _ => custom_arguments(&text(item, at, "input")?),
             };
             let call = ToolCall {
-                id: call_id.to_string(),
-                name: toolset.backend_name(namespace, text(item, at, "name")?),
+                id: call_id.into_owned(),
+                name: toolset.backend_name(namespace.as_deref(), &text(item, at, "name")?),
                 arguments,
             };
             if let Calls::Seen(seen) = calls {
@@ -77,22 +76,22 @@ pub(super) fn add(
         }
         "function_call_output" | "custom_tool_call_output" => {
             let call_id = text(item, at, "call_id")?;
-            if matches!(calls, Calls::Seen(seen) if !seen.contains(call_id)) {
+            if matches!(calls, Calls::Seen(seen) if !seen.contains(call_id.as_ref())) {
                 return Err(invalid(
                     &format!("{at}.call_id"),
                     format!("no earlier `function_call` item in `input` has call_id `{call_id}`"),
                 ));
             }
-            let output = match item.get("output") {
-                None | Some(Value::Null) => return Err(missing(at, "output")),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => content(parts, Role::Tool, &format!("{at}.output"))?.0,
-                Some(other) => {
-                    return Err(wrong_type(&format!("{at}.output"), "a string or an array", other))
+            let output = written(item, at, "output")?;
+            let output = match (output.str(), output.items()) {
+                (Some(text), _) => text.into_owned(),
+                (None, Some(parts)) => content(parts, Role::Tool, &format!("{at}.output"))?.0,
+                (None, None) => {
+                    return Err(wrong_type(&format!("{at}.output"), "a string or an array", output))
                 }
             };
             messages.push(Message {
-                tool_call_id: Some(call_id.to_string()),
+                tool_call_id: Some(call_id.into_owned()),
                 ..Message::new(Role::Tool, output)
             });
         }
@@ -108,8 +107,8 @@ pub(super) fn add(
 }
 
 /// A `message` item: `role` and `content` (a string or a list of parts).
-fn message(item: &Map<String, Value>, at: &str) -> Result<Message, ApiError> {
-    let role = match text(item, at, "role")? {
+fn message(item: Part<'_>, at: &str) -> Result<Message, ApiError> {
+    let role = match text(item, at, "role")?.as_ref() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "system" | "developer" => Role::System,
@@ -120,50 +119,49 @@ fn message(item: &Map<String, Value>, at: &str) -> Result<Message, ApiError> {
             ))
         }
     };
-    let (content, images) = match item.get("content") {
-        None | Some(Value::Null) => return Err(missing(at, "content")),
-        Some(Value::String(s)) => (s.clone(), Vec::new()),
-        Some(Value::Array(parts)) => content(parts, role, &format!("{at}.content"))?,
-        Some(other) => {
-            return Err(wrong_type(&format!("{at}.content"), "a string or an array of parts", other))
+    let content_at = written(item, at, "content")?;
+    let (content, images) = match (content_at.str(), content_at.items()) {
+        (Some(text), _) => (text.into_owned(), Vec::new()),
+        (None, Some(parts)) => content(parts, role, &format!("{at}.content"))?,
+        (None, None) => {
+            return Err(wrong_type(&format!("{at}.content"), "a string or an array of parts", content_at))
         }
     };
     Ok(Message { images, ..Message::new(role, content) })
 }
 
 /// Content parts: their text joined, and the images of a user message.
-fn content(
-    parts: &[Value],
+fn content<'a>(
+    parts: impl Iterator<Item = Part<'a>>,
     role: Role,
     at: &str,
 ) -> Result<(String, Vec<crate::canonical::Image>), ApiError> {
     let mut text_so_far = String::new();
     let mut images = Vec::new();
-    for (j, part) in parts.iter().enumerate() {
+    for (j, part) in parts.enumerate() {
         let at = format!("{at}[{j}]");
-        let Value::Object(part) = part else {
+        if !part.is_object() {
             return Err(wrong_type(&at, "an object", part));
-        };
-        match text(part, &at, "type")? {
-            "input_text" | "output_text" => text_so_far.push_str(text(part, &at, "text")?),
+        }
+        match text(part, &at, "type")?.as_ref() {
+            "input_text" | "output_text" => text_so_far.push_str(&text(part, &at, "text")?),
             "input_image" if role != Role::User => {
                 return Err(invalid(&at, "image parts are only allowed in user messages".into()))
             }
             "input_image" => {
-                let url = match part.get("image_url") {
-                    Some(Value::String(url)) => url,
-                    None | Some(Value::Null) if part.contains_key("file_id") => {
+                let url = match part.get("image_url").filter(|u| !u.is_null()) {
+                    Some(url) => url.str().ok_or_else(|| wrong_type(&format!("{at}.image_url"), "a string", url))?,
+                    None if part.get("file_id").is_some() => {
                         return Err(invalid(
                             &format!("{at}.file_id"),
                             "images by `file_id` need OpenAI's file store; send `image_url` (an https address or a data URL)"
                                 .into(),
                         ))
                     }
-                    None | Some(Value::Null) => return Err(missing(&at, "image_url")),
-                    Some(other) => return Err(wrong_type(&format!("{at}.image_url"), "a string", other)),
+                    None => return Err(missing(&at, "image_url")),
                 };
-                let detail = part.get("detail").and_then(Value::as_str).map(str::to_string);
-                let image = wire::image_of(&WireImageUrl::Object { url: url.clone(), detail })
+                let detail = part.get("detail").and_then(|d| d.str()).map(Cow::into_owned);
+                let image = wire::image_of(&WireImageUrl::Object { url: url.into_owned(), detail })
                     .map_err(|why| invalid(&format!("{at}.image_url"), why))?;
                 images.push(image);
             }
@@ -178,16 +176,18 @@ fn content(
     Ok((text_so_far, images))
 }
 
-/// The string member `key` of the object at `at`.
-fn text<'v>(object: &'v Map<String, Value>, at: &str, key: &str) -> Result<&'v str, ApiError> {
-    match object.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(missing(at, key)),
-        Some(other) => Err(wrong_type(&format!("{at}.{key}"), "a string", other)),
-    }
+/// The member `key` of the object at `at`, required (not absent, not `null`).
+fn written<'a>(object: Part<'a>, at: &str, key: &str) -> Result<Part<'a>, ApiError> {
+    object.get(key).filter(|v| !v.is_null()).ok_or_else(|| missing(at, key))
 }
 
-fn wrong_type(param: &str, expected: &str, got: &Value) -> ApiError {
+/// The string member `key` of the object at `at`.
+fn text<'a>(object: Part<'a>, at: &str, key: &str) -> Result<Cow<'a, str>, ApiError> {
+    let value = written(object, at, key)?;
+    value.str().ok_or_else(|| wrong_type(&format!("{at}.{key}"), "a string", value))
+}
+
+fn wrong_type(param: &str, expected: &str, got: Part<'_>) -> ApiError {
     ApiError::new(ErrorCode::InvalidType, format!("`{param}` must be {expected}, not {}", type_name(got)))
         .param(param)
 }

@@ -100,12 +100,11 @@ pub fn response(
 pub fn echo(request: &ResponsesRequest) -> Map<String, Value> {
     let tools: Vec<Value> = request
         .tools()
-        .iter()
-        .map(|t| match t.get("type").and_then(Value::as_str) {
+        .map(|t| match t.get("type").is_some_and(|k| k.is_str("function")) {
             // A function tool with every member OpenAI lists (null where not given).
-            Some("function") => json!({"type": "function", "name": t.get("name"),
+            true => json!({"type": "function", "name": t.get("name"),
                 "description": t.get("description"), "parameters": t.get("parameters"), "strict": t.get("strict")}),
-            _ => t.clone(),
+            false => serde_json::to_value(t).unwrap_or_default(),
         })
         .collect();
     let format = request.text.as_ref().and_then(|t| t.format.clone());

@@ -1,9 +1,8 @@
 //! The Responses door's refusals: a 400 naming the field, in the words the decoder and the
 //! item reader share.
 
-use serde_json::Value;
-
 use crate::api::error::{ApiError, ErrorCode};
+use crate::canonical::shallow::Part;
 
 pub(super) fn invalid(param: &str, why: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidValue, why).param(param)
@@ -17,13 +16,14 @@ pub(super) fn missing_root(param: &str) -> ApiError {
     ApiError::new(ErrorCode::MissingField, format!("`{param}` is required")).param(param)
 }
 
-pub(super) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// The JSON type of a value as written, in a refusal's words.
+pub(super) fn type_name(v: Part<'_>) -> &'static str {
+    match v.bytes().first() {
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'"') => "a string",
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        _ => "a number",
     }
 }

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::refuse::{invalid, missing, type_name};
 use crate::api::error::{ApiError, ErrorCode};
 use crate::api::wire::{self, WireFunction, WireTool};
+use crate::canonical::shallow::Part;
 use crate::canonical::{Schema, Tool};
 
 /// The tool types that run inside OpenAI (dated variants such as `web_search_2025_08_26`
@@ -68,14 +69,14 @@ struct Read<'a> {
     at: String,
     tool: ClientTool,
     description: Option<String>,
-    /// As the client wrote it (`null` when absent).
-    parameters: &'a Value,
-    format: Option<&'a Value>,
+    /// As the client wrote it (absent: `None`).
+    parameters: Option<Part<'a>>,
+    format: Option<Value>,
 }
 
 impl Toolset {
     /// Read `tools` (each with the path a refusal names), namespaces opened.
-    pub fn read<'a>(tools: impl IntoIterator<Item = (String, &'a Value)>) -> Result<Toolset, ApiError> {
+    pub fn read<'a>(tools: impl IntoIterator<Item = (String, Part<'a>)>) -> Result<Toolset, ApiError> {
         let mut read = Vec::new();
         let mut dropped = Vec::new();
         for (at, tool) in tools {
@@ -101,6 +102,16 @@ impl Toolset {
             set.client.insert(name, r.tool.clone());
         }
         Ok(set)
+    }
+
+    /// The toolset of `tools`, a list written as a tree (a test's).
+    #[cfg(test)]
+    pub(crate) fn of_tree(tools: &Value) -> Result<Toolset, ApiError> {
+        use crate::canonical::{shallow::Shallow, Dialect};
+        let body = serde_json::to_vec(&json!({ "tools": tools })).unwrap();
+        let body = Shallow::read(body.into(), Dialect::OpenAiResponses.depth()).unwrap();
+        let tools = body.get("tools").unwrap().items().unwrap();
+        Toolset::read(tools.enumerate().map(|(i, t)| (format!("tools[{i}]"), t)))
     }
 
     /// The backends' name of the client's tool `name` in `namespace`, as a call in the
@@ -132,24 +143,26 @@ pub(crate) fn custom_input(arguments: &str) -> String {
 
 fn collect<'a>(
     at: &str,
-    tool: &'a Value,
+    tool: Part<'a>,
     namespace: Option<&str>,
     read: &mut Vec<Read<'a>>,
     dropped: &mut Vec<(String, String)>,
 ) -> Result<(), ApiError> {
-    let Value::Object(fields) = tool else {
+    if !tool.is_object() {
         return Err(invalid(at, format!("a tool must be an object, not {}", type_name(tool))));
-    };
-    let text = |key: &str| fields.get(key).and_then(Value::as_str);
+    }
+    let text = |key: &str| tool.get(key).and_then(|v| v.str());
     let kind = text("type").ok_or_else(|| missing(at, "type"))?;
-    let name = || text("name").map(str::to_string).ok_or_else(|| missing(at, "name"));
-    let shape = match kind {
+    let name = || text("name").map(|n| n.into_owned()).ok_or_else(|| missing(at, "name"));
+    let shape = match kind.as_ref() {
         "function" => Shape::Function,
         "custom" => Shape::Custom,
         "namespace" if namespace.is_none() => {
             let ns = name()?;
-            let Some(Value::Array(inner)) = fields.get("tools") else { return Err(missing(at, "tools")) };
-            for (j, t) in inner.iter().enumerate() {
+            let Some(inner) = tool.get("tools").and_then(|t| t.items()) else {
+                return Err(missing(at, "tools"));
+            };
+            for (j, t) in inner.enumerate() {
                 collect(&format!("{at}.tools[{j}]"), t, Some(&ns), read, dropped)?;
             }
             return Ok(());
@@ -171,9 +184,10 @@ fn collect<'a>(
     read.push(Read {
         at: at.to_string(),
         tool: ClientTool { namespace: namespace.map(str::to_string), name: name()?, shape },
-        description: text("description").map(str::to_string),
-        parameters: fields.get("parameters").unwrap_or(&Value::Null),
-        format: fields.get("format"),
+        description: text("description").map(|d| d.into_owned()),
+        parameters: tool.get("parameters"),
+        // A grammar is read only for the description it writes.
+        format: tool.get("format").and_then(|f| serde_json::from_str(f.json()).ok()),
     });
     Ok(())
 }
@@ -181,10 +195,11 @@ fn collect<'a>(
 /// The function a backend gets for `r`, checked as chat's tools are.
 fn function(r: &Read, name: &str) -> Result<Tool, ApiError> {
     let (description, parameters) = match r.tool.shape {
-        Shape::Function => (r.description.clone(), Schema::of(r.parameters)),
+        Shape::Function => (r.description.clone(), r.parameters.map(Schema::in_body).unwrap_or_default()),
         Shape::Custom => {
-            let grammar = r.format.and_then(|f| f.get("definition")).and_then(Value::as_str);
-            let syntax = r.format.and_then(|f| f.get("syntax")).and_then(Value::as_str).unwrap_or("");
+            let grammar = r.format.as_ref().and_then(|f| f.get("definition")).and_then(Value::as_str);
+            let syntax =
+                r.format.as_ref().and_then(|f| f.get("syntax")).and_then(Value::as_str).unwrap_or("");
             let mut about = r.description.clone().unwrap_or_default();
             if let Some(grammar) = grammar {
                 about.push_str(&format!("\n\nThe input follows this {syntax} grammar:\n{grammar}"));
@@ -217,8 +232,7 @@ mod tests {
     use super::*;
 
     fn read(tools: Value) -> Result<Toolset, ApiError> {
-        let Value::Array(tools) = tools else { panic!() };
-        Toolset::read(tools.iter().enumerate().map(|(i, t)| (format!("tools[{i}]"), t)))
+        Toolset::of_tree(&tools)
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub(crate) fn body<'a>(
 /// The system prompt, with the task's `variant` before the client's (a text before its text, a
 /// text block before its blocks); `None`: the client's member passes on as written.
 fn system<'a>(written: Option<Part<'a>>, variant: Option<&'a str>) -> Option<Content<'a>> {
-    let written = written.filter(|w| w.json() != "null");
+    let written = written.filter(|w| !w.is_null());
     let Some(variant) = variant else { return written.and_then(Content::written) };
     let Some(written) = written else { return Some(Content::Text(Cow::Borrowed(variant))) };
     if let Some(blocks) = written.items() {

@@ -99,7 +99,7 @@ impl<'a> Content<'a> {
     pub(crate) fn written(value: Part<'a>) -> Option<Content<'a>> {
         match value.items() {
             Some(blocks) => Some(Content::Blocks(blocks.map(BlockOut::written).collect())),
-            None if value.json().starts_with('"') => Some(Content::WrittenText(value)),
+            None if value.is_string() => Some(Content::WrittenText(value)),
             None => None,
         }
     }
