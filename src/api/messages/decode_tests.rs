@@ -225,3 +225,139 @@ fn claude_codes_recorded_turn_goes_on_as_written_and_means_what_it_meant() {
         }
     }
 }
+
+mod written_forms {
+    //! One Messages body in three written forms (compact, pretty, every non-ASCII character
+    //! escaped) is one request: the door reads the same canonical request from each, and each
+    //! kind of host is sent the same body, whatever the client's bytes looked like.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::adapter::wire::anthropic::tests::written;
+    use crate::adapter::{Call, WireFormat};
+
+    fn text() -> impl Strategy<Value = String> {
+        "[a-z \\\\\"\n\t/é☃😀]{0,8}"
+    }
+
+    fn block(role: &'static str) -> BoxedStrategy<Value> {
+        let signature = prop_oneof![
+            Just(None),
+            Just(Some("")),
+            Just(Some("direct")),
+            Just(Some("spillway:anthropic:S1")),
+            Just(Some("spillway:bedrock:S2")),
+        ];
+        let text_block = (text(), any::<bool>()).prop_map(|(text, mark)| match mark {
+            true => json!({"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}),
+            false => json!({"type": "text", "text": text}),
+        });
+        match role {
+            "assistant" => prop_oneof![
+                text_block,
+                (text(), signature).prop_map(|(thinking, signature)| match signature {
+                    Some(s) => json!({"type": "thinking", "thinking": thinking, "signature": s}),
+                    None => json!({"type": "thinking", "thinking": thinking}),
+                }),
+                Just(json!({"type": "redacted_thinking", "data": "spillway:anthropic:R"})),
+                text().prop_map(
+                    |t| json!({"type": "tool_use", "id": "t1", "name": "read", "input": {"path": t}})
+                ),
+            ]
+            .boxed(),
+            _ => text_block.boxed(),
+        }
+    }
+
+    fn message() -> impl Strategy<Value = Value> {
+        prop_oneof![Just("user"), Just("assistant"), Just("system")].prop_flat_map(|role| {
+            let content = prop_oneof![
+                text().prop_map(Value::String),
+                proptest::collection::vec(block(role), 1..4).prop_map(Value::Array),
+            ];
+            content.prop_map(move |content| json!({"role": role, "content": content}))
+        })
+    }
+
+    fn body() -> impl Strategy<Value = Value> {
+        let system = prop_oneof![
+            Just(None),
+            text().prop_map(|t| Some(json!(t))),
+            text().prop_map(|t| Some(
+                json!([{"type": "text", "text": t, "cache_control": {"type": "ephemeral"}}])
+            )),
+        ];
+        let tools = proptest::collection::vec(text(), 0..3);
+        (system, proptest::collection::vec(message(), 1..5), tools, any::<bool>()).prop_map(
+            |(system, messages, tools, thinking)| {
+                let tools: Vec<Value> = tools
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| json!({"name": format!("t{i}"), "description": d,
+                        "input_schema": {"type": "object", "properties": {"p": {"type": "string", "description": d}}}}))
+                    .collect();
+                let mut body = json!({"model": "m", "max_tokens": 2000, "messages": messages, "tools": tools,
+                    "metadata": {"user_id": "u é"}, "x-unknown": [1.5, {"a": null}]});
+                if let Some(system) = system {
+                    body["system"] = system;
+                }
+                if thinking {
+                    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+                }
+                body
+            },
+        )
+    }
+
+    /// `text` with every character outside ASCII written as `\uXXXX` (JSON's escape).
+    fn ascii(text: &str) -> String {
+        let mut out = String::new();
+        for c in text.chars() {
+            match c.is_ascii() {
+                true => out.push(c),
+                false => {
+                    c.encode_utf16(&mut [0; 2]).iter().for_each(|u| out.push_str(&format!("\\u{u:04x}")))
+                }
+            }
+        }
+        out
+    }
+
+    /// What the door and each kind of host make of `text`: the canonical request (a tool
+    /// call's arguments read as JSON) and the body each host is sent.
+    fn read(text: &str) -> Option<(ChatRequest, Vec<Value>)> {
+        let decoded = decode(&bytes::Bytes::from(text.to_string()), Asked::Answer).ok()?;
+        let mut req = decoded.to_canonical(&HeaderMap::new(), Some(1000)).ok()?;
+        req.model = "served".into();
+        let format = WireFormat::Claude(&crate::adapter::provider::anthropic::Anthropic);
+        let call = Call::as_written(format, Default::default(), &req);
+        let client = req.native.clone()?;
+        let sent =
+            [Some("anthropic"), Some("bedrock"), None].map(|signer| written(&req, &call, &client, signer));
+        for m in req.messages_mut() {
+            for call in &mut m.tool_calls {
+                call.arguments = serde_json::from_str::<Value>(&call.arguments).unwrap().to_string();
+            }
+        }
+        Some((ChatRequest { native: None, ..req }, sent.to_vec()))
+    }
+
+    proptest! {
+        #[test]
+        fn every_written_form_of_a_body_is_one_request(body in body()) {
+            let compact = serde_json::to_string(&body).unwrap();
+            let read_compact = read(&compact);
+            prop_assert!(read_compact.is_some(), "the door takes {}", compact);
+            for other in [serde_json::to_string_pretty(&body).unwrap(), ascii(&compact)] {
+                prop_assert_eq!(&read(&other), &read_compact, "{}", other);
+            }
+            // Anthropic's body holds the client's members as it wrote them, but for those the
+            // door owns and the blocks a host cannot read.
+            let (_, sent) = read_compact.unwrap();
+            for key in ["metadata", "x-unknown", "tools", "system"] {
+                prop_assert_eq!(sent[0].get(key), body.get(key), "{}", key);
+            }
+        }
+    }
+}
