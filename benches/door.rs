@@ -51,6 +51,12 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("to_canonical/{agent}"), |b| {
             b.iter(|| black_box(door(&body, Some(4096)).unwrap()))
         });
+        if agent.starts_with("claude") {
+            let req = door(&body, Some(4096)).unwrap();
+            group.bench_function(format!("anthropics_body/{agent}"), |b| {
+                b.iter(|| black_box(spillway::adapter::wire::anthropic::anthropics_body(&req)))
+            });
+        }
         group.bench_function(format!("scan/{agent}"), |b| {
             b.iter(|| black_box(serde_json::from_slice::<serde::de::IgnoredAny>(&body).unwrap()))
         });

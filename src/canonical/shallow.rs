@@ -23,7 +23,7 @@ pub struct Shallow {
 /// One JSON value of a [`Shallow`] body: an object or an array read into its parts, or any
 /// value left whole. Spans are of the body's bytes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Node {
+enum Node {
     Object { span: Range<usize>, members: Vec<(Name, Node)> },
     Array { span: Range<usize>, items: Vec<Node> },
     Whole(Range<usize>),
@@ -31,7 +31,7 @@ pub enum Node {
 
 /// A member's name: a span of the body, or the name unescaped where it was written with escapes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Name {
+enum Name {
     Plain(Range<usize>),
     Escaped(Box<str>),
 }
@@ -39,11 +39,6 @@ pub enum Name {
 /// Which values a reading opens: `at` is how deep the value is (the body is 0), `key` the name
 /// of the member it is the value of (`None` for an item of an array).
 pub type Depth = fn(at: usize, key: Option<&str>) -> bool;
-
-/// The body's own members, each left whole: what a Responses body needs.
-pub fn members_only(at: usize, _: Option<&str>) -> bool {
-    at == 0
-}
 
 impl Shallow {
     /// Read `bytes`, one JSON object and nothing after it, opening what `depth` says; `None`
@@ -323,6 +318,6 @@ mod tests {
         ] {
             assert_eq!(read(text, all_but_closed), None, "{text}");
         }
-        assert!(read(" {} ", members_only).is_some());
+        assert!(read(" {} ", |at, _| at == 0).is_some());
     }
 }

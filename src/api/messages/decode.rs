@@ -32,7 +32,7 @@ pub(crate) const DEFAULT_VERSION: &str = "2023-06-01";
 #[derive(Debug, Deserialize)]
 pub(crate) struct MessagesRequest {
     pub model: String,
-    /// Required, but for a count ([`decode`]'s `count`).
+    /// Required, but for a count ([`Asked::Count`]).
     #[serde(default)]
     pub max_tokens: Option<u32>,
     pub messages: Vec<WireMessage>,
@@ -97,10 +97,8 @@ pub fn decode(bytes: &Bytes, asked: Asked) -> Result<Decoded, ApiError> {
             return Err(ApiError::new(ErrorCode::MissingField, "`max_tokens` is required").param("max_tokens"))
         }
     }
-    // The typed reading took the body, so it is one object of valid JSON.
-    let body = Shallow::read(bytes.clone(), Dialect::AnthropicMessages.depth())
-        .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
-    Ok(Decoded { model: request.model.clone(), request, body: Arc::new(body) })
+    let body = wire::as_written(bytes, Dialect::AnthropicMessages)?;
+    Ok(Decoded { model: request.model.clone(), request, body })
 }
 
 impl Decoded {

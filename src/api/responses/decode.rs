@@ -87,10 +87,7 @@ pub struct TextConfig {
 /// Decode a Responses request body.
 pub fn decode(written: &Bytes) -> Result<ResponsesRequest, ApiError> {
     let mut request: ResponsesRequest = wire::decode_json(written, "a responses request")?;
-    // The typed reading took the body, so it is one object of valid JSON.
-    let body = Shallow::read(written.clone(), Dialect::OpenAiResponses.depth())
-        .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
-    request.body = Arc::new(body);
+    request.body = wire::as_written(written, Dialect::OpenAiResponses)?;
     Ok(request)
 }
 

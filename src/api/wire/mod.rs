@@ -22,7 +22,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{ApiError, ErrorCode};
-use crate::canonical::{ChatRequest, Conversation, Operation, Role, Schema, Written, WrittenBody};
+use crate::canonical::shallow::Shallow;
+use crate::canonical::{ChatRequest, Conversation, Dialect, Operation, Role, Schema, Written, WrittenBody};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
@@ -352,6 +353,14 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> R
 }
 
 /// Read an already parsed JSON value as `T`, a wrong type or value naming its field.
+/// A body the typed reading took (one object of valid JSON) as its client wrote it, read as
+/// deep as its `dialect`'s door and native backends read it.
+pub fn as_written(bytes: &bytes::Bytes, dialect: Dialect) -> Result<std::sync::Arc<Shallow>, ApiError> {
+    let body = Shallow::read(bytes.clone(), dialect.depth())
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidJson, "the body is not valid JSON"))?;
+    Ok(std::sync::Arc::new(body))
+}
+
 pub fn decode_value<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
