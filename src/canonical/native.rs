@@ -69,39 +69,43 @@ impl Dialect {
     }
 
     /// The system prompt `current` (as the client wrote it, if it did) with `text` before it.
-    pub fn system_with(self, current: Option<&Value>, text: &str) -> Value {
+    pub fn system_with(self, current: Option<Part<'_>>, text: &str) -> Value {
+        let written = |part: Part<'_>| serde_json::to_value(part).unwrap_or_default();
         match prepended(current, text) {
             Prepended::Text(text) => Value::String(text.into_owned()),
             Prepended::Blocks(text, blocks) => {
                 let first = serde_json::json!({"type": "text", "text": text});
-                Value::Array(std::iter::once(first).chain(blocks.iter().cloned()).collect())
+                let blocks = blocks.items().into_iter().flatten().map(written);
+                Value::Array(std::iter::once(first).chain(blocks).collect())
             }
-            Prepended::AsWritten(other) => other.clone(),
+            Prepended::AsWritten(other) => written(other),
         }
     }
 }
 
 /// A client's system prompt with a task's text before it, by the prompt's shape: a typed body
 /// writes it from this as a `Value` does ([`Dialect::system_with`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Prepended<'a> {
     /// The text alone (no prompt, or an empty one), or before the client's text.
     Text(std::borrow::Cow<'a, str>),
-    /// A text block of the text before the client's blocks.
-    Blocks(&'a str, &'a [Value]),
+    /// A text block of the text before the client's blocks (a list as written).
+    Blocks(&'a str, Part<'a>),
     /// A prompt of another shape, left as written.
-    AsWritten(&'a Value),
+    AsWritten(Part<'a>),
 }
 
 /// The system prompt `current` with `text` before it ([`Prepended`]).
-pub fn prepended<'a>(current: Option<&'a Value>, text: &'a str) -> Prepended<'a> {
+pub fn prepended<'a>(current: Option<Part<'a>>, text: &'a str) -> Prepended<'a> {
     use std::borrow::Cow;
-    match current {
-        None | Some(Value::Null) => Prepended::Text(Cow::Borrowed(text)),
-        Some(Value::String(s)) if s.is_empty() => Prepended::Text(Cow::Borrowed(text)),
-        Some(Value::String(s)) => Prepended::Text(Cow::Owned(format!("{text}\n\n{s}"))),
-        Some(Value::Array(blocks)) => Prepended::Blocks(text, blocks),
-        Some(other) => Prepended::AsWritten(other),
+    let Some(current) = current.filter(|c| !c.is_null()) else { return Prepended::Text(Cow::Borrowed(text)) };
+    if current.items().is_some() {
+        return Prepended::Blocks(text, current);
+    }
+    match current.str() {
+        Some(s) if s.is_empty() => Prepended::Text(Cow::Borrowed(text)),
+        Some(s) => Prepended::Text(Cow::Owned(format!("{text}\n\n{s}"))),
+        None => Prepended::AsWritten(current),
     }
 }
 
@@ -132,8 +136,10 @@ mod tests {
 
     #[test]
     fn a_variant_goes_before_the_clients_system_prompt_of_any_shape() {
-        let with =
-            |current: Option<Value>| Dialect::AnthropicMessages.system_with(current.as_ref(), "Use JSON.");
+        let with = |current: Option<Value>| {
+            let body = NativeRequest::of_tree(Dialect::AnthropicMessages, &json!({ "system": current }));
+            Dialect::AnthropicMessages.system_with(body.body.get("system"), "Use JSON.")
+        };
         assert_eq!(with(Some(json!("be brief"))), "Use JSON.\n\nbe brief");
         assert_eq!(with(None), "Use JSON.");
         assert_eq!(with(Some(json!(""))), "Use JSON.");

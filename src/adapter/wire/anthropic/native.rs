@@ -30,7 +30,7 @@ use super::host::HostFields;
 use super::provenance::{self, Fit};
 use crate::adapter::{system_turn, Call};
 use crate::canonical::shallow::Part;
-use crate::canonical::{anthropics_own, ChatRequest, NativeRequest};
+use crate::canonical::{anthropics_own, prepended, ChatRequest, NativeRequest, Prepended};
 
 /// Body fields of Anthropic beta features, dropped for a node.
 pub const BETA_FIELDS: [&str; 4] = ["betas", "container", "context_management", "mcp_servers"];
@@ -93,19 +93,19 @@ pub(crate) fn body<'a>(
     }
 }
 
-/// The system prompt, with the task's `variant` before the client's (a text before its text, a
-/// text block before its blocks); `None`: the client's member passes on as written.
+/// The system prompt, with the task's `variant` before the client's (a text block before its
+/// blocks); `None`: the client's member passes on as written.
 fn system<'a>(written: Option<Part<'a>>, variant: Option<&'a str>) -> Option<Content<'a>> {
-    let written = written.filter(|w| !w.is_null());
-    let Some(variant) = variant else { return written.and_then(Content::written) };
-    let Some(written) = written else { return Some(Content::Text(Cow::Borrowed(variant))) };
-    if let Some(blocks) = written.items() {
-        let first = BlockOut::text(Cow::Borrowed(variant));
-        return Some(Content::Blocks(std::iter::once(first).chain(blocks.map(BlockOut::written)).collect()));
-    }
-    match written.str()? {
-        text if text.is_empty() => Some(Content::Text(Cow::Borrowed(variant))),
-        text => Some(Content::Text(Cow::Owned(format!("{variant}\n\n{text}")))),
+    let Some(variant) = variant else { return written.filter(|w| !w.is_null()).and_then(Content::written) };
+    match prepended(written, variant) {
+        Prepended::Text(text) => Some(Content::Text(text)),
+        Prepended::Blocks(text, blocks) => {
+            let blocks = blocks.items().into_iter().flatten().map(BlockOut::written);
+            Some(Content::Blocks(
+                std::iter::once(BlockOut::text(Cow::Borrowed(text))).chain(blocks).collect(),
+            ))
+        }
+        Prepended::AsWritten(_) => None,
     }
 }
 

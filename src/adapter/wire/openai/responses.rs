@@ -72,8 +72,7 @@ pub(crate) struct ResponsesBody<'a> {
 impl<'a> ResponsesBody<'a> {
     pub(crate) fn of(req: &ChatRequest, call: &'a Call, client: &'a NativeRequest) -> ResponsesBody<'a> {
         let instructions = call.variant.as_ref().map(|variant| {
-            let written = client.body.get("instructions").and_then(|i| serde_json::from_str(i.json()).ok());
-            Dialect::OpenAiResponses.system_with(written.as_ref(), &variant.content)
+            Dialect::OpenAiResponses.system_with(client.body.get("instructions"), &variant.content)
         });
         // What the body writes itself; the client's other members pass on as written.
         let owned: &'static [&'static str] = match (req.max_tokens, &instructions) {
