@@ -54,7 +54,8 @@ fn bench(c: &mut Criterion) {
         if agent.starts_with("claude") {
             let req = door(&body, Some(4096)).unwrap();
             group.bench_function(format!("anthropics_body/{agent}"), |b| {
-                b.iter(|| black_box(spillway::adapter::wire::anthropic::anthropics_body(&req)))
+                let anthropic = &spillway::adapter::provider::anthropic::Anthropic;
+                b.iter(|| black_box(spillway::adapter::wire::anthropic::body_for(&req, anthropic)))
             });
         }
         group.bench_function(format!("scan/{agent}"), |b| {

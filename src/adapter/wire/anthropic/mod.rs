@@ -82,11 +82,10 @@ pub(in crate::adapter) async fn send_to(
     Ok(http::answer_events(answer, call.stream, AnthropicStream::new(relay, signer), parse))
 }
 
-/// The body Anthropic is sent for `req` (a bench's reading of the whole write).
+/// The body `host` is sent for `req` (a bench's reading of the whole write).
 #[doc(hidden)]
-pub fn anthropics_body(req: &ChatRequest) -> Vec<u8> {
+pub fn body_for(req: &ChatRequest, host: &'static dyn ClaudeHost) -> Vec<u8> {
     use crate::adapter::{Upstream, WireFormat};
-    let host = &crate::adapter::provider::anthropic::Anthropic;
     let call = Call::as_written(WireFormat::Claude(host), Upstream::default(), req);
     let fields = host.fields(call.model, call.stream, &[]);
     serde_json::to_vec(&body(&call, req, host, fields, Purpose::Answer)).expect("a typed body serialises")
