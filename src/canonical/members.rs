@@ -39,9 +39,20 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// as written, quotes included. `None` when the body is anything else or `member` gives up.
 pub fn walk_object<'a>(
     body: &'a [u8],
-    mut member: impl FnMut(Cow<'a, str>, Range<usize>, usize) -> Option<usize>,
+    member: impl FnMut(Cow<'a, str>, Range<usize>, usize) -> Option<usize>,
 ) -> Option<()> {
-    let mut at = expect(body, skip_space(body, 0), b'{')?;
+    let end = object_at(body, skip_space(body, 0), member)?;
+    (skip_space(body, end) == body.len()).then_some(())
+}
+
+/// [`walk_object`] for the object that starts at `at` (its `{`), wherever it is in `body`:
+/// where it ends, past its `}`.
+pub fn object_at<'a>(
+    body: &'a [u8],
+    at: usize,
+    mut member: impl FnMut(Cow<'a, str>, Range<usize>, usize) -> Option<usize>,
+) -> Option<usize> {
+    let mut at = expect(body, at, b'{')?;
     if body.get(skip_space(body, at)) == Some(&b'}') {
         at = skip_space(body, at);
     } else {
@@ -58,7 +69,7 @@ pub fn walk_object<'a>(
             }
         }
     }
-    (skip_space(body, at + 1) == body.len()).then_some(())
+    Some(at + 1)
 }
 
 /// One JSON value of `body` at `at`, and where it ends.
@@ -75,7 +86,7 @@ pub(crate) fn skip_space(body: &[u8], mut at: usize) -> usize {
     at
 }
 
-pub(crate) fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
+fn expect(body: &[u8], at: usize, byte: u8) -> Option<usize> {
     (body.get(at) == Some(&byte)).then_some(at + 1)
 }
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use super::members::{expect, skip_space, value_at, Key};
+use super::members::{object_at, skip_space, value_at};
 
 /// A client's body as it sent it, read to the depth its dialect needs ([`Depth`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -206,28 +206,17 @@ impl Reader<'_> {
 
     fn object(&mut self, start: usize, deep: usize) -> Option<(Node, usize)> {
         let mut members = Vec::new();
-        let mut at = skip_space(self.body, start + 1);
-        if self.body.get(at) != Some(&b'}') {
-            loop {
-                let key_at = at;
-                let (Key(key), key_end) = value_at::<Key>(self.body, key_at)?;
-                at = skip_space(self.body, key_end);
-                at = skip_space(self.body, expect(self.body, at, b':')?);
-                let (value, end) = self.value(at, deep + 1, Some(&key))?;
-                let name = match key {
-                    Cow::Borrowed(_) => Name::Plain(key_at..key_end),
-                    Cow::Owned(key) => Name::Escaped(key.into()),
-                };
-                members.push((name, value));
-                at = skip_space(self.body, end);
-                match self.body.get(at)? {
-                    b',' => at = skip_space(self.body, at + 1),
-                    b'}' => break,
-                    _ => return None,
-                }
-            }
-        }
-        Some((Node::Object { span: start..at + 1, members }, at + 1))
+        let body = self.body;
+        let end = object_at(body, start, |key, key_span, value_starts| {
+            let (value, end) = self.value(value_starts, deep + 1, Some(&key))?;
+            let name = match key {
+                Cow::Borrowed(_) => Name::Plain(key_span),
+                Cow::Owned(key) => Name::Escaped(key.into()),
+            };
+            members.push((name, value));
+            Some(end)
+        })?;
+        Some((Node::Object { span: start..end, members }, end))
     }
 
     fn array(&mut self, start: usize, deep: usize) -> Option<(Node, usize)> {
