@@ -189,7 +189,7 @@ fn head(id: &str, object: &'static str, model: &str, created: u64) -> Vec<u8> {
 }
 
 /// Canonical events → the SSE response; `hold` (the admission permit) lives as long as the body.
-pub(crate) fn stream_response<H: Send + 'static>(
+pub(crate) fn stream_response<H: Send + Unpin + 'static>(
     events: EventStream,
     backend: &str,
     writer: ChunkWriter,
@@ -205,7 +205,7 @@ pub(crate) fn stream_response<H: Send + 'static>(
     response
 }
 
-fn sse_body<H: Send + 'static>(
+fn sse_body<H: Send + Unpin + 'static>(
     events: EventStream,
     backend: String,
     writer: ChunkWriter,
@@ -400,6 +400,7 @@ mod tests {
             fields: Bytes::copy_from_slice(fields.as_bytes()),
             usage: usage.map(|u| Bytes::copy_from_slice(u.as_bytes())),
             no_choices,
+            output: false,
         }))
     }
 

@@ -72,6 +72,7 @@ fn a_whole_answer_is_the_upstreams_under_the_routers_head() {
             .into(),
         usage: Some(r#"{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}"#.as_bytes().to_vec().into()),
         no_choices: false,
+        output: false,
     };
     let usage = Usage { input_tokens: 3, cached_input_tokens: 0, output_tokens: 1, cache_write_tokens: 0 };
     let body: Value =

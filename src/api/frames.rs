@@ -5,11 +5,13 @@
 //! once. A writer that keeps a quiet stream alive says how often.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 
 use crate::canonical::{Event, EventStream, UpstreamError};
 
@@ -46,34 +48,48 @@ pub(crate) trait FrameWriter: Send + 'static {
 }
 
 /// The SSE body of `events` as `writer` words it; `hold` lives as long as the body.
-pub(crate) fn sse_frames<W: FrameWriter, H: Send + 'static>(
+pub(crate) fn sse_frames<W: FrameWriter + Unpin, H: Send + Unpin + 'static>(
     events: EventStream,
     writer: W,
     hold: H,
 ) -> Frames {
-    struct State<W, H> {
-        events: EventStream,
-        writer: W,
-        started: bool,
-        ended: bool,
-        _hold: H,
-    }
-    let state = State { events, writer, started: false, ended: false, _hold: hold };
-    Box::pin(futures::stream::unfold(state, |mut s| async move {
+    Box::pin(Framed { events, writer, started: false, ended: false, quiet: None, _hold: hold })
+}
+
+/// [`sse_frames`]' stream, polled in place: its state stays where it is between frames.
+struct Framed<W, H> {
+    events: EventStream,
+    writer: W,
+    started: bool,
+    ended: bool,
+    /// While the stream is quiet: when the writer keeps it alive.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
+    _hold: H,
+}
+
+impl<W: FrameWriter + Unpin, H: Unpin> Stream for Framed<W, H> {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let s = self.get_mut();
         if s.ended {
-            return None;
+            return Poll::Ready(None);
         }
-        // Before the body opens nothing may be written (dispatch has the first event ready).
-        let mut next = match s.writer.quiet_limit().filter(|_| s.started) {
-            None => s.events.next().await,
-            Some(limit) => match tokio::time::timeout(limit, s.events.next()).await {
-                Ok(next) => next,
-                Err(_) => {
+        let mut next = match s.events.poll_next_unpin(cx) {
+            Poll::Ready(next) => next,
+            // Before the body opens nothing may be written (dispatch has the first event ready).
+            Poll::Pending => match s.writer.quiet_limit().filter(|_| s.started) {
+                None => return Poll::Pending,
+                Some(limit) => {
+                    let quiet = s.quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                    std::task::ready!(quiet.as_mut().poll(cx));
+                    s.quiet = None;
                     s.writer.keep_alive();
-                    return Some((Ok(Bytes::from(s.writer.take())), s));
+                    return Poll::Ready(Some(Ok(Bytes::from(s.writer.take()))));
                 }
             },
         };
+        s.quiet = None;
         if !s.started {
             s.started = true;
             s.writer.open(&next);
@@ -84,11 +100,11 @@ pub(crate) fn sse_frames<W: FrameWriter, H: Send + 'static>(
                 break;
             }
             // Take what the upstream has already delivered; never wait for more here.
-            match s.events.next().now_or_never() {
-                Some(ready) => next = ready,
-                None => break,
+            match s.events.poll_next_unpin(cx) {
+                Poll::Ready(ready) => next = ready,
+                Poll::Pending => break,
             }
         }
-        Some((Ok(Bytes::from(s.writer.take())), s))
-    }))
+        Poll::Ready(Some(Ok(Bytes::from(s.writer.take()))))
+    }
 }

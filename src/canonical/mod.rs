@@ -282,6 +282,10 @@ pub struct ChatRequest {
     /// gets the upstream's own fields (logprobs, reasoning text, fingerprints) unchanged.
     #[serde(skip)]
     pub relay: bool,
+    /// A shadow grades this answer against others (`gate::shadow`): something beside the
+    /// client reads its text, so a relaying adapter reads each chunk's canonical events too.
+    #[serde(skip)]
+    pub shadowed: bool,
     /// The client's own request, for a backend that speaks the client's dialect: sent with
     /// only `model`, `max_tokens` and `stream` rewritten, so every field Spillway does not
     /// model reaches it. With `relay`, such a backend also hands each of its events on raw as
@@ -299,6 +303,18 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// How an adapter whose upstream writes what the client reads (`clients_own`: OpenAI chat
+    /// chunks for [`ChatRequest::relay`], the client's native dialect) hands its chunks on.
+    pub fn relaying(&self, clients_own: bool) -> Relaying {
+        if !(self.relay && clients_own) {
+            Relaying::Off
+        } else if self.shadowed || self.response_format.wants_json() {
+            Relaying::WithEvents
+        } else {
+            Relaying::Alone
+        }
+    }
+
     /// The messages to change. The client's body as written no longer says what is asked, so
     /// it is dropped: an upstream gets the body the canonical request writes.
     pub fn messages_mut(&mut self) -> &mut Vec<Message> {
@@ -438,6 +454,28 @@ pub enum Event {
     Embeddings(Vec<Vec<f32>>),
 }
 
+/// How an adapter hands on the chunks (or native events) of an upstream that writes what the
+/// client reads ([`ChatRequest::relaying`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Relaying {
+    /// Not at all: the answer is its canonical events.
+    #[default]
+    Off,
+    /// Each as it came, then the canonical events read from it: something beside the client
+    /// reads the text (a JSON format check before commit, a shadow's grade).
+    WithEvents,
+    /// Each as it came, alone: the client's writer, which passes it on, is the only reader of
+    /// its text, so it only says whether it held output. Usage and the finish still come as
+    /// canonical events.
+    Alone,
+}
+
+impl Relaying {
+    pub fn is_on(self) -> bool {
+        self != Relaying::Off
+    }
+}
+
 /// An upstream chat completion chunk less its head (`id`, `object`, `created`, `model`), which
 /// the router writes itself. Everything else is kept as the upstream wrote it.
 #[derive(Debug, Clone, PartialEq)]
@@ -449,6 +487,9 @@ pub struct RelayChunk {
     pub usage: Option<bytes::Bytes>,
     /// Whether `choices` was missing or empty (a usage-only chunk).
     pub no_choices: bool,
+    /// It held model output and stands for it ([`Relaying::Alone`]): no canonical event read
+    /// from it follows.
+    pub output: bool,
 }
 
 impl Event {
@@ -460,6 +501,8 @@ impl Event {
                 | Event::ReasoningDelta(_)
                 | Event::ToolCallDelta { .. }
                 | Event::Embeddings(_)
+                | Event::Relay(RelayChunk { output: true, .. })
+                | Event::Native(NativeEvent { output: true, .. })
         )
     }
 }

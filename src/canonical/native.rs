@@ -116,6 +116,9 @@ pub fn prepended<'a>(current: Option<Part<'a>>, text: &'a str) -> Prepended<'a> 
 pub struct NativeEvent {
     pub name: Box<str>,
     pub data: Bytes,
+    /// It held model output and stands for it ([`super::Relaying::Alone`]): no canonical
+    /// event read from it follows.
+    pub output: bool,
 }
 
 /// A block of a Messages conversation that only Anthropic can read back: thinking it signed,

@@ -103,6 +103,7 @@ mod tests {
             fields: bytes::Bytes::from_static(fields.as_bytes()),
             usage: None,
             no_choices: false,
+            output: false,
         };
         whole.add(&Event::Embeddings(vec![vec![1.0]]));
         assert!(whole.vectors.is_empty(), "a tap copies no vectors");

@@ -78,11 +78,11 @@ pub(super) struct Lease {
     in_flight: InFlight,
     charge: Option<Charge>,
     pricing: Pricing,
-    outcome: RequestOutcome,
+    /// Taken when it is recorded, once: at the stream's end, or when the lease is dropped.
+    outcome: Option<RequestOutcome>,
     /// The request's and the serving call's spans, when tracing is on.
     trace: Option<Answer>,
     records: mpsc::UnboundedSender<Record>,
-    finished: bool,
 }
 
 impl Lease {
@@ -101,20 +101,20 @@ impl Lease {
             in_flight,
             charge,
             pricing,
-            outcome,
+            outcome: Some(outcome),
             trace,
             records,
-            finished: false,
         }
     }
 
     fn observe(&mut self, event: &Event) {
-        self.outcome.observe(event);
+        let Some(outcome) = self.outcome.as_mut() else { return };
+        outcome.observe(event);
         self.in_flight.progress().observe(event);
         if let Event::Usage(usage) = event {
             let backend = &self.pricing.config.backends[self.pricing.backend];
-            let cost = call_cost(backend, usage, self.outcome.running_for(Instant::now()));
-            self.outcome.cost = cost;
+            let cost = call_cost(backend, usage, outcome.running_for(Instant::now()));
+            outcome.cost = cost;
             self.pricing.cell.set(cost);
         }
         if let Some(answer) = &mut self.trace {
@@ -123,7 +123,7 @@ impl Lease {
     }
 
     fn finish(&mut self, error: Option<&UpstreamError>) {
-        self.finished = true;
+        let Some(mut outcome) = self.outcome.take() else { return };
         let now = Instant::now();
         if let Some(permit) = self.permit.take() {
             match error {
@@ -131,28 +131,28 @@ impl Lease {
                 _ => permit.success(now),
             }
         }
-        self.outcome.finish(error.map(|e| e.class), now);
+        outcome.finish(error.map(|e| e.class), now);
         if let Some(answer) = self.trace.take() {
-            answer.end(&self.outcome.usage, error.map(|e| e.class));
+            answer.end(&outcome.usage, error.map(|e| e.class));
         }
         if let Some(c) = self.charge.take() {
-            let used = self.outcome.usage.quota_tokens(c.counting);
+            let used = outcome.usage.quota_tokens(c.counting);
             if used > 0 {
                 c.board.refund(&c.backend, c.estimate, used);
             }
         }
-        let _ = self.records.send(Record::Request(self.outcome.clone()));
+        let _ = self.records.send(Record::Request(outcome));
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if !self.finished {
-            self.outcome.cancel(Instant::now());
+        if let Some(mut outcome) = self.outcome.take() {
+            outcome.cancel(Instant::now());
             if let Some(answer) = self.trace.take() {
-                answer.cancel(&self.outcome.usage);
+                answer.cancel(&outcome.usage);
             }
-            let _ = self.records.send(Record::Request(self.outcome.clone()));
+            let _ = self.records.send(Record::Request(outcome));
         }
     }
 }

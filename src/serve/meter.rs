@@ -142,7 +142,7 @@ mod tests {
 
     fn relay(usage: Option<&'static [u8]>) -> Event {
         let usage = usage.map(bytes::Bytes::from_static);
-        Event::Relay(RelayChunk { fields: bytes::Bytes::new(), usage, no_choices: false })
+        Event::Relay(RelayChunk { fields: bytes::Bytes::new(), usage, no_choices: false, output: false })
     }
 
     fn metered(events: Vec<Item>) -> EventStream {

@@ -152,8 +152,10 @@ pub async fn serve(
     if let Some(refusal) = owned.as_ref().and_then(|owned| owned.refusal(&snap, task)) {
         return Err(refusal);
     }
-    // 2. The request's facts.
-    let canonical = to_canonical(task)?;
+    // 2. The request's facts, and whether a shadow will grade its answer (drawn now: the
+    // adapter reads the answer's text only for a reader beside the client).
+    let mut canonical = to_canonical(task)?;
+    canonical.shadowed = pinned.is_none() && shadow::sampled(serving, task);
     if let Some(span) = &trace {
         span.routed(&canonical.operation, model, &task.name);
     }
@@ -234,7 +236,7 @@ pub async fn serve(
     let cost = Arc::clone(&committed.cost);
     let metering = Metering { budgets: serving.budgets.config(), reservation, cost: Arc::clone(&cost) };
     committed.events = meter::meter(committed.events, metering);
-    if pinned.is_none() {
+    if canonical.shadowed {
         committed = shadow::tap(serving, &snap, task, &canonical, &meta.request_id, committed);
     }
     Ok(Served {

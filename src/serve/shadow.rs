@@ -12,8 +12,13 @@ use crate::dispatch::Committed;
 use crate::gate::shadow;
 use crate::snapshot::{NodeView, Snapshot};
 
-/// `committed`, its events tapped for the shadows if shadow traffic is on and this request is
-/// sampled; backends with no room are counted, not sent.
+/// Whether this request is among the share of the task's answers that shadow traffic copies.
+pub(super) fn sampled(serving: &Serving, task: &TaskConfig) -> bool {
+    serving.shadows.is_some() && shadow::sampled(task, rand::random())
+}
+
+/// `committed`, its events tapped for the shadows of a [`sampled`] request; backends with no
+/// room are counted, not sent.
 pub(super) fn tap(
     serving: &Serving,
     snap: &Arc<Snapshot>,
@@ -22,7 +27,7 @@ pub(super) fn tap(
     request_id: &str,
     mut committed: Committed,
 ) -> Committed {
-    let Some(shadows) = serving.shadows.as_ref().filter(|_| shadow::sampled(task, rand::random())) else {
+    let Some(shadows) = serving.shadows.as_ref() else {
         return committed;
     };
     let load = |node: &NodeView| node.handle.load.view();
@@ -40,7 +45,7 @@ pub(super) fn tap(
         snap: Arc::clone(snap),
         task: task.clone(),
         // Shadows are graded, never relayed to a client.
-        request: ChatRequest { relay: false, ..canonical.clone() },
+        request: ChatRequest { relay: false, shadowed: false, ..canonical.clone() },
         targets: targets.send,
         primary: committed.backend.clone(),
         request_id: request_id.to_string(),

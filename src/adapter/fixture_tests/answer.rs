@@ -6,7 +6,29 @@
 
 use serde_json::{json, Value};
 
-use crate::canonical::{Event, UpstreamError};
+use crate::canonical::{Event, NativeEvent, RelayChunk, UpstreamError};
+
+/// `events`, read beside their relayed chunks, as an adapter relaying alone yields them: each
+/// relayed chunk or native event marked with whether output was read from it, and no output
+/// event.
+pub(super) fn alone(events: &[Result<Event, UpstreamError>]) -> Vec<Result<Event, UpstreamError>> {
+    let mut alone: Vec<Result<Event, UpstreamError>> = Vec::new();
+    for event in events {
+        match event {
+            Ok(event) if event.is_output() => {
+                let relayed = alone.iter_mut().rev().find_map(|e| match e {
+                    Ok(
+                        Event::Relay(RelayChunk { output, .. }) | Event::Native(NativeEvent { output, .. }),
+                    ) => Some(output),
+                    _ => None,
+                });
+                *relayed.unwrap_or_else(|| panic!("output before any relayed event: {event:?}")) = true;
+            }
+            event => alone.push(event.clone()),
+        }
+    }
+    alone
+}
 
 /// The answer a client gets from `events`. The members an answer of a chat has are always
 /// written; `relayed`, `native`, `embeddings`, `error_status` and `retry_after_ms` only where

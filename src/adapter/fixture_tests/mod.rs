@@ -69,8 +69,10 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         let (base, seen) = canned_server(status, &headers, body).await;
         let (format, upstream) = host(&folder, &case, base);
         request.native = native(&case);
-        // A door of the client's own dialect relays its upstream's events.
+        // A door of the client's own dialect relays its upstream's events; the case reads the
+        // canonical events beside them, as a shadow's grade would.
         request.relay = request.native.is_some();
+        request.shadowed = request.relay;
         let placement = serde_json::from_value(case["cache_placement"].clone())
             .unwrap_or_else(|e| panic!("{named}: {e}"));
         let call = Call { cache_placement: placement, ..Call::as_written(format, upstream, &request) }
@@ -106,6 +108,19 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
             }
             _ => None,
         };
+        if request.relay {
+            // Relayed alone, each event stands for the output read from it, and no more.
+            let (base, _) =
+                canned_server(status, &headers, canned(&case, &path.parent().unwrap().join("..")).2).await;
+            let (format, upstream) = host(&folder, &case, base);
+            let alone = ChatRequest { shadowed: false, ..request.clone() };
+            let call = Call { format, upstream, ..call.clone() };
+            let got: Vec<_> = match super::send(&transport, &call, &alone).await {
+                Ok(stream) => stream.collect().await,
+                Err(e) => vec![Err(e)],
+            };
+            assert_eq!(format!("{got:?}"), format!("{:?}", answer::alone(&events)), "{named}: relayed alone");
+        }
         let got = answer(events);
         if bless && new {
             case["upstream"] = sent;

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -20,7 +21,7 @@ use crate::canonical::{ErrorClass, Event, UpstreamError};
 pub(crate) type Classify = fn(u16, &HeaderMap, &str) -> UpstreamError;
 
 /// Translates one provider's SSE events into canonical events. One value per answer.
-pub(crate) trait StreamParser: Send + 'static {
+pub(crate) trait StreamParser: Send + Unpin + 'static {
     /// One SSE event (`event` is `"message"` when the provider sent no event name). `Err` ends
     /// the stream with that error.
     fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<Event>, UpstreamError>;
@@ -202,71 +203,98 @@ where
     E: Send + 'static,
     P: StreamParser,
 {
-    struct State<S, P> {
-        bytes: Pin<Box<S>>,
-        sse: SseDecoder,
-        parser: P,
-        pending: VecDeque<Result<Event, UpstreamError>>,
-        finished: bool,
-    }
-    let state = State {
+    Box::pin(Driven {
         bytes: Box::pin(bytes),
         sse: SseDecoder::default(),
         parser,
         pending: VecDeque::new(),
         finished: false,
-    };
-    let stream = futures::stream::unfold(state, move |mut st| async move {
-        loop {
-            if let Some(item) = st.pending.pop_front() {
-                return Some((item, st));
-            }
-            if st.finished {
-                return None;
-            }
-            match st.bytes.next().await {
-                Some(Ok(read)) => {
-                    let State { sse, parser, pending, .. } = &mut st;
-                    let fed =
-                        sse.feed(read.as_ref(), &mut |event, data| match parser.on_event(event, data) {
-                            Ok(events) => {
-                                pending.extend(events.into_iter().map(Ok));
-                                if parser.is_closed() {
-                                    Flow::Stop
-                                } else {
-                                    Flow::Continue
-                                }
-                            }
-                            Err(e) => {
-                                pending.push_back(Err(e));
-                                Flow::Stop
-                            }
-                        });
-                    match fed {
-                        Ok(Flow::Continue) => {}
-                        Ok(Flow::Stop) => st.finished = true,
-                        Err(e) => {
-                            let broken = UpstreamError::new(ErrorClass::StreamBroken, None, e.to_string());
-                            st.pending.push_back(Err(broken));
-                            st.finished = true;
-                        }
-                    }
+        transport_error,
+    })
+}
+
+/// [`drive`]'s stream, polled in place: its state stays where it is between events.
+struct Driven<S, P, E> {
+    bytes: Pin<Box<S>>,
+    sse: SseDecoder,
+    parser: P,
+    /// Events read and not yet taken.
+    pending: VecDeque<Result<Event, UpstreamError>>,
+    finished: bool,
+    transport_error: fn(E) -> UpstreamError,
+}
+
+impl<S, B, E, P> Driven<S, P, E>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    P: StreamParser,
+{
+    /// Feed one read of the body through the decoder and the parser.
+    fn feed(&mut self, read: &[u8]) {
+        let Driven { sse, parser, pending, .. } = self;
+        let fed = sse.feed(read, &mut |event, data| match parser.on_event(event, data) {
+            Ok(events) => {
+                pending.extend(events.into_iter().map(Ok));
+                if parser.is_closed() {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
                 }
+            }
+            Err(e) => {
+                pending.push_back(Err(e));
+                Flow::Stop
+            }
+        });
+        match fed {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Stop) => self.finished = true,
+            Err(e) => {
+                self.pending.push_back(Err(UpstreamError::new(
+                    ErrorClass::StreamBroken,
+                    None,
+                    e.to_string(),
+                )));
+                self.finished = true;
+            }
+        }
+    }
+}
+
+impl<S, B, E, P> Stream for Driven<S, P, E>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    P: StreamParser,
+{
+    type Item = Result<Event, UpstreamError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(item) = this.pending.pop_front() {
+                return Poll::Ready(Some(item));
+            }
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(this.bytes.as_mut().poll_next(cx)) {
+                Some(Ok(read)) => this.feed(read.as_ref()),
                 Some(Err(e)) => {
-                    st.pending.push_back(Err(transport_error(e)));
-                    st.finished = true;
+                    this.pending.push_back(Err((this.transport_error)(e)));
+                    this.finished = true;
                 }
                 None => {
-                    st.finished = true;
-                    match st.parser.on_end() {
-                        Ok(events) => st.pending.extend(events.into_iter().map(Ok)),
-                        Err(e) => st.pending.push_back(Err(e)),
+                    this.finished = true;
+                    match this.parser.on_end() {
+                        Ok(events) => this.pending.extend(events.into_iter().map(Ok)),
+                        Err(e) => this.pending.push_back(Err(e)),
                     }
                 }
             }
         }
-    });
-    Box::pin(stream)
+    }
 }
 
 /// The error a stream gets when it ends without the provider's terminal marker.

@@ -8,6 +8,7 @@ pub(crate) mod breakpoints;
 pub mod converse;
 pub mod gemini;
 pub mod openai;
+pub(crate) mod output;
 pub(crate) mod written;
 
 use std::borrow::Cow;

@@ -166,7 +166,11 @@ mod tests {
     use super::*;
 
     fn native(name: &str, data: Value) -> Event {
-        Event::Native(NativeEvent { name: name.into(), data: serde_json::to_vec(&data).unwrap().into() })
+        Event::Native(NativeEvent {
+            name: name.into(),
+            data: serde_json::to_vec(&data).unwrap().into(),
+            output: false,
+        })
     }
 
     #[test]

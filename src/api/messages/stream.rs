@@ -173,7 +173,12 @@ fn relay(out: &mut Vec<u8>, event: &NativeEvent, model: &str) {
 
 /// Canonical (or relayed) events → the SSE response; `hold` (the admission permit) lives as
 /// long as the body.
-pub fn response<H: Send + 'static>(events: EventStream, backend: String, head: Head, hold: H) -> Response {
+pub fn response<H: Send + Unpin + 'static>(
+    events: EventStream,
+    backend: String,
+    head: Head,
+    hold: H,
+) -> Response {
     let mut response = Response::new(Body::from_stream(frames(events, backend, head, hold, PING_EVERY)));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -181,7 +186,7 @@ pub fn response<H: Send + 'static>(events: EventStream, backend: String, head: H
     response
 }
 
-pub(super) fn frames<H: Send + 'static>(
+pub(super) fn frames<H: Send + Unpin + 'static>(
     events: EventStream,
     backend: String,
     head: Head,

@@ -111,7 +111,11 @@ async fn a_failure_after_the_first_token_ends_with_an_error_event() {
 #[tokio::test]
 async fn relayed_events_pass_as_they_came_with_the_clients_model() {
     let native = |name: &str, data: Value| {
-        Ok(Event::Native(NativeEvent { name: name.into(), data: serde_json::to_vec(&data).unwrap().into() }))
+        Ok(Event::Native(NativeEvent {
+            name: name.into(),
+            data: serde_json::to_vec(&data).unwrap().into(),
+            output: false,
+        }))
     };
     let events = events_of(vec![
         native("message_start", json!({"type": "message_start", "message": {"id": "msg_up", "model": "claude-opus-4-5", "content": []}})),

@@ -174,6 +174,7 @@ impl ResponsesRequest {
             stream: self.wants_stream(),
             response_format,
             relay: true,
+            shadowed: false,
             native: Some(native),
             written: None,
             operation: crate::canonical::Operation::Chat,

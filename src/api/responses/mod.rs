@@ -173,7 +173,12 @@ fn new_response_id() -> String {
 /// The SSE body: the opening events (the encoder's, unless the first event is relayed), then
 /// the events as they come; `hold` lives as long as the body. A relayed answer is written by
 /// [`Relay`] (its canonical events are not written), any other by the encoder.
-fn sse_body<H: Send + 'static>(events: EventStream, backend: String, encoder: Encoder, hold: H) -> Frames {
+fn sse_body<H: Send + Unpin + 'static>(
+    events: EventStream,
+    backend: String,
+    encoder: Encoder,
+    hold: H,
+) -> Frames {
     sse_frames(events, ResponsesFrames { backend, encoder, relay: None }, hold)
 }
 

@@ -126,7 +126,7 @@ mod tests {
     use crate::api::error::ErrorCode;
 
     fn native(name: &str, data: Value) -> NativeEvent {
-        NativeEvent { name: name.into(), data: data.to_string().into_bytes().into() }
+        NativeEvent { name: name.into(), data: data.to_string().into_bytes().into(), output: false }
     }
 
     fn written(relay: &mut Relay) -> Vec<(String, Value)> {
@@ -151,6 +151,7 @@ mod tests {
         relay.event(&NativeEvent {
             name: "response.output_text.delta".into(),
             data: delta.as_bytes().to_vec().into(),
+            output: true,
         });
         let frames = String::from_utf8(relay.take_frames()).unwrap();
         assert!(

@@ -485,6 +485,7 @@ impl ChatCompletionRequest {
             seed: self.seed,
             stream: self.wants_stream(),
             relay: self.wants_stream(),
+            shadowed: false,
             response_format: self
                 .response_format
                 .as_ref()

@@ -76,10 +76,11 @@ pub(in crate::adapter) async fn send_to(
     call.upstream.authenticate(&url, &mut headers, &body).await?;
     let answer =
         transport::eventstream::unframed(http::post(transport, &url, &headers, body, host.classify()).await?);
-    let relay = req.relay && client(req).is_some();
+    let relaying = req.relaying(client(req).is_some());
     let signer = host.signer();
-    let parse = move |b: &[u8]| if relay { relayed(b, signer) } else { parse_response(b) };
-    Ok(http::answer_events(answer, call.stream, AnthropicStream::new(relay, signer), parse))
+    let parse =
+        move |b: &[u8]| if relaying.is_on() { relayed(b, signer, relaying) } else { parse_response(b) };
+    Ok(http::answer_events(answer, call.stream, AnthropicStream::new(relaying, signer), parse))
 }
 
 /// The body `host` is sent for `req` (a bench's reading of the whole write).

@@ -13,8 +13,9 @@ use serde_json::Value;
 use super::error::ErrorObject;
 use super::provenance;
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::output::Output;
 use crate::adapter::wire::{count, event_type, usage_beside_cache, ObjectOr};
-use crate::canonical::{ErrorClass, Event, FinishReason, NativeEvent, UpstreamError, Usage};
+use crate::canonical::{ErrorClass, Event, FinishReason, NativeEvent, Relaying, UpstreamError, Usage};
 
 /// One event of a streamed answer.
 #[derive(Deserialize)]
@@ -179,9 +180,13 @@ fn finish_reason(reason: &str) -> FinishReason {
 }
 
 /// [`parse_response`], with the whole body first as a [`NativeEvent`] named `message`, its
-/// thinking signatures marked with their `signer` ([`provenance`]).
-pub(super) fn relayed(body: &[u8], signer: Option<&str>) -> Result<Vec<Event>, UpstreamError> {
-    let mut events = parse_response(body)?;
+/// thinking signatures marked with their `signer` ([`provenance`]), relayed as `relaying` says.
+pub(super) fn relayed(
+    body: &[u8],
+    signer: Option<&str>,
+    relaying: Relaying,
+) -> Result<Vec<Event>, UpstreamError> {
+    let events = parse_response(body)?;
     // On one line, as the door may write it as one SSE event.
     let mut body: Value = serde_json::from_slice(body).unwrap_or_default();
     if let Some(signer) = signer.filter(|_| provenance::signed(&body)) {
@@ -189,8 +194,8 @@ pub(super) fn relayed(body: &[u8], signer: Option<&str>) -> Result<Vec<Event>, U
     }
     let data = serde_json::to_vec(&body);
     let data = data.unwrap_or_default().into();
-    events.insert(0, Event::Native(NativeEvent { name: "message".into(), data }));
-    Ok(events)
+    Ok(Output::of(relaying, events)
+        .behind(|output| Event::Native(NativeEvent { name: "message".into(), data, output })))
 }
 
 /// Every event of a non-streamed `message` body.
@@ -233,8 +238,9 @@ pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, Upst
 /// Parser state of one streamed answer.
 #[derive(Debug, Default)]
 pub(crate) struct AnthropicStream {
-    /// Hand each event on raw, as an [`Event::Native`] ahead of the events read from it.
-    relay: bool,
+    /// Hand each event on raw, as an [`Event::Native`] (ahead of the events read from it, or
+    /// alone).
+    relaying: Relaying,
     /// Who signs the thinking relayed ([`provenance`]); `None`: a node, which signs none.
     signer: Option<&'static str>,
     usage: Option<Usage>,
@@ -245,10 +251,10 @@ pub(crate) struct AnthropicStream {
 }
 
 impl AnthropicStream {
-    /// A parser for one answer; `relay`: also hand each event on as an [`Event::Native`],
-    /// its signatures marked with their `signer`.
-    pub(crate) fn new(relay: bool, signer: Option<&'static str>) -> AnthropicStream {
-        AnthropicStream { relay, signer, ..AnthropicStream::default() }
+    /// A parser for one answer, each event also handed on as an [`Event::Native`] as
+    /// `relaying` says, its signatures marked with their `signer`.
+    pub(crate) fn new(relaying: Relaying, signer: Option<&'static str>) -> AnthropicStream {
+        AnthropicStream { relaying, signer, ..AnthropicStream::default() }
     }
 
     /// `event` as the client gets it, named by its type: as the host wrote it (`data`), or with
@@ -276,19 +282,15 @@ impl AnthropicStream {
             }
             None => bytes::Bytes::copy_from_slice(data.as_bytes()),
         };
-        Ok(Some(NativeEvent { name, data }))
+        Ok(Some(NativeEvent { name, data, output: false }))
     }
 }
 
 impl StreamParser for AnthropicStream {
     fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
         let event: StreamEvent<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-        let mut events = Vec::new();
-        if self.relay {
-            if let Some(relayed) = self.relayed(&event, data)? {
-                events.push(Event::Native(relayed));
-            }
-        }
+        let relayed = if self.relaying.is_on() { self.relayed(&event, data)? } else { None };
+        let mut output = Output::new(self.relaying);
         match event {
             StreamEvent::MessageStart { message } => {
                 if let Some(usage) = message.and_then(|m| m.usage) {
@@ -297,12 +299,12 @@ impl StreamParser for AnthropicStream {
             }
             StreamEvent::ContentBlockStart { index, content_block } => match content_block {
                 BlockStart::Text { text } if !text.is_empty() => {
-                    events.push(Event::TextDelta(text.into_owned()))
+                    output.push(|| Event::TextDelta(text.into_owned()))
                 }
                 BlockStart::ToolUse { id, name } => {
                     let tool_index = self.tool_blocks.len() as u32;
                     self.tool_blocks.insert(index, tool_index);
-                    events.push(Event::ToolCallDelta {
+                    output.push(|| Event::ToolCallDelta {
                         index: tool_index,
                         id: id.map(Cow::into_owned),
                         name: name.map(Cow::into_owned),
@@ -313,19 +315,18 @@ impl StreamParser for AnthropicStream {
             },
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 DeltaIn::TextDelta { text } if !text.is_empty() => {
-                    events.push(Event::TextDelta(text.into_owned()))
+                    output.push(|| Event::TextDelta(text.into_owned()))
                 }
                 DeltaIn::ThinkingDelta { thinking } if !thinking.is_empty() => {
-                    events.push(Event::ReasoningDelta(thinking.into_owned()))
+                    output.push(|| Event::ReasoningDelta(thinking.into_owned()))
                 }
                 DeltaIn::InputJsonDelta { partial_json } if !partial_json.is_empty() => {
                     if let Some(&tool_index) = self.tool_blocks.get(&index) {
-                        let arguments = partial_json.into_owned();
-                        events.push(Event::ToolCallDelta {
+                        output.push(|| Event::ToolCallDelta {
                             index: tool_index,
                             id: None,
                             name: None,
-                            arguments,
+                            arguments: partial_json.into_owned(),
                         });
                     }
                 }
@@ -353,14 +354,17 @@ impl StreamParser for AnthropicStream {
             StreamEvent::MessageStop => {
                 self.done = true;
                 if let Some(usage) = self.usage.take() {
-                    events.push(Event::Usage(usage));
+                    output.keep(Event::Usage(usage));
                 }
-                events.push(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
+                output.keep(Event::Finish(self.finish.take().unwrap_or(FinishReason::Stop)));
             }
             StreamEvent::Error { error } => return Err(error.unwrap_or_default().in_band()),
             StreamEvent::Unknown => {}
         }
-        Ok(events)
+        Ok(match relayed {
+            Some(native) => output.behind(|output| Event::Native(NativeEvent { output, ..native })),
+            None => output.events(),
+        })
     }
 
     fn is_closed(&self) -> bool {

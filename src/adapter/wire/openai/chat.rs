@@ -33,7 +33,7 @@ pub(in crate::adapter) async fn send(
     Ok(http::answer_events(
         answer,
         call.stream,
-        OpenAiStream::new(req.relay && req.native.is_none()),
+        OpenAiStream::new(req.relaying(req.native.is_none())),
         parse_response,
     ))
 }

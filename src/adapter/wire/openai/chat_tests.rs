@@ -6,7 +6,9 @@ use crate::adapter::transport::http::StreamParser;
 use crate::adapter::wire::openai::error::classify;
 use crate::adapter::wire::openai::request::ToolChoiceOut;
 use crate::adapter::wire::openai::stream::{parse_response, OpenAiStream};
-use crate::canonical::{ErrorClass, Event, FinishReason, Message, Role, ToolChoice, Usage};
+use crate::canonical::{
+    ErrorClass, Event, FinishReason, Message, RelayChunk, Relaying, Role, ToolChoice, Usage,
+};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
@@ -423,9 +425,9 @@ async fn escaped_text_nulls_and_unknown_fields_in_chunks_are_read_as_before() {
 async fn a_relaying_parser_hands_on_every_chunk_and_reads_the_same_events() {
     let sse = include_str!("../../../../tests/fixtures/openai/chat_stream.sse");
     let plain = run_sse(sse, OpenAiStream::default).await;
-    let relaying = run_sse(sse, || OpenAiStream::new(true)).await;
+    let relaying = run_sse(sse, || OpenAiStream::new(Relaying::WithEvents)).await;
     let (relays, canonical): (Vec<_>, Vec<_>) =
-        relaying.into_iter().partition(|e| matches!(e, Ok(Event::Relay(_))));
+        relaying.iter().cloned().partition(|e| matches!(e, Ok(Event::Relay(_))));
     assert_eq!(canonical, plain, "relaying changes nothing of what the ledger and dispatch read");
     assert_eq!(relays.len(), sse.matches("chat.completion.chunk").count(), "one relay per chunk");
     let Some(Ok(Event::Relay(last))) = relays.last() else { unreachable!() };
@@ -442,18 +444,38 @@ async fn a_relaying_parser_hands_on_every_chunk_and_reads_the_same_events() {
     }
     // Each relay comes before the events read from its chunk: the first text follows the
     // second chunk's relay.
-    let relaying = run_sse(sse, || OpenAiStream::new(true)).await;
     assert!(matches!(relaying[..3], [Ok(Event::Relay(_)), Ok(Event::Relay(_)), Ok(Event::TextDelta(_))]));
+    // Alone, each relay says whether its chunk held output, which no event then carries; the
+    // usage and the finish still come as events.
+    let mut held = Vec::new();
+    for event in relaying.iter().flatten() {
+        match event {
+            Event::Relay(chunk) => {
+                assert!(!chunk.output, "with events, the events carry the output");
+                held.push(false);
+            }
+            event if event.is_output() => *held.last_mut().unwrap() = true,
+            _ => {}
+        }
+    }
+    let alone = run_sse(sse, || OpenAiStream::new(Relaying::Alone)).await;
+    let (relays, rest): (Vec<_>, Vec<_>) = alone.into_iter().partition(|e| matches!(e, Ok(Event::Relay(_))));
+    let alone_held: Vec<bool> =
+        relays.iter().map(|r| matches!(r, Ok(Event::Relay(RelayChunk { output: true, .. })))).collect();
+    assert_eq!(alone_held, held);
+    assert!(held.iter().any(|&h| h) && held.iter().any(|&h| !h), "the fixture has both kinds of chunk");
+    let not_output: Vec<_> = plain.into_iter().filter(|e| !e.as_ref().is_ok_and(Event::is_output)).collect();
+    assert_eq!(rest, not_output);
 }
 
 #[tokio::test]
 async fn a_relaying_parser_still_ends_on_errors_and_aborts() {
     let error = run_sse(include_str!("../../../../tests/fixtures/openai/chat_stream_error.sse"), || {
-        OpenAiStream::new(true)
+        OpenAiStream::new(Relaying::WithEvents)
     })
     .await;
     assert!(matches!(error.last(), Some(Err(_))), "{error:?}");
     let abort = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"abort\"}]}\n\n";
-    let events = run_sse(abort, || OpenAiStream::new(true)).await;
+    let events = run_sse(abort, || OpenAiStream::new(Relaying::WithEvents)).await;
     assert!(matches!(events[..], [Err(ref e)] if e.class == ErrorClass::StreamBroken), "{events:?}");
 }

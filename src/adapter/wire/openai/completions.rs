@@ -148,7 +148,7 @@ pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, Upst
     let choices: Vec<ChoiceIn<'_>> =
         split.choices.map(serde_json::from_str).transpose().map_err(malformed)?.unwrap_or_default();
     let (mut events, finish) = read_choices(&choices)?;
-    let relay: RelayChunk = split.relay(choices.is_empty());
+    let relay: RelayChunk = split.relay(choices.is_empty(), false);
     events.insert(0, Event::Relay(relay));
     if let Some(usage) = usage.flatten() {
         events.push(Event::Usage(usage.to_usage()));
@@ -195,7 +195,7 @@ impl StreamParser for CompletionStream {
         if finish.is_some() {
             self.finish = finish;
         }
-        events.insert(0, Event::Relay(split.relay(choices.is_empty())));
+        events.insert(0, Event::Relay(split.relay(choices.is_empty(), false)));
         Ok(events)
     }
 

@@ -93,12 +93,14 @@ impl<'a> SplitChunk<'a> {
         self.fields.extend_from_slice(value.as_bytes());
     }
 
-    /// The relay event for this chunk; `no_choices` from the typed reading of `choices`.
-    pub fn relay(self, no_choices: bool) -> RelayChunk {
+    /// The relay event for this chunk; `no_choices` from the typed reading of `choices`, and
+    /// whether it stands for its `output` ([`RelayChunk::output`]).
+    pub fn relay(self, no_choices: bool, output: bool) -> RelayChunk {
         RelayChunk {
             fields: self.fields.into(),
             usage: self.usage.map(|u| bytes::Bytes::copy_from_slice(u.as_bytes())),
             no_choices,
+            output,
         }
     }
 }
@@ -172,7 +174,7 @@ mod tests {
         assert_eq!(choices.unwrap().len(), 1);
         assert_eq!(chunk.usage, Some("null"));
         assert!(chunk.error.is_none());
-        let relay = chunk.relay(false);
+        let relay = chunk.relay(false, false);
         assert_eq!(relay.usage.as_deref(), Some(&b"null"[..]));
     }
 

@@ -25,10 +25,12 @@ use serde_json::Value;
 
 use super::error::{self, ErrorBody, ErrorObject};
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::output::Output;
 use crate::adapter::wire::{count, event_type, Passed};
 use crate::adapter::{Call, EventStream, Transport};
 use crate::canonical::{
-    ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, UpstreamError, Usage,
+    ChatRequest, Dialect, ErrorClass, Event, FinishReason, NativeEvent, NativeRequest, Relaying,
+    UpstreamError, Usage,
 };
 
 pub(in crate::adapter) async fn send(
@@ -51,8 +53,15 @@ pub(in crate::adapter) async fn send(
     }
     let body = serde_json::to_vec(&ResponsesBody::of(req, call, client)).expect("a typed body serialises");
     let answer = http::post(transport, &url, &headers, body, error::classify).await?;
-    let parse = if req.relay { parse_response_relayed } else { parse_response };
-    Ok(http::answer_events(answer, call.stream, ResponsesStream::new(req.relay), parse))
+    let relaying = req.relaying(true);
+    let parse = move |b: &[u8]| {
+        if relaying.is_on() {
+            parse_response_relayed(b, relaying)
+        } else {
+            parse_response(b)
+        }
+    };
+    Ok(http::answer_events(answer, call.stream, ResponsesStream::new(relaying), parse))
 }
 
 /// The body for this call: the client's members as it wrote them, with the call's `model`,
@@ -292,14 +301,15 @@ impl ResponseIn<'_> {
     }
 }
 
-/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `response`.
-fn parse_response_relayed(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
-    let mut events = parse_response(body)?;
+/// [`parse_response`], with the whole body first as a [`NativeEvent`] named `response`, relayed
+/// as `relaying` says.
+fn parse_response_relayed(body: &[u8], relaying: Relaying) -> Result<Vec<Event>, UpstreamError> {
+    let events = parse_response(body)?;
     // On one line, as the door may write it as one SSE event.
     let data =
         serde_json::from_slice::<Value>(body).map(|v| v.to_string()).unwrap_or_default().into_bytes().into();
-    events.insert(0, Event::Native(NativeEvent { name: "response".into(), data }));
-    Ok(events)
+    Ok(Output::of(relaying, events)
+        .behind(|output| Event::Native(NativeEvent { name: "response".into(), data, output })))
 }
 
 /// Every event of a whole Response object.
@@ -346,8 +356,9 @@ pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, Upst
 /// Parser state of one streamed answer.
 #[derive(Debug, Default)]
 pub(crate) struct ResponsesStream {
-    /// Hand each event on raw, as an [`Event::Native`] ahead of the events read from it.
-    relay: bool,
+    /// Hand each event on raw, as an [`Event::Native`] (ahead of the events read from it, or
+    /// alone).
+    relaying: Relaying,
     /// A function call's output index → its canonical index, and whether its arguments came.
     calls: HashMap<u64, (u32, bool)>,
     /// The text parts that arrived in deltas.
@@ -356,22 +367,17 @@ pub(crate) struct ResponsesStream {
 }
 
 impl ResponsesStream {
-    pub(crate) fn new(relay: bool) -> ResponsesStream {
-        ResponsesStream { relay, ..ResponsesStream::default() }
+    pub(crate) fn new(relaying: Relaying) -> ResponsesStream {
+        ResponsesStream { relaying, ..ResponsesStream::default() }
     }
 }
 
 impl StreamParser for ResponsesStream {
     fn on_event(&mut self, _event: &str, data: &str) -> Result<Vec<Event>, UpstreamError> {
         let event: StreamEvent<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-        let mut events = Vec::new();
-        if self.relay && !matches!(event, StreamEvent::Error(_) | StreamEvent::Failed { .. }) {
-            let name = event_type(data);
-            events.push(Event::Native(NativeEvent {
-                name,
-                data: bytes::Bytes::copy_from_slice(data.as_bytes()),
-            }));
-        }
+        let relayed =
+            self.relaying.is_on() && !matches!(event, StreamEvent::Error(_) | StreamEvent::Failed { .. });
+        let mut output = Output::new(self.relaying);
         match event {
             StreamEvent::ItemAdded {
                 output_index,
@@ -379,7 +385,7 @@ impl StreamParser for ResponsesStream {
             } => {
                 let index = self.calls.len() as u32;
                 self.calls.insert(output_index, (index, !arguments.is_empty()));
-                events.push(Event::ToolCallDelta {
+                output.push(|| Event::ToolCallDelta {
                     index,
                     id: Some(call_id.into_owned()),
                     name: Some(name.into_owned()),
@@ -389,7 +395,7 @@ impl StreamParser for ResponsesStream {
             StreamEvent::ArgumentsDelta { output_index, delta } => {
                 if let (Some((index, came)), false) = (self.calls.get_mut(&output_index), delta.is_empty()) {
                     *came = true;
-                    events.push(Event::ToolCallDelta {
+                    output.push(|| Event::ToolCallDelta {
                         index: *index,
                         id: None,
                         name: None,
@@ -402,7 +408,7 @@ impl StreamParser for ResponsesStream {
                     (self.calls.get_mut(&output_index), arguments.is_empty())
                 {
                     *came = true;
-                    events.push(Event::ToolCallDelta {
+                    output.push(|| Event::ToolCallDelta {
                         index: *index,
                         id: None,
                         name: None,
@@ -413,28 +419,35 @@ impl StreamParser for ResponsesStream {
             StreamEvent::TextDelta { at, delta } => {
                 self.texted.insert(at);
                 if !delta.is_empty() {
-                    events.push(Event::TextDelta(delta.into_owned()));
+                    output.push(|| Event::TextDelta(delta.into_owned()));
                 }
             }
             StreamEvent::TextDone { at, text } => {
                 if self.texted.insert(at) && !text.is_empty() {
-                    events.push(Event::TextDelta(text.into_owned()));
+                    output.push(|| Event::TextDelta(text.into_owned()));
                 }
             }
             StreamEvent::ReasoningDelta { delta } => {
                 if !delta.is_empty() {
-                    events.push(Event::ReasoningDelta(delta.into_owned()));
+                    output.push(|| Event::ReasoningDelta(delta.into_owned()));
                 }
             }
             StreamEvent::Ended { response } => {
                 self.done = true;
-                events.extend(response.ending(!self.calls.is_empty()));
+                for event in response.ending(!self.calls.is_empty()) {
+                    output.keep(event);
+                }
             }
             StreamEvent::Failed { response } => return Err(response.failure()),
             StreamEvent::Error(error) => return Err(failure(error.object())),
             StreamEvent::ItemAdded { .. } | StreamEvent::Unknown => {}
         }
-        Ok(events)
+        if !relayed {
+            return Ok(output.events());
+        }
+        let name = event_type(data);
+        let data = bytes::Bytes::copy_from_slice(data.as_bytes());
+        Ok(output.behind(|output| Event::Native(NativeEvent { name, data, output })))
     }
 
     fn is_closed(&self) -> bool {

@@ -49,7 +49,7 @@ const USAGE: Usage =
 
 #[tokio::test]
 async fn a_text_stream_is_read_and_nothing_before_the_first_delta_is_output() {
-    let events = run_sse(&sse(&text_answer()), || ResponsesStream::new(false)).await;
+    let events = run_sse(&sse(&text_answer()), || ResponsesStream::new(Relaying::Off)).await;
     assert_eq!(
         canonical(&events),
         [
@@ -66,7 +66,7 @@ async fn a_text_stream_is_read_and_nothing_before_the_first_delta_is_output() {
 #[tokio::test]
 async fn relayed_each_event_comes_first_as_it_came() {
     let upstream = text_answer();
-    let events = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await;
+    let events = run_sse(&sse(&upstream), || ResponsesStream::new(Relaying::WithEvents)).await;
     let natives: Vec<&NativeEvent> = events
         .iter()
         .filter_map(|e| match e {
@@ -116,7 +116,7 @@ async fn a_function_call_takes_its_id_and_name_from_the_added_item() {
         json!({"type": "response.function_call_arguments.done", "output_index": 1, "arguments": "{}"}),
         completed("completed", json!({})),
     ]);
-    let events = canonical(&run_sse(&sse(&upstream), || ResponsesStream::new(true)).await);
+    let events = canonical(&run_sse(&sse(&upstream), || ResponsesStream::new(Relaying::WithEvents)).await);
     let call = |index, id: Option<&str>, name: Option<&str>, arguments: &str| Event::ToolCallDelta {
         index,
         id: id.map(str::to_string),
@@ -143,7 +143,7 @@ async fn failures_are_classified_and_never_relayed() {
     let mut upstream = opening();
     upstream.push(json!({"type": "response.failed", "response": {"id": "resp_up", "status": "failed",
         "error": {"code": "server_error", "message": "The server had an error"}}}));
-    let events = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await;
+    let events = run_sse(&sse(&upstream), || ResponsesStream::new(Relaying::WithEvents)).await;
     assert!(events.iter().all(|e| !e.as_ref().is_ok_and(Event::is_output)));
     let error = events.last().unwrap().clone().unwrap_err();
     assert_eq!((error.class, error.message.as_str()), (ErrorClass::ServerError, "The server had an error"));
@@ -153,11 +153,16 @@ async fn failures_are_classified_and_never_relayed() {
     let mut upstream = opening();
     upstream
         .push(json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": null}));
-    let error = run_sse(&sse(&upstream), || ResponsesStream::new(true)).await.pop().unwrap().unwrap_err();
+    let error = run_sse(&sse(&upstream), || ResponsesStream::new(Relaying::WithEvents))
+        .await
+        .pop()
+        .unwrap()
+        .unwrap_err();
     assert_eq!(error.class, ErrorClass::RateLimited);
     assert!(error.class.may_fail_over());
 
-    let error = run_sse(&sse(&opening()), || ResponsesStream::new(false)).await.pop().unwrap().unwrap_err();
+    let error =
+        run_sse(&sse(&opening()), || ResponsesStream::new(Relaying::Off)).await.pop().unwrap().unwrap_err();
     assert_eq!(error.class, ErrorClass::StreamBroken, "ended without response.completed: {error:?}");
 }
 
@@ -169,7 +174,7 @@ fn a_whole_response_is_read_and_relayed_whole() {
             {"type": "message", "content": [{"type": "output_text", "text": "Hi"}, {"type": "refusal", "refusal": "no"}]},
             {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}],
         "usage": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 3}});
-    let events = parse_response_relayed(body.to_string().as_bytes()).unwrap();
+    let events = parse_response_relayed(body.to_string().as_bytes(), Relaying::WithEvents).unwrap();
     assert!(matches!(&events[0], Event::Native(n) if &*n.name == "response"));
     assert_eq!(
         events[1..],

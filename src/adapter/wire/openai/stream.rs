@@ -10,8 +10,9 @@ use serde::Deserialize;
 use super::error::{finish_reason, ErrorMember};
 use super::relay::SplitChunk;
 use crate::adapter::transport::http::{self, StreamParser};
+use crate::adapter::wire::output::Output;
 use crate::adapter::wire::{count, ObjectOr};
-use crate::canonical::{ErrorClass, Event, FinishReason, UpstreamError, Usage};
+use crate::canonical::{ErrorClass, Event, FinishReason, Relaying, UpstreamError, Usage};
 
 /// Every event of a non-streamed `chat.completion` body.
 pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
@@ -79,7 +80,7 @@ struct WholeMessageIn<'a> {
 /// Parser state of one streamed answer.
 #[derive(Debug, Default)]
 pub(crate) struct OpenAiStream {
-    relay: bool,
+    relaying: Relaying,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     done: bool,
@@ -167,30 +168,29 @@ impl UsageIn {
 }
 
 impl OpenAiStream {
-    /// A parser for one answer; `relay`: also yield each chunk as [`Event::Relay`].
-    pub(crate) fn new(relay: bool) -> OpenAiStream {
-        OpenAiStream { relay, ..OpenAiStream::default() }
+    /// A parser for one answer, each chunk also handed on as [`Event::Relay`] as `relaying` says.
+    pub(crate) fn new(relaying: Relaying) -> OpenAiStream {
+        OpenAiStream { relaying, ..OpenAiStream::default() }
     }
 
-    /// The canonical events of one chunk (usage and finish are held for `[DONE]`).
-    fn read(&mut self, chunk: ChunkIn<'_>) -> Result<Vec<Event>, UpstreamError> {
+    /// The output of one chunk into `output` (usage and finish are held for `[DONE]`).
+    fn read(&mut self, chunk: ChunkIn<'_>, output: &mut Output) -> Result<(), UpstreamError> {
         if let Some(error) = chunk.error.as_ref().and_then(ObjectOr::object) {
             return Err(error.in_band());
         }
         if let Some(usage) = &chunk.usage {
             self.usage = Some(usage.to_usage());
         }
-        let mut events = Vec::new();
         // One answer per request (n = 1): only choice 0 is read.
         let Some(choice) = chunk.choices.into_iter().flatten().find(|c| c.index.unwrap_or(0) == 0) else {
-            return Ok(events);
+            return Ok(());
         };
         if let Some(delta) = choice.delta {
             if let Some(text) = delta.reasoning_content.or(delta.reasoning).filter(|t| !t.is_empty()) {
-                events.push(Event::ReasoningDelta(text.into_owned()));
+                output.push(|| Event::ReasoningDelta(text.into_owned()));
             }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                events.push(Event::TextDelta(text.into_owned()));
+                output.push(|| Event::TextDelta(text.into_owned()));
             }
             for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                 let index = call.index.unwrap_or(position as u64);
@@ -201,7 +201,7 @@ impl OpenAiStream {
                 if call.id.is_none() && name.is_none() && arguments.is_empty() {
                     continue;
                 }
-                events.push(Event::ToolCallDelta {
+                output.push(|| Event::ToolCallDelta {
                     index: index as u32,
                     id: call.id.map(Cow::into_owned),
                     name: name.map(Cow::into_owned),
@@ -212,7 +212,7 @@ impl OpenAiStream {
         if let Some(reason) = choice.finish_reason {
             self.finish = Some(finish_reason(&reason)?);
         }
-        Ok(events)
+        Ok(())
     }
 }
 
@@ -231,9 +231,11 @@ impl StreamParser for OpenAiStream {
         if data.is_empty() {
             return Ok(Vec::new());
         }
-        if !self.relay {
+        let mut output = Output::new(self.relaying);
+        if !self.relaying.is_on() {
             let chunk: ChunkIn<'_> = serde_json::from_str(data).map_err(|e| http::malformed(data, &e))?;
-            return self.read(chunk);
+            self.read(chunk, &mut output)?;
+            return Ok(output.events());
         }
         let malformed = |e: serde_json::Error| http::malformed(data, &e);
         let (split, choices) = match SplitChunk::read::<Option<Vec<ChoiceIn<'_>>>>(data) {
@@ -251,9 +253,8 @@ impl StreamParser for OpenAiStream {
             choices,
         };
         let no_choices = chunk.choices.as_ref().is_none_or(Vec::is_empty);
-        let mut events = self.read(chunk)?;
-        events.insert(0, Event::Relay(split.relay(no_choices)));
-        Ok(events)
+        self.read(chunk, &mut output)?;
+        Ok(output.behind(|output| Event::Relay(split.relay(no_choices, output))))
     }
 
     fn is_closed(&self) -> bool {
