@@ -100,8 +100,11 @@ impl Progress {
     pub fn observe(&self, event: &Event) {
         if event.is_output() {
             self.streamed.fetch_add(1, Ordering::Relaxed);
-            let us = self.started.elapsed().as_micros() as u64 + 1;
-            let _ = self.first_token_us.compare_exchange(0, us, Ordering::Relaxed, Ordering::Relaxed);
+            // The clock is read for the first token only.
+            if self.first_token_us.load(Ordering::Relaxed) == 0 {
+                let us = self.started.elapsed().as_micros() as u64 + 1;
+                let _ = self.first_token_us.compare_exchange(0, us, Ordering::Relaxed, Ordering::Relaxed);
+            }
         } else if let Event::Usage(usage) = event {
             self.streamed.fetch_max(usage.output_tokens, Ordering::Relaxed);
             self.reported_cached.store(usage.cached_input_tokens, Ordering::Relaxed);
