@@ -205,7 +205,7 @@ pub(crate) fn stream_response<H: Send + Unpin + 'static>(
     response
 }
 
-fn sse_body<H: Send + Unpin + 'static>(
+pub(crate) fn sse_body<H: Send + Unpin + 'static>(
     events: EventStream,
     backend: String,
     writer: ChunkWriter,

@@ -55,6 +55,15 @@ pub mod doors {
     pub fn responses(body: &bytes::Bytes, output_cap: Option<u32>) -> Result<ChatRequest, ApiError> {
         super::responses::canonical(body, output_cap)
     }
+
+    /// A streamed chat answer's SSE body, as the chat door writes it from its events.
+    pub fn chat_frames(
+        events: crate::canonical::EventStream,
+    ) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<bytes::Bytes, std::convert::Infallible>> + Send>>
+    {
+        let writer = super::chunks::ChunkWriter::new("chatcmpl-1", "bench", 0);
+        super::chunks::sse_body(events, "bench".into(), writer, true, Default::default(), ())
+    }
 }
 
 /// What every handler shares, by who needs it (cheap to clone: each part is shared).

@@ -14,6 +14,13 @@ use crate::adapter::wire::output::Output;
 use crate::adapter::wire::{count, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, Relaying, UpstreamError, Usage};
 
+/// The events read from a streamed answer's bytes, relayed as `relaying` says (the relay
+/// bench's reading, with no socket).
+#[doc(hidden)]
+pub fn events_of(sse: bytes::Bytes, relaying: Relaying) -> crate::canonical::EventStream {
+    http::drive(futures::stream::iter([Ok::<_, UpstreamError>(sse)]), OpenAiStream::new(relaying), |e| e)
+}
+
 /// Every event of a non-streamed `chat.completion` body.
 pub(in crate::adapter) fn parse_response(body: &[u8]) -> Result<Vec<Event>, UpstreamError> {
     let whole: CompletionIn = http::whole(body)?;
