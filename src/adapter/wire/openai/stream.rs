@@ -14,11 +14,14 @@ use crate::adapter::wire::output::Output;
 use crate::adapter::wire::{count, ObjectOr};
 use crate::canonical::{ErrorClass, Event, FinishReason, Relaying, UpstreamError, Usage};
 
-/// The events read from a streamed answer's bytes, relayed as `relaying` says (the relay
-/// bench's reading, with no socket).
+/// The events read from a streamed answer's bytes, relayed as `relaying` says, scrubbed as
+/// [`crate::adapter::send`]'s are (the relay bench's reading, with no socket).
 #[doc(hidden)]
 pub fn events_of(sse: bytes::Bytes, relaying: Relaying) -> crate::canonical::EventStream {
-    http::drive(futures::stream::iter([Ok::<_, UpstreamError>(sse)]), OpenAiStream::new(relaying), |e| e)
+    use crate::adapter::{redact::CallRedactor, Upstream};
+    let events =
+        http::drive(futures::stream::iter([Ok::<_, UpstreamError>(sse)]), OpenAiStream::new(relaying), |e| e);
+    CallRedactor::new(std::sync::Arc::default(), &Upstream::default()).stream(events)
 }
 
 /// Every event of a non-streamed `chat.completion` body.
