@@ -114,7 +114,8 @@ pub fn prepended<'a>(current: Option<Part<'a>>, text: &'a str) -> Prepended<'a> 
 /// for Messages, `response` for Responses).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeEvent {
-    pub name: Box<str>,
+    /// The event's name (its `type`), not allocated for the names a parser knows.
+    pub name: std::borrow::Cow<'static, str>,
     pub data: Bytes,
     /// It held model output and stands for it ([`super::Relaying::Alone`]): no canonical
     /// event read from it follows.

@@ -125,13 +125,13 @@ impl Scalar {
 }
 
 /// An event's `type` member, which names it where the client gets the event as it was written.
-pub(crate) fn event_type(data: &str) -> Box<str> {
+pub(crate) fn event_type(data: &str) -> Cow<'static, str> {
     #[derive(Deserialize)]
     struct Named<'a> {
         #[serde(rename = "type", borrow)]
         kind: Cow<'a, str>,
     }
-    serde_json::from_str::<Named>(data).map(|n| n.kind.into()).unwrap_or_default()
+    serde_json::from_str::<Named>(data).map(|n| Cow::Owned(n.kind.into_owned())).unwrap_or_default()
 }
 
 /// A token count as an answer wrote it (absent: none), within what usage holds.

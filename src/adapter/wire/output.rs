@@ -50,8 +50,8 @@ impl Output {
         self.events
     }
 
-    /// The events behind the relayed chunk, which `relayed` makes told whether it stands for
-    /// output (alone, it does when output was seen; otherwise the events carry the output).
+    /// The relayed chunk, then the events. `relayed` makes the chunk, told whether it stands
+    /// for output: alone, when output was seen; otherwise never, as the events carry it.
     pub fn behind(mut self, relayed: impl FnOnce(bool) -> Event) -> Vec<Event> {
         self.events.insert(0, relayed(self.seen));
         self.events

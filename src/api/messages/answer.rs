@@ -167,7 +167,7 @@ mod tests {
 
     fn native(name: &str, data: Value) -> Event {
         Event::Native(NativeEvent {
-            name: name.into(),
+            name: name.to_string().into(),
             data: serde_json::to_vec(&data).unwrap().into(),
             output: false,
         })

@@ -112,7 +112,7 @@ async fn a_failure_after_the_first_token_ends_with_an_error_event() {
 async fn relayed_events_pass_as_they_came_with_the_clients_model() {
     let native = |name: &str, data: Value| {
         Ok(Event::Native(NativeEvent {
-            name: name.into(),
+            name: name.to_string().into(),
             data: serde_json::to_vec(&data).unwrap().into(),
             output: false,
         }))

@@ -126,7 +126,11 @@ mod tests {
     use crate::api::error::ErrorCode;
 
     fn native(name: &str, data: Value) -> NativeEvent {
-        NativeEvent { name: name.into(), data: data.to_string().into_bytes().into(), output: false }
+        NativeEvent {
+            name: name.to_string().into(),
+            data: data.to_string().into_bytes().into(),
+            output: false,
+        }
     }
 
     fn written(relay: &mut Relay) -> Vec<(String, Value)> {

@@ -260,7 +260,7 @@ impl AnthropicStream {
     /// `event` as the client gets it, named by its type: as the host wrote it (`data`), or with
     /// its signature marked with its signer. An error is the stream's end, never relayed.
     fn relayed(&self, event: &StreamEvent<'_>, data: &str) -> Result<Option<NativeEvent>, UpstreamError> {
-        let name: Box<str> = match event {
+        let name: Cow<'static, str> = match event {
             StreamEvent::Error { .. } => return Ok(None),
             StreamEvent::MessageStart { .. } => "message_start".into(),
             StreamEvent::ContentBlockStart { .. } => "content_block_start".into(),
