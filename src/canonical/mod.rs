@@ -278,7 +278,7 @@ pub struct ChatRequest {
     #[serde(default)]
     pub response_format: ResponseFormat,
     /// The client reads OpenAI chat completion chunks: an upstream that writes them too may
-    /// hand each one on as [`Event::Relay`] (before the events read from it), so the client
+    /// hand each one on as [`Event::Relay`] ([`ChatRequest::relaying`]), so the client
     /// gets the upstream's own fields (logprobs, reasoning text, fingerprints) unchanged.
     #[serde(skip)]
     pub relay: bool,
@@ -289,7 +289,7 @@ pub struct ChatRequest {
     /// The client's own request, for a backend that speaks the client's dialect: sent with
     /// only `model`, `max_tokens` and `stream` rewritten, so every field Spillway does not
     /// model reaches it. With `relay`, such a backend also hands each of its events on raw as
-    /// [`Event::Native`] (before the canonical events read from it).
+    /// [`Event::Native`] ([`ChatRequest::relaying`]).
     #[serde(skip)]
     pub native: Option<NativeRequest>,
     /// The client's chat-completions body as it sent it (the chat door's requests): a backend
@@ -429,7 +429,8 @@ pub type EventStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Event
 /// One step of a model's answer. A well-formed stream has deltas, then at most one `Usage`
 /// and one `Finish` (in either order), then ends. With [`ChatRequest::relay`], an OpenAI
 /// adapter also yields each upstream chunk as a `Relay`, and a backend serving the client's
-/// dialect each of its events as a `Native`, ahead of the events read from it.
+/// dialect each of its events as a `Native`: alone, standing for its output, or ahead of the
+/// events read from it ([`Relaying`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     TextDelta(String),

@@ -8,8 +8,9 @@
 //! (and refusal text) → text, `response.function_call_arguments.delta` with the call id and
 //! name from its `response.output_item.added` → tool-call deltas, reasoning text → reasoning,
 //! `response.completed` / `response.incomplete` → usage and finish. With `req.relay` every
-//! upstream event is handed on first as [`Event::Native`], so the client gets OpenAI's own
-//! events (its response id, its stored items) as they came. Only output commits dispatch:
+//! upstream event is handed on as [`Event::Native`] (alone, or first, as
+//! [`ChatRequest::relaying`] says), so the client gets OpenAI's own events (its response id,
+//! its stored items) as they came. Only output commits dispatch:
 //! `response.created` and `response.in_progress` are not output, so an upstream that fails
 //! right after opening its stream has failed before its first token. `response.failed` and
 //! `error` are classified errors, never relayed: the door writes the failure itself.
