@@ -78,10 +78,7 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         let call = Call { cache_placement: placement, ..Call::as_written(format, upstream, &request) }
             .with_variant(case["variant"].as_str());
         let transport = reqwest::Client::new().into();
-        let events: Vec<_> = match super::send(&transport, &call, &request).await {
-            Ok(stream) => stream.collect().await,
-            Err(e) => vec![Err(e)],
-        };
+        let events = send_all(&transport, &call, &request).await;
         let seen = seen.lock().unwrap().clone();
         // A request refused before any call leaves nothing seen: its `upstream` is `null`.
         let sent: Value = match seen.body.as_str() {
@@ -115,10 +112,7 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
             let (format, upstream) = host(&folder, &case, base);
             let alone = ChatRequest { shadowed: false, ..request.clone() };
             let call = Call { format, upstream, ..call.clone() };
-            let got: Vec<_> = match super::send(&transport, &call, &alone).await {
-                Ok(stream) => stream.collect().await,
-                Err(e) => vec![Err(e)],
-            };
+            let got = send_all(&transport, &call, &alone).await;
             assert_eq!(format!("{got:?}"), format!("{:?}", answer::alone(&events)), "{named}: relayed alone");
         }
         let got = answer(events);
@@ -143,5 +137,17 @@ async fn every_wire_sends_and_reads_its_recorded_cases() {
         if let Some(count) = count {
             assert_eq!(count, case["count_upstream"], "{named}: the count call");
         }
+    }
+}
+
+/// Every item of the answer to `request`, or the error that refused it.
+async fn send_all(
+    transport: &super::Transport,
+    call: &Call<'_>,
+    request: &ChatRequest,
+) -> Vec<Result<crate::canonical::Event, crate::canonical::UpstreamError>> {
+    match super::send(transport, call, request).await {
+        Ok(stream) => stream.collect().await,
+        Err(e) => vec![Err(e)],
     }
 }
